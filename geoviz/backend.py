@@ -1,0 +1,294 @@
+"""Torch device/dtype selection and the content-addressed on-disk cache.
+
+All heavy compute in geoviz goes through :func:`get_device`, so one switch
+(the ``GEOVIZ_DEVICE`` environment variable or ``set_device``) moves every
+solver between CUDA and CPU. Results that are expensive to recompute
+(couplings, maps, label distances) are stored by :class:`DiskCache`, keyed by
+dataset fingerprints, parameters and a format version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+DeviceName = Literal["auto", "cpu", "cuda"]
+DTypeName = Literal["float32", "float64"]
+
+#: Bumped whenever a cached payload layout or an algorithm changes its output,
+#: so stale entries are never read back.
+CACHE_FORMAT_VERSION = "1"
+
+_device_override: torch.device | None = None
+
+
+def resolve_device(device: DeviceName | str | torch.device | None = None) -> torch.device:
+    """Return the torch device to compute on.
+
+    Parameters
+    ----------
+    device
+        ``"auto"``/``None`` picks CUDA when available, else CPU; the
+        environment variable ``GEOVIZ_DEVICE`` or :func:`set_device` overrides
+        ``"auto"``. ``"cuda"`` without a GPU raises a clear error.
+    """
+    if isinstance(device, torch.device):
+        chosen = device
+    elif device in (None, "auto"):
+        if _device_override is not None:
+            return _device_override
+        env = os.environ.get("GEOVIZ_DEVICE", "").strip().lower()
+        if env and env != "auto":
+            return resolve_device(env)
+        chosen = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        chosen = torch.device(str(device))
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        from geoviz.errors import GeovizError
+
+        raise GeovizError("device 'cuda' was requested but no CUDA GPU is available to torch")
+    return chosen
+
+
+def get_device() -> torch.device:
+    """The default compute device (see :func:`resolve_device`)."""
+    return resolve_device("auto")
+
+
+def set_device(device: DeviceName | str | torch.device | None) -> None:
+    """Override the default device for this process (``None`` restores auto)."""
+    global _device_override
+    _device_override = None if device in (None, "auto") else resolve_device(device)
+
+
+def resolve_dtype(dtype: DTypeName | torch.dtype | None = None) -> torch.dtype:
+    """Map a dtype name to a torch dtype; the default is float32."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "float32"):
+        return torch.float32
+    if dtype == "float64":
+        return torch.float64
+    from geoviz.errors import GeovizError
+
+    raise GeovizError(f"unsupported dtype {dtype!r}: use 'float32' or 'float64'")
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Free memory on ``device`` in bytes, or ``None`` when unknown."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_memory(n_bytes: int, device: torch.device, what: str) -> None:
+    """Raise :class:`~geoviz.errors.ResourceError` if ``n_bytes`` will not fit.
+
+    A safety factor of 2 leaves room for temporaries.
+    """
+    free = available_memory_bytes(device)
+    if free is not None and 2 * n_bytes > free:
+        from geoviz.errors import ResourceError
+
+        raise ResourceError(
+            f"{what} needs about {n_bytes / 2**30:.2f} GiB on {device}, but only "
+            f"{free / 2**30:.2f} GiB is free; use a smaller sample or the batched mode"
+        )
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def default_cache_dir() -> Path:
+    """``$GEOVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/geoviz``, else ``~/.cache/geoviz``."""
+    env = os.environ.get("GEOVIZ_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "geoviz"
+
+
+def _canonical(obj: Any) -> Any:
+    """Make parameters JSON-serialisable in a stable way (for hashing keys)."""
+    if isinstance(obj, Mapping):
+        return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, (np.ndarray, torch.Tensor)):
+        arr = obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj
+        return {"__array_sha256__": hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()}
+    if isinstance(obj, (torch.device, torch.dtype, Path)):
+        return str(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise TypeError(f"cannot use {type(obj).__name__} in a cache key")
+
+
+def cache_key(namespace: str, params: Mapping[str, Any]) -> str:
+    """Hex sha256 of ``namespace`` + canonical JSON of ``params`` + format version."""
+    payload = json.dumps(
+        {"ns": namespace, "v": CACHE_FORMAT_VERSION, "params": _canonical(params)},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+Payload = dict[str, Any]
+
+
+class DiskCache:
+    """Content-addressed store of tensors/arrays/JSON-able values on disk.
+
+    Each entry is one file ``<dir>/<namespace>/<key>.pt`` written with
+    :func:`torch.save` and read back with ``torch.load(weights_only=True)``
+    (no arbitrary unpickling). The file starts with a 64-byte sha256 of the rest,
+    so a truncated or corrupted entry is detected, deleted and recomputed rather
+    than crashing the caller. Writes go to a temporary file in the same
+    directory and are renamed into place, so readers never see half a file.
+
+    Parameters
+    ----------
+    directory
+        Where entries live; default :func:`default_cache_dir`.
+    enabled
+        ``False`` turns the cache into a pass-through (every call computes).
+
+    Attributes
+    ----------
+    hits_, misses_, corrupt_
+        Counters since construction (useful for tests and for the app's status).
+    """
+
+    def __init__(self, directory: str | Path | None = None, *, enabled: bool = True) -> None:
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.enabled = enabled
+        self.hits_ = 0
+        self.misses_ = 0
+        self.corrupt_ = 0
+        self._lock = threading.Lock()
+
+    def path_for(self, namespace: str, key: str) -> Path:
+        return self.directory / namespace / f"{key}.pt"
+
+    def load(self, namespace: str, key: str) -> Payload | None:
+        """Return the stored payload or ``None`` (missing or corrupt, which is removed)."""
+        if not self.enabled:
+            return None
+        path = self.path_for(namespace, key)
+        try:
+            raw = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            return None
+        digest, body = raw[:64], raw[64:]
+        try:
+            ok = digest.decode("ascii") == hashlib.sha256(body).hexdigest()
+            payload = torch.load(io.BytesIO(body), weights_only=True) if ok else None
+        except Exception:  # any unpickling failure means a corrupt entry
+            payload = None
+        if not isinstance(payload, dict):
+            self.corrupt_ += 1
+            warnings.warn(f"geoviz cache entry {path} is corrupt; recomputing", stacklevel=2)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        return payload
+
+    def store(self, namespace: str, key: str, payload: Payload) -> Path | None:
+        """Atomically write ``payload`` (a dict of tensors/arrays/plain values)."""
+        if not self.enabled:
+            return None
+        path = self.path_for(namespace, key)
+        buf = io.BytesIO()
+        torch.save(_to_storable(payload), buf)
+        body = buf.getvalue()
+        data = hashlib.sha256(body).hexdigest().encode("ascii") + body
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except OSError as err:  # a full or read-only disk must not break compute
+            warnings.warn(f"geoviz cache could not write {path}: {err}", stacklevel=2)
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(tmp)
+            return None
+        return path
+
+    def get_or_compute(
+        self, namespace: str, params: Mapping[str, Any], compute: Callable[[], Payload]
+    ) -> Payload:
+        """Return the cached payload for ``(namespace, params)``, computing it on a miss."""
+        key = cache_key(namespace, params)
+        payload = self.load(namespace, key)
+        if payload is not None:
+            self.hits_ += 1
+            return payload
+        with self._lock:
+            self.misses_ += 1
+        payload = compute()
+        self.store(namespace, key, payload)
+        return payload
+
+    def clear(self) -> int:
+        """Delete every entry; returns how many files were removed."""
+        removed = 0
+        if self.directory.exists():
+            for file in self.directory.rglob("*.pt"):
+                with contextlib.suppress(OSError):
+                    file.unlink()
+                    removed += 1
+        return removed
+
+
+def _to_storable(obj: Any) -> Any:
+    """numpy arrays -> CPU tensors (weights_only loading accepts tensors, not ndarrays)."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, Mapping):
+        return {str(k): _to_storable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_storable(v) for v in obj]
+    return obj
+
+
+_default_cache: DiskCache | None = None
+
+
+def get_cache() -> DiskCache:
+    """The process-wide default cache (directory from :func:`default_cache_dir`)."""
+    global _default_cache
+    if _default_cache is None or _default_cache.directory != default_cache_dir():
+        enabled = os.environ.get("GEOVIZ_NO_CACHE", "") not in ("1", "true", "yes")
+        _default_cache = DiskCache(default_cache_dir(), enabled=enabled)
+    return _default_cache

@@ -1,0 +1,64 @@
+"""Exception hierarchy of geoviz.
+
+Every error a user can trigger with bad input derives from :class:`GeovizError`
+(a ``ValueError``), carries a specific, human-readable message and, where a file
+is involved, names that file. The app shows ``str(err)`` inline; the CLI prints
+it and exits with status 2, so neither shows a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class GeovizError(ValueError):
+    """Base class of every error caused by user input or environment."""
+
+
+class DatasetError(GeovizError):
+    """A labeled dataset is invalid (empty, one class, NaN features, bad labels...).
+
+    Parameters
+    ----------
+    message
+        What is wrong, in words.
+    source
+        The file (or upload name) the dataset came from, if any; it is prefixed
+        to the message so the user knows which input to fix.
+    """
+
+    def __init__(self, message: str, source: str | Path | None = None) -> None:
+        self.source = None if source is None else str(source)
+        self.problem = message
+        super().__init__(f"{self.source}: {message}" if self.source else message)
+
+
+class DatasetFormatError(DatasetError):
+    """A file could not be parsed: truncated, corrupt, wrong keys, mismatched counts."""
+
+
+class UnknownDatasetError(GeovizError, KeyError):
+    """A dataset name is not in the registry."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DownloadUnavailableError(GeovizError):
+    """A dataset needs a download, but torchvision or the network is unavailable."""
+
+
+class WeightsError(GeovizError):
+    """Interpolation weights are not a point of the probability simplex."""
+
+
+class ExportError(GeovizError):
+    """An export cannot be written (target exists, bad format, ...)."""
+
+
+class ResourceError(GeovizError):
+    """A computation would need more memory than is available."""
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative solver stopped before reaching its tolerance."""
