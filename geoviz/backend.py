@@ -254,7 +254,8 @@ class DiskCache:
             return payload
         with self._lock:
             self.misses_ += 1
-        payload = compute()
+        # normalise so a miss returns exactly what a later hit will (tensors, not ndarrays)
+        payload = _to_storable(compute())
         self.store(namespace, key, payload)
         return payload
 
