@@ -30,7 +30,20 @@ ImageShape = tuple[int, int, int]
 
 
 def _as_feature_tensor(values: Any, source: str | None) -> torch.Tensor:
-    tensor = torch.as_tensor(np.asarray(values) if not isinstance(values, torch.Tensor) else values)
+    if isinstance(values, torch.Tensor):
+        tensor = values
+    else:
+        try:
+            arr = np.asarray(values)
+            if arr.dtype.kind == "O":  # e.g. numbers from a pandas object column
+                arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as err:  # ragged lists, non-numeric objects
+            raise DatasetError(f"features must be a numeric (N, D) array: {err}", source) from err
+        if arr.dtype.kind not in "biufc":
+            raise DatasetError(f"features must be real numbers, got dtype {arr.dtype}", source)
+        if not arr.flags.writeable:  # torch cannot share read-only memory (mmap, broadcast views)
+            arr = arr.copy()
+        tensor = torch.as_tensor(arr)
     if tensor.is_complex() or tensor.dtype == torch.bool:
         raise DatasetError(f"features must be real numbers, got dtype {tensor.dtype}", source)
     return tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
@@ -51,7 +64,9 @@ def _check_features(features: torch.Tensor, image_shape: ImageShape | None, sour
         raise DatasetError(f"features contain NaN or infinite values in {bad} sample(s)", source)
     if image_shape is not None:
         if len(image_shape) != 3 or any(int(s) <= 0 for s in image_shape):
-            raise DatasetError(f"image_shape must be (C, H, W) with positive sizes, got {image_shape}", source)
+            raise DatasetError(
+                f"image_shape must be (C, H, W) with positive sizes, got {image_shape}", source
+            )
         if int(np.prod(image_shape)) != features.shape[1]:
             raise DatasetError(
                 f"image_shape {tuple(image_shape)} has {int(np.prod(image_shape))} values but "
@@ -71,6 +86,17 @@ def _hash_tensors(*parts: Any) -> str:
             digest.update(json.dumps(part, sort_keys=True, default=str).encode())
         digest.update(b"\x00")
     return digest.hexdigest()
+
+
+def _json_default(obj: Any) -> Any:
+    """JSON fallback for metadata: arrays/tensors -> lists, numpy scalars -> numbers, else str."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().tolist()
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=str)
+    return str(obj)
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,7 +143,11 @@ class LabeledDataset:
         _check_features(feats, image_shape, src)
 
         raw_labels = self.labels
-        labels_np = raw_labels.detach().cpu().numpy() if isinstance(raw_labels, torch.Tensor) else np.asarray(raw_labels)
+        labels_np = (
+            raw_labels.detach().cpu().numpy()
+            if isinstance(raw_labels, torch.Tensor)
+            else np.asarray(raw_labels)
+        )
         if labels_np.ndim != 1:
             raise DatasetError(f"labels must be a 1-D array, got shape {labels_np.shape}", src)
         if labels_np.shape[0] != feats.shape[0]:
@@ -138,7 +168,9 @@ class LabeledDataset:
             raise DatasetError("class names must be unique", src)
         lo, hi = int(labels.min()), int(labels.max())
         if lo < 0 or hi >= len(classes):
-            raise DatasetError(f"labels must lie in 0..{len(classes) - 1}, found range {lo}..{hi}", src)
+            raise DatasetError(
+                f"labels must lie in 0..{len(classes) - 1}, found range {lo}..{hi}", src
+            )
         if int(torch.unique(labels).numel()) < 2:
             raise DatasetError(
                 f"only one class ({classes[lo]!r}) occurs; OT between labelled datasets needs at least 2",
@@ -198,13 +230,32 @@ class LabeledDataset:
             raise DatasetError("this dataset holds vectors, not images", self.source or self.name)
         return self.features.reshape(self.n_samples, *self.image_shape)
 
-    def subset(self, indices: Sequence[int] | np.ndarray | torch.Tensor, name: str | None = None) -> LabeledDataset:
+    def subset(
+        self, indices: Sequence[int] | np.ndarray | torch.Tensor, name: str | None = None
+    ) -> LabeledDataset:
         """A new dataset with the rows ``indices`` (class list unchanged)."""
-        idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)
-        return replace(self, features=self.features[idx], labels=self.labels[idx], name=name or self.name)
+        idx_np = (
+            indices.detach().cpu().numpy()
+            if isinstance(indices, torch.Tensor)
+            else np.asarray(indices)
+        )
+        if idx_np.dtype == np.bool_:  # a boolean mask selects rows, it is not a list of 0/1 indices
+            if idx_np.shape != (self.n_samples,):
+                raise DatasetError(
+                    f"boolean mask has shape {idx_np.shape}, expected ({self.n_samples},)",
+                    self.source or self.name,
+                )
+            idx_np = np.flatnonzero(idx_np)
+        idx = torch.as_tensor(idx_np.astype(np.int64, copy=False).reshape(-1), dtype=torch.long)
+        return replace(
+            self, features=self.features[idx], labels=self.labels[idx], name=name or self.name
+        )
 
     def with_features(
-        self, features: torch.Tensor | np.ndarray, image_shape: ImageShape | None = None, name: str | None = None
+        self,
+        features: torch.Tensor | np.ndarray,
+        image_shape: ImageShape | None = None,
+        name: str | None = None,
     ) -> LabeledDataset:
         """Same labels, new features (e.g. after resizing or a feature extractor)."""
         return replace(self, features=features, image_shape=image_shape, name=name or self.name)
@@ -271,10 +322,13 @@ class SoftLabeledDataset:
         names = tuple(str(c) for c in self.class_names)
         if soft.ndim != 2 or soft.shape[0] != feats.shape[0]:
             raise DatasetError(
-                f"soft_labels must have shape ({feats.shape[0]}, K), got {tuple(soft.shape)}", self.name
+                f"soft_labels must have shape ({feats.shape[0]}, K), got {tuple(soft.shape)}",
+                self.name,
             )
         if soft.shape[1] != len(names):
-            raise DatasetError(f"{soft.shape[1]} soft-label columns but {len(names)} class names", self.name)
+            raise DatasetError(
+                f"{soft.shape[1]} soft-label columns but {len(names)} class names", self.name
+            )
         if not bool(torch.isfinite(soft).all()) or bool((soft < -1e-6).any()):
             raise DatasetError("soft labels must be finite and non-negative", self.name)
         sums = soft.sum(dim=1)
@@ -287,7 +341,11 @@ class SoftLabeledDataset:
         object.__setattr__(self, "soft_labels", soft.clamp_min(0.0))
         object.__setattr__(self, "class_names", names)
         object.__setattr__(self, "image_shape", image_shape)
-        object.__setattr__(self, "metadata", json.loads(json.dumps(dict(self.metadata), default=str)))
+        object.__setattr__(
+            self,
+            "metadata",
+            json.loads(json.dumps(dict(self.metadata or {}), default=_json_default)),
+        )
 
     @property
     def n_samples(self) -> int:
@@ -308,7 +366,9 @@ class SoftLabeledDataset:
 
     @cached_property
     def fingerprint(self) -> str:
-        return _hash_tensors(self.features, self.soft_labels, list(self.class_names), list(self.image_shape or ()))
+        return _hash_tensors(
+            self.features, self.soft_labels, list(self.class_names), list(self.image_shape or ())
+        )
 
     def __repr__(self) -> str:
         return (

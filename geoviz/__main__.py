@@ -1,0 +1,3 @@
+from geoviz.cli import main
+
+raise SystemExit(main())

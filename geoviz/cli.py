@@ -1,0 +1,268 @@
+"""Command-line interface: ``geoviz <command> ...``.
+
+Commands defined here:
+
+* ``geoviz datasets [--offline]`` — table of the registered datasets.
+* ``geoviz show NAME [--split train|test] [--n N] [--seed S] [--grid out.png]
+  [--per-class K] [--zoom Z]`` — summary of a dataset (sizes, class counts,
+  fingerprint) and, with ``--grid``, a PNG of samples, one row per class.
+
+Plug-in commands
+----------------
+Other modules add subcommands without editing this file: if
+``geoviz.geodesic.cli`` can be imported and has ``register(subparsers)``, it is
+called with the ``argparse`` sub-parsers object. Each command it adds must set
+``parser.set_defaults(func=handler)`` with ``handler(args: argparse.Namespace) -> int``;
+handlers may raise :class:`~geoviz.errors.GeovizError` for bad input, which
+``main`` prints as ``error: <message>`` on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from geoviz.data.dataset import LabeledDataset
+from geoviz.errors import DatasetError, ExportError, GeovizError
+
+PLUGIN_MODULES: tuple[str, ...] = ("geoviz.geodesic.cli",)
+
+GRID_PAD = 2
+GRID_BACKGROUND = 128
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _format_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    widths = [max(len(str(cell)) for cell in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            str(c).rjust(w) if i in right else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _shape_text(image_shape: Sequence[int] | None, n_features: int | None) -> str:
+    if image_shape:
+        return "x".join(str(s) for s in image_shape)
+    return f"vector({n_features})" if n_features else "vector"
+
+
+def render_grid(
+    ds: LabeledDataset, per_class: int = 8, *, seed: int = 0, zoom: int = 1, pad: int = GRID_PAD
+):
+    """A PIL image of samples: one row per class, ``per_class`` columns.
+
+    Row ``c`` shows up to ``per_class`` randomly chosen (``seed``) samples of
+    class ``c``, in class order; missing samples leave the background. Size:
+    ``width = per_class * W * zoom + (per_class + 1) * pad``,
+    ``height = C * H * zoom + (C + 1) * pad``.
+
+    Raises
+    ------
+    DatasetError
+        The dataset holds vectors, or images with other than 1 or 3 channels.
+    """
+    from PIL import Image
+
+    if ds.image_shape is None:
+        raise DatasetError(
+            f"--grid needs an image dataset; {ds.name!r} holds {ds.n_features}-D vectors",
+            ds.source or ds.name,
+        )
+    channels, h, w = ds.image_shape
+    if channels not in (1, 3):
+        raise DatasetError(
+            f"cannot draw images with {channels} channels (need 1 or 3)", ds.source or ds.name
+        )
+    if per_class < 1 or zoom < 1 or pad < 0:
+        raise GeovizError(
+            f"per_class and zoom must be >= 1 and pad >= 0, got {per_class}, {zoom}, {pad}"
+        )
+    cell_h, cell_w = h * zoom, w * zoom
+    height = ds.n_classes * cell_h + (ds.n_classes + 1) * pad
+    width = per_class * cell_w + (per_class + 1) * pad
+    canvas = np.full((height, width, channels), GRID_BACKGROUND, dtype=np.uint8)
+    images = ds.images().numpy()  # (N, C, H, W) in [0, 1]
+    labels = ds.labels.numpy()
+    rng = np.random.default_rng(seed)
+    for c in range(ds.n_classes):
+        members = np.flatnonzero(labels == c)
+        if members.size > per_class:
+            members = np.sort(rng.choice(members, size=per_class, replace=False))
+        top = pad + c * (cell_h + pad)
+        for j, idx in enumerate(members):
+            tile = np.clip(images[idx].transpose(1, 2, 0), 0.0, 1.0)
+            tile = np.round(tile * 255).astype(np.uint8)
+            tile = np.repeat(np.repeat(tile, zoom, axis=0), zoom, axis=1)
+            left = pad + j * (cell_w + pad)
+            canvas[top : top + cell_h, left : left + cell_w] = tile
+    if channels == 1:
+        return Image.fromarray(canvas[:, :, 0], mode="L")
+    return Image.fromarray(canvas, mode="RGB")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _cmd_datasets(args: argparse.Namespace) -> int:
+    from geoviz.data.registry import list_datasets
+
+    infos = list_datasets(include_download=not args.offline)
+    rows = [
+        [
+            info.name,
+            info.kind,
+            str(info.n_train),
+            str(info.n_test),
+            str(info.n_classes),
+            _shape_text(info.image_shape, info.n_features),
+            "offline" if info.offline else "download",
+        ]
+        for info in infos
+    ]
+    header = ["name", "kind", "train", "test", "classes", "shape", "availability"]
+    print(_format_table(header, rows, right={2, 3, 4}))
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from geoviz.data.registry import load_dataset
+
+    ds = load_dataset(args.name, split=args.split, n=args.n, seed=args.seed)
+    # render first, so that an impossible grid fails before any output
+    image = (
+        None
+        if args.grid is None
+        else render_grid(ds, args.per_class, seed=args.seed, zoom=args.zoom)
+    )
+    info = ds.summary()
+    print(f"name:        {info['name']}")
+    print(f"source:      {info['source']}")
+    print(f"split:       {args.split}")
+    print(f"samples:     {info['n_samples']}")
+    print(f"features:    {info['n_features']}")
+    print(f"shape:       {_shape_text(info['image_shape'], info['n_features'])}")
+    print(f"fingerprint: {info['fingerprint']}")
+    print(f"classes:     {info['n_classes']}")
+    rows = [
+        [str(i), name, str(count)]
+        for i, (name, count) in enumerate(zip(info["classes"], info["class_counts"], strict=True))
+    ]
+    table = _format_table(["label", "class", "count"], rows, right={0, 2})
+    print("\n".join("  " + line for line in table.splitlines()))
+    if image is not None:
+        out = Path(args.grid)
+        try:
+            image.save(out, format="PNG")
+        except (OSError, ValueError) as err:
+            raise ExportError(f"cannot write grid image {out}: {err}") from err
+        print(f"grid:        {out} ({image.width}x{image.height} px, one row per class)")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser, including plug-in commands."""
+    from geoviz import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="geoviz",
+        description="Synthetic labeled datasets along generalized geodesics in OT dataset space.",
+    )
+    parser.add_argument("--version", action="version", version=f"geoviz {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p_list = subparsers.add_parser("datasets", help="list the registered datasets")
+    p_list.add_argument(
+        "--offline", action="store_true", help="only datasets that need no download"
+    )
+    p_list.set_defaults(func=_cmd_datasets)
+
+    p_show = subparsers.add_parser(
+        "show", help="summarise a dataset (registry name or file/folder path) and draw samples"
+    )
+    p_show.add_argument(
+        "name", help="registry name (see 'geoviz datasets') or path of a dataset file/folder"
+    )
+    p_show.add_argument("--split", choices=("train", "test"), default="train")
+    p_show.add_argument(
+        "--n", type=_positive_int, default=None, help="stratified subsample of N samples"
+    )
+    p_show.add_argument("--seed", type=int, default=0, help="seed of the subsample and sample grid")
+    p_show.add_argument(
+        "--grid", metavar="OUT.png", default=None, help="save a PNG grid of samples"
+    )
+    p_show.add_argument(
+        "--per-class", type=_positive_int, default=8, help="grid columns (samples per class)"
+    )
+    p_show.add_argument(
+        "--zoom", type=_positive_int, default=1, help="integer pixel magnification of the grid"
+    )
+    p_show.set_defaults(func=_cmd_show)
+
+    _register_plugins(subparsers)
+    return parser
+
+
+def _register_plugins(subparsers: argparse._SubParsersAction) -> None:
+    for module_name in PLUGIN_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name is not None and (
+                err.name == module_name or module_name.startswith(err.name + ".")
+            ):
+                continue  # plug-in not installed: its commands are simply absent
+            print(f"warning: commands from {module_name} unavailable: {err}", file=sys.stderr)
+            continue
+        except ImportError as err:
+            print(f"warning: commands from {module_name} unavailable: {err}", file=sys.stderr)
+            continue
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(subparsers)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 bad input)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(None if argv is None else list(argv))
+    except SystemExit as exc:  # --help, --version, or an argparse usage error
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(func(args) or 0)
+    except GeovizError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

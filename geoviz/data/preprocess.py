@@ -1,0 +1,482 @@
+"""Preprocessing shared by every experiment: harmonising, features, subsampling.
+
+* :func:`harmonize` brings several image datasets to one ``(C, size, size)``
+  shape so that OTDD between them (paper Sec. 3.1) is defined on a common
+  feature space; vector datasets must already share their dimension.
+* :class:`PCAFeatures` is the default :class:`FeatureExtractor`: a PCA fitted on
+  the *union* of the target and the references, so that all of them live in the
+  same low-dimensional coordinates.
+* :func:`stratified_subsample` draws a seeded, class-proportional subset.
+* :func:`few_shot` builds the few-shot target of the transfer-learning
+  experiments (paper Sec. 5, Fig. 4): ``k`` labelled examples per class, the
+  other samples pseudo-labelled by a k-nearest-neighbour classifier fitted on
+  the labelled ones.
+
+All functions return new :class:`~geoviz.data.dataset.LabeledDataset` objects
+and never modify their inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from geoviz.data.dataset import LabeledDataset
+from geoviz.errors import DatasetError, GeovizError
+
+ChannelMode = Literal["auto", "grey", "rgb"]
+
+#: ITU-R BT.601 luma weights used to turn RGB into grey.
+LUMA_WEIGHTS: tuple[float, float, float] = (0.299, 0.587, 0.114)
+
+_RESIZE_BATCH = 4096
+
+
+def _src(ds: LabeledDataset) -> str:
+    return ds.source or ds.name
+
+
+# --------------------------------------------------------------------------- harmonize
+
+
+def _resize_images(images: torch.Tensor, size: int) -> torch.Tensor:
+    """``(N, C, H, W)`` -> ``(N, C, size, size)`` (bilinear, antialiased), in batches."""
+    out = []
+    for start in range(0, images.shape[0], _RESIZE_BATCH):
+        batch = images[start : start + _RESIZE_BATCH]
+        out.append(
+            torch.nn.functional.interpolate(
+                batch, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+            )
+        )
+    return torch.cat(out, dim=0)
+
+
+def harmonize(
+    datasets: Sequence[LabeledDataset],
+    *,
+    size: int | None = 32,
+    channels: ChannelMode = "auto",
+) -> list[LabeledDataset]:
+    """Bring datasets to one common feature space.
+
+    Image datasets are resized to ``(size, size)`` with antialiased bilinear
+    interpolation (``torch.nn.functional.interpolate``) and converted to a
+    common number of channels; values are clamped to ``[0, 1]``. A dataset that
+    already has the target shape is returned unchanged (same fingerprint).
+
+    Parameters
+    ----------
+    datasets
+        One or more datasets, either all images (``image_shape`` set, 1 or 3
+        channels) or all vectors.
+    size
+        Output height and width of images; ``None`` keeps the sizes, which then
+        must already agree. Ignored for vector datasets.
+    channels
+        ``"auto"``: 3 channels if any dataset is colour (grey images are
+        repeated), else 1. ``"grey"``: colour images become grey with the luma
+        weights :data:`LUMA_WEIGHTS`. ``"rgb"``: every dataset gets 3 channels.
+
+    Returns
+    -------
+    list of LabeledDataset
+        In the input order, with ``image_shape == (C, size, size)`` for images,
+        or the (unchanged) vector datasets when they all share ``D``.
+
+    Raises
+    ------
+    DatasetError
+        Empty input, images mixed with vectors, vectors of different
+        dimensions, images with other than 1 or 3 channels, differing image
+        sizes with ``size=None``, or an invalid ``size``/``channels``.
+    """
+    datasets = list(datasets)
+    if not datasets:
+        raise DatasetError("harmonize needs at least one dataset")
+    if channels not in ("auto", "grey", "rgb"):
+        raise DatasetError(f"channels must be 'auto', 'grey' or 'rgb', got {channels!r}")
+    if size is not None and (
+        not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1
+    ):
+        raise DatasetError(f"size must be a positive integer or None, got {size!r}")
+
+    images = [ds for ds in datasets if ds.is_image]
+    if images and len(images) != len(datasets):
+        kinds = ", ".join(
+            f"{ds.name} ({'images' if ds.is_image else 'vectors'})" for ds in datasets
+        )
+        raise DatasetError(f"cannot mix image and vector datasets: {kinds}")
+
+    if not images:
+        dims = {ds.n_features for ds in datasets}
+        if len(dims) > 1:
+            detail = ", ".join(f"{ds.name}: D={ds.n_features}" for ds in datasets)
+            raise DatasetError(f"vector datasets must share their dimension, got {detail}")
+        return datasets
+
+    for ds in datasets:
+        if ds.image_shape[0] not in (1, 3):
+            raise DatasetError(
+                f"images must have 1 (grey) or 3 (RGB) channels, got {ds.image_shape[0]}", _src(ds)
+            )
+    if size is None:
+        hw = {tuple(ds.image_shape[1:]) for ds in datasets}
+        if len(hw) > 1:
+            detail = ", ".join(
+                f"{ds.name}: {ds.image_shape[1]}x{ds.image_shape[2]}" for ds in datasets
+            )
+            raise DatasetError(f"image sizes differ ({detail}); pass size=... to resize them")
+
+    if channels == "grey":
+        out_c = 1
+    elif channels == "rgb":
+        out_c = 3
+    else:
+        out_c = 3 if any(ds.image_shape[0] == 3 for ds in datasets) else 1
+
+    result = []
+    for ds in datasets:
+        c, h, w = ds.image_shape
+        out_h, out_w = (h, w) if size is None else (int(size), int(size))
+        if (c, h, w) == (out_c, out_h, out_w):
+            result.append(ds)
+            continue
+        x = ds.images()
+        if c == 3 and out_c == 1:
+            weights = torch.tensor(LUMA_WEIGHTS, dtype=x.dtype).view(1, 3, 1, 1)
+            x = (x * weights).sum(dim=1, keepdim=True)
+        if (h, w) != (out_h, out_w):
+            x = _resize_images(x, out_h)
+        if c == 1 and out_c == 3:
+            x = x.expand(-1, 3, -1, -1)
+        x = x.clamp(0.0, 1.0).reshape(ds.n_samples, -1)
+        result.append(ds.with_features(x.contiguous(), image_shape=(out_c, out_h, out_w)))
+    return result
+
+
+# --------------------------------------------------------------------------- features
+
+
+@runtime_checkable
+class FeatureExtractor(Protocol):
+    """Maps datasets to a common feature space (fit on several, apply to each).
+
+    Attributes
+    ----------
+    name
+        Short identifier used in cache keys and exports (e.g. ``"pca50"``).
+    n_components
+        Output dimension ``D'``.
+    """
+
+    name: str
+    n_components: int
+
+    def fit(self, datasets: Sequence[LabeledDataset]) -> FeatureExtractor:
+        """Fit on the union of ``datasets``; returns ``self``."""
+        ...
+
+    def transform(self, ds: LabeledDataset) -> LabeledDataset:
+        """Features ``(N, D)`` -> ``(N, D')``; labels kept, ``image_shape`` None."""
+        ...
+
+
+class PCAFeatures:
+    """Principal components fitted on the union of several datasets.
+
+    Parameters
+    ----------
+    n_components
+        Output dimension; at most ``min(total samples, D)``.
+    seed
+        Seed of the randomized SVD used for large inputs (scikit-learn
+        ``PCA(svd_solver="auto")``), so results are reproducible.
+
+    Attributes
+    ----------
+    mean_ : torch.Tensor
+        ``(D,)`` mean of the union.
+    components_ : torch.Tensor
+        ``(n_components, D)`` orthonormal principal axes.
+    explained_variance_ratio_ : numpy.ndarray
+        ``(n_components,)``.
+    n_features_in_ : int
+        ``D`` seen during :meth:`fit`.
+    """
+
+    def __init__(self, n_components: int = 50, seed: int = 0) -> None:
+        if (
+            isinstance(n_components, bool)
+            or not isinstance(n_components, (int, np.integer))
+            or n_components < 1
+        ):
+            raise GeovizError(f"n_components must be a positive integer, got {n_components!r}")
+        self.n_components = int(n_components)
+        self.seed = int(seed)
+
+    @property
+    def name(self) -> str:
+        return f"pca{self.n_components}"
+
+    def __repr__(self) -> str:
+        return f"PCAFeatures(n_components={self.n_components}, seed={self.seed})"
+
+    def fit(self, datasets: Sequence[LabeledDataset] | LabeledDataset) -> PCAFeatures:
+        """Fit the PCA on the concatenated features of ``datasets``.
+
+        Raises
+        ------
+        DatasetError
+            No datasets, differing feature dimensions, or ``n_components``
+            larger than ``min(total samples, D)``.
+        """
+        from sklearn.decomposition import PCA
+
+        if isinstance(datasets, LabeledDataset):
+            datasets = [datasets]
+        datasets = list(datasets)
+        if not datasets:
+            raise DatasetError("PCAFeatures.fit needs at least one dataset")
+        dims = {ds.n_features for ds in datasets}
+        if len(dims) > 1:
+            detail = ", ".join(f"{ds.name}: D={ds.n_features}" for ds in datasets)
+            raise DatasetError(
+                f"PCA is fitted on the union of the datasets, which must share D; got {detail} "
+                "(harmonize them first)"
+            )
+        x = torch.cat([ds.features for ds in datasets], dim=0).numpy()
+        limit = min(x.shape)
+        if self.n_components > limit:
+            raise DatasetError(
+                f"n_components={self.n_components} exceeds min(total samples, features)={limit}"
+            )
+        pca = PCA(n_components=self.n_components, svd_solver="auto", random_state=self.seed)
+        pca.fit(x)
+        self.mean_ = torch.as_tensor(pca.mean_, dtype=torch.float32)
+        self.components_ = torch.as_tensor(pca.components_, dtype=torch.float32).contiguous()
+        self.explained_variance_ratio_ = np.asarray(pca.explained_variance_ratio_, dtype=np.float64)
+        self.n_features_in_ = int(x.shape[1])
+        return self
+
+    def transform(self, ds: LabeledDataset) -> LabeledDataset:
+        """Project ``ds`` onto the fitted axes: ``(N, D)`` -> ``(N, n_components)``."""
+        if not hasattr(self, "components_"):
+            raise GeovizError("PCAFeatures is not fitted: call fit(datasets) first")
+        if ds.n_features != self.n_features_in_:
+            raise DatasetError(
+                f"PCA was fitted on D={self.n_features_in_} features but this dataset has "
+                f"D={ds.n_features}",
+                _src(ds),
+            )
+        z = (ds.features - self.mean_) @ self.components_.T
+        return ds.with_features(z, image_shape=None)
+
+    def fit_transform(self, datasets: Sequence[LabeledDataset]) -> list[LabeledDataset]:
+        """:meth:`fit` on the union, then :meth:`transform` each dataset."""
+        datasets = list(datasets)
+        self.fit(datasets)
+        return [self.transform(ds) for ds in datasets]
+
+
+# --------------------------------------------------------------------------- subsampling
+
+
+def stratified_allocation(counts: np.ndarray, n: int) -> np.ndarray:
+    """How many samples of each class a stratified subset of size ``n`` keeps.
+
+    Proportional allocation ``n * c_k / N`` rounded by largest remainder (ties
+    to the lower class index), with every present class keeping at least one
+    (taken back from the classes furthest above their quota). When every
+    present quota is at least 1, each class gets its quota rounded up or down.
+
+    Parameters
+    ----------
+    counts
+        ``(C,)`` class sizes.
+    n
+        Subset size, ``#present classes <= n <= N``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(C,)`` int64, summing to ``n``, ``<= counts`` and ``>= 1`` where ``counts > 0``.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    present = counts > 0
+    if not present.sum() <= n <= total:
+        raise DatasetError(
+            f"a stratified subset needs between {int(present.sum())} (one per present class) "
+            f"and {total} samples, got n={n}"
+        )
+    quota = counts * (n / total)
+    alloc = np.floor(quota).astype(np.int64)
+    alloc[present] = np.maximum(alloc[present], 1)
+    classes = range(len(counts))
+    # hand out what is left to the classes furthest below their quota (largest remainder)
+    while alloc.sum() < n:
+        k = max(
+            (k for k in classes if alloc[k] < counts[k]), key=lambda k: (quota[k] - alloc[k], -k)
+        )
+        alloc[k] += 1
+    # the ">= 1" guarantee may overshoot: take back from the classes furthest above their quota
+    while alloc.sum() > n:
+        k = max((k for k in classes if alloc[k] > 1), key=lambda k: (alloc[k] - quota[k], -k))
+        alloc[k] -= 1
+    return alloc
+
+
+def stratified_indices(labels: np.ndarray | torch.Tensor, n: int, seed: int = 0) -> np.ndarray:
+    """Sorted indices of a seeded stratified subset of size ``n`` (see :func:`stratified_allocation`)."""
+    y = labels.numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    y = y.astype(np.int64)
+    counts = np.bincount(y)
+    alloc = stratified_allocation(counts, int(n))
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for k in range(len(counts)):
+        members = np.flatnonzero(y == k)
+        if alloc[k]:
+            chosen.append(rng.choice(members, size=int(alloc[k]), replace=False))
+    return np.sort(np.concatenate(chosen))
+
+
+def stratified_subsample(ds: LabeledDataset, n: int, seed: int = 0) -> LabeledDataset:
+    """A seeded subset of ``n`` samples with class proportions preserved.
+
+    Every class present in ``ds`` keeps at least one sample; samples keep their
+    original order. ``n >= len(ds)`` returns ``ds`` itself.
+
+    Raises
+    ------
+    DatasetError
+        ``n`` smaller than the number of present classes (or < 2).
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise DatasetError(f"n must be an integer, got {n!r}", _src(ds))
+    if n >= ds.n_samples:
+        return ds
+    n_present = int((ds.class_counts() > 0).sum())
+    if n < n_present:
+        raise DatasetError(
+            f"n={n} is smaller than the {n_present} classes present; a stratified subset keeps "
+            "at least one sample of each",
+            _src(ds),
+        )
+    return ds.subset(stratified_indices(ds.labels, int(n), seed))
+
+
+# --------------------------------------------------------------------------- few-shot
+
+
+@dataclass(frozen=True, eq=False)
+class FewShotTarget:
+    """A few-shot target dataset (paper Sec. 5, Fig. 4).
+
+    Attributes
+    ----------
+    labelled_indices
+        ``(k * C_present,)`` sorted indices of the samples whose true label is kept.
+    dataset
+        All samples of the original dataset; labelled ones carry their true
+        label, the others a kNN pseudo-label predicted from the labelled ones.
+    pseudo_label_accuracy
+        Fraction of the *unlabelled* samples whose pseudo-label equals the true
+        label (1.0 when every sample is labelled). For reporting only.
+    k
+        Labelled examples per class.
+    n_neighbors
+        Neighbours of the kNN classifier.
+    """
+
+    labelled_indices: np.ndarray
+    dataset: LabeledDataset
+    pseudo_label_accuracy: float
+    k: int
+    n_neighbors: int
+
+
+def few_shot(ds: LabeledDataset, k: int, *, seed: int = 0, n_neighbors: int = 1) -> FewShotTarget:
+    """Keep ``k`` labels per class and pseudo-label the rest by kNN.
+
+    Parameters
+    ----------
+    ds
+        The full target dataset (true labels used for the labelled picks and
+        for :attr:`FewShotTarget.pseudo_label_accuracy` only).
+    k
+        Labelled examples per present class, ``1 <= k <=`` smallest class size.
+    seed
+        Seed of the choice of labelled examples.
+    n_neighbors
+        Neighbours of the (Euclidean, majority vote) classifier, at most the
+        number of labelled samples.
+
+    Raises
+    ------
+    DatasetError
+        ``k`` out of range or ``n_neighbors`` invalid.
+    """
+    from sklearn.neighbors import KNeighborsClassifier
+
+    src = _src(ds)
+    counts = ds.class_counts()
+    present = np.flatnonzero(counts > 0)
+    smallest = int(counts[present].min())
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise DatasetError(
+            f"k (labelled examples per class) must be a positive integer, got {k!r}", src
+        )
+    if k > smallest:
+        worst = ds.classes[int(present[np.argmin(counts[present])])]
+        raise DatasetError(
+            f"k={k} labelled examples per class is more than the smallest class "
+            f"({worst!r}, {smallest} samples) holds",
+            src,
+        )
+    n_labelled = k * len(present)
+    if (
+        isinstance(n_neighbors, bool)
+        or not isinstance(n_neighbors, (int, np.integer))
+        or not 1 <= n_neighbors <= n_labelled
+    ):
+        raise DatasetError(
+            f"n_neighbors must be an integer in 1..{n_labelled} (the labelled samples), got {n_neighbors!r}",
+            src,
+        )
+
+    rng = np.random.default_rng(seed)
+    y = ds.labels.numpy()
+    picks = [rng.choice(np.flatnonzero(y == c), size=k, replace=False) for c in present]
+    labelled = np.sort(np.concatenate(picks))
+    unlabelled = np.setdiff1d(np.arange(ds.n_samples), labelled, assume_unique=True)
+
+    new_labels = y.copy()
+    accuracy = 1.0
+    if unlabelled.size:
+        x = ds.features.numpy()
+        knn = KNeighborsClassifier(n_neighbors=int(n_neighbors), algorithm="brute")
+        knn.fit(x[labelled], y[labelled])
+        predicted = knn.predict(x[unlabelled])
+        new_labels[unlabelled] = predicted
+        accuracy = float(np.mean(predicted == y[unlabelled]))
+    target = LabeledDataset(
+        features=ds.features,
+        labels=new_labels,
+        classes=ds.classes,
+        name=ds.name,
+        image_shape=ds.image_shape,
+        source=ds.source,
+    )
+    return FewShotTarget(
+        labelled_indices=labelled,
+        dataset=target,
+        pseudo_label_accuracy=accuracy,
+        k=int(k),
+        n_neighbors=int(n_neighbors),
+    )

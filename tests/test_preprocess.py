@@ -1,0 +1,272 @@
+"""harmonize, PCA features, stratified subsampling and few-shot targets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from geoviz.data.bundled import load_bundled
+from geoviz.data.dataset import LabeledDataset
+from geoviz.data.preprocess import (
+    LUMA_WEIGHTS,
+    FeatureExtractor,
+    PCAFeatures,
+    few_shot,
+    harmonize,
+    stratified_allocation,
+    stratified_subsample,
+)
+from geoviz.errors import DatasetError, GeovizError
+
+
+def _images(n: int, c: int, h: int, w: int, seed: int = 0, name: str = "img") -> LabeledDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, c * h * w, generator=g)
+    return LabeledDataset(x, torch.arange(n) % 2, ("a", "b"), name=name, image_shape=(c, h, w))
+
+
+def _constant_images(colour: tuple[float, ...], h: int, n: int = 4) -> LabeledDataset:
+    c = len(colour)
+    x = torch.tensor(colour, dtype=torch.float32).view(1, c, 1, 1).expand(n, c, h, h).reshape(n, -1)
+    return LabeledDataset(
+        x, torch.arange(n) % 2, ("a", "b"), name=f"const{c}", image_shape=(c, h, h)
+    )
+
+
+# --------------------------------------------------------------------------- harmonize
+
+
+def test_harmonize_resizes_real_bundled_images_to_32() -> None:
+    mnist, usps = load_bundled("mnist", "test"), load_bundled("usps", "test")
+    out = harmonize([mnist, usps], size=32)
+    assert [ds.image_shape for ds in out] == [(1, 32, 32), (1, 32, 32)]
+    for before, after in zip([mnist, usps], out, strict=True):
+        assert after.n_features == 1024 and after.n_samples == before.n_samples
+        assert torch.equal(after.labels, before.labels) and after.classes == before.classes
+        assert float(after.features.min()) >= 0.0 and float(after.features.max()) <= 1.0
+        # resizing keeps the mean intensity approximately
+        assert abs(float(after.features.mean()) - float(before.features.mean())) < 0.02
+    assert mnist.image_shape == (1, 28, 28)  # inputs untouched
+
+
+def test_harmonize_keeps_constant_images_constant() -> None:
+    out = harmonize([_constant_images((0.3,), 16), _constant_images((0.8,), 28)], size=32)
+    torch.testing.assert_close(out[0].features, torch.full_like(out[0].features, 0.3))
+    torch.testing.assert_close(out[1].features, torch.full_like(out[1].features, 0.8))
+
+
+def test_harmonize_grey_and_rgb_auto_gives_three_channels() -> None:
+    grey, rgb = _constant_images((0.25,), 28), _constant_images((0.1, 0.5, 0.9), 32)
+    out = harmonize([grey, rgb], size=32, channels="auto")
+    assert [ds.image_shape for ds in out] == [(3, 32, 32), (3, 32, 32)]
+    images = out[0].images()
+    assert torch.equal(images[:, 0], images[:, 1]) and torch.equal(images[:, 1], images[:, 2])
+    torch.testing.assert_close(images, torch.full_like(images, 0.25))
+    assert out[1] is rgb  # already in the target shape: returned unchanged
+
+
+def test_harmonize_grey_uses_luma_weights() -> None:
+    colour = (0.1, 0.5, 0.9)
+    out = harmonize(
+        [_constant_images(colour, 8), _constant_images((0.4,), 8)], size=8, channels="grey"
+    )
+    assert [ds.image_shape for ds in out] == [(1, 8, 8), (1, 8, 8)]
+    expected = sum(w * c for w, c in zip(LUMA_WEIGHTS, colour, strict=True))
+    torch.testing.assert_close(out[0].features, torch.full_like(out[0].features, expected))
+
+
+def test_harmonize_rgb_and_none_size() -> None:
+    a, b = _images(6, 1, 10, 10), _images(6, 1, 10, 10, seed=1)
+    out = harmonize([a, b], size=None, channels="rgb")
+    assert out[0].image_shape == (3, 10, 10)
+    torch.testing.assert_close(out[0].images()[:, 2], a.images()[:, 0])
+    with pytest.raises(DatasetError, match="sizes differ"):
+        harmonize([a, _images(6, 1, 12, 12)], size=None)
+
+
+def test_harmonize_vectors_and_errors() -> None:
+    v1 = LabeledDataset(torch.randn(5, 3), [0, 1, 0, 1, 0], ("a", "b"), name="v1")
+    v2 = LabeledDataset(torch.randn(7, 3), [0, 1, 0, 1, 0, 1, 1], ("a", "b"), name="v2")
+    assert harmonize([v1, v2]) == [v1, v2]
+    v3 = LabeledDataset(torch.randn(5, 4), [0, 1, 0, 1, 0], ("a", "b"), name="v3")
+    with pytest.raises(DatasetError, match="dimension"):
+        harmonize([v1, v3])
+    with pytest.raises(DatasetError, match="mix"):
+        harmonize([v1, _images(4, 1, 2, 2)])
+    with pytest.raises(DatasetError):
+        harmonize([])
+    with pytest.raises(DatasetError, match="channels"):
+        harmonize([_images(4, 2, 3, 3)])
+    with pytest.raises(DatasetError, match="channels"):
+        harmonize([v1], channels="colour")  # type: ignore[arg-type]
+    with pytest.raises(DatasetError, match="size"):
+        harmonize([v1], size=0)
+
+
+# --------------------------------------------------------------------------- PCA
+
+
+def test_pca_output_dims_and_protocol() -> None:
+    a, b = _images(60, 1, 4, 4, seed=0, name="a"), _images(40, 1, 4, 4, seed=1, name="b")
+    pca = PCAFeatures(n_components=5, seed=0)
+    assert isinstance(pca, FeatureExtractor)
+    assert pca.fit([a, b]) is pca and pca.name == "pca5"
+    za = pca.transform(a)
+    assert za.features.shape == (60, 5) and za.image_shape is None
+    assert torch.equal(za.labels, a.labels) and za.name == "a"
+    comp = pca.components_.double()
+    torch.testing.assert_close(comp @ comp.T, torch.eye(5, dtype=torch.float64), atol=1e-5, rtol=0)
+    assert pca.explained_variance_ratio_.shape == (5,)
+    assert np.all(np.diff(pca.explained_variance_ratio_) <= 1e-9)
+
+
+def test_pca_is_fitted_on_the_union() -> None:
+    a, b = _images(60, 1, 4, 4, seed=0), _images(40, 1, 4, 4, seed=1)
+    b = b.with_features(b.features * 0.5 + 0.5)  # shifted distribution
+    union = LabeledDataset(
+        torch.cat([a.features, b.features]), torch.cat([a.labels, b.labels]), ("a", "b")
+    )
+    on_both = PCAFeatures(4).fit([a, b])
+    on_union = PCAFeatures(4).fit([union])
+    torch.testing.assert_close(on_both.mean_, torch.cat([a.features, b.features]).mean(0))
+    torch.testing.assert_close(on_both.components_, on_union.components_)
+    on_a = PCAFeatures(4).fit([a])
+    assert not torch.allclose(on_a.mean_, on_both.mean_, atol=1e-3)
+    # with all components the projection is an isometry of the (centred) union
+    full = PCAFeatures(16).fit([a, b])
+    za, zb = full.transform(a), full.transform(b)
+    torch.testing.assert_close(
+        torch.cdist(za.features, zb.features),
+        torch.cdist(a.features, b.features),
+        atol=1e-4,
+        rtol=0,
+    )
+
+
+def test_pca_errors() -> None:
+    a = _images(10, 1, 2, 2)
+    with pytest.raises(GeovizError, match="not fitted"):
+        PCAFeatures(2).transform(a)
+    with pytest.raises(DatasetError, match="n_components"):
+        PCAFeatures(5).fit([a])
+    with pytest.raises(DatasetError, match="share D"):
+        PCAFeatures(2).fit([a, _images(10, 1, 3, 3)])
+    fitted = PCAFeatures(2).fit([a])
+    with pytest.raises(DatasetError, match="D=9"):
+        fitted.transform(_images(10, 1, 3, 3))
+    with pytest.raises(GeovizError):
+        PCAFeatures(0)
+
+
+# --------------------------------------------------------------------------- subsampling
+
+
+def _labelled(counts: list[int]) -> LabeledDataset:
+    labels = np.repeat(np.arange(len(counts)), counts)
+    x = np.arange(len(labels), dtype=np.float32)[:, None]
+    return LabeledDataset(x, labels, tuple(f"c{i}" for i in range(len(counts))), name="toy")
+
+
+def test_stratified_subsample_counts_per_class() -> None:
+    ds = _labelled([100, 50, 10, 1])
+    sub = stratified_subsample(ds, 40, seed=0)
+    # quotas 24.8, 12.4, 2.48, 0.25 -> floors 24, 12, 2, 0; class 3 keeps 1; largest remainder to class 0
+    assert sub.class_counts().tolist() == [25, 12, 2, 1]
+    idx = sub.features[:, 0].long().numpy()
+    assert np.all(np.diff(idx) > 0)  # original order, no duplicates
+    assert torch.equal(sub.labels, ds.labels[idx])
+    balanced = stratified_subsample(load_bundled("kmnist", "test"), 100, seed=0)
+    assert balanced.class_counts().tolist() == [10] * 10
+
+
+def test_stratified_subsample_determinism_and_edges() -> None:
+    ds = _labelled([30, 30, 30])
+    a, b, c = (stratified_subsample(ds, 12, seed=s) for s in (0, 0, 1))
+    assert a.fingerprint == b.fingerprint != c.fingerprint
+    assert stratified_subsample(ds, 90) is ds and stratified_subsample(ds, 500) is ds
+    with pytest.raises(DatasetError, match="classes present"):
+        stratified_subsample(ds, 2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 40), min_size=2, max_size=8).filter(
+        lambda c: sum(x > 0 for x in c) >= 1
+    ),
+    data=st.data(),
+)
+def test_stratified_allocation_invariants(counts: list[int], data: st.DataObject) -> None:
+    counts_arr = np.array(counts)
+    present = int((counts_arr > 0).sum())
+    n = data.draw(st.integers(present, int(counts_arr.sum())))
+    alloc = stratified_allocation(counts_arr, n)
+    assert alloc.sum() == n
+    assert np.all(alloc <= counts_arr)
+    assert np.all(alloc[counts_arr > 0] >= 1) and np.all(alloc[counts_arr == 0] == 0)
+    quota = counts_arr * n / counts_arr.sum()
+    if np.all(quota[counts_arr > 0] >= 1):  # no class needed the ">= 1" floor
+        assert np.all(np.abs(alloc - quota) < 1)
+    # larger classes never get fewer samples
+    larger = counts_arr[:, None] > counts_arr[None, :]
+    assert np.all((alloc[:, None] >= alloc[None, :])[larger])
+
+
+# --------------------------------------------------------------------------- few-shot
+
+
+def _separable(n_per_class: int = 30, n_classes: int = 3) -> LabeledDataset:
+    rng = np.random.default_rng(0)
+    centers = np.arange(n_classes)[:, None] * np.array([[100.0, 0.0]])
+    x = np.concatenate([c + rng.normal(size=(n_per_class, 2)) for c in centers])
+    y = np.repeat(np.arange(n_classes), n_per_class)
+    perm = rng.permutation(len(y))
+    return LabeledDataset(x[perm], y[perm], tuple("xyz"[:n_classes]), name="sep")
+
+
+def test_few_shot_counts_and_perfect_pseudo_labels_on_separable_data() -> None:
+    ds = _separable()
+    fs = few_shot(ds, 4, seed=0)
+    labelled = fs.labelled_indices
+    assert np.bincount(ds.labels.numpy()[labelled]).tolist() == [4, 4, 4]
+    assert fs.dataset.n_samples == ds.n_samples and torch.equal(fs.dataset.features, ds.features)
+    assert torch.equal(fs.dataset.labels, ds.labels)
+    assert fs.pseudo_label_accuracy == 1.0 and fs.k == 4
+
+
+def test_few_shot_determinism_and_seed() -> None:
+    ds = _separable()
+    assert np.array_equal(
+        few_shot(ds, 3, seed=5).labelled_indices, few_shot(ds, 3, seed=5).labelled_indices
+    )
+    assert not np.array_equal(
+        few_shot(ds, 3, seed=5).labelled_indices, few_shot(ds, 3, seed=6).labelled_indices
+    )
+
+
+def test_few_shot_pseudo_labels_match_brute_force_nearest_neighbour() -> None:
+    ds = load_bundled("usps", "test")
+    fs = few_shot(ds, 2, seed=1)
+    x, y = ds.features.numpy().astype(np.float64), ds.labels.numpy()
+    lab = fs.labelled_indices
+    d = ((x[:, None, :] - x[None, lab, :]) ** 2).sum(-1)
+    expected = y[lab][np.argmin(d, axis=1)]
+    got = fs.dataset.labels.numpy()
+    assert np.array_equal(got[lab], y[lab])  # labelled samples keep their true label
+    unl = np.setdiff1d(np.arange(len(y)), lab)
+    assert np.array_equal(got[unl], expected[unl])
+    assert fs.pseudo_label_accuracy == pytest.approx(np.mean(expected[unl] == y[unl]))
+    assert 0.3 < fs.pseudo_label_accuracy < 1.0
+
+
+def test_few_shot_rejects_bad_k() -> None:
+    ds = _labelled([10, 3, 5])
+    with pytest.raises(DatasetError, match=r"smallest class \('c1', 3"):
+        few_shot(ds, 4)
+    with pytest.raises(DatasetError):
+        few_shot(ds, 0)
+    with pytest.raises(DatasetError, match="n_neighbors"):
+        few_shot(ds, 1, n_neighbors=4)
+    assert few_shot(ds, 3, n_neighbors=3).dataset.n_samples == 18
