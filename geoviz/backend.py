@@ -54,7 +54,12 @@ def resolve_device(device: DeviceName | str | torch.device | None = None) -> tor
             return resolve_device(env)
         chosen = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:
-        chosen = torch.device(str(device))
+        try:
+            chosen = torch.device(str(device).strip().lower())
+        except RuntimeError as err:
+            from geoviz.errors import GeovizError
+
+            raise GeovizError(f"unknown device {device!r}: use 'auto', 'cpu' or 'cuda'") from err
     if chosen.type == "cuda" and not torch.cuda.is_available():
         from geoviz.errors import GeovizError
 
@@ -135,13 +140,20 @@ def _canonical(obj: Any) -> Any:
         return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
     if isinstance(obj, (list, tuple)):
         return [_canonical(v) for v in obj]
+    if isinstance(obj, np.bool_):
+        return bool(obj)
     if isinstance(obj, (np.integer,)):
         return int(obj)
     if isinstance(obj, (np.floating,)):
         return float(obj)
     if isinstance(obj, (np.ndarray, torch.Tensor)):
         arr = obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj
-        return {"__array_sha256__": hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()}
+        # dtype and shape are part of the key: the same bytes as (2, 3) and (3, 2) are different inputs
+        return {
+            "__array_sha256__": hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest(),
+            "dtype": arr.dtype.str,
+            "shape": list(arr.shape),
+        }
     if isinstance(obj, (torch.device, torch.dtype, Path)):
         return str(obj)
     if obj is None or isinstance(obj, (str, int, float, bool)):
@@ -273,9 +285,21 @@ class DiskCache:
 def _to_storable(obj: Any) -> Any:
     """numpy arrays -> CPU tensors (weights_only loading accepts tensors, not ndarrays)."""
     if isinstance(obj, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(obj))
+        arr = np.ascontiguousarray(obj)
+        if not arr.flags.writeable or not arr.dtype.isnative:  # torch.from_numpy needs both
+            arr = arr.astype(arr.dtype.newbyteorder("="), copy=True)
+        return torch.from_numpy(arr)
+    if isinstance(obj, np.generic):  # numpy scalars are refused by weights_only loading
+        return obj.item()
     if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
+        tensor = obj.detach().cpu()
+        # torch.save writes the whole storage: do not store a huge buffer for a small view
+        if (
+            tensor.layout == torch.strided
+            and tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size()
+        ):
+            tensor = tensor.clone()
+        return tensor
     if isinstance(obj, Mapping):
         return {str(k): _to_storable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -181,8 +181,8 @@ class LabeledDataset:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "classes", classes)
         object.__setattr__(self, "image_shape", image_shape)
-        # tensors are shared by reference; freeze them against in-place edits
-        feats.requires_grad_(False)
+        # Tensors are shared with the caller (no copy of a 60000x784 set); the
+        # fingerprint is cached, so callers must not edit them in place afterwards.
 
     # ------------------------------------------------------------------ sizes
     @property

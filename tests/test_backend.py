@@ -1,0 +1,302 @@
+"""Device/dtype resolution, memory checks and the on-disk cache of geoviz.backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import geoviz.backend as backend
+from geoviz.backend import (
+    DiskCache,
+    cache_key,
+    check_memory,
+    get_cache,
+    get_device,
+    resolve_device,
+    resolve_dtype,
+    set_device,
+)
+from geoviz.errors import GeovizError, ResourceError
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+
+
+@pytest.fixture(autouse=True)
+def _clean_device(monkeypatch):
+    monkeypatch.delenv("GEOVIZ_DEVICE", raising=False)
+    monkeypatch.setattr(backend, "_device_override", None)
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+@no_cuda
+def test_auto_is_cpu_without_gpu():
+    assert resolve_device("auto") == torch.device("cpu")
+    assert resolve_device(None) == torch.device("cpu")
+    assert get_device() == torch.device("cpu")
+
+
+def test_auto_prefers_cuda_when_available(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto").type == "cuda"
+
+
+@no_cuda
+def test_cuda_without_gpu_is_a_clear_error(monkeypatch):
+    with pytest.raises(GeovizError, match="no CUDA GPU"):
+        resolve_device("cuda")
+    with pytest.raises(GeovizError, match="no CUDA GPU"):
+        resolve_device(torch.device("cuda", 0))
+    monkeypatch.setenv("GEOVIZ_DEVICE", "cuda")
+    with pytest.raises(GeovizError, match="no CUDA GPU"):
+        get_device()
+
+
+def test_env_and_override(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("GEOVIZ_DEVICE", " CPU ")
+    assert get_device() == torch.device("cpu")
+    monkeypatch.setenv("GEOVIZ_DEVICE", "auto")
+    assert get_device().type == "cuda"
+    monkeypatch.delenv("GEOVIZ_DEVICE")
+    set_device("cpu")
+    assert get_device() == torch.device("cpu")
+    assert resolve_device("cuda").type == "cuda"  # an explicit request ignores the override
+    set_device(None)
+    assert get_device().type == "cuda"
+
+
+def test_unknown_device_is_a_geoviz_error(monkeypatch):
+    with pytest.raises(GeovizError, match="unknown device 'gpu'"):
+        resolve_device("gpu")
+    monkeypatch.setenv("GEOVIZ_DEVICE", "tpu")
+    with pytest.raises(GeovizError, match="unknown device 'tpu'"):
+        get_device()
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+
+
+def test_dtype_resolution():
+    assert resolve_dtype(None) is torch.float32
+    assert resolve_dtype("float32") is torch.float32
+    assert resolve_dtype("float64") is torch.float64
+    assert resolve_dtype(torch.float16) is torch.float16
+    with pytest.raises(GeovizError, match="unsupported dtype 'float16'"):
+        resolve_dtype("float16")
+
+
+def test_check_memory():
+    check_memory(1024, torch.device("cpu"), "a tiny buffer")
+    with pytest.raises(ResourceError, match=r"a huge coupling needs about .* GiB on cpu"):
+        check_memory(2**62, torch.device("cpu"), "a huge coupling")
+
+
+def test_check_memory_unknown_free_memory_passes(monkeypatch):
+    monkeypatch.setattr(backend, "available_memory_bytes", lambda device: None)
+    check_memory(2**62, torch.device("cpu"), "anything")
+
+
+# ----------------------------------------------------------------------------- cache keys
+
+
+def test_cache_key_is_stable_and_discriminating():
+    params = {"eps": 0.05, "n": 10, "names": ("a", "b"), "nested": {"x": 1, "y": [1.5, None]}}
+    same_other_order = {
+        "nested": {"y": [1.5, None], "x": 1},
+        "names": ["a", "b"],
+        "n": 10,
+        "eps": 0.05,
+    }
+    key = cache_key("otdd", params)
+    assert len(key) == 64 and int(key, 16) >= 0
+    assert cache_key("otdd", same_other_order) == key
+    assert cache_key("otdd", {**params, "n": np.int64(10), "eps": np.float64(0.05)}) == key
+    assert cache_key("maps", params) != key
+    assert cache_key("otdd", {**params, "eps": 0.0500001}) != key
+    assert cache_key("otdd", {**params, "extra": None}) != key
+    assert cache_key("otdd", {**params, "flag": np.bool_(True)}) == cache_key(
+        "otdd", {**params, "flag": True}
+    )
+
+
+def test_cache_key_arrays_include_shape_and_dtype():
+    zeros = np.zeros(6)
+    assert cache_key("k", {"a": zeros.reshape(2, 3)}) != cache_key("k", {"a": zeros.reshape(3, 2)})
+    assert cache_key("k", {"a": np.zeros(4, np.float32)}) != cache_key(
+        "k", {"a": np.zeros(2, np.float64)}
+    )
+    assert cache_key("k", {"a": torch.arange(3.0)}) == cache_key(
+        "k", {"a": np.arange(3, dtype=np.float32)}
+    )
+    assert cache_key("k", {"a": np.arange(3.0)}) != cache_key("k", {"a": np.arange(1.0, 4.0)})
+    with pytest.raises(TypeError, match="cannot use object"):
+        cache_key("k", {"a": object()})
+
+
+def test_cache_key_is_stable_across_processes():
+    code = (
+        "import numpy as np; from geoviz.backend import cache_key; "
+        "print(cache_key('otdd', {'eps': 0.05, 'w': [0.5, 0.25], 'a': np.arange(5.0), 's': 'ü'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    assert out == cache_key("otdd", {"s": "ü", "a": np.arange(5.0), "w": [0.5, 0.25], "eps": 0.05})
+
+
+# ----------------------------------------------------------------------------- DiskCache
+
+
+class Counter:
+    def __init__(self, value=None):
+        self.calls = 0
+        self.value = value
+
+    def __call__(self):
+        self.calls += 1
+        if self.value is not None:
+            return self.value
+        return {"coupling": np.arange(6.0).reshape(2, 3), "cost": 1.25, "names": ["a", "b"]}
+
+
+def _assert_payload(payload):
+    assert torch.equal(payload["coupling"], torch.arange(6.0, dtype=torch.float64).reshape(2, 3))
+    assert payload["cost"] == 1.25 and payload["names"] == ["a", "b"]
+
+
+def test_hit_and_miss_counts(tmp_path):
+    cache = DiskCache(tmp_path)
+    compute = Counter()
+    first = cache.get_or_compute("otdd", {"n": 1}, compute)
+    second = cache.get_or_compute("otdd", {"n": 1}, compute)
+    _assert_payload(first)
+    _assert_payload(second)
+    assert type(first["coupling"]) is type(second["coupling"])  # a miss returns what a hit does
+    assert (compute.calls, cache.hits_, cache.misses_) == (1, 1, 1)
+    cache.get_or_compute("otdd", {"n": 2}, compute)
+    cache.get_or_compute("maps", {"n": 1}, compute)
+    assert (compute.calls, cache.hits_, cache.misses_) == (3, 1, 3)
+    assert cache.path_for("otdd", cache_key("otdd", {"n": 1})).is_file()
+    # a fresh cache object on the same directory (a new process) hits too
+    other = DiskCache(tmp_path)
+    _assert_payload(other.get_or_compute("otdd", {"n": 1}, compute))
+    assert (compute.calls, other.hits_) == (3, 1)
+
+
+def _corrupt_flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x55
+    path.write_bytes(bytes(data))
+
+
+def _corrupt_truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _corrupt_digest(path: Path) -> None:
+    path.write_bytes(b"\xff" * 64 + path.read_bytes()[64:])
+
+
+def _corrupt_empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+@pytest.mark.parametrize(
+    "damage", [_corrupt_flip, _corrupt_truncate, _corrupt_digest, _corrupt_empty]
+)
+def test_corrupt_entry_is_detected_deleted_and_recomputed(tmp_path, damage):
+    cache = DiskCache(tmp_path)
+    compute = Counter()
+    cache.get_or_compute("otdd", {"n": 1}, compute)
+    path = cache.path_for("otdd", cache_key("otdd", {"n": 1}))
+    damage(path)
+    with pytest.warns(UserWarning, match="corrupt"):
+        payload = cache.get_or_compute("otdd", {"n": 1}, compute)
+    _assert_payload(payload)
+    assert (compute.calls, cache.corrupt_, cache.misses_, cache.hits_) == (2, 1, 2, 0)
+    # the bad entry was replaced by a good one
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _assert_payload(cache.get_or_compute("otdd", {"n": 1}, compute))
+    assert (compute.calls, cache.hits_) == (2, 1)
+
+
+def test_corrupt_entry_is_deleted_on_load(tmp_path):
+    cache = DiskCache(tmp_path)
+    cache.store("ns", "k" * 64, {"x": torch.ones(3)})
+    path = cache.path_for("ns", "k" * 64)
+    _corrupt_truncate(path)
+    with pytest.warns(UserWarning, match="corrupt"):
+        assert cache.load("ns", "k" * 64) is None
+    assert not path.exists()
+
+
+def test_disabled_cache_computes_every_time(tmp_path):
+    cache = DiskCache(tmp_path / "c", enabled=False)
+    compute = Counter()
+    for _ in range(3):
+        _assert_payload(cache.get_or_compute("otdd", {"n": 1}, compute))
+    assert compute.calls == 3 and cache.hits_ == 0
+    assert not (tmp_path / "c").exists()
+
+
+def test_unwritable_directory_does_not_break_compute(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    cache = DiskCache(blocker / "cache")  # cannot be created, even as root
+    compute = Counter()
+    with pytest.warns(UserWarning, match="could not write"):
+        _assert_payload(cache.get_or_compute("otdd", {"n": 1}, compute))
+    with pytest.warns(UserWarning, match="could not write"):
+        _assert_payload(cache.get_or_compute("otdd", {"n": 1}, compute))
+    assert compute.calls == 2
+    assert list(tmp_path.iterdir()) == [blocker]
+
+
+def test_numpy_scalars_and_views_are_stored_usefully(tmp_path):
+    cache = DiskCache(tmp_path)
+    big = torch.arange(100_000.0)
+    compute = Counter(
+        {"cost": np.float64(2.5), "n": np.int64(3), "head": big[:4], "ok": np.bool_(True)}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "corrupt" warning for a numpy scalar payload
+        first = cache.get_or_compute("ns", {}, compute)
+        second = cache.get_or_compute("ns", {}, compute)
+    assert compute.calls == 1 and cache.hits_ == 1
+    assert set(first) == set(second) == {"cost", "n", "head", "ok"}
+    for payload in (first, second):
+        assert type(payload["cost"]) is float and payload["cost"] == 2.5
+        assert type(payload["n"]) is int and payload["n"] == 3
+        assert payload["ok"] is True
+        assert torch.equal(payload["head"], torch.arange(4.0))
+    assert (
+        cache.path_for("ns", cache_key("ns", {})).stat().st_size < 10_000
+    )  # not the 400 kB storage
+
+
+def test_clear_removes_entries(tmp_path):
+    cache = DiskCache(tmp_path)
+    for n in range(3):
+        cache.get_or_compute("ns", {"n": n}, Counter())
+    assert cache.clear() == 3
+    assert not list(tmp_path.rglob("*.pt"))
+
+
+def test_get_cache_follows_environment(tmp_path, monkeypatch):
+    monkeypatch.setattr(backend, "_default_cache", None)
+    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "one"))
+    monkeypatch.setenv("GEOVIZ_NO_CACHE", "1")
+    cache = get_cache()
+    assert cache.directory == tmp_path / "one" and cache.enabled is False
+    assert get_cache() is cache
+    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "two"))
+    monkeypatch.delenv("GEOVIZ_NO_CACHE")
+    other = get_cache()
+    assert other.directory == tmp_path / "two" and other.enabled is True

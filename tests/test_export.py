@@ -1,0 +1,590 @@
+"""Round trips, manifests, atomicity and layouts of geoviz.export."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import zipfile
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from PIL import Image
+
+import geoviz
+import geoviz.export as gx
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.errors import DatasetFormatError, ExportError
+from geoviz.export import (
+    FORMATS,
+    class_folder_names,
+    export_bytes,
+    export_dataset,
+    load_export,
+    load_snippet,
+    safe_name,
+    sidecar_manifest_path,
+    verify_manifest,
+)
+
+ODD_NAMES = (
+    "mnist/0",
+    "fashion_mnist/T-shirt/top",
+    "fashion_mnist/T-shirt_top",  # same safe name as the previous one
+    "x/A B",
+    "x/a b",  # differs only by case after sanitising
+    "x/..",
+    "x/CON",
+    "x/ü: ñ?*",
+    "labels.csv",
+)
+
+
+def _soft_labels(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Random simplex rows whose argmax cycles through every class."""
+    soft = rng.dirichlet(np.ones(k), size=n).astype(np.float32)
+    for i in range(n):
+        soft[i, i % k] += 2.0
+    soft /= soft.sum(axis=1, keepdims=True)
+    return soft.astype(np.float32)
+
+
+def _image_ds(
+    n: int = 12,
+    shape: tuple[int, int, int] = (1, 4, 5),
+    names: tuple[str, ...] = ("mnist/0", "mnist/1", "usps/7"),
+    seed: int = 0,
+) -> SoftLabeledDataset:
+    """Features are multiples of 1/255 (as uint8 / 255 in float32), so PNG formats are exact."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, size=(n, int(np.prod(shape))), dtype=np.uint8)
+    pixels[0, 0], pixels[0, 1] = 0, 255  # the extremes
+    return SoftLabeledDataset(
+        features=pixels.astype(np.float32) / np.float32(255),
+        soft_labels=_soft_labels(n, len(names), rng),
+        class_names=names,
+        name="P_a(0.5,0.3,0.2)",
+        image_shape=shape,
+        metadata={
+            "kind": "generalized_geodesic",
+            "weights": [0.5, 0.3, 0.2],
+            "target": {"name": "kmnist", "fingerprint": "f" * 64},
+            "references": ["mnist", "usps"],
+            "reference_fingerprints": ["a" * 64, "b" * 64],
+            "epsilon": 0.05,
+            "nested": {"ok": [1, None, True, "ü"]},
+        },
+    )
+
+
+def _vector_ds(n: int = 10, d: int = 3, seed: int = 1) -> SoftLabeledDataset:
+    rng = np.random.default_rng(seed)
+    return SoftLabeledDataset(
+        features=rng.normal(size=(n, d)).astype(np.float32) * 1e3,  # arbitrary float32 values
+        soft_labels=_soft_labels(n, 2, rng),
+        class_names=("gauss/a", "gauss/b"),
+        name="vectors",
+        metadata={"weights": [1.0]},
+    )
+
+
+def _assert_same(a: SoftLabeledDataset, b: SoftLabeledDataset) -> None:
+    assert torch.equal(a.features, b.features)
+    assert torch.equal(a.soft_labels, b.soft_labels)
+    assert a.features.dtype == b.features.dtype == torch.float32
+    assert a.class_names == b.class_names
+    assert a.image_shape == b.image_shape
+    assert a.metadata == b.metadata
+    assert a.name == b.name
+    assert a.fingerprint == b.fingerprint
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+TARGETS = {
+    "npz": "synth.npz",
+    "pt": "synth.pt",
+    "parquet": "synth.parquet",
+    "zip": "synth.zip",
+    "dir": "synth",
+}
+
+
+# ----------------------------------------------------------------------------- round trips
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+@pytest.mark.parametrize("shape", [(1, 4, 5), (3, 2, 3)])
+def test_image_round_trip_is_exact_for_multiples_of_1_255(tmp_path, target, shape):
+    ds = _image_ds(shape=shape)
+    result = export_dataset(ds, tmp_path / TARGETS[target])
+    back = load_export(tmp_path / TARGETS[target])
+    _assert_same(back, ds)
+    assert result.manifest["export_fingerprint"] == back.fingerprint
+    verify_manifest(result.data_path)
+
+
+@pytest.mark.parametrize("target", ["npz", "pt", "parquet"])
+def test_vector_round_trip_is_exact(tmp_path, target):
+    ds = _vector_ds()
+    result = export_dataset(ds, tmp_path / TARGETS[target])
+    assert result.manifest["lossless"] is True
+    _assert_same(load_export(result.data_path), ds)
+
+
+@pytest.mark.parametrize("target", ["parquet", "zip", "dir"])
+def test_png_formats_quantise_to_1_255(tmp_path, target):
+    rng = np.random.default_rng(3)
+    base = _image_ds()
+    ds = SoftLabeledDataset(
+        rng.random(base.features.shape, dtype=np.float32),
+        base.soft_labels,
+        base.class_names,
+        image_shape=base.image_shape,
+    )
+    result = export_dataset(ds, tmp_path / TARGETS[target])
+    back = load_export(result.data_path)
+    err = (back.features - ds.features).abs().max().item()
+    assert 0 < err <= 1 / 510 + 1e-6
+    assert torch.equal(back.features * 255, torch.round(back.features * 255))
+    assert torch.equal(back.soft_labels, ds.soft_labels)
+    assert result.manifest["lossless"] is False
+    assert result.manifest["quantization"]["max_abs_error"] == pytest.approx(err)
+    assert result.manifest["export_fingerprint"] == back.fingerprint != ds.fingerprint
+
+
+def test_values_outside_unit_interval_warn_and_clip(tmp_path):
+    base = _image_ds()
+    feats = base.features.clone()
+    feats[0, :3] = torch.tensor([-0.5, 1.5, 2.0])
+    ds = SoftLabeledDataset(feats, base.soft_labels, base.class_names, image_shape=base.image_shape)
+    with pytest.warns(UserWarning, match="3 feature value"):
+        result = export_dataset(ds, tmp_path / "s.parquet")
+    assert result.manifest["quantization"]["n_clipped"] == 3
+    assert load_export(result.data_path).features[0, :3].tolist() == [0.0, 1.0, 1.0]
+
+
+def test_labeled_dataset_exports_as_one_hot(tmp_path):
+    ds = LabeledDataset(np.eye(4, dtype=np.float32), [0, 1, 1, 0], ("a", "b"), name="toy")
+    back = load_export(export_dataset(ds, tmp_path / "t.npz").data_path)
+    assert back.class_names == ("toy/a", "toy/b")
+    assert torch.equal(back.soft_labels, ds.one_hot())
+    assert back.metadata["datasets"][0]["fingerprint"] == ds.fingerprint
+
+
+# ----------------------------------------------------------------------------- layouts
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 5), (3, 2, 3)])
+def test_npz_layout_has_no_object_arrays(tmp_path, shape):
+    ds = _image_ds(shape=shape)
+    path = export_dataset(ds, tmp_path / "s.npz").data_path
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    assert {
+        "features",
+        "soft_labels",
+        "labels",
+        "class_names",
+        "image_shape",
+        "images",
+        "metadata_json",
+    } <= set(arrays)
+    assert all(a.dtype != object for a in arrays.values())
+    assert arrays["class_names"].dtype.kind == "U"
+    assert arrays["features"].dtype == np.float32 and arrays["soft_labels"].dtype == np.float32
+    np.testing.assert_array_equal(arrays["labels"], ds.soft_labels.numpy().argmax(axis=1))
+    assert arrays["image_shape"].tolist() == list(shape)
+    c, h, w = shape
+    images = arrays["images"]
+    assert images.dtype == np.uint8
+    assert images.shape == ((len(ds), h, w) if c == 1 else (len(ds), h, w, c))
+    chw = images.reshape(len(ds), h, w, c).transpose(0, 3, 1, 2).reshape(len(ds), -1)
+    np.testing.assert_array_equal(chw, np.rint(ds.features.numpy() * 255))
+    assert json.loads(str(arrays["metadata_json"])) == ds.metadata
+
+
+def test_npz_vectors_have_empty_image_shape_and_no_images(tmp_path):
+    path = export_dataset(_vector_ds(), tmp_path / "v.npz").data_path
+    with np.load(path, allow_pickle=False) as data:
+        assert data["image_shape"].shape == (0,)
+        assert "images" not in data.files
+
+
+def test_pt_loads_with_weights_only(tmp_path):
+    ds = _image_ds()
+    obj = torch.load(export_dataset(ds, tmp_path / "s.pt").data_path, weights_only=True)
+    assert torch.equal(obj["features"], ds.features)
+    assert torch.equal(obj["labels"], ds.hard_labels)
+    assert obj["class_names"] == list(ds.class_names)
+    assert obj["image_shape"] == list(ds.image_shape)
+    assert obj["metadata"] == ds.metadata and obj["manifest"]["format"] == "pt"
+
+
+def test_parquet_image_layout_is_hf_compatible(tmp_path):
+    ds = _image_ds(shape=(3, 2, 3))
+    path = export_dataset(ds, tmp_path / "s.parquet").data_path
+    table = pq.read_table(path)
+    assert table.column_names == ["image", "label", "soft_labels"]
+    assert table.schema.field("image").type == pa.struct(
+        [("bytes", pa.binary()), ("path", pa.string())]
+    )
+    assert table.schema.field("label").type == pa.int64()
+    assert table.schema.field("soft_labels").type == pa.list_(pa.float32())
+    meta = table.schema.metadata
+    assert json.loads(meta[b"class_names"]) == list(ds.class_names)
+    hf = json.loads(meta[b"huggingface"])["info"]["features"]
+    assert hf["image"] == {"_type": "Image"}
+    assert hf["label"] == {"_type": "ClassLabel", "names": list(ds.class_names)}
+    assert json.loads(meta[b"geoviz_manifest"])["fingerprint"] == ds.fingerprint
+
+    frame = pd.read_parquet(path)
+    assert len(frame) == len(ds)
+    assert frame["label"].tolist() == ds.hard_labels.tolist()
+    np.testing.assert_array_equal(np.stack(frame["soft_labels"].to_numpy()), ds.soft_labels.numpy())
+    cell = frame["image"].iloc[1]
+    img = np.asarray(Image.open(io.BytesIO(cell["bytes"])))
+    assert img.shape == (2, 3, 3)
+    np.testing.assert_array_equal(
+        img.transpose(2, 0, 1).reshape(-1), np.rint(ds.features[1].numpy() * 255)
+    )
+
+
+def test_parquet_vector_layout(tmp_path):
+    ds = _vector_ds()
+    path = export_dataset(ds, tmp_path / "v.parquet").data_path
+    table = pq.read_table(path)
+    assert table.column_names == ["features", "label", "soft_labels"]
+    assert table.schema.field("features").type == pa.list_(pa.float32())
+    frame = pd.read_parquet(path)
+    np.testing.assert_array_equal(np.stack(frame["features"].to_numpy()), ds.features.numpy())
+
+
+def test_imagefolder_layout(tmp_path):
+    ds = _image_ds()
+    root = export_dataset(ds, tmp_path / "folder").data_path
+    rows = (root / "labels.csv").read_text(encoding="utf-8").splitlines()
+    assert rows[0] == "file_name,mnist/0,mnist/1,usps/7"
+    folders = class_folder_names(ds.class_names)
+    hard = ds.hard_labels.tolist()
+    for i, row in enumerate(rows[1:]):
+        rel = row.split(",")[0]
+        assert rel == f"{folders[hard[i]]}/{i:02d}.png"
+        pixels = np.asarray(Image.open(root / rel))
+        np.testing.assert_array_equal(pixels.reshape(-1), np.rint(ds.features[i].numpy() * 255))
+    manifest = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    assert set(manifest["files"]) == {p for p in _listing(root) if p.endswith((".png", ".csv"))}
+
+
+def test_odd_class_names_map_to_safe_unique_folders_and_round_trip(tmp_path):
+    ds = _image_ds(n=len(ODD_NAMES) * 2, names=ODD_NAMES)
+    folders = class_folder_names(ODD_NAMES)
+    keys = [f.casefold() for f in folders]
+    assert len(set(keys)) == len(keys)
+    assert not {"labels.csv", "manifest.json"} & set(keys)
+    for folder in folders:
+        assert re.fullmatch(r"[\w.+-]+", folder), folder
+        assert not folder.startswith(".") and folder not in (".", "..")
+        assert folder.split(".")[0].upper() not in {"CON", "PRN", "AUX", "NUL"}
+    for target in ("dir", "zip"):
+        result = export_dataset(ds, tmp_path / TARGETS[target])
+        _assert_same(load_export(result.data_path), ds)
+    tops = {p.name for p in (tmp_path / "synth").iterdir() if p.is_dir()}
+    assert tops == set(folders)  # every class is the argmax of some sample
+    with zipfile.ZipFile(tmp_path / "synth.zip") as zf:
+        assert {n.split("/")[0] for n in zf.namelist() if "/" in n} == set(folders)
+
+
+def test_safe_name_cases():
+    assert safe_name("fashion_mnist/Sneaker") == "fashion_mnist_Sneaker"
+    assert safe_name('a\\b:c*d?e"f<g>h|i') == "a_b_c_d_e_f_g_h_i"
+    assert safe_name("..") == "item" and safe_name("", fallback="x") == "x"
+    assert safe_name(".hidden") == "hidden"
+    assert safe_name("CON") == "_CON" and safe_name("lpt1.txt") == "_lpt1.txt"
+    assert safe_name("über") == "über"
+    assert len(safe_name("é" * 300).encode()) <= 100
+    assert class_folder_names(["a/b", "a_b", "A_B"]) == ["a_b", "a_b_1", "A_B_2"]
+
+
+# ----------------------------------------------------------------------------- manifest
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_manifest_contents_and_checksums(tmp_path, target):
+    ds = _image_ds()
+    result = export_dataset(ds, tmp_path / TARGETS[target])
+    on_disk = json.loads(result.manifest_path.read_text(encoding="utf-8"))
+    assert on_disk == result.manifest
+    fmt = "imagefolder" if target in ("zip", "dir") else target
+    assert on_disk["format"] == fmt
+    assert on_disk["geoviz_version"] == geoviz.__version__
+    assert on_disk["n_samples"] == len(ds) and on_disk["class_names"] == list(ds.class_names)
+    assert on_disk["weights"] == [0.5, 0.3, 0.2]
+    assert on_disk["metadata"] == ds.metadata
+    assert on_disk["fingerprint"] == ds.fingerprint
+    datasets = {(d["role"], d["name"]): d["fingerprint"] for d in on_disk["datasets"]}
+    assert datasets == {
+        ("target", "kmnist"): "f" * 64,
+        ("reference", "mnist"): "a" * 64,
+        ("reference", "usps"): "b" * 64,
+    }
+    assert datetime.fromisoformat(on_disk["created"].replace("Z", "+00:00")).tzinfo is not None
+    root = result.manifest_path.parent
+    for rel, entry in on_disk["files"].items():
+        assert _sha(root / rel) == entry["sha256"]
+        assert (root / rel).stat().st_size == entry["bytes"]
+    if target in ("npz", "pt", "parquet", "zip"):
+        assert result.manifest_path == tmp_path / "synth.manifest.json"
+        assert list(on_disk["files"]) == [TARGETS[target]]
+    else:
+        assert result.manifest_path == tmp_path / "synth" / "manifest.json"
+
+
+def _flip_byte(path: Path, offset: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    pos = len(data) // 2 if offset is None else offset
+    data[pos] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_tampered_file_is_detected(tmp_path, target):
+    result = export_dataset(_image_ds(), tmp_path / TARGETS[target])
+    verify_manifest(result.data_path)
+    verify_manifest(result.manifest_path)
+    victim = result.data_path
+    if victim.is_dir():
+        victim = next(victim.rglob("*.png"))
+    _flip_byte(victim)
+    with pytest.raises(ExportError, match=re.escape(victim.name) + ".*sha256"):
+        verify_manifest(result.data_path)
+    with pytest.raises(ExportError):
+        load_export(result.data_path, verify=True)
+
+
+def test_missing_and_tampered_imagefolder_members(tmp_path):
+    root = export_dataset(_image_ds(), tmp_path / "d").data_path
+    (root / "labels.csv").write_text("file_name,a\n", encoding="utf-8")
+    with pytest.raises(ExportError, match=r"labels\.csv"):
+        verify_manifest(root)
+    root = export_dataset(_image_ds(), tmp_path / "e").data_path
+    png = next(root.rglob("*.png"))
+    png.unlink()
+    with pytest.raises(ExportError, match="missing"):
+        verify_manifest(root)
+
+
+def test_missing_manifest_is_an_error(tmp_path):
+    result = export_dataset(_image_ds(), tmp_path / "s.npz")
+    result.manifest_path.unlink()
+    os.replace(result.data_path, tmp_path / "t.npz")
+    verify_manifest(tmp_path / "t.npz")  # falls back to the embedded manifest
+    np.savez(tmp_path / "plain.npz", features=np.zeros((2, 2)))
+    with pytest.raises(ExportError, match="no manifest"):
+        verify_manifest(tmp_path / "plain.npz")
+    with pytest.raises(ExportError, match="manifest not found"):
+        verify_manifest(tmp_path / "nothing.manifest.json")
+
+
+# ----------------------------------------------------------------------------- overwrite / atomicity
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_refuses_to_overwrite_and_overwrite_true_replaces(tmp_path, target):
+    path = tmp_path / TARGETS[target]
+    first = export_dataset(_image_ds(seed=0), path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ExportError, match=re.escape(str(path)) + ".*already exists"):
+        export_dataset(_image_ds(seed=1), path)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    second = export_dataset(_image_ds(seed=1), path, overwrite=True)
+    _assert_same(load_export(path), _image_ds(seed=1))
+    assert second.manifest["fingerprint"] != first.manifest["fingerprint"]
+    verify_manifest(path)
+    assert not [p for p in _listing(tmp_path) if Path(p).name.startswith(".")]
+
+
+def test_existing_sidecar_alone_blocks_export(tmp_path):
+    export_dataset(_image_ds(), tmp_path / "s.npz")
+    with pytest.raises(ExportError, match=r"s\.manifest\.json already exists"):
+        export_dataset(_image_ds(), tmp_path / "s.pt")
+    assert not (tmp_path / "s.pt").exists()
+
+
+def test_overwrite_never_replaces_a_foreign_directory(tmp_path):
+    foreign = tmp_path / "home"
+    foreign.mkdir()
+    (foreign / "precious.txt").write_text("keep me")
+    with pytest.raises(ExportError, match="not a geoviz export"):
+        export_dataset(_image_ds(), foreign, overwrite=True)
+    assert (foreign / "precious.txt").read_text() == "keep me"
+
+
+def test_failed_directory_write_leaves_nothing(tmp_path, monkeypatch):
+    real = gx._write_bytes
+    calls = {"n": 0}
+
+    def flaky(path, data, **kw):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise OSError(28, "No space left on device")
+        real(path, data, **kw)
+
+    monkeypatch.setattr(gx, "_write_bytes", flaky)
+    with pytest.raises(ExportError, match="No space left"):
+        export_dataset(_image_ds(), tmp_path / "new" / "deeper" / "folder")
+    assert calls["n"] == 4
+    assert _listing(tmp_path) == []  # even the parent folders it created are gone
+
+
+def test_failed_commit_restores_previous_export(tmp_path, monkeypatch):
+    path = tmp_path / "s.parquet"
+    export_dataset(_image_ds(seed=0), path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real = gx._place
+    calls = {"n": 0}
+
+    def flaky(tmp, target):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the data file is in place, the manifest fails
+            raise OSError(5, "I/O error")
+        real(tmp, target)
+
+    monkeypatch.setattr(gx, "_place", flaky)
+    with pytest.raises(ExportError, match="I/O error"):
+        export_dataset(_image_ds(seed=1), path, overwrite=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    verify_manifest(path)
+
+
+def test_vectors_cannot_go_to_image_formats(tmp_path):
+    with pytest.raises(ExportError, match="holds vectors"):
+        export_dataset(_vector_ds(), tmp_path / "v.zip")
+    with pytest.raises(ExportError, match="holds vectors"):
+        export_bytes(_vector_ds(), "imagefolder")
+    assert _listing(tmp_path) == []
+    many = SoftLabeledDataset(np.zeros((2, 5)), np.eye(2), ("a", "b"), image_shape=(5, 1, 1))
+    with pytest.raises(ExportError, match="1-4 channels"):
+        export_dataset(many, tmp_path / "m.parquet")
+    _assert_same(load_export(export_dataset(many, tmp_path / "m.npz").data_path), many)
+
+
+# ----------------------------------------------------------------------------- formats, bytes, snippets
+
+
+def test_format_inference_and_errors(tmp_path):
+    ds = _image_ds()
+    assert export_dataset(ds, tmp_path / "a.npz").format == "npz"
+    assert export_dataset(ds, tmp_path / "b.pt").format == "pt"
+    assert export_dataset(ds, tmp_path / "c.parquet").format == "parquet"
+    assert export_dataset(ds, tmp_path / "d.zip").format == "imagefolder"
+    assert export_dataset(ds, tmp_path / "e").format == "imagefolder"
+    custom = export_dataset(ds, tmp_path / "f.bin", format="npz")
+    _assert_same(load_export(custom.data_path), ds)  # sniffed from content
+    with pytest.raises(ExportError, match="cannot infer"):
+        export_dataset(ds, tmp_path / "x.csv")
+    with pytest.raises(ExportError, match="does not match"):
+        export_dataset(ds, tmp_path / "x.npz", format="pt")
+    with pytest.raises(ExportError, match="unknown export format"):
+        export_dataset(ds, tmp_path / "x.npz", format="hdf5")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_export_bytes_round_trip(tmp_path, fmt):
+    ds = _image_ds()
+    data, filename, mime = export_bytes(ds, fmt)
+    assert (
+        filename
+        == "P_a_0.5_0.3_0.2"
+        + {"npz": ".npz", "pt": ".pt", "parquet": ".parquet", "imagefolder": ".zip"}[fmt]
+    )
+    assert mime == {
+        "imagefolder": "application/zip",
+        "parquet": "application/vnd.apache.parquet",
+    }.get(fmt, "application/octet-stream")
+    path = tmp_path / filename
+    path.write_bytes(data)
+    _assert_same(load_export(path), ds)
+    verify_manifest(path)  # embedded manifest (zip: inside; single files: content fingerprint)
+    if fmt == "imagefolder":
+        with zipfile.ZipFile(path) as zf:
+            manifest = json.loads(zf.read("manifest.json"))
+            assert set(manifest["files"]) == set(zf.namelist()) - {"manifest.json"}
+
+
+def test_export_bytes_tampering_is_detected(tmp_path):
+    ds = _image_ds()
+    data, filename, _ = export_bytes(ds, "npz")
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["features"][0, 0] = 0.5
+    path = tmp_path / filename
+    np.savez(path, **arrays)
+    with pytest.raises(ExportError, match="fingerprint"):
+        verify_manifest(path)
+
+    data, filename, _ = export_bytes(ds, "imagefolder")
+    tampered = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(tampered, "w") as dst:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename == "labels.csv":
+                body = body.replace(b"0.", b"1.", 1)
+            dst.writestr(info, body)
+    path = tmp_path / filename
+    path.write_bytes(tampered.getvalue())
+    with pytest.raises(ExportError, match=r"labels\.csv"):
+        verify_manifest(path)
+
+
+def test_load_snippets_run(tmp_path, monkeypatch):
+    ds = _image_ds()
+    monkeypatch.chdir(tmp_path)
+    for fmt in ("npz", "pt"):
+        data, filename, _ = export_bytes(ds, fmt)
+        Path(filename).write_bytes(data)
+        snippet = load_snippet(fmt, filename)
+        assert "\n" not in snippet
+        scope: dict = {}
+        exec(snippet, scope)
+        np.testing.assert_array_equal(np.asarray(scope["X"]), ds.features.numpy())
+        np.testing.assert_array_equal(np.asarray(scope["Y"]), ds.soft_labels.numpy())
+    for fmt, name in (("parquet", "a b.parquet"), ("imagefolder", "x.zip"), ("imagefolder", "dir")):
+        snippet = load_snippet(fmt, name)
+        compile(snippet, "<snippet>", "exec")
+        assert "load_dataset" in snippet and json.dumps(name) in snippet
+    with pytest.raises(ExportError):
+        load_snippet("csv", "x.csv")  # type: ignore[arg-type]
+
+
+def test_load_export_rejects_garbage(tmp_path):
+    (tmp_path / "junk.npz").write_bytes(b"not a zip at all")
+    with pytest.raises(DatasetFormatError, match=r"junk\.npz"):
+        load_export(tmp_path / "junk.npz")
+    (tmp_path / "junk.parquet").write_bytes(b"PAR1garbage")
+    with pytest.raises(DatasetFormatError, match=r"junk\.parquet"):
+        load_export(tmp_path / "junk.parquet")
+    with pytest.raises(DatasetFormatError, match="no such file"):
+        load_export(tmp_path / "absent.pt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetFormatError, match=r"labels\.csv"):
+        load_export(tmp_path / "empty")
+
+
+def test_sidecar_path_naming():
+    assert sidecar_manifest_path("out/synth.npz") == Path("out/synth.manifest.json")
+    assert sidecar_manifest_path("out/synth") == Path("out/synth.manifest.json")
