@@ -27,12 +27,12 @@ run: $(STAMP)
 	$(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true
 
 test: $(STAMP)
-	$(BIN)/ruff check geoviz pages tests benchmarks app.py
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q --timeout 900
 
 lint: $(STAMP)
-	$(BIN)/ruff check geoviz pages tests benchmarks app.py
-	$(BIN)/ruff format --check geoviz pages tests benchmarks app.py
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_otdd.py
