@@ -1,0 +1,486 @@
+"""The app's compute layer: every expensive call, cached per process.
+
+Pages call these functions and only lay out widgets and figures. Results are
+kept in one :class:`~geoviz.app_state.ResultStore` created with
+``st.cache_resource`` (so they are shared by every page and session of the
+server process, and cleared by Streamlit's "Clear cache"), keyed by the
+scenario's hash (dataset choices, sizes, seeds, OT options; uploads by the
+sha256 of their bytes) plus the call's parameters. The geodesic itself is also
+stored on disk by :func:`geoviz.geodesic.fit_geodesic` (keyed by dataset
+fingerprints and config), so a restarted app finds it again.
+
+Why not decorate ``fit_geodesic`` with ``st.cache_resource`` directly: the
+fit reports progress into an ``st.status`` box the page created, and
+Streamlit replays element calls made inside cached functions, which fails
+for containers created outside them. Computing inside
+``ResultStore.get_or_compute`` has no such restriction. Pure functions
+without UI (the objective grid, the embedding) use ``st.cache_resource``
+with explicit string keys.
+
+Streamlit is imported here and in the pages only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from geoviz.app_state import DatasetChoice, ResultStore, Scenario, SessionModel
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.errors import GeovizError
+
+Progress = Callable[[str, float], None]
+
+__all__ = [
+    "ScenarioData",
+    "embed_points",
+    "embedding",
+    "export_payload",
+    "geodesic",
+    "geodesic_if_ready",
+    "interpolation",
+    "mccann",
+    "objective_grid",
+    "pairwise_otdd",
+    "pairwise_otdd_if_ready",
+    "scenario_data",
+    "store",
+]
+
+
+@st.cache_resource(show_spinner=False)
+def store() -> ResultStore:
+    """The process-wide result store (one per server process)."""
+    return ResultStore(max_entries=48)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class ScenarioData:
+    """The datasets of a scenario, loaded, subsampled and harmonised.
+
+    Attributes
+    ----------
+    target
+        ``Q`` as used by the geodesic (pseudo-labelled when few-shot).
+    references
+        ``P_1..P_m`` in the same feature space as ``target``.
+    target_true
+        ``Q`` with its true labels (equal to ``target`` unless few-shot).
+    labelled_indices
+        Few-shot: indices of ``Q`` whose label was kept; else ``None``.
+    pseudo_label_accuracy
+        Few-shot: accuracy of the kNN pseudo-labels on the other samples.
+    load_seconds
+        Time spent loading.
+    """
+
+    target: LabeledDataset
+    references: tuple[LabeledDataset, ...]
+    target_true: LabeledDataset
+    labelled_indices: np.ndarray | None
+    pseudo_label_accuracy: float | None
+    load_seconds: float
+
+    @property
+    def datasets(self) -> tuple[LabeledDataset, ...]:
+        return (self.target, *self.references)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(ds.name for ds in self.datasets)
+
+    @property
+    def reference_names(self) -> tuple[str, ...]:
+        return tuple(ds.name for ds in self.references)
+
+    @property
+    def is_image(self) -> bool:
+        return self.target.is_image
+
+    @property
+    def dim(self) -> int:
+        return self.target.n_features
+
+
+def _load_choice(model: SessionModel, choice: DatasetChoice, n: int, seed: int) -> LabeledDataset:
+    from geoviz.data.preprocess import stratified_subsample
+
+    if choice.source == "upload":
+        from geoviz.data.formats import load_upload
+
+        up = model.upload_for(choice)
+        ds = load_upload(up.data, up.filename)
+        if ds.n_samples > n:
+            ds = stratified_subsample(ds, n, seed=seed)
+        return ds
+    from geoviz.data.registry import load_dataset
+
+    own_seed = seed if choice.seed is None else int(choice.seed)
+    return load_dataset(
+        choice.name, split=choice.split, n=int(n), seed=own_seed, **choice.loader_kwargs()
+    )
+
+
+def _unique(datasets: list[LabeledDataset]) -> list[LabeledDataset]:
+    from geoviz.geodesic.labels import unique_names
+
+    names = unique_names([ds.name for ds in datasets])
+    return [
+        ds if ds.name == nm else dataclasses.replace(ds, name=nm)
+        for ds, nm in zip(datasets, names, strict=True)
+    ]
+
+
+def scenario_data(model: SessionModel) -> ScenarioData:
+    """Load, subsample, harmonise (and few-shot) the scenario's datasets. Cached."""
+    scenario = model.scenario
+
+    def compute() -> ScenarioData:
+        from geoviz.data.preprocess import few_shot, harmonize
+
+        start = time.perf_counter()
+        target = _load_choice(model, scenario.target, scenario.n_target, scenario.seed)
+        refs = [
+            _load_choice(model, c, scenario.n_reference, scenario.seed) for c in scenario.references
+        ]
+        datasets = harmonize([target, *refs], size=scenario.image_size, channels=scenario.channels)
+        datasets = _unique(datasets)
+        target, refs = datasets[0], datasets[1:]
+        target_true, labelled, acc = target, None, None
+        if scenario.few_shot.enabled:
+            fs = few_shot(
+                target,
+                scenario.few_shot.k,
+                seed=scenario.seed,
+                n_neighbors=scenario.few_shot.n_neighbors,
+            )
+            target, labelled, acc = fs.dataset, fs.labelled_indices, fs.pseudo_label_accuracy
+        return ScenarioData(
+            target=target,
+            references=tuple(refs),
+            target_true=target_true,
+            labelled_indices=labelled,
+            pseudo_label_accuracy=acc,
+            load_seconds=time.perf_counter() - start,
+        )
+
+    return store().get_or_compute(("data", scenario.key()), compute)
+
+
+# --------------------------------------------------------------------------- geodesic
+
+
+def _geodesic_config(scenario: Scenario) -> Any:
+    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.ot.otdd import OTDDConfig
+
+    return GeodesicConfig(otdd=OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed)))
+
+
+def geodesic_if_ready(model: SessionModel) -> Any | None:
+    """The fitted :class:`GeodesicResult` if already in memory, else ``None`` (never computes)."""
+    return store().get(("geodesic", model.scenario.key()))
+
+
+def geodesic(model: SessionModel, progress: Progress | None = None) -> Any:
+    """Fit (or fetch) the generalized geodesic of the current scenario.
+
+    ``progress(stage, fraction)`` is forwarded to ``fit_geodesic``. The result
+    is cached in memory here and on disk by ``fit_geodesic``.
+    """
+    scenario = model.scenario
+    data = scenario_data(model)
+
+    def compute() -> Any:
+        from geoviz.backend import get_cache
+        from geoviz.geodesic.pipeline import fit_geodesic
+
+        return fit_geodesic(
+            data.target,
+            list(data.references),
+            _geodesic_config(scenario),
+            progress=progress,
+            cache=get_cache(),
+        )
+
+    return store().get_or_compute(("geodesic", scenario.key()), compute)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _objective_grid(
+    key: str, m: int, resolution: int, _result: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    from geoviz.geodesic.distances import simplex_grid
+
+    grid = simplex_grid(m, resolution)
+    return grid, np.asarray(_result.objective(grid), dtype=float)
+
+
+def objective_grid(
+    model: SessionModel, result: Any, resolution: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(grid (K, m), W^2(P_a, Q) (K,))`` on ``simplex_grid(m, resolution)``. Cached."""
+    m = len(result.references)
+    return _objective_grid(model.scenario.key(), m, int(resolution), result)
+
+
+def interpolation(
+    model: SessionModel, result: Any, weights: np.ndarray, n: int | None = None, seed: int = 0
+) -> SoftLabeledDataset:
+    """``P_a`` at ``weights`` (rounded to 1e-4 for the cache key). Cached, cheap to recompute."""
+    w = np.asarray(weights, dtype=float)
+    key = ("interp", model.scenario.key(), tuple(np.round(w, 4).tolist()), n, seed)
+    return store().get_or_compute(key, lambda: result.interpolate(w, n=n, seed=seed))
+
+
+def mccann(model: SessionModel, result: Any, i: int, t: float) -> SoftLabeledDataset:
+    """McCann interpolation ``((1-t) Id + t T_i)#Q``. Cached by ``(i, round(t, 3))``."""
+    key = ("mccann", model.scenario.key(), int(i), round(float(t), 3))
+    return store().get_or_compute(key, lambda: result.mccann(int(i), float(t)))
+
+
+@st.cache_resource(show_spinner=False, max_entries=6)
+def _embedding(key: str, per_dataset: int, seed: int, _datasets: tuple[LabeledDataset, ...]) -> Any:
+    from geoviz.viz.embedding import fit_embedding
+
+    return fit_embedding(list(_datasets), max_per_dataset=per_dataset, seed=seed)
+
+
+def embedding(model: SessionModel, data: ScenarioData) -> Any:
+    """UMAP (or PCA fallback) of ``Q`` and every ``P_i``, fitted once per scenario."""
+    return _embedding(
+        model.scenario.key(), model.settings.embed_per_dataset, model.scenario.seed, data.datasets
+    )
+
+
+# --------------------------------------------------------------------------- OTDD between all pairs
+
+
+def pairwise_otdd_if_ready(model: SessionModel) -> np.ndarray | None:
+    return store().get(("pairwise", model.scenario.key()))
+
+
+def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.ndarray:
+    """Symmetric ``(m+1, m+1)`` OTDD ``d^2`` between ``Q, P_1, ..., P_m``. Cached.
+
+    ``progress(pair description, fraction done)`` is called before each pair.
+    """
+    scenario = model.scenario
+    data = scenario_data(model)
+
+    def compute() -> np.ndarray:
+        from geoviz.backend import get_cache
+        from geoviz.ot.otdd import OTDDConfig, otdd
+
+        config = OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed))
+        ds = data.datasets
+        n = len(ds)
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        mat = np.zeros((n, n))
+        for k, (i, j) in enumerate(pairs):
+            stage = f"OTDD {ds[i].name} ↔ {ds[j].name}"
+
+            def sub(inner: str, fraction: float, k: int = k, stage: str = stage) -> None:
+                if progress is not None:
+                    progress(f"{stage} ({inner})", (k + float(fraction)) / len(pairs))
+
+            sub("start", 0.0)
+            res = otdd(ds[i], ds[j], config, sub, keep_coupling=False, cache=get_cache())
+            mat[i, j] = mat[j, i] = float(res.cost)
+        if progress is not None:
+            progress("done", 1.0)
+        return mat
+
+    return store().get_or_compute(("pairwise", scenario.key()), compute)
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_payload(model: SessionModel, ds: SoftLabeledDataset, fmt: str) -> tuple[bytes, str, str]:
+    """``export_bytes(ds, fmt)`` cached by the dataset's fingerprint and format."""
+    from geoviz.export import export_bytes
+
+    key = ("export", ds.fingerprint, ds.name, fmt)
+    return store().get_or_compute(key, lambda: export_bytes(ds, fmt))
+
+
+def error_text(err: BaseException) -> str:
+    """What the app shows for an exception: the library's message for input errors."""
+    if isinstance(err, GeovizError):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
+# --------------------------------------------------------------------------- UI helpers for pages
+
+
+def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
+    """Datasets a user can pick, ``token -> choice``: the scenario's own choices
+    first (presets may use seeds/options), then every registry dataset (train
+    split), then the session's uploads."""
+    from geoviz.data.registry import list_datasets
+
+    out: dict[str, DatasetChoice] = {}
+    for c in model.scenario.choices:
+        out.setdefault(c.token, c)
+    for info in list_datasets():
+        c = DatasetChoice(info.name)
+        out.setdefault(c.token, c)
+    for up in model.uploads.values():
+        c = DatasetChoice.from_upload(up)
+        out.setdefault(c.token, c)
+    return out
+
+
+def choice_caption(choice: DatasetChoice) -> str:
+    """Label for select boxes, flagging datasets that need a download."""
+    if choice.source == "upload":
+        return choice.label
+    from geoviz.data.registry import dataset_info
+
+    try:
+        info = dataset_info(choice.name)
+    except GeovizError:
+        return choice.label
+    return choice.label if info.offline else f"{choice.label} (needs download)"
+
+
+def check_upload(filename: str, data: bytes) -> LabeledDataset:
+    """Parse an upload with :func:`geoviz.data.formats.load_upload` (cached by content).
+
+    Raises the library's :class:`~geoviz.errors.GeovizError` for invalid files.
+    """
+    import hashlib
+
+    from geoviz.data.formats import load_upload
+
+    key = ("upload", hashlib.sha256(data).hexdigest(), filename)
+    return store().get_or_compute(key, lambda: load_upload(data, filename))
+
+
+def data_or_error(model: SessionModel) -> ScenarioData | None:
+    """:func:`scenario_data` with a spinner; shows the error inline and returns ``None``."""
+    try:
+        if ("data", model.scenario.key()) in store():
+            return scenario_data(model)
+        with st.spinner("Loading datasets…"):
+            return scenario_data(model)
+    except GeovizError as err:
+        st.error(f"Could not load the scenario's datasets: {err}")
+    return None
+
+
+def throttled_progress(
+    bar: Any,
+    *,
+    log: Callable[[str], Any] | None = None,
+    start: float | None = None,
+    min_interval: float = 0.2,
+) -> Progress:
+    """A ``progress(stage, fraction)`` callback for an ``st.progress`` bar.
+
+    Sinkhorn reports every iteration; this forwards an update only when the
+    stage changes, the bar moves by 1 %, or ``min_interval`` seconds passed,
+    so the browser is not flooded. Each new top-level stage (the text before
+    `` (``) is also written as a line with the elapsed time when ``log`` is given.
+    """
+    t0 = time.perf_counter() if start is None else start
+    state = {"stage": None, "top": None, "fraction": -1.0, "time": 0.0}
+
+    def progress(stage: str, fraction: float) -> None:
+        now = time.perf_counter()
+        frac = float(np.clip(fraction, 0.0, 1.0))
+        top = stage.split(" (", 1)[0]
+        if log is not None and top != state["top"]:
+            state["top"] = top
+            log(f"{now - t0:5.1f} s · {top}")
+        if (
+            stage != state["stage"]
+            or frac - state["fraction"] >= 0.01
+            or now - state["time"] >= min_interval
+        ):
+            bar.progress(frac, text=stage)
+            state.update(stage=stage, fraction=frac, time=now)
+
+    return progress
+
+
+def geodesic_with_status(model: SessionModel) -> Any | None:
+    """The scenario's geodesic, computed inside an ``st.status`` box with progress stages.
+
+    Returns ``None`` (after showing the error inline) when the inputs are invalid.
+    """
+    ready = geodesic_if_ready(model)
+    if ready is not None:
+        return ready
+    data = data_or_error(model)
+    if data is None:
+        return None
+    start = time.perf_counter()
+    status = st.status("Computing OTDD maps and (2,Q) distances…", expanded=True)
+    with status:
+        bar = st.progress(0.0, text="starting")
+        progress = throttled_progress(bar, log=st.write, start=start)
+        try:
+            result = geodesic(model, progress)
+        except GeovizError as err:
+            status.update(label="OTDD maps failed", state="error", expanded=True)
+            st.error(str(err))
+            return None
+        except BaseException:
+            status.update(label="OTDD maps failed", state="error", expanded=True)
+            raise
+    status.update(
+        label=f"OTDD maps ready ({time.perf_counter() - start:.1f} s)",
+        state="complete",
+        expanded=False,
+    )
+    return result
+
+
+def embed_points(model: SessionModel, emb: Any, features: Any, tag: tuple[Any, ...]) -> np.ndarray:
+    """``emb.transform(features)`` cached under ``tag`` (e.g. the rounded weights of ``P_a``)."""
+    key = ("embed", model.scenario.key(), emb.method, *tag)
+    return store().get_or_compute(key, lambda: emb.transform(features))
+
+
+def ensure_navigation() -> None:
+    """Make a page that Streamlit ran without ``app.py`` render through ``app.py``.
+
+    Because the app keeps its pages in ``pages/``, Streamlit starts in its
+    legacy "pages directory" mode and may run a page script *directly*: for
+    the first session that opens a page URL (``/geodesic``) on a fresh server,
+    and in ``streamlit.testing`` on every rerun. ``app.py`` (wide layout,
+    sidebar scenario, page titles) would then not run. ``app.py``'s
+    ``st.navigation`` leaves that mode, so a page that finds itself in it runs
+    ``app.py`` in place (which runs this page again, now normally) and stops.
+    Unlike a rerun this keeps the widget event that started the run (a
+    button click). Relies on Streamlit's ``PagesManager.uses_pages_directory``
+    flag; if that internal moves, pages still work, without ``app.py``'s sidebar.
+    """
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+    except ImportError:  # pragma: no cover - internal layout changed
+        return
+    if not getattr(PagesManager, "uses_pages_directory", None):
+        return
+    ctx = get_script_run_ctx()
+    main_script = getattr(ctx, "main_script_path", None)
+    if not main_script:
+        return
+    import runpy
+
+    PagesManager.uses_pages_directory = False
+    runpy.run_path(str(main_script), run_name="__main__")
+    st.stop()

@@ -1,0 +1,511 @@
+"""The app's scenario model, defined without Streamlit.
+
+A *scenario* is everything that determines the expensive computations: the
+target ``Q``, the references ``P_1..P_m``, sample sizes, few-shot options and
+preprocessing. Pages keep one :class:`Scenario` in ``st.session_state`` (through
+:class:`SessionModel`, which only needs a mutable mapping) so every page works
+on the same choice; :mod:`geoviz.app_compute` caches results by
+:meth:`Scenario.key`.
+
+Environment variables (read by :func:`AppSettings.from_env`):
+
+``GEOVIZ_APP_N``
+    Samples per dataset of the default scenario (default 2000; tests use ~200).
+``GEOVIZ_APP_GRID``
+    Resolution of the ternary heatmap grid (default 30).
+``GEOVIZ_APP_EMBED_N``
+    Points per dataset in the UMAP embedding (default 500).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+
+from geoviz.errors import DatasetError, GeovizError, WeightsError
+
+__all__ = [
+    "DEFAULT_REFERENCES",
+    "DEFAULT_TARGET",
+    "AppSettings",
+    "DatasetChoice",
+    "FewShotOptions",
+    "ResultStore",
+    "Scenario",
+    "SessionModel",
+    "Upload",
+    "default_scenario",
+    "preset_scenarios",
+]
+
+SourceKind = Literal["registry", "upload"]
+Split = Literal["train", "test"]
+ChannelMode = Literal["auto", "grey", "rgb"]
+
+DEFAULT_TARGET = "mnist"
+DEFAULT_REFERENCES = ("fashion_mnist", "usps", "kmnist")
+
+T = TypeVar("T")
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as err:
+        raise GeovizError(f"environment variable {name} must be an integer, got {raw!r}") from err
+    if value < minimum:
+        raise GeovizError(f"environment variable {name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """Knobs of the app that are not part of a scenario (display sizes, defaults)."""
+
+    n_default: int = 2000
+    grid_resolution: int = 30
+    embed_per_dataset: int = 500
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
+        env = os.environ if env is None else env
+        return cls(
+            n_default=_env_int(env, "GEOVIZ_APP_N", 2000, minimum=10),
+            grid_resolution=_env_int(env, "GEOVIZ_APP_GRID", 30, minimum=2),
+            embed_per_dataset=_env_int(env, "GEOVIZ_APP_EMBED_N", 500, minimum=10),
+        )
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An uploaded file kept in the session: name, raw bytes and their sha256."""
+
+    filename: str
+    data: bytes = field(repr=False)
+    digest: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            object.__setattr__(self, "digest", hashlib.sha256(self.data).hexdigest())
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True)
+class DatasetChoice:
+    """Where one dataset of a scenario comes from.
+
+    Attributes
+    ----------
+    name
+        Registry name (``"mnist"``) or the uploaded file's name.
+    source
+        ``"registry"`` or ``"upload"``.
+    split
+        ``"train"`` or ``"test"`` (registry datasets; uploads are one split).
+    digest
+        sha256 of the uploaded bytes (uploads only): part of the cache key, so
+        re-uploading a changed file with the same name recomputes.
+    seed
+        Seed passed to the registry loader instead of the scenario's seed;
+        for synthetic sets it picks *another mixture* (``gmm2d`` with seeds 1,
+        2, 3 are three different datasets).
+    options
+        Extra loader options as ``(key, value)`` pairs (e.g.
+        ``(("name", "gmm2d_a"),)``, ``(("permutation", (1, 0, 3, 2)),)``).
+    """
+
+    name: str
+    source: SourceKind = "registry"
+    split: Split = "train"
+    digest: str | None = None
+    seed: int | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not str(self.name).strip():
+            raise DatasetError("a dataset choice needs a name")
+        if self.source not in ("registry", "upload"):
+            raise DatasetError(
+                f"dataset source must be 'registry' or 'upload', got {self.source!r}"
+            )
+        if self.split not in ("train", "test"):
+            raise DatasetError(f"split must be 'train' or 'test', got {self.split!r}", self.name)
+        if self.source == "upload" and not self.digest:
+            raise DatasetError("an uploaded dataset needs the digest of its bytes", self.name)
+        opts = tuple((str(k), _freeze(v)) for k, v in dict(self.options).items())
+        object.__setattr__(self, "options", opts)
+
+    @classmethod
+    def from_upload(cls, upload: Upload) -> DatasetChoice:
+        return cls(name=upload.filename, source="upload", digest=upload.digest)
+
+    @property
+    def label(self) -> str:
+        """Short display label: ``mnist``, ``mnist (test)``, ``upload: my.npz``."""
+        if self.source == "upload":
+            return f"upload: {self.name}"
+        shown = dict(self.options).get("name", self.name)
+        extras = [] if self.split == "train" else [self.split]
+        if self.seed is not None and "name" not in dict(self.options):
+            extras.append(f"seed {self.seed}")
+        return f"{shown} ({', '.join(extras)})" if extras else str(shown)
+
+    @property
+    def token(self) -> str:
+        """Stable identifier: ``registry:mnist:train`` (plus seed/options when set)."""
+        if self.source == "upload":
+            return f"upload:{self.digest}"
+        tok = f"registry:{self.name}:{self.split}"
+        if self.seed is not None:
+            tok += f":seed={self.seed}"
+        if self.options:
+            tok += ":" + json.dumps(self.options, default=str)
+        return tok
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """Options for ``load_dataset`` (lists restored from tuples)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.options}
+
+
+@dataclass(frozen=True)
+class FewShotOptions:
+    """Few-shot target (paper Sec. 3.2 figure, Sec. 5): keep ``k`` labels per
+    class and pseudo-label the rest of ``Q`` with a ``n_neighbors``-NN classifier."""
+
+    enabled: bool = False
+    k: int = 10
+    n_neighbors: int = 1
+
+    def __post_init__(self) -> None:
+        if int(self.k) < 1:
+            raise DatasetError(f"few-shot k must be >= 1 labelled example per class, got {self.k}")
+        if int(self.n_neighbors) < 1:
+            raise DatasetError(f"few-shot n_neighbors must be >= 1, got {self.n_neighbors}")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Target, references and every option that changes the computed geodesic.
+
+    Attributes
+    ----------
+    target
+        ``Q``.
+    references
+        ``P_1..P_m`` with ``m >= 2``.
+    n_target, n_reference
+        Samples drawn (stratified, seeded) from ``Q`` and from each ``P_i``;
+        datasets with fewer samples are used whole.
+    few_shot
+        Few-shot target options.
+    image_size, channels
+        Common image format (``geoviz.data.preprocess.harmonize``).
+    epsilon
+        Entropic regularisation of the OTDD couplings, **relative** to the
+        mean cost (``eps_abs = epsilon * mean(C)``).
+    seed
+        Seed of subsampling and of every randomised step.
+    """
+
+    target: DatasetChoice
+    references: tuple[DatasetChoice, ...]
+    n_target: int = 2000
+    n_reference: int = 2000
+    few_shot: FewShotOptions = FewShotOptions()
+    image_size: int = 32
+    channels: ChannelMode = "auto"
+    epsilon: float = 0.05
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        refs = tuple(self.references)
+        object.__setattr__(self, "references", refs)
+        if len(refs) < 2:
+            raise DatasetError(
+                f"choose at least 2 reference datasets P_i (got {len(refs)}): a geodesic needs m >= 2"
+            )
+        tokens = [r.token for r in refs]
+        if len(set(tokens)) != len(tokens):
+            dup = sorted({r.label for r in refs if tokens.count(r.token) > 1})
+            raise DatasetError(f"each reference can be used once; repeated: {', '.join(dup)}")
+        for what, n in (("n_target", self.n_target), ("n_reference", self.n_reference)):
+            if int(n) < 10:
+                raise DatasetError(f"{what} must be at least 10 samples, got {n}")
+        if int(self.image_size) < 4:
+            raise DatasetError(f"image_size must be at least 4 pixels, got {self.image_size}")
+        if self.channels not in ("auto", "grey", "rgb"):
+            raise DatasetError(f"channels must be 'auto', 'grey' or 'rgb', got {self.channels!r}")
+        if not (float(self.epsilon) > 0 and np.isfinite(self.epsilon)):
+            raise DatasetError(f"epsilon must be a positive number, got {self.epsilon}")
+
+    # ------------------------------------------------------------------ views
+    @property
+    def m(self) -> int:
+        return len(self.references)
+
+    @property
+    def choices(self) -> tuple[DatasetChoice, ...]:
+        """``(Q, P_1, ..., P_m)``."""
+        return (self.target, *self.references)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able description (used for the cache key and manifests)."""
+        return asdict(self)
+
+    def data_key(self) -> str:
+        """Hash of what determines the *loaded datasets* (not the OT options)."""
+        d = self.to_dict()
+        d.pop("epsilon")
+        return _hash(d)
+
+    def key(self) -> str:
+        """Hash of the whole scenario: equal keys give the same geodesic."""
+        return _hash(self.to_dict())
+
+    def describe(self, is_image: bool | None = None) -> list[str]:
+        """Markdown lines for the sidebar."""
+
+        def ref(i: int, r: DatasetChoice) -> str:
+            return r.label if r.label == f"P{i + 1}" else f"P{i + 1} = {r.label}"
+
+        size = f" · images {self.image_size}×{self.image_size}" if is_image is not False else ""
+        lines = [
+            f"**Q** (target): {self.target.label}, N = {self.n_target}",
+            "**References**: " + ", ".join(ref(i, r) for i, r in enumerate(self.references)),
+            f"N = {self.n_reference} per reference{size}",
+        ]
+        if self.few_shot.enabled:
+            lines.append(
+                f"few-shot: {self.few_shot.k} labels per class + {self.few_shot.n_neighbors}-NN pseudo-labels"
+            )
+        return lines
+
+    def with_(self, **changes: Any) -> Scenario:
+        """A validated copy with ``changes`` applied (``dataclasses.replace``)."""
+        return replace(self, **changes)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def default_scenario(settings: AppSettings | None = None) -> Scenario:
+    """Target MNIST sample, references Fashion-MNIST, USPS and KMNIST (bundled, offline)."""
+    settings = settings or AppSettings.from_env()
+    return Scenario(
+        target=DatasetChoice(DEFAULT_TARGET),
+        references=tuple(DatasetChoice(n) for n in DEFAULT_REFERENCES),
+        n_target=settings.n_default,
+        n_reference=settings.n_default,
+    )
+
+
+def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]:
+    """Ready-made scenarios for the datasets page (all offline).
+
+    * ``*NIST`` — the default: Q = MNIST, P = Fashion-MNIST, USPS, KMNIST
+      (paper Sec. 5.1 uses the *NIST family the same way).
+    * ``2-D Gaussian mixtures`` / ``3-D Gaussian mixtures`` — Q and three
+      references drawn from different random mixtures (paper Fig. 3b style).
+    * ``Chess-board`` — the 16-Gaussian chess board with the classes
+      permuted differently in each reference (paper appendix, OTDD maps).
+    """
+    settings = settings or AppSettings.from_env()
+    out = {"*NIST (MNIST ← Fashion-MNIST, USPS, KMNIST)": default_scenario(settings)}
+    for dim in (2, 3):
+        base = f"gmm{dim}d"
+        out[f"{dim}-D Gaussian mixtures"] = Scenario(
+            target=DatasetChoice(base, seed=0, options=(("name", "Q"),)),
+            references=tuple(
+                DatasetChoice(base, seed=s, options=(("name", f"P{s}"),)) for s in (1, 2, 3)
+            ),
+            n_target=min(settings.n_default, 800),
+            n_reference=min(settings.n_default, 800),
+        )
+    perms = ((0, 1, 2, 3), (1, 0, 3, 2), (2, 3, 0, 1))
+    out["Chess-board (permuted classes)"] = Scenario(
+        target=DatasetChoice("chessboard", seed=0, options=(("name", "Q"),)),
+        references=tuple(
+            DatasetChoice(
+                "chessboard", seed=i + 1, options=(("name", f"P{i + 1}"), ("permutation", p))
+            )
+            for i, p in enumerate(perms)
+        ),
+        n_target=min(settings.n_default, 800),
+        n_reference=min(settings.n_default, 800),
+    )
+    return out
+
+
+class SessionModel:
+    """Typed access to the app's entries of a session-state mapping.
+
+    Parameters
+    ----------
+    state
+        ``st.session_state`` in the app, a plain ``dict`` in tests.
+
+    The model keeps: the current :class:`Scenario`, the uploaded files
+    (``digest -> Upload``), and the weights picked by the user per scenario
+    key (so changing the scenario starts again from ``a_hat``).
+    """
+
+    SCENARIO = "geoviz_scenario"
+    UPLOADS = "geoviz_uploads"
+    WEIGHTS = "geoviz_weights"
+    SETTINGS = "geoviz_settings"
+
+    def __init__(
+        self, state: MutableMapping[str, Any], settings: AppSettings | None = None
+    ) -> None:
+        self.state = state
+        if self.SETTINGS not in state:
+            state[self.SETTINGS] = settings or AppSettings.from_env()
+        if self.UPLOADS not in state:
+            state[self.UPLOADS] = {}
+        if self.WEIGHTS not in state:
+            state[self.WEIGHTS] = {}
+        if self.SCENARIO not in state:
+            state[self.SCENARIO] = default_scenario(state[self.SETTINGS])
+
+    @property
+    def settings(self) -> AppSettings:
+        return self.state[self.SETTINGS]
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.state[self.SCENARIO]
+
+    @scenario.setter
+    def scenario(self, value: Scenario) -> None:
+        if not isinstance(value, Scenario):
+            raise TypeError(f"expected a Scenario, got {type(value).__name__}")
+        self.state[self.SCENARIO] = value
+
+    @property
+    def uploads(self) -> dict[str, Upload]:
+        return self.state[self.UPLOADS]
+
+    def add_upload(self, filename: str, data: bytes) -> Upload:
+        up = Upload(filename=filename, data=bytes(data))
+        self.uploads[up.digest] = up
+        return up
+
+    def upload_for(self, choice: DatasetChoice) -> Upload:
+        if choice.source != "upload":
+            raise DatasetError(f"{choice.label} is not an upload")
+        try:
+            return self.uploads[str(choice.digest)]
+        except KeyError:
+            raise DatasetError(
+                "the uploaded file is no longer in this session; upload it again", choice.name
+            ) from None
+
+    def picked_weights(self, m: int) -> np.ndarray | None:
+        """Weights the user picked for the current scenario, or ``None``."""
+        w = self.state[self.WEIGHTS].get(self.scenario.key())
+        if w is None or len(w) != m:
+            return None
+        return np.asarray(w, dtype=float)
+
+    def set_weights(self, weights: Sequence[float] | np.ndarray) -> np.ndarray:
+        w = np.asarray(weights, dtype=float).ravel()
+        if w.shape[0] != self.scenario.m:
+            raise WeightsError(f"{w.shape[0]} weights for {self.scenario.m} references")
+        if np.any(w < -1e-9) or abs(w.sum() - 1.0) > 1e-6:
+            raise WeightsError(f"weights must be on the simplex, got {w.tolist()}")
+        self.state[self.WEIGHTS][self.scenario.key()] = w.tolist()
+        return w
+
+    def clear_weights(self) -> None:
+        self.state[self.WEIGHTS].pop(self.scenario.key(), None)
+
+    def current_weights(self, a_hat: np.ndarray) -> np.ndarray:
+        """The picked weights, or ``a_hat`` when none were picked."""
+        w = self.picked_weights(len(a_hat))
+        return np.asarray(a_hat, dtype=float) if w is None else w
+
+
+class ResultStore:
+    """A small thread-safe LRU of computed results, keyed by hashable keys.
+
+    The app keeps one instance per process (created by ``st.cache_resource``
+    in :mod:`geoviz.app_compute`) so that results are shared across pages and
+    sessions. Unlike decorating the compute function with
+    ``st.cache_resource`` directly, computing inside :meth:`get_or_compute`
+    may report progress to Streamlit elements created by the caller.
+
+    Concurrent requests for one key compute once; the others wait.
+    """
+
+    def __init__(self, max_entries: int = 16) -> None:
+        self.max_entries = int(max_entries)
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key_locks: dict[Hashable, threading.Lock] = {}
+        self.hits_ = 0
+        self.misses_ = 0
+
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+        return default
+
+    def put(self, key: Hashable, value: Any) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+
+    def get_or_compute(self, key: Hashable, compute: Callable[[], T]) -> T:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                self.hits_ += 1
+                return self._data[key]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                if key in self._data:  # computed by another thread meanwhile
+                    self.hits_ += 1
+                    return self._data[key]
+            value = compute()
+            self.put(key, value)
+            with self._lock:
+                self.misses_ += 1
+                self._key_locks.pop(key, None)
+            return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()

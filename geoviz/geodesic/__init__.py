@@ -1,0 +1,58 @@
+"""Generalized geodesics in dataset space (paper Sec. 3.2-3.3).
+
+* :mod:`~geoviz.geodesic.labels` — the concatenated label space ``[P_1 | ... | P_m]``.
+* :mod:`~geoviz.geodesic.interpolate` — ``P_a = (sum_i a_i T_i)#Q`` and McCann.
+* :mod:`~geoviz.geodesic.distances` — (2,Q) distances (Def. 2), the objective
+  ``W^2(P_a, Q)`` (eq. (ds_eq)), ``a_hat`` (eq. (hat_a)), simplex grids.
+* :mod:`~geoviz.geodesic.pipeline` — :func:`fit_geodesic` and :class:`GeodesicResult`.
+* :mod:`~geoviz.geodesic.cli` — ``geoviz distance | project | grid``.
+
+The pipeline names are imported lazily so that the pure-math parts do not pull
+in the OT engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from geoviz.geodesic.distances import (
+    TwoQDistances,
+    check_weights,
+    objective,
+    optimal_weights,
+    simplex_grid,
+    two_q_distances,
+)
+from geoviz.geodesic.interpolate import generalized_geodesic_dataset, mccann_dataset
+from geoviz.geodesic.labels import LabelSpace, label_space, pad_labels, unique_names
+
+if TYPE_CHECKING:
+    from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
+
+__all__ = [
+    "GeodesicConfig",
+    "GeodesicResult",
+    "LabelSpace",
+    "TwoQDistances",
+    "check_weights",
+    "fit_geodesic",
+    "generalized_geodesic_dataset",
+    "label_space",
+    "mccann_dataset",
+    "objective",
+    "optimal_weights",
+    "pad_labels",
+    "simplex_grid",
+    "two_q_distances",
+    "unique_names",
+]
+
+_LAZY = {"GeodesicConfig", "GeodesicResult", "fit_geodesic"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from geoviz.geodesic import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

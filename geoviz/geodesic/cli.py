@@ -1,0 +1,396 @@
+"""``geoviz distance | project | grid``: generalized-geodesic commands of the CLI.
+
+:func:`register` is called by :mod:`geoviz.cli` with its ``argparse``
+sub-parsers. All three commands load a target and references (registry names
+or paths, :func:`geoviz.data.registry.load_dataset`), harmonise image sizes
+when they differ (:func:`geoviz.data.preprocess.harmonize`; USPS is 16x16,
+MNIST 28x28), fit the OTDD maps (cached on disk) and then:
+
+* ``distance`` prints the OTDD values ``d^2(Q, P_i)`` and the (2,Q) matrix
+  (``W^2_{2,Q}(P_i, Q)`` and ``W^2_{2,Q}(P_i, P_j)``, paper Def. 2);
+* ``project`` prints ``a_hat`` and ``W^2(P_a_hat, Q)`` (eq. (hat_a), (ds_eq))
+  and, with ``--out``, exports ``P_a_hat`` (or ``P_a`` for ``--weights``) with
+  :func:`geoviz.export.export_dataset`;
+* ``grid`` writes ``W^2(P_a, Q)`` over a simplex grid to a CSV file.
+
+Handlers return the exit status and raise :class:`~geoviz.errors.GeovizError`
+for bad input (printed by ``geoviz.cli.main`` with status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import dataclasses
+import io
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geoviz.errors import ExportError, GeovizError, WeightsError
+
+__all__ = ["load_inputs", "register"]
+
+
+# --------------------------------------------------------------------------- argument helpers
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected comma-separated dataset names, got nothing")
+    return names
+
+
+def _weights(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}"
+        ) from None
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", required=True, help="target dataset Q (registry name or path)")
+    parser.add_argument(
+        "--refs",
+        required=True,
+        type=_names,
+        help="comma-separated reference datasets P_1,...,P_m (m >= 2)",
+    )
+    parser.add_argument(
+        "--split", choices=("train", "test"), default="train", help="split of every dataset"
+    )
+    parser.add_argument(
+        "--n",
+        type=_positive_int,
+        default=1000,
+        help="stratified samples per dataset (default 1000)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the subsamples")
+    parser.add_argument(
+        "--size",
+        type=_positive_int,
+        default=None,
+        help="common image size when sizes differ (default: the target's height)",
+    )
+    parser.add_argument(
+        "--epsilon",
+        type=_float,
+        default=None,
+        help="entropic regularisation, relative to the mean OTDD cost (default from OTDDConfig)",
+    )
+    parser.add_argument("--lambda-x", type=_float, default=None, help="weight of the feature cost")
+    parser.add_argument("--lambda-y", type=_float, default=None, help="weight of the label cost")
+    parser.add_argument("--label-method", choices=("gaussian", "exact"), default=None)
+    parser.add_argument("--device", default=None, help="auto (default), cpu or cuda")
+    parser.add_argument(
+        "--solver", default=None, help="QP solver for a_hat (quadprog, clarabel, osqp, enumerate)"
+    )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="do not read or write the on-disk cache"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+# --------------------------------------------------------------------------- shared steps
+
+
+def _otdd_config(args: argparse.Namespace) -> Any:
+    from geoviz.ot.otdd import OTDDConfig
+
+    base = OTDDConfig()
+    names = {f.name for f in dataclasses.fields(base)}
+    changes = {
+        key: value
+        for key, value in (
+            ("epsilon", args.epsilon),
+            ("lambda_x", args.lambda_x),
+            ("lambda_y", args.lambda_y),
+            ("label_method", args.label_method),
+            ("device", args.device),
+        )
+        if value is not None and key in names
+    }
+    if args.epsilon is not None and not (np.isfinite(args.epsilon) and args.epsilon > 0):
+        raise GeovizError(f"--epsilon must be a positive number, got {args.epsilon}")
+    return dataclasses.replace(base, **changes)
+
+
+def load_inputs(
+    target: str,
+    refs: Sequence[str],
+    *,
+    split: str = "train",
+    n: int | None = None,
+    seed: int = 0,
+    size: int | None = None,
+) -> tuple[Any, list[Any]]:
+    """Load target and references and bring images to one size when needed.
+
+    Returns ``(target, [references...])`` as :class:`~geoviz.data.dataset.LabeledDataset`.
+    """
+    from geoviz.data.preprocess import harmonize
+    from geoviz.data.registry import load_dataset
+
+    datasets = [load_dataset(name, split=split, n=n, seed=seed) for name in [target, *refs]]
+    shapes = {ds.image_shape for ds in datasets}
+    if any(ds.is_image for ds in datasets) and (len(shapes) > 1 or size is not None):
+        tgt = datasets[0]
+        common = size if size is not None else (tgt.image_shape[1] if tgt.is_image else None)
+        datasets = harmonize(datasets, size=common)
+    return datasets[0], list(datasets[1:])
+
+
+@contextlib.contextmanager
+def _progress_bar(enabled: bool):
+    """A ``progress(stage, fraction)`` callback drawing a tqdm bar on stderr."""
+    if not enabled:
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=1000, file=sys.stderr, bar_format="{desc:<48.48} {percentage:3.0f}%|{bar}| {elapsed}"
+    )
+    state = {"done": 0}
+
+    def update(stage: str, fraction: float) -> None:
+        pos = round(1000 * min(max(float(fraction), 0.0), 1.0))
+        bar.set_description_str(stage, refresh=False)
+        if pos > state["done"]:
+            bar.update(pos - state["done"])
+            state["done"] = pos
+        else:
+            bar.refresh()
+
+    try:
+        yield update
+    finally:
+        bar.close()
+
+
+def _fit(args: argparse.Namespace):
+    from geoviz.backend import DiskCache, get_cache
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+
+    if len(args.refs) < 2:
+        raise GeovizError(
+            f"--refs needs at least 2 reference datasets (comma-separated), got {len(args.refs)}"
+        )
+    config = GeodesicConfig(otdd=_otdd_config(args), qp_solver=args.solver)
+    target, refs = load_inputs(
+        args.target, args.refs, split=args.split, n=args.n, seed=args.seed, size=args.size
+    )
+    cache = DiskCache(enabled=False) if args.no_cache else get_cache()
+    with _progress_bar(not args.quiet) as progress:
+        return fit_geodesic(target, refs, config, progress=progress, cache=cache)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _names_of(result) -> list[str]:
+    return list(result.label_space.dataset_names)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _cmd_distance(args: argparse.Namespace) -> int:
+    result = _fit(args)
+    names = _names_of(result)
+    print(f"target: {result.target.name} ({result.target.n_samples} samples)")
+    rows = [
+        [
+            name,
+            _num(result.otdd[i]),
+            _num(result.w_to_target[i]),
+            "yes" if result.converged[i] else "NO",
+            f"{result.marginal_errors[i]:.2e}",
+        ]
+        for i, name in enumerate(names)
+    ]
+    print("\nOTDD d^2(Q, P_i) and (2,Q) distance to the target:")
+    print(_table(["reference", "OTDD", "W2Q(P_i,Q)", "converged", "marg.err"], rows))
+    print("\n(2,Q) matrix W^2_{2,Q} (last column: distance to the target Q):")
+    header = ["", *names, "Q"]
+    body = [
+        [
+            name,
+            *(_num(result.w_between[i, j]) for j in range(result.m)),
+            _num(result.w_to_target[i]),
+        ]
+        for i, name in enumerate(names)
+    ]
+    print(_table(header, body))
+    return 0
+
+
+def _cmd_project(args: argparse.Namespace) -> int:
+    result = _fit(args)
+    names = _names_of(result)
+    print(f"target: {result.target.name} ({result.target.n_samples} samples)")
+    print(
+        "a_hat:  "
+        + ", ".join(f"{name}={a:.4f}" for name, a in zip(names, result.a_hat, strict=True))
+    )
+    print(f"W^2(P_a_hat, Q) = {result.w2_hat:.6g}")
+    print(
+        "best single reference: " + f"{names[int(np.argmin(result.w_to_target))]} "
+        f"(W^2 = {float(np.min(result.w_to_target)):.6g})"
+    )
+    weights = result.a_hat
+    if args.weights is not None:
+        from geoviz.geodesic.distances import check_weights
+
+        if len(args.weights) != result.m:
+            raise WeightsError(
+                f"--weights needs {result.m} values (one per reference), got {len(args.weights)}"
+            )
+        weights = check_weights(args.weights, result.m)
+        print(
+            f"W^2(P_a, Q) at --weights {','.join(f'{w:g}' for w in weights)} = {float(result.objective(weights)):.6g}"
+        )
+    if args.out is not None:
+        from geoviz.export import export_dataset
+
+        ds = result.interpolate(weights, n=args.n_out, seed=args.seed)
+        written = export_dataset(ds, args.out, format=args.format, overwrite=args.overwrite)
+        print(f"wrote {ds.n_samples} samples of {ds.name} to {written.data_path}")
+    return 0
+
+
+def _write_csv_atomic(path: Path, header: Sequence[str], rows: np.ndarray, overwrite: bool) -> None:
+    if path.exists() and not overwrite:
+        raise ExportError(f"{path} already exists; pass --overwrite to replace it")
+    if path.exists() and path.is_dir():
+        raise ExportError(f"{path} is a directory, not a CSV file")
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([repr(float(v)) for v in row])
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(buf.getvalue())
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)
+        raise ExportError(f"cannot write {path}: {err}") from err
+
+
+def _cmd_grid(args: argparse.Namespace) -> int:
+    from geoviz.geodesic.distances import simplex_grid
+
+    result = _fit(args)
+    names = _names_of(result)
+    grid = simplex_grid(result.m, args.resolution)
+    values = result.objective(grid)
+    k = int(np.argmin(values))
+    _write_csv_atomic(
+        Path(args.out),
+        [*(f"a_{n}" for n in names), "w2"],
+        np.column_stack([grid, values]),
+        args.overwrite,
+    )
+    print(f"wrote {grid.shape[0]} simplex points (resolution {args.resolution}) to {args.out}")
+    print(
+        "grid minimum: "
+        + ", ".join(f"{n}={a:.4f}" for n, a in zip(names, grid[k], strict=True))
+        + f"  W^2 = {values[k]:.6g}"
+    )
+    print(
+        "a_hat (QP):   "
+        + ", ".join(f"{n}={a:.4f}" for n, a in zip(names, result.a_hat, strict=True))
+        + f"  W^2 = {result.w2_hat:.6g}"
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``distance``, ``project`` and ``grid`` to the ``geoviz`` CLI."""
+    commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
+        (
+            "distance",
+            "OTDD values and the (2,Q) distance matrix of a target and references",
+            _cmd_distance,
+        ),
+        ("project", "a_hat, W^2(P_a_hat, Q) and optional export of P_a_hat", _cmd_project),
+        ("grid", "W^2(P_a, Q) over a simplex grid, written to CSV", _cmd_grid),
+    ]
+    for name, help_text, handler in commands:
+        parser = subparsers.add_parser(name, help=help_text, description=help_text)
+        _add_common(parser)
+        if name == "project":
+            parser.add_argument(
+                "--out",
+                default=None,
+                help="export P_a here (.npz, .pt, .parquet, .zip or a folder)",
+            )
+            parser.add_argument(
+                "--format", choices=("npz", "pt", "imagefolder", "parquet"), default=None
+            )
+            parser.add_argument(
+                "--overwrite", action="store_true", help="replace an existing export"
+            )
+            parser.add_argument(
+                "--weights",
+                type=_weights,
+                default=None,
+                help="export P_a at these weights instead of a_hat",
+            )
+            parser.add_argument(
+                "--n-out", type=_positive_int, default=None, help="samples to export (default all)"
+            )
+        if name == "grid":
+            parser.add_argument(
+                "--resolution", type=_positive_int, default=20, help="grid step 1/resolution"
+            )
+            parser.add_argument("--out", required=True, help="CSV file (columns a_<ref>..., w2)")
+            parser.add_argument("--overwrite", action="store_true", help="replace an existing CSV")
+        parser.set_defaults(func=handler)

@@ -1,0 +1,748 @@
+"""The optimal-transport dataset distance (OTDD) and its entropic coupling.
+
+Paper Sec. 2.2, eq. (otdd): between a target ``Q = {(x_i, y_i)}`` (``N_Q``
+points) and a reference ``P = {(x'_j, y'_j)}`` (``N_P`` points), both with
+uniform weights, the ground cost is::
+
+    c((x, y), (x', y')) = lambda_x ||x - x'||^2 + lambda_y W_2^2(alpha_y, alpha_y')
+
+(squared Euclidean, **no** factor 1/2; the label term comes from
+:func:`geoviz.ot.labels.label_distances`). We solve the entropic problem with
+:func:`geoviz.ot.sinkhorn.sinkhorn`.
+
+Relative epsilon
+----------------
+``OTDDConfig.epsilon`` is **relative to the mean of the ground-cost matrix**
+over all target x reference pairs::
+
+    epsilon_abs = epsilon * mean_{i,j} C_ij
+                = epsilon * (lambda_x mean_{i,j} ||x_i - x'_j||^2 + lambda_y p_Q^T W p_P)
+
+(``p_Q``, ``p_P`` class frequencies). The mean is computed in closed form in
+float64 (``mean||x||^2 + mean||x'||^2 - 2 xbar . xbar'``) over the *full*
+datasets, so it does not depend on the mode (full, batched, streamed) and
+batched mode uses the same ``epsilon_abs`` as full mode.
+
+Modes and memory
+----------------
+* **full** (``batch_size=None``): the ``(N_Q, N_P)`` cost is built on the
+  device (``||x||^2 + ||x'||^2 - 2 x.x'``, clamped at 0, in row chunks so
+  temporaries stay small) and the solver needs one more buffer of that size
+  (turned into the coupling in place). Peak extra memory
+  ``~2 N_Q N_P * itemsize``.
+* **batched** (``batch_size=B``, paper appendix "Complexity": batches of ``B``
+  target points against the reference): the target is shuffled (seeded) and
+  cut into batches; each batch is solved against the reference, or against a
+  fresh seeded random subsample of ``reference_subsample`` reference points.
+  Memory is bounded by ``~2 B N_ref * itemsize`` (``N_ref`` = reference size
+  used per batch); the cost is the mass-weighted average of the batch costs
+  (the minibatch-OT estimator); no global coupling is returned.
+* **streamed** (``stream_reference=True``, with or without batches): the
+  ``B x N_ref`` matrix is never materialised; a blocked log-domain solver
+  recomputes cost blocks of ``B x 2048`` in every iteration
+  (:func:`geoviz.ot.sinkhorn.sinkhorn_online`). Memory is ``O(B * 2048 + (B +
+  N_ref) D)``, time is one cost evaluation per iteration.
+
+Every size is checked with :func:`geoviz.backend.check_memory` before any large
+allocation, which raises :class:`~geoviz.errors.ResourceError`.
+
+Debiasing
+---------
+With ``debiased=True`` the reported ``cost`` is the Sinkhorn divergence
+``OT_eps(Q, P) - (OT_eps(Q, Q) + OT_eps(P, P)) / 2`` where ``OT_eps`` is the
+regularised optimum ``<f, a> + <g, b>`` (all three with the same
+``epsilon_abs``; the self terms use label distances of each dataset with
+itself). Otherwise ``cost`` is ``<pi, C>``, the transport cost of the entropic
+plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from geoviz.backend import DiskCache, check_memory, resolve_device, resolve_dtype
+from geoviz.data.dataset import LabeledDataset
+from geoviz.errors import DatasetError, GeovizError
+from geoviz.ot.labels import LabelMethod, label_distances
+from geoviz.ot.sinkhorn import sinkhorn, sinkhorn_online
+
+__all__ = [
+    "OTDDConfig",
+    "OTDDResult",
+    "ProgressFn",
+    "check_compatible",
+    "ground_cost",
+    "mean_ground_cost",
+    "otdd",
+]
+
+ProgressFn = Callable[[str, float], None]
+
+#: bump when the numbers produced by :func:`otdd` change (part of cache keys)
+OTDD_ALGO_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class OTDDConfig:
+    """Parameters of :func:`otdd` (and of the maps built on it).
+
+    Parameters
+    ----------
+    epsilon
+        Entropic regularisation **relative to the mean of the ground-cost
+        matrix** (``epsilon_abs = epsilon * mean(C)``, see module docstring); > 0.
+    lambda_x, lambda_y
+        Weights of the feature and label terms of the ground cost (>= 0, not both 0).
+    label_method
+        ``"gaussian"`` or ``"exact"`` (see :func:`~geoviz.ot.labels.label_distances`).
+    max_per_class
+        Samples per class used by the label distances (``None``: all).
+    tol
+        Stop Sinkhorn when the L1 marginal error is ``<= tol``.
+    max_iter
+        Iteration budget of each Sinkhorn solve.
+    batch_size
+        ``None`` for the full problem, else the number ``B`` of target points
+        per batch.
+    stream_reference
+        Never materialise the ``B x N_ref`` cost (recompute blocks each iteration).
+    reference_subsample
+        In batched mode, solve each batch against a fresh seeded random
+        subsample of this many reference points (``None``: all). Ignored in
+        full mode.
+    debiased
+        Report the Sinkhorn divergence instead of ``<pi, C>``.
+    dtype
+        Compute dtype of the cost/kernel (potentials are always float64).
+    device
+        ``"auto"``, ``"cpu"`` or ``"cuda"``.
+    seed
+        Seeds the label-distance subsampling, the batch shuffling and the
+        reference subsamples.
+    """
+
+    epsilon: float = 0.05
+    lambda_x: float = 1.0
+    lambda_y: float = 1.0
+    label_method: LabelMethod = "gaussian"
+    max_per_class: int | None = 200
+    tol: float = 1e-4
+    max_iter: int = 5000
+    batch_size: int | None = None
+    stream_reference: bool = False
+    reference_subsample: int | None = None
+    debiased: bool = False
+    dtype: Literal["float32", "float64"] = "float32"
+    device: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> GeovizError:
+            return GeovizError(f"OTDDConfig: {msg}")
+
+        for name in ("epsilon", "lambda_x", "lambda_y", "tol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise bad(f"{name} must be a finite number, got {value!r}")
+        if self.epsilon <= 0:
+            raise bad(f"epsilon must be > 0 (it is relative to the mean ground cost), got {self.epsilon!r}")
+        if self.lambda_x < 0 or self.lambda_y < 0:
+            raise bad(f"lambda_x and lambda_y must be >= 0, got {self.lambda_x!r}, {self.lambda_y!r}")
+        if self.lambda_x == 0 and self.lambda_y == 0:
+            raise bad("lambda_x and lambda_y cannot both be 0")
+        if self.tol <= 0:
+            raise bad(f"tol must be > 0, got {self.tol!r}")
+        if self.label_method not in ("exact", "gaussian"):
+            raise bad(f"label_method must be 'exact' or 'gaussian', got {self.label_method!r}")
+        for name in ("max_iter", "batch_size", "reference_subsample", "max_per_class"):
+            value = getattr(self, name)
+            if value is None and name != "max_iter":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+                raise bad(f"{name} must be a positive integer{'' if name == 'max_iter' else ' or None'}, got {value!r}")
+        if self.dtype not in ("float32", "float64"):
+            raise bad(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        if str(self.device) not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise bad(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+            raise bad(f"seed must be an integer, got {self.seed!r}")
+
+    @property
+    def batched(self) -> bool:
+        """Whether the problem is split into target batches or streamed."""
+        return self.batch_size is not None or self.stream_reference
+
+    def cache_params(self) -> dict[str, Any]:
+        """Parameters that determine the numbers (everything but the device)."""
+        params = dataclasses.asdict(self)
+        params.pop("device")
+        params["algo"] = OTDD_ALGO_VERSION
+        return params
+
+
+_SCALARS = (
+    "cost", "marginal_error", "converged", "n_iter", "epsilon_abs", "transport_cost", "regularized_cost",
+    "mean_ground_cost", "n_batches",
+)
+
+
+@dataclass(frozen=True)
+class OTDDResult:
+    """Outcome of :func:`otdd`.
+
+    Attributes
+    ----------
+    cost
+        ``<pi, C>`` of the entropic plan, or the Sinkhorn divergence when
+        ``config.debiased`` (batched: mass-weighted mean over batches).
+    marginal_error
+        Largest L1 marginal error over the solves (``||pi 1 - a||_1 + ||pi^T 1 - b||_1``).
+    converged
+        Every solve reached ``tol``.
+    n_iter
+        Sinkhorn iterations, summed over batches.
+    epsilon_abs
+        Absolute regularisation ``epsilon * mean(C)``.
+    label_distances
+        ``(C_Q, C_P)`` float64 CPU ``W_2^2`` between target and reference classes.
+    coupling
+        ``(N_Q, N_P)`` float32 CPU plan (rows sum to ``1/N_Q``); ``None`` in
+        batched/streamed mode or when not kept.
+    transport_cost
+        ``<pi, C>`` (equals ``cost`` unless debiased).
+    regularized_cost
+        ``OT_eps = <f, a> + <g, b>`` of the cross problem (batched: mean).
+    mean_ground_cost
+        ``mean(C)`` used for ``epsilon_abs``.
+    mapped_features
+        ``(N_Q, D)`` float32 CPU barycentric projection (paper eq. (bary_map)),
+        when requested.
+    soft_labels
+        ``(N_Q, C_P)`` float32 CPU, rows sum to 1, when requested.
+    potentials
+        ``(f (N_Q,), g (N_P,))`` float64 CPU dual potentials when the problem was
+        solved in one piece against the whole reference (full mode, or streamed
+        / batched with a single batch and no reference subsample);
+        ``pi = (a (x) b) exp((f (+) g - C)/epsilon_abs)``.
+    n_batches
+        Number of target batches (1 in full mode).
+    """
+
+    cost: float
+    marginal_error: float
+    converged: bool
+    n_iter: int
+    epsilon_abs: float
+    label_distances: torch.Tensor
+    coupling: torch.Tensor | None = None
+    transport_cost: float = float("nan")
+    regularized_cost: float = float("nan")
+    mean_ground_cost: float = float("nan")
+    mapped_features: torch.Tensor | None = dataclasses.field(default=None, repr=False)
+    soft_labels: torch.Tensor | None = dataclasses.field(default=None, repr=False)
+    potentials: tuple[torch.Tensor, torch.Tensor] | None = dataclasses.field(default=None, repr=False)
+    n_batches: int = 1
+
+    def summary(self) -> dict[str, Any]:
+        """Plain-Python scalars (for manifests, the CLI and the app)."""
+        return {
+            "cost": self.cost,
+            "transport_cost": self.transport_cost,
+            "regularized_cost": self.regularized_cost,
+            "marginal_error": self.marginal_error,
+            "converged": self.converged,
+            "n_iter": self.n_iter,
+            "epsilon_abs": self.epsilon_abs,
+            "mean_ground_cost": self.mean_ground_cost,
+            "n_batches": self.n_batches,
+        }
+
+    def without_coupling(self) -> OTDDResult:
+        """A copy that drops the (large) coupling."""
+        return dataclasses.replace(self, coupling=None)
+
+    def to_payload(self) -> dict[str, Any]:
+        """Tensors and scalars for :class:`~geoviz.backend.DiskCache` (inverse: :meth:`from_payload`)."""
+        payload: dict[str, Any] = {k: getattr(self, k) for k in _SCALARS}
+        payload["label_distances"] = self.label_distances
+        for key in ("coupling", "mapped_features", "soft_labels"):
+            value = getattr(self, key)
+            if value is not None:
+                payload[key] = value
+        if self.potentials is not None:
+            payload["f"], payload["g"] = self.potentials
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> OTDDResult:
+        """Rebuild a result stored with :meth:`to_payload`."""
+        pots = (payload["f"], payload["g"]) if "f" in payload else None
+        return cls(
+            cost=float(payload["cost"]),
+            marginal_error=float(payload["marginal_error"]),
+            converged=bool(payload["converged"]),
+            n_iter=int(payload["n_iter"]),
+            epsilon_abs=float(payload["epsilon_abs"]),
+            label_distances=payload["label_distances"],
+            coupling=payload.get("coupling"),
+            transport_cost=float(payload["transport_cost"]),
+            regularized_cost=float(payload["regularized_cost"]),
+            mean_ground_cost=float(payload["mean_ground_cost"]),
+            mapped_features=payload.get("mapped_features"),
+            soft_labels=payload.get("soft_labels"),
+            potentials=pots,
+            n_batches=int(payload["n_batches"]),
+        )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def check_compatible(target: LabeledDataset, reference: LabeledDataset) -> None:
+    """Raise :class:`~geoviz.errors.DatasetError` unless both are datasets of equal dimension."""
+    for role, ds in (("target", target), ("reference", reference)):
+        if not isinstance(ds, LabeledDataset):
+            raise GeovizError(f"otdd: {role} must be a LabeledDataset, got {type(ds).__name__}")
+    if target.n_features != reference.n_features:
+        raise DatasetError(
+            f"feature dimensions differ: target {target.name!r} has {target.n_features} features per "
+            f"sample, reference {reference.name!r} has {reference.n_features}; harmonize them "
+            "(same image size/channels or feature extractor) first"
+        )
+
+
+def _moments(x: torch.Tensor, chunk: int = 8192) -> tuple[float, torch.Tensor]:
+    """``mean ||x||^2`` and ``mean x`` in float64, in row chunks (no full float64 copy)."""
+    total_sq = 0.0
+    total = torch.zeros(x.shape[1], dtype=torch.float64)
+    for r0 in range(0, x.shape[0], chunk):
+        blk = x[r0 : r0 + chunk].double()
+        total_sq += float(blk.square().sum())
+        total += blk.sum(0)
+    return total_sq / x.shape[0], total / x.shape[0]
+
+
+def mean_ground_cost(
+    target: LabeledDataset,
+    reference: LabeledDataset,
+    label_cost: torch.Tensor,
+    *,
+    lambda_x: float = 1.0,
+    lambda_y: float = 1.0,
+) -> float:
+    """Exact mean of the OTDD ground cost over all target x reference pairs (float64).
+
+    ``mean ||x - x'||^2 = mean||x||^2 + mean||x'||^2 - 2 xbar . xbar'`` and the
+    label part is ``p_Q^T W p_P`` with class frequencies ``p``.
+    """
+    sq_q, mean_q = _moments(target.features)
+    sq_p, mean_p = _moments(reference.features)
+    feat = float(sq_q + sq_p - 2.0 * mean_q @ mean_p)
+    pq = torch.from_numpy(target.class_counts() / target.n_samples)
+    pp = torch.from_numpy(reference.class_counts() / reference.n_samples)
+    w = label_cost.double().cpu()
+    iq, ip = pq > 0, pp > 0
+    lab = float(pq[iq] @ w[iq][:, ip] @ pp[ip])
+    return lambda_x * max(feat, 0.0) + lambda_y * lab
+
+
+def ground_cost(
+    xq: torch.Tensor,
+    yq: torch.Tensor,
+    xp: torch.Tensor,
+    yp: torch.Tensor,
+    label_cost: torch.Tensor,
+    *,
+    lambda_x: float = 1.0,
+    lambda_y: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """OTDD ground-cost matrix ``lambda_x ||x_i - x'_j||^2 + lambda_y W[y_i, y'_j]``.
+
+    Built on ``device`` in ``dtype`` via ``||x||^2 + ||x'||^2 - 2 x.x'`` (one
+    GEMM per row chunk), clamped at 0; row chunks keep the temporaries below
+    ~64 MiB.
+
+    Parameters
+    ----------
+    xq, yq
+        ``(n, D)`` features and ``(n,)`` label indices into the rows of ``label_cost``.
+    xp, yp
+        ``(m, D)`` and ``(m,)`` (label indices into its columns).
+    label_cost
+        ``(C_Q, C_P)`` label distances (entries of absent classes are never read).
+    out
+        Optional preallocated ``(n, m)`` output.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(n, m)``.
+    """
+    dev = resolve_device(device)
+    xq = xq.to(device=dev, dtype=dtype)
+    xp = xp.to(device=dev, dtype=dtype)
+    yq = yq.to(device=dev)
+    yp = yp.to(device=dev)
+    n, m = xq.shape[0], xp.shape[0]
+    if out is None:
+        out = torch.empty((n, m), dtype=dtype, device=dev)
+    sq_q = xq.square().sum(1)
+    sq_p = xp.square().sum(1)
+    lab = torch.nan_to_num(label_cost.to(device=dev, dtype=torch.float64), nan=0.0).mul(lambda_y).to(dtype)
+    use_labels = lambda_y != 0
+    rows = max(1, min(n, (16 * 2**20) // max(m, 1)))
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        blk = out[r0:r1]
+        torch.addmm(sq_p[None, :], xq[r0:r1], xp.T, beta=1.0, alpha=-2.0, out=blk)
+        blk.add_(sq_q[r0:r1, None]).clamp_min_(0.0)
+        if lambda_x != 1.0:
+            blk.mul_(lambda_x)
+        if use_labels:
+            blk.add_(torch.index_select(lab[yq[r0:r1]], 1, yp))
+    return out
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+class _Progress:
+    """Forwards ``(stage, fraction)`` with fractions clipped to [0, 1] and monotone per stage."""
+
+    def __init__(self, fn: ProgressFn | None) -> None:
+        self.fn = fn
+        self.last: dict[str, float] = {}
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        if self.fn is not None:
+            frac = max(self.last.get(stage, 0.0), float(min(1.0, max(0.0, fraction))))
+            self.last[stage] = frac
+            self.fn(stage, frac)
+
+    def sinkhorn_callback(self, stage: str, lo: float, hi: float, tol: float) -> Callable[[int, float], None] | None:
+        if self.fn is None:
+            return None
+        first: list[float] = []
+
+        def cb(_it: int, err: float) -> None:
+            if not first:
+                first.append(max(err, tol * 1.0001))
+            frac = math.log(first[0] / max(err, tol)) / math.log(first[0] / tol) if first[0] > tol else 1.0
+            self(stage, lo + (hi - lo) * min(1.0, max(0.0, frac)))
+
+        return cb
+
+
+@dataclass
+class _BlockOut:
+    transport: float
+    regularized: float
+    error: float
+    converged: bool
+    n_iter: int
+    plan: torch.Tensor | None
+    mapped: torch.Tensor | None
+    soft: torch.Tensor | None
+    f: torch.Tensor | None
+    g: torch.Tensor | None
+
+
+def _project(plan: torch.Tensor, xp: torch.Tensor, onehot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row-normalised ``plan @ [X_P, Y_P]`` (eq. (bary_map) with rows renormalised)."""
+    rows = plan.sum(1).double()  # (sum(dtype=float64) would copy the whole plan)
+    mapped = (plan @ xp.to(plan.dtype)).double() / rows[:, None]
+    soft = (plan @ onehot.to(plan.dtype)).double()
+    soft = soft / soft.sum(1, keepdim=True)
+    return mapped.float().cpu(), soft.float().cpu()
+
+
+def _solve_dense(
+    xq, yq, xp, yp, lab, cfg: OTDDConfig, eps_abs, dev, dt, *, want_plan, want_map, n_classes_p, cb
+) -> _BlockOut:
+    n, m = xq.shape[0], xp.shape[0]
+    check_memory(2 * n * m * _itemsize(dt), dev, f"the OTDD cost matrix and Sinkhorn kernel ({n} x {m})")
+    cost = ground_cost(xq, yq, xp, yp, lab, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev)
+    res = sinkhorn(
+        cost, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter, keep_plan=True, callback=cb,
+        groups=(yq, yp),
+    )
+    plan = res.plan()
+    transport = _frobenius(plan, cost)
+    del cost
+    mapped = soft = None
+    if want_map:
+        onehot = torch.nn.functional.one_hot(yp.to(dev), n_classes_p)
+        mapped, soft = _project(plan, xp.to(dev), onehot)
+    out_plan = None
+    if want_plan:
+        out_plan = plan.to(device="cpu", dtype=torch.float32)
+    return _BlockOut(
+        transport, res.dual_value(), res.marginal_error, res.converged, res.n_iter, out_plan, mapped, soft,
+        res.f.cpu(), res.g.cpu(),
+    )
+
+
+def _frobenius(p: torch.Tensor, c: torch.Tensor) -> float:
+    """``<p, c>`` with float64 accumulation over rows, in small row chunks."""
+    total = 0.0
+    step = max(1, (2**20) // max(1, p.shape[1]))
+    for r0 in range(0, p.shape[0], step):
+        total += float((p[r0 : r0 + step] * c[r0 : r0 + step]).sum(1).double().sum())
+    return total
+
+
+def _solve_streamed(
+    xq, yq, xp, yp, lab, cfg: OTDDConfig, eps_abs, dev, dt, *, want_map, n_classes_p, cb
+) -> _BlockOut:
+    xq_d = xq.to(device=dev, dtype=dt)
+    xp_d = xp.to(device=dev, dtype=dt)
+    yq_d, yp_d = yq.to(dev), yp.to(dev)
+    block = 2048
+    check_memory(
+        3 * xq.shape[0] * min(block, xp.shape[0]) * _itemsize(dt), dev, "the streamed OTDD cost blocks"
+    )
+
+    def block_cost(j0: int, j1: int) -> torch.Tensor:
+        return ground_cost(
+            xq_d, yq_d, xp_d[j0:j1], yp_d[j0:j1], lab, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y,
+            dtype=dt, device=dev,
+        )
+
+    values = None
+    if want_map:
+        onehot = torch.nn.functional.one_hot(yp_d, n_classes_p).to(dt)
+        values = torch.cat([xp_d, onehot], dim=1)
+    res, extra = sinkhorn_online(
+        block_cost, xq.shape[0], xp.shape[0], epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter,
+        block=block, values=values, callback=cb,
+    )
+    mapped = soft = None
+    if want_map:
+        bary = extra["barycentric"]
+        d = xp.shape[1]
+        mapped = bary[:, :d].float().cpu()
+        soft = bary[:, d:]
+        soft = (soft / soft.sum(1, keepdim=True)).float().cpu()
+    return _BlockOut(
+        extra["transport_cost"], res.dual_value(), res.marginal_error, res.converged, res.n_iter, None,
+        mapped, soft, res.f.cpu(), res.g.cpu(),
+    )
+
+
+def _self_value(x, y, lab_self, cfg: OTDDConfig, eps_abs, dev, dt) -> tuple[float, float, bool, int]:
+    """``OT_eps`` of a point cloud with itself (debiasing term)."""
+    n = x.shape[0]
+    if cfg.stream_reference:
+        x_d, y_d = x.to(device=dev, dtype=dt), y.to(dev)
+
+        def block_cost(j0: int, j1: int) -> torch.Tensor:
+            return ground_cost(
+                x_d, y_d, x_d[j0:j1], y_d[j0:j1], lab_self, lambda_x=cfg.lambda_x,
+                lambda_y=cfg.lambda_y, dtype=dt, device=dev,
+            )
+
+        res, _ = sinkhorn_online(block_cost, n, n, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter)
+    else:
+        check_memory(n * n * _itemsize(dt), dev, f"the OTDD self-cost matrix ({n} x {n}) for debiasing")
+        cost = ground_cost(x, y, x, y, lab_self, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev)
+        cost = 0.5 * (cost + cost.T)  # exact symmetry for the averaged solver
+        res = sinkhorn(cost, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter, symmetric=True)
+        del cost
+    return res.dual_value(), res.marginal_error, res.converged, res.n_iter
+
+
+# --------------------------------------------------------------------------- main entry
+
+
+def otdd(
+    target: LabeledDataset,
+    reference: LabeledDataset,
+    config: OTDDConfig = OTDDConfig(),
+    progress: ProgressFn | None = None,
+    *,
+    barycentric: bool = False,
+    keep_coupling: bool = True,
+    label_cost: torch.Tensor | None = None,
+    cache: DiskCache | None = None,
+) -> OTDDResult:
+    """Entropic OTDD between ``target`` (Q) and ``reference`` (P), paper eq. (otdd).
+
+    Parameters
+    ----------
+    target, reference
+        Labelled datasets with the same feature dimension; uniform weights.
+    config
+        See :class:`OTDDConfig` (``epsilon`` is relative to the mean ground cost).
+    progress
+        ``progress(stage, fraction)`` with stages ``"labels"``, ``"sinkhorn"``,
+        ``"debias"``, ``"done"``; ``fraction`` in ``[0, 1]`` within the stage.
+    barycentric
+        Also compute the barycentric projection of every target point
+        (``mapped_features``, ``soft_labels``; paper eq. (bary_map)).
+    keep_coupling
+        Return the ``(N_Q, N_P)`` coupling in full mode.
+    label_cost
+        Precomputed ``(C_Q, C_P)`` label distances (default: computed with
+        ``config.label_method``).
+    cache
+        Optional :class:`~geoviz.backend.DiskCache`; the result is stored under
+        the fingerprints of both datasets and ``config.cache_params()``.
+
+    Returns
+    -------
+    OTDDResult
+
+    Raises
+    ------
+    DatasetError
+        Feature dimensions differ.
+    ResourceError
+        The cost matrix would not fit in memory (use ``batch_size``/``stream_reference``).
+    GeovizError
+        Invalid configuration.
+    """
+    if not isinstance(config, OTDDConfig):
+        raise GeovizError(f"otdd: config must be an OTDDConfig, got {type(config).__name__}")
+    check_compatible(target, reference)
+    if cache is not None:
+        params = {
+            "target": target.fingerprint,
+            "reference": reference.fingerprint,
+            "config": config.cache_params(),
+            "barycentric": bool(barycentric),
+            "keep_coupling": bool(keep_coupling),
+            "label_cost": label_cost,
+        }
+        payload = cache.get_or_compute(
+            "otdd",
+            params,
+            lambda: _otdd(
+                target, reference, config, progress, barycentric, keep_coupling, label_cost
+            ).to_payload(),
+        )
+        return OTDDResult.from_payload(payload)
+    return _otdd(target, reference, config, progress, barycentric, keep_coupling, label_cost)
+
+
+def _otdd(target, reference, config, progress, barycentric, keep_coupling, label_cost) -> OTDDResult:
+    prog = _Progress(progress)
+    dev = resolve_device(config.device)
+    dt = resolve_dtype(config.dtype)
+    prog("labels", 0.0)
+    if label_cost is None:
+        lab = label_distances(
+            target, reference, method=config.label_method, max_per_class=config.max_per_class,
+            seed=config.seed, device=dev,
+        )
+    else:
+        lab = torch.as_tensor(label_cost, dtype=torch.float64).cpu()
+        if tuple(lab.shape) != (target.n_classes, reference.n_classes):
+            raise GeovizError(
+                f"otdd: label_cost has shape {tuple(lab.shape)}, expected "
+                f"({target.n_classes}, {reference.n_classes})"
+            )
+    prog("labels", 1.0)
+    mean_c = mean_ground_cost(target, reference, lab, lambda_x=config.lambda_x, lambda_y=config.lambda_y)
+    if not (mean_c > 0):
+        raise GeovizError(
+            "otdd: the mean ground cost is 0 (identical single-point datasets?), so the relative "
+            "epsilon is undefined"
+        )
+    eps_abs = config.epsilon * mean_c
+    n_q, n_p = target.n_samples, reference.n_samples
+    xq, yq, xp, yp = target.features, target.labels, reference.features, reference.labels
+    n_classes_p = reference.n_classes
+
+    if not config.batched:
+        batches = [np.arange(n_q)]
+    else:
+        size = config.batch_size or n_q
+        perm = np.arange(n_q) if size >= n_q else np.random.default_rng((config.seed, 1)).permutation(n_q)
+        batches = [perm[i : i + size] for i in range(0, n_q, size)]
+    n_b = len(batches)
+
+    mapped = torch.empty((n_q, xq.shape[1]), dtype=torch.float32) if barycentric else None
+    soft = torch.empty((n_q, n_classes_p), dtype=torch.float32) if barycentric else None
+    transport = regularized = debias = 0.0
+    max_err, all_conv, iters = 0.0, True, 0
+    plan = pots = None
+    lab_qq = lab_pp = None
+    if config.debiased:
+        kw = {"method": config.label_method, "max_per_class": config.max_per_class, "seed": config.seed, "device": dev}
+        lab_qq = label_distances(target, target, **kw)
+        lab_pp = label_distances(reference, reference, **kw)
+
+    for bi, rows in enumerate(batches):
+        rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        if config.batched and config.reference_subsample is not None and config.reference_subsample < n_p:
+            cols = np.sort(
+                np.random.default_rng((config.seed, 2, bi)).choice(n_p, size=config.reference_subsample, replace=False)
+            )
+            cols_t = torch.from_numpy(cols)
+            bxp, byp = xp[cols_t], yp[cols_t]
+        else:
+            bxp, byp = xp, yp
+        bxq, byq = (xq, yq) if n_b == 1 and len(rows) == n_q else (xq[rows_t], yq[rows_t])
+        weight = len(rows) / n_q
+        cb = prog.sinkhorn_callback("sinkhorn", bi / n_b, (bi + 1) / n_b, config.tol)
+        if config.stream_reference:
+            out = _solve_streamed(
+                bxq, byq, bxp, byp, lab, config, eps_abs, dev, dt, want_map=barycentric,
+                n_classes_p=n_classes_p, cb=cb,
+            )
+        else:
+            out = _solve_dense(
+                bxq, byq, bxp, byp, lab, config, eps_abs, dev, dt,
+                want_plan=keep_coupling and not config.batched, want_map=barycentric,
+                n_classes_p=n_classes_p, cb=cb,
+            )
+        prog("sinkhorn", (bi + 1) / n_b)
+        transport += weight * out.transport
+        regularized += weight * out.regularized
+        max_err = max(max_err, out.error)
+        all_conv = all_conv and out.converged
+        iters += out.n_iter
+        if barycentric:
+            mapped[rows_t] = out.mapped  # type: ignore[index]
+            soft[rows_t] = out.soft  # type: ignore[index]
+        if n_b == 1 and bxp is xp:
+            plan = out.plan
+            pots = (out.f, out.g)
+        if config.debiased:
+            prog("debias", bi / n_b)
+            vq, eq, cq, iq = _self_value(bxq, byq, lab_qq, config, eps_abs, dev, dt)
+            vp, ep, cp, ip = _self_value(bxp, byp, lab_pp, config, eps_abs, dev, dt)
+            debias += weight * 0.5 * (vq + vp)
+            max_err = max(max_err, eq, ep)
+            all_conv = all_conv and cq and cp
+            iters += iq + ip
+        del out
+    prog("done", 1.0)
+    cost = regularized - debias if config.debiased else transport
+    return OTDDResult(
+        cost=float(cost),
+        marginal_error=float(max_err),
+        converged=bool(all_conv),
+        n_iter=int(iters),
+        epsilon_abs=float(eps_abs),
+        label_distances=lab,
+        coupling=plan,
+        transport_cost=float(transport),
+        regularized_cost=float(regularized),
+        mean_ground_cost=float(mean_c),
+        mapped_features=mapped,
+        soft_labels=soft,
+        potentials=pots,
+        n_batches=n_b,
+    )

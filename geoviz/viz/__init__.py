@@ -1,0 +1,77 @@
+"""Plotly figure builders for geoviz (no Streamlit import here).
+
+* :mod:`geoviz.viz.ternary` — ``W^2(P_a, Q)`` over the simplex (ternary heatmap,
+  line for ``m = 2``) and the weights bar.
+* :mod:`geoviz.viz.images` — tiled image grids with captions.
+* :mod:`geoviz.viz.plots` — scatter plots, class histograms, OTDD and
+  label-transition heatmaps, soft-label bars.
+* :mod:`geoviz.viz.embedding` — a UMAP (or PCA) embedding fitted once, reused
+  for new points.
+* :mod:`geoviz.viz.compare` — OT-map interpolation vs naive mixup.
+* :mod:`geoviz.viz.weights` — pure logic of the weight widgets.
+"""
+
+from geoviz.viz.compare import naive_interpolation, side_by_side_scatter
+from geoviz.viz.embedding import Embedding, fit_embedding
+from geoviz.viz.images import (
+    as_display_images,
+    image_grid,
+    mapped_samples_grid,
+    sample_captions,
+    soft_label_captions,
+    tile_images,
+)
+from geoviz.viz.plots import (
+    PointSet,
+    class_histograms,
+    label_mass_bars,
+    label_transition,
+    label_transition_heatmap,
+    otdd_heatmap,
+    point_set,
+    scatter_sets,
+    soft_label_bars,
+)
+from geoviz.viz.ternary import OBJECTIVE_LABEL, geodesic_line, ternary_heatmap, weights_bar
+from geoviz.viz.weights import (
+    format_weights,
+    project_to_simplex,
+    round_to_simplex,
+    selection_signature,
+    sync_weights,
+    uniform_weights,
+    weights_from_selection,
+)
+
+__all__ = [
+    "OBJECTIVE_LABEL",
+    "Embedding",
+    "PointSet",
+    "as_display_images",
+    "class_histograms",
+    "fit_embedding",
+    "format_weights",
+    "geodesic_line",
+    "image_grid",
+    "label_mass_bars",
+    "label_transition",
+    "label_transition_heatmap",
+    "mapped_samples_grid",
+    "naive_interpolation",
+    "otdd_heatmap",
+    "point_set",
+    "project_to_simplex",
+    "round_to_simplex",
+    "sample_captions",
+    "scatter_sets",
+    "selection_signature",
+    "side_by_side_scatter",
+    "soft_label_bars",
+    "soft_label_captions",
+    "sync_weights",
+    "ternary_heatmap",
+    "tile_images",
+    "uniform_weights",
+    "weights_bar",
+    "weights_from_selection",
+]

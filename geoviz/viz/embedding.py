@@ -1,0 +1,203 @@
+"""A 2-D embedding of several datasets, fitted once and reused for new points.
+
+The app shows ``Q``, every ``P_i`` and the interpolation ``P_a`` in one
+picture. Fitting UMAP takes seconds, so it is fitted once per scenario on a
+subsample of ``Q`` and the references (after a PCA to ``pca_dims``
+dimensions), and each new ``P_a`` is placed with :meth:`Embedding.transform`.
+If umap-learn is missing or fails, a PCA projection is used instead and
+:attr:`Embedding.note` says so.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.errors import DatasetError
+
+__all__ = ["Embedding", "fit_embedding"]
+
+EmbeddingMethod = Literal["auto", "umap", "pca"]
+
+
+def _features(ds: LabeledDataset | SoftLabeledDataset | np.ndarray | torch.Tensor) -> np.ndarray:
+    x = ds.features if isinstance(ds, (LabeledDataset, SoftLabeledDataset)) else ds
+    arr = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+@dataclass
+class Embedding:
+    """A fitted 2-D embedding.
+
+    Attributes
+    ----------
+    method
+        ``"umap"`` or ``"pca"`` (the fallback, or when asked for).
+    note
+        Why the fallback was used, or ``None``.
+    names
+        Datasets the embedding was fitted on, in order.
+    points
+        ``name -> (n_i, 2)`` coordinates of the fitted subsample of each dataset.
+    indices
+        ``name -> (n_i,)`` row indices of that subsample in the dataset.
+    fit_seconds
+        Wall time of the fit.
+    """
+
+    method: Literal["umap", "pca"]
+    note: str | None
+    names: tuple[str, ...]
+    points: dict[str, np.ndarray]
+    indices: dict[str, np.ndarray]
+    fit_seconds: float
+    _pca: Any = field(repr=False, default=None)
+    _umap: Any = field(repr=False, default=None)
+
+    @property
+    def axis_titles(self) -> tuple[str, str]:
+        return ("UMAP 1", "UMAP 2") if self.method == "umap" else ("PC 1", "PC 2")
+
+    def transform(
+        self, data: LabeledDataset | SoftLabeledDataset | np.ndarray | torch.Tensor
+    ) -> np.ndarray:
+        """Place new points ``(n, D)`` (same feature space) into the embedding -> ``(n, 2)``."""
+        x = _features(data)
+        if x.ndim != 2:
+            raise DatasetError(f"expected (n, D) features, got shape {x.shape}")
+        z = self._pca.transform(x)
+        if self._umap is None:
+            return np.asarray(z[:, :2], dtype=np.float64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return np.asarray(self._umap.transform(z), dtype=np.float64)
+
+
+def fit_embedding(
+    datasets: Sequence[LabeledDataset | SoftLabeledDataset],
+    *,
+    names: Sequence[str] | None = None,
+    max_per_dataset: int = 500,
+    method: EmbeddingMethod = "auto",
+    pca_dims: int = 50,
+    n_neighbors: int = 15,
+    seed: int = 0,
+) -> Embedding:
+    """Fit a 2-D embedding on (subsamples of) ``datasets``.
+
+    Parameters
+    ----------
+    datasets
+        Datasets in one feature space (same ``D``), e.g. ``[Q, P_1, ..., P_m]``
+        after :func:`geoviz.data.preprocess.harmonize`.
+    names
+        Keys of :attr:`Embedding.points`; default the datasets' names
+        (duplicates get a ``#k`` suffix).
+    max_per_dataset
+        Rows drawn (uniformly, seeded) from each dataset for the fit.
+    method
+        ``"umap"``, ``"pca"``, or ``"auto"`` (UMAP unless the environment
+        variable ``GEOVIZ_EMBEDDING=pca``).
+    pca_dims
+        PCA dimensions fed to UMAP (speeds it up on images, removes noise).
+    n_neighbors
+        UMAP neighbourhood size.
+    seed
+        Subsampling and UMAP seed.
+    """
+    if not datasets:
+        raise DatasetError("fit_embedding needs at least one dataset")
+    feats = [_features(ds) for ds in datasets]
+    dims = {f.shape[1] for f in feats}
+    if len(dims) != 1:
+        raise DatasetError(
+            f"datasets live in different feature spaces (D = {sorted(dims)}); harmonize them first"
+        )
+    if names is None:
+        names = []
+        for ds in datasets:
+            base = getattr(ds, "name", "dataset")
+            name, k = base, 2
+            while name in names:
+                name, k = f"{base}#{k}", k + 1
+            names.append(name)
+    names = tuple(str(n) for n in names)
+    if len(names) != len(feats) or len(set(names)) != len(names):
+        raise DatasetError("fit_embedding needs one unique name per dataset")
+
+    rng = np.random.default_rng(seed)
+    indices = {}
+    chunks = []
+    for name, f in zip(names, feats, strict=True):
+        n = f.shape[0]
+        idx = np.sort(rng.choice(n, size=min(n, int(max_per_dataset)), replace=False))
+        indices[name] = idx
+        chunks.append(f[idx])
+    x = np.concatenate(chunks)
+    start = time.perf_counter()
+
+    from sklearn.decomposition import PCA
+
+    k = int(min(pca_dims, x.shape[1], x.shape[0] - 1))
+    pca = PCA(n_components=max(k, 2) if x.shape[1] >= 2 else 1, random_state=seed)
+    z = pca.fit_transform(x)
+
+    wanted = method
+    if wanted == "auto":
+        wanted = (
+            "pca" if os.environ.get("GEOVIZ_EMBEDDING", "").strip().lower() == "pca" else "umap"
+        )
+    if wanted not in ("umap", "pca"):
+        raise DatasetError(f"embedding method must be 'auto', 'umap' or 'pca', got {method!r}")
+
+    reducer = None
+    note = None
+    coords = z[:, :2] if z.shape[1] >= 2 else np.column_stack([z[:, 0], np.zeros(len(z))])
+    if wanted == "umap":
+        try:
+            import umap
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                reducer = umap.UMAP(
+                    n_components=2,
+                    n_neighbors=int(max(2, min(n_neighbors, x.shape[0] - 1))),
+                    min_dist=0.2,
+                    random_state=seed,
+                    transform_seed=seed,
+                )
+                coords = reducer.fit_transform(z)
+                # compile UMAP's transform now (numba JIT, seconds) so that placing
+                # the first P_a later takes as long as any other
+                reducer.transform(z[: min(len(z), 8)])
+        except Exception as err:  # any failure of the optional UMAP path -> PCA
+            reducer = None
+            note = f"UMAP failed ({type(err).__name__}: {err}); showing a PCA projection instead."
+    else:
+        note = "PCA projection (UMAP disabled)." if method == "auto" else None
+
+    points = {}
+    offset = 0
+    for name in names:
+        n = len(indices[name])
+        points[name] = np.asarray(coords[offset : offset + n], dtype=np.float64)
+        offset += n
+    return Embedding(
+        method="umap" if reducer is not None else "pca",
+        note=note,
+        names=names,
+        points=points,
+        indices=indices,
+        fit_seconds=time.perf_counter() - start,
+        _pca=pca,
+        _umap=reducer,
+    )

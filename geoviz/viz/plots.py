@@ -1,0 +1,493 @@
+"""Scatter plots, histograms and heatmaps of datasets, maps and labels.
+
+All builders take plain arrays / dataset objects and return plotly figures;
+nothing here imports Streamlit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.express as px
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.errors import DatasetError
+
+__all__ = [
+    "PointSet",
+    "class_histograms",
+    "color_map",
+    "label_mass_bars",
+    "label_transition",
+    "label_transition_heatmap",
+    "otdd_heatmap",
+    "point_set",
+    "scatter_sets",
+    "soft_label_bars",
+]
+
+_PALETTE = px.colors.qualitative.Dark24 + px.colors.qualitative.Light24
+_DATASET_PALETTE = ["#222222", *px.colors.qualitative.Set1]
+
+
+def color_map(names: Sequence[str], palette: Sequence[str] | None = None) -> dict[str, str]:
+    """Stable name -> colour assignment in first-seen order."""
+    pal = list(palette or _PALETTE)
+    out: dict[str, str] = {}
+    for n in names:
+        if n not in out:
+            out[n] = pal[len(out) % len(pal)]
+    return out
+
+
+def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+@dataclass(frozen=True)
+class PointSet:
+    """Points of one dataset prepared for a scatter plot.
+
+    Attributes
+    ----------
+    name
+        Dataset name (legend / symbol).
+    points
+        ``(N, 2)`` or ``(N, 3)`` coordinates.
+    labels
+        ``N`` class names (hard label; argmax for soft labels).
+    confidence
+        ``(N,)`` mass of that class (1 for hard labels), shown on hover.
+    """
+
+    name: str
+    points: np.ndarray
+    labels: tuple[str, ...]
+    confidence: np.ndarray
+
+
+def point_set(
+    ds: LabeledDataset | SoftLabeledDataset,
+    points: np.ndarray | torch.Tensor | None = None,
+    *,
+    name: str | None = None,
+    prefix_labels: bool = False,
+    indices: np.ndarray | None = None,
+) -> PointSet:
+    """Make a :class:`PointSet` from a dataset (its own features, or given ``points``).
+
+    ``prefix_labels`` writes hard labels as ``"name/class"`` so classes of
+    different datasets never share a colour; soft-labelled sets already carry
+    prefixed names. ``indices`` selects rows of the dataset (``points``, when
+    given, are already those rows).
+    """
+    rows = slice(None) if indices is None else np.asarray(indices, dtype=np.int64)
+    pts = _np(ds.features[rows] if points is None else points).astype(np.float64)
+    if isinstance(ds, SoftLabeledDataset):
+        soft = _np(ds.soft_labels)[rows]
+        idx = soft.argmax(axis=1)
+        labels = tuple(ds.class_names[int(k)] for k in idx)
+        conf = soft[np.arange(len(idx)), idx]
+    else:
+        y = _np(ds.labels)[rows]
+        labels = tuple(
+            (f"{ds.name}/{ds.classes[int(k)]}" if prefix_labels else ds.classes[int(k)]) for k in y
+        )
+        conf = np.ones(len(y))
+    if pts.shape[0] != len(labels):
+        raise DatasetError(f"{pts.shape[0]} points but {len(labels)} labels", name or ds.name)
+    return PointSet(name or ds.name, pts, labels, conf)
+
+
+def scatter_sets(
+    sets: Sequence[PointSet],
+    *,
+    color_by: str = "label",
+    title: str | None = None,
+    axis_titles: Sequence[str] = ("x₁", "x₂", "x₃"),
+    height: int = 520,
+    opacity: float = 0.75,
+    marker_size: float = 6,
+    faded: Sequence[str] = (),
+) -> go.Figure:
+    """2-D or 3-D scatter of several point sets.
+
+    Parameters
+    ----------
+    sets
+        Point sets sharing a dimension (2 or 3).
+    color_by
+        ``"label"``: colour = class, symbol = dataset; ``"dataset"``: colour = dataset.
+    faded
+        Names of sets drawn small and translucent (context, e.g. references
+        behind an interpolation).
+    """
+    if not sets:
+        raise DatasetError("nothing to plot: no point sets")
+    dims = {s.points.shape[1] for s in sets}
+    if len(dims) != 1 or next(iter(dims)) not in (2, 3):
+        raise DatasetError(
+            f"scatter plots need 2-D or 3-D points of one dimension, got dims {sorted(dims)}"
+        )
+    dim = next(iter(dims))
+    if color_by not in ("label", "dataset"):
+        raise DatasetError(f"color_by must be 'label' or 'dataset', got {color_by!r}")
+    symbols = ["circle", "diamond", "square", "x", "cross", "triangle-up", "star", "pentagon"]
+    symbols3d = [
+        "circle",
+        "diamond",
+        "square",
+        "x",
+        "cross",
+        "circle-open",
+        "diamond-open",
+        "square-open",
+    ]
+    ds_colors = color_map([s.name for s in sets], _DATASET_PALETTE)
+    lab_colors = color_map([lab for s in sets for lab in dict.fromkeys(s.labels)])
+    fig = go.Figure()
+    for si, s in enumerate(sets):
+        fade = s.name in faded
+        groups = (
+            [(lab, np.array([x == lab for x in s.labels])) for lab in dict.fromkeys(s.labels)]
+            if color_by == "label"
+            else [(s.name, np.ones(len(s.labels), bool))]
+        )
+        for lab, mask in groups:
+            color = lab_colors[lab] if color_by == "label" else ds_colors[s.name]
+            legend = f"{s.name}: {lab}" if color_by == "label" else s.name
+            marker = {
+                "color": color,
+                "size": marker_size * (0.6 if fade else 1.0),
+                "opacity": 0.25 if fade else opacity,
+            }
+            hover = [
+                f"{s.name}<br>{lab_i} ({c:.2f})"
+                for lab_i, c in zip(np.array(s.labels)[mask], s.confidence[mask], strict=True)
+            ]
+            common = {
+                "mode": "markers",
+                "name": legend,
+                "legendgroup": s.name,
+                "legendgrouptitle_text": s.name if color_by == "label" else None,
+                "text": hover,
+                "hovertemplate": "%{text}<extra></extra>",
+            }
+            p = s.points[mask]
+            if dim == 2:
+                marker["symbol"] = symbols[si % len(symbols)]
+                fig.add_trace(go.Scatter(x=p[:, 0], y=p[:, 1], marker=marker, **common))
+            else:
+                marker["symbol"] = symbols3d[si % len(symbols3d)]
+                marker["size"] = marker["size"] * 0.6
+                fig.add_trace(
+                    go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], marker=marker, **common)
+                )
+    fig.update_layout(
+        title={"text": title} if title else None, height=height, legend={"itemsizing": "constant"}
+    )
+    if dim == 2:
+        fig.update_layout(
+            xaxis={"title": {"text": axis_titles[0]}},
+            yaxis={"title": {"text": axis_titles[1]}, "scaleanchor": "x", "scaleratio": 1},
+        )
+    else:
+        fig.update_layout(
+            scene={
+                "xaxis": {"title": {"text": axis_titles[0]}},
+                "yaxis": {"title": {"text": axis_titles[1]}},
+                "zaxis": {"title": {"text": axis_titles[2]}},
+            }
+        )
+    return fig
+
+
+def class_histograms(
+    datasets: Sequence[LabeledDataset], *, title: str = "Samples per class", height: int = 330
+) -> go.Figure:
+    """One bar chart of class counts per dataset, side by side."""
+    if not datasets:
+        raise DatasetError("no datasets to summarise")
+    n = len(datasets)
+    fig = make_subplots(
+        rows=1, cols=n, subplot_titles=[ds.name for ds in datasets], shared_yaxes=True
+    )
+    colors = color_map([ds.name for ds in datasets], _DATASET_PALETTE)
+    for j, ds in enumerate(datasets, start=1):
+        counts = ds.class_counts()
+        fig.add_trace(
+            go.Bar(
+                x=list(ds.classes),
+                y=counts,
+                name=ds.name,
+                marker={"color": colors[ds.name]},
+                hovertemplate="%{x}: %{y} samples<extra>" + ds.name + "</extra>",
+                showlegend=False,
+            ),
+            row=1,
+            col=j,
+        )
+        fig.update_xaxes(
+            title_text="class",
+            type="category",
+            tickangle=-45 if max(len(c) for c in ds.classes) > 2 else 0,
+            row=1,
+            col=j,
+        )
+    fig.update_yaxes(title_text="samples", row=1, col=1)
+    fig.update_layout(title={"text": title}, height=height, margin={"t": 70, "b": 40})
+    return fig
+
+
+def otdd_heatmap(
+    matrix: np.ndarray,
+    names: Sequence[str],
+    *,
+    title: str = "Pairwise OTDD d²",
+    value_label: str = "OTDD d²",
+    height: int = 460,
+) -> go.Figure:
+    """Annotated heatmap of a symmetric ``(n, n)`` distance matrix between datasets."""
+    mat = np.asarray(matrix, dtype=float)
+    names = [str(n) for n in names]
+    if mat.shape != (len(names), len(names)):
+        raise DatasetError(
+            f"distance matrix of shape {mat.shape} does not match {len(names)} names"
+        )
+    text = [[("" if not np.isfinite(v) else f"{v:.3g}") for v in row] for row in mat]
+    fig = go.Figure(
+        go.Heatmap(
+            z=mat,
+            x=names,
+            y=names,
+            text=text,
+            texttemplate="%{text}",
+            colorscale="Blues",
+            colorbar={"title": {"text": value_label}},
+            hovertemplate="d²(%{y}, %{x}) = %{z:.4g}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title={"text": title},
+        xaxis={"title": {"text": "dataset"}, "side": "bottom"},
+        yaxis={"title": {"text": "dataset"}, "autorange": "reversed", "scaleanchor": "x"},
+        height=height,
+    )
+    return fig
+
+
+def label_transition(
+    target_labels: np.ndarray | torch.Tensor,
+    soft_labels: np.ndarray | torch.Tensor,
+    n_target_classes: int,
+) -> np.ndarray:
+    """Mass of each target class sent to each reference class: ``Y_Q^T S / N``.
+
+    Parameters
+    ----------
+    target_labels
+        ``(N,)`` hard labels of ``Q`` in ``0..C_Q-1``.
+    soft_labels
+        ``(N, C_P)`` soft labels of the mapped samples ``T(x)`` (rows sum to 1).
+    n_target_classes
+        ``C_Q``.
+
+    Returns
+    -------
+    np.ndarray
+        ``(C_Q, C_P)``, non-negative, summing to 1; row ``c`` sums to the
+        fraction of ``Q`` in class ``c``.
+    """
+    y = _np(target_labels).astype(np.int64).ravel()
+    s = _np(soft_labels).astype(np.float64)
+    if s.ndim != 2 or s.shape[0] != y.shape[0]:
+        raise DatasetError(f"{y.shape[0]} target labels but soft labels of shape {s.shape}")
+    if y.size and (y.min() < 0 or y.max() >= n_target_classes):
+        raise DatasetError(f"target labels must lie in 0..{n_target_classes - 1}")
+    onehot = np.zeros((y.shape[0], int(n_target_classes)))
+    onehot[np.arange(y.shape[0]), y] = 1.0
+    return onehot.T @ s / max(y.shape[0], 1)
+
+
+def label_transition_heatmap(
+    matrix: np.ndarray,
+    target_classes: Sequence[str],
+    reference_classes: Sequence[str],
+    *,
+    target_name: str = "Q",
+    reference_name: str = "P",
+    title: str | None = None,
+    row_normalize: bool = True,
+    height: int = 430,
+) -> go.Figure:
+    """Heatmap of a label-transition matrix (rows: ``Q`` classes, columns: ``P_i`` classes).
+
+    With ``row_normalize`` the colour shows, for each target class, the
+    fraction of its mass that lands in each reference class (rows sum to 1);
+    the hover also gives the raw mass ``Y_Q^T S / N``.
+    """
+    mat = np.asarray(matrix, dtype=float)
+    if mat.shape != (len(target_classes), len(reference_classes)):
+        raise DatasetError(
+            f"transition matrix of shape {mat.shape} does not match "
+            f"{len(target_classes)} x {len(reference_classes)} classes"
+        )
+    rows = mat.sum(axis=1, keepdims=True)
+    shown = np.divide(mat, rows, out=np.zeros_like(mat), where=rows > 0) if row_normalize else mat
+    label = "fraction of row" if row_normalize else "mass"
+    fig = go.Figure(
+        go.Heatmap(
+            z=shown,
+            x=[str(c) for c in reference_classes],
+            y=[str(c) for c in target_classes],
+            customdata=mat,
+            text=[[f"{v:.2f}" if v >= 0.005 else "" for v in row] for row in shown],
+            texttemplate="%{text}",
+            textfont={"size": 9},
+            colorscale="Purples",
+            zmin=0,
+            zmax=1 if row_normalize else None,
+            colorbar={"title": {"text": label}},
+            hovertemplate=(
+                f"{target_name} class %{{y}} → {reference_name} class %{{x}}<br>"
+                f"{label}: %{{z:.3f}}<br>mass Y_Qᵀ S / N: %{{customdata:.4f}}<extra></extra>"
+            ),
+        )
+    )
+    fig.update_layout(
+        title={"text": title or f"Label transition {target_name} → {reference_name}"},
+        xaxis={
+            "title": {"text": f"{reference_name} class (soft label of T(x))"},
+            "tickangle": -45,
+            "type": "category",
+        },
+        yaxis={
+            "title": {"text": f"{target_name} class of x"},
+            "autorange": "reversed",
+            "type": "category",
+        },
+        height=height,
+        margin={"t": 60},
+    )
+    return fig
+
+
+def soft_label_bars(
+    soft_labels: np.ndarray | torch.Tensor,
+    class_names: Sequence[str],
+    sample_names: Sequence[str],
+    *,
+    title: str = "Soft labels",
+    min_mass: float = 0.03,
+    height: int | None = None,
+) -> go.Figure:
+    """Stacked horizontal bars: one bar per sample, segments = classes.
+
+    Classes whose mass never exceeds ``min_mass`` in any shown sample are
+    merged into an ``other`` segment so that the legend stays readable.
+    """
+    s = _np(soft_labels).astype(float)
+    if s.ndim != 2 or s.shape[1] != len(class_names) or s.shape[0] != len(sample_names):
+        raise DatasetError(
+            f"soft labels of shape {s.shape} do not match {len(sample_names)} samples x {len(class_names)} classes"
+        )
+    keep = np.flatnonzero(s.max(axis=0) > min_mass)
+    colors = color_map([class_names[k] for k in keep])
+    fig = go.Figure()
+    for k in keep:
+        fig.add_trace(
+            go.Bar(
+                y=list(sample_names),
+                x=s[:, k],
+                name=str(class_names[k]),
+                orientation="h",
+                marker={"color": colors[class_names[k]]},
+                hovertemplate="%{y}: " + str(class_names[k]) + " %{x:.2f}<extra></extra>",
+            )
+        )
+    other = 1.0 - s[:, keep].sum(axis=1)
+    if np.any(other > 1e-3):
+        fig.add_trace(
+            go.Bar(
+                y=list(sample_names),
+                x=other,
+                name="other",
+                orientation="h",
+                marker={"color": "#cccccc"},
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        title={"text": title},
+        xaxis={"title": {"text": "soft-label mass"}, "range": [0, 1]},
+        yaxis={"title": {"text": "sample"}, "autorange": "reversed"},
+        height=height or max(330, 60 + 34 * len(sample_names)),
+        legend={"title": {"text": "class"}},
+        margin={"t": 50},
+    )
+    return fig
+
+
+def label_mass_bars(
+    soft_labels: np.ndarray | torch.Tensor,
+    class_names: Sequence[str],
+    *,
+    title: str = "Average soft label",
+    height: int = 340,
+) -> go.Figure:
+    """Mean soft-label mass per class, coloured by the dataset block of the class.
+
+    Class names are ``"dataset/class"``; the blocks show how label mass moves
+    between datasets (e.g. from ``Q``'s block to ``P_i``'s along McCann's
+    interpolation, or how ``P_a`` shares mass among references).
+    """
+    s = _np(soft_labels).astype(float)
+    if s.ndim != 2 or s.shape[1] != len(class_names):
+        raise DatasetError(
+            f"soft labels of shape {s.shape} do not match {len(class_names)} class names"
+        )
+    mean = s.mean(axis=0)
+    blocks = [str(c).split("/", 1)[0] if "/" in str(c) else "" for c in class_names]
+    colors = color_map(blocks, _DATASET_PALETTE[1:])
+    fig = go.Figure()
+    for b in dict.fromkeys(blocks):
+        idx = [i for i, x in enumerate(blocks) if x == b]
+        fig.add_trace(
+            go.Bar(
+                x=[str(class_names[i]) for i in idx],
+                y=mean[idx],
+                name=f"{b} (total {mean[idx].sum():.2f})" if b else "classes",
+                marker={"color": colors[b]},
+                hovertemplate="%{x}: %{y:.3f}<extra></extra>",
+            )
+        )
+    # the colour says which dataset a class belongs to: ticks show the class only
+    short = [str(c).split("/", 1)[1] if "/" in str(c) else str(c) for c in class_names]
+    fig.update_layout(
+        title={"text": title},
+        xaxis={
+            "title": {"text": "class (colour: dataset block)"},
+            "tickangle": -60,
+            "type": "category",
+            "tickmode": "array",
+            "tickvals": [str(c) for c in class_names],
+            "ticktext": short,
+        },
+        yaxis={"title": {"text": "mean soft-label mass"}, "rangemode": "tozero"},
+        height=height,
+        legend={
+            "title": {"text": "label block"},
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.02,
+            "x": 0,
+        },
+        margin={"t": 90, "b": 110},
+        bargap=0.15,
+    )
+    return fig

@@ -1,0 +1,259 @@
+"""Pure logic behind the app's weight widgets (no Streamlit, no plotting).
+
+The interpolation weights ``a`` of a generalized geodesic live on the
+probability simplex ``Delta_{m-1} = {a in R^m : a_i >= 0, sum_i a_i = 1}``
+(paper Sec. 3.3, eq. (hat_a)). The app lets a user pick ``a`` in three ways:
+
+* clicking a point of the ternary heatmap (``m = 3``) or of the line plot
+  (``m = 2``): :func:`weights_from_selection`;
+* moving one of ``m`` sliders: the others follow so that the vector stays on
+  the simplex (:func:`sync_weights`);
+* typing arbitrary values: :func:`project_to_simplex` (Euclidean projection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from geoviz.errors import WeightsError
+
+__all__ = [
+    "format_weights",
+    "project_to_simplex",
+    "round_to_simplex",
+    "selection_signature",
+    "sync_weights",
+    "uniform_weights",
+    "weights_from_selection",
+]
+
+
+def uniform_weights(m: int) -> np.ndarray:
+    """``(m,)`` the barycentre of the simplex, ``1/m`` everywhere."""
+    if int(m) < 1:
+        raise WeightsError(f"need at least one reference dataset, got m={m}")
+    return np.full(int(m), 1.0 / int(m))
+
+
+def project_to_simplex(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Euclidean projection of ``values`` onto the probability simplex.
+
+    Solves ``argmin_{a in Delta} ||a - v||_2`` with the sorting algorithm of
+    Held, Wolfe & Crowder (1974) / Duchi et al. (2008): sort ``v`` decreasingly,
+    find the largest ``rho`` with ``u_rho - (sum_{j<=rho} u_j - 1) / rho > 0``
+    and shift by that threshold ``theta``; ``a = max(v - theta, 0)``.
+
+    Parameters
+    ----------
+    values
+        ``(..., m)`` real numbers (any sign); batches are projected row-wise.
+
+    Returns
+    -------
+    np.ndarray
+        ``(..., m)`` float64 rows that are non-negative and sum to 1.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 0 or v.shape[-1] == 0:
+        raise WeightsError(f"weights must be a non-empty vector, got shape {v.shape}")
+    if not np.all(np.isfinite(v)):
+        raise WeightsError("weights must be finite numbers (found NaN or inf)")
+    m = v.shape[-1]
+    u = -np.sort(-v, axis=-1)  # decreasing
+    css = np.cumsum(u, axis=-1) - 1.0
+    ks = np.arange(1, m + 1, dtype=np.float64)
+    cond = u - css / ks > 0
+    # rho: last index where cond holds (cond[..., 0] is always true)
+    rho = m - 1 - np.argmax(cond[..., ::-1], axis=-1)
+    theta = np.take_along_axis(css, rho[..., None], axis=-1) / (rho[..., None] + 1.0)
+    out = np.maximum(v - theta, 0.0)
+    # remove rounding drift so the rows sum to 1 to machine precision
+    return out / out.sum(axis=-1, keepdims=True)
+
+
+def sync_weights(weights: Sequence[float] | np.ndarray, index: int, value: float) -> np.ndarray:
+    """Move one weight and let the others follow so the vector stays on the simplex.
+
+    ``a_index`` becomes ``value`` (clipped to ``[0, 1]``); the remaining mass
+    ``1 - value`` is shared among the other weights in proportion to their
+    previous values, or equally when they were all zero. This is what a user
+    expects from linked sliders: ratios between untouched weights are kept.
+
+    Parameters
+    ----------
+    weights
+        ``(m,)`` current weights (projected onto the simplex first if they
+        drifted off it).
+    index
+        Which weight the user moved, ``0 <= index < m``.
+    value
+        Its new value.
+
+    Returns
+    -------
+    np.ndarray
+        ``(m,)`` weights on the simplex with ``out[index] == clip(value, 0, 1)``.
+    """
+    w = project_to_simplex(weights)
+    m = w.shape[0]
+    if not 0 <= int(index) < m:
+        raise WeightsError(f"slider index {index} out of range for {m} weights")
+    if not np.isfinite(value):
+        raise WeightsError(f"weight value must be a finite number, got {value!r}")
+    i = int(index)
+    v = float(np.clip(value, 0.0, 1.0))
+    if m == 1:
+        return np.ones(1)
+    others = np.delete(w, i)
+    rest = 1.0 - v
+    total = others.sum()
+    others = np.full(m - 1, rest / (m - 1)) if total <= 1e-12 else others * (rest / total)
+    out = np.insert(others, i, v)
+    out = np.maximum(out, 0.0)
+    # keep the moved weight exact; put rounding drift on the others
+    drift = 1.0 - out.sum()
+    if abs(drift) > 0 and m > 1:
+        j = int(np.argmax(np.where(np.arange(m) == i, -np.inf, out)))
+        out[j] = max(out[j] + drift, 0.0)
+    return out
+
+
+def round_to_simplex(weights: Sequence[float] | np.ndarray, decimals: int = 2) -> np.ndarray:
+    """Round to ``decimals`` places while keeping the sum exactly 1.
+
+    Largest-remainder rounding on the integer grid ``10**-decimals``: the
+    result is the closest grid point on the simplex to the input (in the sense
+    of distributing leftover units to the largest fractional parts), so slider
+    widgets with ``step = 10**-decimals`` can display it without drifting off.
+    """
+    w = project_to_simplex(weights)
+    scale = 10 ** int(decimals)
+    raw = w * scale
+    floor = np.floor(raw + 1e-9)
+    missing = round(scale - floor.sum())
+    if missing > 0:
+        order = np.argsort(-(raw - floor), kind="stable")
+        floor[order[:missing]] += 1
+    return floor / scale
+
+
+def format_weights(
+    weights: Sequence[float] | np.ndarray, names: Sequence[str] | None = None, digits: int = 2
+) -> str:
+    """``"fashion_mnist 0.50 · usps 0.30 · kmnist 0.20"`` (or ``"(0.50, 0.30, 0.20)"``)."""
+    w = np.asarray(weights, dtype=float).ravel()
+    if names is None:
+        return "(" + ", ".join(f"{x:.{digits}f}" for x in w) + ")"
+    if len(names) != len(w):
+        raise WeightsError(f"{len(w)} weights but {len(names)} names")
+    return " · ".join(f"{n} {x:.{digits}f}" for n, x in zip(names, w, strict=True))
+
+
+def _point_get(point: Any, key: str) -> Any:
+    if isinstance(point, Mapping):
+        return point.get(key)
+    return getattr(point, key, None)
+
+
+def weights_from_selection(
+    selection: Any,
+    m: int,
+    grid: np.ndarray | None = None,
+    *,
+    axis: str = "x",
+) -> np.ndarray | None:
+    """Turn a plotly selection event (as Streamlit returns it) into weights.
+
+    Understands, in this order of preference:
+
+    1. ``customdata`` holding the full ``(m,)`` weight vector of the clicked
+       marker (how :func:`geoviz.viz.ternary.ternary_heatmap` and
+       :func:`geoviz.viz.ternary.geodesic_line` build their traces);
+    2. ternary coordinates ``a, b, c`` (``m = 3``), normalised by their sum;
+    3. for ``m = 2`` the ``axis`` coordinate, read as the weight of the second
+       reference ``a_2`` (so ``a = (1 - x, x)``);
+    4. ``point_index`` into ``grid`` (``(K, m)``).
+
+    Parameters
+    ----------
+    selection
+        The ``event.selection`` mapping (``{"points": [...], ...}``), the event
+        itself (with a ``selection`` entry) or a list of points. Only the last
+        point is used (the one the user clicked most recently).
+    m
+        Number of references.
+    grid
+        Optional ``(K, m)`` weights of the markers, for index lookup.
+
+    Returns
+    -------
+    np.ndarray or None
+        ``(m,)`` weights on the simplex, or ``None`` when nothing was selected
+        or the point carries no usable information.
+    """
+    if selection is None:
+        return None
+    points: Any = selection
+    inner = _point_get(selection, "selection")
+    if inner is not None:
+        points = inner
+    if not isinstance(points, (list, tuple)):
+        points = _point_get(points, "points")
+    if not points:
+        return None
+    point = points[-1]
+
+    custom = _point_get(point, "customdata")
+    if custom is not None:
+        arr = np.asarray(custom, dtype=float).ravel()
+        if arr.shape[0] >= m and np.all(np.isfinite(arr[:m])) and arr[:m].sum() > 0:
+            return project_to_simplex(arr[:m] / arr[:m].sum())
+
+    if m == 3:
+        abc = [_point_get(point, k) for k in ("a", "b", "c")]
+        if all(isinstance(x, (int, float)) for x in abc):
+            arr = np.asarray(abc, dtype=float)
+            if arr.sum() > 0:
+                return project_to_simplex(arr / arr.sum())
+
+    if m == 2:
+        x = _point_get(point, axis)
+        if isinstance(x, (int, float)) and np.isfinite(x):
+            t = float(np.clip(x, 0.0, 1.0))
+            return np.array([1.0 - t, t])
+
+    idx = _point_get(point, "point_index")
+    if idx is None:
+        idx = _point_get(point, "point_number")
+    if grid is not None and isinstance(idx, (int, np.integer)):
+        g = np.asarray(grid, dtype=float)
+        if 0 <= int(idx) < g.shape[0] and g.shape[1] == m:
+            return project_to_simplex(g[int(idx)])
+    return None
+
+
+def selection_signature(selection: Any) -> str | None:
+    """A short string identifying a selection, so a page applies each click once.
+
+    Streamlit keeps a chart's selection in its widget state across reruns, so
+    the same event is seen again on every rerun (e.g. after a slider moved);
+    the page compares signatures and only applies a *new* click.
+    """
+    if selection is None:
+        return None
+    inner = _point_get(selection, "selection")
+    points = inner if inner is not None else selection
+    if not isinstance(points, (list, tuple)):
+        points = _point_get(points, "points")
+    if not points:
+        return None
+    point = points[-1]
+    parts = []
+    for key in ("curve_number", "point_index", "a", "b", "c", "x", "y", "customdata"):
+        val = _point_get(point, key)
+        if val is not None:
+            parts.append(f"{key}={val}")
+    return "|".join(parts) or None

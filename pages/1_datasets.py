@@ -1,0 +1,256 @@
+"""Page 1 · Datasets: choose Q and the references, look at them, compare them by OTDD."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import streamlit as st
+
+from geoviz import app_compute as compute
+from geoviz.app_state import FewShotOptions, Scenario, SessionModel, preset_scenarios
+from geoviz.errors import GeovizError
+from geoviz.viz.embedding import fit_embedding
+from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
+from geoviz.viz.plots import class_histograms, otdd_heatmap, point_set, scatter_sets
+
+
+def scenario_form(model: SessionModel) -> None:
+    scenario = model.scenario
+    options = compute.choice_options(model)
+    tokens = list(options)
+    with st.form("scenario_form"):
+        c1, c2 = st.columns([2, 3])
+        target_tok = c1.selectbox(
+            "Target dataset Q",
+            tokens,
+            index=tokens.index(scenario.target.token),
+            format_func=lambda t: compute.choice_caption(options[t]),
+            key="form_target",
+        )
+        target_split = c1.radio(
+            "Split of Q",
+            ["train", "test"],
+            index=["train", "test"].index(scenario.target.split),
+            horizontal=True,
+            key="form_split",
+            help="Registry datasets only; use the test split to keep Q disjoint from a reference.",
+        )
+        ref_toks = c2.multiselect(
+            "Reference datasets P_i (at least 2)",
+            tokens,
+            default=[r.token for r in scenario.references],
+            format_func=lambda t: compute.choice_caption(options[t]),
+            key="form_refs",
+        )
+        c3, c4, c5 = st.columns(3)
+        n_target = c3.number_input(
+            "Samples in Q",
+            min_value=10,
+            max_value=100_000,
+            value=scenario.n_target,
+            step=100,
+            key="form_nq",
+        )
+        n_ref = c4.number_input(
+            "Samples per reference",
+            min_value=10,
+            max_value=100_000,
+            value=scenario.n_reference,
+            step=100,
+            key="form_np",
+        )
+        image_size = c5.selectbox(
+            "Common image size",
+            [16, 28, 32],
+            index=[16, 28, 32].index(scenario.image_size)
+            if scenario.image_size in (16, 28, 32)
+            else 2,
+            key="form_size",
+            help="Images are resized to size×size (harmonize); ignored for vector data.",
+        )
+        c6, c7, c8 = st.columns(3)
+        few = c6.checkbox(
+            "Few-shot target",
+            value=scenario.few_shot.enabled,
+            key="form_few",
+            help="Keep k labels per class of Q and pseudo-label the rest with a kNN classifier.",
+        )
+        k = c7.number_input("k labels per class", 1, 1000, scenario.few_shot.k, key="form_k")
+        nn = c8.number_input("kNN neighbours", 1, 50, scenario.few_shot.n_neighbors, key="form_nn")
+        with st.expander("Advanced"):
+            a1, a2 = st.columns(2)
+            epsilon = a1.number_input(
+                "Entropic ε (relative to mean cost)",
+                min_value=0.001,
+                max_value=10.0,
+                value=float(scenario.epsilon),
+                step=0.01,
+                format="%.3f",
+                key="form_eps",
+            )
+            seed = a2.number_input("Seed", 0, 2**31 - 1, scenario.seed, key="form_seed")
+        submitted = st.form_submit_button("Apply scenario", type="primary")
+    if submitted:
+        target = options[target_tok]
+        if target.source == "registry":
+            target = dataclasses.replace(target, split=target_split)
+        try:
+            model.scenario = Scenario(
+                target=target,
+                references=tuple(options[t] for t in ref_toks),
+                n_target=int(n_target),
+                n_reference=int(n_ref),
+                few_shot=FewShotOptions(enabled=bool(few), k=int(k), n_neighbors=int(nn)),
+                image_size=int(image_size),
+                channels=scenario.channels,
+                epsilon=float(epsilon),
+                seed=int(seed),
+            )
+        except GeovizError as err:
+            st.error(str(err))
+        else:
+            reset_form()
+            st.rerun()
+
+
+def reset_form() -> None:
+    """Forget the form widgets' values so they show the new scenario."""
+    for key in [k for k in st.session_state if str(k).startswith("form_")]:
+        del st.session_state[key]
+
+
+def upload_box(model: SessionModel) -> None:
+    with st.expander("Upload a dataset (.npz, .csv, .zip of an ImageFolder or MNIST-M folder)"):
+        up = st.file_uploader(
+            "Dataset file",
+            type=["npz", "csv", "gz", "zip"],
+            key="dataset_upload",
+            help="npz keys x/y, images/labels, x_train/y_train…; CSV with a header and a label column.",
+        )
+        if up is None:
+            if model.uploads:
+                st.caption(
+                    "Uploaded this session: "
+                    + ", ".join(u.filename for u in model.uploads.values())
+                )
+            return
+        data = up.getvalue()
+        try:
+            ds = compute.check_upload(up.name, data)
+        except GeovizError as err:
+            st.error(str(err))
+            return
+        model.add_upload(up.name, data)
+        shape = f"images {ds.image_shape}" if ds.is_image else f"{ds.n_features} features"
+        st.success(
+            f"{up.name}: {ds.n_samples} samples, {ds.n_classes} classes, {shape}. "
+            "It is now listed in the dataset choices below."
+        )
+
+
+def dataset_views(model: SessionModel, data: compute.ScenarioData) -> None:
+    roles = ["Q (target)"] + [f"P{i + 1}" for i in range(len(data.references))]
+    cols = st.columns(len(data.datasets))
+    for col, role, ds in zip(cols, roles, data.datasets, strict=True):
+        shape = "×".join(map(str, ds.image_shape[1:])) if ds.is_image else f"D={ds.n_features}"
+        col.metric(
+            f"{role}: {ds.name}",
+            f"{ds.n_samples} samples",
+            f"{ds.n_classes} classes · {shape}",
+            delta_color="off",
+        )
+    if data.labelled_indices is not None:
+        st.info(
+            f"Few-shot target: {len(data.labelled_indices)} labelled samples of Q; the other "
+            f"{data.target.n_samples - len(data.labelled_indices)} carry kNN pseudo-labels "
+            f"(accuracy {data.pseudo_label_accuracy:.1%} against the true labels)."
+        )
+
+    st.subheader("Samples")
+    if data.is_image:
+        tabs = st.tabs([f"{r}: {ds.name}" for r, ds in zip(roles, data.datasets, strict=True)])
+        for tab, ds in zip(tabs, data.datasets, strict=True):
+            idx = example_indices(ds.labels, min(30, ds.n_samples), seed=0)
+            with tab:
+                fig = image_grid(
+                    as_display_images(ds.features[idx], ds.image_shape),
+                    sample_captions(ds.labels[idx], ds.classes),
+                    ncols=10,
+                )
+                st.plotly_chart(fig, key=f"grid_{ds.name}")
+    else:
+        color_by = st.radio("Colour by", ["label", "dataset"], horizontal=True, key="ds_color")
+        if data.dim in (2, 3):
+            sets = [point_set(ds, prefix_labels=True) for ds in data.datasets]
+            axis = ("x₁", "x₂", "x₃")
+            note = None
+        else:
+            emb = fit_embedding(list(data.datasets), method="pca", max_per_dataset=1000)
+            sets = [
+                point_set(ds, emb.points[nm], name=nm, prefix_labels=True, indices=emb.indices[nm])
+                for ds, nm in zip(data.datasets, emb.names, strict=True)
+            ]
+            axis = emb.axis_titles
+            note = f"{data.dim}-D vectors shown by their first two principal components."
+        st.plotly_chart(
+            scatter_sets(sets, color_by=color_by, title="Q and the references", axis_titles=axis),
+            key="ds_scatter",
+        )
+        if note:
+            st.caption(note)
+
+    st.subheader("Class histograms")
+    st.plotly_chart(class_histograms(list(data.datasets)), key="class_hist")
+
+
+def pairwise_section(model: SessionModel, data: compute.ScenarioData) -> None:
+    st.subheader("OTDD between all pairs")
+    st.caption(
+        "Optimal-transport dataset distance d²_OT (features and labels, entropic, "
+        f"ε = {model.scenario.epsilon} × mean cost) between every pair of Q, P_1, …, P_m."
+    )
+    mat = compute.pairwise_otdd_if_ready(model)
+    if mat is None:
+        n = len(data.datasets)
+        if st.button(f"Compute OTDD for all {n * (n - 1) // 2} pairs", key="pairwise_btn"):
+            bar = st.progress(0.0, text="starting")
+            try:
+                mat = compute.pairwise_otdd(model, compute.throttled_progress(bar))
+            except GeovizError as err:
+                st.error(str(err))
+                return
+            bar.empty()
+    if mat is not None:
+        st.plotly_chart(otdd_heatmap(mat, list(data.names)), key="pairwise_heatmap")
+        closest = int(np.argmin(mat[0, 1:])) + 1
+        st.caption(
+            f"Closest single reference to Q by OTDD: **{data.names[closest]}** (d² = {mat[0, closest]:.4g})."
+        )
+
+
+def main() -> None:
+    compute.ensure_navigation()
+    model = SessionModel(st.session_state)
+    st.title("1 · Datasets")
+    st.markdown(
+        "Pick the **target** dataset Q (the task you care about) and **m ≥ 2 reference** datasets "
+        "P_i (candidate pretraining data). Every other page works on this scenario."
+    )
+    presets = preset_scenarios(model.settings)
+    p1, p2 = st.columns([4, 1], vertical_alignment="bottom")
+    preset = p1.selectbox("Preset scenarios", list(presets), key="preset_name")
+    if p2.button("Load preset", key="load_preset"):
+        model.scenario = presets[preset]
+        reset_form()
+        st.rerun()
+    upload_box(model)
+    scenario_form(model)
+    data = compute.data_or_error(model)
+    if data is None:
+        return
+    dataset_views(model, data)
+    pairwise_section(model, data)
+
+
+main()

@@ -1,0 +1,258 @@
+"""Page 3 · Geodesic: W²(P_a, Q) over the weight simplex, pick a, look at P_a."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from geoviz import app_compute as compute
+from geoviz.app_state import SessionModel
+from geoviz.errors import GeovizError
+from geoviz.viz.compare import naive_interpolation, side_by_side_scatter
+from geoviz.viz.images import as_display_images, example_indices, image_grid, soft_label_captions
+from geoviz.viz.plots import PointSet, label_mass_bars, otdd_heatmap, point_set, scatter_sets
+from geoviz.viz.ternary import OBJECTIVE_LABEL, geodesic_line, ternary_heatmap, weights_bar
+from geoviz.viz.weights import (
+    format_weights,
+    round_to_simplex,
+    sync_weights,
+    weights_from_selection,
+)
+
+CHART_KEY = "geodesic_chart"
+
+
+def slider_key(i: int) -> str:
+    return f"geodesic_w_{i}"
+
+
+# ---------------------------------------------------------------- callbacks (run before the script)
+
+
+def on_pick(model: SessionModel, m: int, grid: np.ndarray | None) -> None:
+    """A click on the ternary heatmap / line: those weights become the picked ``a``."""
+    w = weights_from_selection(st.session_state.get(CHART_KEY), m, grid)
+    if w is not None:
+        model.set_weights(w)
+
+
+def on_slider(model: SessionModel, i: int, a_hat: np.ndarray) -> None:
+    """Slider ``i`` moved: the others follow so the weights stay on the simplex."""
+    current = model.current_weights(a_hat)
+    model.set_weights(sync_weights(current, i, float(st.session_state[slider_key(i)])))
+
+
+def on_reset(model: SessionModel) -> None:
+    model.clear_weights()
+
+
+# ---------------------------------------------------------------- sections
+
+
+def two_q_matrix(result) -> None:
+    names = ["Q", *result.reference_names]
+    m = result.m
+    mat = np.zeros((m + 1, m + 1))
+    mat[0, 1:] = mat[1:, 0] = result.w_to_target
+    mat[1:, 1:] = result.w_between
+    with st.expander("The (2,Q) dataset distances W²₂,Q (paper Def. 2)", expanded=False):
+        st.markdown(
+            "W²₂,Q(P_i, P_j) = ∫ ‖x_i − x_j‖² + W₂²(α_{y_i}, α_{y_j}) dQ(z), with (x_i, y_i) = T_i(z): "
+            "how far apart the maps send the *same* target samples. The objective is "
+            "W²(P_a, Q) = Σ a_i W²₂,Q(P_i, Q) − ½ Σ_{i≠j} a_i a_j W²₂,Q(P_i, P_j) (eq. ds_eq)."
+        )
+        st.plotly_chart(
+            otdd_heatmap(mat, names, title="(2,Q) dataset distances", value_label="W²₂,Q"),
+            key="two_q_heatmap",
+        )
+
+
+def weight_picker(model: SessionModel, result, names: list[str], resolution: int) -> np.ndarray:
+    m = result.m
+    weights = model.current_weights(result.a_hat)
+    left, right = st.columns([3, 2])
+    with left:
+        if m == 3:
+            grid, values = compute.objective_grid(model, result, resolution)
+            fig = ternary_heatmap(grid, values, names, a_hat=result.a_hat, picked=weights)
+            st.plotly_chart(
+                fig,
+                on_select=lambda: on_pick(model, m, grid),
+                selection_mode="points",
+                key=CHART_KEY,
+            )
+            st.caption(
+                "Click a point of the triangle to pick its weights. Vertices are the references P_i."
+            )
+        elif m == 2:
+            t = np.linspace(0.0, 1.0, 4 * resolution + 1)
+            values = result.objective(np.column_stack([1 - t, t]))
+            fig = geodesic_line(t, values, names, a_hat=result.a_hat, picked=weights)
+            st.plotly_chart(
+                fig,
+                on_select=lambda: on_pick(model, m, None),
+                selection_mode="points",
+                key=CHART_KEY,
+            )
+            st.caption("Click a point of the curve to pick its weights.")
+        else:
+            st.info(
+                f"m = {m} references: pick the weights with the sliders (they stay on the simplex)."
+            )
+            st.plotly_chart(weights_bar(weights, names, a_hat=result.a_hat), key="weights_bar_main")
+    with right:
+        st.markdown("**Weights a** (moving one slider rescales the others)")
+        shown = round_to_simplex(weights, 2)
+        for i, name in enumerate(names):
+            st.session_state[slider_key(i)] = float(shown[i])
+            st.slider(
+                f"a{i + 1} · {name}",
+                0.0,
+                1.0,
+                step=0.01,
+                key=slider_key(i),
+                on_change=on_slider,
+                args=(model, i, result.a_hat),
+            )
+        st.button("Reset to â", on_click=on_reset, args=(model,), key="reset_weights")
+        value = float(result.objective(weights))
+        gap = value - result.w2_hat
+        st.metric(
+            f"{OBJECTIVE_LABEL} at the picked a",
+            f"{value:.4g}",
+            delta=f"{gap:+.3g} vs â" if abs(gap) > 1e-9 * max(1.0, abs(value)) else None,
+            delta_color="inverse",
+        )
+        st.markdown(f"**â** = {format_weights(result.a_hat, names)} · W² = {result.w2_hat:.4g}")
+        if m <= 3:
+            st.plotly_chart(
+                weights_bar(weights, names, a_hat=result.a_hat, height=280), key="weights_bar"
+            )
+    return weights
+
+
+def samples_of_pa(model: SessionModel, result, pa) -> None:
+    st.subheader("Samples of P_a")
+    if pa.image_shape is not None:
+        idx = example_indices(pa.hard_labels, min(30, pa.n_samples), seed=0)
+        st.plotly_chart(
+            image_grid(
+                as_display_images(pa.features[idx], pa.image_shape),
+                soft_label_captions(pa.soft_labels[idx], pa.class_names, two_lines=True),
+                ncols=10,
+                title="P_a = (Σ a_i T_i)#Q — caption: top soft label and its mass",
+            ),
+            key="pa_grid",
+        )
+    st.plotly_chart(
+        label_mass_bars(
+            pa.soft_labels, pa.class_names, title="Average soft label of P_a (block total = a_i)"
+        ),
+        key="pa_mass",
+    )
+
+
+def low_dim_views(model: SessionModel, result, pa, weights: np.ndarray, names: list[str]) -> None:
+    st.subheader("The datasets themselves")
+    q = result.target
+    color_by = st.radio("Colour by", ["label", "dataset"], horizontal=True, key="geo_color")
+    pa_set = point_set(pa, name="P_a")
+    sets = [point_set(q, name="Q", prefix_labels=True)]
+    sets += [
+        point_set(r, name=n, prefix_labels=True)
+        for r, n in zip(result.references, names, strict=True)
+    ]
+    st.plotly_chart(
+        scatter_sets([*sets, pa_set], color_by=color_by, title="Q, every P_i and P_a"),
+        key="geo_scatter",
+    )
+    st.subheader("OT maps vs naive mixup")
+    naive = naive_interpolation(q, list(result.references), weights, seed=model.scenario.seed)
+    refs = [
+        point_set(r, name=f"{n} samples") for r, n in zip(result.references, names, strict=True)
+    ]
+    naive_set = point_set(naive, name="naive")
+    fig = side_by_side_scatter(
+        [
+            ("Q", [point_set(q, name="Q")]),
+            (
+                "P_a with OTDD maps",
+                [*refs, PointSet("P_a", pa_set.points, pa_set.labels, pa_set.confidence)],
+            ),
+            ("naive mixup (random couplings)", [*refs, naive_set]),
+        ],
+        faded=[s.name for s in refs],
+        title=f"Same weights a = {format_weights(weights)}, different couplings (paper Fig. 3b)",
+    )
+    st.plotly_chart(fig, key="geo_compare")
+    st.caption(
+        "With the OTDD maps every sample of Q moves to matching classes of each P_i, so P_a keeps "
+        "Q's cluster structure; random couplings average unrelated samples and collapse towards the mean."
+    )
+
+
+def embedding_view(model: SessionModel, result, pa, weights: np.ndarray, names: list[str]) -> None:
+    st.subheader("Embedding of Q, the references and P_a")
+    data = compute.scenario_data(model)
+    with st.spinner("Fitting the embedding (once per scenario)…"):
+        emb = compute.embedding(model, data)
+    if emb.note:
+        st.warning(emb.note)
+    q_idx = emb.indices[emb.names[0]]
+    pts = compute.embed_points(
+        model, emb, pa.features[q_idx], ("pa", *np.round(weights, 4).tolist())
+    )
+    color_by = st.radio("Colour by", ["dataset", "label"], horizontal=True, key="emb_color")
+    sets = [
+        point_set(
+            ds,
+            emb.points[nm],
+            name="Q" if k == 0 else nm,
+            prefix_labels=True,
+            indices=emb.indices[nm],
+        )
+        for k, (ds, nm) in enumerate(zip(data.datasets, emb.names, strict=True))
+    ]
+    sets.append(point_set(pa, pts, name="P_a", indices=q_idx))
+    st.plotly_chart(
+        scatter_sets(
+            sets,
+            color_by=color_by,
+            title=f"{emb.method.upper()} of Q, P_i and P_a (fitted once; P_a placed by transform)",
+            axis_titles=emb.axis_titles,
+            marker_size=5,
+        ),
+        key="geo_embedding",
+    )
+
+
+def main() -> None:
+    compute.ensure_navigation()
+    model = SessionModel(st.session_state)
+    st.title("3 · Generalized geodesic")
+    st.markdown(
+        "Every weight vector $a$ on the simplex gives a dataset "
+        r"$P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ on the generalized geodesic of the references "
+        "with base Q (paper Sec. 3.3). The heatmap shows the objective "
+        r"$\mathcal{W}^2(P_a, Q)$ (eq. ds_eq); its minimiser $\hat a$ (★) is the projection of Q "
+        "onto the geodesic. Click the triangle or move the sliders to pick $a$."
+    )
+    result = compute.geodesic_with_status(model)
+    if result is None:
+        return
+    names = list(result.reference_names)
+    two_q_matrix(result)
+    weights = weight_picker(model, result, names, model.settings.grid_resolution)
+    try:
+        pa = compute.interpolation(model, result, weights)
+    except GeovizError as err:
+        st.error(str(err))
+        return
+    samples_of_pa(model, result, pa)
+    if pa.image_shape is None and pa.features.shape[1] in (2, 3):
+        low_dim_views(model, result, pa, weights, names)
+    else:
+        embedding_view(model, result, pa, weights, names)
+
+
+main()

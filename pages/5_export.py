@@ -1,0 +1,144 @@
+"""Page 5 · Export: write P_a at the chosen weights as npz, pt, ImageFolder zip or Parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from geoviz import app_compute as compute
+from geoviz.app_state import SessionModel
+from geoviz.errors import GeovizError
+from geoviz.export import FORMATS, export_dataset, load_snippet
+from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
+from geoviz.viz.weights import format_weights
+
+FORMAT_HELP = {
+    "npz": "npz — NumPy archive (features, soft_labels, labels, class_names), lossless",
+    "pt": "pt — torch.load(weights_only=True) dict of tensors, lossless",
+    "imagefolder": "ImageFolder zip — class/idx.png + labels.csv + manifest.json (images only)",
+    "parquet": "Parquet — one row per sample, Hugging Face datasets compatible",
+}
+
+
+def block_table(pa, names: list[str]) -> pd.DataFrame:
+    soft = pa.soft_labels.numpy()
+    rows = []
+    for name in names:
+        cols = [k for k, c in enumerate(pa.class_names) if c.startswith(f"{name}/")]
+        top = pa.hard_labels.numpy()
+        rows.append(
+            {
+                "reference": name,
+                "soft-label mass": float(soft[:, cols].sum() / len(soft)),
+                "samples whose top label is here": int(sum(int(t) in cols for t in top)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    compute.ensure_navigation()
+    model = SessionModel(st.session_state)
+    st.title("5 · Export")
+    st.markdown(
+        r"Write samples of $P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ with their soft labels "
+        "and a checksummed manifest."
+    )
+    result = compute.geodesic_with_status(model)
+    if result is None:
+        return
+    names = list(result.reference_names)
+    picked = model.picked_weights(result.m)
+    options = ["â (projection of Q onto the geodesic)", "picked a (page 3)"]
+    source = st.radio(
+        "Weights",
+        options,
+        index=1 if picked is not None else 0,
+        horizontal=True,
+        key="export_weights",
+        help="Pick weights on page 3; until then only â is available.",
+    )
+    if source == options[1] and picked is None:
+        st.info("No weights picked on page 3 yet: using â.")
+    weights = picked if (source == options[1] and picked is not None) else result.a_hat
+    st.markdown(
+        f"a = {format_weights(weights, names)} · W²(P_a, Q) = {float(result.objective(weights)):.4g}"
+    )
+
+    n_max = result.target.n_samples
+    c1, c2, c3 = st.columns(3)
+    n = int(c1.number_input("Number of samples", 2, n_max, n_max, step=100, key="export_n"))
+    formats = [f for f in FORMATS if result.image_shape is not None or f != "imagefolder"]
+    fmt = c2.selectbox(
+        "Format", formats, format_func=lambda f: FORMAT_HELP.get(f, f), key="export_fmt"
+    )
+    seed = int(c3.number_input("Subsample seed", 0, 10_000, 0, key="export_seed"))
+    try:
+        pa = compute.interpolation(model, result, weights, n=None if n >= n_max else n, seed=seed)
+    except GeovizError as err:
+        st.error(str(err))
+        return
+
+    st.subheader("Preview")
+    if pa.image_shape is not None:
+        k = min(20, pa.n_samples)
+        st.plotly_chart(
+            image_grid(
+                as_display_images(pa.features[:k], pa.image_shape),
+                soft_label_captions(pa.soft_labels[:k], pa.class_names, two_lines=True),
+                ncols=10,
+                title=f"{pa.name}: first {k} of {pa.n_samples} samples",
+            ),
+            key="export_preview",
+        )
+    st.dataframe(block_table(pa, names), hide_index=True)
+    with st.expander("Metadata written with the data"):
+        st.json(json.loads(json.dumps(pa.metadata, default=str)))
+
+    st.subheader("Download")
+    key = ("export", pa.fingerprint, pa.name, fmt)
+    if key not in compute.store() and st.button(
+        f"Prepare {fmt} file", type="primary", key="export_prepare"
+    ):
+        with st.spinner("Serialising…"):
+            try:
+                compute.export_payload(model, pa, fmt)
+            except GeovizError as err:
+                st.error(str(err))
+    if key in compute.store():
+        data, filename, mime = compute.export_payload(model, pa, fmt)
+        st.download_button(
+            f"Download {filename} ({len(data) / 1e6:.2f} MB)",
+            data,
+            file_name=filename,
+            mime=mime,
+            key="export_download",
+            on_click="ignore",
+        )
+        st.markdown("Load it back with:")
+        st.code(load_snippet(fmt, filename), language="python")
+
+    st.subheader("Save to a folder")
+    default_dir = os.environ.get("GEOVIZ_EXPORT_DIR", str(Path.cwd() / "exports"))
+    folder = st.text_input("Folder on the server", default_dir, key="export_dir")
+    overwrite = st.checkbox("Overwrite existing files", key="export_overwrite")
+    if st.button("Save to folder", key="export_save"):
+        from geoviz.export import safe_name
+
+        ext = {"npz": ".npz", "pt": ".pt", "parquet": ".parquet", "imagefolder": ".zip"}[fmt]
+        target = Path(folder).expanduser() / (safe_name(pa.name, fallback="synthetic") + ext)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            res = export_dataset(pa, target, format=fmt, overwrite=overwrite)
+        except (GeovizError, OSError) as err:
+            st.error(str(err))
+        else:
+            st.success("Wrote " + ", ".join(str(p) for p in res.paths))
+            st.code(load_snippet(fmt, str(res.paths[0])), language="python")
+
+
+main()

@@ -1,0 +1,333 @@
+"""Every page of the Streamlit app under streamlit.testing (AppTest), bundled data, small N.
+
+The app's compute layer caches per process, so the first test that needs the
+geodesic fits it (a few seconds at N = 150) and the others reuse it.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from geoviz.app_state import DatasetChoice, Scenario, SessionModel
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 150
+TIMEOUT = 600  # a cold geodesic fit on 2 shared cores, with headroom
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _small_app(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("app")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GEOVIZ_APP_N", str(N))
+        mp.setenv("GEOVIZ_APP_GRID", "10")
+        mp.setenv("GEOVIZ_APP_EMBED_N", "60")
+        mp.setenv("GEOVIZ_EMBEDDING", "pca")
+        mp.setenv("GEOVIZ_CACHE_DIR", str(tmp / "cache"))
+        mp.setenv("GEOVIZ_EXPORT_DIR", str(tmp / "exports"))
+        yield tmp
+
+
+def _app():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.run()
+    return at
+
+
+def _open(at, page: str):
+    at.switch_page(page)
+    at.run()
+    _assert_clean(at, page)
+    return at
+
+
+def _assert_clean(at, where: str) -> None:
+    assert not at.exception, f"{where}: {[e.value for e in at.exception]}"
+    assert not at.error, f"{where}: {[e.value for e in at.error]}"
+
+
+def _sidebar(at) -> str:
+    return "\n".join(m.value for m in at.sidebar.markdown)
+
+
+def _arr(value) -> np.ndarray:
+    """Plotly >= 6 writes numpy data as ``{"dtype", "bdata", "shape"}`` typed arrays."""
+    if isinstance(value, dict) and "bdata" in value:
+        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        if "shape" in value:
+            out = out.reshape([int(k) for k in str(value["shape"]).split(",")])
+        return out.astype(float)
+    return np.asarray(value, dtype=float)
+
+
+def _figures(at) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def _sliders(at, prefix: str = "geodesic_w_"):
+    return [s for s in at.slider if str(s.key).startswith(prefix)]
+
+
+# ---------------------------------------------------------------- page 1
+
+
+def test_datasets_page_default_scenario_and_pairwise_otdd():
+    at = _app()
+    _assert_clean(at, "datasets")
+    assert at.title[0].value == "1 · Datasets"
+    assert [s.value for s in at.subheader][:3] == [
+        "Samples",
+        "Class histograms",
+        "OTDD between all pairs",
+    ]
+    side = _sidebar(at)
+    assert "mnist" in side and "P1 = fashion_mnist" in side and f"N = {N}" in side
+    assert [m.label for m in at.metric] == [
+        "Q (target): mnist",
+        "P1: fashion_mnist",
+        "P2: usps",
+        "P3: kmnist",
+    ]
+    figs = _figures(at)
+    assert any(f["layout"].get("title", {}).get("text") == "Samples per class" for f in figs)
+    at.button(key="pairwise_btn").click().run()
+    _assert_clean(at, "pairwise")
+    heat = [
+        f for f in _figures(at) if f["layout"].get("title", {}).get("text") == "Pairwise OTDD d²"
+    ]
+    assert heat, "no pairwise OTDD heatmap"
+    z = _arr(heat[0]["data"][0]["z"])
+    assert (
+        z.shape == (4, 4)
+        and np.allclose(z, z.T)
+        and np.allclose(np.diag(z), 0)
+        and (z[0, 1:] > 0).all()
+    )
+    assert any("Closest single reference" in c.value for c in at.caption)
+
+
+def test_invalid_upload_shows_the_library_error_inline():
+    from geoviz.data.formats import load_upload
+    from geoviz.errors import GeovizError
+
+    bad = b"this is not a zip archive"
+    with pytest.raises(GeovizError) as info:
+        load_upload(bad, "broken.npz")
+    at = _app()
+    at.file_uploader(key="dataset_upload").set_value(
+        ("broken.npz", bad, "application/octet-stream")
+    )
+    at.run()
+    assert not at.exception
+    assert [e.value for e in at.error] == [str(info.value)]
+
+
+def test_valid_upload_becomes_a_choice():
+    rng = np.random.default_rng(0)
+    buf = io.BytesIO()
+    np.savez(buf, x=rng.random((60, 8, 8)).astype(np.float32), y=np.repeat(np.arange(3), 20))
+    at = _app()
+    at.file_uploader(key="dataset_upload").set_value(
+        ("tiny.npz", buf.getvalue(), "application/octet-stream")
+    )
+    at.run()
+    _assert_clean(at, "upload")
+    assert any("tiny.npz: 60 samples, 3 classes" in s.value for s in at.success)
+    assert any("upload: tiny.npz" in o for o in at.selectbox(key="form_target").options)
+
+
+def test_scenario_form_rejects_a_single_reference():
+    at = _app()
+    at.multiselect(key="form_refs").set_value(["registry:usps:train"])
+    submit = next(b for b in at.form_submit_button if b.label == "Apply scenario")
+    submit.click().run()
+    assert not at.exception
+    assert any("at least 2 reference datasets" in e.value for e in at.error)
+    # the scenario is unchanged
+    assert at.session_state[SessionModel.SCENARIO].m == 3
+
+
+# ---------------------------------------------------------------- pages 2-5 on the default scenario
+
+
+def test_geodesic_page_ternary_weights_and_sliders():
+    at = _open(_app(), "pages/3_geodesic.py")
+    assert at.title[0].value == "3 · Generalized geodesic"
+    assert "**â** =" in _sidebar(at)
+    figs = _figures(at)
+    tern = [f for f in figs if any(t.get("type") == "scatterternary" for t in f["data"])]
+    assert len(tern) == 1, "no ternary heatmap"
+    traces = tern[0]["data"]
+    assert traces[0]["marker"]["colorbar"]["title"]["text"] == "W²(P_a, Q)"
+    assert any(t.get("name", "").startswith("â (minimiser)") for t in traces)
+    axes = tern[0]["layout"]["ternary"]
+    assert [axes[k]["title"]["text"] for k in ("aaxis", "baxis", "caxis")] == [
+        "<b>fashion_mnist</b>",
+        "<b>usps</b>",
+        "<b>kmnist</b>",
+    ]
+    sliders = _sliders(at)
+    assert len(sliders) == 3
+    assert sum(s.value for s in sliders) == pytest.approx(1.0, abs=1e-9)
+    a_hat = at.session_state[SessionModel.WEIGHTS].get(
+        at.session_state[SessionModel.SCENARIO].key()
+    )
+    assert a_hat is None  # nothing picked yet: the page shows a_hat
+    before = at.metric[0].value
+
+    sliders[0].set_value(0.6).run()
+    _assert_clean(at, "after slider")
+    sliders = _sliders(at)
+    assert sliders[0].value == pytest.approx(0.6)
+    assert sum(s.value for s in sliders) == pytest.approx(1.0, abs=1e-9)
+    assert "picked a" in _sidebar(at)
+    assert at.metric[0].value != before
+    picked = at.session_state[SessionModel.WEIGHTS][at.session_state[SessionModel.SCENARIO].key()]
+    assert picked[0] == pytest.approx(0.6) and sum(picked) == pytest.approx(1.0)
+
+    at.button(key="reset_weights").click().run()
+    _assert_clean(at, "after reset")
+    assert "picked a" not in _sidebar(at)
+
+
+def test_maps_page():
+    at = _open(_app(), "pages/2_maps.py")
+    assert at.title[0].value == "2 · OTDD maps"
+    assert [s.value for s in at.subheader] == [
+        "Target samples under each map",
+        "Label transition per reference",
+    ]
+    df = at.dataframe[0].value
+    assert list(df["reference P_i"]) == ["fashion_mnist", "usps", "kmnist"]
+    assert (df["OTDD d²(Q, P_i)"] > 0).all()
+    assert [t.label for t in at.tabs][-3:] == ["P1: fashion_mnist", "P2: usps", "P3: kmnist"]
+    titles = [f["layout"].get("title", {}).get("text", "") for f in _figures(at)]
+    assert sum(t.startswith("Label transition") for t in titles) == 3
+    assert any("OTDD d²(Q, fashion_mnist)" in m.value for m in at.markdown)
+
+
+def test_mccann_page_endpoints():
+    at = _open(_app(), "pages/4_mccann.py")
+    assert at.title[0].value == "4 · McCann interpolation"
+    for t in (0.0, 1.0):
+        at.slider(key="mc_t").set_value(t).run()
+        _assert_clean(at, f"mccann t={t}")
+        mass = next(f for f in _figures(at) if "Average soft label" in f["layout"]["title"]["text"])
+        totals = [float(_arr(tr["y"]).sum()) for tr in mass["data"]]
+        # t = 0: all label mass in Q's block; t = 1: all in the reference's block
+        expected = [1.0, 0.0] if t == 0.0 else [0.0, 1.0]
+        assert totals == pytest.approx(expected, abs=1e-4)
+
+
+def test_export_page_download_bytes_load_back(tmp_path):
+    from geoviz import app_compute
+    from geoviz.export import load_export
+
+    at = _open(_app(), "pages/5_export.py")
+    assert at.title[0].value == "5 · Export"
+    at.selectbox(key="export_fmt").set_value("npz").run()
+    at.button(key="export_prepare").click().run()
+    _assert_clean(at, "export prepare")
+    assert len(at.get("download_button")) == 1
+    assert any("np.load" in c.value for c in at.code)
+    # the bytes the download button serves, from the app's cache
+    entries = [
+        v
+        for k, v in app_compute.store()._data.items()
+        if isinstance(k, tuple) and k[0] == "export" and k[3] == "npz"
+    ]
+    assert entries, "no export payload cached"
+    data, filename, mime = entries[-1]
+    assert filename.endswith(".npz") and mime
+    path = tmp_path / filename
+    path.write_bytes(data)
+    ds = load_export(path)
+    assert ds.n_samples == N and len(ds.class_names) == 30
+    a_hat = np.asarray(ds.metadata["weights"])
+    assert a_hat.shape == (3,) and a_hat.sum() == pytest.approx(1.0)
+
+    # save to folder writes data + manifest that load back
+    at.text_input(key="export_dir").set_value(str(tmp_path / "saved")).run()
+    at.button(key="export_save").click().run()
+    _assert_clean(at, "export save")
+    assert at.success and "Wrote" in at.success[0].value
+    written = sorted((tmp_path / "saved").iterdir())
+    assert any(p.name.endswith(".manifest.json") for p in written)
+    data_file = next(p for p in written if p.suffix == ".npz")
+    assert load_export(data_file).n_samples == N
+
+
+def test_about_page():
+    at = _open(_app(), "pages/6_about.py")
+    assert at.title[0].value == "6 · About the method"
+    assert len(at.get("plotly_chart")) == 1
+    assert len(at.latex) >= 3
+
+
+# ---------------------------------------------------------------- other scenario shapes
+
+
+def _with_scenario(scenario: Scenario, page: str):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.session_state[SessionModel.SCENARIO] = scenario
+    at.run()
+    return _open(at, page)
+
+
+def test_two_references_use_the_line_plot():
+    scenario = Scenario(
+        target=DatasetChoice("mnist"),
+        references=(DatasetChoice("usps"), DatasetChoice("kmnist")),
+        n_target=80,
+        n_reference=80,
+    )
+    at = _with_scenario(scenario, "pages/3_geodesic.py")
+    figs = _figures(at)
+    assert not any(t.get("type") == "scatterternary" for f in figs for t in f["data"])
+    line = next(
+        f for f in figs if f["layout"].get("yaxis", {}).get("title", {}).get("text") == "W²(P_a, Q)"
+    )
+    assert line["layout"]["xaxis"]["title"]["text"].startswith("a₂ = weight of kmnist")
+    assert len(_sliders(at)) == 2
+
+
+def test_four_references_use_sliders():
+    scenario = Scenario(
+        target=DatasetChoice("mnist", split="test"),
+        references=tuple(DatasetChoice(n) for n in ("mnist", "fashion_mnist", "usps", "kmnist")),
+        n_target=60,
+        n_reference=60,
+    )
+    at = _with_scenario(scenario, "pages/3_geodesic.py")
+    assert len(_sliders(at)) == 4
+    assert any("m = 4 references" in i.value for i in at.info)
+    _sliders(at)[3].set_value(0.0).run()
+    _assert_clean(at, "m=4 slider")
+    values = [s.value for s in _sliders(at)]
+    assert values[3] == 0.0 and sum(values) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_two_dimensional_preset_shows_datasets_and_mixup_comparison():
+    from geoviz.app_state import AppSettings, preset_scenarios
+
+    scenario = preset_scenarios(AppSettings(n_default=N))["2-D Gaussian mixtures"]
+    at = _with_scenario(scenario, "pages/3_geodesic.py")
+    titles = [f["layout"].get("title", {}).get("text", "") for f in _figures(at)]
+    assert "Q, every P_i and P_a" in titles
+    assert any("different couplings" in t for t in titles)
+    _open(at, "pages/1_datasets.py")
+    assert any(
+        f["layout"].get("title", {}).get("text") == "Q and the references" for f in _figures(at)
+    )
+    _open(at, "pages/4_mccann.py")
+    assert any("McCann interpolation Q →" in f["layout"]["title"]["text"] for f in _figures(at))

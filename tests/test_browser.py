@@ -1,0 +1,294 @@
+"""The served app in a real headless Chromium (marker ``browser``).
+
+Starts ``streamlit run app.py`` on a free localhost port with small-N settings,
+drives Debian's Chromium through Playwright, visits every page, changes a
+weight on the geodesic page, downloads an export and saves screenshots under
+``test-output/screenshots/``. Skips when Chromium or Playwright is missing.
+The server is always stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "test-output" / "screenshots"
+CHROMIUM = os.environ.get("GEOVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SERVER_START_TIMEOUT = 120
+PAGE_TIMEOUT_MS = 420_000  # the first geodesic page computes the OTDD maps
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def sync_playwright():
+    pw = pytest.importorskip(
+        "playwright.sync_api", reason="the playwright Python package is not installed"
+    )
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        pytest.skip(
+            f"Chromium not found at {CHROMIUM} (apt-get install chromium, or set GEOVIZ_CHROMIUM)"
+        )
+    return pw.sync_playwright
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterator[dict]:
+    """``streamlit run app.py`` on a free port; yields ``{"url", "export_dir"}``; always stopped."""
+    tmp = tmp_path_factory.mktemp("browser")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "GEOVIZ_APP_N": os.environ.get("GEOVIZ_TEST_APP_N", "200"),
+        "GEOVIZ_APP_GRID": "15",
+        "GEOVIZ_EMBEDDING": os.environ.get("GEOVIZ_TEST_EMBEDDING", "pca"),
+        "GEOVIZ_CACHE_DIR": str(tmp / "cache"),
+        "GEOVIZ_EXPORT_DIR": str(tmp / "exports"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed in finally
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while not _healthy(url):
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"streamlit exited with {proc.returncode}: {(tmp / 'server.log').read_text()[-3000:]}"
+                )
+            if time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not answer within {SERVER_START_TIMEOUT} s")
+            time.sleep(0.5)
+        yield {"url": url, "export_dir": tmp / "exports", "log": tmp / "server.log"}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(sync_playwright, server, tmp_path_factory: pytest.TempPathFactory):
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            accept_downloads=True,
+            viewport={"width": 1500, "height": 1900},
+        )
+        try:
+            pg = context.new_page()
+            pg.set_default_timeout(PAGE_TIMEOUT_MS)
+            yield pg
+        finally:
+            context.close()
+
+
+def _wait_idle(pg, settle_ms: int = 800) -> None:
+    """Wait until Streamlit has finished running the script (no 'running' widget, no spinner)."""
+    pg.wait_for_selector("[data-testid='stApp']")
+    deadline = time.monotonic() + PAGE_TIMEOUT_MS / 1000
+    quiet_since = None
+    while time.monotonic() < deadline:
+        state = pg.get_attribute("[data-testid='stApp']", "data-test-script-state")
+        spinning = pg.locator("[data-testid='stSpinner']").count()
+        if state not in ("running", "rerunRequested", "initial", None) and spinning == 0:
+            quiet_since = quiet_since or time.monotonic()
+            if (time.monotonic() - quiet_since) * 1000 >= settle_ms:
+                return
+        else:
+            quiet_since = None
+        pg.wait_for_timeout(200)
+    raise AssertionError("the app kept running past the page timeout")
+
+
+def _assert_no_exception(pg, where: str) -> None:
+    errors = pg.locator("[data-testid='stException']")
+    assert errors.count() == 0, f"{where}: {errors.first.inner_text()[:2000]}"
+
+
+def _shot(pg, name: str) -> Path:
+    """Screenshot of the whole page: Streamlit scrolls inside its main section, so the
+    viewport is stretched to the content height for the picture and restored after."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    size = pg.viewport_size or {"width": 1500, "height": 1900}
+    height = pg.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], "
+        "[data-testid=stMainBlockContainer], body')].map(e => e.scrollHeight))"
+    )
+    pg.set_viewport_size(
+        {"width": size["width"], "height": int(min(max(height + 80, size["height"]), 9000))}
+    )
+    pg.wait_for_timeout(1200)  # plotly charts re-layout after the resize
+    pg.screenshot(path=str(path), full_page=True)
+    pg.set_viewport_size(size)
+    return path
+
+
+def _goto_page(pg, title: str) -> None:
+    """Navigate with the sidebar link (keeps the session)."""
+    pg.locator("[data-testid='stSidebarNav'] a", has_text=title).first.click()
+    pg.wait_for_selector(f"h1:has-text('{title.split(' · ', 1)[1]}')")
+    _wait_idle(pg)
+
+
+def _sidebar_text(pg) -> str:
+    return pg.locator("[data-testid='stSidebar']").inner_text()
+
+
+def test_every_page_weight_change_and_download(page, server):
+    pg = page
+    timings: dict[str, float] = {}
+    start = time.monotonic()
+    pg.goto(server["url"])
+    pg.wait_for_selector("h1:has-text('Datasets')")
+    _wait_idle(pg)
+    timings["datasets"] = time.monotonic() - start
+    _assert_no_exception(pg, "datasets")
+    assert pg.locator("[data-testid='stPlotlyChart']").count() >= 2  # sample grid + histograms
+    _shot(pg, "1_datasets")
+
+    # pairwise OTDD on demand
+    pg.get_by_role("button", name="Compute OTDD for all").click()
+    pg.wait_for_selector("text=Closest single reference to Q by OTDD")
+    _wait_idle(pg)
+    _assert_no_exception(pg, "datasets/pairwise")
+    _shot(pg, "1_datasets_pairwise")
+
+    t0 = time.monotonic()
+    _goto_page(pg, "3 · Geodesic")
+    timings["geodesic (cold)"] = time.monotonic() - t0
+    _assert_no_exception(pg, "geodesic")
+    assert "â =" in _sidebar_text(pg)
+    pg.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")  # the ternary heatmap
+    _shot(pg, "3_geodesic")
+
+    # change a weight: focus the first slider and step it with the keyboard
+    before = pg.locator("[data-testid='stMetricValue']").first.inner_text()
+    slider = pg.locator("[data-testid='stSlider'] input[type='range']").first
+    slider.focus()
+    t0 = time.monotonic()
+    for _ in range(15):
+        pg.keyboard.press("ArrowRight")
+    _wait_idle(pg)
+    timings["weight change"] = time.monotonic() - t0
+    _assert_no_exception(pg, "geodesic after weight change")
+    assert "picked a" in _sidebar_text(pg)
+    after = pg.locator("[data-testid='stMetricValue']").first.inner_text()
+    assert after != before, "W²(P_a, Q) did not change with the weights"
+    values = [
+        float(s.input_value())
+        for s in pg.locator("[data-testid='stSlider'] input[type='range']").all()
+    ]
+    assert sum(values) == pytest.approx(1.0, abs=0.011), f"sliders left the simplex: {values}"
+    _shot(pg, "3_geodesic_weight_changed")
+
+    # click the heatmap marker at the vertex of the first reference: a = (1, 0, 0)
+    points = pg.locator("[data-testid='stPlotlyChart'] g.ternary g.points").first.locator(
+        "path.point"
+    )
+    box = points.nth(points.count() - 1).bounding_box()  # simplex_grid ends with e_1
+    assert box is not None
+    t0 = time.monotonic()
+    pg.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    pg.wait_for_function(
+        "() => document.querySelector('[data-testid=stSidebar]').innerText.includes('picked a = fashion_mnist 1.00')"
+    )
+    _wait_idle(pg)
+    timings["ternary click"] = time.monotonic() - t0
+    _assert_no_exception(pg, "geodesic after click")
+    values = [
+        float(s.input_value())
+        for s in pg.locator("[data-testid='stSlider'] input[type='range']").all()
+    ]
+    assert values == [1.0, 0.0, 0.0]
+    _shot(pg, "3_geodesic_clicked_vertex")
+
+    for title, shot in (
+        ("2 · OTDD maps", "2_maps"),
+        ("4 · McCann", "4_mccann"),
+        ("6 · About the method", "6_about"),
+    ):
+        _goto_page(pg, title)
+        _assert_no_exception(pg, title)
+        assert pg.locator("[data-testid='stPlotlyChart']").count() >= 1
+        _shot(pg, shot)
+
+    _goto_page(pg, "5 · Export")
+    _assert_no_exception(pg, "export")
+    assert pg.get_by_text("picked a (page 3)").count() == 1
+    pg.get_by_role("button", name="Prepare npz file").click()
+    pg.wait_for_selector("[data-testid='stDownloadButton'] button")
+    _wait_idle(pg)
+    with pg.expect_download() as info:
+        pg.locator("[data-testid='stDownloadButton'] button").first.click()
+    download = info.value
+    target = server["export_dir"].parent / download.suggested_filename
+    download.save_as(str(target))
+    _shot(pg, "5_export")
+    from geoviz.export import load_export
+
+    ds = load_export(target)
+    assert ds.n_samples > 0 and len(ds.class_names) == 30  # 3 references x 10 classes
+    assert ds.metadata.get("weights") is not None
+    with contextlib.suppress(OSError):
+        (SHOTS / "timings.txt").write_text(
+            "\n".join(f"{k}: {v:.1f} s" for k, v in timings.items()) + "\n"
+        )

@@ -1,0 +1,225 @@
+"""fit_geodesic end to end on small synthetic labelled datasets."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+
+import geoviz.geodesic.pipeline as pipeline
+import geoviz.maps.barycentric as barycentric
+from geoviz.backend import DiskCache
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.errors import DatasetError, GeovizError, WeightsError
+from geoviz.geodesic import GeodesicConfig, GeodesicResult, fit_geodesic, simplex_grid
+from geoviz.ot.otdd import OTDDConfig
+
+
+def _mixture(
+    name: str, n_classes: int, seed: int, n: int = 60, shift: float = 0.0
+) -> LabeledDataset:
+    """``n`` points of a 2-D Gaussian mixture, one component per class."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=3.0, size=(n_classes, 2)) + shift
+    labels = np.arange(n) % n_classes
+    x = centres[labels] + 0.4 * rng.normal(size=(n, 2))
+    return LabeledDataset(
+        features=x, labels=labels, classes=tuple(f"c{k}" for k in range(n_classes)), name=name
+    )
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    # anything that falls back to the default cache writes under tmp_path
+    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "default_cache"))
+
+
+@pytest.fixture
+def data():
+    target = _mixture("Q", 3, seed=0)
+    refs = [
+        _mixture("P1", 2, seed=1, shift=1.0),
+        _mixture("P2", 3, seed=2),
+        _mixture("P3", 4, seed=3, shift=-1.0),
+    ]
+    return target, refs
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return DiskCache(tmp_path / "cache")
+
+
+def _relabel(ds: LabeledDataset, perm: list[int]) -> LabeledDataset:
+    """Same samples and class names, classes listed in another order: new index of class k is perm[k]."""
+    classes = [""] * ds.n_classes
+    for k, name in enumerate(ds.classes):
+        classes[perm[k]] = name
+    labels = torch.tensor(perm)[ds.labels]
+    return LabeledDataset(features=ds.features, labels=labels, classes=tuple(classes), name=ds.name)
+
+
+def test_fit_geodesic_structure_and_consistency(data, cache):
+    target, refs = data
+    stages: list[tuple[str, float]] = []
+    res = fit_geodesic(
+        target, refs, GeodesicConfig(), cache=cache, progress=lambda s, f: stages.append((s, f))
+    )
+    assert isinstance(res, GeodesicResult)
+    m = 3
+    assert len(res.mapped_features) == m and len(res.soft_labels) == m
+    for i, ref in enumerate(refs):
+        assert res.mapped_features[i].shape == (target.n_samples, 2)
+        assert res.soft_labels[i].shape == (target.n_samples, ref.n_classes)
+        torch.testing.assert_close(
+            res.soft_labels[i].sum(1), torch.ones(target.n_samples), atol=1e-4, rtol=0
+        )
+    assert res.otdd.shape == (m,) and (res.otdd > 0).all()
+    assert res.w_between.shape == (m, m)
+    np.testing.assert_array_equal(res.w_between, res.w_between.T)
+    np.testing.assert_array_equal(np.diag(res.w_between), 0.0)
+    assert res.class_names == (
+        "P1/c0",
+        "P1/c1",
+        "P2/c0",
+        "P2/c1",
+        "P2/c2",
+        "P3/c0",
+        "P3/c1",
+        "P3/c2",
+        "P3/c3",
+    )
+    assert res.block_slices == (slice(0, 2), slice(2, 5), slice(5, 9))
+    assert res.a_hat.sum() == pytest.approx(1.0) and (res.a_hat >= 0).all()
+    grid = simplex_grid(m, 30)
+    assert res.w2_hat <= float(res.objective(grid).min()) + 1e-9
+    # progress is monotone and ends at 1
+    fractions = [f for _, f in stages]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(stages) >= m
+
+    # P_a: one-hot weights give T_i#Q with labels in block i only
+    for i in range(m):
+        ds = res.interpolate(np.eye(m)[i])
+        torch.testing.assert_close(ds.features, res.mapped_features[i])
+        outside = torch.ones(len(res.class_names), dtype=torch.bool)
+        outside[res.block_slices[i]] = False
+        assert float(ds.soft_labels[:, outside].abs().max()) == 0.0
+    p_hat = res.interpolate(res.a_hat, n=25, seed=1)
+    assert isinstance(p_hat, SoftLabeledDataset) and p_hat.n_samples == 25
+    assert p_hat.metadata["target"]["fingerprint"] == target.fingerprint
+    assert [r["name"] for r in p_hat.metadata["references"]] == ["P1", "P2", "P3"]
+    assert p_hat.metadata["objective"] == pytest.approx(res.w2_hat)
+
+    # the feature part of eq. (ds_eq) is exactly mean ||x_a - x||^2 of the sampled P_a (Prop. 1 algebra)
+    dist = res.distances
+    a = np.array([0.2, 0.5, 0.3])
+    x_a = res.interpolate(a).features.double()
+    direct = float(((x_a - target.features.double()) ** 2).sum(1).mean())
+    feat_obj = a @ dist.feature_to_target - 0.5 * a @ dist.feature_between @ a
+    assert feat_obj == pytest.approx(direct, rel=1e-5)
+
+    # McCann: t = 0 is Q (labels in the Q block), t = 1 is T_i#Q
+    start = res.mccann(1, 0.0)
+    torch.testing.assert_close(start.features, target.features)
+    torch.testing.assert_close(start.soft_labels[:, :3], target.one_hot())
+    end = res.mccann(1, 1.0)
+    torch.testing.assert_close(end.features, res.mapped_features[1])
+    assert float(end.soft_labels[:, :3].abs().max()) == 0.0
+    assert end.class_names[3:] == ("P2/c0", "P2/c1", "P2/c2")
+
+
+def test_relabelling_a_reference_permutes_its_block_only(data, cache):
+    target, refs = data
+    perm = [2, 0, 3, 1]  # class k of P3 gets index perm[k]
+    permuted = [refs[0], refs[1], _relabel(refs[2], perm)]
+    assert permuted[2].fingerprint != refs[2].fingerprint
+    base = fit_geodesic(target, refs, cache=cache)
+    other = fit_geodesic(target, permuted, cache=cache)
+    for i in range(3):
+        torch.testing.assert_close(
+            other.mapped_features[i], base.mapped_features[i], atol=1e-5, rtol=1e-5
+        )
+    torch.testing.assert_close(
+        other.soft_labels[2][:, perm], base.soft_labels[2], atol=1e-5, rtol=1e-5
+    )
+    for i in range(2):
+        torch.testing.assert_close(other.soft_labels[i], base.soft_labels[i], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(other.otdd, base.otdd, rtol=1e-5)
+    np.testing.assert_allclose(other.w_to_target, base.w_to_target, rtol=1e-5)
+    np.testing.assert_allclose(other.w_between, base.w_between, rtol=1e-5)
+    np.testing.assert_allclose(other.a_hat, base.a_hat, atol=1e-4)
+    # the class names follow the samples
+    names = other.class_names[other.block_slices[2]]
+    assert [names[perm[k]] for k in range(4)] == list(base.class_names[base.block_slices[2]])
+
+
+def test_second_call_hits_the_cache_and_solves_nothing(data, cache, monkeypatch):
+    target, refs = data
+    first = fit_geodesic(target, refs, cache=cache)
+    misses, hits = cache.misses_, cache.hits_
+    assert misses == 3 + 3  # 3 maps + 3 reference-pair label distances
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a coupling or label distance was recomputed")
+
+    monkeypatch.setattr(barycentric, "otdd", boom)  # the OTDD solve behind BarycentricMap.fit
+    # geoviz.ot re-exports the function otdd, which shadows the submodule as an attribute
+    monkeypatch.setattr(importlib.import_module("geoviz.ot.otdd"), "_otdd", boom)
+    monkeypatch.setattr(pipeline, "label_distances", boom)
+    second = fit_geodesic(target, refs, cache=cache)
+    assert cache.misses_ == misses
+    assert cache.hits_ - hits == misses
+    for i in range(3):
+        torch.testing.assert_close(second.mapped_features[i], first.mapped_features[i])
+        torch.testing.assert_close(second.soft_labels[i], first.soft_labels[i])
+    np.testing.assert_array_equal(second.w_between, first.w_between)
+    np.testing.assert_array_equal(second.a_hat, first.a_hat)
+    # a different configuration is a different entry
+    with pytest.raises(AssertionError, match="recomputed"):
+        fit_geodesic(target, refs, GeodesicConfig(n_target=30), cache=cache)
+
+
+def test_bad_inputs(data, cache):
+    target, refs = data
+    with pytest.raises(DatasetError, match="at least 2 reference"):
+        fit_geodesic(target, refs[:1], cache=cache)
+    with pytest.raises(DatasetError, match="single dataset"):
+        fit_geodesic(target, refs[0], cache=cache)
+    wide = LabeledDataset(
+        features=np.zeros((6, 3)) + np.arange(6)[:, None],
+        labels=[0, 1] * 3,
+        classes=("a", "b"),
+        name="W",
+    )
+    with pytest.raises(DatasetError, match=r"same feature dimension.*'W' has 3"):
+        fit_geodesic(target, [refs[0], wide], cache=cache)
+    for eps in (0.0, -1.0):
+        with pytest.raises(GeovizError, match=r"(?i)epsilon"):
+            fit_geodesic(target, refs, GeodesicConfig(otdd=OTDDConfig(epsilon=eps)), cache=cache)
+    with pytest.raises(GeovizError, match="n_target"):
+        GeodesicConfig(n_target=1)
+
+    res = fit_geodesic(target, refs[:2], GeodesicConfig(n_target=30), cache=cache)
+    assert res.target.n_samples == 30
+    with pytest.raises(WeightsError, match="negative"):
+        res.interpolate([1.5, -0.5])
+    with pytest.raises(WeightsError, match="sum to"):
+        res.interpolate([0.5, 0.4])
+    with pytest.raises(WeightsError, match="2 entries"):
+        res.objective([0.2, 0.3, 0.5])
+    with pytest.raises(WeightsError, match=r"\[0, 1\]"):
+        res.mccann(0, 1.5)
+    with pytest.raises(GeovizError, match="reference index"):
+        res.mccann(2, 0.5)
+
+
+def test_duplicate_reference_names_are_disambiguated(data, cache):
+    target, refs = data
+    twin = LabeledDataset(
+        features=refs[1].features + 0.5, labels=refs[1].labels, classes=refs[1].classes, name="P2"
+    )
+    res = fit_geodesic(target, [refs[1], twin], cache=cache)
+    assert res.reference_names == ("P2", "P2#2")
+    assert res.class_names == ("P2/c0", "P2/c1", "P2/c2", "P2#2/c0", "P2#2/c1", "P2#2/c2")

@@ -1,0 +1,256 @@
+"""Stabilised Sinkhorn: marginals, limits, invariances, against POT, bad input."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import ot
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from geoviz.errors import ConvergenceWarning, GeovizError
+from geoviz.ot.sinkhorn import sinkhorn, sinkhorn_online
+
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))
+
+
+def _cloud_cost(n: int, m: int, dim: int = 3, seed: int = 0, dtype=torch.float64, clusters: bool = False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, dim, generator=g, dtype=torch.float64)
+    y = torch.randn(m, dim, generator=g, dtype=torch.float64) + 0.5
+    if clusters:
+        x = x + 6.0 * (torch.arange(n) % 3)[:, None].double()
+        y = y + 6.0 * (torch.arange(m) % 3)[:, None].double()
+    return torch.cdist(x, y).square().to(dtype), x, y
+
+
+def _marginal_error(plan: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
+    p = plan.double()
+    return float((p.sum(1) - a).abs().sum() + (p.sum(0) - b).abs().sum())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rel_eps", [1.0, 0.1, 0.01])
+def test_plan_satisfies_marginals(dtype, rel_eps):
+    cost, _, _ = _cloud_cost(60, 45, dtype=dtype, clusters=True)
+    eps = rel_eps * float(cost.mean())
+    res = sinkhorn(cost, epsilon_abs=eps, tol=1e-5)
+    assert res.converged and res.marginal_error <= 1e-5
+    plan = res.plan()
+    assert plan.shape == (60, 45) and plan.dtype == dtype
+    err = _marginal_error(plan, res.a, res.b)
+    assert err <= 1e-5 + (1e-5 if dtype == torch.float32 else 1e-12)
+    assert err == pytest.approx(res.marginal_error, abs=2e-6 if dtype == torch.float32 else 1e-12)
+
+
+def test_nonuniform_weights():
+    cost, _, _ = _cloud_cost(30, 20, seed=1)
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(30, generator=g, dtype=torch.float64) + 0.1
+    b = torch.rand(20, generator=g, dtype=torch.float64) + 0.1
+    a, b = a / a.sum(), b / b.sum()
+    res = sinkhorn(cost, a, b, epsilon_abs=0.05 * float(cost.mean()), tol=1e-7)
+    assert _marginal_error(res.plan(), a, b) <= 1e-7 + 1e-12
+
+
+def test_matches_pot_plan():
+    cost, _, _ = _cloud_cost(40, 35, seed=2)
+    eps = 0.1 * float(cost.mean())
+    a = np.full(40, 1 / 40)
+    b = np.full(35, 1 / 35)
+    want = ot.sinkhorn(a, b, cost.numpy(), eps, method="sinkhorn_log", stopThr=1e-13, numItermax=100000)
+    res = sinkhorn(cost, epsilon_abs=eps, tol=1e-10)
+    np.testing.assert_allclose(res.plan().numpy(), want, atol=1e-10)
+
+
+def test_small_epsilon_approaches_exact_ot():
+    cost, _, _ = _cloud_cost(25, 25, seed=3)
+    exact = ot.emd2(np.full(25, 1 / 25), np.full(25, 1 / 25), cost.numpy())
+    gaps = []
+    for rel in (0.3, 0.1, 0.03):  # smaller eps needs >1e5 iterations here (POT too)
+        eps = rel * float(cost.mean())
+        res = sinkhorn(cost, epsilon_abs=eps, tol=1e-7, max_iter=20000)
+        assert res.converged
+        gap = res.transport_cost() - exact
+        # 0 <= <pi_eps, C> - OT <= eps * KL(pi_eps | a b) <= eps * log(25) (up to the marginal error)
+        assert -1e-5 < gap <= eps * math.log(25)
+        gaps.append(gap)
+    assert gaps[0] > gaps[1] > gaps[2]
+    assert gaps[2] < 0.05 * exact
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_equal_clouds_give_identity_plan(dtype):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(50, 5, generator=g, dtype=torch.float64)
+    cost = torch.cdist(x, x).square().to(dtype)
+    res = sinkhorn(cost, epsilon_abs=1e-3 * float(cost.mean()), tol=1e-6)
+    plan = res.plan().double()
+    assert res.converged
+    assert torch.equal(plan.argmax(1), torch.arange(50))
+    assert float(plan.diagonal().sum()) > 0.999
+
+
+def test_tiny_epsilon_never_nan_float32():
+    cost, _, _ = _cloud_cost(80, 70, seed=5, dtype=torch.float32, clusters=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        res = sinkhorn(cost, epsilon_abs=1e-5 * float(cost.mean()), tol=1e-4, max_iter=3000)
+    assert torch.isfinite(res.f).all() and torch.isfinite(res.g).all()
+    plan = res.plan()
+    assert torch.isfinite(plan).all()
+    assert math.isfinite(res.marginal_error)
+    if res.converged:
+        assert _marginal_error(plan, res.a, res.b) <= 2e-4
+
+
+def test_max_iter_warns_and_flags():
+    cost, _, _ = _cloud_cost(40, 40, seed=6, clusters=True)
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        res = sinkhorn(cost, epsilon_abs=1e-3 * float(cost.mean()), tol=1e-12, max_iter=3)
+    assert not res.converged and res.n_iter <= 3 and res.marginal_error > 1e-12
+
+
+def test_stops_on_tolerance_not_count():
+    cost, _, _ = _cloud_cost(40, 40, seed=7)
+    eps = 0.05 * float(cost.mean())
+    loose = sinkhorn(cost, epsilon_abs=eps, tol=1e-2)
+    tight = sinkhorn(cost, epsilon_abs=eps, tol=1e-9)
+    assert loose.converged and tight.converged
+    assert loose.n_iter < tight.n_iter
+    assert tight.marginal_error <= 1e-9
+
+
+def test_options_do_not_change_the_solution():
+    cost, _, _ = _cloud_cost(50, 40, seed=8, clusters=True)
+    eps = 0.01 * float(cost.mean())
+    ref = sinkhorn(cost, epsilon_abs=eps, tol=1e-10, eps_scaling=None, overrelax=False).plan()
+    for kw in ({}, {"eps_scaling": 0.5, "stage_iter": 3}, {"overrelax": False}, {"absorb_threshold": 2.0}):
+        plan = sinkhorn(cost, epsilon_abs=eps, tol=1e-10, **kw).plan()
+        np.testing.assert_allclose(plan.numpy(), ref.numpy(), atol=1e-9)
+
+
+def test_keep_plan_equals_recomputed_plan():
+    cost, _, _ = _cloud_cost(30, 30, seed=9, dtype=torch.float32)
+    res = sinkhorn(cost, epsilon_abs=0.05 * float(cost.mean()), keep_plan=True)
+    kept = res.plan()
+    recomputed = res.plan(cost)
+    np.testing.assert_allclose(kept.numpy(), recomputed.numpy(), rtol=1e-4, atol=1e-9)
+
+
+def test_duality_gap_small():
+    cost, _, _ = _cloud_cost(30, 25, seed=10)
+    eps = 0.1 * float(cost.mean())
+    res = sinkhorn(cost, epsilon_abs=eps, tol=1e-11)
+    plan = res.plan()
+    ab = res.a[:, None] * res.b[None, :]
+    primal = float((plan * cost).sum() + eps * (plan * (plan / ab).log() - plan + ab).sum())
+    assert res.dual_value() == pytest.approx(primal, rel=1e-8)
+
+
+def test_symmetric_solver_matches_general_solver():
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    cost = torch.cdist(x, x).square()
+    eps = 0.05 * float(cost.mean())
+    sym = sinkhorn(cost, epsilon_abs=eps, tol=1e-10, symmetric=True)
+    gen = sinkhorn(cost, epsilon_abs=eps, tol=1e-10)
+    assert sym.converged
+    assert sym.dual_value() == pytest.approx(gen.dual_value(), rel=1e-8)
+    np.testing.assert_allclose(sym.plan().numpy(), gen.plan().numpy(), atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_online_solver_matches_dense(dtype):
+    cost, _, _ = _cloud_cost(45, 37, seed=12, dtype=dtype)
+    eps = 0.05 * float(cost.mean())
+    dense = sinkhorn(cost, epsilon_abs=eps, tol=1e-8 if dtype == torch.float64 else 1e-5)
+    values = torch.randn(37, 4, dtype=dtype)
+    online, extra = sinkhorn_online(
+        lambda j0, j1: cost[:, j0:j1], 45, 37, epsilon_abs=eps,
+        tol=1e-8 if dtype == torch.float64 else 1e-5, block=10, values=values,
+    )
+    assert online.converged
+    rtol = 1e-6 if dtype == torch.float64 else 1e-3
+    assert online.dual_value() == pytest.approx(dense.dual_value(), rel=rtol)
+    plan = dense.plan().double()
+    assert extra["transport_cost"] == pytest.approx(float((plan * cost.double()).sum()), rel=rtol)
+    bary = (plan / plan.sum(1, keepdim=True)) @ values.double()
+    np.testing.assert_allclose(extra["barycentric"].numpy(), bary.numpy(), atol=50 * rtol)
+    np.testing.assert_allclose(online.plan(cost).double().numpy(), plan.numpy(), atol=rtol / 45)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    n=st.integers(2, 25),
+    m=st.integers(2, 25),
+    rel_eps=st.sampled_from([1.0, 0.1, 0.02]),
+    seed=st.integers(0, 10_000),
+)
+def test_property_marginals_random_costs(n, m, rel_eps, seed):
+    g = torch.Generator().manual_seed(seed)
+    cost = torch.rand(n, m, generator=g, dtype=torch.float64) * 10
+    res = sinkhorn(cost, epsilon_abs=rel_eps * float(cost.mean()) + 1e-3, tol=1e-6, max_iter=20000)
+    assert res.converged
+    assert _marginal_error(res.plan(), res.a, res.b) <= 1e-6 + 1e-12
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"epsilon_abs": 0.0}, "epsilon_abs"),
+        ({"epsilon_abs": -1.0}, "epsilon_abs"),
+        ({"epsilon_abs": float("nan")}, "epsilon_abs"),
+        ({"epsilon_abs": 1.0, "tol": 0.0}, "tol"),
+        ({"epsilon_abs": 1.0, "max_iter": 0}, "max_iter"),
+        ({"epsilon_abs": 1.0, "a": torch.ones(3) / 3}, "weights a"),
+        ({"epsilon_abs": 1.0, "b": -torch.ones(4) / 4}, "positive"),
+        ({"epsilon_abs": 1.0, "b": torch.ones(4)}, "equal mass"),
+        ({"epsilon_abs": 1.0, "eps_scaling": 1.5}, "eps_scaling"),
+    ],
+)
+def test_bad_inputs(kwargs, match):
+    cost = torch.rand(5, 4, dtype=torch.float64)
+    with pytest.raises(GeovizError, match=match):
+        sinkhorn(cost, **kwargs)
+
+
+def test_bad_cost():
+    with pytest.raises(GeovizError, match="2-D"):
+        sinkhorn(torch.rand(5), epsilon_abs=1.0)
+    bad = torch.rand(3, 3)
+    bad[0, 0] = float("nan")
+    with pytest.raises(GeovizError, match="NaN"):
+        sinkhorn(bad, epsilon_abs=1.0)
+    with pytest.raises(GeovizError, match="float32 or float64"):
+        sinkhorn(torch.ones(3, 3, dtype=torch.int64), epsilon_abs=1.0)
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_devices(device, dtype):
+    cost, _, _ = _cloud_cost(64, 48, seed=13, dtype=dtype)
+    eps = 0.05 * float(cost.mean())
+    ref = sinkhorn(cost, epsilon_abs=eps, tol=1e-6)
+    got = sinkhorn(cost.to(device), epsilon_abs=eps, tol=1e-6)
+    assert got.f.device.type == device and got.converged
+    np.testing.assert_allclose(got.plan().cpu().double().numpy(), ref.plan().double().numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("max_iter", [1, 2, 5, 40])
+def test_reported_error_is_that_of_the_returned_plan(max_iter):
+    cost, _, _ = _cloud_cost(40, 30, seed=14, clusters=True)
+    eps = 0.01 * float(cost.mean())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        dense = sinkhorn(cost, epsilon_abs=eps, tol=1e-12, max_iter=max_iter)
+        online, _ = sinkhorn_online(
+            lambda j0, j1: cost[:, j0:j1], 40, 30, epsilon_abs=eps, tol=1e-12, max_iter=max_iter, block=7
+        )
+    for res in (dense, online):
+        assert res.n_iter <= max_iter and not res.converged
+        assert _marginal_error(res.plan(cost), res.a, res.b) == pytest.approx(res.marginal_error, rel=1e-9)

@@ -1,0 +1,372 @@
+"""Figure builders of geoviz.viz: structure, values and closed forms."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.errors import DatasetError, WeightsError
+from geoviz.viz.compare import naive_interpolation, side_by_side_scatter
+from geoviz.viz.embedding import fit_embedding
+from geoviz.viz.images import (
+    as_display_images,
+    image_grid,
+    mapped_samples_grid,
+    sample_captions,
+    soft_label_captions,
+    tile_images,
+)
+from geoviz.viz.plots import (
+    class_histograms,
+    label_mass_bars,
+    label_transition,
+    label_transition_heatmap,
+    otdd_heatmap,
+    point_set,
+    scatter_sets,
+    soft_label_bars,
+)
+from geoviz.viz.schematic import method_schematic
+from geoviz.viz.ternary import geodesic_line, ternary_heatmap, weights_bar
+from geoviz.viz.weights import weights_from_selection
+
+
+def _grid(r: int) -> np.ndarray:
+    pts = [(i / r, j / r, (r - i - j) / r) for i in range(r + 1) for j in range(r + 1 - i)]
+    return np.array(pts)
+
+
+def _blobs(
+    name: str, centers, n: int = 40, dim: int = 2, seed: int = 0, scale: float = 0.3
+) -> LabeledDataset:
+    rng = np.random.default_rng(seed)
+    centers = np.asarray(centers, dtype=float)
+    x = np.concatenate([c + scale * rng.normal(size=(n, dim)) for c in centers])
+    y = np.repeat(np.arange(len(centers)), n)
+    return LabeledDataset(x, y, tuple(f"c{k}" for k in range(len(centers))), name=name)
+
+
+# ---------------------------------------------------------------- ternary / line / bar
+
+
+def test_ternary_heatmap_structure_and_click_roundtrip():
+    grid = _grid(10)
+    values = grid @ np.array([1.0, 2.0, 3.0]) - 0.5 * (grid[:, 0] * grid[:, 1])
+    a_hat = np.array([0.6, 0.3, 0.1])
+    picked = np.array([0.2, 0.2, 0.6])
+    fig = ternary_heatmap(
+        grid, values, ["fashion_mnist", "usps", "kmnist"], a_hat=a_hat, picked=picked
+    )
+    heat = fig.data[0]
+    assert isinstance(heat, go.Scatterternary)
+    np.testing.assert_allclose(heat.a, grid[:, 0])
+    np.testing.assert_allclose(np.asarray(heat.marker.color), values)
+    assert heat.marker.colorbar.title.text == "W²(P_a, Q)"
+    # vertices named by dataset
+    tern = fig.layout.ternary
+    assert "fashion_mnist" in tern.aaxis.title.text
+    assert "usps" in tern.baxis.title.text
+    assert "kmnist" in tern.caxis.title.text
+    # a_hat and the pick are marked and named in the legend
+    names = [t.name for t in fig.data[1:]]
+    assert any(n.startswith("â") for n in names) and any(n.startswith("picked") for n in names)
+    assert fig.data[1].marker.symbol == "star"
+    np.testing.assert_allclose([fig.data[1].a[0], fig.data[1].b[0], fig.data[1].c[0]], a_hat)
+    # a click on marker k (as Streamlit reports it) gives back grid[k]
+    k = 17
+    point = {
+        "point_index": k,
+        "customdata": list(heat.customdata[k]),
+        "a": heat.a[k],
+        "b": heat.b[k],
+        "c": heat.c[k],
+    }
+    np.testing.assert_allclose(weights_from_selection({"points": [point]}, 3, grid), grid[k])
+
+
+def test_ternary_heatmap_rejects_bad_shapes():
+    grid = _grid(4)
+    with pytest.raises(WeightsError):
+        ternary_heatmap(grid[:, :2], np.zeros(len(grid)), ["a", "b", "c"])
+    with pytest.raises(WeightsError):
+        ternary_heatmap(grid, np.zeros(len(grid) - 1), ["a", "b", "c"])
+    with pytest.raises(WeightsError):
+        ternary_heatmap(grid, np.zeros(len(grid)), ["a", "b"])
+
+
+def test_geodesic_line_marks_a_hat_on_the_curve():
+    t = np.linspace(0, 1, 21)
+    values = (t - 0.3) ** 2 + 1.0
+    fig = geodesic_line(
+        t, values, ["mnist", "usps"], a_hat=np.array([0.7, 0.3]), picked=np.array([0.2, 0.8])
+    )
+    assert fig.layout.xaxis.title.text.startswith("a₂ = weight of usps")
+    assert fig.layout.yaxis.title.text == "W²(P_a, Q)"
+    ahat = fig.data[1]
+    assert ahat.x[0] == pytest.approx(0.3)
+    assert ahat.y[0] == pytest.approx(1.0)
+    # click on the curve point x=0.5 -> a = (0.5, 0.5)
+    k = 10
+    np.testing.assert_allclose(
+        weights_from_selection(
+            {"points": [{"x": t[k], "customdata": list(fig.data[0].customdata[k])}]}, 2
+        ),
+        [0.5, 0.5],
+    )
+
+
+def test_weights_bar():
+    fig = weights_bar(np.array([0.2, 0.5, 0.3]), ["a", "b", "c"], a_hat=np.array([0.1, 0.6, 0.3]))
+    assert list(fig.data[0].y) == [0.2, 0.5, 0.3]
+    assert fig.data[1].name.startswith("â")
+    assert fig.layout.yaxis.title.text == "weight a_i"
+    with pytest.raises(WeightsError):
+        weights_bar(np.array([0.5, 0.5]), ["a", "b", "c"])
+
+
+# ---------------------------------------------------------------- images
+
+
+def test_as_display_images_grey_rgb_and_rescale():
+    x = torch.rand(5, 3 * 4 * 6)
+    rgb = as_display_images(x, (3, 4, 6))
+    assert rgb.shape == (5, 4, 6, 3)
+    np.testing.assert_allclose(rgb[2, 1, 3], x[2].reshape(3, 4, 6)[:, 1, 3].numpy(), atol=1e-6)
+    grey = as_display_images(torch.rand(2, 16), (1, 4, 4))
+    assert grey.shape == (2, 4, 4)
+    wide = as_display_images(np.array([[-3.0, 0.0, 3.0, 1.0]]), (1, 2, 2))
+    np.testing.assert_allclose(wide[0].ravel(), [0.0, 0.5, 1.0, 4 / 6])
+    with pytest.raises(DatasetError):
+        as_display_images(torch.rand(2, 15), (1, 4, 4))
+
+
+def test_tile_images_places_every_tile():
+    imgs = np.stack([np.full((3, 2), k / 10) for k in range(5)])
+    mosaic = tile_images(imgs, ncols=2, pad=1, caption_pad=2, fill=1.0)
+    assert mosaic.shape == (3 * (3 + 1 + 2), 2 * (2 + 1))
+    for k in range(5):
+        r, c = divmod(k, 2)
+        y0, x0 = r * 6 + 2, c * 3
+        np.testing.assert_allclose(mosaic[y0 : y0 + 3, x0 : x0 + 2], k / 10)
+    # the empty sixth cell is background
+    np.testing.assert_allclose(mosaic[2 * 6 + 2 :, 3:], 1.0)
+
+
+def test_image_grid_with_captions_on_bundled_like_data():
+    ds = LabeledDataset(
+        torch.rand(12, 28 * 28),
+        torch.arange(12) % 3,
+        ("T-shirt/top", "Trouser", "Bag"),
+        image_shape=(1, 28, 28),
+    )
+    caps = sample_captions(ds.labels, ds.classes)
+    fig = image_grid(as_display_images(ds.features, ds.image_shape), caps, ncols=5, title="t")
+    assert len(fig.data) == 1
+    assert [a.text for a in fig.layout.annotations] == caps
+    assert caps[0] == "T-shirt/top"
+    assert fig.layout.height > 120
+    with pytest.raises(DatasetError):
+        image_grid(np.zeros((3, 4, 4)), ["a"], ncols=2)
+
+
+def test_soft_label_captions_and_mapped_grid():
+    soft = torch.tensor([[0.1, 0.62, 0.28], [1.0, 0.0, 0.0]])
+    caps = soft_label_captions(soft, ["usps/1", "usps/3", "usps/7"])
+    assert caps == ["usps/3 .62", "usps/1 1.00"]
+    imgs = np.random.default_rng(0).random((2, 8, 8))
+    fig = mapped_samples_grid(imgs, ["a", "b"], [("T1(x)", imgs, caps), ("T2(x)", imgs, caps)])
+    texts = [a.text for a in fig.layout.annotations]
+    assert "<b>Q sample<br>x</b>" in texts and "<b>T2(x)</b>" in texts
+    with pytest.raises(DatasetError):
+        mapped_samples_grid(imgs, ["a", "b"], [("T1(x)", imgs[:1], caps[:1])])
+
+
+# ---------------------------------------------------------------- plots
+
+
+def test_label_transition_closed_form():
+    """Q classes sent deterministically by a permutation: the matrix is a permuted diag of class fractions."""
+    y = np.array([0, 0, 1, 2, 2, 2])
+    perm = np.array([2, 0, 1])  # class c of Q -> class perm[c] of P
+    soft = np.eye(3)[perm[y]]
+    mat = label_transition(y, soft, 3)
+    expected = np.zeros((3, 3))
+    for c, frac in enumerate([2 / 6, 1 / 6, 3 / 6]):
+        expected[c, perm[c]] = frac
+    np.testing.assert_allclose(mat, expected)
+    assert mat.sum() == pytest.approx(1.0)
+    fig = label_transition_heatmap(mat, ["0", "1", "2"], ["a", "b", "c"], reference_name="P")
+    np.testing.assert_allclose(np.asarray(fig.data[0].z).sum(axis=1), 1.0)  # rows normalised
+    assert fig.data[0].colorbar.title.text == "fraction of row"
+    with pytest.raises(DatasetError):
+        label_transition(y, soft[:-1], 3)
+    with pytest.raises(DatasetError):
+        label_transition(y, soft, 2)
+
+
+def test_scatter_sets_2d_3d_and_colouring():
+    a = _blobs("A", [[0, 0], [3, 3]])
+    b = _blobs("B", [[0, 3], [3, 0], [6, 6]])
+    fig = scatter_sets(
+        [point_set(a, prefix_labels=True), point_set(b, prefix_labels=True)], color_by="label"
+    )
+    assert len(fig.data) == 5 and all(isinstance(t, go.Scatter) for t in fig.data)
+    assert fig.layout.xaxis.title.text == "x₁"
+    fig = scatter_sets([point_set(a), point_set(b)], color_by="dataset")
+    assert [t.name for t in fig.data] == ["A", "B"]
+    c3 = _blobs("C", [[0, 0, 0], [2, 2, 2]], dim=3)
+    fig3 = scatter_sets([point_set(c3)], color_by="label")
+    assert all(isinstance(t, go.Scatter3d) for t in fig3.data)
+    assert fig3.layout.scene.zaxis.title.text == "x₃"
+    with pytest.raises(DatasetError):
+        scatter_sets([point_set(a), point_set(c3)])
+
+
+def test_class_histograms_match_counts():
+    a = _blobs("A", [[0, 0], [3, 3]], n=7)
+    b = LabeledDataset(
+        np.zeros((5, 2)) + np.arange(5)[:, None], [0, 0, 1, 1, 1], ("x", "y"), name="B"
+    )
+    fig = class_histograms([a, b])
+    assert list(fig.data[0].y) == [7, 7]
+    assert list(fig.data[1].y) == [2, 3]
+    assert fig.layout.yaxis.title.text == "samples"
+
+
+def test_otdd_heatmap_and_errors():
+    mat = np.array([[0.0, 1.5], [1.5, 0.0]])
+    fig = otdd_heatmap(mat, ["Q", "P"])
+    assert fig.data[0].text[0][1] == "1.5"
+    assert fig.data[0].colorbar.title.text == "OTDD d²"
+    with pytest.raises(DatasetError):
+        otdd_heatmap(mat, ["Q"])
+
+
+def test_soft_label_bars_merge_small_classes():
+    soft = np.array([[0.7, 0.29, 0.01], [0.5, 0.49, 0.01]])
+    fig = soft_label_bars(soft, ["a/0", "a/1", "a/2"], ["s1", "s2"])
+    names = [t.name for t in fig.data]
+    assert names == ["a/0", "a/1", "other"]
+    total = sum(np.asarray(t.x) for t in fig.data)
+    np.testing.assert_allclose(total, 1.0)
+
+
+# ---------------------------------------------------------------- naive mixup / comparison
+
+
+def test_naive_interpolation_blocks_and_vertices():
+    q = _blobs("Q", [[0, 0], [5, 5]], n=20, seed=1)
+    p1 = _blobs("P1", [[10, 0], [10, 5]], n=30, seed=2)
+    p2 = _blobs("P2", [[0, 10], [5, 10], [9, 9]], n=30, seed=3)
+    a = np.array([0.3, 0.7])
+    naive = naive_interpolation(q, [p1, p2], a, seed=0)
+    assert naive.n_samples == q.n_samples
+    assert naive.class_names == ("P1/c0", "P1/c1", "P2/c0", "P2/c1", "P2/c2")
+    soft = naive.soft_labels.numpy()
+    np.testing.assert_allclose(soft[:, :2].sum(axis=1), 0.3, atol=1e-6)
+    np.testing.assert_allclose(soft[:, 2:].sum(axis=1), 0.7, atol=1e-6)
+    # block totals of the average soft label are the weights
+    fig = label_mass_bars(soft, naive.class_names)
+    assert [float(np.sum(t.y)) for t in fig.data] == pytest.approx([0.3, 0.7], abs=1e-6)
+    # at a vertex the naive map draws distinct samples of that reference
+    vertex = naive_interpolation(q, [p1, p2], [1.0, 0.0], seed=0)
+    rows = {tuple(r) for r in p1.features.numpy().round(5)}
+    got = [tuple(r) for r in vertex.features.numpy().round(5)]
+    assert all(r in rows for r in got) and len(set(got)) == len(got)
+    with pytest.raises(WeightsError):
+        naive_interpolation(q, [p1, p2], [0.5, 0.6])
+
+
+def test_side_by_side_scatter_colours_classes_consistently():
+    q = _blobs("Q", [[0, 0], [5, 5]], n=10)
+    p = _blobs("P", [[10, 0], [10, 5]], n=10)
+    fig = side_by_side_scatter(
+        [("Q", [point_set(q)]), ("P", [point_set(p, name="ref"), point_set(q, name="Q2")])],
+        faded=["ref"],
+    )
+    colours = {}
+    for t in fig.data:
+        colours.setdefault(t.name, set()).add(t.marker.color)
+    assert all(len(c) == 1 for c in colours.values())
+    assert "reference samples" in colours
+    assert sum(1 for t in fig.data if t.showlegend) == len(colours)
+
+
+# ---------------------------------------------------------------- embedding
+
+
+def _embedding_sets(dim: int = 10):
+    rng = np.random.default_rng(0)
+
+    def ds(name, offsets):
+        x = np.concatenate([rng.normal(size=(60, dim)) + o for o in offsets])
+        return LabeledDataset(
+            x,
+            np.repeat(np.arange(len(offsets)), 60),
+            tuple(f"c{k}" for k in range(len(offsets))),
+            name=name,
+        )
+
+    return ds("A", [0.0, 12.0]), ds("B", [-12.0, 24.0])
+
+
+def test_pca_embedding_transform_reproduces_fit():
+    a, b = _embedding_sets()
+    emb = fit_embedding([a, b], method="pca", max_per_dataset=50)
+    assert emb.method == "pca" and emb.axis_titles == ("PC 1", "PC 2")
+    assert set(emb.points) == {"A", "B"} and emb.points["A"].shape == (50, 2)
+    again = emb.transform(a.features[emb.indices["A"]])
+    np.testing.assert_allclose(again, emb.points["A"], atol=1e-4)
+    with pytest.raises(DatasetError):
+        fit_embedding(
+            [a, LabeledDataset(np.zeros((4, 3)) + np.arange(4)[:, None], [0, 1, 0, 1], ("x", "y"))]
+        )
+
+
+def test_embedding_falls_back_to_pca_with_a_note(monkeypatch):
+    a, b = _embedding_sets()
+    monkeypatch.setitem(sys.modules, "umap", None)  # import umap -> ImportError
+    emb = fit_embedding([a, b], method="umap", max_per_dataset=40)
+    assert emb.method == "pca"
+    assert emb.note and "UMAP failed" in emb.note and "PCA" in emb.note
+    assert emb.transform(b.features[:5]).shape == (5, 2)
+
+
+@pytest.mark.slow
+def test_umap_embedding_separates_clusters_and_places_new_points():
+    """Numba compiles UMAP on first use (~20 s on 2 cores), hence `slow`."""
+    a, b = _embedding_sets()
+    emb = fit_embedding([a, b], method="umap", max_per_dataset=120, seed=0)
+    assert emb.method == "umap" and emb.note is None
+    pts = np.concatenate([emb.points["A"], emb.points["B"]])
+    labels = np.concatenate(
+        [a.labels.numpy()[emb.indices["A"]], 2 + b.labels.numpy()[emb.indices["B"]]]
+    )
+    centroids = np.stack([pts[labels == k].mean(axis=0) for k in range(4)])
+    # new samples of cluster A/c1 land nearest to that cluster's centroid
+    rng = np.random.default_rng(5)
+    new = rng.normal(size=(20, 10)) + 12.0
+    placed = emb.transform(new)
+    nearest = np.argmin(np.linalg.norm(placed[:, None, :] - centroids[None], axis=2), axis=1)
+    assert np.mean(nearest == 1) >= 0.9
+
+
+def test_schematic_builds():
+    fig = method_schematic()
+    names = [t.name for t in fig.data]
+    assert "target Q" in names and "P̂_a" in names
+    assert any("generalized geodesic" in (n or "") for n in names)
+
+
+def test_soft_labeled_point_set_uses_argmax():
+    soft = SoftLabeledDataset(
+        np.zeros((2, 2)), np.array([[0.2, 0.8], [0.9, 0.1]]), ("p/a", "p/b"), name="P_a"
+    )
+    ps = point_set(soft)
+    assert ps.labels == ("p/b", "p/a")
+    np.testing.assert_allclose(ps.confidence, [0.8, 0.9])

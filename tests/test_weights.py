@@ -1,0 +1,213 @@
+"""Pure logic of the app's weight widgets (geoviz.viz.weights)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from geoviz.errors import WeightsError
+from geoviz.viz.weights import (
+    format_weights,
+    project_to_simplex,
+    round_to_simplex,
+    selection_signature,
+    sync_weights,
+    uniform_weights,
+    weights_from_selection,
+)
+
+vectors = st.lists(st.floats(-5, 5, allow_nan=False, allow_infinity=False), min_size=1, max_size=7)
+
+
+def _on_simplex(w: np.ndarray, atol: float = 1e-12) -> bool:
+    return bool(np.all(w >= 0) and abs(w.sum() - 1.0) < atol)
+
+
+# ---------------------------------------------------------------- projection
+
+
+@pytest.mark.parametrize(
+    ("v", "expected"),
+    [
+        ([0.5, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]),
+        ([2.0, 0.0, 0.0], [1.0, 0.0, 0.0]),
+        ([1.0, 1.0, -5.0], [0.5, 0.5, 0.0]),
+        ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]),
+        ([-1.0, -1.0], [0.5, 0.5]),
+        ([3.0], [1.0]),
+        ([0.6, 0.6, 0.0, -0.2], [0.5, 0.5, 0.0, 0.0]),
+    ],
+)
+def test_projection_known_values(v, expected):
+    np.testing.assert_allclose(project_to_simplex(v), expected, atol=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(vectors)
+def test_projection_satisfies_kkt(v):
+    """a = max(v - theta, 0): equal shift on the support, nothing off it below theta."""
+    v = np.asarray(v)
+    a = project_to_simplex(v)
+    assert _on_simplex(a, 1e-9)
+    support = a > 1e-12
+    theta = v[support] - a[support]
+    np.testing.assert_allclose(theta, theta[0], atol=1e-9)
+    assert np.all(v[~support] <= theta[0] + 1e-9)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-2, 2, allow_nan=False), min_size=3, max_size=3))
+def test_projection_is_closest_point_of_a_fine_grid(v):
+    """Brute force: no point of a 1/200 simplex grid is closer to v than the projection."""
+    v = np.asarray(v)
+    a = project_to_simplex(v)
+    r = 200
+    i, j = np.meshgrid(np.arange(r + 1), np.arange(r + 1), indexing="ij")
+    mask = i + j <= r
+    grid = np.stack([i[mask], j[mask], r - i[mask] - j[mask]], axis=1) / r
+    best = np.min(np.linalg.norm(grid - v, axis=1))
+    assert np.linalg.norm(a - v) <= best + 1e-12
+    assert (
+        np.linalg.norm(a - v) >= best - np.sqrt(3) / r
+    )  # the grid point next to a is within a cell
+
+
+def test_projection_batches_and_idempotence():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(50, 4))
+    a = project_to_simplex(v)
+    assert a.shape == (50, 4)
+    for row_v, row_a in zip(v, a, strict=True):
+        np.testing.assert_allclose(project_to_simplex(row_v), row_a)
+    np.testing.assert_allclose(project_to_simplex(a), a, atol=1e-12)
+    # translation along the all-ones direction does not change the projection
+    np.testing.assert_allclose(project_to_simplex(v + 3.7), a, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [[], [np.nan, 1.0], [np.inf, 0.0], 1.0])
+def test_projection_rejects_bad_input(bad):
+    with pytest.raises(WeightsError):
+        project_to_simplex(bad)
+
+
+# ---------------------------------------------------------------- synced sliders
+
+
+def test_sync_keeps_ratios_of_untouched_weights():
+    w = sync_weights([0.2, 0.3, 0.5], 0, 0.6)
+    np.testing.assert_allclose(w, [0.6, 0.4 * 0.375, 0.4 * 0.625])
+    assert _on_simplex(w)
+
+
+def test_sync_spreads_evenly_when_others_are_zero():
+    np.testing.assert_allclose(sync_weights([1.0, 0.0, 0.0], 0, 0.4), [0.4, 0.3, 0.3])
+
+
+def test_sync_clips_and_moves_to_vertex():
+    np.testing.assert_allclose(sync_weights([0.2, 0.3, 0.5], 2, 1.7), [0.0, 0.0, 1.0])
+    np.testing.assert_allclose(sync_weights([0.2, 0.3, 0.5], 2, -1.0), [0.4, 0.6, 0.0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0, 1, allow_nan=False), min_size=2, max_size=6),
+    st.data(),
+)
+def test_sync_property(raw, data):
+    w0 = project_to_simplex(raw)
+    i = data.draw(st.integers(0, len(raw) - 1))
+    value = data.draw(st.floats(0, 1, allow_nan=False))
+    w = sync_weights(w0, i, value)
+    assert _on_simplex(w, 1e-9)
+    assert w[i] == pytest.approx(value, abs=1e-9)
+    others0, others = np.delete(w0, i), np.delete(w, i)
+    if others0.sum() > 1e-9 and others.sum() > 1e-9:
+        # untouched weights keep their proportions
+        np.testing.assert_allclose(others / others.sum(), others0 / others0.sum(), atol=1e-7)
+
+
+def test_sync_rejects_bad_index_and_value():
+    with pytest.raises(WeightsError):
+        sync_weights([0.5, 0.5], 2, 0.1)
+    with pytest.raises(WeightsError):
+        sync_weights([0.5, 0.5], 0, float("nan"))
+
+
+# ---------------------------------------------------------------- rounding / formatting
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 1, allow_nan=False), min_size=1, max_size=8))
+def test_round_to_simplex_sums_to_one_on_the_grid(raw):
+    w = round_to_simplex(raw, 2)
+    assert abs(w.sum() - 1) < 1e-12
+    assert np.allclose(w * 100, np.round(w * 100))
+    assert np.max(np.abs(w - project_to_simplex(raw))) <= 0.01 + 1e-12
+
+
+def test_round_to_simplex_example():
+    np.testing.assert_allclose(round_to_simplex([1 / 3, 1 / 3, 1 / 3], 2), [0.34, 0.33, 0.33])
+
+
+def test_format_weights_and_uniform():
+    assert format_weights([0.5, 0.25, 0.25], ["a", "b", "c"]) == "a 0.50 · b 0.25 · c 0.25"
+    assert format_weights([0.5, 0.5]) == "(0.50, 0.50)"
+    with pytest.raises(WeightsError):
+        format_weights([0.5, 0.5], ["a"])
+    np.testing.assert_allclose(uniform_weights(4), 0.25)
+    with pytest.raises(WeightsError):
+        uniform_weights(0)
+
+
+# ---------------------------------------------------------------- click -> weights
+
+
+def test_selection_prefers_customdata():
+    event = {
+        "selection": {
+            "points": [{"customdata": [0.2, 0.3, 0.5, 1.23], "a": 0.9, "b": 0.05, "c": 0.05}]
+        }
+    }
+    np.testing.assert_allclose(weights_from_selection(event, 3), [0.2, 0.3, 0.5])
+
+
+def test_selection_ternary_abc_is_normalised():
+    sel = {"points": [{"a": 2.0, "b": 1.0, "c": 1.0}]}
+    np.testing.assert_allclose(weights_from_selection(sel, 3), [0.5, 0.25, 0.25])
+
+
+def test_selection_line_x_for_two_references():
+    sel = {"points": [{"x": 0.3, "y": 1.0}]}
+    np.testing.assert_allclose(weights_from_selection(sel, 2), [0.7, 0.3])
+    np.testing.assert_allclose(weights_from_selection({"points": [{"x": 1.4}]}, 2), [0.0, 1.0])
+
+
+def test_selection_point_index_into_grid_and_last_point_wins():
+    grid = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    sel = {"points": [{"point_index": 0}, {"point_index": 2}]}
+    np.testing.assert_allclose(weights_from_selection(sel, 3, grid), [0.0, 0.0, 1.0])
+    assert weights_from_selection({"points": [{"point_index": 7}]}, 3, grid) is None
+
+
+def test_selection_empty_or_useless_gives_none():
+    assert weights_from_selection(None, 3) is None
+    assert weights_from_selection({"selection": {"points": []}}, 3) is None
+    assert weights_from_selection({"points": [{"y": 2.0}]}, 3) is None
+    assert selection_signature({"points": []}) is None
+
+
+class _Attr:
+    """Streamlit returns attribute-style objects; both styles must work."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def test_selection_attribute_objects_and_signature():
+    event = _Attr(selection=_Attr(points=[{"customdata": [0.1, 0.9]}]))
+    np.testing.assert_allclose(weights_from_selection(event, 2), [0.1, 0.9])
+    s1 = selection_signature({"points": [{"point_index": 3, "a": 0.2, "b": 0.3, "c": 0.5}]})
+    s2 = selection_signature({"points": [{"point_index": 4, "a": 0.2, "b": 0.3, "c": 0.5}]})
+    assert s1 and s2 and s1 != s2
