@@ -167,7 +167,11 @@ def _run(kind: str, n: int, args: argparse.Namespace, tol: float | None = None) 
         "--tol", str(args.tol if tol is None else tol), "--pot-method", args.pot_method, "--pot-max-iter", str(args.pot_max_iter),
         "--batch-size", str(args.batch_size), "--reference-subsample", str(args.reference_subsample),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    env = dict(os.environ)
+    if args.threads:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[var] = str(args.threads)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         return {"solver": kind, "n": n, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -209,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pot-method", default="sinkhorn_log", help="POT method (sinkhorn_log, sinkhorn_stabilized, sinkhorn)")
     p.add_argument("--pot-max-iter", type=int, default=5000)
     p.add_argument("--batch-size", type=int, default=10000)
+    p.add_argument(
+        "--threads", type=int, default=0,
+        help="pin torch/BLAS threads in the workers (0: library defaults); 1 is steadier on a loaded box",
+    )
     p.add_argument("--reference-subsample", type=int, default=10000, help=argparse.SUPPRESS)
     p.add_argument(
         "--full-subsamples", default="10000",
@@ -239,8 +247,9 @@ def main(argv: list[str] | None = None) -> int:
             row = _run("geoviz-batched", 0, argparse.Namespace(**{**vars(args), "reference_subsample": sub}))
             rows.append(row)
             print("done:", _table([row]).splitlines()[-1], file=sys.stderr, flush=True)
+    threads = rows[0].get("threads", "?") if rows else "?"
     print(f"\nMNIST -> Fashion-MNIST (train), 784-d, epsilon={args.epsilon} x mean cost, tol={args.tol}, "
-          f"{os.cpu_count()} CPUs\n")
+          f"{os.cpu_count()} CPUs, {threads} torch thread(s)\n")
     print(_table(rows))
     return 0
 

@@ -220,7 +220,7 @@ def pairwise_section(model: SessionModel, data: compute.ScenarioData) -> None:
             except GeovizError as err:
                 st.error(str(err))
                 return
-            bar.empty()
+            st.rerun()  # redraw without the button
     if mat is not None:
         st.plotly_chart(otdd_heatmap(mat, list(data.names)), key="pairwise_heatmap")
         closest = int(np.argmin(mat[0, 1:])) + 1

@@ -155,7 +155,7 @@ def samples_of_pa(model: SessionModel, result, pa) -> None:
 def low_dim_views(model: SessionModel, result, pa, weights: np.ndarray, names: list[str]) -> None:
     st.subheader("The datasets themselves")
     q = result.target
-    color_by = st.radio("Colour by", ["label", "dataset"], horizontal=True, key="geo_color")
+    color_by = st.radio("Colour by", ["dataset", "label"], horizontal=True, key="geo_color")
     pa_set = point_set(pa, name="P_a")
     sets = [point_set(q, name="Q", prefix_labels=True)]
     sets += [

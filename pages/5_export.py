@@ -109,6 +109,8 @@ def main() -> None:
                 compute.export_payload(model, pa, fmt)
             except GeovizError as err:
                 st.error(str(err))
+            else:
+                st.rerun()  # show the download button instead of this one
     if key in compute.store():
         data, filename, mime = compute.export_payload(model, pa, fmt)
         st.download_button(

@@ -331,3 +331,21 @@ def test_two_dimensional_preset_shows_datasets_and_mixup_comparison():
     )
     _open(at, "pages/4_mccann.py")
     assert any("McCann interpolation Q →" in f["layout"]["title"]["text"] for f in _figures(at))
+
+
+def test_few_shot_target_reports_pseudo_labels_and_fits():
+    from geoviz.app_state import FewShotOptions
+
+    scenario = Scenario(
+        target=DatasetChoice("mnist", split="test"),
+        references=(DatasetChoice("usps"), DatasetChoice("kmnist"), DatasetChoice("fashion_mnist")),
+        n_target=100,
+        n_reference=100,
+        few_shot=FewShotOptions(enabled=True, k=3, n_neighbors=1),
+    )
+    at = _with_scenario(scenario, "pages/1_datasets.py")
+    info = " ".join(i.value for i in at.info)
+    assert "Few-shot target: 30 labelled samples" in info and "kNN pseudo-labels" in info
+    assert "few-shot: 3 labels per class" in _sidebar(at)
+    _open(at, "pages/3_geodesic.py")
+    assert "**â** =" in _sidebar(at)

@@ -247,7 +247,13 @@ def test_every_page_weight_change_and_download(page, server):
     box = points.nth(points.count() - 1).bounding_box()  # simplex_grid ends with e_1
     assert box is not None
     t0 = time.monotonic()
-    pg.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    # a few px inside the triangle: the vertex marker's centre is the plot area's very edge,
+    # where plotly's hover hit-test may round to "outside"
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2 + 4
+    pg.mouse.move(x - 15, y + 15)
+    pg.mouse.move(x, y, steps=5)
+    pg.mouse.down()
+    pg.mouse.up()
     pg.wait_for_function(
         "() => document.querySelector('[data-testid=stSidebar]').innerText.includes('picked a = fashion_mnist 1.00')"
     )
@@ -288,6 +294,21 @@ def test_every_page_weight_change_and_download(page, server):
     ds = load_export(target)
     assert ds.n_samples > 0 and len(ds.class_names) == 30  # 3 references x 10 classes
     assert ds.metadata.get("weights") is not None
+    # a 2-D teaching preset: the datasets themselves and OT maps vs naive mixup
+    _goto_page(pg, "1 · Datasets")
+    pg.locator("[data-testid='stSelectbox']").first.click()
+    pg.get_by_role("option", name="2-D Gaussian mixtures").click()
+    pg.get_by_role("button", name="Load preset").click()
+    _wait_idle(pg)
+    assert "References: P1, P2, P3" in _sidebar_text(pg)
+    _goto_page(pg, "3 · Geodesic")
+    _assert_no_exception(pg, "geodesic 2-D preset")
+    pg.wait_for_selector("text=OT maps vs naive mixup")
+    _shot(pg, "3_geodesic_2d_preset")
+    _goto_page(pg, "4 · McCann")
+    _assert_no_exception(pg, "McCann 2-D preset")
+    _shot(pg, "4_mccann_2d_preset")
+
     with contextlib.suppress(OSError):
         (SHOTS / "timings.txt").write_text(
             "\n".join(f"{k}: {v:.1f} s" for k, v in timings.items()) + "\n"

@@ -173,6 +173,20 @@ def test_selection_prefers_customdata():
     np.testing.assert_allclose(weights_from_selection(event, 3), [0.2, 0.3, 0.5])
 
 
+def test_selection_customdata_as_json_typed_array():
+    """What Streamlit really returns for a Scatterternary click (plotly.js typed array via JSON)."""
+    point = {
+        "point_index": 65,
+        "a": 1,
+        "b": 0,
+        "c": 0,
+        "customdata": {"0": 0.1, "1": 0.2, "2": 0.7, "3": 5.0},
+    }
+    np.testing.assert_allclose(weights_from_selection({"points": [point]}, 3), [0.1, 0.2, 0.7])
+    broken = {"a": 2.0, "b": 1.0, "c": 1.0, "customdata": {"x": "y"}}
+    np.testing.assert_allclose(weights_from_selection({"points": [broken]}, 3), [0.5, 0.25, 0.25])
+
+
 def test_selection_ternary_abc_is_normalised():
     sel = {"points": [{"a": 2.0, "b": 1.0, "c": 1.0}]}
     np.testing.assert_allclose(weights_from_selection(sel, 3), [0.5, 0.25, 0.25])

@@ -52,6 +52,7 @@ them because such classes carry no mass. ``missing="raise"`` raises a
 
 from __future__ import annotations
 
+import contextlib
 from typing import Literal
 
 import numpy as np
@@ -111,6 +112,51 @@ def class_samples(
     return out
 
 
+def _single_threaded_blas() -> contextlib.AbstractContextManager:
+    """Limit NumPy's BLAS/LAPACK to one thread (when threadpoolctl is available).
+
+    The small dense decompositions below gain nothing from threads, and a second
+    spinning thread pool next to torch's OpenMP pool stalls badly on a loaded
+    machine.
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
+def _svdvals(x: torch.Tensor) -> torch.Tensor:
+    """Singular values of a batch of small matrices.
+
+    On CPU this uses NumPy's LAPACK, single-threaded: torch's MKL path for
+    batched small SVDs can stall for seconds when its OpenMP threads compete
+    with other processes for the cores (observed 0.3 s -> 4-16 s on a loaded
+    2-core machine).
+    """
+    if x.device.type == "cpu":
+        with _single_threaded_blas():
+            return torch.from_numpy(np.linalg.svd(x.numpy(), compute_uv=False))
+    return torch.linalg.svdvals(x)
+
+
+def _eigh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric eigendecomposition (NumPy LAPACK on CPU, see :func:`_svdvals`)."""
+    if x.device.type == "cpu":
+        with _single_threaded_blas():
+            w, v = np.linalg.eigh(x.numpy())
+        return torch.from_numpy(w), torch.from_numpy(v)
+    return torch.linalg.eigh(x)
+
+
+def _eigvalsh(x: torch.Tensor) -> torch.Tensor:
+    """Eigenvalues of symmetric matrices (NumPy LAPACK on CPU, see :func:`_svdvals`)."""
+    if x.device.type == "cpu":
+        with _single_threaded_blas():
+            return torch.from_numpy(np.linalg.eigvalsh(x.numpy()))
+    return torch.linalg.eigvalsh(x)
+
+
 def _gaussian_factors(
     samples: list[torch.Tensor | None], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor | None]]:
@@ -132,7 +178,7 @@ def _gaussian_factors(
         else:
             cov = centred.T @ centred
             cov = 0.5 * (cov + cov.T)
-            evals, evecs = torch.linalg.eigh(cov)
+            evals, evecs = _eigh(cov)
             factor = evecs * evals.clamp_min(0.0).sqrt()  # (D, D), negatives clipped
         means[c] = mean
         traces[c] = (factor * factor).sum()
@@ -163,7 +209,7 @@ def _nuclear_cross(
     chunk = max(1, (256 * 2**20) // per_row)
     for k0 in range(0, len(ia), chunk):
         grams = torch.einsum("adr,bds->abrs", pa[k0 : k0 + chunk], pb)
-        nuc = torch.linalg.svdvals(grams).sum(dim=-1)  # (chunk, |ib|)
+        nuc = _svdvals(grams).sum(dim=-1)  # (chunk, |ib|)
         for k in range(nuc.shape[0]):
             out[ia[k0 + k], ib] = nuc[k]
     if symmetric:
@@ -199,11 +245,11 @@ def gaussian_w2(
     sa, sb = covs_a.double(), covs_b.double()
     sa = 0.5 * (sa + sa.transpose(-1, -2))
     sb = 0.5 * (sb + sb.transpose(-1, -2))
-    evals, evecs = torch.linalg.eigh(sa)
+    evals, evecs = _eigh(sa)
     root_a = (evecs * evals.clamp_min(0).sqrt()[..., None, :]) @ evecs.transpose(-1, -2)
     mid = root_a[:, None] @ sb[None] @ root_a[:, None]  # (A, B, D, D)
     mid = 0.5 * (mid + mid.transpose(-1, -2))
-    cross = torch.linalg.eigvalsh(mid).clamp_min(0).sqrt().sum(-1)
+    cross = _eigvalsh(mid).clamp_min(0).sqrt().sum(-1)
     tr_a = torch.diagonal(sa, dim1=-2, dim2=-1).sum(-1)
     tr_b = torch.diagonal(sb, dim1=-2, dim2=-1).sum(-1)
     dm = torch.cdist(ma, mb).square()

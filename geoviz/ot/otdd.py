@@ -41,7 +41,13 @@ Modes and memory
   ``B x N_ref`` matrix is never materialised; a blocked log-domain solver
   recomputes cost blocks of ``B x 2048`` in every iteration
   (:func:`geoviz.ot.sinkhorn.sinkhorn_online`). Memory is ``O(B * 2048 + (B +
-  N_ref) D)``, time is one cost evaluation per iteration.
+  N_ref) D)``, time is one cost evaluation per iteration (a ``B x N_ref x D``
+  GEMM), and the solver is plain log-domain Sinkhorn with epsilon scaling
+  (no over-relaxation, no class correction), so it needs more iterations.
+
+The dense solver receives the class labels as ``groups`` (class-level coarse
+correction, see :func:`geoviz.ot.sinkhorn.sinkhorn`), which removes the slow
+inter-class mode caused by unequal class proportions.
 
 Every size is checked with :func:`geoviz.backend.check_memory` before any large
 allocation, which raises :class:`~geoviz.errors.ResourceError`.
@@ -52,8 +58,10 @@ With ``debiased=True`` the reported ``cost`` is the Sinkhorn divergence
 ``OT_eps(Q, P) - (OT_eps(Q, Q) + OT_eps(P, P)) / 2`` where ``OT_eps`` is the
 regularised optimum ``<f, a> + <g, b>`` (all three with the same
 ``epsilon_abs``; the self terms use label distances of each dataset with
-itself). Otherwise ``cost`` is ``<pi, C>``, the transport cost of the entropic
-plan.
+itself and the averaged symmetric solver). The self problems need an
+``N_Q x N_Q`` and an ``N_P x N_P`` cost (per batch: ``B x B`` and
+``N_ref x N_ref``; streamed: blocks only). Otherwise ``cost`` is ``<pi, C>``,
+the transport cost of the entropic plan.
 """
 
 from __future__ import annotations
@@ -556,7 +564,7 @@ def _self_value(x, y, lab_self, cfg: OTDDConfig, eps_abs, dev, dt) -> tuple[floa
     else:
         check_memory(n * n * _itemsize(dt), dev, f"the OTDD self-cost matrix ({n} x {n}) for debiasing")
         cost = ground_cost(x, y, x, y, lab_self, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev)
-        cost = 0.5 * (cost + cost.T)  # exact symmetry for the averaged solver
+        # symmetric up to GEMM rounding; the averaged solver only uses row updates
         res = sinkhorn(cost, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter, symmetric=True)
         del cost
     return res.dual_value(), res.marginal_error, res.converged, res.n_iter

@@ -27,6 +27,9 @@ __all__ = ["Embedding", "fit_embedding"]
 
 EmbeddingMethod = Literal["auto", "umap", "pca"]
 
+#: Up to this many fitted points UMAP runs on a precomputed distance matrix.
+_PRECOMPUTED_MAX = 8000
+
 
 def _features(ds: LabeledDataset | SoftLabeledDataset | np.ndarray | torch.Tensor) -> np.ndarray:
     x = ds.features if isinstance(ds, (LabeledDataset, SoftLabeledDataset)) else ds
@@ -62,6 +65,7 @@ class Embedding:
     fit_seconds: float
     _pca: Any = field(repr=False, default=None)
     _umap: Any = field(repr=False, default=None)
+    _train: Any = field(repr=False, default=None)
 
     @property
     def axis_titles(self) -> tuple[str, str]:
@@ -79,6 +83,12 @@ class Embedding:
             return np.asarray(z[:, :2], dtype=np.float64)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if self._train is not None:  # fitted on precomputed distances
+                from sklearn.metrics import pairwise_distances
+
+                return np.asarray(
+                    self._umap.transform(pairwise_distances(z, self._train)), dtype=np.float64
+                )
             return np.asarray(self._umap.transform(z), dtype=np.float64)
 
 
@@ -160,12 +170,19 @@ def fit_embedding(
         raise DatasetError(f"embedding method must be 'auto', 'umap' or 'pca', got {method!r}")
 
     reducer = None
+    train = None
     note = None
     coords = z[:, :2] if z.shape[1] >= 2 else np.column_stack([z[:, 0], np.zeros(len(z))])
     if wanted == "umap":
         try:
             import umap
+            from sklearn.metrics import pairwise_distances
 
+            # Up to a few thousand points UMAP computes exact neighbours, and its
+            # transform then calls a numba metric from Python once per pair (~2 s for
+            # 500 x 2000). Precomputed Euclidean distances give the same neighbours
+            # with numpy speed (~0.3 s per transform).
+            precomputed = z.shape[0] <= _PRECOMPUTED_MAX
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 reducer = umap.UMAP(
@@ -174,13 +191,17 @@ def fit_embedding(
                     min_dist=0.2,
                     random_state=seed,
                     transform_seed=seed,
+                    metric="precomputed" if precomputed else "euclidean",
                 )
-                coords = reducer.fit_transform(z)
+                coords = reducer.fit_transform(pairwise_distances(z) if precomputed else z)
+                train = z if precomputed else None
                 # compile UMAP's transform now (numba JIT, seconds) so that placing
                 # the first P_a later takes as long as any other
-                reducer.transform(z[: min(len(z), 8)])
+                probe = z[: min(len(z), 8)]
+                reducer.transform(pairwise_distances(probe, z) if precomputed else probe)
         except Exception as err:  # any failure of the optional UMAP path -> PCA
             reducer = None
+            train = None
             note = f"UMAP failed ({type(err).__name__}: {err}); showing a PCA projection instead."
     else:
         note = "PCA projection (UMAP disabled)." if method == "auto" else None
@@ -200,4 +221,5 @@ def fit_embedding(
         fit_seconds=time.perf_counter() - start,
         _pca=pca,
         _umap=reducer,
+        _train=train,
     )

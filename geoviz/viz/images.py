@@ -165,7 +165,10 @@ def image_grid(
     scale = tile_px / max(w, 1)
     height = int(nrows * cell_h * scale) + top + 10
     fig.update_layout(
-        title={"text": title} if title else None,
+        # title pinned to the top edge so it never meets the column headers below it
+        title={"text": title, "yref": "container", "y": 1.0, "yanchor": "top", "pad": {"t": 10}}
+        if title
+        else None,
         height=max(height, 120),
         margin={"l": 5, "r": 5, "t": top, "b": 5},
         xaxis={"visible": False},

@@ -274,8 +274,18 @@ def otdd_heatmap(
     )
     fig.update_layout(
         title={"text": title},
-        xaxis={"title": {"text": "dataset"}, "side": "bottom"},
-        yaxis={"title": {"text": "dataset"}, "autorange": "reversed", "scaleanchor": "x"},
+        xaxis={
+            "title": {"text": "dataset"},
+            "side": "bottom",
+            "showgrid": False,
+            "type": "category",
+        },
+        yaxis={
+            "title": {"text": "dataset"},
+            "autorange": "reversed",
+            "showgrid": False,
+            "type": "category",
+        },
         height=height,
     )
     return fig
@@ -426,7 +436,7 @@ def soft_label_bars(
         title={"text": title},
         xaxis={"title": {"text": "soft-label mass"}, "range": [0, 1]},
         yaxis={"title": {"text": "sample"}, "autorange": "reversed"},
-        height=height or max(330, 60 + 34 * len(sample_names)),
+        height=height or max(400, 60 + 34 * len(sample_names)),
         legend={"title": {"text": "class"}},
         margin={"t": 50},
     )

@@ -207,8 +207,17 @@ def weights_from_selection(
     point = points[-1]
 
     custom = _point_get(point, "customdata")
+    if isinstance(custom, Mapping):
+        # plotly.js typed arrays reach Python through JSON as {"0": v0, "1": v1, ...}
+        try:
+            custom = [custom[k] for k in sorted(custom, key=lambda k: int(k))]
+        except (TypeError, ValueError):
+            custom = None
     if custom is not None:
-        arr = np.asarray(custom, dtype=float).ravel()
+        try:
+            arr = np.asarray(custom, dtype=float).ravel()
+        except (TypeError, ValueError):
+            arr = np.zeros(0)
         if arr.shape[0] >= m and np.all(np.isfinite(arr[:m])) and arr[:m].sum() > 0:
             return project_to_simplex(arr[:m] / arr[:m].sum())
 
