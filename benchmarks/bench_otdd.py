@@ -46,7 +46,11 @@ import sys
 import time
 from pathlib import Path
 
-DATA_DIR = Path(os.environ.get("GEOVIZ_NIST_DIR", Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nist"))
+DATA_DIR = Path(
+    os.environ.get(
+        "GEOVIZ_NIST_DIR", Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nist"
+    )
+)
 
 
 def _rss_mb() -> float:
@@ -105,7 +109,12 @@ def worker(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         res = otdd(target, reference, cfg, barycentric=True, keep_coupling=True)
         row["time"] = time.perf_counter() - t0
-        row.update(iters=res.n_iter, marginal_error=res.marginal_error, value=res.cost, converged=res.converged)
+        row.update(
+            iters=res.n_iter,
+            marginal_error=res.marginal_error,
+            value=res.cost,
+            converged=res.converged,
+        )
         row["eps_abs"] = res.epsilon_abs
         row["solver"] = f"geoviz (tol={args.tol:g})"
         row["time_sinkhorn"] = sink_time[0]
@@ -114,13 +123,21 @@ def worker(args: argparse.Namespace) -> dict:
     elif args.worker == "geoviz-batched":
         sub = None if args.reference_subsample == 0 else args.reference_subsample
         cfg = OTDDConfig(
-            epsilon=args.epsilon, tol=args.tol, device="cpu", batch_size=args.batch_size,
+            epsilon=args.epsilon,
+            tol=args.tol,
+            device="cpu",
+            batch_size=args.batch_size,
             reference_subsample=sub,
         )
         t0 = time.perf_counter()
         res = otdd(target, reference, cfg, barycentric=True, keep_coupling=False)
         row["time"] = time.perf_counter() - t0
-        row.update(iters=res.n_iter, marginal_error=res.marginal_error, value=res.cost, converged=res.converged)
+        row.update(
+            iters=res.n_iter,
+            marginal_error=res.marginal_error,
+            value=res.cost,
+            converged=res.converged,
+        )
         row["eps_abs"] = res.epsilon_abs
         row["batches"] = res.n_batches
         row["time_sinkhorn"] = sink_time[0]
@@ -131,7 +148,9 @@ def worker(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         lab = label_distances(target, reference, device="cpu")
         eps_abs = args.epsilon * mean_ground_cost(target, reference, lab)
-        cost = ground_cost(target.features, target.labels, reference.features, reference.labels, lab)
+        cost = ground_cost(
+            target.features, target.labels, reference.features, reference.labels, lab
+        )
         t_cost = time.perf_counter() - t0
         a = torch.full((target.n_samples,), 1.0 / target.n_samples)
         b = torch.full((reference.n_samples,), 1.0 / reference.n_samples)
@@ -140,7 +159,14 @@ def worker(args: argparse.Namespace) -> dict:
         with __import__("warnings").catch_warnings(record=True) as caught:
             __import__("warnings").simplefilter("always")
             plan, log = ot.sinkhorn(
-                a, b, cost, eps_abs, method=args.pot_method, stopThr=stop, numItermax=args.pot_max_iter, log=True
+                a,
+                b,
+                cost,
+                eps_abs,
+                method=args.pot_method,
+                stopThr=stop,
+                numItermax=args.pot_max_iter,
+                log=True,
             )
         t_sink = time.perf_counter() - t1
         rows = plan.sum(1, keepdim=True)
@@ -163,9 +189,24 @@ def worker(args: argparse.Namespace) -> dict:
 
 def _run(kind: str, n: int, args: argparse.Namespace, tol: float | None = None) -> dict:
     cmd = [
-        sys.executable, __file__, "--worker", kind, "--n", str(n), "--epsilon", str(args.epsilon),
-        "--tol", str(args.tol if tol is None else tol), "--pot-method", args.pot_method, "--pot-max-iter", str(args.pot_max_iter),
-        "--batch-size", str(args.batch_size), "--reference-subsample", str(args.reference_subsample),
+        sys.executable,
+        __file__,
+        "--worker",
+        kind,
+        "--n",
+        str(n),
+        "--epsilon",
+        str(args.epsilon),
+        "--tol",
+        str(args.tol if tol is None else tol),
+        "--pot-method",
+        args.pot_method,
+        "--pot-max-iter",
+        str(args.pot_max_iter),
+        "--batch-size",
+        str(args.batch_size),
+        "--reference-subsample",
+        str(args.reference_subsample),
     ]
     env = dict(os.environ)
     if args.threads:
@@ -173,7 +214,11 @@ def _run(kind: str, n: int, args: argparse.Namespace, tol: float | None = None) 
             env[var] = str(args.threads)
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
-        return {"solver": kind, "n": n, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
+        return {
+            "solver": kind,
+            "n": n,
+            "error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed",
+        }
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -200,26 +245,40 @@ def _table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", default="2000,5000,10000", help="comma-separated N per side ('' for none)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--sizes", default="2000,5000,10000", help="comma-separated N per side ('' for none)"
+    )
     p.add_argument("--full", action="store_true", help="add the batched 60000 vs 60000 run")
-    p.add_argument("--epsilon", type=float, default=0.05, help="relative epsilon (x mean ground cost)")
+    p.add_argument(
+        "--epsilon", type=float, default=0.05, help="relative epsilon (x mean ground cost)"
+    )
     p.add_argument("--tol", type=float, default=1e-4, help="L1 marginal tolerance")
     p.add_argument("--no-pot", action="store_true", help="skip POT")
     p.add_argument(
-        "--geoviz-extra-tols", default="1e-6",
+        "--geoviz-extra-tols",
+        default="1e-6",
         help="extra geoviz runs at these tolerances (equal-accuracy rows vs POT; '' for none)",
     )
-    p.add_argument("--pot-method", default="sinkhorn_log", help="POT method (sinkhorn_log, sinkhorn_stabilized, sinkhorn)")
+    p.add_argument(
+        "--pot-method",
+        default="sinkhorn_log",
+        help="POT method (sinkhorn_log, sinkhorn_stabilized, sinkhorn)",
+    )
     p.add_argument("--pot-max-iter", type=int, default=5000)
     p.add_argument("--batch-size", type=int, default=10000)
     p.add_argument(
-        "--threads", type=int, default=0,
+        "--threads",
+        type=int,
+        default=0,
         help="pin torch/BLAS threads in the workers (0: library defaults); 1 is steadier on a loaded box",
     )
     p.add_argument("--reference-subsample", type=int, default=10000, help=argparse.SUPPRESS)
     p.add_argument(
-        "--full-subsamples", default="10000",
+        "--full-subsamples",
+        default="10000",
         help="comma list of per-batch reference subsample sizes for --full (0: whole reference)",
     )
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -244,12 +303,18 @@ def main(argv: list[str] | None = None) -> int:
             print("done:", _table([row]).splitlines()[-1], file=sys.stderr, flush=True)
     if args.full:
         for sub in [int(x) for x in args.full_subsamples.split(",") if x.strip()]:
-            row = _run("geoviz-batched", 0, argparse.Namespace(**{**vars(args), "reference_subsample": sub}))
+            row = _run(
+                "geoviz-batched",
+                0,
+                argparse.Namespace(**{**vars(args), "reference_subsample": sub}),
+            )
             rows.append(row)
             print("done:", _table([row]).splitlines()[-1], file=sys.stderr, flush=True)
     threads = rows[0].get("threads", "?") if rows else "?"
-    print(f"\nMNIST -> Fashion-MNIST (train), 784-d, epsilon={args.epsilon} x mean cost, tol={args.tol}, "
-          f"{os.cpu_count()} CPUs, {threads} torch thread(s)\n")
+    print(
+        f"\nMNIST -> Fashion-MNIST (train), 784-d, epsilon={args.epsilon} x mean cost, tol={args.tol}, "
+        f"{os.cpu_count()} CPUs, {threads} torch thread(s)\n"
+    )
     print(_table(rows))
     return 0
 

@@ -233,19 +233,27 @@ def objective_grid(
     return _objective_grid(model.scenario.key(), m, int(resolution), result)
 
 
+def _small_step(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` on one torch thread (see :func:`geoviz.backend.few_cpu_threads`)."""
+    from geoviz.backend import few_cpu_threads
+
+    with few_cpu_threads(1):
+        return fn(*args, **kwargs)
+
+
 def interpolation(
     model: SessionModel, result: Any, weights: np.ndarray, n: int | None = None, seed: int = 0
 ) -> SoftLabeledDataset:
     """``P_a`` at ``weights`` (rounded to 1e-4 for the cache key). Cached, cheap to recompute."""
     w = np.asarray(weights, dtype=float)
     key = ("interp", model.scenario.key(), tuple(np.round(w, 4).tolist()), n, seed)
-    return store().get_or_compute(key, lambda: result.interpolate(w, n=n, seed=seed))
+    return store().get_or_compute(key, lambda: _small_step(result.interpolate, w, n=n, seed=seed))
 
 
 def mccann(model: SessionModel, result: Any, i: int, t: float) -> SoftLabeledDataset:
     """McCann interpolation ``((1-t) Id + t T_i)#Q``. Cached by ``(i, round(t, 3))``."""
     key = ("mccann", model.scenario.key(), int(i), round(float(t), 3))
-    return store().get_or_compute(key, lambda: result.mccann(int(i), float(t)))
+    return store().get_or_compute(key, lambda: _small_step(result.mccann, int(i), float(t)))
 
 
 @st.cache_resource(show_spinner=False, max_entries=6)
@@ -451,7 +459,7 @@ def geodesic_with_status(model: SessionModel) -> Any | None:
 def embed_points(model: SessionModel, emb: Any, features: Any, tag: tuple[Any, ...]) -> np.ndarray:
     """``emb.transform(features)`` cached under ``tag`` (e.g. the rounded weights of ``P_a``)."""
     key = ("embed", model.scenario.key(), emb.method, *tag)
-    return store().get_or_compute(key, lambda: emb.transform(features))
+    return store().get_or_compute(key, lambda: _small_step(emb.transform, features))
 
 
 def ensure_navigation() -> None:

@@ -78,6 +78,36 @@ def set_device(device: DeviceName | str | torch.device | None) -> None:
     _device_override = None if device in (None, "auto") else resolve_device(device)
 
 
+_threads_lock = threading.Lock()
+_threads_depth = 0
+_threads_saved = 0
+
+
+@contextlib.contextmanager
+def few_cpu_threads(n: int = 1) -> Any:
+    """Run torch's CPU ops on at most ``n`` intra-op threads inside the block.
+
+    For small interactive steps (``P_a`` at new weights, a UMAP placement)
+    that a multi-threaded pool slows down: with the browser and the server on
+    the same few cores, an OpenMP pool that waits for a busy core stalls a
+    30 ms operation to 200 ms. Process-wide (torch has one pool); nested or
+    concurrent blocks restore the original count when the last one exits.
+    """
+    global _threads_depth, _threads_saved
+    with _threads_lock:
+        if _threads_depth == 0:
+            _threads_saved = torch.get_num_threads()
+            torch.set_num_threads(max(1, min(int(n), _threads_saved)))
+        _threads_depth += 1
+    try:
+        yield
+    finally:
+        with _threads_lock:
+            _threads_depth -= 1
+            if _threads_depth == 0:
+                torch.set_num_threads(_threads_saved)
+
+
 def resolve_dtype(dtype: DTypeName | torch.dtype | None = None) -> torch.dtype:
     """Map a dtype name to a torch dtype; the default is float32."""
     if isinstance(dtype, torch.dtype):

@@ -138,8 +138,8 @@ def main() -> None:
     st.title("2 · OTDD maps")
     st.markdown(
         r"For every reference $P_i$ an entropic OTDD coupling $\pi^*$ between Q and $P_i$ gives the "
-        r"barycentric map $T_i(x, y) = [N_Q\,\pi^* X_{P_i},\; N_Q\,\pi^* Y_{P_i}]$ (paper Sec. 3.1, "
-        "eq. bary_map): each target sample becomes a weighted average of reference samples, "
+        r"barycentric map $T_i(x, y) = [N_Q\,\pi^* X_{P_i},\; N_Q\,\pi^* Y_{P_i}]$ (paper Sec. 3.1)"
+        ": each target sample becomes a weighted average of reference samples, "
         "with a soft label over the reference's classes."
     )
     result = compute.geodesic_with_status(model)

@@ -59,7 +59,7 @@ def two_q_matrix(result) -> None:
         st.markdown(
             "W²₂,Q(P_i, P_j) = ∫ ‖x_i − x_j‖² + W₂²(α_{y_i}, α_{y_j}) dQ(z), with (x_i, y_i) = T_i(z): "
             "how far apart the maps send the *same* target samples. The objective is "
-            "W²(P_a, Q) = Σ a_i W²₂,Q(P_i, Q) − ½ Σ_{i≠j} a_i a_j W²₂,Q(P_i, P_j) (eq. ds_eq)."
+            "W²(P_a, Q) = Σ a_i W²₂,Q(P_i, Q) − ½ Σ_{i≠j} a_i a_j W²₂,Q(P_i, P_j) (paper Sec. 3.3)."
         )
         st.plotly_chart(
             otdd_heatmap(mat, names, title="(2,Q) dataset distances", value_label="W²₂,Q"),
@@ -234,7 +234,7 @@ def main() -> None:
         "Every weight vector $a$ on the simplex gives a dataset "
         r"$P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ on the generalized geodesic of the references "
         "with base Q (paper Sec. 3.3). The heatmap shows the objective "
-        r"$\mathcal{W}^2(P_a, Q)$ (eq. ds_eq); its minimiser $\hat a$ (★) is the projection of Q "
+        r"$\mathcal{W}^2(P_a, Q)$; its minimiser $\hat a$ (★) is the projection of Q "
         "onto the geodesic. Click the triangle or move the sliders to pick $a$."
     )
     result = compute.geodesic_with_status(model)

@@ -21,7 +21,9 @@ from geoviz.maps import (
 )
 from geoviz.ot.otdd import OTDDConfig, otdd
 
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))
+CUDA = pytest.param(
+    "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+)
 
 
 def gmm(n: int, seed: int, classes=("a", "b", "c", "d"), name="gmm", dim: int = 2):
@@ -56,7 +58,10 @@ def test_barycentric_equals_normalised_coupling_products(pair, cache):
     torch.testing.assert_close(fitted.soft_labels_.double(), want_y, atol=1e-6, rtol=0)
     # eq. (bary_map): N_Q pi X_P agrees up to the marginal error
     torch.testing.assert_close(60 * plan @ p.features.double(), want_x, atol=1e-2, rtol=0)
-    assert fitted.mapped_features_.dtype == torch.float32 and fitted.mapped_features_.shape == (60, 2)
+    assert fitted.mapped_features_.dtype == torch.float32 and fitted.mapped_features_.shape == (
+        60,
+        2,
+    )
     torch.testing.assert_close(fitted.soft_labels_.sum(1), torch.ones(60), atol=1e-6, rtol=0)
     assert bool((fitted.soft_labels_ >= 0).all())
 
@@ -97,7 +102,10 @@ def test_protocol_and_flags(pair, cache):
         assert isinstance(fitted, DatasetMap)
         assert fitted.reference_classes == ("w", "x", "y", "z") and fitted.reference_name == "P"
     assert bary.supports_out_of_sample is False and ent.supports_out_of_sample is True
-    assert BarycentricMap.supports_out_of_sample is False and EntropicMap.supports_out_of_sample is True
+    assert (
+        BarycentricMap.supports_out_of_sample is False
+        and EntropicMap.supports_out_of_sample is True
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         bary.mapped_features_ = torch.zeros(1)  # type: ignore[misc]
 
@@ -247,7 +255,9 @@ def test_results_match_plain_otdd(pair, cache):
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 def test_dtypes_and_devices(pair, cache, dtype, device):
     q, p = pair
-    ref = BarycentricMap(OTDDConfig(device="cpu", tol=1e-6), cache=DiskCache(enabled=False)).fit(q, p)
+    ref = BarycentricMap(OTDDConfig(device="cpu", tol=1e-6), cache=DiskCache(enabled=False)).fit(
+        q, p
+    )
     cfg = OTDDConfig(dtype=dtype, device=device, tol=1e-6)
     got = BarycentricMap(cfg, cache=cache).fit(q, p)
     assert got.mapped_features_.device.type == "cpu" and got.mapped_features_.dtype == torch.float32

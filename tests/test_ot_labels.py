@@ -17,14 +17,18 @@ def _dataset(x, y, classes, name="ds") -> LabeledDataset:
     return LabeledDataset(np.asarray(x, dtype=np.float32), np.asarray(y), tuple(classes), name=name)
 
 
-def _random_classes(seed: int, n_per_class: tuple[int, ...], dim: int, name: str = "ds") -> LabeledDataset:
+def _random_classes(
+    seed: int, n_per_class: tuple[int, ...], dim: int, name: str = "ds"
+) -> LabeledDataset:
     rng = np.random.default_rng(seed)
     xs, ys = [], []
     for c, n in enumerate(n_per_class):
         mix = rng.normal(size=(dim, dim)) / np.sqrt(dim)
         xs.append(rng.normal(size=(n, dim)) @ mix + rng.normal(size=dim) * 2.0)
         ys.append(np.full(n, c))
-    return _dataset(np.concatenate(xs), np.concatenate(ys), [f"c{c}" for c in range(len(n_per_class))], name)
+    return _dataset(
+        np.concatenate(xs), np.concatenate(ys), [f"c{c}" for c in range(len(n_per_class))], name
+    )
 
 
 def _bures_sqrtm(m1, s1, m2, s2) -> float:
@@ -40,13 +44,21 @@ def _bures_eigh(m1, s1, m2, s2) -> float:
     r1 = (v * np.sqrt(np.clip(w, 0, None))) @ v.T
     mid = r1 @ s2 @ r1
     ev = np.linalg.eigvalsh(0.5 * (mid + mid.T))
-    return float(np.sum((m1 - m2) ** 2) + np.trace(s1) + np.trace(s2) - 2.0 * np.sum(np.sqrt(np.clip(ev, 0, None))))
+    return float(
+        np.sum((m1 - m2) ** 2)
+        + np.trace(s1)
+        + np.trace(s2)
+        - 2.0 * np.sum(np.sqrt(np.clip(ev, 0, None)))
+    )
 
 
 def _class_stats(ds: LabeledDataset):
     x = ds.features.double().numpy()
     y = ds.labels.numpy()
-    return [(x[y == c].mean(0), np.cov(x[y == c].T, ddof=1).reshape(ds.n_features, ds.n_features)) for c in range(ds.n_classes)]
+    return [
+        (x[y == c].mean(0), np.cov(x[y == c].T, ddof=1).reshape(ds.n_features, ds.n_features))
+        for c in range(ds.n_classes)
+    ]
 
 
 def test_gaussian_matches_sqrtm_closed_form():
@@ -100,18 +112,30 @@ def test_gaussian_784d_rank_deficient_no_nan():
     assert torch.all(w_self.diagonal() == 0)
     # reference function with explicit (singular 784 x 784) covariances agrees
     (m0, s0), (m1, s1) = _class_stats(ds)[:2]
-    ref = gaussian_w2(torch.tensor(m0[None]), torch.tensor(s0[None]), torch.tensor(m1[None]), torch.tensor(s1[None]))
+    ref = gaussian_w2(
+        torch.tensor(m0[None]),
+        torch.tensor(s0[None]),
+        torch.tensor(m1[None]),
+        torch.tensor(s1[None]),
+    )
     assert float(ref[0, 0]) == pytest.approx(float(w_self[0, 1]), rel=1e-6)
 
 
 def test_gaussian_w2_reference_matches_sqrtm():
     rng = np.random.default_rng(7)
+
     def spd(d):
         m = rng.normal(size=(d, d))
         return m @ m.T + 0.1 * np.eye(d)
+
     m1, m2 = rng.normal(size=3), rng.normal(size=3)
     s1, s2 = spd(3), spd(3)
-    got = gaussian_w2(torch.tensor(m1[None]), torch.tensor(s1[None]), torch.tensor(m2[None]), torch.tensor(s2[None]))
+    got = gaussian_w2(
+        torch.tensor(m1[None]),
+        torch.tensor(s1[None]),
+        torch.tensor(m2[None]),
+        torch.tensor(s2[None]),
+    )
     assert float(got[0, 0]) == pytest.approx(_bures_sqrtm(m1, s1, m2, s2), rel=1e-9)
 
 
@@ -127,7 +151,9 @@ def test_exact_1d_equals_sorted_closed_form():
     fb = b.features.double().numpy()[:, 0]
     for i in range(2):
         for j in range(2):
-            want = np.mean((np.sort(fa[50 * i : 50 * (i + 1)]) - np.sort(fb[50 * j : 50 * (j + 1)])) ** 2)
+            want = np.mean(
+                (np.sort(fa[50 * i : 50 * (i + 1)]) - np.sort(fb[50 * j : 50 * (j + 1)])) ** 2
+            )
             assert got[i, j] == pytest.approx(want, rel=1e-8, abs=1e-10)
 
 
@@ -183,7 +209,9 @@ def test_subsampling_is_seeded_and_capped():
 
 
 def test_absent_class_nan_or_raise():
-    a = _dataset(np.random.default_rng(0).normal(size=(20, 2)), np.repeat([0, 2], 10), ["x", "missing", "z"])
+    a = _dataset(
+        np.random.default_rng(0).normal(size=(20, 2)), np.repeat([0, 2], 10), ["x", "missing", "z"]
+    )
     b = _random_classes(15, (10, 10), dim=2)
     w = label_distances(a, b)
     assert torch.isnan(w[1]).all()
@@ -216,7 +244,13 @@ def test_single_sample_class_is_a_dirac():
 
 
 @pytest.mark.parametrize(
-    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+        ),
+    ],
 )
 def test_device_argument(device):
     a = _random_classes(18, (20, 20), dim=3)

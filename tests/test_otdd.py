@@ -16,10 +16,14 @@ from geoviz.errors import DatasetError, GeovizError, ResourceError
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import OTDDConfig, OTDDResult, ground_cost, mean_ground_cost, otdd
 
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))
+CUDA = pytest.param(
+    "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+)
 
 
-def gmm(n: int, seed: int, classes=("a", "b", "c", "d"), dim: int = 2, spread: float = 0.5, name="gmm"):
+def gmm(
+    n: int, seed: int, classes=("a", "b", "c", "d"), dim: int = 2, spread: float = 0.5, name="gmm"
+):
     """4 Gaussian blobs on the corners of a square, one class per blob."""
     rng = np.random.default_rng(seed)
     y = np.arange(n) % 4
@@ -41,7 +45,9 @@ def chessboard(n: int, seed: int, classes, name: str):
     return LabeledDataset(x.astype(np.float32), y, tuple(classes), name=name)
 
 
-def brute_cost(target: LabeledDataset, reference: LabeledDataset, lab: torch.Tensor, lx=1.0, ly=1.0):
+def brute_cost(
+    target: LabeledDataset, reference: LabeledDataset, lab: torch.Tensor, lx=1.0, ly=1.0
+):
     xq, xp = target.features.double().numpy(), reference.features.double().numpy()
     sq = ((xq[:, None, :] - xp[None, :, :]) ** 2).sum(-1)
     return lx * sq + ly * lab.numpy()[target.labels.numpy()][:, reference.labels.numpy()]
@@ -105,7 +111,16 @@ def test_nan_features_rejected_by_dataset_type():
 def test_ground_cost_and_mean_match_brute_force():
     q, p = gmm(30, 2), gmm(25, 3, classes=("w", "x", "y", "z"))
     lab = label_distances(q, p)
-    c = ground_cost(q.features, q.labels, p.features, p.labels, lab, lambda_x=0.7, lambda_y=2.0, dtype=torch.float64)
+    c = ground_cost(
+        q.features,
+        q.labels,
+        p.features,
+        p.labels,
+        lab,
+        lambda_x=0.7,
+        lambda_y=2.0,
+        dtype=torch.float64,
+    )
     want = brute_cost(q, p, lab, 0.7, 2.0)
     np.testing.assert_allclose(c.numpy(), want, rtol=1e-10, atol=1e-10)
     mean = mean_ground_cost(q, p, lab, lambda_x=0.7, lambda_y=2.0)
@@ -125,13 +140,19 @@ def _assert_kkt(res, c: np.ndarray, rtol: float, tol: float) -> None:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_otdd_matches_brute_force_cost(dtype):
     q, p = gmm(40, 4), gmm(32, 5, classes=("w", "x", "y", "z"))
-    cfg = OTDDConfig(epsilon=0.05, lambda_y=0.5, tol=1e-8 if dtype == "float64" else 1e-5, dtype=dtype)
+    cfg = OTDDConfig(
+        epsilon=0.05, lambda_y=0.5, tol=1e-8 if dtype == "float64" else 1e-5, dtype=dtype
+    )
     res = otdd(q, p, cfg)
     c = brute_cost(q, p, res.label_distances, 1.0, 0.5)
     assert res.mean_ground_cost == pytest.approx(c.mean(), rel=1e-9)
     assert res.epsilon_abs == pytest.approx(0.05 * c.mean(), rel=1e-9)
     assert res.converged and res.marginal_error <= cfg.tol
-    assert res.coupling is not None and res.coupling.dtype == torch.float32 and res.coupling.device.type == "cpu"
+    assert (
+        res.coupling is not None
+        and res.coupling.dtype == torch.float32
+        and res.coupling.device.type == "cpu"
+    )
     _assert_kkt(res, c, rtol=1e-5 if dtype == "float64" else 1e-3, tol=2 * cfg.tol + 1e-6)
     plan = res.coupling.double().numpy()
     assert res.cost == pytest.approx(float((plan * c).sum()), rel=1e-6)
@@ -142,8 +163,13 @@ def test_otdd_equals_pot_plan():
     res = otdd(q, p, OTDDConfig(epsilon=0.5, tol=1e-9, dtype="float64"))
     c = brute_cost(q, p, res.label_distances)
     plan = ot.sinkhorn(
-        np.full(40, 1 / 40), np.full(32, 1 / 32), c, res.epsilon_abs, method="sinkhorn_log",
-        stopThr=1e-12, numItermax=20000,
+        np.full(40, 1 / 40),
+        np.full(32, 1 / 32),
+        c,
+        res.epsilon_abs,
+        method="sinkhorn_log",
+        stopThr=1e-12,
+        numItermax=20000,
     )
     np.testing.assert_allclose(res.coupling.double().numpy(), plan, atol=1e-8)
     assert res.cost == pytest.approx(float((plan * c).sum()), rel=1e-6)
@@ -163,7 +189,9 @@ def test_small_epsilon_approaches_exact_otdd():
     lab = label_distances(q, p)
     c = brute_cost(q, p, lab)
     exact = ot.emd2(np.full(24, 1 / 24), np.full(24, 1 / 24), c)
-    results = [otdd(q, p, OTDDConfig(epsilon=e, dtype="float64", tol=1e-7)) for e in (0.1, 0.02, 0.004)]
+    results = [
+        otdd(q, p, OTDDConfig(epsilon=e, dtype="float64", tol=1e-7)) for e in (0.1, 0.02, 0.004)
+    ]
     costs = [r.cost for r in results]
     assert all(r.converged for r in results)
     assert costs[0] > costs[1] > costs[2] >= exact - 1e-5
@@ -267,7 +295,9 @@ def test_memory_guard_raises_before_allocating(monkeypatch):
         otdd(q, p)
     with pytest.raises(ResourceError):
         otdd(q, p, OTDDConfig(batch_size=100))
-    monkeypatch.setattr(backend, "available_memory_bytes", lambda device: 2 * 3 * 200 * 2048 * 4 + 10)
+    monkeypatch.setattr(
+        backend, "available_memory_bytes", lambda device: 2 * 3 * 200 * 2048 * 4 + 10
+    )
     res = otdd(q, p, OTDDConfig(stream_reference=True))  # bounded by B x block
     assert res.converged
 
@@ -299,10 +329,20 @@ def test_cache_round_trip(tmp_path):
 
 def test_label_method_exact_and_lambdas():
     q, p = gmm(32, 26), gmm(32, 27, classes=("w", "x", "y", "z"))
-    res = otdd(q, p, OTDDConfig(label_method="exact", lambda_x=2.0, lambda_y=0.0, dtype="float64", tol=1e-8))
+    res = otdd(
+        q,
+        p,
+        OTDDConfig(label_method="exact", lambda_x=2.0, lambda_y=0.0, dtype="float64", tol=1e-8),
+    )
     _assert_kkt(res, brute_cost(q, p, res.label_distances, 2.0, 0.0), rtol=1e-5, tol=1e-7)
-    with_labels = otdd(q, p, OTDDConfig(label_method="exact", lambda_x=2.0, lambda_y=3.0, dtype="float64", tol=1e-8))
-    _assert_kkt(with_labels, brute_cost(q, p, with_labels.label_distances, 2.0, 3.0), rtol=1e-5, tol=1e-7)
+    with_labels = otdd(
+        q,
+        p,
+        OTDDConfig(label_method="exact", lambda_x=2.0, lambda_y=3.0, dtype="float64", tol=1e-8),
+    )
+    _assert_kkt(
+        with_labels, brute_cost(q, p, with_labels.label_distances, 2.0, 3.0), rtol=1e-5, tol=1e-7
+    )
 
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])

@@ -15,10 +15,14 @@ from hypothesis import strategies as st
 from geoviz.errors import ConvergenceWarning, GeovizError
 from geoviz.ot.sinkhorn import sinkhorn, sinkhorn_online
 
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))
+CUDA = pytest.param(
+    "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+)
 
 
-def _cloud_cost(n: int, m: int, dim: int = 3, seed: int = 0, dtype=torch.float64, clusters: bool = False):
+def _cloud_cost(
+    n: int, m: int, dim: int = 3, seed: int = 0, dtype=torch.float64, clusters: bool = False
+):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, dim, generator=g, dtype=torch.float64)
     y = torch.randn(m, dim, generator=g, dtype=torch.float64) + 0.5
@@ -62,7 +66,9 @@ def test_matches_pot_plan():
     eps = 0.1 * float(cost.mean())
     a = np.full(40, 1 / 40)
     b = np.full(35, 1 / 35)
-    want = ot.sinkhorn(a, b, cost.numpy(), eps, method="sinkhorn_log", stopThr=1e-13, numItermax=100000)
+    want = ot.sinkhorn(
+        a, b, cost.numpy(), eps, method="sinkhorn_log", stopThr=1e-13, numItermax=100000
+    )
     res = sinkhorn(cost, epsilon_abs=eps, tol=1e-10)
     np.testing.assert_allclose(res.plan().numpy(), want, atol=1e-10)
 
@@ -129,7 +135,12 @@ def test_options_do_not_change_the_solution():
     cost, _, _ = _cloud_cost(50, 40, seed=8, clusters=True)
     eps = 0.01 * float(cost.mean())
     ref = sinkhorn(cost, epsilon_abs=eps, tol=1e-10, eps_scaling=None, overrelax=False).plan()
-    for kw in ({}, {"eps_scaling": 0.5, "stage_iter": 3}, {"overrelax": False}, {"absorb_threshold": 2.0}):
+    for kw in (
+        {},
+        {"eps_scaling": 0.5, "stage_iter": 3},
+        {"overrelax": False},
+        {"absorb_threshold": 2.0},
+    ):
         plan = sinkhorn(cost, epsilon_abs=eps, tol=1e-10, **kw).plan()
         np.testing.assert_allclose(plan.numpy(), ref.numpy(), atol=1e-9)
 
@@ -171,8 +182,13 @@ def test_online_solver_matches_dense(dtype):
     dense = sinkhorn(cost, epsilon_abs=eps, tol=1e-8 if dtype == torch.float64 else 1e-5)
     values = torch.randn(37, 4, dtype=dtype)
     online, extra = sinkhorn_online(
-        lambda j0, j1: cost[:, j0:j1], 45, 37, epsilon_abs=eps,
-        tol=1e-8 if dtype == torch.float64 else 1e-5, block=10, values=values,
+        lambda j0, j1: cost[:, j0:j1],
+        45,
+        37,
+        epsilon_abs=eps,
+        tol=1e-8 if dtype == torch.float64 else 1e-5,
+        block=10,
+        values=values,
     )
     assert online.converged
     rtol = 1e-6 if dtype == torch.float64 else 1e-3
@@ -188,7 +204,9 @@ def test_online_solver_matches_dense(dtype):
 @given(
     n=st.integers(2, 25),
     m=st.integers(2, 25),
-    rel_eps=st.sampled_from([1.0, 0.3, 0.1]),  # tiny eps on degenerate costs: >1e5 iterations (POT too)
+    rel_eps=st.sampled_from(
+        [1.0, 0.3, 0.1]
+    ),  # tiny eps on degenerate costs: >1e5 iterations (POT too)
     seed=st.integers(0, 10_000),
 )
 def test_property_marginals_random_costs(n, m, rel_eps, seed):
@@ -238,7 +256,9 @@ def test_devices(device, dtype):
     ref = sinkhorn(cost, epsilon_abs=eps, tol=1e-6)
     got = sinkhorn(cost.to(device), epsilon_abs=eps, tol=1e-6)
     assert got.f.device.type == device and got.converged
-    np.testing.assert_allclose(got.plan().cpu().double().numpy(), ref.plan().double().numpy(), atol=1e-6)
+    np.testing.assert_allclose(
+        got.plan().cpu().double().numpy(), ref.plan().double().numpy(), atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("max_iter", [1, 2, 5, 40])
@@ -249,11 +269,19 @@ def test_reported_error_is_that_of_the_returned_plan(max_iter):
         warnings.simplefilter("ignore", ConvergenceWarning)
         dense = sinkhorn(cost, epsilon_abs=eps, tol=1e-12, max_iter=max_iter)
         online, _ = sinkhorn_online(
-            lambda j0, j1: cost[:, j0:j1], 40, 30, epsilon_abs=eps, tol=1e-12, max_iter=max_iter, block=7
+            lambda j0, j1: cost[:, j0:j1],
+            40,
+            30,
+            epsilon_abs=eps,
+            tol=1e-12,
+            max_iter=max_iter,
+            block=7,
         )
     for res in (dense, online):
         assert res.n_iter <= max_iter and not res.converged
-        assert _marginal_error(res.plan(cost), res.a, res.b) == pytest.approx(res.marginal_error, rel=1e-9)
+        assert _marginal_error(res.plan(cost), res.a, res.b) == pytest.approx(
+            res.marginal_error, rel=1e-9
+        )
 
 
 def test_symmetric_rejects_asymmetric_cost():

@@ -113,7 +113,9 @@ class FittedBarycentricMap:
         order); ``labels`` are ignored. Use :class:`EntropicMap` for new points.
         """
         feats, _ = check_transform_inputs(features, None, self.mapped_features_.shape[1], None)
-        if feats.shape != self._target_features.shape or not torch.equal(feats, self._target_features):
+        if feats.shape != self._target_features.shape or not torch.equal(
+            feats, self._target_features
+        ):
             raise GeovizError(
                 "a barycentric projection only maps the target points it was fitted on; "
                 "use EntropicMap to map new points"
@@ -185,7 +187,12 @@ class BarycentricMap:
 
         def compute() -> dict[str, Any]:
             res = otdd(
-                target, reference, self.config, progress, barycentric=True, keep_coupling=self.keep_coupling
+                target,
+                reference,
+                self.config,
+                progress,
+                barycentric=True,
+                keep_coupling=self.keep_coupling,
             )
             return res.to_payload()
 
@@ -280,8 +287,15 @@ class FittedEntropicMap:
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
             cost = ground_cost(
-                feats[r0:r1], labs[r0:r1], xr, yr, self.label_cost_, lambda_x=cfg.lambda_x,
-                lambda_y=cfg.lambda_y, dtype=dt, device=dev,
+                feats[r0:r1],
+                labs[r0:r1],
+                xr,
+                yr,
+                self.label_cost_,
+                lambda_x=cfg.lambda_x,
+                lambda_y=cfg.lambda_y,
+                dtype=dt,
+                device=dev,
             )
             w = torch.softmax(logit_g[None, :] - cost / self.epsilon_abs_, dim=1)
             out_x[r0:r1] = (w @ xr).float().cpu()
@@ -289,7 +303,9 @@ class FittedEntropicMap:
             out_y[r0:r1] = (soft / soft.sum(1, keepdim=True)).float().cpu()
         return out_x, out_y
 
-    def transform_dataset(self, dataset: LabeledDataset, name: str | None = None) -> SoftLabeledDataset:
+    def transform_dataset(
+        self, dataset: LabeledDataset, name: str | None = None
+    ) -> SoftLabeledDataset:
         """Push a labelled dataset (same classes as the fitted target) through the map."""
         if tuple(dataset.classes) != tuple(self.target_classes):
             raise DatasetError(
@@ -338,11 +354,17 @@ class EntropicMap:
         cache = self.cache if self.cache is not None else get_cache()
         n_q, n_p = target.n_samples, reference.n_samples
         if cfg.batch_size is not None and cfg.batch_size < n_q:
-            tidx = np.sort(np.random.default_rng((cfg.seed, 3)).choice(n_q, cfg.batch_size, replace=False))
+            tidx = np.sort(
+                np.random.default_rng((cfg.seed, 3)).choice(n_q, cfg.batch_size, replace=False)
+            )
         else:
             tidx = np.arange(n_q)
         if cfg.reference_subsample is not None and cfg.reference_subsample < n_p:
-            ridx = np.sort(np.random.default_rng((cfg.seed, 4)).choice(n_p, cfg.reference_subsample, replace=False))
+            ridx = np.sort(
+                np.random.default_rng((cfg.seed, 4)).choice(
+                    n_p, cfg.reference_subsample, replace=False
+                )
+            )
         else:
             ridx = np.arange(n_p)
         params = {
@@ -354,12 +376,24 @@ class EntropicMap:
 
         def compute() -> dict[str, Any]:
             lab = label_distances(
-                target, reference, method=cfg.label_method, max_per_class=cfg.max_per_class,
-                seed=cfg.seed, device=resolve_device(cfg.device),
+                target,
+                reference,
+                method=cfg.label_method,
+                max_per_class=cfg.max_per_class,
+                seed=cfg.seed,
+                device=resolve_device(cfg.device),
             )
             t_sub = target if tidx.size == n_q else target.subset(tidx)
             r_sub = reference if ridx.size == n_p else reference.subset(ridx)
-            res = otdd(t_sub, r_sub, solve_cfg, progress, barycentric=True, keep_coupling=False, label_cost=lab)
+            res = otdd(
+                t_sub,
+                r_sub,
+                solve_cfg,
+                progress,
+                barycentric=True,
+                keep_coupling=False,
+                label_cost=lab,
+            )
             payload = res.to_payload()
             payload["train_index"] = torch.from_numpy(tidx)
             payload["reference_index"] = torch.from_numpy(ridx)

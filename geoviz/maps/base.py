@@ -87,12 +87,18 @@ def check_transform_inputs(
     if labs.is_floating_point() and not bool((labs == labs.round()).all()):
         raise DatasetError("transform: labels must be integers")
     labs = labs.detach().to(device="cpu", dtype=torch.int64)
-    if n_classes is not None and labs.numel() and (int(labs.min()) < 0 or int(labs.max()) >= n_classes):
+    if (
+        n_classes is not None
+        and labs.numel()
+        and (int(labs.min()) < 0 or int(labs.max()) >= n_classes)
+    ):
         raise DatasetError(f"transform: labels must lie in 0..{n_classes - 1}")
     return feats, labs
 
 
-def apply_map(dataset_map: DatasetMap, dataset: LabeledDataset, name: str | None = None) -> SoftLabeledDataset:
+def apply_map(
+    dataset_map: DatasetMap, dataset: LabeledDataset, name: str | None = None
+) -> SoftLabeledDataset:
     """Push ``dataset`` through ``dataset_map`` into a :class:`SoftLabeledDataset`.
 
     Class names are prefixed by the reference name (``"fashion_mnist/Sneaker"``).

@@ -157,12 +157,20 @@ class OTDDConfig:
 
         for name in ("epsilon", "lambda_x", "lambda_y", "tol"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+            ):
                 raise bad(f"{name} must be a finite number, got {value!r}")
         if self.epsilon <= 0:
-            raise bad(f"epsilon must be > 0 (it is relative to the mean ground cost), got {self.epsilon!r}")
+            raise bad(
+                f"epsilon must be > 0 (it is relative to the mean ground cost), got {self.epsilon!r}"
+            )
         if self.lambda_x < 0 or self.lambda_y < 0:
-            raise bad(f"lambda_x and lambda_y must be >= 0, got {self.lambda_x!r}, {self.lambda_y!r}")
+            raise bad(
+                f"lambda_x and lambda_y must be >= 0, got {self.lambda_x!r}, {self.lambda_y!r}"
+            )
         if self.lambda_x == 0 and self.lambda_y == 0:
             raise bad("lambda_x and lambda_y cannot both be 0")
         if self.tol <= 0:
@@ -173,11 +181,19 @@ class OTDDConfig:
             value = getattr(self, name)
             if value is None and name != "max_iter":
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
-                raise bad(f"{name} must be a positive integer{'' if name == 'max_iter' else ' or None'}, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, np.integer))
+                or int(value) < 1
+            ):
+                raise bad(
+                    f"{name} must be a positive integer{'' if name == 'max_iter' else ' or None'}, got {value!r}"
+                )
         if self.dtype not in ("float32", "float64"):
             raise bad(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        if str(self.device) not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+        if str(self.device) not in ("auto", "cpu", "cuda") and not str(self.device).startswith(
+            "cuda:"
+        ):
             raise bad(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
             raise bad(f"seed must be an integer, got {self.seed!r}")
@@ -196,8 +212,15 @@ class OTDDConfig:
 
 
 _SCALARS = (
-    "cost", "marginal_error", "converged", "n_iter", "epsilon_abs", "transport_cost", "regularized_cost",
-    "mean_ground_cost", "n_batches",
+    "cost",
+    "marginal_error",
+    "converged",
+    "n_iter",
+    "epsilon_abs",
+    "transport_cost",
+    "regularized_cost",
+    "mean_ground_cost",
+    "n_batches",
 )
 
 
@@ -255,7 +278,9 @@ class OTDDResult:
     mean_ground_cost: float = float("nan")
     mapped_features: torch.Tensor | None = dataclasses.field(default=None, repr=False)
     soft_labels: torch.Tensor | None = dataclasses.field(default=None, repr=False)
-    potentials: tuple[torch.Tensor, torch.Tensor] | None = dataclasses.field(default=None, repr=False)
+    potentials: tuple[torch.Tensor, torch.Tensor] | None = dataclasses.field(
+        default=None, repr=False
+    )
     n_batches: int = 1
 
     def summary(self) -> dict[str, Any]:
@@ -406,7 +431,11 @@ def ground_cost(
         out = torch.empty((n, m), dtype=dtype, device=dev)
     sq_q = xq.square().sum(1)
     sq_p = xp.square().sum(1)
-    lab = torch.nan_to_num(label_cost.to(device=dev, dtype=torch.float64), nan=0.0).mul(lambda_y).to(dtype)
+    lab = (
+        torch.nan_to_num(label_cost.to(device=dev, dtype=torch.float64), nan=0.0)
+        .mul(lambda_y)
+        .to(dtype)
+    )
     use_labels = lambda_y != 0
     rows = max(1, min(n, (16 * 2**20) // max(m, 1)))
     for r0 in range(0, n, rows):
@@ -438,7 +467,9 @@ class _Progress:
             self.last[stage] = frac
             self.fn(stage, frac)
 
-    def sinkhorn_callback(self, stage: str, lo: float, hi: float, tol: float) -> Callable[[int, float], None] | None:
+    def sinkhorn_callback(
+        self, stage: str, lo: float, hi: float, tol: float
+    ) -> Callable[[int, float], None] | None:
         if self.fn is None:
             return None
         first: list[float] = []
@@ -446,7 +477,11 @@ class _Progress:
         def cb(_it: int, err: float) -> None:
             if not first:
                 first.append(max(err, tol * 1.0001))
-            frac = math.log(first[0] / max(err, tol)) / math.log(first[0] / tol) if first[0] > tol else 1.0
+            frac = (
+                math.log(first[0] / max(err, tol)) / math.log(first[0] / tol)
+                if first[0] > tol
+                else 1.0
+            )
             self(stage, lo + (hi - lo) * min(1.0, max(0.0, frac)))
 
         return cb
@@ -466,7 +501,9 @@ class _BlockOut:
     g: torch.Tensor | None
 
 
-def _project(plan: torch.Tensor, xp: torch.Tensor, onehot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _project(
+    plan: torch.Tensor, xp: torch.Tensor, onehot: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Row-normalised ``plan @ [X_P, Y_P]`` (eq. (bary_map) with rows renormalised)."""
     rows = plan.sum(1).double()  # (sum(dtype=float64) would copy the whole plan)
     mapped = (plan @ xp.to(plan.dtype)).double() / rows[:, None]
@@ -479,10 +516,19 @@ def _solve_dense(
     xq, yq, xp, yp, lab, cfg: OTDDConfig, eps_abs, dev, dt, *, want_plan, want_map, n_classes_p, cb
 ) -> _BlockOut:
     n, m = xq.shape[0], xp.shape[0]
-    check_memory(2 * n * m * _itemsize(dt), dev, f"the OTDD cost matrix and Sinkhorn kernel ({n} x {m})")
-    cost = ground_cost(xq, yq, xp, yp, lab, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev)
+    check_memory(
+        2 * n * m * _itemsize(dt), dev, f"the OTDD cost matrix and Sinkhorn kernel ({n} x {m})"
+    )
+    cost = ground_cost(
+        xq, yq, xp, yp, lab, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev
+    )
     res = sinkhorn(
-        cost, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter, keep_plan=True, callback=cb,
+        cost,
+        epsilon_abs=eps_abs,
+        tol=cfg.tol,
+        max_iter=cfg.max_iter,
+        keep_plan=True,
+        callback=cb,
         groups=(yq, yp),
     )
     plan = res.plan()
@@ -496,8 +542,16 @@ def _solve_dense(
     if want_plan:
         out_plan = plan.to(device="cpu", dtype=torch.float32)
     return _BlockOut(
-        transport, res.dual_value(), res.marginal_error, res.converged, res.n_iter, out_plan, mapped, soft,
-        res.f.cpu(), res.g.cpu(),
+        transport,
+        res.dual_value(),
+        res.marginal_error,
+        res.converged,
+        res.n_iter,
+        out_plan,
+        mapped,
+        soft,
+        res.f.cpu(),
+        res.g.cpu(),
     )
 
 
@@ -518,13 +572,22 @@ def _solve_streamed(
     yq_d, yp_d = yq.to(dev), yp.to(dev)
     block = 2048
     check_memory(
-        3 * xq.shape[0] * min(block, xp.shape[0]) * _itemsize(dt), dev, "the streamed OTDD cost blocks"
+        3 * xq.shape[0] * min(block, xp.shape[0]) * _itemsize(dt),
+        dev,
+        "the streamed OTDD cost blocks",
     )
 
     def block_cost(j0: int, j1: int) -> torch.Tensor:
         return ground_cost(
-            xq_d, yq_d, xp_d[j0:j1], yp_d[j0:j1], lab, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y,
-            dtype=dt, device=dev,
+            xq_d,
+            yq_d,
+            xp_d[j0:j1],
+            yp_d[j0:j1],
+            lab,
+            lambda_x=cfg.lambda_x,
+            lambda_y=cfg.lambda_y,
+            dtype=dt,
+            device=dev,
         )
 
     values = None
@@ -532,8 +595,15 @@ def _solve_streamed(
         onehot = torch.nn.functional.one_hot(yp_d, n_classes_p).to(dt)
         values = torch.cat([xp_d, onehot], dim=1)
     res, extra = sinkhorn_online(
-        block_cost, xq.shape[0], xp.shape[0], epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter,
-        block=block, values=values, callback=cb,
+        block_cost,
+        xq.shape[0],
+        xp.shape[0],
+        epsilon_abs=eps_abs,
+        tol=cfg.tol,
+        max_iter=cfg.max_iter,
+        block=block,
+        values=values,
+        callback=cb,
     )
     mapped = soft = None
     if want_map:
@@ -543,12 +613,22 @@ def _solve_streamed(
         soft = bary[:, d:]
         soft = (soft / soft.sum(1, keepdim=True)).float().cpu()
     return _BlockOut(
-        extra["transport_cost"], res.dual_value(), res.marginal_error, res.converged, res.n_iter, None,
-        mapped, soft, res.f.cpu(), res.g.cpu(),
+        extra["transport_cost"],
+        res.dual_value(),
+        res.marginal_error,
+        res.converged,
+        res.n_iter,
+        None,
+        mapped,
+        soft,
+        res.f.cpu(),
+        res.g.cpu(),
     )
 
 
-def _self_value(x, y, lab_self, cfg: OTDDConfig, eps_abs, dev, dt) -> tuple[float, float, bool, int]:
+def _self_value(
+    x, y, lab_self, cfg: OTDDConfig, eps_abs, dev, dt
+) -> tuple[float, float, bool, int]:
     """``OT_eps`` of a point cloud with itself (debiasing term)."""
     n = x.shape[0]
     if cfg.stream_reference:
@@ -556,16 +636,31 @@ def _self_value(x, y, lab_self, cfg: OTDDConfig, eps_abs, dev, dt) -> tuple[floa
 
         def block_cost(j0: int, j1: int) -> torch.Tensor:
             return ground_cost(
-                x_d, y_d, x_d[j0:j1], y_d[j0:j1], lab_self, lambda_x=cfg.lambda_x,
-                lambda_y=cfg.lambda_y, dtype=dt, device=dev,
+                x_d,
+                y_d,
+                x_d[j0:j1],
+                y_d[j0:j1],
+                lab_self,
+                lambda_x=cfg.lambda_x,
+                lambda_y=cfg.lambda_y,
+                dtype=dt,
+                device=dev,
             )
 
-        res, _ = sinkhorn_online(block_cost, n, n, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter)
+        res, _ = sinkhorn_online(
+            block_cost, n, n, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter
+        )
     else:
-        check_memory(n * n * _itemsize(dt), dev, f"the OTDD self-cost matrix ({n} x {n}) for debiasing")
-        cost = ground_cost(x, y, x, y, lab_self, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev)
+        check_memory(
+            n * n * _itemsize(dt), dev, f"the OTDD self-cost matrix ({n} x {n}) for debiasing"
+        )
+        cost = ground_cost(
+            x, y, x, y, lab_self, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev
+        )
         # symmetric up to GEMM rounding; the averaged solver only uses row updates
-        res = sinkhorn(cost, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter, symmetric=True)
+        res = sinkhorn(
+            cost, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter, symmetric=True
+        )
         del cost
     return res.dual_value(), res.marginal_error, res.converged, res.n_iter
 
@@ -643,15 +738,21 @@ def otdd(
     return _otdd(target, reference, config, progress, barycentric, keep_coupling, label_cost)
 
 
-def _otdd(target, reference, config, progress, barycentric, keep_coupling, label_cost) -> OTDDResult:
+def _otdd(
+    target, reference, config, progress, barycentric, keep_coupling, label_cost
+) -> OTDDResult:
     prog = _Progress(progress)
     dev = resolve_device(config.device)
     dt = resolve_dtype(config.dtype)
     prog("labels", 0.0)
     if label_cost is None:
         lab = label_distances(
-            target, reference, method=config.label_method, max_per_class=config.max_per_class,
-            seed=config.seed, device=dev,
+            target,
+            reference,
+            method=config.label_method,
+            max_per_class=config.max_per_class,
+            seed=config.seed,
+            device=dev,
         )
     else:
         lab = torch.as_tensor(label_cost, dtype=torch.float64).cpu()
@@ -661,7 +762,9 @@ def _otdd(target, reference, config, progress, barycentric, keep_coupling, label
                 f"({target.n_classes}, {reference.n_classes})"
             )
     prog("labels", 1.0)
-    mean_c = mean_ground_cost(target, reference, lab, lambda_x=config.lambda_x, lambda_y=config.lambda_y)
+    mean_c = mean_ground_cost(
+        target, reference, lab, lambda_x=config.lambda_x, lambda_y=config.lambda_y
+    )
     if not (mean_c > 0):
         raise GeovizError(
             "otdd: the mean ground cost is 0 (identical single-point datasets?), so the relative "
@@ -676,7 +779,11 @@ def _otdd(target, reference, config, progress, barycentric, keep_coupling, label
         batches = [np.arange(n_q)]
     else:
         size = config.batch_size or n_q
-        perm = np.arange(n_q) if size >= n_q else np.random.default_rng((config.seed, 1)).permutation(n_q)
+        perm = (
+            np.arange(n_q)
+            if size >= n_q
+            else np.random.default_rng((config.seed, 1)).permutation(n_q)
+        )
         batches = [perm[i : i + size] for i in range(0, n_q, size)]
     n_b = len(batches)
 
@@ -687,15 +794,26 @@ def _otdd(target, reference, config, progress, barycentric, keep_coupling, label
     plan = pots = None
     lab_qq = lab_pp = None
     if config.debiased:
-        kw = {"method": config.label_method, "max_per_class": config.max_per_class, "seed": config.seed, "device": dev}
+        kw = {
+            "method": config.label_method,
+            "max_per_class": config.max_per_class,
+            "seed": config.seed,
+            "device": dev,
+        }
         lab_qq = label_distances(target, target, **kw)
         lab_pp = label_distances(reference, reference, **kw)
 
     for bi, rows in enumerate(batches):
         rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        if config.batched and config.reference_subsample is not None and config.reference_subsample < n_p:
+        if (
+            config.batched
+            and config.reference_subsample is not None
+            and config.reference_subsample < n_p
+        ):
             cols = np.sort(
-                np.random.default_rng((config.seed, 2, bi)).choice(n_p, size=config.reference_subsample, replace=False)
+                np.random.default_rng((config.seed, 2, bi)).choice(
+                    n_p, size=config.reference_subsample, replace=False
+                )
             )
             cols_t = torch.from_numpy(cols)
             bxp, byp = xp[cols_t], yp[cols_t]
@@ -706,14 +824,34 @@ def _otdd(target, reference, config, progress, barycentric, keep_coupling, label
         cb = prog.sinkhorn_callback("sinkhorn", bi / n_b, (bi + 1) / n_b, config.tol)
         if config.stream_reference:
             out = _solve_streamed(
-                bxq, byq, bxp, byp, lab, config, eps_abs, dev, dt, want_map=barycentric,
-                n_classes_p=n_classes_p, cb=cb,
+                bxq,
+                byq,
+                bxp,
+                byp,
+                lab,
+                config,
+                eps_abs,
+                dev,
+                dt,
+                want_map=barycentric,
+                n_classes_p=n_classes_p,
+                cb=cb,
             )
         else:
             out = _solve_dense(
-                bxq, byq, bxp, byp, lab, config, eps_abs, dev, dt,
-                want_plan=keep_coupling and not config.batched, want_map=barycentric,
-                n_classes_p=n_classes_p, cb=cb,
+                bxq,
+                byq,
+                bxp,
+                byp,
+                lab,
+                config,
+                eps_abs,
+                dev,
+                dt,
+                want_plan=keep_coupling and not config.batched,
+                want_map=barycentric,
+                n_classes_p=n_classes_p,
+                cb=cb,
             )
         prog("sinkhorn", (bi + 1) / n_b)
         transport += weight * out.transport

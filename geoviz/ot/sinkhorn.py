@@ -413,7 +413,9 @@ def sinkhorn(
         if cost.shape[0] != cost.shape[1] or not torch.allclose(a, b):
             raise GeovizError("sinkhorn: symmetric=True needs a square cost and a == b")
         gen = torch.Generator().manual_seed(0)
-        ii = torch.randint(0, cost.shape[0], (min(4096, cost.numel()),), generator=gen).to(cost.device)
+        ii = torch.randint(0, cost.shape[0], (min(4096, cost.numel()),), generator=gen).to(
+            cost.device
+        )
         jj = torch.randint(0, cost.shape[0], (ii.numel(),), generator=gen).to(cost.device)
         scale = float(cost[ii, jj].abs().max()) + 1e-30
         if float((cost[ii, jj] - cost[jj, ii]).abs().max()) > 1e-4 * scale:
@@ -505,7 +507,9 @@ class _DenseState:
         rows = torch.as_tensor(rows).to(dev).long().reshape(-1)
         cols = torch.as_tensor(cols).to(dev).long().reshape(-1)
         if rows.numel() != self.kernel.shape[0] or cols.numel() != self.kernel.shape[1]:
-            raise GeovizError("sinkhorn: groups must have one id per row and one per column of the cost")
+            raise GeovizError(
+                "sinkhorn: groups must have one id per row and one per column of the cost"
+            )
         _, rows = torch.unique(rows, return_inverse=True)
         _, cols = torch.unique(cols, return_inverse=True)
         gq = torch.nn.functional.one_hot(rows).double()
@@ -600,7 +604,9 @@ class _DenseState:
             if self.groups is not None and used - last_coarse >= self.coarse_every:
                 # correct the group-aggregated marginals when they carry most of the error
                 _, _, gq, gp = self.groups
-                agg_err = float((gq.T @ (u * kv - a)).abs().sum() + (gp.T @ (v * self.ktu - b)).abs().sum())
+                agg_err = float(
+                    (gq.T @ (u * kv - a)).abs().sum() + (gp.T @ (v * self.ktu - b)).abs().sum()
+                )
                 if agg_err > _COARSE_RATIO * err:
                     self.coarse_correct()
                     last_coarse = used
@@ -801,15 +807,27 @@ def sinkhorn_online(
     (SinkhornResult, dict)
         The result (``cost=None``) and ``{"transport_cost": <pi, C>, "barycentric": ...}``.
     """
-    if not (isinstance(epsilon_abs, (int, float)) and math.isfinite(epsilon_abs) and epsilon_abs > 0):
-        raise GeovizError(f"sinkhorn_online: epsilon_abs must be a finite number > 0, got {epsilon_abs!r}")
+    if not (
+        isinstance(epsilon_abs, (int, float)) and math.isfinite(epsilon_abs) and epsilon_abs > 0
+    ):
+        raise GeovizError(
+            f"sinkhorn_online: epsilon_abs must be a finite number > 0, got {epsilon_abs!r}"
+        )
     if not (tol > 0) or int(max_iter) < 1 or n < 1 or m < 1 or block < 1:
         raise GeovizError("sinkhorn_online: need tol > 0, max_iter >= 1, n, m >= 1 and block >= 1")
     eps = float(epsilon_abs)
     first = block_cost(0, min(block, m))
     dev = first.device if device is None else torch.device(device)
-    a = uniform_weights(n, dev) if a is None else torch.as_tensor(a, dtype=torch.float64, device=dev)
-    b = uniform_weights(m, dev) if b is None else torch.as_tensor(b, dtype=torch.float64, device=dev)
+    a = (
+        uniform_weights(n, dev)
+        if a is None
+        else torch.as_tensor(a, dtype=torch.float64, device=dev)
+    )
+    b = (
+        uniform_weights(m, dev)
+        if b is None
+        else torch.as_tensor(b, dtype=torch.float64, device=dev)
+    )
     log_a, log_b = a.log(), b.log()
     blocks = [(j0, min(m, j0 + block)) for j0 in range(0, m, block)]
     f = torch.zeros(n, dtype=torch.float64, device=dev)
@@ -822,7 +840,9 @@ def sinkhorn_online(
     schedule = [eps]
     if eps_scaling is not None:
         if not (0.0 < eps_scaling < 1.0):
-            raise GeovizError(f"sinkhorn_online: eps_scaling must be in (0, 1) or None, got {eps_scaling!r}")
+            raise GeovizError(
+                f"sinkhorn_online: eps_scaling must be in (0, 1) or None, got {eps_scaling!r}"
+            )
         start = float(first.mean()) if eps_start is None else float(eps_start)
         e = eps
         while e / eps_scaling < start:
@@ -849,9 +869,10 @@ def sinkhorn_online(
                 s = (g[j0:j1] / e_cur).to(cb.dtype)[None, :] - cb / e_cur
                 bm = s.amax(dim=1).double()
                 new_max = torch.maximum(run_max, bm)
-                run_sum = run_sum * torch.exp(run_max - new_max) + torch.exp(
-                    s - new_max[:, None].to(s.dtype)
-                ).sum(1).double()
+                run_sum = (
+                    run_sum * torch.exp(run_max - new_max)
+                    + torch.exp(s - new_max[:, None].to(s.dtype)).sum(1).double()
+                )
                 run_max = new_max
             f_new = e_cur * (log_a - run_max - run_sum.log())
             err = float((a * torch.expm1((f - f_new) / e_cur)).abs().sum())
@@ -894,7 +915,14 @@ def sinkhorn_online(
     if values is not None:
         extra["barycentric"] = acc / run_sum[:, None]
     result = SinkhornResult(
-        f=f - eps * log_a, g=g - eps * log_b, a=a, b=b, epsilon_abs=eps, n_iter=it,
-        marginal_error=float(err), converged=bool(converged), cost=None,
+        f=f - eps * log_a,
+        g=g - eps * log_b,
+        a=a,
+        b=b,
+        epsilon_abs=eps,
+        n_iter=it,
+        marginal_error=float(err),
+        converged=bool(converged),
+        cost=None,
     )
     return result, extra
