@@ -50,6 +50,7 @@ __all__ = [
     "pairwise_otdd",
     "pairwise_otdd_if_ready",
     "scenario_data",
+    "start_embedding_warm_up",
     "store",
 ]
 
@@ -261,6 +262,26 @@ def _embedding(key: str, per_dataset: int, seed: int, _datasets: tuple[LabeledDa
     from geoviz.viz.embedding import fit_embedding
 
     return fit_embedding(list(_datasets), max_per_dataset=per_dataset, seed=seed)
+
+
+@st.cache_resource(show_spinner=False)
+def start_embedding_warm_up() -> Any:
+    """Compile UMAP in a background thread, once per server process.
+
+    Called by the landing page so that the Geodesic page's first UMAP fit
+    does not pay numba's ~7 s compilation. Skipped (returns ``None``) when
+    ``GEOVIZ_EMBEDDING=pca``. Returns the started thread.
+    """
+    import os
+    import threading
+
+    if os.environ.get("GEOVIZ_EMBEDDING", "").strip().lower() == "pca":
+        return None
+    from geoviz.viz.embedding import warm_up_umap
+
+    thread = threading.Thread(target=warm_up_umap, name="geoviz-umap-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def embedding(model: SessionModel, data: ScenarioData) -> Any:

@@ -370,3 +370,15 @@ def test_soft_labeled_point_set_uses_argmax():
     ps = point_set(soft)
     assert ps.labels == ("p/b", "p/a")
     np.testing.assert_allclose(ps.confidence, [0.8, 0.9])
+
+
+def test_umap_warm_up_then_fit():
+    """The warm-up runs UMAP's code path on a tiny problem; a real fit works after it."""
+    from geoviz.viz.embedding import warm_up_umap
+
+    seconds = warm_up_umap()
+    assert seconds is not None and seconds >= 0.0
+    a, b = _embedding_sets()
+    emb = fit_embedding([a, b], method="umap", max_per_dataset=60, seed=1)
+    assert emb.method == "umap" and emb.note is None
+    assert np.isfinite(emb.transform(a.features[:5].numpy())).all()
