@@ -104,57 +104,39 @@ def worker(args: argparse.Namespace) -> dict:
     reference = _load("fashion_mnist", n)
     rss0 = _rss_mb()
     row: dict = {"solver": args.worker, "n": target.n_samples, "threads": torch.get_num_threads()}
-    if args.worker == "geoviz":
-        cfg = OTDDConfig(epsilon=args.epsilon, tol=args.tol, device="cpu")
+    if args.worker.startswith("geoviz"):
+        sub = None if args.reference_subsample == 0 else args.reference_subsample
+        full = args.worker == "geoviz"
+        options = {
+            "geoviz": ({}, f"geoviz (tol={args.tol:g})"),
+            "geoviz-batched": (
+                {"batch_size": args.batch_size, "reference_subsample": sub},
+                f"geoviz batched B={args.batch_size}, ref={sub or 'all'}",
+            ),
+            "geoviz-streamed": (
+                {"stream_reference": True},
+                "geoviz streamed (B x 2048 cost blocks)",
+            ),
+        }
+        extra, label = options[args.worker]
+        cfg = OTDDConfig(epsilon=args.epsilon, tol=args.tol, device="cpu", **extra)
         t0 = time.perf_counter()
-        res = otdd(target, reference, cfg, barycentric=True, keep_coupling=True)
+        res = otdd(target, reference, cfg, barycentric=True, keep_coupling=full)
         row["time"] = time.perf_counter() - t0
         row.update(
             iters=res.n_iter,
             marginal_error=res.marginal_error,
             value=res.cost,
             converged=res.converged,
+            eps_abs=res.epsilon_abs,
+            solver=label,
         )
-        row["eps_abs"] = res.epsilon_abs
-        row["solver"] = f"geoviz (tol={args.tol:g})"
-        row["time_sinkhorn"] = sink_time[0]
+        if args.worker != "geoviz-streamed":  # the streamed solver is not the dense sinkhorn
+            row["time_sinkhorn"] = sink_time[0]
+        if args.worker == "geoviz-batched":
+            row["batches"] = res.n_batches
         if res.coupling is not None:
             row["marginal_error_check"] = _marginal_error(res.coupling)
-    elif args.worker == "geoviz-batched":
-        sub = None if args.reference_subsample == 0 else args.reference_subsample
-        cfg = OTDDConfig(
-            epsilon=args.epsilon,
-            tol=args.tol,
-            device="cpu",
-            batch_size=args.batch_size,
-            reference_subsample=sub,
-        )
-        t0 = time.perf_counter()
-        res = otdd(target, reference, cfg, barycentric=True, keep_coupling=False)
-        row["time"] = time.perf_counter() - t0
-        row.update(
-            iters=res.n_iter,
-            marginal_error=res.marginal_error,
-            value=res.cost,
-            converged=res.converged,
-        )
-        row["eps_abs"] = res.epsilon_abs
-        row["batches"] = res.n_batches
-        row["time_sinkhorn"] = sink_time[0]
-        row["solver"] = f"geoviz batched B={args.batch_size}, ref={sub or 'all'}"
-    elif args.worker == "geoviz-streamed":
-        cfg = OTDDConfig(epsilon=args.epsilon, tol=args.tol, device="cpu", stream_reference=True)
-        t0 = time.perf_counter()
-        res = otdd(target, reference, cfg, barycentric=True, keep_coupling=False)
-        row["time"] = time.perf_counter() - t0
-        row.update(
-            iters=res.n_iter,
-            marginal_error=res.marginal_error,
-            value=res.cost,
-            converged=res.converged,
-        )
-        row["eps_abs"] = res.epsilon_abs
-        row["solver"] = "geoviz streamed (B x 2048 cost blocks)"
     else:  # POT on the same cost matrix
         import ot
 
