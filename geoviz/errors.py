@@ -56,6 +56,10 @@ class ExportError(GeovizError):
     """An export cannot be written (target exists, bad format, ...)."""
 
 
+class ExportExistsError(ExportError):
+    """An export's file already exists and ``overwrite`` was not given; nothing was written."""
+
+
 class ResourceError(GeovizError):
     """A computation would need more memory than is available."""
 

@@ -87,7 +87,7 @@ import numpy as np
 import torch
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
-from geoviz.errors import DatasetFormatError, ExportError
+from geoviz.errors import DatasetFormatError, ExportError, ExportExistsError
 
 ExportFormat = Literal["npz", "pt", "imagefolder", "parquet"]
 FORMATS: tuple[str, ...] = get_args(ExportFormat)
@@ -670,7 +670,7 @@ def _atomic_write(entries: list[tuple[Path, bytes | Mapping[str, bytes]]], overw
                     if target.name.endswith(".manifest.json")
                     else ""
                 )
-                raise ExportError(
+                raise ExportExistsError(
                     f"{target} already exists{hint}; pass overwrite=True to replace it"
                 )
             if target.is_dir() and not target.is_symlink() and not _is_geoviz_export_dir(target):
@@ -716,7 +716,7 @@ def _atomic_write(entries: list[tuple[Path, bytes | Mapping[str, bytes]]], overw
             with contextlib.suppress(OSError):
                 folder.rmdir()
         if isinstance(err, FileExistsError):
-            raise ExportError(
+            raise ExportExistsError(
                 f"{current} already exists; pass overwrite=True to replace it"
             ) from err
         if isinstance(err, OSError):

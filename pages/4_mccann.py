@@ -55,6 +55,11 @@ def draw(model: SessionModel, result, i: int, t: float, idx: np.ndarray, tag: st
     )
 
 
+def end_slider_at_one() -> None:
+    """Play ends at t = 1: move the slider there first (callbacks run before the widgets)."""
+    st.session_state["mc_t"] = 1.0
+
+
 def main() -> None:
     compute.ensure_navigation()
     model = SessionModel(st.session_state)
@@ -78,7 +83,9 @@ def main() -> None:
         key="mc_ref",
     )
     t = c2.slider("t", 0.0, 1.0, 0.5, step=0.05, key="mc_t")
-    play = c3.button("▶ Play", key="mc_play", help="Step t from 0 to 1")
+    play = c3.button(
+        "▶ Play", key="mc_play", help="Step t from 0 to 1", on_click=end_slider_at_one
+    )
     idx = example_indices(result.target.labels, min(30, result.target.n_samples), seed=0)
     frame = st.empty()
     if play:

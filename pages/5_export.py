@@ -11,7 +11,7 @@ import streamlit as st
 
 from geoviz import app_compute as compute
 from geoviz.app_state import SessionModel
-from geoviz.errors import GeovizError
+from geoviz.errors import ExportExistsError, GeovizError
 from geoviz.export import FORMATS, export_dataset, load_snippet
 from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
 from geoviz.viz.weights import format_weights
@@ -136,6 +136,11 @@ def main() -> None:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             res = export_dataset(pa, target, format=fmt, overwrite=overwrite)
+        except ExportExistsError:
+            st.error(
+                f"{target} already exists and was left as it is. Tick “Overwrite existing files” "
+                "to replace it, or choose another folder."
+            )
         except (GeovizError, OSError) as err:
             st.error(str(err))
         else:

@@ -227,6 +227,16 @@ def test_mccann_page_endpoints():
         assert totals == pytest.approx(expected, abs=1e-4)
 
 
+def test_mccann_play_ends_with_the_slider_at_one():
+    at = _open(_app(), "pages/4_mccann.py")
+    at.slider(key="mc_t").set_value(0.5).run()
+    at.button(key="mc_play").click().run()
+    _assert_clean(at, "mccann play")
+    assert at.slider(key="mc_t").value == 1.0
+    titles = [f["layout"]["title"]["text"] for f in _figures(at)]
+    assert any("t = 1.00" in t for t in titles), titles
+
+
 def test_export_page_download_bytes_load_back(tmp_path):
     from geoviz import app_compute
     from geoviz.export import load_export
@@ -263,6 +273,16 @@ def test_export_page_download_bytes_load_back(tmp_path):
     assert any(p.name.endswith(".manifest.json") for p in written)
     data_file = next(p for p in written if p.suffix == ".npz")
     assert load_export(data_file).n_samples == N
+    before = data_file.read_bytes()
+
+    # saving again refuses, says how to replace, and leaves the first file alone
+    at.button(key="export_save").click().run()
+    assert at.error and "Overwrite existing files" in at.error[0].value
+    assert data_file.read_bytes() == before
+    at.checkbox(key="export_overwrite").check().run()
+    at.button(key="export_save").click().run()
+    _assert_clean(at, "export overwrite")
+    assert at.success and "Wrote" in at.success[0].value
 
 
 def test_about_page():

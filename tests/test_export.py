@@ -22,7 +22,7 @@ from PIL import Image
 import geoviz
 import geoviz.export as gx
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
-from geoviz.errors import DatasetFormatError, ExportError
+from geoviz.errors import DatasetFormatError, ExportError, ExportExistsError
 from geoviz.export import (
     FORMATS,
     class_folder_names,
@@ -408,7 +408,7 @@ def test_refuses_to_overwrite_and_overwrite_true_replaces(tmp_path, target):
     path = tmp_path / TARGETS[target]
     first = export_dataset(_image_ds(seed=0), path)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    with pytest.raises(ExportError, match=re.escape(str(path)) + ".*already exists"):
+    with pytest.raises(ExportExistsError, match=re.escape(str(path)) + ".*already exists"):
         export_dataset(_image_ds(seed=1), path)
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     second = export_dataset(_image_ds(seed=1), path, overwrite=True)
@@ -420,7 +420,7 @@ def test_refuses_to_overwrite_and_overwrite_true_replaces(tmp_path, target):
 
 def test_existing_sidecar_alone_blocks_export(tmp_path):
     export_dataset(_image_ds(), tmp_path / "s.npz")
-    with pytest.raises(ExportError, match=r"s\.manifest\.json already exists"):
+    with pytest.raises(ExportExistsError, match=r"s\.manifest\.json already exists"):
         export_dataset(_image_ds(), tmp_path / "s.pt")
     assert not (tmp_path / "s.pt").exists()
 
