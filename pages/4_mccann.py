@@ -83,9 +83,7 @@ def main() -> None:
         key="mc_ref",
     )
     t = c2.slider("t", 0.0, 1.0, 0.5, step=0.05, key="mc_t")
-    play = c3.button(
-        "▶ Play", key="mc_play", help="Step t from 0 to 1", on_click=end_slider_at_one
-    )
+    play = c3.button("▶ Play", key="mc_play", help="Step t from 0 to 1", on_click=end_slider_at_one)
     idx = example_indices(result.target.labels, min(30, result.target.n_samples), seed=0)
     frame = st.empty()
     if play:
