@@ -188,8 +188,32 @@ def _geodesic_config(scenario: Scenario) -> Any:
 
 
 def geodesic_if_ready(model: SessionModel) -> Any | None:
-    """The fitted :class:`GeodesicResult` if already in memory, else ``None`` (never computes)."""
-    return store().get(("geodesic", model.scenario.key()))
+    """The fitted :class:`GeodesicResult` if already in memory, else ``None`` (never computes).
+
+    A background fit that finished while no page was watching is collected here.
+    """
+    key = ("geodesic", model.scenario.key())
+    ready = store().get(key)
+    if ready is None:
+        job = store().claim_job(key)
+        if job is not None and job.error_ is None:
+            ready = job.result_
+    return ready
+
+
+def _fit_job(model: SessionModel, data: ScenarioData) -> Callable[[Progress], Any]:
+    """The geodesic fit of the scenario as a function of a progress callback (no Streamlit)."""
+    config = _geodesic_config(model.scenario)
+
+    def run(progress: Progress) -> Any:
+        from geoviz.backend import get_cache
+        from geoviz.geodesic.pipeline import fit_geodesic
+
+        return fit_geodesic(
+            data.target, list(data.references), config, progress=progress, cache=get_cache()
+        )
+
+    return run
 
 
 def geodesic(model: SessionModel, progress: Progress | None = None) -> Any:
@@ -444,10 +468,15 @@ def throttled_progress(
     return progress
 
 
-def geodesic_with_status(model: SessionModel) -> Any | None:
-    """The scenario's geodesic, computed inside an ``st.status`` box with progress stages.
+def geodesic_with_status(model: SessionModel, poll_seconds: float = 0.25) -> Any | None:
+    """The scenario's geodesic, computed in the background with an ``st.status`` box.
 
-    Returns ``None`` (after showing the error inline) when the inputs are invalid.
+    The fit runs in a :class:`~geoviz.app_state.BackgroundJob` shared by every
+    page and session of the process; this function shows its stages and
+    progress until it is done. Leaving the page stops only the watching, not
+    the fit: coming back (to any page that needs it) shows the same job,
+    further along. Returns ``None`` (after showing the error inline) when the
+    inputs are invalid.
     """
     ready = geodesic_if_ready(model)
     if ready is not None:
@@ -455,26 +484,31 @@ def geodesic_with_status(model: SessionModel) -> Any | None:
     data = data_or_error(model)
     if data is None:
         return None
-    start = time.perf_counter()
+    key = ("geodesic", model.scenario.key())
+    job = store().start_job(key, _fit_job(model, data))
     status = st.status("Computing OTDD maps and (2,Q) distances…", expanded=True)
     with status:
         bar = st.progress(0.0, text="starting")
-        progress = throttled_progress(bar, log=st.write, start=start)
-        try:
-            result = geodesic(model, progress)
-        except GeovizError as err:
-            status.update(label="OTDD maps failed", state="error", expanded=True)
-            st.error(str(err))
+        log_box = st.empty()
+        shown: tuple[Any, ...] = ()
+        while True:
+            finished = job.wait(poll_seconds)
+            stage, fraction, log = job.snapshot()
+            if (stage, round(fraction, 2), len(log)) != shown:
+                shown = (stage, round(fraction, 2), len(log))
+                bar.progress(fraction, text=stage)
+                log_box.markdown("  \n".join(f"`{t:5.1f} s` · {line}" for t, line in log))
+            if finished:
+                break
+    store().claim_job(key)
+    if job.error_ is not None:
+        status.update(label="OTDD maps failed", state="error", expanded=True)
+        if isinstance(job.error_, GeovizError):
+            st.error(str(job.error_))
             return None
-        except BaseException:
-            status.update(label="OTDD maps failed", state="error", expanded=True)
-            raise
-    status.update(
-        label=f"OTDD maps ready ({time.perf_counter() - start:.1f} s)",
-        state="complete",
-        expanded=False,
-    )
-    return result
+        raise job.error_
+    status.update(label=f"OTDD maps ready ({job.elapsed:.1f} s)", state="complete", expanded=False)
+    return job.result_
 
 
 def embed_points(model: SessionModel, emb: Any, features: Any, tag: tuple[Any, ...]) -> np.ndarray:

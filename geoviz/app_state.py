@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_REFERENCES",
     "DEFAULT_TARGET",
     "AppSettings",
+    "BackgroundJob",
     "DatasetChoice",
     "FewShotOptions",
     "ResultStore",
@@ -446,6 +448,72 @@ class SessionModel:
         return np.asarray(a_hat, dtype=float) if w is None else w
 
 
+class BackgroundJob:
+    """One long computation in a daemon thread, with progress any page can poll.
+
+    ``fn(progress)`` runs once in the thread; ``progress(stage, fraction)``
+    records the latest stage and fraction and, for every new top-level stage
+    (the text before `` (``), a log line with the elapsed seconds. A Streamlit
+    page that polls the job can be left (its script is stopped, the thread is
+    not) and re-entered: it finds the same job, further along.
+
+    Attributes
+    ----------
+    result_, error_
+        The value returned by ``fn`` or the exception it raised (once done).
+    """
+
+    def __init__(
+        self, fn: Callable[[Callable[[str, float], None]], Any], name: str = "job"
+    ) -> None:
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._stage = "starting"
+        self._fraction = 0.0
+        self._log: list[tuple[float, str]] = []
+        self._started = time.perf_counter()
+        self._finished: float | None = None
+        self.result_: Any = None
+        self.error_: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), name=name, daemon=True)
+        self._thread.start()
+
+    def _progress(self, stage: str, fraction: float) -> None:
+        top = str(stage).split(" (", 1)[0]
+        with self._lock:
+            self._stage = str(stage)
+            self._fraction = float(min(max(fraction, 0.0), 1.0))
+            if not self._log or self._log[-1][1] != top:
+                self._log.append((time.perf_counter() - self._started, top))
+
+    def _run(self, fn: Callable[[Callable[[str, float], None]], Any]) -> None:
+        try:
+            self.result_ = fn(self._progress)
+        except BaseException as err:  # handed to whoever polls the job
+            self.error_ = err
+        finally:
+            self._finished = time.perf_counter()
+            self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block up to ``timeout`` seconds; ``True`` once the job has finished."""
+        return self._done.wait(timeout)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the start (until the end once finished)."""
+        end = self._finished if self._finished is not None else time.perf_counter()
+        return end - self._started
+
+    def snapshot(self) -> tuple[str, float, list[tuple[float, str]]]:
+        """``(stage, fraction in [0, 1], [(seconds, top-level stage), ...])``."""
+        with self._lock:
+            return self._stage, self._fraction, list(self._log)
+
+
 class ResultStore:
     """A small thread-safe LRU of computed results, keyed by hashable keys.
 
@@ -463,6 +531,7 @@ class ResultStore:
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[Hashable, threading.Lock] = {}
+        self._jobs: dict[Hashable, BackgroundJob] = {}
         self.hits_ = 0
         self.misses_ = 0
 
@@ -505,6 +574,37 @@ class ResultStore:
                 self.misses_ += 1
                 self._key_locks.pop(key, None)
             return value
+
+    def start_job(
+        self, key: Hashable, fn: Callable[[Callable[[str, float], None]], Any]
+    ) -> BackgroundJob:
+        """The running (or finished, unclaimed) job for ``key``, else a new one.
+
+        Concurrent callers share one job. Use :meth:`claim_job` to move a
+        finished job's result into the store.
+        """
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is None:
+                job = BackgroundJob(fn, name=f"geoviz-job-{len(self._jobs)}")
+                self._jobs[key] = job
+            return job
+
+    def job(self, key: Hashable) -> BackgroundJob | None:
+        with self._lock:
+            return self._jobs.get(key)
+
+    def claim_job(self, key: Hashable) -> BackgroundJob | None:
+        """Remove the job of ``key`` if it has finished; its result (not its error) is
+        stored under ``key``. Returns the finished job, or ``None`` while it runs."""
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is None or not job.done():
+                return None
+            del self._jobs[key]
+        if job.error_ is None:
+            self.put(key, job.result_)
+        return job
 
     def clear(self) -> None:
         with self._lock:

@@ -189,6 +189,11 @@ def _goto_page(pg, title: str) -> None:
     _wait_idle(pg)
 
 
+def _main_text(pg) -> str:
+    """What the page shows (for assertion messages)."""
+    return pg.locator("[data-testid='stMain']").inner_text()[:3000]
+
+
 def _sidebar_text(pg) -> str:
     return pg.locator("[data-testid='stSidebar']").inner_text()
 
@@ -202,7 +207,15 @@ def test_every_page_weight_change_and_download(page, server):
     _wait_idle(pg)
     timings["datasets"] = time.monotonic() - start
     _assert_no_exception(pg, "datasets")
-    assert pg.locator("[data-testid='stPlotlyChart']").count() >= 2  # sample grid + histograms
+    # sample grid + histograms (waited for: a first run may look idle before they arrive)
+    try:
+        pg.wait_for_function(
+            "() => document.querySelectorAll('[data-testid=stPlotlyChart]').length >= 2",
+            timeout=120_000,
+        )
+    except Exception as err:
+        raise AssertionError(f"no sample grid and histograms: {_main_text(pg)}") from err
+    _wait_idle(pg)
     _shot(pg, "1_datasets")
 
     # pairwise OTDD on demand

@@ -1,0 +1,83 @@
+"""Background jobs of the app's result store (no Streamlit needed)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from geoviz.app_state import BackgroundJob, ResultStore
+from geoviz.errors import GeovizError
+
+
+def _gated(gate: threading.Event, calls: list[int], value: int = 42):
+    """A job function that reports two stages and waits for ``gate`` in between."""
+
+    def run(progress):
+        calls.append(1)
+        progress("maps (fashion_mnist)", 0.1)
+        progress("maps (usps)", 0.4)
+        assert gate.wait(10)
+        progress("objective", 0.9)
+        return value
+
+    return run
+
+
+def test_job_reports_progress_and_result():
+    gate, calls = threading.Event(), []
+    job = BackgroundJob(_gated(gate, calls))
+    assert not job.wait(0.2) and not job.done()
+    stage, fraction, log = job.snapshot()
+    assert (stage, fraction) == ("maps (usps)", 0.4)
+    assert [line for _, line in log] == ["maps"]  # one line per top-level stage
+    gate.set()
+    assert job.wait(10)
+    stage, fraction, log = job.snapshot()
+    assert job.result_ == 42 and job.error_ is None and fraction == 0.9
+    assert [line for _, line in log] == ["maps", "objective"]
+    assert log[0][0] <= log[1][0] <= job.elapsed
+
+
+def test_job_keeps_the_error():
+    def fail(progress):
+        raise GeovizError("one class only")
+
+    job = BackgroundJob(fail)
+    assert job.wait(10)
+    assert isinstance(job.error_, GeovizError) and job.result_ is None
+
+
+def test_watchers_share_one_job_and_can_leave_and_return():
+    store = ResultStore()
+    gate, calls = threading.Event(), []
+    first = store.start_job("k", _gated(gate, calls))
+    # a second page (or session) asks for the same key while it runs
+    second = store.start_job("k", _gated(gate, calls, value=0))
+    assert second is first
+    assert store.claim_job("k") is None  # still running: nothing to claim
+    # the first watcher "left the page" (stopped polling); the job went on
+    gate.set()
+    assert store.job("k").wait(10)
+    claimed = store.claim_job("k")
+    assert claimed is first and store.get("k") == 42 and len(calls) == 1
+    assert store.job("k") is None and store.claim_job("k") is None
+
+
+def test_failed_job_is_not_stored_and_can_be_retried():
+    store = ResultStore()
+    job = store.start_job("k", lambda progress: 1 / 0)
+    assert job.wait(10)
+    claimed = store.claim_job("k")
+    assert isinstance(claimed.error_, ZeroDivisionError) and "k" not in store
+    retry = store.start_job("k", lambda progress: "ok")
+    assert retry is not job and retry.wait(10)
+    store.claim_job("k")
+    assert store.get("k") == "ok"
+
+
+@pytest.mark.parametrize("fraction,expected", [(-1.0, 0.0), (0.5, 0.5), (3.0, 1.0)])
+def test_progress_fraction_is_clipped(fraction, expected):
+    job = BackgroundJob(lambda progress: progress("stage", fraction))
+    assert job.wait(10)
+    assert job.snapshot()[1] == expected
