@@ -468,7 +468,7 @@ def throttled_progress(
     return progress
 
 
-def geodesic_with_status(model: SessionModel, poll_seconds: float = 0.25) -> Any | None:
+def geodesic_with_status(model: SessionModel, poll_seconds: float = 0.1) -> Any | None:
     """The scenario's geodesic, computed in the background with an ``st.status`` box.
 
     The fit runs in a :class:`~geoviz.app_state.BackgroundJob` shared by every
