@@ -51,6 +51,8 @@ navigation = st.navigation(PAGES)
 scenario_box = st.sidebar.container()
 
 navigation.run()
+# once per process, after the first page is shown: UMAP compiles while the user reads it
+compute.start_embedding_warm_up()
 
 with scenario_box:
     st.markdown("### Current scenario")

@@ -12,7 +12,7 @@ Debian's Chromium exactly as ``tests/test_browser.py`` does:
   heatmap, each until the page is idle again with the new ``P_a``, its sample
   grid and its UMAP placement;
 * **warm (restart)**: the server restarted on the same disk cache, a new browser;
-* **via the landing page**: restarted again, the Datasets page first (where the
+* **via the landing page**: restarted again, the Datasets page first (after which the
   app compiles UMAP in the background), ``--think`` seconds there, then Geodesic;
 * **warm (same server)**: a second browser session on the running server.
 

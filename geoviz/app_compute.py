@@ -292,9 +292,10 @@ def _embedding(key: str, per_dataset: int, seed: int, _datasets: tuple[LabeledDa
 def start_embedding_warm_up() -> Any:
     """Compile UMAP in a background thread, once per server process.
 
-    Called by the landing page so that the Geodesic page's first UMAP fit
-    does not pay numba's ~7 s compilation. Skipped (returns ``None``) when
-    ``GEOVIZ_EMBEDDING=pca``. Returns the started thread.
+    Called by ``app.py`` after a page ran, so that a Geodesic page opened
+    later does not pay numba's ~7 s compilation in its first UMAP fit.
+    Skipped (returns ``None``) when ``GEOVIZ_EMBEDDING=pca``. Returns the
+    started thread.
     """
     import os
     import threading

@@ -251,7 +251,6 @@ def main() -> None:
         return
     dataset_views(model, data)
     pairwise_section(model, data)
-    compute.start_embedding_warm_up()  # UMAP compiles while the user reads this page
 
 
 main()
