@@ -822,37 +822,12 @@ def _otdd(
         bxq, byq = (xq, yq) if n_b == 1 and len(rows) == n_q else (xq[rows_t], yq[rows_t])
         weight = len(rows) / n_q
         cb = prog.sinkhorn_callback("sinkhorn", bi / n_b, (bi + 1) / n_b, config.tol)
+        problem = (bxq, byq, bxp, byp, lab, config, eps_abs, dev, dt)
+        common = {"want_map": barycentric, "n_classes_p": n_classes_p, "cb": cb}
         if config.stream_reference:
-            out = _solve_streamed(
-                bxq,
-                byq,
-                bxp,
-                byp,
-                lab,
-                config,
-                eps_abs,
-                dev,
-                dt,
-                want_map=barycentric,
-                n_classes_p=n_classes_p,
-                cb=cb,
-            )
+            out = _solve_streamed(*problem, **common)
         else:
-            out = _solve_dense(
-                bxq,
-                byq,
-                bxp,
-                byp,
-                lab,
-                config,
-                eps_abs,
-                dev,
-                dt,
-                want_plan=keep_coupling and not config.batched,
-                want_map=barycentric,
-                n_classes_p=n_classes_p,
-                cb=cb,
-            )
+            out = _solve_dense(*problem, want_plan=keep_coupling and not config.batched, **common)
         prog("sinkhorn", (bi + 1) / n_b)
         transport += weight * out.transport
         regularized += weight * out.regularized
