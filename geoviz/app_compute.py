@@ -10,12 +10,11 @@ stored on disk by :func:`geoviz.geodesic.fit_geodesic` (keyed by dataset
 fingerprints and config), so a restarted app finds it again.
 
 Why not decorate ``fit_geodesic`` with ``st.cache_resource`` directly: the
-fit reports progress into an ``st.status`` box the page created, and
-Streamlit replays element calls made inside cached functions, which fails
-for containers created outside them. Computing inside
-``ResultStore.get_or_compute`` has no such restriction. Pure functions
-without UI (the objective grid, the embedding) use ``st.cache_resource``
-with explicit string keys.
+fit must outlive the page that started it and report progress to whichever
+page watches it, so it runs as a :class:`~geoviz.app_state.BackgroundJob`
+in the store (:func:`geodesic_with_status`). Pure functions without UI (the
+objective grid, the embedding) use ``st.cache_resource`` with explicit
+string keys.
 
 Streamlit is imported here and in the pages only.
 """
@@ -42,7 +41,6 @@ __all__ = [
     "embed_points",
     "embedding",
     "export_payload",
-    "geodesic",
     "geodesic_if_ready",
     "interpolation",
     "mccann",
@@ -216,30 +214,6 @@ def _fit_job(model: SessionModel, data: ScenarioData) -> Callable[[Progress], An
     return run
 
 
-def geodesic(model: SessionModel, progress: Progress | None = None) -> Any:
-    """Fit (or fetch) the generalized geodesic of the current scenario.
-
-    ``progress(stage, fraction)`` is forwarded to ``fit_geodesic``. The result
-    is cached in memory here and on disk by ``fit_geodesic``.
-    """
-    scenario = model.scenario
-    data = scenario_data(model)
-
-    def compute() -> Any:
-        from geoviz.backend import get_cache
-        from geoviz.geodesic.pipeline import fit_geodesic
-
-        return fit_geodesic(
-            data.target,
-            list(data.references),
-            _geodesic_config(scenario),
-            progress=progress,
-            cache=get_cache(),
-        )
-
-    return store().get_or_compute(("geodesic", scenario.key()), compute)
-
-
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _objective_grid(
     key: str, m: int, resolution: int, _result: Any
@@ -297,12 +271,12 @@ def start_embedding_warm_up() -> Any:
     Skipped (returns ``None``) when ``GEOVIZ_EMBEDDING=pca``. Returns the
     started thread.
     """
-    import os
     import threading
 
-    if os.environ.get("GEOVIZ_EMBEDDING", "").strip().lower() == "pca":
+    from geoviz.viz.embedding import auto_method, warm_up_umap
+
+    if auto_method() == "pca":
         return None
-    from geoviz.viz.embedding import warm_up_umap
 
     thread = threading.Thread(target=warm_up_umap, name="geoviz-umap-warm-up", daemon=True)
     thread.start()
@@ -434,30 +408,18 @@ def data_or_error(model: SessionModel) -> ScenarioData | None:
     return None
 
 
-def throttled_progress(
-    bar: Any,
-    *,
-    log: Callable[[str], Any] | None = None,
-    start: float | None = None,
-    min_interval: float = 0.2,
-) -> Progress:
+def throttled_progress(bar: Any, *, min_interval: float = 0.2) -> Progress:
     """A ``progress(stage, fraction)`` callback for an ``st.progress`` bar.
 
     Sinkhorn reports every iteration; this forwards an update only when the
     stage changes, the bar moves by 1 %, or ``min_interval`` seconds passed,
-    so the browser is not flooded. Each new top-level stage (the text before
-    `` (``) is also written as a line with the elapsed time when ``log`` is given.
+    so the browser is not flooded.
     """
-    t0 = time.perf_counter() if start is None else start
-    state = {"stage": None, "top": None, "fraction": -1.0, "time": 0.0}
+    state = {"stage": None, "fraction": -1.0, "time": 0.0}
 
     def progress(stage: str, fraction: float) -> None:
         now = time.perf_counter()
         frac = float(np.clip(fraction, 0.0, 1.0))
-        top = stage.split(" (", 1)[0]
-        if log is not None and top != state["top"]:
-            state["top"] = top
-            log(f"{now - t0:5.1f} s · {top}")
         if (
             stage != state["stage"]
             or frac - state["fraction"] >= 0.01

@@ -23,7 +23,7 @@ import torch
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError
 
-__all__ = ["Embedding", "fit_embedding", "warm_up_umap"]
+__all__ = ["Embedding", "auto_method", "fit_embedding", "warm_up_umap"]
 
 EmbeddingMethod = Literal["auto", "umap", "pca"]
 
@@ -95,6 +95,11 @@ class Embedding:
                     self._umap.transform(pairwise_distances(z, self._train)), dtype=np.float64
                 )
             return np.asarray(self._umap.transform(z), dtype=np.float64)
+
+
+def auto_method() -> Literal["umap", "pca"]:
+    """What ``method="auto"`` means: ``"pca"`` when ``GEOVIZ_EMBEDDING=pca``, else ``"umap"``."""
+    return "pca" if os.environ.get("GEOVIZ_EMBEDDING", "").strip().lower() == "pca" else "umap"
 
 
 def warm_up_umap() -> float | None:
@@ -193,11 +198,7 @@ def fit_embedding(
     pca = PCA(n_components=max(k, 2) if x.shape[1] >= 2 else 1, random_state=seed)
     z = pca.fit_transform(x)
 
-    wanted = method
-    if wanted == "auto":
-        wanted = (
-            "pca" if os.environ.get("GEOVIZ_EMBEDDING", "").strip().lower() == "pca" else "umap"
-        )
+    wanted = auto_method() if method == "auto" else method
     if wanted not in ("umap", "pca"):
         raise DatasetError(f"embedding method must be 'auto', 'umap' or 'pca', got {method!r}")
 
