@@ -8,9 +8,14 @@ import pytest
 import scipy.linalg
 import torch
 
+import geoviz.ot.labels as labels_mod
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.ot.labels import class_samples, gaussian_w2, label_distances
+
+HAS_CUDA = torch.cuda.is_available()
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="no CUDA"))
+DEVICES = ["cpu", CUDA]
 
 
 def _dataset(x, y, classes, name="ds") -> LabeledDataset:
@@ -157,28 +162,103 @@ def test_exact_1d_equals_sorted_closed_form():
             assert got[i, j] == pytest.approx(want, rel=1e-8, abs=1e-10)
 
 
-def test_exact_matches_emd2_brute_force_with_unequal_sizes():
-    a = _random_classes(9, (20, 13), dim=3)
-    b = _random_classes(10, (17, 11, 9), dim=3)
-    got = label_distances(a, b, method="exact", max_per_class=None).numpy()
+def _emd2_brute(a: LabeledDataset, b: LabeledDataset) -> np.ndarray:
+    """Independent reference: POT's emd2 on direct-difference float64 costs, all samples."""
     xa, ya = a.features.double().numpy(), a.labels.numpy()
     xb, yb = b.features.double().numpy(), b.labels.numpy()
-    for i in range(2):
-        for j in range(3):
+    out = np.zeros((a.n_classes, b.n_classes))
+    for i in range(a.n_classes):
+        for j in range(b.n_classes):
             p, q = xa[ya == i], xb[yb == j]
             cost = ((p[:, None, :] - q[None, :, :]) ** 2).sum(-1)
-            want = ot.emd2(np.full(len(p), 1 / len(p)), np.full(len(q), 1 / len(q)), cost)
-            assert got[i, j] == pytest.approx(want, rel=1e-8)
+            out[i, j] = ot.emd2(np.full(len(p), 1 / len(p)), np.full(len(q), 1 / len(q)), cost)
+    return out
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_exact_matches_emd2_brute_force_with_unequal_sizes(device):
+    a = _random_classes(9, (20, 13), dim=3)
+    b = _random_classes(10, (17, 11, 9), dim=3)
+    got = label_distances(a, b, method="exact", max_per_class=None, device=device)
+    assert got.device.type == "cpu" and got.dtype == torch.float64
+    np.testing.assert_allclose(got.numpy(), _emd2_brute(a, b), rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_exact_self_distance_matches_emd2_brute_force(device):
+    ds = _random_classes(20, (9, 14, 6, 11), dim=4)
+    got = label_distances(ds, ds, method="exact", max_per_class=None, device=device).numpy()
+    want = _emd2_brute(ds, ds)
+    assert np.abs(np.diag(want)).max() < 1e-12  # emd2 of a sample with itself
+    np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_exact_blocks_and_threads_do_not_change_the_result(device, monkeypatch):
+    # tiny device blocks (one class per cost block) and 1 vs 3 CPU solver threads
+    a = _random_classes(21, (8, 12, 5, 10, 7), dim=3)
+    b = _random_classes(22, (9, 6, 11, 4), dim=3)
+    want = _emd2_brute(a, b)
+    sa = class_samples(a, None)
+    sb = class_samples(b, None)
+    dev = torch.device(device)
+    monkeypatch.setattr(labels_mod, "_BLOCK_BYTES", 1)
+    one = labels_mod._exact_w2(sa, sb, False, dev, workers=1)
+    three = labels_mod._exact_w2(sa, sb, False, dev, workers=3)
+    np.testing.assert_allclose(one.numpy(), want, rtol=1e-8, atol=1e-12)
+    assert torch.equal(one, three)  # the same LP per pair, whichever thread solves it
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_features_are_promoted_to_float64(device):
+    # far from the origin a float32 ||x||^2 + ||y||^2 - 2 x.y loses everything (1e6 * 6e-8);
+    # the float64 expansion on any device still matches direct differences
+    a = _random_classes(23, (15, 12), dim=3)
+    b = _random_classes(24, (10, 13), dim=3)
+    far_a = _dataset(a.features.numpy() + 1000.0, a.labels.numpy(), a.classes, "far_a")
+    far_b = _dataset(b.features.numpy() + 1000.0, b.labels.numpy(), b.classes, "far_b")
+    got = label_distances(far_a, far_b, method="exact", max_per_class=None, device=device)
+    np.testing.assert_allclose(got.numpy(), _emd2_brute(far_a, far_b), rtol=1e-6, atol=1e-6)
+    gauss = label_distances(far_a, far_b, max_per_class=None, device=device).numpy()
+    sa, sb = _class_stats(far_a), _class_stats(far_b)
+    ref = np.array([[_bures_sqrtm(m1, s1, m2, s2) for (m2, s2) in sb] for (m1, s1) in sa])
+    np.testing.assert_allclose(gauss, ref, rtol=1e-8, atol=1e-8)
+
+
+def _self_cases() -> list[LabeledDataset]:
+    return [
+        _random_classes(11, (30, 250, 40), dim=5),  # n_c > D (eigen-factor); middle subsampled
+        _random_classes(25, (12, 9, 15, 7), dim=20),  # n_c <= D (sample factor, rank-deficient)
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("method", ["exact", "gaussian"])
-def test_self_distance_zero_and_symmetric(method):
-    ds = _random_classes(11, (30, 250, 40), dim=5)  # middle class is subsampled
-    w = label_distances(ds, ds, method=method, max_per_class=100)
-    assert torch.allclose(w, w.T, atol=0, rtol=0)
-    assert torch.all(w.diagonal().abs() < 1e-10)
-    off = w[~torch.eye(3, dtype=torch.bool)]
-    assert torch.all(off > 0.1)
+def test_self_distance_zero_and_symmetric(method, device):
+    for ds in _self_cases():
+        # the same object, and an equal copy (same fingerprint, different object)
+        copy = _dataset(ds.features.numpy().copy(), ds.labels.numpy(), ds.classes, ds.name)
+        assert copy.fingerprint == ds.fingerprint and copy is not ds
+        for other in (ds, copy):
+            w = label_distances(ds, other, method=method, max_per_class=100, device=device)
+            assert w.dtype == torch.float64 and w.device.type == "cpu"
+            assert torch.equal(w, w.T)  # exactly symmetric
+            assert torch.all(w.diagonal() == 0)  # exactly zero
+            off = w[~torch.eye(ds.n_classes, dtype=torch.bool)]
+            assert torch.all(off > 0.1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("method", ["exact", "gaussian"])
+def test_self_distance_upper_triangle_equals_cross_computation(method, device):
+    # the mirrored self-distance equals the generic (non-symmetric) path on a renamed copy,
+    # which computes every entry, so mirroring hides no asymmetry of the estimator
+    ds = _random_classes(26, (20, 35, 15), dim=4)
+    renamed = _dataset(ds.features.numpy(), ds.labels.numpy(), ["u", "v", "w"], "renamed")
+    assert renamed.fingerprint != ds.fingerprint
+    w_self = label_distances(ds, ds, method=method, max_per_class=None, device=device)
+    w_cross = label_distances(ds, renamed, method=method, max_per_class=None, device=device)
+    np.testing.assert_allclose(w_self.numpy(), w_cross.numpy(), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("method", ["exact", "gaussian"])
@@ -243,19 +323,39 @@ def test_single_sample_class_is_a_dirac():
         np.testing.assert_allclose(label_distances(a, b, method=method).numpy(), want, atol=1e-9)
 
 
-@pytest.mark.parametrize(
-    "device",
-    [
-        "cpu",
-        pytest.param(
-            "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
-        ),
-    ],
-)
+@pytest.mark.parametrize("device", DEVICES)
 def test_device_argument(device):
     a = _random_classes(18, (20, 20), dim=3)
     b = _random_classes(19, (20, 20), dim=3)
     ref = label_distances(a, b, device="cpu")
     got = label_distances(a, b, device=device)
-    assert got.device.type == "cpu"
+    assert got.device.type == "cpu" and got.dtype == torch.float64
     np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-9)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA")
+@pytest.mark.parametrize("method", ["exact", "gaussian"])
+def test_cpu_and_cuda_agree(method):
+    cases = [
+        (_random_classes(27, (40, 90, 25), dim=6), _random_classes(28, (30, 60), dim=6)),
+        (_random_classes(29, (15, 20, 9), dim=50), _random_classes(30, (12, 18), dim=50)),
+    ]
+    for a, b in cases:
+        for other in (a, b):
+            w_cpu = label_distances(a, other, method=method, max_per_class=50, device="cpu")
+            w_gpu = label_distances(a, other, method=method, max_per_class=50, device="cuda")
+            assert w_gpu.device.type == "cpu" and w_gpu.dtype == torch.float64
+            np.testing.assert_allclose(w_gpu.numpy(), w_cpu.numpy(), rtol=1e-9, atol=1e-9)
+            if other is a:
+                assert torch.equal(w_gpu, w_gpu.T) and torch.all(w_gpu.diagonal() == 0)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA")
+def test_gaussian_w2_reference_on_cuda_matches_cpu():
+    ds = _random_classes(31, (40, 50), dim=4)
+    (m0, s0), (m1, s1) = _class_stats(ds)
+    args = [torch.tensor(v[None]) for v in (m0, s0, m1, s1)]
+    cpu = gaussian_w2(*args)
+    gpu = gaussian_w2(*[t.cuda() for t in args])
+    assert gpu.device.type == "cuda"  # an intermediate: stays on the inputs' device
+    np.testing.assert_allclose(gpu.cpu().numpy(), cpu.numpy(), rtol=1e-10)

@@ -108,9 +108,12 @@ def test_nan_features_rejected_by_dataset_type():
 # --------------------------------------------------------------------------- brute force
 
 
-def test_ground_cost_and_mean_match_brute_force():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_ground_cost_and_mean_match_brute_force(device, dtype):
     q, p = gmm(30, 2), gmm(25, 3, classes=("w", "x", "y", "z"))
-    lab = label_distances(q, p)
+    lab = label_distances(q, p, device=device)
+    assert lab.device.type == "cpu" and lab.dtype == torch.float64  # results come back on CPU
     c = ground_cost(
         q.features,
         q.labels,
@@ -119,10 +122,16 @@ def test_ground_cost_and_mean_match_brute_force():
         lab,
         lambda_x=0.7,
         lambda_y=2.0,
-        dtype=torch.float64,
+        dtype=dtype,
+        device=device,
     )
+    # an intermediate tensor stays on the requested device: move it with .cpu()
+    assert c.device.type == torch.device(device).type and c.dtype == dtype
     want = brute_cost(q, p, lab, 0.7, 2.0)
-    np.testing.assert_allclose(c.numpy(), want, rtol=1e-10, atol=1e-10)
+    rtol = 1e-10 if dtype == torch.float64 else 1e-6  # float32: rounding of the GEMM
+    np.testing.assert_allclose(
+        c.cpu().double().numpy(), want, rtol=rtol, atol=rtol * float(want.max())
+    )
     mean = mean_ground_cost(q, p, lab, lambda_x=0.7, lambda_y=2.0)
     assert mean == pytest.approx(want.mean(), rel=1e-10)
 

@@ -2,8 +2,10 @@
 
 * :func:`label_distances` — ``(C_a, C_b)`` squared W2 between class-conditional
   feature laws (Bures-Wasserstein or exact), paper Sec. 2.2.
-* :func:`sinkhorn` / :func:`sinkhorn_online` — stabilised entropic OT with a
-  marginal-error tolerance (dense, or streamed over cost blocks).
+* :class:`DenseCost`, :class:`PointCloudCost` — cost geometries (stored, or
+  evaluated by row blocks).
+* :func:`sinkhorn` — stabilised entropic OT with a marginal-error tolerance, one
+  loop over a dense, truncated-sparse or online kernel.
 * :func:`otdd` with :class:`OTDDConfig` / :class:`OTDDResult` — the OTDD
   coupling, cost and barycentric outputs (full, batched, streamed).
 
@@ -12,6 +14,7 @@ relative to the mean of the ground-cost matrix; ``sinkhorn`` takes an absolute
 ``epsilon_abs``.
 """
 
+from geoviz.ot.geometry import CostGeometry, DenseCost, PointCloudCost
 from geoviz.ot.labels import LabelMethod, class_samples, gaussian_w2, label_distances
 from geoviz.ot.otdd import (
     OTDDConfig,
@@ -22,13 +25,17 @@ from geoviz.ot.otdd import (
     mean_ground_cost,
     otdd,
 )
-from geoviz.ot.sinkhorn import SinkhornResult, sinkhorn, sinkhorn_online, uniform_weights
+from geoviz.ot.sinkhorn import SinkhornMode, SinkhornResult, sinkhorn, uniform_weights
 
 __all__ = [
+    "CostGeometry",
+    "DenseCost",
     "LabelMethod",
     "OTDDConfig",
     "OTDDResult",
+    "PointCloudCost",
     "ProgressFn",
+    "SinkhornMode",
     "SinkhornResult",
     "check_compatible",
     "class_samples",
@@ -38,6 +45,5 @@ __all__ = [
     "mean_ground_cost",
     "otdd",
     "sinkhorn",
-    "sinkhorn_online",
     "uniform_weights",
 ]

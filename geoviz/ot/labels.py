@@ -27,16 +27,40 @@ Two estimators are offered (``method``):
     eigen-factor ``V diag(sqrt(max(lambda, 0)))`` of a symmetric ``eigh`` with
     negative eigenvalues clipped to 0 when ``n_c > D``. Rank-deficient
     covariances therefore need no regularisation and never produce NaN; the
-    cross terms of all class pairs are obtained with one batched singular-value
-    computation of small ``r_a x r_b`` matrices.
+    cross terms of all class pairs are obtained with batched singular-value
+    computations of small ``r_a x r_b`` matrices.
+
+    The products (means, covariances, Gram matrices ``F_a^T F_b``) are formed on
+    ``device``; the small eigen / singular-value decompositions always run in
+    float64 with NumPy's LAPACK on the CPU, whatever ``device`` is, so every
+    device uses the same algorithm and results differ between devices only by
+    the rounding of the matrix products (relative ~1e-12).
 
 ``"exact"``
-    The exact (unregularised) OT cost between the two empirical class samples
-    with uniform weights, solved by POT's network simplex :func:`ot.emd2` on the
-    squared-Euclidean cost. No entropic bias exists to remove: the exact OT
-    cost between a sample and itself is 0, and ``label_distances(a, a)`` uses
-    the same per-class subsample on both sides, so its diagonal is ~0 and the
-    matrix is exactly symmetric (only the upper triangle is solved).
+    The exact (unregularised) OT cost ``W_2^2`` between the two empirical class
+    samples with uniform weights, on the squared-Euclidean cost: the value of
+    the linear program, solved by POT's network simplex :func:`ot.emd2` (a
+    solver that stops at its iteration cap issues a
+    :class:`~geoviz.errors.ConvergenceWarning`). The per-pair cost matrices are
+    built in float64 on ``device`` (one GEMM per row class against a block of
+    columns); the network-simplex solves themselves run on the CPU, since no
+    exact GPU solver exists, concurrently over class pairs in a thread pool
+    (POT releases the GIL) while the device builds the next cost matrices. No
+    entropic or other approximation is involved on any device.
+
+Self-distances: when ``a`` and ``b`` are the same dataset (``a is b`` or equal
+:attr:`~geoviz.data.dataset.LabeledDataset.fingerprint`) both sides use the same
+per-class samples, only the upper triangle ``i < j`` is computed and mirrored,
+and the diagonal is set to exactly 0 (the OT cost between a law and itself), so
+``label_distances(a, a)`` is exactly symmetric with an exactly zero diagonal on
+every device and for both methods.
+
+Devices and returned tensors (project rule, see ``docs/architecture.md``):
+functions that return results to the user return CPU tensors (label distances,
+couplings, maps, potentials); intermediate device tensors (e.g.
+``ground_cost(..., device=...)``) stay on the requested device and callers/tests
+move them with ``.cpu()``. :func:`label_distances` therefore always returns a
+``(C_a, C_b)`` float64 CPU tensor, whatever ``device`` it computed on.
 
 In both methods each class is capped at ``max_per_class`` samples drawn without
 replacement by a generator seeded with ``seed`` and the class's own member
@@ -53,18 +77,25 @@ them because such classes carry no mass. ``missing="raise"`` raises a
 from __future__ import annotations
 
 import contextlib
+import os
+import warnings
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Literal
 
 import numpy as np
 import torch
 
-from geoviz.backend import resolve_device
+from geoviz.backend import available_memory_bytes, resolve_device
 from geoviz.data.dataset import LabeledDataset
-from geoviz.errors import DatasetError, GeovizError
+from geoviz.errors import ConvergenceWarning, DatasetError, GeovizError
 
 LabelMethod = Literal["exact", "gaussian"]
 
 __all__ = ["LabelMethod", "class_samples", "gaussian_w2", "label_distances"]
+
+# device temporaries (Gram / cost blocks) are kept below this size
+_BLOCK_BYTES = 256 * 2**20
 
 
 def class_samples(
@@ -126,41 +157,62 @@ def _single_threaded_blas() -> contextlib.AbstractContextManager:
     return threadpool_limits(1, user_api="blas")
 
 
-def _svdvals(x: torch.Tensor) -> torch.Tensor:
-    """Singular values of a batch of small matrices.
+# The three decompositions below always run in float64 with NumPy's LAPACK on the
+# CPU, whatever device their input lives on, and return on the input's device:
+# the same algorithm on every device (cuSOLVER's batched routines pick other
+# algorithms and are no faster for these small matrices). Callers run them inside
+# one ``_single_threaded_blas()`` block (entering it costs ~10 ms): torch's MKL
+# path for batched small SVDs can stall for seconds when its OpenMP threads
+# compete with other processes for the cores (observed 0.3 s -> 4-16 s on a
+# loaded 2-core machine).
 
-    On CPU this uses NumPy's LAPACK, single-threaded: torch's MKL path for
-    batched small SVDs can stall for seconds when its OpenMP threads compete
-    with other processes for the cores (observed 0.3 s -> 4-16 s on a loaded
-    2-core machine).
-    """
-    if x.device.type == "cpu":
-        with _single_threaded_blas():
-            return torch.from_numpy(np.linalg.svd(x.numpy(), compute_uv=False))
-    return torch.linalg.svdvals(x)
+
+def _to_numpy64(x: torch.Tensor) -> np.ndarray:
+    return x.detach().to(device="cpu", dtype=torch.float64).numpy()
+
+
+def _svdvals(x: torch.Tensor) -> torch.Tensor:
+    """Singular values of a batch of small matrices (float64 CPU LAPACK, see above)."""
+    s = np.linalg.svd(_to_numpy64(x), compute_uv=False)
+    return torch.from_numpy(s).to(x.device)
 
 
 def _eigh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric eigendecomposition (NumPy LAPACK on CPU, see :func:`_svdvals`)."""
-    if x.device.type == "cpu":
-        with _single_threaded_blas():
-            w, v = np.linalg.eigh(x.numpy())
-        return torch.from_numpy(w), torch.from_numpy(v)
-    return torch.linalg.eigh(x)
+    """Symmetric eigendecomposition (float64 CPU LAPACK, see above)."""
+    w, v = np.linalg.eigh(_to_numpy64(x))
+    return torch.from_numpy(w).to(x.device), torch.from_numpy(v).to(x.device)
 
 
 def _eigvalsh(x: torch.Tensor) -> torch.Tensor:
-    """Eigenvalues of symmetric matrices (NumPy LAPACK on CPU, see :func:`_svdvals`)."""
-    if x.device.type == "cpu":
-        with _single_threaded_blas():
-            return torch.from_numpy(np.linalg.eigvalsh(x.numpy()))
-    return torch.linalg.eigvalsh(x)
+    """Eigenvalues of symmetric matrices (float64 CPU LAPACK, see above)."""
+    w = np.linalg.eigvalsh(_to_numpy64(x))
+    return torch.from_numpy(w).to(x.device)
+
+
+def _pairs(present_a: list[int], present_b: list[int], symmetric: bool) -> dict[int, list[int]]:
+    """Class pairs to compute, grouped by row: all pairs, or ``i < j`` when symmetric."""
+    return {
+        i: [j for j in present_b if not symmetric or j > i]
+        for i in present_a
+        if any(not symmetric or j > i for j in present_b)
+    }
+
+
+def _finish(out: torch.Tensor, symmetric: bool, present: list[int]) -> torch.Tensor:
+    """Clamp at 0; for a self-distance mirror the upper triangle and zero the diagonal."""
+    out = out.clamp_min(0.0)
+    if symmetric:
+        low = torch.tril_indices(out.shape[0], out.shape[1], offset=-1)
+        out[low[0], low[1]] = out[low[1], low[0]]
+        idx = torch.tensor(present, dtype=torch.long)
+        out[idx, idx] = 0.0
+    return out
 
 
 def _gaussian_factors(
     samples: list[torch.Tensor | None], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor | None]]:
-    """Means ``(C, D)``, traces ``(C,)`` and covariance factors ``F_c`` ``(D, r_c)``."""
+    """Means ``(C, D)``, traces ``(C,)`` and covariance factors ``F_c`` ``(D, r_c)`` on ``device``."""
     dim = next(s for s in samples if s is not None).shape[1]
     means = torch.full((len(samples), dim), float("nan"), dtype=torch.float64, device=device)
     traces = torch.full((len(samples),), float("nan"), dtype=torch.float64, device=device)
@@ -187,33 +239,30 @@ def _gaussian_factors(
 
 
 def _nuclear_cross(
-    fa: list[torch.Tensor | None], fb: list[torch.Tensor | None], symmetric: bool
+    fa: list[torch.Tensor | None],
+    fb: list[torch.Tensor | None],
+    pairs: dict[int, list[int]],
+    device: torch.device,
 ) -> torch.Tensor:
-    """``(C_a, C_b)`` matrix of ``||F_a^T F_b||_*`` (NaN where a class is missing)."""
-    device = next(f for f in fa if f is not None).device
-    out = torch.full((len(fa), len(fb)), float("nan"), dtype=torch.float64, device=device)
-    ia = [i for i, f in enumerate(fa) if f is not None]
-    ib = [j for j, f in enumerate(fb) if f is not None]
-    ra = max(fa[i].shape[1] for i in ia)  # type: ignore[union-attr]
+    """``(C_a, C_b)`` float64 CPU matrix of ``||F_a^T F_b||_*`` for ``pairs`` (NaN elsewhere)."""
+    out = torch.full((len(fa), len(fb)), float("nan"), dtype=torch.float64)
+    if not pairs:
+        return out
+    ib = sorted({j for cols in pairs.values() for j in cols})
     rb = max(fb[j].shape[1] for j in ib)  # type: ignore[union-attr]
-    dim = fa[ia[0]].shape[0]  # type: ignore[union-attr]
-    # zero-padded stacks: extra zero columns leave the non-zero singular values unchanged
-    pa = torch.zeros((len(ia), dim, ra), dtype=torch.float64, device=device)
+    dim = fb[ib[0]].shape[0]  # type: ignore[union-attr]
+    # zero-padded stack: extra zero columns leave the non-zero singular values unchanged
+    pos = {j: k for k, j in enumerate(ib)}
     pb = torch.zeros((len(ib), dim, rb), dtype=torch.float64, device=device)
-    for k, i in enumerate(ia):
-        pa[k, :, : fa[i].shape[1]] = fa[i]  # type: ignore[index,union-attr]
-    for k, j in enumerate(ib):
-        pb[k, :, : fb[j].shape[1]] = fb[j]  # type: ignore[index,union-attr]
-    # bound the (pairs, ra, rb) temporary to ~256 MiB
-    per_row = max(1, len(ib) * ra * rb * 8)
-    chunk = max(1, (256 * 2**20) // per_row)
-    for k0 in range(0, len(ia), chunk):
-        grams = torch.einsum("adr,bds->abrs", pa[k0 : k0 + chunk], pb)
-        nuc = _svdvals(grams).sum(dim=-1)  # (chunk, |ib|)
-        for k in range(nuc.shape[0]):
-            out[ia[k0 + k], ib] = nuc[k]
-    if symmetric:
-        out = 0.5 * (out + out.T)
+    for j in ib:
+        pb[pos[j], :, : fb[j].shape[1]] = fb[j]  # type: ignore[index,union-attr]
+    for i, cols in pairs.items():
+        left = fa[i].T  # type: ignore[union-attr]  # (r_i, D)
+        chunk = max(1, _BLOCK_BYTES // max(1, left.shape[0] * rb * 8))
+        for c0 in range(0, len(cols), chunk):
+            part = cols[c0 : c0 + chunk]
+            grams = left @ pb[[pos[j] for j in part]]  # (len(part), r_i, rb) on device
+            out[i, part] = _svdvals(grams).sum(dim=-1).cpu()
     return out
 
 
@@ -227,7 +276,8 @@ def gaussian_w2(
 
     A reference implementation for small ``D`` (used by tests and by callers that
     already hold covariances): symmetric ``eigh`` square roots with negative
-    eigenvalues clipped to 0, float64.
+    eigenvalues clipped to 0, float64. Products run on the inputs' device, the
+    eigendecompositions in float64 on the CPU (see the module docstring).
 
     Parameters
     ----------
@@ -239,8 +289,18 @@ def gaussian_w2(
     Returns
     -------
     torch.Tensor
-        ``(A, B)`` float64.
+        ``(A, B)`` float64, on the inputs' device.
     """
+    with _single_threaded_blas():
+        return _gaussian_w2(means_a, covs_a, means_b, covs_b)
+
+
+def _gaussian_w2(
+    means_a: torch.Tensor,
+    covs_a: torch.Tensor,
+    means_b: torch.Tensor,
+    covs_b: torch.Tensor,
+) -> torch.Tensor:
     ma, mb = means_a.double(), means_b.double()
     sa, sb = covs_a.double(), covs_b.double()
     sa = 0.5 * (sa + sa.transpose(-1, -2))
@@ -256,40 +316,135 @@ def gaussian_w2(
     return (dm + tr_a[:, None] + tr_b[None, :] - 2.0 * cross).clamp_min(0.0)
 
 
-def _exact_w2(
+def _gaussian_w2_matrix(
     sa: list[torch.Tensor | None],
     sb: list[torch.Tensor | None],
     symmetric: bool,
     device: torch.device,
 ) -> torch.Tensor:
+    present_a = [i for i, x in enumerate(sa) if x is not None]
+    present_b = [j for j, x in enumerate(sb) if x is not None]
+    means_a, tr_a, fa = _gaussian_factors(sa, device)
+    if symmetric:
+        means_b, tr_b, fb = means_a, tr_a, fa
+    else:
+        means_b, tr_b, fb = _gaussian_factors(sb, device)
+    cross = _nuclear_cross(fa, fb, _pairs(present_a, present_b, symmetric), device)
+    # ||m1 - m2||^2 by direct differences (C_a x C_b x D is small; no cancellation)
+    dm = (means_a[:, None, :] - means_b[None, :, :]).square().sum(-1)
+    base = (dm + tr_a[:, None] + tr_b[None, :]).cpu()
+    return _finish(base - 2.0 * cross, symmetric, present_a)
+
+
+def _sq_dists(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``(n, m)`` squared Euclidean distances ``||x||^2 + ||y||^2 - 2 x.y``, clamped at 0."""
+    return ((x * x).sum(1)[:, None] + (y * y).sum(1)[None, :] - 2.0 * x @ y.T).clamp_min_(0.0)
+
+
+def _emd2_uniform(cost: np.ndarray) -> tuple[float, str | None]:
+    """Exact OT cost between uniform weights on the rows and columns of ``cost``."""
     import ot  # POT, imported lazily (heavy)
 
+    n, m = cost.shape
+    value, log = ot.emd2(
+        np.full(n, 1.0 / n),
+        np.full(m, 1.0 / m),
+        cost,
+        numItermax=max(10_000_000, 100 * n * m),
+        log=True,
+    )
+    return max(float(value), 0.0), log.get("warning")
+
+
+def _cpu_workers(n_jobs: int, job_bytes: int) -> int:
+    """Threads for the network-simplex solves: cores, jobs and memory permitting."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    free = available_memory_bytes(torch.device("cpu"))
+    # a dense network simplex holds ~8 doubles per arc (cost, flow, plan, graph)
+    by_memory = cores if free is None else max(1, free // (2 * 8 * max(1, job_bytes)))
+    return int(max(1, min(n_jobs, cores, by_memory)))
+
+
+def _exact_w2(
+    sa: list[torch.Tensor | None],
+    sb: list[torch.Tensor | None],
+    symmetric: bool,
+    device: torch.device,
+    workers: int | None = None,
+) -> torch.Tensor:
+    """Exact ``W_2^2`` matrix: cost matrices on ``device``, network simplex on CPU threads."""
+    present_a = [i for i, x in enumerate(sa) if x is not None]
+    present_b = [j for j, x in enumerate(sb) if x is not None]
     out = torch.full((len(sa), len(sb)), float("nan"), dtype=torch.float64)
+    pairs = _pairs(present_a, present_b, symmetric)
+    n_jobs = sum(len(cols) for cols in pairs.values())
+    if n_jobs == 0:
+        return _finish(out, symmetric, present_a)
     dev_a = [None if x is None else x.to(device=device, dtype=torch.float64) for x in sa]
     dev_b = (
         dev_a
         if symmetric
         else [None if x is None else x.to(device=device, dtype=torch.float64) for x in sb]
     )
-    for i, xa in enumerate(dev_a):
-        if xa is None:
-            continue
-        for j, xb in enumerate(dev_b):
-            if xb is None or (symmetric and j < i):
-                continue
-            if symmetric and i == j:
-                out[i, j] = 0.0  # exact OT of a sample with itself
-                continue
-            sq = (
-                (xa * xa).sum(1)[:, None] + (xb * xb).sum(1)[None, :] - 2.0 * xa @ xb.T
-            ).clamp_min(0.0)
-            wa = np.full(xa.shape[0], 1.0 / xa.shape[0])
-            wb = np.full(xb.shape[0], 1.0 / xb.shape[0])
-            value = float(ot.emd2(wa, wb, sq.cpu().numpy(), numItermax=10_000_000))
-            out[i, j] = max(value, 0.0)
-            if symmetric:
-                out[j, i] = out[i, j]
-    return out
+    largest = max(
+        dev_a[i].shape[0] * dev_b[j].shape[0] * 8  # type: ignore[union-attr]
+        for i, cols in pairs.items()
+        for j in cols
+    )
+    if workers is None:
+        workers = _cpu_workers(n_jobs, largest)
+    pending: deque[tuple[int, int, Future]] = deque()
+    problems: list[tuple[int, int, str]] = []
+
+    def collect(i: int, j: int, fut: Future) -> None:
+        value, warning = fut.result()
+        out[i, j] = value
+        if warning is not None:
+            problems.append((i, j, str(warning)))
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="geoviz-emd") as pool:
+        for i, cols in pairs.items():
+            xa = dev_a[i]
+            n_i = xa.shape[0]  # type: ignore[union-attr]
+            # one GEMM per block of columns, kept below _BLOCK_BYTES on the device
+            block: list[int] = []
+            width = 0
+            blocks: list[list[int]] = []
+            for j in cols:
+                n_j = dev_b[j].shape[0]  # type: ignore[union-attr]
+                if block and (width + n_j) * n_i * 8 > _BLOCK_BYTES:
+                    blocks.append(block)
+                    block, width = [], 0
+                block.append(j)
+                width += n_j
+            blocks.append(block)
+            for part in blocks:
+                xb = torch.cat([dev_b[j] for j in part])  # type: ignore[misc]
+                cost = _sq_dists(xa, xb).cpu().numpy()  # type: ignore[arg-type]
+                start = 0
+                for j in part:
+                    n_j = dev_b[j].shape[0]  # type: ignore[union-attr]
+                    piece = np.ascontiguousarray(cost[:, start : start + n_j])
+                    start += n_j
+                    pending.append((i, j, pool.submit(_emd2_uniform, piece)))
+                del cost
+                # bound the cost matrices waiting on the CPU to ~2 per worker
+                while len(pending) > 2 * workers:
+                    collect(*pending.popleft())
+        while pending:
+            collect(*pending.popleft())
+    if problems:
+        i, j, msg = problems[0]
+        warnings.warn(
+            f"label_distances(method='exact'): the network simplex stopped before optimality "
+            f"for {len(problems)} class pair(s), e.g. ({i}, {j}): {msg}",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return _finish(out, symmetric, present_a)
 
 
 def label_distances(
@@ -315,14 +470,19 @@ def label_distances(
     a, b
         Datasets with the same feature dimension ``D`` (``b`` may be ``a``).
     method
-        ``"gaussian"`` (Bures-Wasserstein closed form) or ``"exact"`` (network
-        simplex between the class samples).
+        ``"gaussian"`` (Bures-Wasserstein closed form) or ``"exact"`` (exact,
+        unregularised OT between the class samples by network simplex).
     max_per_class
         Cap on samples per class (``None``: all); subsampling seeded by ``seed``.
     seed
         Seed of the per-class subsampling.
     device
-        Where to compute (``None``/``"auto"`` -> :func:`geoviz.backend.get_device`).
+        Where the heavy products run (``None``/``"auto"`` ->
+        :func:`geoviz.backend.get_device`): the Gaussian moments and Gram
+        matrices, and the exact method's per-pair cost matrices. The small
+        eigen/singular-value decompositions and the exact method's
+        network-simplex solves always run on the CPU (float64), so the result
+        has the same meaning on every device.
     missing
         What to do with classes without samples: ``"nan"`` fills their row /
         column with NaN, ``"raise"`` raises :class:`~geoviz.errors.DatasetError`.
@@ -330,8 +490,9 @@ def label_distances(
     Returns
     -------
     torch.Tensor
-        ``(C_a, C_b)`` float64 CPU tensor, non-negative (NaN only for absent
-        classes). ``label_distances(a, a)`` is symmetric with a ~0 diagonal.
+        ``(C_a, C_b)`` float64 **CPU** tensor whatever ``device`` is, non-negative
+        (NaN only for absent classes). When ``a`` and ``b`` are the same dataset
+        (same fingerprint) it is exactly symmetric with an exactly zero diagonal.
 
     Raises
     ------
@@ -339,6 +500,11 @@ def label_distances(
         Unknown ``method`` or bad ``max_per_class``.
     DatasetError
         Feature dimensions differ, or (``missing="raise"``) a class is absent.
+
+    Warns
+    -----
+    ConvergenceWarning
+        ``method="exact"``: a network simplex stopped at its iteration cap.
     """
     if method not in ("exact", "gaussian"):
         raise GeovizError(f"label_distances: unknown method {method!r}; use 'exact' or 'gaussian'")
@@ -363,20 +529,5 @@ def label_distances(
                 )
     if method == "exact":
         return _exact_w2(sa, sb, symmetric, dev)
-
-    means_a, tr_a, fa = _gaussian_factors(sa, dev)
-    if symmetric:
-        means_b, tr_b, fb = means_a, tr_a, fa
-    else:
-        means_b, tr_b, fb = _gaussian_factors(sb, dev)
-    cross = _nuclear_cross(fa, fb, symmetric)
-    # ||m1 - m2||^2 by direct differences (C_a x C_b x D is small; no cancellation)
-    dm = (means_a[:, None, :] - means_b[None, :, :]).square().sum(-1)
-    ok_a = torch.isfinite(means_a).all(1)
-    ok_b = torch.isfinite(means_b).all(1)
-    out = (dm + tr_a[:, None] + tr_b[None, :] - 2.0 * cross).clamp_min(0.0)
-    if symmetric:
-        out.fill_diagonal_(0.0)
-        out[~ok_a, :] = float("nan")
-        out[:, ~ok_b] = float("nan")
-    return out.cpu()
+    with _single_threaded_blas():
+        return _gaussian_w2_matrix(sa, sb, symmetric, dev)

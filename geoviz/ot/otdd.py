@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -77,11 +78,14 @@ import torch
 
 from geoviz.backend import DiskCache, check_memory, resolve_device, resolve_dtype
 from geoviz.data.dataset import LabeledDataset
-from geoviz.errors import DatasetError, GeovizError
+from geoviz.errors import BlurWarning, DatasetError, GeovizError
+from geoviz.ot.geometry import CostGeometry, DenseCost, PointCloudCost
 from geoviz.ot.labels import LabelMethod, label_distances
-from geoviz.ot.sinkhorn import sinkhorn, sinkhorn_online
+from geoviz.ot.sinkhorn import SinkhornMode, SinkhornResult, sinkhorn
 
 __all__ = [
+    "BLUR_NEIGHBOURS",
+    "DEFAULT_EPSILON",
     "OTDDConfig",
     "OTDDResult",
     "ProgressFn",
@@ -94,7 +98,17 @@ __all__ = [
 ProgressFn = Callable[[str, float], None]
 
 #: bump when the numbers produced by :func:`otdd` change (part of cache keys)
-OTDD_ALGO_VERSION = "1"
+OTDD_ALGO_VERSION = "2"
+
+#: default relative regularisation (``eps_abs = DEFAULT_EPSILON * mean(C)``): sharp maps,
+#: see the table in the module docstring
+DEFAULT_EPSILON = 1e-3
+
+#: a plan whose median row perplexity exceeds this is reported as blurry (:class:`BlurWarning`)
+BLUR_NEIGHBOURS = 10.0
+
+#: plan entries kept per target point for :attr:`OTDDResult.neighbour_index`
+N_NEIGHBOURS = 8
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,9 @@ class OTDDConfig:
     epsilon
         Entropic regularisation **relative to the mean of the ground-cost
         matrix** (``epsilon_abs = epsilon * mean(C)``, see module docstring); > 0.
+        The default :data:`DEFAULT_EPSILON` (``1e-3``) gives sharp maps (a few
+        reference points per mapped point); ``0.05`` averages about half the
+        reference set (blur).
     lambda_x, lambda_y
         Weights of the feature and label terms of the ground cost (>= 0, not both 0).
     label_method
@@ -127,6 +144,13 @@ class OTDDConfig:
         full mode.
     debiased
         Report the Sinkhorn divergence instead of ``<pi, C>``.
+    solver
+        Sinkhorn kernel: ``"auto"`` (dense while the plan is dense, truncated
+        sparse kernel once it is sparse), ``"dense"``, ``"sparse"`` or
+        ``"online"`` (see :func:`geoviz.ot.sinkhorn.sinkhorn`).
+    truncation
+        Sparse kernel: drop plan entries below ``exp(-truncation)`` times their
+        row's largest (the dropped mass is measured and reported).
     dtype
         Compute dtype of the cost/kernel (potentials are always float64).
     device
@@ -136,7 +160,7 @@ class OTDDConfig:
         reference subsamples.
     """
 
-    epsilon: float = 0.05
+    epsilon: float = DEFAULT_EPSILON
     lambda_x: float = 1.0
     lambda_y: float = 1.0
     label_method: LabelMethod = "gaussian"
@@ -147,6 +171,8 @@ class OTDDConfig:
     stream_reference: bool = False
     reference_subsample: int | None = None
     debiased: bool = False
+    solver: SinkhornMode = "auto"
+    truncation: float = 20.0
     dtype: Literal["float32", "float64"] = "float32"
     device: str = "auto"
     seed: int = 0
@@ -155,7 +181,7 @@ class OTDDConfig:
         def bad(msg: str) -> GeovizError:
             return GeovizError(f"OTDDConfig: {msg}")
 
-        for name in ("epsilon", "lambda_x", "lambda_y", "tol"):
+        for name in ("epsilon", "lambda_x", "lambda_y", "tol", "truncation"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -175,6 +201,10 @@ class OTDDConfig:
             raise bad("lambda_x and lambda_y cannot both be 0")
         if self.tol <= 0:
             raise bad(f"tol must be > 0, got {self.tol!r}")
+        if self.truncation <= 0:
+            raise bad(f"truncation must be > 0, got {self.truncation!r}")
+        if self.solver not in ("auto", "dense", "sparse", "online"):
+            raise bad(f"solver must be 'auto', 'dense', 'sparse' or 'online', got {self.solver!r}")
         if self.label_method not in ("exact", "gaussian"):
             raise bad(f"label_method must be 'exact' or 'gaussian', got {self.label_method!r}")
         for name in ("max_iter", "batch_size", "reference_subsample", "max_per_class"):
@@ -212,6 +242,9 @@ class OTDDConfig:
 
 
 _SCALARS = (
+    "effective_neighbours",
+    "label_confidence",
+    "truncated_mass",
     "cost",
     "marginal_error",
     "converged",
@@ -264,6 +297,27 @@ class OTDDResult:
         ``pi = (a (x) b) exp((f (+) g - C)/epsilon_abs)``.
     n_batches
         Number of target batches (1 in full mode).
+    effective_neighbours
+        **Sharpness**: median over target points of the plan-row perplexity
+        ``exp(H(pi_i. / sum_j pi_ij))``, the number of reference points a mapped
+        point effectively averages (1: a one-to-one map; ``N_P``: the mean
+        image). Above :data:`BLUR_NEIGHBOURS` the maps are blurry.
+    label_confidence
+        Mean over target points of the largest soft-label entry (1: every
+        mapped point gets one reference class; ``1/C_P``: uniform soft labels);
+        ``nan`` without barycentric outputs.
+    row_perplexity
+        ``(N_Q,)`` float32 CPU per-point perplexity (see ``effective_neighbours``).
+    neighbour_index, neighbour_weight
+        ``(N_Q, 8)`` int64 reference indices and float32 row-normalised plan
+        weights of the largest entries of every plan row, descending (index
+        ``-1``, weight 0 where a row has fewer entries): which reference points
+        each mapped point is made of.
+    truncated_mass
+        Sparse solver: mass of the dense entropic plan outside the kept support
+        (largest over batches; 0 for the dense solver).
+    solver_mode
+        Kernel of the final Sinkhorn stage (``"dense"``, ``"sparse"``, ``"online"``).
     """
 
     cost: float
@@ -282,6 +336,18 @@ class OTDDResult:
         default=None, repr=False
     )
     n_batches: int = 1
+    effective_neighbours: float = float("nan")
+    label_confidence: float = float("nan")
+    row_perplexity: torch.Tensor | None = dataclasses.field(default=None, repr=False)
+    neighbour_index: torch.Tensor | None = dataclasses.field(default=None, repr=False)
+    neighbour_weight: torch.Tensor | None = dataclasses.field(default=None, repr=False)
+    truncated_mass: float = 0.0
+    solver_mode: str = "dense"
+
+    @property
+    def is_blurry(self) -> bool:
+        """``effective_neighbours > BLUR_NEIGHBOURS``."""
+        return bool(self.effective_neighbours > BLUR_NEIGHBOURS)
 
     def summary(self) -> dict[str, Any]:
         """Plain-Python scalars (for manifests, the CLI and the app)."""
@@ -295,6 +361,10 @@ class OTDDResult:
             "epsilon_abs": self.epsilon_abs,
             "mean_ground_cost": self.mean_ground_cost,
             "n_batches": self.n_batches,
+            "effective_neighbours": self.effective_neighbours,
+            "label_confidence": self.label_confidence,
+            "truncated_mass": self.truncated_mass,
+            "solver_mode": self.solver_mode,
         }
 
     def without_coupling(self) -> OTDDResult:
@@ -305,7 +375,15 @@ class OTDDResult:
         """Tensors and scalars for :class:`~geoviz.backend.DiskCache` (inverse: :meth:`from_payload`)."""
         payload: dict[str, Any] = {k: getattr(self, k) for k in _SCALARS}
         payload["label_distances"] = self.label_distances
-        for key in ("coupling", "mapped_features", "soft_labels"):
+        payload["solver_mode"] = self.solver_mode
+        for key in (
+            "coupling",
+            "mapped_features",
+            "soft_labels",
+            "row_perplexity",
+            "neighbour_index",
+            "neighbour_weight",
+        ):
             value = getattr(self, key)
             if value is not None:
                 payload[key] = value
@@ -332,6 +410,13 @@ class OTDDResult:
             soft_labels=payload.get("soft_labels"),
             potentials=pots,
             n_batches=int(payload["n_batches"]),
+            effective_neighbours=float(payload["effective_neighbours"]),
+            label_confidence=float(payload["label_confidence"]),
+            row_perplexity=payload.get("row_perplexity"),
+            neighbour_index=payload.get("neighbour_index"),
+            neighbour_weight=payload.get("neighbour_weight"),
+            truncated_mass=float(payload["truncated_mass"]),
+            solver_mode=str(payload["solver_mode"]),
         )
 
 
@@ -489,6 +574,8 @@ class _Progress:
 
 @dataclass
 class _BlockOut:
+    """What one target batch contributes (every tensor on the CPU)."""
+
     transport: float
     regularized: float
     error: float
@@ -497,171 +584,112 @@ class _BlockOut:
     plan: torch.Tensor | None
     mapped: torch.Tensor | None
     soft: torch.Tensor | None
-    f: torch.Tensor | None
-    g: torch.Tensor | None
+    f: torch.Tensor
+    g: torch.Tensor
+    perplexity: torch.Tensor
+    neighbour_index: torch.Tensor
+    neighbour_weight: torch.Tensor
+    truncated_mass: float
+    mode: str
 
 
-def _project(
-    plan: torch.Tensor, xp: torch.Tensor, onehot: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row-normalised ``plan @ [X_P, Y_P]`` (eq. (bary_map) with rows renormalised)."""
-    rows = plan.sum(1).double()  # (sum(dtype=float64) would copy the whole plan)
-    mapped = (plan @ xp.to(plan.dtype)).double() / rows[:, None]
-    soft = (plan @ onehot.to(plan.dtype)).double()
-    soft = soft / soft.sum(1, keepdim=True)
-    return mapped.float().cpu(), soft.float().cpu()
-
-
-def _solve_dense(
-    xq, yq, xp, yp, lab, cfg: OTDDConfig, eps_abs, dev, dt, *, want_plan, want_map, n_classes_p, cb
-) -> _BlockOut:
+def _geometry(
+    xq, yq, xp, yp, lab, cfg: OTDDConfig, dev, dt, what: str, mean: float | None = None
+) -> CostGeometry:
+    """The OTDD cost of one block: stored (dense) or evaluated by row blocks (streamed)."""
     n, m = xq.shape[0], xp.shape[0]
-    check_memory(
-        2 * n * m * _itemsize(dt), dev, f"the OTDD cost matrix and Sinkhorn kernel ({n} x {m})"
-    )
-    cost = ground_cost(
-        xq, yq, xp, yp, lab, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev
-    )
-    res = sinkhorn(
-        cost,
-        epsilon_abs=eps_abs,
-        tol=cfg.tol,
-        max_iter=cfg.max_iter,
-        keep_plan=True,
-        callback=cb,
-        groups=(yq, yp),
-    )
-    plan = res.plan()
-    transport = _frobenius(plan, cost)
-    del cost
-    mapped = soft = None
-    if want_map:
-        onehot = torch.nn.functional.one_hot(yp.to(dev), n_classes_p)
-        mapped, soft = _project(plan, xp.to(dev), onehot)
-    out_plan = None
-    if want_plan:
-        out_plan = plan.to(device="cpu", dtype=torch.float32)
-    return _BlockOut(
-        transport,
-        res.dual_value(),
-        res.marginal_error,
-        res.converged,
-        res.n_iter,
-        out_plan,
-        mapped,
-        soft,
-        res.f.cpu(),
-        res.g.cpu(),
-    )
-
-
-def _frobenius(p: torch.Tensor, c: torch.Tensor) -> float:
-    """``<p, c>`` with float64 accumulation over rows, in small row chunks."""
-    total = 0.0
-    step = max(1, (2**20) // max(1, p.shape[1]))
-    for r0 in range(0, p.shape[0], step):
-        total += float((p[r0 : r0 + step] * c[r0 : r0 + step]).sum(1).double().sum())
-    return total
-
-
-def _solve_streamed(
-    xq, yq, xp, yp, lab, cfg: OTDDConfig, eps_abs, dev, dt, *, want_map, n_classes_p, cb
-) -> _BlockOut:
-    xq_d = xq.to(device=dev, dtype=dt)
-    xp_d = xp.to(device=dev, dtype=dt)
-    yq_d, yp_d = yq.to(dev), yp.to(dev)
-    block = 2048
-    check_memory(
-        3 * xq.shape[0] * min(block, xp.shape[0]) * _itemsize(dt),
-        dev,
-        "the streamed OTDD cost blocks",
-    )
-
-    def block_cost(j0: int, j1: int) -> torch.Tensor:
-        return ground_cost(
-            xq_d,
-            yq_d,
-            xp_d[j0:j1],
-            yp_d[j0:j1],
-            lab,
+    if cfg.stream_reference:
+        check_memory(
+            (n + m) * xq.shape[1] * _itemsize(dt) + 64 * 2**20, dev, f"the streamed {what}"
+        )
+        return PointCloudCost(
+            xq,
+            xp,
+            labels=yq,
+            labels_ref=yp,
+            label_cost=lab,
             lambda_x=cfg.lambda_x,
             lambda_y=cfg.lambda_y,
             dtype=dt,
             device=dev,
+            mean=mean,
         )
+    check_memory(n * m * _itemsize(dt), dev, f"the {what} ({n} x {m})")
+    cost = ground_cost(
+        xq, yq, xp, yp, lab, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev
+    )
+    # features are validated (finite) LabeledDataset tensors, so the cost is finite
+    return DenseCost(cost, mean=mean, assume_finite=True)
 
-    values = None
-    if want_map:
-        onehot = torch.nn.functional.one_hot(yp_d, n_classes_p).to(dt)
-        values = torch.cat([xp_d, onehot], dim=1)
-    res, extra = sinkhorn_online(
-        block_cost,
-        xq.shape[0],
-        xp.shape[0],
+
+def _solve_block(
+    xq,
+    yq,
+    xp,
+    yp,
+    lab,
+    cfg: OTDDConfig,
+    eps_abs,
+    dev,
+    dt,
+    *,
+    want_plan,
+    want_map,
+    n_classes_p,
+    cb,
+    mean: float | None = None,
+) -> _BlockOut:
+    """Entropic OTDD of one target block against the reference (paper eq. (otdd))."""
+    # the mean of a block equals the closed-form mean only for the whole problem
+    geom = _geometry(xq, yq, xp, yp, lab, cfg, dev, dt, "OTDD cost matrix", mean=mean)
+    res: SinkhornResult = sinkhorn(
+        geom,
         epsilon_abs=eps_abs,
         tol=cfg.tol,
         max_iter=cfg.max_iter,
-        block=block,
-        values=values,
+        mode=cfg.solver,
+        truncation=cfg.truncation,
+        keep_plan=want_plan,
         callback=cb,
+        groups=(yq, yp),
     )
     mapped = soft = None
     if want_map:
-        bary = extra["barycentric"]
+        # barycentric projection, eq. (bary_map): rows of the plan renormalised
+        onehot = torch.nn.functional.one_hot(yp.to(dev), n_classes_p)
+        values = torch.cat([xp.to(device=dev, dtype=dt), onehot.to(dt)], dim=1)
+        bary = res.apply(values)
         d = xp.shape[1]
         mapped = bary[:, :d].float().cpu()
         soft = bary[:, d:]
         soft = (soft / soft.sum(1, keepdim=True)).float().cpu()
+    idx, wts = res.top_neighbours(N_NEIGHBOURS)
+    out_plan = res.plan().to(device="cpu", dtype=torch.float32) if want_plan else None
     return _BlockOut(
-        extra["transport_cost"],
-        res.dual_value(),
-        res.marginal_error,
-        res.converged,
-        res.n_iter,
-        None,
-        mapped,
-        soft,
-        res.f.cpu(),
-        res.g.cpu(),
+        transport=res.transport_cost(),
+        regularized=res.dual_value(),
+        error=res.marginal_error,
+        converged=res.converged,
+        n_iter=res.n_iter,
+        plan=out_plan,
+        mapped=mapped,
+        soft=soft,
+        f=res.f.cpu(),
+        g=res.g.cpu(),
+        perplexity=res.row_perplexity().float().cpu(),
+        neighbour_index=idx,
+        neighbour_weight=wts.float(),
+        truncated_mass=res.truncated_mass,
+        mode=res.mode,
     )
 
 
 def _self_value(
     x, y, lab_self, cfg: OTDDConfig, eps_abs, dev, dt
 ) -> tuple[float, float, bool, int]:
-    """``OT_eps`` of a point cloud with itself (debiasing term)."""
-    n = x.shape[0]
-    if cfg.stream_reference:
-        x_d, y_d = x.to(device=dev, dtype=dt), y.to(dev)
-
-        def block_cost(j0: int, j1: int) -> torch.Tensor:
-            return ground_cost(
-                x_d,
-                y_d,
-                x_d[j0:j1],
-                y_d[j0:j1],
-                lab_self,
-                lambda_x=cfg.lambda_x,
-                lambda_y=cfg.lambda_y,
-                dtype=dt,
-                device=dev,
-            )
-
-        res, _ = sinkhorn_online(
-            block_cost, n, n, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter
-        )
-    else:
-        check_memory(
-            n * n * _itemsize(dt), dev, f"the OTDD self-cost matrix ({n} x {n}) for debiasing"
-        )
-        cost = ground_cost(
-            x, y, x, y, lab_self, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev
-        )
-        # symmetric up to GEMM rounding; the averaged solver only uses row updates
-        res = sinkhorn(
-            cost, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter, symmetric=True
-        )
-        del cost
+    """``OT_eps`` of a point cloud with itself (debiasing term), averaged symmetric solver."""
+    geom = _geometry(x, y, x, y, lab_self, cfg, dev, dt, "OTDD self-cost matrix for debiasing")
+    res = sinkhorn(geom, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter, symmetric=True)
     return res.dual_value(), res.marginal_error, res.converged, res.n_iter
 
 
@@ -792,6 +820,10 @@ def _otdd(
     transport = regularized = debias = 0.0
     max_err, all_conv, iters = 0.0, True, 0
     plan = pots = None
+    perplexity = torch.empty(n_q, dtype=torch.float32)
+    neighbour_index = torch.full((n_q, N_NEIGHBOURS), -1, dtype=torch.long)
+    neighbour_weight = torch.zeros((n_q, N_NEIGHBOURS), dtype=torch.float32)
+    truncated, modes = 0.0, set()
     lab_qq = lab_pp = None
     if config.debiased:
         kw = {
@@ -818,22 +850,35 @@ def _otdd(
             cols_t = torch.from_numpy(cols)
             bxp, byp = xp[cols_t], yp[cols_t]
         else:
+            cols_t = None
             bxp, byp = xp, yp
         bxq, byq = (xq, yq) if n_b == 1 and len(rows) == n_q else (xq[rows_t], yq[rows_t])
         weight = len(rows) / n_q
         cb = prog.sinkhorn_callback("sinkhorn", bi / n_b, (bi + 1) / n_b, config.tol)
         problem = (bxq, byq, bxp, byp, lab, config, eps_abs, dev, dt)
-        common = {"want_map": barycentric, "n_classes_p": n_classes_p, "cb": cb}
-        if config.stream_reference:
-            out = _solve_streamed(*problem, **common)
-        else:
-            out = _solve_dense(*problem, want_plan=keep_coupling and not config.batched, **common)
+        common = {
+            "want_map": barycentric,
+            "n_classes_p": n_classes_p,
+            "cb": cb,
+            "mean": mean_c if n_b == 1 and bxp is xp else None,
+        }
+        want_plan = keep_coupling and not config.batched and not config.stream_reference
+        out = _solve_block(*problem, want_plan=want_plan, **common)
         prog("sinkhorn", (bi + 1) / n_b)
         transport += weight * out.transport
         regularized += weight * out.regularized
         max_err = max(max_err, out.error)
         all_conv = all_conv and out.converged
         iters += out.n_iter
+        perplexity[rows_t] = out.perplexity
+        k = out.neighbour_index.shape[1]
+        nb = out.neighbour_index
+        if cols_t is not None:  # indices into the subsample -> into the reference
+            nb = torch.where(nb >= 0, cols_t[nb.clamp_min(0)], -1)
+        neighbour_index[rows_t, :k] = nb
+        neighbour_weight[rows_t, :k] = out.neighbour_weight
+        truncated = max(truncated, out.truncated_mass)
+        modes.add(out.mode)
         if barycentric:
             mapped[rows_t] = out.mapped  # type: ignore[index]
             soft[rows_t] = out.soft  # type: ignore[index]
@@ -851,6 +896,17 @@ def _otdd(
         del out
     prog("done", 1.0)
     cost = regularized - debias if config.debiased else transport
+    effective = float(perplexity.double().median())
+    confidence = float(soft.max(1).values.double().mean()) if soft is not None else float("nan")
+    if effective > BLUR_NEIGHBOURS:
+        warnings.warn(
+            f"OTDD {target.name!r} -> {reference.name!r}: each mapped point averages a median of "
+            f"{effective:.0f} reference points (label confidence {confidence:.2f}) at epsilon = "
+            f"{config.epsilon:g} x mean cost, so the maps are blurred averages; use a smaller "
+            f"epsilon (default {DEFAULT_EPSILON:g}) for sharp maps",
+            BlurWarning,
+            stacklevel=3,
+        )
     return OTDDResult(
         cost=float(cost),
         marginal_error=float(max_err),
@@ -866,4 +922,11 @@ def _otdd(
         soft_labels=soft,
         potentials=pots,
         n_batches=n_b,
+        effective_neighbours=effective,
+        label_confidence=confidence,
+        row_perplexity=perplexity,
+        neighbour_index=neighbour_index,
+        neighbour_weight=neighbour_weight,
+        truncated_mass=float(truncated),
+        solver_mode="+".join(sorted(modes)),
     )

@@ -1,92 +1,126 @@
-"""Stabilised entropic optimal transport (Sinkhorn) in torch.
+"""Stabilised entropic optimal transport (Sinkhorn) in torch: one loop, three kernels.
 
 Problem and conventions
 -----------------------
-For a cost matrix ``C`` ``(n, m)``, positive weights ``a`` ``(n,)`` and ``b``
-``(m,)`` of equal mass and an **absolute** regularisation ``epsilon_abs > 0``
-this solves::
+For a cost ``C`` ``(n, m)`` (a tensor or a :class:`~geoviz.ot.geometry.CostGeometry`),
+positive weights ``a`` ``(n,)`` and ``b`` ``(m,)`` of equal mass and an
+**absolute** regularisation ``epsilon_abs > 0`` this solves::
 
     min_{pi >= 0, pi 1 = a, pi^T 1 = b}  <pi, C> + eps * KL(pi | a (x) b)
 
 whose solution is ``pi = (a (x) b) * exp((f (+) g - C) / eps)`` with dual
-potentials ``f`` ``(n,)`` and ``g`` ``(m,)`` (this is the convention of
-:class:`SinkhornResult`: potentials are *relative to* ``a (x) b``, as in
-Feydy et al. and Pooladian & Niles-Weed). The plan is the same as that of POT's
-``ot.sinkhorn(a, b, C, reg=eps)`` (entropy and KL regularisers differ by a
-constant on the transport polytope).
+potentials ``f`` ``(n,)`` and ``g`` ``(m,)`` (the convention of
+:class:`SinkhornResult`: potentials *relative to* ``a (x) b``, as in Feydy et
+al. and Pooladian & Niles-Weed). The plan is that of POT's
+``ot.sinkhorn(a, b, C, reg=eps)``.
 
-Convergence is measured by the marginal error
-``||pi 1 - a||_1 + ||pi^T 1 - b||_1`` of the returned plan; the solver stops as
-soon as it is ``<= tol`` (not after a fixed number of iterations). If
-``max_iter`` is reached first, a :class:`~geoviz.errors.ConvergenceWarning` is
-issued and ``converged=False``.
+Stopping rule: the L1 marginal error ``||pi 1 - a||_1 + ||pi^T 1 - b||_1`` of
+the returned plan, measured, never assumed; the solver stops as soon as it is
+``<= tol``. If ``max_iter`` is reached first, a
+:class:`~geoviz.errors.ConvergenceWarning` is issued and ``converged=False``.
 
-Algorithm (why it is fast and never overflows)
-----------------------------------------------
-* **Absorbed kernel iterations.** Potentials ``(F, G)`` are kept in float64 and
-  a stabilised kernel ``K = exp((F (+) G - C)/eps)`` is materialised once in the
-  cost's dtype; iterations then update scalings ``u, v`` with two
-  matrix-vector products (``u = a / K v``, ``v = b / K^T u``), which are memory
-  bound and ~15x cheaper than log-sum-exp passes. Whenever ``|log u|`` or
-  ``|log v|`` exceeds ``absorb_threshold`` (or a product under/overflows) the
-  scalings are absorbed into ``(F, G)`` and the kernel is rebuilt by an exact
-  **log-domain** (log-sum-exp, max-shifted) row or column update, so no value
-  ever overflows and no row/column of ``K`` can vanish: this is the
-  stabilised scheme of Schmitzer (2019) with log-domain fall-back; for very
-  small ``eps`` it degrades gracefully into log-domain Sinkhorn.
-* **Free convergence checks.** The row marginal of the current plan is
-  ``u * (K v)`` and its column marginal ``v * (K^T u)``; both products are
-  needed by the updates anyway, so the exact marginal error of the current
-  iterate is known at every iteration without touching the matrix again.
-* **Epsilon scaling** (annealing): a few iterations at a geometric sequence of
-  larger regularisations ``eps_0 > ... > eps`` warm-start the potentials
-  (``eps_scaling`` is the ratio between stages; ``None`` disables it).
-* **Adaptive over-relaxation** (Thibault et al. 2021, Lehmann et al. 2022):
-  in the final stage, once the error is below 0.05 (the asymptotic regime) and
-  the plain iteration's linear rate ``rho`` has been measured, updates use
-  ``log u <- (1 - w) log u + w log(a / K v)`` with
-  ``w = 2 / (1 + sqrt(1 - rho))``, capped at ``omega_max``; if the error grows
-  the factor is halved back towards 1 (safeguard), so the result is always a
-  plan whose marginal error has been *measured*.
-* **Group (class) coarse correction** (``groups=``): see :func:`sinkhorn`.
-* **Symmetric problems** (``symmetric=True``, ``a == b``, ``C = C^T``; used for
-  the debiasing terms ``OT_eps(a, a)``) use the averaged log-domain update
-  ``f <- (f + T(f)) / 2`` of Feydy et al. (2019), which converges in a handful
-  of iterations.
+One loop
+--------
+Every mode runs the same log-domain iteration on potentials ``(F, G)`` (float64,
+``pi = exp((F (+) G - C)/eps)``)::
 
-Memory: one ``(n, m)`` kernel buffer in the cost's dtype in addition to the
-cost (checked with :func:`geoviz.backend.check_memory`); with
-``keep_plan=True`` the buffer is turned into the plan in place at the end.
+    F <- (1 - w) F + w eps (log a - LSE_j((G_j - C_ij)/eps))
+    G <- (1 - w) G + w eps (log b - LSE_i((F_i - C_ij)/eps))
 
-Limits: as for every Sinkhorn variant, a regularisation far below the cost
-gaps (``eps`` around 1% of the cost scale or less) on a near-degenerate problem
-can need 1e4-1e5 iterations for tight tolerances (POT's ``sinkhorn_log`` stalls
-on the same instances); the error is always measured, never assumed.
+with epsilon scaling (a geometric schedule of regularisations from the mean
+cost down to ``eps``, ratio ``eps_scaling``), adaptive over-relaxation ``w``
+(Thibault et al. 2021; ``w = 1`` until the error is small and its linear rate
+``rho`` is known, then ``2 / (1 + sqrt(1 - rho))``, halved back on any
+increase), and an optional class-level coarse correction (``groups``). What
+changes between modes is only how the two log-sum-exps are evaluated (a
+"kernel"):
+
+``dense``
+    A stabilised kernel ``K = exp((F0 (+) G0 - C)/eps)`` is stored beside the
+    cost; each LSE is one matrix-vector product with the scalings
+    ``exp((G - G0)/eps)``, and the kernel is rebuilt by an exact log-domain pass
+    (absorbing the scalings into ``F0, G0``) whenever a scaling leaves
+    ``[e^-30, e^30]`` (Schmitzer 2019). Memory: one more ``(n, m)`` buffer.
+``sparse``
+    **Kernel truncation** (Schmitzer 2019, Sec. 3.3): at small ``eps`` the plan is
+    extremely sparse, so only the entries with
+    ``(G_j - C_ij)/eps >= max_j' (G_j' - C_ij')/eps - truncation`` (each
+    dropped entry carries less than ``e^-truncation`` of its row's mass) are kept,
+    with their cost values, in CSR form, and the same absorbed iteration runs
+    on that support (``O(nnz)`` per iteration instead of ``O(n m)``). The support
+    is chosen by one pass over the cost per epsilon stage; at the end a
+    verification pass measures the marginals of the **dense** plan of the
+    returned potentials (every entry, none dropped) and, if they miss ``tol``,
+    re-selects the support around the current potentials and goes on. The
+    reported ``marginal_error`` is the larger of the dense plan's and the
+    truncated plan's, and ``truncated_mass`` is the dense plan's mass outside
+    the support.
+``online``
+    Nothing of size ``n x m`` is stored: each LSE is one pass over row blocks
+    of the cost (for :class:`~geoviz.ot.geometry.PointCloudCost`: one GEMM per
+    block). For problems whose dense kernel is too dense to truncate and too
+    large to store.
+
+``mode="auto"`` uses the dense kernel while the regularisation is large (the
+plan is dense), and the sparse kernel once a support selection keeps at most
+``max_density`` of the entries; without a stored matrix it uses the sparse
+kernel when it fits, else ``online``.
+
+Symmetric problems (``symmetric=True``) use the averaged update
+``f <- (f + T(f)) / 2`` of Feydy et al. (2019) over row blocks.
+
+Limits: a regularisation far below the cost gaps on a near-degenerate problem
+can still need many iterations; the error is always measured, never assumed.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
 
 from geoviz.backend import check_memory
 from geoviz.errors import ConvergenceWarning, GeovizError
+from geoviz.ot.geometry import CostGeometry, DenseCost, as_geometry
 
-__all__ = ["SinkhornResult", "sinkhorn", "sinkhorn_online", "uniform_weights"]
+__all__ = ["SinkhornMode", "SinkhornResult", "sinkhorn", "uniform_weights"]
 
-#: rows per block of the log-sum-exp passes (keeps the temporaries cache-sized)
-_ROW_BLOCK = 64
-#: columns per block of the column log-sum-exp passes
-_COL_BLOCK = 256
+SinkhornMode = Literal["auto", "dense", "sparse", "online"]
+
 _RELAX_BELOW = 0.05
 _GRACE = 30
 _STAGE_TOL = 1e-2
 _COARSE_RATIO = 0.8
+#: auto mode tries the sparse kernel once eps is below this fraction of the mean cost
+_SPARSE_BELOW = 0.03
+#: at most this many verification passes (each may re-select the support)
+_MAX_VERIFY = 6
+#: truncation of the intermediate (warm-start) stages of the sparse kernel
+_STAGE_TRUNCATION = 10.0
+#: the final sparse stage iterates to this fraction of tol, so that the dense plan
+#: (whose error adds the truncated mass) meets tol at the first verification
+_SPARSE_TOL_FRACTION = 0.5
+#: the final sparse stage re-selects its support once the error is below this
+_RESELECT_TOL = float(__import__("os").environ.get("GEOVIZ_RESELECT_TOL", "1e-3"))
+#: iterations without the error halving after which the support is re-selected
+_STALL = 50
+#: stages solved on the full problem after a multiscale start
+_FULL_STAGES = 2
+
+
+#: exp() of float32 arguments below about -87 gives subnormals and runs ~6x slower on
+#: x86; such entries are < 1e-35 of the largest, so passes clamp there first
+_EXP_FLOOR = {torch.float32: -80.0, torch.float64: -700.0}
+
+
+def _exp_(t: torch.Tensor) -> torch.Tensor:
+    """In-place ``exp`` of log-values, clamped at :data:`_EXP_FLOOR` (no subnormals)."""
+    return t.clamp_min_(_EXP_FLOOR.get(t.dtype, -80.0)).exp_()
 
 
 def uniform_weights(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -94,11 +128,17 @@ def uniform_weights(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
     return torch.full((n,), 1.0 / n, dtype=torch.float64, device=device)
 
 
+# --------------------------------------------------------------------------- result
+
+
 @dataclass(frozen=True)
 class SinkhornResult:
-    """Outcome of :func:`sinkhorn`.
+    """Outcome of :func:`sinkhorn`: potentials, measured error and the plan's views.
 
-    The plan is ``pi = (a (x) b) * exp((f (+) g - cost) / epsilon_abs)``.
+    The (dense) plan is ``pi = (a (x) b) * exp((f (+) g - C) / epsilon_abs)``; in
+    sparse mode the *truncated* plan (the same formula on the kept support,
+    zero elsewhere) is what :meth:`apply`, :meth:`row_perplexity`,
+    :meth:`top_neighbours` and :meth:`sparse_plan` read.
 
     Attributes
     ----------
@@ -109,15 +149,20 @@ class SinkhornResult:
     epsilon_abs
         The absolute regularisation used.
     n_iter
-        Number of Sinkhorn iterations (row + column update pairs; kernel
-        rebuilds count as one), summed over all epsilon-scaling stages.
+        Iterations (row + column update pairs), summed over all stages.
     marginal_error
-        ``||pi 1 - a||_1 + ||pi^T 1 - b||_1`` of the returned plan.
+        L1 marginal error of the returned plan (sparse mode: the larger of the
+        dense and the truncated plan's).
     converged
         ``marginal_error <= tol``.
-    cost
-        The cost matrix the problem was solved for (a reference, not a copy);
-        used by :meth:`plan`.
+    mode
+        Kernel of the final stage: ``"dense"``, ``"sparse"`` or ``"online"``.
+    truncated_mass
+        Sparse mode: mass of the dense plan outside the kept support (0 otherwise).
+    nnz
+        Entries of the final support (``n * m`` for dense/online).
+    geometry
+        The cost geometry (a reference, not a copy).
     """
 
     f: torch.Tensor
@@ -128,166 +173,607 @@ class SinkhornResult:
     n_iter: int
     marginal_error: float
     converged: bool
-    cost: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    mode: str = "dense"
+    truncated_mass: float = 0.0
+    nnz: int = 0
+    geometry: CostGeometry | None = field(default=None, repr=False, compare=False)
     _plan: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    _sparse: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    _sparse_cost: float = field(default=math.nan, repr=False, compare=False)
 
+    @property
+    def cost(self) -> torch.Tensor | None:
+        """The stored cost matrix, if the geometry has one."""
+        return None if self.geometry is None else self.geometry.matrix
+
+    # -- dense plan
     def plan(
         self, cost: torch.Tensor | None = None, *, dtype: torch.dtype | None = None
     ) -> torch.Tensor:
-        """Materialise the ``(n, m)`` transport plan.
+        """Materialise the dense ``(n, m)`` plan of the potentials.
 
         Parameters
         ----------
         cost
-            The cost matrix (default: the one stored in the result).
+            The cost matrix (default: the geometry's rows).
         dtype
             Output dtype (default: the cost's dtype).
-
-        Returns
-        -------
-        torch.Tensor
-            ``(n, m)`` on the cost's device. If the solver was called with
-            ``keep_plan=True`` the plan built in place is returned (no copy).
         """
         if self._plan is not None and cost is None and (dtype is None or dtype == self._plan.dtype):
             return self._plan
-        cost = self.cost if cost is None else cost
-        if cost is None:
-            raise GeovizError("SinkhornResult.plan: the cost matrix was not kept; pass cost=")
-        dtype = cost.dtype if dtype is None else dtype
-        eps = self.epsilon_abs
-        row = (self.f / eps + self.a.log()).to(dtype)
-        col = (self.g / eps + self.b.log()).to(dtype)
-        out = torch.empty(cost.shape, dtype=dtype, device=cost.device)
-        for r0 in range(0, cost.shape[0], 1024):
-            blk = out[r0 : r0 + 1024]
-            torch.add(col, cost[r0 : r0 + 1024].to(dtype), alpha=-1.0 / eps, out=blk)
-            blk.add_(row[r0 : r0 + 1024, None]).exp_()
+        geom = self.geometry if cost is None else DenseCost(cost)
+        if geom is None:
+            raise GeovizError("SinkhornResult.plan: the cost was not kept; pass cost=")
+        dtype = geom.dtype if dtype is None else dtype
+        n, m = geom.shape
+        check_memory(n * m * torch.empty((), dtype=dtype).element_size(), geom.device, "the plan")
+        out = torch.empty((n, m), dtype=dtype, device=geom.device)
+        for r0, r1, blk in self._plan_blocks(geom):
+            out[r0:r1] = blk.to(dtype)
         return out
+
+    def _plan_blocks(
+        self, geom: CostGeometry | None = None
+    ) -> Iterator[tuple[int, int, torch.Tensor]]:
+        geom = self.geometry if geom is None else geom
+        if geom is None:
+            raise GeovizError("SinkhornResult: the cost was not kept")
+        eps = self.epsilon_abs
+        row = self.f / eps + self.a.log()
+        col = (self.g / eps + self.b.log()).to(geom.dtype)
+        for r0, r1, c in geom.row_blocks():
+            blk = torch.add(col[None, :], c, alpha=-1.0 / eps)
+            _exp_(blk.add_(row[r0:r1, None].to(blk.dtype)))
+            yield r0, r1, blk
+
+    def sparse_plan(self) -> torch.Tensor | None:
+        """The truncated plan as a ``(n, m)`` float64 CSR tensor (sparse mode), else ``None``."""
+        return self._sparse
+
+    # -- statistics of the plan rows (sparse: the truncated plan)
+    def apply(self, values: torch.Tensor) -> torch.Tensor:
+        """Row-normalised plan times ``values``: ``(n, k)`` float64 (barycentric projection).
+
+        Row ``i`` is ``sum_j pi_ij values_j / sum_j pi_ij``.
+        """
+        if self._sparse is not None:
+            # in the values' precision (float32 halves the time of the sparse product)
+            dt = values.dtype if values.dtype in (torch.float32, torch.float64) else torch.float64
+            p = self._sparse if dt == torch.float64 else self._sparse.to(dt)
+            v = values.to(device=p.device, dtype=dt)
+            out = (p @ v).double()
+            rows = p @ torch.ones(v.shape[0], 1, dtype=dt, device=v.device)
+            return out / rows.double()
+        src = self._plan if self._plan is not None else None
+        dev = self.f.device
+        n = self.f.shape[0]
+        out = torch.empty((n, values.shape[1]), dtype=torch.float64, device=dev)
+        if src is not None:
+            blocks: Iterator = (
+                (r0, min(n, r0 + 1024), src[r0 : r0 + 1024]) for r0 in range(0, n, 1024)
+            )
+        else:
+            blocks = self._plan_blocks()
+        vals = None
+        for r0, r1, blk in blocks:
+            if vals is None:
+                vals = values.to(device=blk.device, dtype=blk.dtype)
+            num = (blk @ vals).double()
+            out[r0:r1] = num / blk.sum(1).double()[:, None]
+        return out
+
+    def row_perplexity(self) -> torch.Tensor:
+        """``(n,)`` float64 ``exp(entropy)`` of each row of the plan, normalised to sum 1.
+
+        The number of reference points each mapped point effectively averages:
+        1 for a one-to-one (Monge) plan, ``m`` for the uniform plan.
+        """
+        if self._sparse is not None:
+            p = self._sparse
+            crow = p.crow_indices()
+            vals = p.values()
+            counts = crow[1:] - crow[:-1]
+            rows = torch.repeat_interleave(torch.arange(p.shape[0], device=vals.device), counts)
+            tot = torch.zeros(p.shape[0], dtype=torch.float64, device=vals.device).index_add_(
+                0, rows, vals
+            )
+            q = vals / tot[rows]
+            ent = torch.zeros_like(tot).index_add_(0, rows, -q * torch.log(q.clamp_min(1e-300)))
+            return ent.exp()
+        n = self.f.shape[0]
+        out = torch.empty(n, dtype=torch.float64, device=self.f.device)
+        blocks = (
+            ((r0, min(n, r0 + 1024), self._plan[r0 : r0 + 1024]) for r0 in range(0, n, 1024))
+            if self._plan is not None
+            else self._plan_blocks()
+        )
+        for r0, r1, blk in blocks:
+            q = blk.double()
+            q = q / q.sum(1, keepdim=True)
+            out[r0:r1] = (-(q * torch.log(q.clamp_min(1e-300))).sum(1)).exp()
+        return out
+
+    def top_neighbours(self, k: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` largest entries of every plan row.
+
+        Returns
+        -------
+        (torch.Tensor, torch.Tensor)
+            ``(n, k)`` int64 column indices and ``(n, k)`` float64 weights (the
+            row-normalised plan values, descending; rows with fewer than ``k``
+            kept entries are padded with index ``-1`` and weight 0).
+        """
+        n, m = self.f.shape[0], self.g.shape[0]
+        k = max(1, min(int(k), m))
+        idx = torch.full((n, k), -1, dtype=torch.long)
+        wts = torch.zeros((n, k), dtype=torch.float64)
+        if self._sparse is not None:
+            p = self._sparse
+            crow, cols, vals = p.crow_indices(), p.col_indices(), p.values()
+            rows = torch.repeat_interleave(
+                torch.arange(n, device=vals.device), crow[1:] - crow[:-1]
+            )
+            total = torch.zeros(n, dtype=torch.float64, device=vals.device).index_add_(
+                0, rows, vals
+            )
+            # group by row, largest value first inside each row: one sort of row + (1 - v/max)
+            rowmax = torch.zeros(n, dtype=torch.float64, device=vals.device).scatter_reduce_(
+                0, rows, vals, reduce="amax", include_self=True
+            )
+            key = rows.double() + 0.5 * (1.0 - vals / rowmax[rows].clamp_min(1e-300))
+            order = torch.argsort(key)
+            rank = torch.arange(order.numel(), device=vals.device) - crow[rows[order]]
+            top = rank < k
+            sel = order[top]
+            r, c = rows[sel].cpu(), rank[top].cpu()
+            idx[r, c] = cols[sel].cpu()
+            wts[r, c] = (vals[sel] / total[rows[sel]]).cpu()
+            return idx, wts
+        blocks = (
+            ((r0, min(n, r0 + 1024), self._plan[r0 : r0 + 1024]) for r0 in range(0, n, 1024))
+            if self._plan is not None
+            else self._plan_blocks()
+        )
+        for r0, r1, blk in blocks:
+            q = blk.double()
+            q = q / q.sum(1, keepdim=True)
+            w, j = torch.topk(q, k, dim=1)
+            idx[r0:r1], wts[r0:r1] = j.cpu(), w.cpu()
+        return idx, wts
 
     def dual_value(self) -> float:
         """``<f, a> + <g, b>``: the regularised cost ``OT_eps`` at convergence."""
         return float(self.f @ self.a + self.g @ self.b)
 
     def transport_cost(self, cost: torch.Tensor | None = None) -> float:
-        """``<pi, C>`` (the un-regularised cost of the entropic plan)."""
-        cost = self.cost if cost is None else cost
-        if cost is None:
-            raise GeovizError(
-                "SinkhornResult.transport_cost: the cost matrix was not kept; pass cost="
+        """``<pi, C>`` of the plan (sparse mode: of the truncated plan)."""
+        if cost is None and self._sparse is not None:
+            return self._sparse_cost
+        geom = self.geometry if cost is None else DenseCost(cost)
+        if geom is None:
+            raise GeovizError("SinkhornResult.transport_cost: the cost was not kept; pass cost=")
+        total = 0.0
+        it = zip(self._plan_blocks(geom), geom.row_blocks(), strict=True)
+        if self._plan is not None and cost is None:
+            n = self.f.shape[0]
+            step = geom.block_rows()
+            it = (
+                ((r0, min(n, r0 + step), self._plan[r0 : r0 + step]), (r0, min(n, r0 + step), c))
+                for r0, _, c in geom.row_blocks(step)
             )
-        plan = self.plan(cost)
-        return (
-            float(torch.sum(plan.double() * cost.double()))
-            if plan.numel() < 2**22
-            else float(
-                sum(
-                    torch.sum(plan[r : r + 1024].double() * cost[r : r + 1024].double())
-                    for r in range(0, plan.shape[0], 1024)
-                )
+        for (_, _, p), (_, _, c) in it:
+            total += float((p * c).sum(1).double().sum())
+        return total
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+class _Kernel:
+    """Evaluates ``LSE_j((G_j - C_ij)/eps)`` and ``LSE_i((F_i - C_ij)/eps)`` for one regularisation."""
+
+    mode = "base"
+
+    def __init__(self, geom: CostGeometry, log_a: torch.Tensor, log_b: torch.Tensor, tau: float):
+        self.geom, self.log_a, self.log_b, self.tau = geom, log_a, log_b, float(tau)
+        self.eps = math.nan
+
+    def set_eps(self, eps: float) -> None:
+        self.eps = float(eps)
+
+    def row_lse(self, G: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def col_lse(self, F: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def aggregate(
+        self, F: torch.Tensor, G: torch.Tensor, onehot_cols: torch.Tensor
+    ) -> torch.Tensor:
+        """``(n, G_cols)``: ``sum_j pi_ij onehot_cols[j]`` for the plan of ``(F, G)``."""
+        raise NotImplementedError
+
+
+class _OnlineKernel(_Kernel):
+    """Exact log-domain passes over row blocks of the geometry; stores nothing ``n x m``."""
+
+    mode = "online"
+
+    def row_lse(self, G: torch.Tensor) -> torch.Tensor:
+        eps, geom = self.eps, self.geom
+        out = torch.empty(geom.shape[0], dtype=torch.float64, device=G.device)
+        g_s = (G / eps).to(geom.dtype)
+        for r0, r1, c in geom.row_blocks():
+            z = torch.add(g_s[None, :], c, alpha=-1.0 / eps)
+            mx = z.amax(1, keepdim=True)
+            out[r0:r1] = (mx + _exp_(z.sub_(mx)).sum(1, keepdim=True).log()).squeeze(1).double()
+        return out
+
+    def col_lse(self, F: torch.Tensor) -> torch.Tensor:
+        eps, geom = self.eps, self.geom
+        m = geom.shape[1]
+        run_max = torch.full((m,), -math.inf, dtype=torch.float64, device=F.device)
+        run_sum = torch.zeros(m, dtype=torch.float64, device=F.device)
+        f_s = (F / eps).to(geom.dtype)
+        for r0, r1, c in geom.row_blocks():
+            z = torch.add(f_s[r0:r1, None], c, alpha=-1.0 / eps)
+            bm = z.amax(0).double()
+            new = torch.maximum(run_max, bm)
+            run_sum = (
+                run_sum * torch.exp(run_max - new)
+                + _exp_(z.sub_(new[None, :].to(z.dtype))).sum(0).double()
             )
+            run_max = new
+        return run_max + run_sum.log()
+
+    def aggregate(self, F, G, onehot_cols):
+        eps, geom = self.eps, self.geom
+        out = torch.empty(
+            (geom.shape[0], onehot_cols.shape[1]), dtype=torch.float64, device=F.device
         )
+        g_s = (G / eps).to(geom.dtype)
+        oh = onehot_cols.to(geom.dtype)
+        for r0, r1, c in geom.row_blocks():
+            z = torch.add(g_s[None, :], c, alpha=-1.0 / eps)
+            _exp_(z.add_((F[r0:r1] / eps).to(z.dtype)[:, None]))
+            out[r0:r1] = (z @ oh).double()
+        return out
 
 
-# --------------------------------------------------------------------------- passes
+class _DenseKernel(_Kernel):
+    """Stored stabilised kernel ``K = exp((F0 (+) G0 - C)/eps)``; LSEs are mat-vecs."""
+
+    mode = "dense"
+
+    def __init__(self, geom, log_a, log_b, tau, buffer: torch.Tensor):
+        super().__init__(geom, log_a, log_b, tau)
+        assert geom.matrix is not None
+        self.cost = geom.matrix
+        self.kernel = buffer
+        self.F0: torch.Tensor | None = None
+        self.G0: torch.Tensor | None = None
+        self.rebuilds = 0
+
+    def set_eps(self, eps):
+        super().set_eps(eps)
+        self.F0 = self.G0 = None  # kernel invalid at a new regularisation
+
+    def _rebuild_rows(self, G: torch.Tensor) -> torch.Tensor:
+        """Exact row LSE at ``G`` and a kernel whose rows then sum to ``a``."""
+        cost, eps, kernel, dt = self.cost, self.eps, self.kernel, self.cost.dtype
+        g_s = (G / eps).to(dt)
+        lse = torch.empty_like(self.log_a)
+        step = 64
+        for r0 in range(0, cost.shape[0], step):
+            r1 = min(r0 + step, cost.shape[0])
+            blk = kernel[r0:r1]
+            torch.add(g_s, cost[r0:r1], alpha=-1.0 / eps, out=blk)
+            mx = blk.amax(dim=1, keepdim=True)
+            _exp_(blk.sub_(mx))
+            s = blk.sum(dim=1, keepdim=True)
+            la = self.log_a[r0:r1, None]
+            blk.mul_(la.exp().to(dt) / s)
+            lse[r0:r1] = (mx.double() + s.double().log()).squeeze(1)
+        self.G0 = G.clone()
+        self.F0 = eps * (self.log_a - lse)
+        self.rebuilds += 1
+        return lse
+
+    def _rebuild_cols(self, F: torch.Tensor) -> torch.Tensor:
+        cost, eps, kernel, dt = self.cost, self.eps, self.kernel, self.cost.dtype
+        f_s = (F / eps).to(dt)[:, None]
+        lse = torch.empty_like(self.log_b)
+        step = 256
+        tmp = torch.empty((cost.shape[0], min(step, cost.shape[1])), dtype=dt, device=cost.device)
+        for c0 in range(0, cost.shape[1], step):
+            c1 = min(c0 + step, cost.shape[1])
+            blk = tmp[:, : c1 - c0]
+            torch.add(f_s, cost[:, c0:c1], alpha=-1.0 / eps, out=blk)
+            mx = blk.amax(dim=0, keepdim=True)
+            _exp_(blk.sub_(mx))
+            s = blk.sum(dim=0, keepdim=True)
+            lb = self.log_b[None, c0:c1]
+            blk.mul_(lb.exp().to(dt) / s)
+            kernel[:, c0:c1] = blk
+            lse[c0:c1] = (mx.double() + s.double().log()).squeeze(0)
+        self.F0 = F.clone()
+        self.G0 = eps * (self.log_b - lse)
+        self.rebuilds += 1
+        return lse
+
+    def _scaling(self, P: torch.Tensor, P0: torch.Tensor | None) -> torch.Tensor | None:
+        if P0 is None:
+            return None
+        d = (P - P0) / self.eps
+        if float(d.abs().max()) > self.tau:
+            return None
+        return d.exp()
+
+    def row_lse(self, G):
+        v = self._scaling(G, self.G0)
+        if v is not None:
+            kv = (self.kernel @ v.to(self.kernel.dtype)).double()
+            if bool((kv > 0).all()) and bool(torch.isfinite(kv).all()):
+                return kv.log() - self.F0 / self.eps
+        return self._rebuild_rows(G)
+
+    def col_lse(self, F):
+        u = self._scaling(F, self.F0)
+        if u is not None:
+            ktu = (u.to(self.kernel.dtype) @ self.kernel).double()
+            if bool((ktu > 0).all()) and bool(torch.isfinite(ktu).all()):
+                return ktu.log() - self.G0 / self.eps
+        return self._rebuild_cols(F)
+
+    def aggregate(self, F, G, onehot_cols):
+        v = self._scaling(G, self.G0)
+        u = self._scaling(F, self.F0)
+        if u is None or v is None:
+            self._rebuild_rows(G)
+            u, v = self._scaling(F, self.F0), self._scaling(G, self.G0)
+            if u is None:  # F far from a row update of G: exact pass
+                return _OnlineKernel.aggregate(self, F, G, onehot_cols)
+        dt = self.kernel.dtype
+        kv = (self.kernel @ (v[:, None] * onehot_cols).to(dt)).double()
+        return u[:, None] * kv
+
+    def plan_inplace(self, F: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+        """Turn the kernel buffer into the plan of ``(F, G)``."""
+        u, v = self._scaling(F, self.F0), self._scaling(G, self.G0)
+        dt = self.kernel.dtype
+        if u is None or v is None:
+            eps = self.eps
+            for r0 in range(0, self.cost.shape[0], 1024):
+                blk = self.kernel[r0 : r0 + 1024]
+                torch.add(
+                    (G / eps).to(dt)[None, :], self.cost[r0 : r0 + 1024], alpha=-1.0 / eps, out=blk
+                )
+                _exp_(blk.add_((F[r0 : r0 + 1024] / eps).to(dt)[:, None]))
+            return self.kernel
+        return self.kernel.mul_(u.to(dt)[:, None]).mul_(v.to(dt)[None, :])
 
 
-def _row_rebuild(
-    cost: torch.Tensor, g: torch.Tensor, eps: float, log_a: torch.Tensor, kernel: torch.Tensor
-) -> torch.Tensor:
-    """Log-domain row update + kernel rebuild.
+@dataclass
+class _Support:
+    """Kept entries, sorted by row then column: ``rows``, ``cols`` (int64), ``cost`` values."""
 
-    Returns ``F`` with ``F_i = eps log a_i - eps LSE_j((G_j - C_ij)/eps)`` and fills
-    ``kernel = exp((F (+) G - C)/eps)`` (each row then sums to ``a_i`` exactly).
+    rows: torch.Tensor
+    cols: torch.Tensor
+    cost: torch.Tensor
+    shape: tuple[int, int]
+
+    @property
+    def nnz(self) -> int:
+        return int(self.rows.numel())
+
+    def union(self, other: _Support) -> _Support:
+        m = self.shape[1]
+        key = torch.cat([self.rows * m + self.cols, other.rows * m + other.cols])
+        cost = torch.cat([self.cost, other.cost])
+        uniq, inv = torch.unique(key, sorted=True, return_inverse=True)
+        first = torch.empty_like(uniq).scatter_(
+            0, inv, torch.arange(key.numel(), device=key.device)
+        )
+        return _Support(uniq // m, uniq % m, cost[first], self.shape)
+
+
+class _SparseKernel(_Kernel):
+    """Absorbed kernel on a truncated support, in CSR form (float64 values)."""
+
+    mode = "sparse"
+
+    def __init__(self, geom, log_a, log_b, tau, support: _Support):
+        super().__init__(geom, log_a, log_b, tau)
+        n, m = support.shape
+        dev = support.rows.device
+        self.support = support
+        self.rows, self.cols = support.rows, support.cols
+        self.cvals = support.cost.double()
+        counts = torch.bincount(self.rows, minlength=n)
+        crow = torch.zeros(n + 1, dtype=torch.long, device=dev)
+        crow[1:] = torch.cumsum(counts, 0)
+        self.perm = torch.argsort(self.cols, stable=True)  # CSR order -> CSC order
+        ccounts = torch.bincount(self.cols, minlength=m)
+        ccol = torch.zeros(m + 1, dtype=torch.long, device=dev)
+        ccol[1:] = torch.cumsum(ccounts, 0)
+        self.vals = torch.zeros(support.nnz, dtype=torch.float64, device=dev)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+            self.csr = torch.sparse_csr_tensor(crow, self.cols, self.vals.clone(), (n, m))
+            self.csc_t = torch.sparse_csr_tensor(
+                ccol, self.rows[self.perm], self.vals[self.perm], (m, n)
+            )
+        self.F0: torch.Tensor | None = None
+        self.G0: torch.Tensor | None = None
+
+    def set_eps(self, eps):
+        super().set_eps(eps)
+        self.F0 = self.G0 = None
+
+    def _store(self, logk: torch.Tensor) -> None:
+        k = logk.exp()
+        self.csr.values().copy_(k)
+        self.csc_t.values().copy_(k[self.perm])
+
+    def _segment_lse(self, z: torch.Tensor, seg: torch.Tensor, size: int) -> torch.Tensor:
+        mx = torch.full((size,), -math.inf, dtype=torch.float64, device=z.device)
+        mx.scatter_reduce_(0, seg, z, reduce="amax", include_self=True)
+        s = torch.zeros(size, dtype=torch.float64, device=z.device).index_add_(
+            0, seg, torch.exp(z - mx[seg])
+        )
+        return mx + s.log()
+
+    def _rebuild_rows(self, G):
+        z = (G[self.cols] - self.cvals) / self.eps
+        lse = self._segment_lse(z, self.rows, self.support.shape[0])
+        self.F0 = self.eps * (self.log_a - lse)
+        self.G0 = G.clone()
+        self._store(z + self.F0[self.rows] / self.eps)
+        return lse
+
+    def _rebuild_cols(self, F):
+        z = (F[self.rows] - self.cvals) / self.eps
+        lse = self._segment_lse(z, self.cols, self.support.shape[1])
+        self.G0 = self.eps * (self.log_b - lse)
+        self.F0 = F.clone()
+        self._store(z + self.G0[self.cols] / self.eps)
+        return lse
+
+    _scaling = _DenseKernel._scaling
+
+    def row_lse(self, G):
+        v = self._scaling(G, self.G0)
+        if v is not None:
+            kv = self.csr @ v
+            if bool((kv > 0).all()) and bool(torch.isfinite(kv).all()):
+                return kv.log() - self.F0 / self.eps
+        return self._rebuild_rows(G)
+
+    def col_lse(self, F):
+        u = self._scaling(F, self.F0)
+        if u is not None:
+            ktu = self.csc_t @ u
+            if bool((ktu > 0).all()) and bool(torch.isfinite(ktu).all()):
+                return ktu.log() - self.G0 / self.eps
+        return self._rebuild_cols(F)
+
+    def aggregate(self, F, G, onehot_cols):
+        logp = (F[self.rows] + G[self.cols] - self.cvals) / self.eps
+        out = torch.zeros(
+            (self.support.shape[0], onehot_cols.shape[1]), dtype=torch.float64, device=F.device
+        )
+        return out.index_add_(0, self.rows, logp.exp()[:, None] * onehot_cols[self.cols])
+
+    def plan_values(self, F, G) -> torch.Tensor:
+        """Entries ``exp((F_i + G_j - C_ij)/eps)`` of the truncated plan, CSR order."""
+        return ((F[self.rows] + G[self.cols] - self.cvals) / self.eps).exp()
+
+    def plan_csr(self, F, G) -> torch.Tensor:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(
+                self.csr.crow_indices(), self.cols, self.plan_values(F, G), self.support.shape
+            )
+
+
+# --------------------------------------------------------------------------- support scans
+
+
+def _select_support(
+    geom: CostGeometry,
+    G: torch.Tensor,
+    eps: float,
+    truncation: float,
+    max_nnz: int,
+    F: torch.Tensor | None = None,
+    log_a: torch.Tensor | None = None,
+    log_b: torch.Tensor | None = None,
+    measure: bool = False,
+) -> tuple[_Support | None, dict[str, torch.Tensor] | None]:
+    """One pass over the cost choosing the entries of the truncated kernel.
+
+    Without ``F`` (start of a stage, only ``G`` known) an entry is kept when
+    ``(G_j - C_ij)/eps >= max_j' (G_j' - C_ij')/eps - truncation`` (within
+    ``e^-truncation`` of its row's largest). With balanced potentials ``(F, G)``
+    it is kept when the plan value ``w_ij = (F_i + G_j - C_ij)/eps`` satisfies
+    ``w_ij >= min(log a_i, log b_j) - truncation``: significant for its row *or*
+    its column. Every column keeps at least its best entry. With ``measure``
+    the pass also returns the marginals of the dense plan ``exp(w)``
+    (``{"rows": (n,), "cols": (m,)}``). Returns ``(None, None)`` as soon as
+    more than ``max_nnz`` entries would be kept.
     """
-    dt = cost.dtype
-    g_s = (g / eps).to(dt)
-    f = torch.empty_like(log_a)
-    inv = -1.0 / eps
-    for r0 in range(0, cost.shape[0], _ROW_BLOCK):
-        r1 = min(r0 + _ROW_BLOCK, cost.shape[0])
-        blk = kernel[r0:r1]
-        torch.add(g_s, cost[r0:r1], alpha=inv, out=blk)
-        mx = blk.amax(dim=1, keepdim=True)
-        blk.sub_(mx).exp_()
-        s = blk.sum(dim=1, keepdim=True)
-        la = log_a[r0:r1, None]
-        blk.mul_(la.exp().to(dt) / s)
-        f[r0:r1] = eps * (la - mx.double() - s.double().log()).squeeze(1)
-    return f
+    n, m = geom.shape
+    dev = G.device
+    dt = geom.dtype
+    g_s = (G / eps).to(dt)
+    balanced = F is not None
+    if balanced:
+        assert log_a is not None and log_b is not None
+        f_s = (F / eps).to(dt)
+        uniform = bool((log_a == log_a[0]).all()) and bool((log_b == log_b[0]).all())
+        if uniform:
+            thr = min(float(log_a[0]), float(log_b[0])) - truncation
+        else:
+            la, lb = (log_a - truncation).to(dt), (log_b - truncation).to(dt)
+    if measure:
+        assert balanced
+        row_mass = torch.empty(n, dtype=torch.float64, device=dev)
+        col_mass = torch.zeros(m, dtype=torch.float64, device=dev)
+    rows_l, cols_l, cost_l = [], [], []
+    total = 0
+    for r0, r1, c in geom.row_blocks(_PASS_ROWS(geom)):
+        z = torch.add(g_s[None, :], c, alpha=-1.0 / eps)
+        if balanced:
+            z.add_(f_s[r0:r1, None])
+            keep = z >= thr if uniform else z >= torch.minimum(la[r0:r1, None], lb[None, :])
+        else:
+            keep = z >= (z.amax(1, keepdim=True) - truncation)
+        idx = keep.nonzero()
+        total += idx.shape[0]
+        if total > max_nnz:
+            return None, None
+        rr, cc = idx[:, 0], idx[:, 1]
+        rows_l.append(rr + r0)
+        cols_l.append(cc)
+        cost_l.append(c[rr, cc])
+        if measure:
+            p = _exp_(z)
+            row_mass[r0:r1] = p.sum(1).double()
+            col_mass += p.sum(0).double()
+    rows = torch.cat(rows_l)
+    cols = torch.cat(cols_l)
+    cost = torch.cat(cost_l)
+    covered = torch.bincount(cols, minlength=m) > 0
+    if not bool(covered.all()):
+        # every column needs an entry: its best row (smallest cost, or largest (F_i - C_ij)/eps)
+        missing = (~covered).nonzero().squeeze(1)
+        cm = geom.subset(None, missing).dense()  # (n, k)
+        score = -cm if F is None else (F / eps)[:, None].to(dt) - cm / eps
+        best = score.argmax(0)
+        rows = torch.cat([rows, best])
+        cols = torch.cat([cols, missing])
+        cost = torch.cat([cost, cm[best, torch.arange(missing.numel(), device=dev)]])
+        order = torch.argsort(rows * m + cols)
+        rows, cols, cost = rows[order], cols[order], cost[order]
+    support = _Support(rows, cols, cost, (n, m))
+    stats = {"rows": row_mass, "cols": col_mass} if measure else None
+    return support, stats
 
 
-def _col_rebuild(
-    cost: torch.Tensor, f: torch.Tensor, eps: float, log_b: torch.Tensor, kernel: torch.Tensor
-) -> torch.Tensor:
-    """Log-domain column update + kernel rebuild (columns then sum to ``b``)."""
-    dt = cost.dtype
-    f_s = (f / eps).to(dt)[:, None]
-    g = torch.empty_like(log_b)
-    inv = -1.0 / eps
-    tmp = torch.empty((cost.shape[0], min(_COL_BLOCK, cost.shape[1])), dtype=dt, device=cost.device)
-    for c0 in range(0, cost.shape[1], _COL_BLOCK):
-        c1 = min(c0 + _COL_BLOCK, cost.shape[1])
-        blk = tmp[:, : c1 - c0]
-        torch.add(f_s, cost[:, c0:c1], alpha=inv, out=blk)
-        mx = blk.amax(dim=0, keepdim=True)
-        blk.sub_(mx).exp_()
-        s = blk.sum(dim=0, keepdim=True)
-        lb = log_b[None, c0:c1]
-        blk.mul_(lb.exp().to(dt) / s)
-        kernel[:, c0:c1] = blk
-        g[c0:c1] = eps * (lb - mx.double() - s.double().log()).squeeze(0)
-    return g
+def _PASS_ROWS(geom: CostGeometry) -> int:
+    """Rows per block of a selection pass: ~8 MiB blocks stay in cache across its 4 sweeps."""
+    itemsize = torch.empty((), dtype=geom.dtype).element_size()
+    return max(1, min(geom.shape[0], (8 * 2**20) // max(1, geom.shape[1] * itemsize)))
 
 
-def _row_lse(cost: torch.Tensor, g_plus: torch.Tensor, eps: float) -> torch.Tensor:
-    """``LSE_j((g_plus_j - C_ij)/eps)`` in float64, blocked (no kernel stored)."""
-    dt = cost.dtype
-    g_s = (g_plus / eps).to(dt)
-    out = torch.empty(cost.shape[0], dtype=torch.float64, device=cost.device)
-    buf = torch.empty(
-        (min(_ROW_BLOCK * 4, cost.shape[0]), cost.shape[1]), dtype=dt, device=cost.device
-    )
-    step = buf.shape[0]
-    for r0 in range(0, cost.shape[0], step):
-        r1 = min(r0 + step, cost.shape[0])
-        blk = buf[: r1 - r0]
-        torch.add(g_s, cost[r0:r1], alpha=-1.0 / eps, out=blk)
-        out[r0:r1] = torch.logsumexp(blk, dim=1).double()
-    return out
+# --------------------------------------------------------------------------- inputs
 
 
-# --------------------------------------------------------------------------- solver
-
-
-def _check_inputs(
-    cost: torch.Tensor,
-    a: torch.Tensor | None,
-    b: torch.Tensor | None,
-    epsilon_abs: float,
-    tol: float,
-    max_iter: int,
+def _check_weights(
+    geom: CostGeometry, a: torch.Tensor | None, b: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    if (
-        not isinstance(cost, torch.Tensor)
-        or cost.ndim != 2
-        or cost.shape[0] == 0
-        or cost.shape[1] == 0
-    ):
-        shape = tuple(cost.shape) if isinstance(cost, torch.Tensor) else type(cost).__name__
-        raise GeovizError(f"sinkhorn: cost must be a non-empty 2-D tensor, got {shape}")
-    if cost.dtype not in (torch.float32, torch.float64):
-        raise GeovizError(f"sinkhorn: cost must be float32 or float64, got {cost.dtype}")
-    if not (
-        isinstance(epsilon_abs, (int, float)) and math.isfinite(epsilon_abs) and epsilon_abs > 0
-    ):
-        raise GeovizError(f"sinkhorn: epsilon_abs must be a finite number > 0, got {epsilon_abs!r}")
-    if not (tol > 0):
-        raise GeovizError(f"sinkhorn: tol must be > 0, got {tol!r}")
-    if int(max_iter) < 1:
-        raise GeovizError(f"sinkhorn: max_iter must be >= 1, got {max_iter!r}")
-    n, m = cost.shape
-    dev = cost.device
+    n, m = geom.shape
+    dev = geom.device
     out = []
     for name, w, size in (("a", a, n), ("b", b, m)):
         if w is None:
@@ -306,314 +792,144 @@ def _check_inputs(
         raise GeovizError(
             f"sinkhorn: marginals must have equal mass, got sum(a)={ma:.6g}, sum(b)={mb:.6g}"
         )
-    step = max(1, (2**22) // max(1, m))  # chunked: a full isfinite() mask would cost n*m bytes
-    if not all(bool(torch.isfinite(cost[r : r + step]).all()) for r in range(0, n, step)):
-        raise GeovizError("sinkhorn: cost contains NaN or infinite values")
     return out[0], out[1]
 
 
-def sinkhorn(
-    cost: torch.Tensor,
-    a: torch.Tensor | None = None,
-    b: torch.Tensor | None = None,
-    *,
-    epsilon_abs: float,
-    tol: float = 1e-4,
-    max_iter: int = 5000,
-    check_every: int = 1,
-    eps_scaling: float | None = 0.25,
-    eps_start: float | None = None,
-    stage_iter: int = 30,
-    overrelax: bool = True,
-    omega_max: float = 1.9,
-    absorb_threshold: float = 30.0,
-    init: tuple[torch.Tensor, torch.Tensor] | None = None,
-    symmetric: bool = False,
-    keep_plan: bool = False,
-    callback: Callable[[int, float], None] | None = None,
-    groups: tuple[torch.Tensor, torch.Tensor] | None = None,
-    coarse_every: int = 10,
-) -> SinkhornResult:
-    """Solve entropic OT between ``a`` and ``b`` for ``cost`` (see module docstring).
-
-    Parameters
-    ----------
-    cost
-        ``(n, m)`` float32 or float64 tensor (any device); not modified.
-    a, b
-        ``(n,)``, ``(m,)`` positive weights of equal mass (default uniform).
-    epsilon_abs
-        Absolute entropic regularisation ``eps > 0`` (same units as ``cost``).
-    tol
-        Stop when ``||pi 1 - a||_1 + ||pi^T 1 - b||_1 <= tol``.
-    max_iter
-        Iteration budget (all stages together); exceeding it warns with
-        :class:`~geoviz.errors.ConvergenceWarning` and sets ``converged=False``.
-    check_every
-        Evaluate the stopping rule every ``check_every`` iterations (the error
-        itself costs O(n + m) per iteration, so 1 is the sensible default).
-    eps_scaling
-        Ratio in ``(0, 1)`` between successive regularisations of the annealing
-        schedule, or ``None`` for none.
-    eps_start
-        First regularisation of the schedule (default: the mean of ``cost``).
-    stage_iter
-        Iterations spent at each intermediate regularisation.
-    overrelax
-        Use adaptive over-relaxation (see module docstring).
-    omega_max
-        Upper bound of the over-relaxation factor (``< 2``).
-    absorb_threshold
-        Absorb scalings into the potentials when ``|log u|`` or ``|log v|``
-        exceeds this value.
-    init
-        Warm start ``(f, g)`` in the convention of :class:`SinkhornResult`
-        (``g`` seeds the first row update, which recomputes ``f``; disables
-        epsilon scaling).
-    symmetric
-        Solve a symmetric problem (``C = C^T``, ``a = b``) with averaged updates.
-    keep_plan
-        Build the plan in place of the kernel buffer at the end (no extra
-        memory); :meth:`SinkhornResult.plan` then returns it.
-    callback
-        ``callback(iteration, marginal_error)`` after each check.
-    groups
-        Optional ``(row_groups (n,), col_groups (m,))`` integer group ids (for
-        OTDD: the class labels). When the group-aggregated marginal error makes
-        up more than 80% of the error, the potentials are shifted by one
-        constant per group so that the aggregated marginals are matched
-        exactly (damped Newton on the small ``(G_rows, G_cols)`` aggregated
-        dual: an exact block-coordinate ascent step of the dual problem). This
-        removes the very slow inter-class mode of Sinkhorn on label-structured
-        costs with unequal class proportions (e.g. 10/10/10/10 vs 8/8/7/7 points
-        per class: > 5000 plain iterations vs ~100 to reach 1e-10).
-    coarse_every
-        Minimum number of iterations between two group corrections.
-
-    Returns
-    -------
-    SinkhornResult
-    """
-    a, b = _check_inputs(cost, a, b, epsilon_abs, tol, max_iter)
-    eps = float(epsilon_abs)
-    check_every = max(1, int(check_every))
+def _check_scalars(epsilon_abs, tol, max_iter, eps_scaling, omega_max, truncation, max_density):
+    if not (
+        isinstance(epsilon_abs, (int, float))
+        and not isinstance(epsilon_abs, bool)
+        and math.isfinite(epsilon_abs)
+        and epsilon_abs > 0
+    ):
+        raise GeovizError(f"sinkhorn: epsilon_abs must be a finite number > 0, got {epsilon_abs!r}")
+    if not (tol > 0):
+        raise GeovizError(f"sinkhorn: tol must be > 0, got {tol!r}")
+    if int(max_iter) < 1:
+        raise GeovizError(f"sinkhorn: max_iter must be >= 1, got {max_iter!r}")
     if eps_scaling is not None and not (0.0 < eps_scaling < 1.0):
         raise GeovizError(f"sinkhorn: eps_scaling must be in (0, 1) or None, got {eps_scaling!r}")
     if not (1.0 <= omega_max < 2.0):
         raise GeovizError(f"sinkhorn: omega_max must be in [1, 2), got {omega_max!r}")
-    log_a, log_b = a.log(), b.log()
-    if init is not None:
-        f0 = torch.as_tensor(init[0]).to(device=cost.device, dtype=torch.float64) + eps * log_a
-        g0 = torch.as_tensor(init[1]).to(device=cost.device, dtype=torch.float64) + eps * log_b
-    else:
-        f0 = torch.zeros_like(log_a)
-        g0 = torch.zeros_like(log_b)
+    if not (truncation > 0):
+        raise GeovizError(f"sinkhorn: truncation must be > 0, got {truncation!r}")
+    if not (0.0 < max_density <= 1.0):
+        raise GeovizError(f"sinkhorn: max_density must be in (0, 1], got {max_density!r}")
 
-    if symmetric:
-        if cost.shape[0] != cost.shape[1] or not torch.allclose(a, b):
-            raise GeovizError("sinkhorn: symmetric=True needs a square cost and a == b")
-        gen = torch.Generator().manual_seed(0)
-        ii = torch.randint(0, cost.shape[0], (min(4096, cost.numel()),), generator=gen).to(
-            cost.device
+
+# --------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class _Groups:
+    rows: torch.Tensor  # (n,) dense group ids
+    cols: torch.Tensor  # (m,)
+    onehot_rows: torch.Tensor  # (n, G_rows) float64
+    onehot_cols: torch.Tensor  # (m, G_cols) float64
+    every: int
+
+
+def _make_groups(groups, n: int, m: int, dev, every: int) -> _Groups | None:
+    if groups is None:
+        return None
+    rows = torch.as_tensor(groups[0]).to(dev).long().reshape(-1)
+    cols = torch.as_tensor(groups[1]).to(dev).long().reshape(-1)
+    if rows.numel() != n or cols.numel() != m:
+        raise GeovizError(
+            "sinkhorn: groups must have one id per row and one per column of the cost"
         )
-        jj = torch.randint(0, cost.shape[0], (ii.numel(),), generator=gen).to(cost.device)
-        scale = float(cost[ii, jj].abs().max()) + 1e-30
-        if float((cost[ii, jj] - cost[jj, ii]).abs().max()) > 1e-4 * scale:
-            raise GeovizError("sinkhorn: symmetric=True needs a symmetric cost (C = C^T)")
-        return _solve_symmetric(cost, a, eps, tol, int(max_iter), f0, callback)
+    _, rows = torch.unique(rows, return_inverse=True)
+    _, cols = torch.unique(cols, return_inverse=True)
+    gq = torch.nn.functional.one_hot(rows).double()
+    gp = torch.nn.functional.one_hot(cols).double()
+    if gq.shape[1] < 2 and gp.shape[1] < 2:
+        return None
+    return _Groups(rows, cols, gq, gp, max(1, int(every)))
 
-    check_memory(cost.numel() * cost.element_size(), cost.device, "the Sinkhorn kernel buffer")
-    kernel = torch.empty_like(cost)
 
-    schedule = [eps]
-    if eps_scaling is not None and init is None:
-        start = float(cost.mean()) if eps_start is None else float(eps_start)
-        e = eps
-        while e / eps_scaling < start:
-            e = e / eps_scaling
-            schedule.append(e)
-        schedule = schedule[::-1]
-        if int(max_iter) < 2 * len(schedule):
-            schedule = [eps]  # too small a budget to anneal: every stage but the last would eat it
+class _Loop:
+    """State of the one Sinkhorn loop: potentials ``(F, G)`` and the current kernel."""
 
-    state = _DenseState(cost, kernel, a, b, log_a, log_b, absorb_threshold)
-    state.G = g0 - g0.mean()
-    if groups is not None:
-        state.set_groups(groups[0], groups[1], int(coarse_every))
-    n_iter = 0
-    err = math.inf
-    for stage, e in enumerate(schedule):
-        final = stage == len(schedule) - 1
-        # intermediate stages always leave at least one iteration for the target epsilon
-        budget = int(max_iter) - n_iter if final else min(stage_iter, int(max_iter) - n_iter - 1)
-        if budget <= 0:
-            continue
-        err, used = state.run(
-            e,
-            tol if final else max(tol, _STAGE_TOL),
-            budget,
-            check_every,
-            overrelax and final,
-            omega_max,
-            callback,
-            n_iter,
+    def __init__(self, a, b, F, G, groups: _Groups | None, callback, check_every: int):
+        self.a, self.b = a, b
+        self.log_a, self.log_b = a.log(), b.log()
+        self.F, self.G = F, G
+        self.groups = groups
+        self.callback = callback
+        self.check_every = check_every
+        self.n_iter = 0
+        self.Lc: torch.Tensor | None = None  # col LSE at the current F
+
+    def error(self, kernel: _Kernel) -> tuple[float, torch.Tensor]:
+        eps = kernel.eps
+        Lr = kernel.row_lse(self.G)
+        if self.Lc is None:
+            self.Lc = kernel.col_lse(self.F)
+        err = float(
+            (torch.exp(self.F / eps + Lr) - self.a).abs().sum()
+            + (torch.exp(self.G / eps + self.Lc) - self.b).abs().sum()
         )
-        n_iter += used
-    f, g = state.potentials()
-    converged = err <= tol
-    if not converged:
-        warnings.warn(
-            f"Sinkhorn stopped after {n_iter} iterations (max_iter={max_iter}) with marginal error "
-            f"{err:.3g} > tol={tol:g}; increase max_iter or epsilon",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    plan = state.plan_inplace() if keep_plan else None
-    if plan is None:
-        del kernel
-        state.kernel = None
-    return SinkhornResult(
-        f=f - eps * log_a,
-        g=g - eps * log_b,
-        a=a,
-        b=b,
-        epsilon_abs=eps,
-        n_iter=n_iter,
-        marginal_error=float(err),
-        converged=bool(converged),
-        cost=cost,
-        _plan=plan,
-    )
+        return err, Lr
 
+    def run(
+        self,
+        kernel: _Kernel,
+        tol: float,
+        budget: int,
+        overrelax: bool,
+        omega_max: float,
+        report: bool,
+        stall: int | None = None,
+    ) -> float:
+        """Iterate with ``kernel`` until the error is ``<= tol`` or ``budget`` iterations are used.
 
-class _DenseState:
-    """Potentials + scalings + stabilised kernel of the dense solver."""
-
-    def __init__(self, cost, kernel, a, b, log_a, log_b, absorb_threshold):
-        self.cost, self.kernel = cost, kernel
-        self.a, self.b, self.log_a, self.log_b = a, b, log_a, log_b
-        self.tau = float(absorb_threshold)
-        self.F = torch.zeros_like(log_a)
-        self.G = torch.zeros_like(log_b)
-        self.lu = torch.zeros_like(log_a)  # log u
-        self.lv = torch.zeros_like(log_b)  # log v
-        self.eps = 1.0
-        self.ktu: torch.Tensor | None = None  # K^T u at the current (u, v)
-        self.groups: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self.coarse_every = 0
-
-    def set_groups(self, rows: torch.Tensor, cols: torch.Tensor, every: int) -> None:
-        dev = self.kernel.device
-        rows = torch.as_tensor(rows).to(dev).long().reshape(-1)
-        cols = torch.as_tensor(cols).to(dev).long().reshape(-1)
-        if rows.numel() != self.kernel.shape[0] or cols.numel() != self.kernel.shape[1]:
-            raise GeovizError(
-                "sinkhorn: groups must have one id per row and one per column of the cost"
-            )
-        _, rows = torch.unique(rows, return_inverse=True)
-        _, cols = torch.unique(cols, return_inverse=True)
-        gq = torch.nn.functional.one_hot(rows).double()
-        gp = torch.nn.functional.one_hot(cols).double()
-        if gq.shape[1] < 2 and gp.shape[1] < 2:
-            return
-        self.groups = (rows, cols, gq, gp)
-        self.coarse_every = max(1, int(every))
-
-    def coarse_correct(self) -> None:
-        """Match the group-aggregated marginals exactly (per-group potential shifts)."""
-        assert self.groups is not None
-        rows, cols, gq, gp = self.groups
-        dt = self.kernel.dtype
-        u, v = self.lu.exp(), self.lv.exp()
-        kv = (self.kernel @ (v[:, None] * gp).to(dt)).double()  # (n, Gp)
-        agg = gq.T @ (u[:, None] * kv)  # (Gq, Gp) aggregated plan
-        shift_r, shift_c = _coarse_newton(agg.cpu(), (gq.T @ self.a).cpu(), (gp.T @ self.b).cpu())
-        self.lu = self.lu + shift_r.to(self.lu.device)[rows]
-        self.lv = self.lv + shift_c.to(self.lv.device)[cols]
-        self.ktu = self._mv_t(self.lu.exp())
-
-    # -- helpers
-    def _absorb(self) -> None:
-        self.F = self.F + self.eps * self.lu
-        self.G = self.G + self.eps * self.lv
-        self.lu.zero_()
-        self.lv.zero_()
-
-    def rebuild_rows(self) -> None:
-        """Absorb, then exact log-domain row update + new kernel."""
-        self._absorb()
-        shift = self.G.mean()
-        self.G = self.G - shift
-        self.F = _row_rebuild(self.cost, self.G, self.eps, self.log_a, self.kernel)
-        self.ktu = self._mv_t(torch.ones_like(self.log_a))
-
-    def rebuild_cols(self) -> None:
-        self._absorb()
-        shift = self.F.mean()
-        self.F = self.F - shift
-        self.G = _col_rebuild(self.cost, self.F, self.eps, self.log_b, self.kernel)
-        self.ktu = self._mv_t(torch.ones_like(self.log_a))
-
-    def _mv(self, v: torch.Tensor) -> torch.Tensor:
-        return (self.kernel @ v.to(self.kernel.dtype)).double()
-
-    def _mv_t(self, u: torch.Tensor) -> torch.Tensor:
-        return (u.to(self.kernel.dtype) @ self.kernel).double()
-
-    def potentials(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.F + self.eps * self.lu, self.G + self.eps * self.lv
-
-    def plan_inplace(self) -> torch.Tensor:
-        dt = self.kernel.dtype
-        self.kernel.mul_(self.lu.exp().to(dt)[:, None]).mul_(self.lv.exp().to(dt)[None, :])
-        return self.kernel
-
-    # -- main loop at one regularisation
-    def run(self, eps, tol, budget, check_every, overrelax, omega_max, callback, it0):
-        """Iterate at ``eps`` until the marginal error is ``<= tol`` or ``budget`` is spent.
-
-        Returns ``(error of the current iterate, iterations used)``.
+        With ``stall``, also stop when the error has not halved in the last ``stall`` iterations.
         """
-        self._absorb()  # with the previous regularisation
-        self.eps = eps
-        self.rebuild_rows()
+        eps = kernel.eps
+        log_a, log_b = self.log_a, self.log_b
+        # start with exact rows and columns at this regularisation
+        self.F = eps * (log_a - kernel.row_lse(self.G))
+        self.Lc = kernel.col_lse(self.F)
+        self.G = eps * (log_b - self.Lc)
         used = 1
         omega = 1.0
         history: list[float] = []
-        best = math.inf
-        since_best = 0
+        best, since_best = math.inf, 0
         relaxed_at: int | None = None
         last_coarse = 0
         err = math.inf
-        a, b, log_a, log_b = self.a, self.b, self.log_a, self.log_b
         while True:
-            kv = self._mv(self.lv.exp())
-            u = self.lu.exp()
-            v = self.lv.exp()
-            err = float((u * kv - a).abs().sum() + (v * self.ktu - b).abs().sum())
-            if not math.isfinite(err) and used < budget:
-                self.rebuild_rows()
-                used += 1
-                continue
-            if (used % check_every == 0 or used >= budget) and callback is not None:
-                callback(it0 + used, err)
-            if err <= tol and (used % check_every == 0 or used >= budget):
+            err, Lr = self.error(kernel)
+            due = used % self.check_every == 0 or used >= budget
+            if report and due and self.callback is not None:
+                self.callback(self.n_iter + used, err)
+            if (err <= tol and due) or used >= budget or not math.isfinite(err):
                 break
-            if used >= budget:
-                break
-            if self.groups is not None and used - last_coarse >= self.coarse_every:
-                # correct the group-aggregated marginals when they carry most of the error
-                _, _, gq, gp = self.groups
+            gr = self.groups
+            if gr is not None and used - last_coarse >= gr.every:
+                row_res = torch.exp(self.F / eps + Lr) - self.a
+                col_res = torch.exp(self.G / eps + self.Lc) - self.b
                 agg_err = float(
-                    (gq.T @ (u * kv - a)).abs().sum() + (gp.T @ (v * self.ktu - b)).abs().sum()
+                    (gr.onehot_rows.T @ row_res).abs().sum()
+                    + (gr.onehot_cols.T @ col_res).abs().sum()
                 )
                 if agg_err > _COARSE_RATIO * err:
-                    self.coarse_correct()
+                    per_row = kernel.aggregate(self.F, self.G, gr.onehot_cols)
+                    agg = gr.onehot_rows.T @ per_row
+                    s, t = _coarse_newton(
+                        agg.cpu(),
+                        (gr.onehot_rows.T @ self.a).cpu(),
+                        (gr.onehot_cols.T @ self.b).cpu(),
+                    )
+                    self.F = self.F + eps * s.to(self.F.device)[gr.rows]
+                    self.G = self.G + eps * t.to(self.G.device)[gr.cols]
+                    self.Lc = kernel.col_lse(self.F)
                     last_coarse = used
                     used += 1
                     continue
-            # adaptive over-relaxation
             history.append(err)
+            if stall is not None and len(history) > stall and err > 0.5 * history[-stall - 1]:
+                break
             if err < best * 0.999:
                 best, since_best = err, 0
             else:
@@ -640,25 +956,397 @@ class _DenseState:
                     omega = 1.0
                 best, since_best = err, 0
                 relaxed_at = len(history)
-            # row update
-            if not bool((kv > 0).all()) or not bool(torch.isfinite(kv).all()):
-                self.rebuild_rows()
-                used += 1
-                continue
-            target = log_a - kv.log()
-            self.lu = target if omega == 1.0 else (1.0 - omega) * self.lu + omega * target
-            ktu = self._mv_t(self.lu.exp())
-            if not bool((ktu > 0).all()) or not bool(torch.isfinite(ktu).all()):
-                self.rebuild_cols()
-                used += 1
-                continue
-            target = log_b - ktu.log()
-            self.lv = target if omega == 1.0 else (1.0 - omega) * self.lv + omega * target
-            self.ktu = ktu
+            target = eps * (log_a - Lr)
+            self.F = target if omega == 1.0 else (1.0 - omega) * self.F + omega * target
+            self.Lc = kernel.col_lse(self.F)
+            target = eps * (log_b - self.Lc)
+            self.G = target if omega == 1.0 else (1.0 - omega) * self.G + omega * target
             used += 1
-            if float(self.lu.abs().max()) > self.tau or float(self.lv.abs().max()) > self.tau:
-                self.rebuild_rows()
-        return err, used
+        self.n_iter += used
+        return err
+
+
+def _schedule(eps: float, start: float, ratio: float | None, max_iter: int) -> list[float]:
+    schedule = [eps]
+    if ratio is not None:
+        e = eps
+        while e / ratio < start:
+            e = e / ratio
+            schedule.append(e)
+        schedule = schedule[::-1]
+        if int(max_iter) < 2 * len(schedule):
+            schedule = [eps]  # too small a budget to anneal: every stage but the last would eat it
+    return schedule
+
+
+def sinkhorn(
+    cost: torch.Tensor | CostGeometry,
+    a: torch.Tensor | None = None,
+    b: torch.Tensor | None = None,
+    *,
+    epsilon_abs: float,
+    tol: float = 1e-4,
+    max_iter: int = 5000,
+    mode: SinkhornMode = "auto",
+    truncation: float = 20.0,
+    max_density: float = 0.1,
+    check_every: int = 1,
+    eps_scaling: float | None = 0.25,
+    eps_start: float | None = None,
+    stage_iter: int = 30,
+    overrelax: bool = True,
+    omega_max: float = 1.9,
+    absorb_threshold: float = 30.0,
+    init: tuple[torch.Tensor, torch.Tensor] | None = None,
+    symmetric: bool = False,
+    keep_plan: bool = False,
+    callback: Callable[[int, float], None] | None = None,
+    groups: tuple[torch.Tensor, torch.Tensor] | None = None,
+    coarse_every: int = 10,
+    multiscale: int | None = 2000,
+) -> SinkhornResult:
+    """Solve entropic OT between ``a`` and ``b`` for ``cost`` (see module docstring).
+
+    Parameters
+    ----------
+    cost
+        ``(n, m)`` float32/float64 tensor (any device; not modified) or a
+        :class:`~geoviz.ot.geometry.CostGeometry` (e.g. a
+        :class:`~geoviz.ot.geometry.PointCloudCost` that is never stored).
+    a, b
+        ``(n,)``, ``(m,)`` positive weights of equal mass (default uniform).
+    epsilon_abs
+        Absolute entropic regularisation ``eps > 0`` (same units as ``cost``;
+        :meth:`CostGeometry.epsilon_abs` converts a relative one).
+    tol
+        Stop when the L1 marginal error of the returned plan is ``<= tol``.
+    max_iter
+        Iteration budget (all stages together); exceeding it warns with
+        :class:`~geoviz.errors.ConvergenceWarning` and sets ``converged=False``.
+    mode
+        ``"auto"``, ``"dense"``, ``"sparse"`` or ``"online"`` (module docstring).
+    truncation
+        Sparse kernel: keep entries within ``truncation`` (in units of ``eps``)
+        of their row's best, i.e. drop entries carrying less than
+        ``exp(-truncation)`` of the row's largest entry.
+    max_density
+        Auto mode: use the sparse kernel when the support keeps at most this
+        fraction of the ``n m`` entries.
+    check_every
+        Evaluate the stopping rule every ``check_every`` iterations.
+    eps_scaling
+        Ratio in ``(0, 1)`` between successive regularisations of the annealing
+        schedule, or ``None`` for none.
+    eps_start
+        First regularisation of the schedule (default: the mean cost).
+    stage_iter
+        Iteration budget of each intermediate regularisation.
+    overrelax, omega_max
+        Adaptive over-relaxation and its upper bound (``< 2``).
+    absorb_threshold
+        Absorb scalings into the kernel when ``|log u|`` or ``|log v|`` exceeds it.
+    init
+        Warm start ``(f, g)`` in the convention of :class:`SinkhornResult`
+        (disables epsilon scaling).
+    symmetric
+        Solve a symmetric problem (``C = C^T``, ``a = b``) with averaged updates.
+    keep_plan
+        Dense kernel: build the plan in place of the kernel buffer at the end
+        (no extra memory); :meth:`SinkhornResult.plan` then returns it.
+    callback
+        ``callback(iteration, marginal_error)`` at every check of the final stage.
+    groups
+        Optional ``(row_groups (n,), col_groups (m,))`` integer group ids (for
+        OTDD: the class labels). When the group-aggregated marginal error makes
+        up more than 80% of the error, the potentials are shifted by one
+        constant per group so that the aggregated marginals match exactly
+        (damped Newton on the small aggregated dual). This removes the slow
+        inter-class mode of Sinkhorn on label-structured costs with unequal
+        class proportions.
+    coarse_every
+        Minimum number of iterations between two group corrections.
+    multiscale
+        Coarse-to-fine start (auto and sparse modes, with epsilon scaling):
+        when both sides have more than twice this many points, all but the
+        last two regularisations of the schedule are solved on a seeded random
+        subsample of this many points per side, and the full problem starts
+        from the c-transform of its potentials (one pass over ``multiscale``
+        rows of the cost). ``None`` disables it.
+
+    Returns
+    -------
+    SinkhornResult
+    """
+    geom = as_geometry(cost)
+    _check_scalars(epsilon_abs, tol, max_iter, eps_scaling, omega_max, truncation, max_density)
+    if mode not in ("auto", "dense", "sparse", "online"):
+        raise GeovizError(
+            f"sinkhorn: mode must be 'auto', 'dense', 'sparse' or 'online', got {mode!r}"
+        )
+    a, b = _check_weights(geom, a, b)
+    geom.check_finite()
+    eps = float(epsilon_abs)
+    n, m = geom.shape
+    dev = geom.device
+    log_a, log_b = a.log(), b.log()
+    if init is not None:
+        F = torch.as_tensor(init[0]).to(device=dev, dtype=torch.float64) + eps * log_a
+        G = torch.as_tensor(init[1]).to(device=dev, dtype=torch.float64) + eps * log_b
+    else:
+        F = torch.zeros_like(log_a)
+        G = torch.zeros_like(log_b)
+
+    if symmetric:
+        if n != m or not torch.allclose(a, b):
+            raise GeovizError("sinkhorn: symmetric=True needs a square cost and a == b")
+        _check_symmetric(geom)
+        return _solve_symmetric(geom, a, eps, tol, int(max_iter), F, callback)
+
+    if mode == "dense" and geom.matrix is None:
+        raise GeovizError(
+            "sinkhorn: mode='dense' needs a stored cost matrix (use 'sparse' or 'online')"
+        )
+    check_every = max(1, int(check_every))
+    mean = None
+    if init is None and eps_scaling is not None:
+        mean = float(eps_start) if eps_start is not None else geom.mean()
+    schedule = [eps] if mean is None else _schedule(eps, mean, eps_scaling, int(max_iter))
+    cost_mean = geom.mean() if mode == "auto" else math.nan
+    itemsize = torch.empty((), dtype=geom.dtype).element_size()
+    max_nnz = int(max(n, m) + max_density * n * m) if mode != "sparse" else n * m + m
+
+    loop = _Loop(a, b, F, G, _make_groups(groups, n, m, dev, coarse_every), callback, check_every)
+    dense_kernel: _DenseKernel | None = None
+
+    def get_dense() -> _DenseKernel:
+        nonlocal dense_kernel
+        if dense_kernel is None:
+            check_memory(n * m * itemsize, dev, "the Sinkhorn kernel buffer")
+            dense_kernel = _DenseKernel(
+                geom,
+                log_a,
+                log_b,
+                absorb_threshold,
+                torch.empty((n, m), dtype=geom.dtype, device=dev),
+            )
+        return dense_kernel
+
+    if (
+        multiscale is not None
+        and mode in ("auto", "sparse")
+        and len(schedule) > _FULL_STAGES
+        and min(n, m) > 2 * int(multiscale)
+    ):
+        # coarse-to-fine: the blurry stages on a random subsample, then one c-transform
+        loop.G = _multiscale_start(
+            geom, a, b, schedule[:-_FULL_STAGES], int(multiscale), stage_iter, absorb_threshold
+        )
+        schedule = schedule[-_FULL_STAGES:]
+
+    kernel: _Kernel | None = None
+    err = math.inf
+    for stage, e in enumerate(schedule):
+        final = stage == len(schedule) - 1
+        budget = (
+            int(max_iter) - loop.n_iter
+            if final
+            else min(stage_iter, int(max_iter) - loop.n_iter - 1)
+        )
+        if budget <= 0:
+            continue
+        kernel = None
+        want_sparse = mode == "sparse" or (
+            mode == "auto" and (geom.matrix is None or e <= _SPARSE_BELOW * cost_mean)
+        )
+        if want_sparse:
+            # intermediate stages only warm-start the next: a thinner support is enough
+            trunc = truncation if final else min(truncation, _STAGE_TRUNCATION)
+            support, _ = _select_support(geom, loop.G, e, trunc, max_nnz)
+            if support is not None:
+                _check_sparse_memory(support.nnz, dev)
+                kernel = _SparseKernel(geom, log_a, log_b, absorb_threshold, support)
+        if kernel is None:  # too dense to truncate (or asked for)
+            kernel = (
+                get_dense()
+                if geom.matrix is not None and mode != "online"
+                else _OnlineKernel(geom, log_a, log_b, absorb_threshold)
+            )
+        kernel.set_eps(e)
+        if not final:
+            stage_tol = max(tol, _STAGE_TOL)
+        else:  # leave room for the dense plan's extra error, measured below
+            stage_tol = tol * _SPARSE_TOL_FRACTION if isinstance(kernel, _SparseKernel) else tol
+        if final and isinstance(kernel, _SparseKernel) and stage_tol < _RESELECT_TOL:
+            # the support was chosen with the previous stage's potentials: once these have
+            # settled (or stall on a support too thin to carry the marginals), choose it again
+            # around the balanced potentials, keeping the old entries
+            used0 = loop.n_iter
+            err = loop.run(kernel, _RESELECT_TOL, budget, overrelax, omega_max, True, stall=_STALL)
+            budget -= loop.n_iter - used0
+            if err > stage_tol and budget > 0:
+                kernel = _resupport(kernel, geom, loop, e, truncation, dev, absorb_threshold)
+        if budget > 0:
+            err = loop.run(kernel, stage_tol, budget, overrelax and final, omega_max, final)
+    assert kernel is not None
+
+    truncated_mass = 0.0
+    sparse_plan = None
+    if isinstance(kernel, _SparseKernel):
+        # verification: measure the dense plan of the returned potentials, re-select if needed
+        for _ in range(_MAX_VERIFY):
+            new_support, stats = _select_support(
+                geom,
+                loop.G,
+                eps,
+                truncation,
+                n * m + m,
+                F=loop.F,
+                log_a=log_a,
+                log_b=log_b,
+                measure=True,
+            )
+            assert stats is not None and new_support is not None
+            dense_err = float((stats["rows"] - a).abs().sum() + (stats["cols"] - b).abs().sum())
+            inside = float(kernel.plan_values(loop.F, loop.G).sum())
+            truncated_mass = max(0.0, float(stats["rows"].sum()) - inside)
+            err = max(err, dense_err)
+            left = int(max_iter) - loop.n_iter
+            if err <= tol or left <= 0:
+                break
+            support = kernel.support.union(new_support)
+            _check_sparse_memory(support.nnz, dev)
+            kernel = _SparseKernel(geom, log_a, log_b, absorb_threshold, support)
+            kernel.set_eps(eps)
+            err = loop.run(kernel, tol * _SPARSE_TOL_FRACTION, left, overrelax, omega_max, True)
+        sparse_plan = kernel.plan_csr(loop.F, loop.G)
+    F, G = loop.F, loop.G
+    converged = err <= tol
+    if not converged:
+        warnings.warn(
+            f"Sinkhorn stopped after {loop.n_iter} iterations (max_iter={max_iter}) with marginal error "
+            f"{err:.3g} > tol={tol:g}; increase max_iter or epsilon",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    plan = None
+    if keep_plan and isinstance(kernel, _DenseKernel):
+        plan = kernel.plan_inplace(F, G)
+    if isinstance(kernel, _SparseKernel):
+        nnz = kernel.support.nnz
+        sparse_cost = float((sparse_plan.values() * kernel.cvals).sum())
+    else:
+        nnz, sparse_cost = n * m, math.nan
+    return SinkhornResult(
+        f=F - eps * log_a,
+        g=G - eps * log_b,
+        a=a,
+        b=b,
+        epsilon_abs=eps,
+        n_iter=loop.n_iter,
+        marginal_error=float(err),
+        converged=bool(converged),
+        mode=kernel.mode,
+        truncated_mass=float(truncated_mass),
+        nnz=int(nnz),
+        geometry=geom,
+        _plan=plan,
+        _sparse=sparse_plan,
+        _sparse_cost=sparse_cost,
+    )
+
+
+def _multiscale_start(
+    geom: CostGeometry,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    schedule: list[float],
+    size: int,
+    stage_iter: int,
+    absorb_threshold: float,
+) -> torch.Tensor:
+    """Solve ``schedule`` on a random ``size x size`` subsample; return a full ``G`` (m,).
+
+    The subsample's row potential is extended to every column by the
+    c-transform ``G_j = eps (log b_j - LSE_{i in I}((F_i - C_ij)/eps))`` at the
+    last coarse regularisation (with the subsample's normalised row weights).
+    """
+    n, m = geom.shape
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randperm(n, generator=gen)[:size].sort().values.to(geom.device)
+    cols = torch.randperm(m, generator=gen)[:size].sort().values.to(geom.device)
+    a_sub, b_sub = a[rows] / a[rows].sum(), b[cols] / b[cols].sum()
+    eps = schedule[-1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a warm start only
+        sub = sinkhorn(
+            geom.subset(rows, cols),
+            a_sub,
+            b_sub,
+            epsilon_abs=eps,
+            tol=_STAGE_TOL,
+            max_iter=max(2, stage_iter * len(schedule)),
+            eps_scaling=schedule[-1] / schedule[-2] if len(schedule) > 1 else None,
+            eps_start=schedule[0],
+            stage_iter=stage_iter,
+            mode="dense" if geom.matrix is not None else "online",
+            multiscale=None,
+        )
+    F_sub = sub.f + eps * a_sub.log()
+    extend = _OnlineKernel(geom.subset(rows, None), a_sub.log(), b.log(), absorb_threshold)
+    extend.set_eps(eps)
+    return eps * (b.log() - extend.col_lse(F_sub))
+
+
+def _resupport(
+    kernel: _SparseKernel,
+    geom: CostGeometry,
+    loop: _Loop,
+    eps: float,
+    truncation: float,
+    dev,
+    absorb_threshold: float,
+) -> _SparseKernel:
+    """A sparse kernel on the old support plus the entries significant for ``(F, G)``."""
+    support, _ = _select_support(
+        geom,
+        loop.G,
+        eps,
+        truncation,
+        geom.shape[0] * geom.shape[1] + geom.shape[1],
+        F=loop.F,
+        log_a=loop.log_a,
+        log_b=loop.log_b,
+    )
+    support = kernel.support.union(support)
+    _check_sparse_memory(support.nnz, dev)
+    out = _SparseKernel(geom, loop.log_a, loop.log_b, absorb_threshold, support)
+    out.set_eps(eps)
+    return out
+
+
+def _check_sparse_memory(nnz: int, dev: torch.device) -> None:
+    # rows, cols, perm, csr/csc indices (int64) + cost, values x3 (float64)
+    check_memory(nnz * 8 * 9, dev, f"the truncated Sinkhorn kernel ({nnz} entries)")
+
+
+def _check_symmetric(geom: CostGeometry) -> None:
+    n = geom.shape[0]
+    gen = torch.Generator().manual_seed(0)
+    k = min(4096, n * n)
+    ii = torch.randint(0, n, (k,), generator=gen)
+    jj = torch.randint(0, n, (k,), generator=gen)
+    if geom.matrix is not None:
+        c = geom.matrix
+        cij = c[ii.to(c.device), jj.to(c.device)]
+        cji = c[jj.to(c.device), ii.to(c.device)]
+    else:
+        pick = torch.unique(ii)[:64]
+        rows = torch.stack([geom.row_block(int(i), int(i) + 1)[0] for i in pick])
+        cij = rows[:, pick]
+        cji = rows[:, pick].T
+    scale = float(cij.abs().max()) + 1e-30
+    if float((cij - cji).abs().max()) > 1e-4 * scale:
+        raise GeovizError("sinkhorn: symmetric=True needs a symmetric cost (C = C^T)")
 
 
 def _coarse_newton(
@@ -710,14 +1398,16 @@ def _coarse_newton(
     return torch.from_numpy(s - centre), torch.from_numpy(t + centre)
 
 
-def _solve_symmetric(cost, a, eps, tol, max_iter, f0, callback) -> SinkhornResult:
+def _solve_symmetric(geom: CostGeometry, a, eps, tol, max_iter, f0, callback) -> SinkhornResult:
     """Averaged log-domain iterations for a symmetric problem (potential ``f = g``)."""
     log_a = a.log()
+    kernel = _OnlineKernel(geom, log_a, log_a, 30.0)
+    kernel.set_eps(eps)
     f = f0.clone()  # internal convention: pi = exp((F_i + F_j - C_ij)/eps)
     err = math.inf
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
-        t = eps * log_a - eps * _row_lse(cost, f, eps)
+        t = eps * log_a - eps * kernel.row_lse(f)
         # row marginal of the current plan: a * exp((F - T(F))/eps)
         err = 2.0 * float((a * torch.expm1((f - t) / eps)).abs().sum())
         if callback is not None:
@@ -742,187 +1432,7 @@ def _solve_symmetric(cost, a, eps, tol, max_iter, f0, callback) -> SinkhornResul
         n_iter=n_iter,
         marginal_error=float(err),
         converged=bool(converged),
-        cost=cost,
+        mode="online",
+        nnz=geom.shape[0] ** 2,
+        geometry=geom,
     )
-
-
-# --------------------------------------------------------------------------- online (streamed)
-
-
-def sinkhorn_online(
-    block_cost: Callable[[int, int], torch.Tensor],
-    n: int,
-    m: int,
-    a: torch.Tensor | None = None,
-    b: torch.Tensor | None = None,
-    *,
-    epsilon_abs: float,
-    tol: float = 1e-4,
-    max_iter: int = 5000,
-    block: int = 2048,
-    values: torch.Tensor | None = None,
-    callback: Callable[[int, float], None] | None = None,
-    device: torch.device | str | None = None,
-    eps_scaling: float | None = 0.25,
-    eps_start: float | None = None,
-    stage_iter: int = 30,
-) -> tuple[SinkhornResult, dict]:
-    """Log-domain Sinkhorn that never materialises the ``(n, m)`` cost.
-
-    ``block_cost(j0, j1)`` must return the ``(n, j1 - j0)`` cost columns
-    ``j0:j1``; it is called ``ceil(m / block)`` times per iteration (one column
-    update and the streaming log-sum-exp of the row update share a pass), plus
-    one final pass. Memory is ``O(n * block)``; time is one full cost evaluation
-    per iteration. The marginal error is exact and free: after the column
-    update the column marginals are exact and the row marginals are
-    ``a * exp((f_old - f_new)/eps)``; the returned potentials are those of the
-    state whose error was measured.
-
-    Parameters
-    ----------
-    block_cost
-        Callable producing cost column blocks (float32/float64, on one device).
-    n, m
-        Problem size.
-    a, b
-        Weights (default uniform).
-    epsilon_abs, tol, max_iter
-        As in :func:`sinkhorn`.
-    block
-        Columns per block.
-    values
-        Optional ``(m, k)`` values to average with the row-normalised plan in
-        the final pass (barycentric projection); returned as ``extra["barycentric"]``
-        ``(n, k)`` float64.
-    callback
-        ``callback(iteration, marginal_error)``.
-    device
-        Device of the potentials (default: that of the first cost block).
-    eps_scaling, eps_start, stage_iter
-        Epsilon annealing as in :func:`sinkhorn` (``eps_start`` defaults to the
-        mean of the first cost block).
-
-    Returns
-    -------
-    (SinkhornResult, dict)
-        The result (``cost=None``) and ``{"transport_cost": <pi, C>, "barycentric": ...}``.
-    """
-    if not (
-        isinstance(epsilon_abs, (int, float)) and math.isfinite(epsilon_abs) and epsilon_abs > 0
-    ):
-        raise GeovizError(
-            f"sinkhorn_online: epsilon_abs must be a finite number > 0, got {epsilon_abs!r}"
-        )
-    if not (tol > 0) or int(max_iter) < 1 or n < 1 or m < 1 or block < 1:
-        raise GeovizError("sinkhorn_online: need tol > 0, max_iter >= 1, n, m >= 1 and block >= 1")
-    eps = float(epsilon_abs)
-    first = block_cost(0, min(block, m))
-    dev = first.device if device is None else torch.device(device)
-    a = (
-        uniform_weights(n, dev)
-        if a is None
-        else torch.as_tensor(a, dtype=torch.float64, device=dev)
-    )
-    b = (
-        uniform_weights(m, dev)
-        if b is None
-        else torch.as_tensor(b, dtype=torch.float64, device=dev)
-    )
-    log_a, log_b = a.log(), b.log()
-    blocks = [(j0, min(m, j0 + block)) for j0 in range(0, m, block)]
-    f = torch.zeros(n, dtype=torch.float64, device=dev)
-    g = torch.zeros(m, dtype=torch.float64, device=dev)
-
-    def cost_of(k: int) -> torch.Tensor:
-        return first if k == 0 and cached_first[0] else block_cost(*blocks[k])
-
-    cached_first = [len(blocks) == 1]
-    schedule = [eps]
-    if eps_scaling is not None:
-        if not (0.0 < eps_scaling < 1.0):
-            raise GeovizError(
-                f"sinkhorn_online: eps_scaling must be in (0, 1) or None, got {eps_scaling!r}"
-            )
-        start = float(first.mean()) if eps_start is None else float(eps_start)
-        e = eps
-        while e / eps_scaling < start:
-            e = e / eps_scaling
-            schedule.append(e)
-        schedule = schedule[::-1]
-        if int(max_iter) < 2 * len(schedule):
-            schedule = [eps]
-    err = math.inf
-    it = 0
-    for stage, e_cur in enumerate(schedule):
-        final = stage == len(schedule) - 1
-        stage_tol = tol if final else max(tol, _STAGE_TOL)
-        budget = int(max_iter) - it if final else min(int(stage_iter), int(max_iter) - it - 1)
-        for _ in range(max(budget, 0)):
-            it += 1
-            f_s = (f / e_cur)[:, None]
-            run_max = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
-            run_sum = torch.zeros(n, dtype=torch.float64, device=dev)
-            for k, (j0, j1) in enumerate(blocks):
-                cb = cost_of(k)
-                z = f_s.to(cb.dtype) - cb / e_cur  # (n, bs)
-                g[j0:j1] = e_cur * (log_b[j0:j1] - torch.logsumexp(z, dim=0).double())
-                s = (g[j0:j1] / e_cur).to(cb.dtype)[None, :] - cb / e_cur
-                bm = s.amax(dim=1).double()
-                new_max = torch.maximum(run_max, bm)
-                run_sum = (
-                    run_sum * torch.exp(run_max - new_max)
-                    + torch.exp(s - new_max[:, None].to(s.dtype)).sum(1).double()
-                )
-                run_max = new_max
-            f_new = e_cur * (log_a - run_max - run_sum.log())
-            err = float((a * torch.expm1((f - f_new) / e_cur)).abs().sum())
-            if callback is not None and final:
-                callback(it, err)
-            if err <= stage_tol or (final and it >= int(max_iter)):
-                break  # keep (f, g): the state whose error was measured
-            f = f_new
-        if not final and budget > 0:
-            f = f_new  # rows exact for the next stage's start
-    converged = err <= tol
-    if not converged:
-        warnings.warn(
-            f"streamed Sinkhorn stopped after {it} iterations (max_iter={max_iter}) with marginal error "
-            f"{err:.3g} > tol={tol:g}; increase max_iter or epsilon",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    # final pass: <pi, C> and optional barycentric averages at the measured state (f, g)
-    transport = 0.0
-    if values is not None:
-        values = values.to(dev)
-        run_max = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
-        acc = torch.zeros((n, values.shape[1]), dtype=torch.float64, device=dev)
-        run_sum = torch.zeros(n, dtype=torch.float64, device=dev)
-    for k, (j0, j1) in enumerate(blocks):
-        cb = cost_of(k)
-        s = (g[j0:j1] / eps).to(cb.dtype)[None, :] - cb / eps
-        logp = s + (f / eps).to(cb.dtype)[:, None]
-        transport += float((logp.exp_() * cb).sum(1).double().sum())
-        if values is not None:
-            bm = s.amax(dim=1).double()
-            new_max = torch.maximum(run_max, bm)
-            scale = torch.exp(run_max - new_max)
-            w = torch.exp(s - new_max[:, None].to(s.dtype)) * b[j0:j1].to(s.dtype)[None, :]
-            acc = acc * scale[:, None] + (w @ values[j0:j1].to(w.dtype)).double()
-            run_sum = run_sum * scale + w.sum(1).double()
-            run_max = new_max
-    extra: dict = {"transport_cost": transport}
-    if values is not None:
-        extra["barycentric"] = acc / run_sum[:, None]
-    result = SinkhornResult(
-        f=f - eps * log_a,
-        g=g - eps * log_b,
-        a=a,
-        b=b,
-        epsilon_abs=eps,
-        n_iter=it,
-        marginal_error=float(err),
-        converged=bool(converged),
-        cost=None,
-    )
-    return result, extra
