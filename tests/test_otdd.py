@@ -215,8 +215,8 @@ def test_small_epsilon_approaches_exact_otdd():
 
 def test_batched_with_large_batch_equals_full():
     q, p = gmm(60, 8), gmm(50, 9, classes=("w", "x", "y", "z"))
-    full = otdd(q, p, OTDDConfig(), barycentric=True)
-    batched = otdd(q, p, OTDDConfig(batch_size=60), barycentric=True)
+    full = otdd(q, p, OTDDConfig(dtype="float64"), barycentric=True)
+    batched = otdd(q, p, OTDDConfig(batch_size=60, dtype="float64"), barycentric=True)
     assert batched.n_batches == 1 and batched.coupling is None
     assert batched.cost == pytest.approx(full.cost, rel=1e-6)
     torch.testing.assert_close(batched.mapped_features, full.mapped_features)
@@ -341,13 +341,27 @@ def test_label_method_exact_and_lambdas():
     res = otdd(
         q,
         p,
-        OTDDConfig(label_method="exact", lambda_x=2.0, lambda_y=0.0, dtype="float64", tol=1e-8),
+        OTDDConfig(
+            label_method="exact",
+            lambda_x=2.0,
+            lambda_y=0.0,
+            dtype="float64",
+            tol=1e-8,
+            epsilon=0.05,
+        ),
     )
     _assert_kkt(res, brute_cost(q, p, res.label_distances, 2.0, 0.0), rtol=1e-5, tol=1e-7)
     with_labels = otdd(
         q,
         p,
-        OTDDConfig(label_method="exact", lambda_x=2.0, lambda_y=3.0, dtype="float64", tol=1e-8),
+        OTDDConfig(
+            label_method="exact",
+            lambda_x=2.0,
+            lambda_y=3.0,
+            dtype="float64",
+            tol=1e-8,
+            epsilon=0.05,
+        ),
     )
     _assert_kkt(
         with_labels, brute_cost(q, p, with_labels.label_distances, 2.0, 3.0), rtol=1e-5, tol=1e-7

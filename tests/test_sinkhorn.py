@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from geoviz.errors import ConvergenceWarning, GeovizError
-from geoviz.ot.sinkhorn import sinkhorn, sinkhorn_online
+from geoviz.ot.geometry import DenseCost, PointCloudCost
+from geoviz.ot.sinkhorn import sinkhorn
 
 CUDA = pytest.param(
     "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
@@ -175,29 +176,104 @@ def test_symmetric_solver_matches_general_solver():
     np.testing.assert_allclose(sym.plan().numpy(), gen.plan().numpy(), atol=1e-10)
 
 
+@pytest.mark.parametrize("mode", ["online", "sparse"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_online_solver_matches_dense(dtype):
+def test_other_kernels_match_dense(mode, dtype):
     cost, _, _ = _cloud_cost(45, 37, seed=12, dtype=dtype)
     eps = 0.05 * float(cost.mean())
-    dense = sinkhorn(cost, epsilon_abs=eps, tol=1e-8 if dtype == torch.float64 else 1e-5)
+    tol = 1e-8 if dtype == torch.float64 else 1e-5
+    dense = sinkhorn(cost, epsilon_abs=eps, tol=tol, mode="dense")
     values = torch.randn(37, 4, dtype=dtype)
-    online, extra = sinkhorn_online(
-        lambda j0, j1: cost[:, j0:j1],
-        45,
-        37,
-        epsilon_abs=eps,
-        tol=1e-8 if dtype == torch.float64 else 1e-5,
-        block=10,
-        values=values,
-    )
-    assert online.converged
+    other = sinkhorn(cost, epsilon_abs=eps, tol=tol, mode=mode, truncation=40.0)
+    assert other.converged and other.mode == mode
     rtol = 1e-6 if dtype == torch.float64 else 1e-3
-    assert online.dual_value() == pytest.approx(dense.dual_value(), rel=rtol)
+    assert other.dual_value() == pytest.approx(dense.dual_value(), rel=rtol)
     plan = dense.plan().double()
-    assert extra["transport_cost"] == pytest.approx(float((plan * cost.double()).sum()), rel=rtol)
+    assert other.transport_cost() == pytest.approx(float((plan * cost.double()).sum()), rel=rtol)
     bary = (plan / plan.sum(1, keepdim=True)) @ values.double()
-    np.testing.assert_allclose(extra["barycentric"].numpy(), bary.numpy(), atol=50 * rtol)
-    np.testing.assert_allclose(online.plan(cost).double().numpy(), plan.numpy(), atol=rtol / 45)
+    np.testing.assert_allclose(other.apply(values).numpy(), bary.numpy(), atol=50 * rtol)
+    np.testing.assert_allclose(other.plan().double().numpy(), plan.numpy(), atol=rtol / 45)
+
+
+def test_point_cloud_geometry_blocks_equal_the_matrix():
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(30, 4, generator=g), torch.randn(25, 4, generator=g)
+    labels, labels_ref = torch.arange(30) % 3, torch.arange(25) % 2
+    lab = torch.rand(3, 2, generator=g, dtype=torch.float64) * 5
+    geom = PointCloudCost(
+        x,
+        y,
+        labels=labels,
+        labels_ref=labels_ref,
+        label_cost=lab,
+        lambda_x=0.5,
+        lambda_y=2.0,
+        dtype=torch.float64,
+        block_bytes=7 * 25 * 8,
+    )
+    brute = 0.5 * torch.cdist(x.double(), y.double()).square() + 2.0 * lab[labels][:, labels_ref]
+    np.testing.assert_allclose(geom.dense().numpy(), brute.numpy(), atol=1e-9)
+    assert geom.mean() == pytest.approx(float(brute.mean()))
+    assert geom.epsilon_abs(0.1) == pytest.approx(0.1 * float(brute.mean()))
+    rows, cols = torch.tensor([2, 5, 29]), torch.tensor([0, 24])
+    np.testing.assert_allclose(
+        geom.subset(rows, cols).dense().numpy(), brute[rows][:, cols].numpy(), atol=1e-9
+    )
+    # the same problem through the stored matrix and through the lazy geometry
+    eps = 0.01 * float(brute.mean())
+    lazy = sinkhorn(geom, epsilon_abs=eps, tol=1e-9)
+    stored = sinkhorn(DenseCost(brute), epsilon_abs=eps, tol=1e-9, mode="dense")
+    np.testing.assert_allclose(lazy.plan().numpy(), stored.plan().numpy(), atol=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse", "online"])
+def test_permutation_gives_identity_plan_and_one_neighbour(mode):
+    """Q = a permuted copy of P: at small epsilon the plan is that permutation (closed form)."""
+    g = torch.Generator().manual_seed(7)
+    grid = torch.stack(torch.meshgrid(torch.arange(7.0), torch.arange(7.0), indexing="ij"), -1)
+    x = grid.reshape(49, 2).double()  # unit spacing: any other matching costs >= 2 more
+    perm = torch.randperm(49, generator=g)
+    cost = torch.cdist(x, x[perm]).square()
+    res = sinkhorn(cost, epsilon_abs=0.05, tol=1e-8, mode=mode)
+    want = torch.argsort(perm)  # row i is matched to the column holding x_i
+    idx, wts = res.top_neighbours(3)
+    assert torch.equal(idx[:, 0], want)
+    np.testing.assert_allclose(wts[:, 0].numpy(), 1.0, atol=1e-6)
+    np.testing.assert_allclose(res.row_perplexity().numpy(), 1.0, atol=1e-4)
+    np.testing.assert_allclose(res.apply(x[perm]).numpy(), x.numpy(), atol=1e-5)
+
+
+def test_uniform_plan_has_perplexity_m():
+    res = sinkhorn(torch.ones(6, 9, dtype=torch.float64), epsilon_abs=1.0, tol=1e-12)
+    np.testing.assert_allclose(res.row_perplexity().numpy(), 9.0, rtol=1e-9)
+    idx, wts = res.top_neighbours(20)  # k is capped at m
+    assert idx.shape == (6, 9) and torch.allclose(
+        wts, torch.full((6, 9), 1 / 9, dtype=torch.float64)
+    )
+
+
+@pytest.mark.parametrize("rel_eps", [0.01, 0.002])
+def test_sparse_kernel_matches_dense_at_small_epsilon(rel_eps):
+    cost, _, _ = _cloud_cost(120, 90, seed=21, clusters=True)
+    eps = rel_eps * float(cost.mean())
+    dense = sinkhorn(cost, epsilon_abs=eps, tol=1e-7, mode="dense", max_iter=20000)
+    sparse = sinkhorn(cost, epsilon_abs=eps, tol=1e-7, mode="sparse", max_iter=20000)
+    assert sparse.mode == "sparse" and sparse.nnz < 0.5 * cost.numel()
+    # the reported error is that of the dense plan of the potentials and of the truncated plan
+    assert _marginal_error(sparse.plan(), sparse.a, sparse.b) <= sparse.marginal_error + 1e-12
+    trunc = sparse.sparse_plan().to_dense()
+    assert _marginal_error(trunc, sparse.a, sparse.b) <= sparse.marginal_error + 1e-12
+    assert 0.0 <= sparse.truncated_mass <= 1e-7
+    np.testing.assert_allclose(sparse.plan().numpy(), dense.plan().numpy(), atol=1e-6)
+
+
+def test_multiscale_start_reaches_the_same_plan():
+    cost, _, _ = _cloud_cost(200, 180, seed=22)
+    eps = 0.005 * float(cost.mean())
+    plain = sinkhorn(cost, epsilon_abs=eps, tol=1e-7, mode="dense", max_iter=20000)
+    coarse = sinkhorn(cost, epsilon_abs=eps, tol=1e-7, multiscale=40, max_iter=20000)
+    assert coarse.converged
+    np.testing.assert_allclose(coarse.plan().numpy(), plain.plan().numpy(), atol=1e-6)
 
 
 @settings(max_examples=15, deadline=None)
@@ -261,27 +337,21 @@ def test_devices(device, dtype):
     )
 
 
+@pytest.mark.parametrize("mode", ["dense", "sparse", "online"])
 @pytest.mark.parametrize("max_iter", [1, 2, 5, 40])
-def test_reported_error_is_that_of_the_returned_plan(max_iter):
+def test_reported_error_is_that_of_the_returned_plan(max_iter, mode):
     cost, _, _ = _cloud_cost(40, 30, seed=14, clusters=True)
     eps = 0.01 * float(cost.mean())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        dense = sinkhorn(cost, epsilon_abs=eps, tol=1e-12, max_iter=max_iter)
-        online, _ = sinkhorn_online(
-            lambda j0, j1: cost[:, j0:j1],
-            40,
-            30,
-            epsilon_abs=eps,
-            tol=1e-12,
-            max_iter=max_iter,
-            block=7,
-        )
-    for res in (dense, online):
-        assert res.n_iter <= max_iter and not res.converged
-        assert _marginal_error(res.plan(cost), res.a, res.b) == pytest.approx(
-            res.marginal_error, rel=1e-9
-        )
+        res = sinkhorn(cost, epsilon_abs=eps, tol=1e-12, max_iter=max_iter, mode=mode)
+    assert res.n_iter <= max_iter and not res.converged
+    dense_err = _marginal_error(res.plan(cost), res.a, res.b)
+    if mode == "sparse":  # the larger of the dense and the truncated plan's errors
+        trunc_err = _marginal_error(res.sparse_plan().to_dense(), res.a, res.b)
+        assert max(dense_err, trunc_err) == pytest.approx(res.marginal_error, rel=1e-9)
+    else:
+        assert dense_err == pytest.approx(res.marginal_error, rel=1e-9)
 
 
 def test_symmetric_rejects_asymmetric_cost():

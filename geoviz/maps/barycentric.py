@@ -278,7 +278,7 @@ class FittedEntropicMap:
         dt = resolve_dtype(cfg.dtype)
         xr = self.reference_features_.to(device=dev, dtype=dt)
         yr = self.reference_labels_.to(dev)
-        logit_g = (self.g_ / self.epsilon_abs_).to(device=dev, dtype=dt)
+        logit_g = (self.g_ / self.epsilon_abs_).to(device=dev, dtype=torch.float64)
         onehot = torch.nn.functional.one_hot(yr, len(self.reference_classes)).to(dt)
         n = feats.shape[0]
         out_x = torch.empty((n, d), dtype=torch.float32)
@@ -297,9 +297,10 @@ class FittedEntropicMap:
                 dtype=dt,
                 device=dev,
             )
-            w = torch.softmax(logit_g[None, :] - cost / self.epsilon_abs_, dim=1)
-            out_x[r0:r1] = (w @ xr).float().cpu()
-            soft = (w @ onehot).double()
+            # float64 logits: (g - C)/eps is ~1/epsilon-relative large at sharp epsilon
+            w = torch.softmax(logit_g[None, :] - cost.double() / self.epsilon_abs_, dim=1)
+            out_x[r0:r1] = (w.to(dt) @ xr).float().cpu()
+            soft = w @ onehot.double()
             out_y[r0:r1] = (soft / soft.sum(1, keepdim=True)).float().cpu()
         return out_x, out_y
 

@@ -599,9 +599,8 @@ def _geometry(
     """The OTDD cost of one block: stored (dense) or evaluated by row blocks (streamed)."""
     n, m = xq.shape[0], xp.shape[0]
     if cfg.stream_reference:
-        check_memory(
-            (n + m) * xq.shape[1] * _itemsize(dt) + 64 * 2**20, dev, f"the streamed {what}"
-        )
+        block = min(64 * 2**20, n * m * _itemsize(dt))  # one row block of the cost
+        check_memory((n + m) * xq.shape[1] * _itemsize(dt) + block, dev, f"the streamed {what}")
         return PointCloudCost(
             xq,
             xp,

@@ -219,11 +219,13 @@ class SinkhornResult:
         if geom is None:
             raise GeovizError("SinkhornResult: the cost was not kept")
         eps = self.epsilon_abs
+        # float64 exponents: (f + g - C)/eps is ~1/epsilon-relative large, float32 would
+        # put ~1e-7/epsilon relative error on every entry
         row = self.f / eps + self.a.log()
-        col = (self.g / eps + self.b.log()).to(geom.dtype)
+        col = self.g / eps + self.b.log()
         for r0, r1, c in geom.row_blocks():
-            blk = torch.add(col[None, :], c, alpha=-1.0 / eps)
-            _exp_(blk.add_(row[r0:r1, None].to(blk.dtype)))
+            blk = torch.add(col[None, :], c.double(), alpha=-1.0 / eps)
+            _exp_(blk.add_(row[r0:r1, None]))
             yield r0, r1, blk
 
     def sparse_plan(self) -> torch.Tensor | None:
@@ -721,8 +723,12 @@ def _select_support(
         col_mass = torch.zeros(m, dtype=torch.float64, device=dev)
     rows_l, cols_l, cost_l = [], [], []
     total = 0
+    if measure:  # the measured error must not carry float32 rounding of (F + G - C)/eps
+        g_s, f_s = G / eps, F / eps
+        if not uniform:
+            la, lb = la.double(), lb.double()
     for r0, r1, c in geom.row_blocks(_PASS_ROWS(geom)):
-        z = torch.add(g_s[None, :], c, alpha=-1.0 / eps)
+        z = torch.add(g_s[None, :], c.to(g_s.dtype), alpha=-1.0 / eps)
         if balanced:
             z.add_(f_s[r0:r1, None])
             keep = z >= thr if uniform else z >= torch.minimum(la[r0:r1, None], lb[None, :])
@@ -898,13 +904,20 @@ class _Loop:
         relaxed_at: int | None = None
         last_coarse = 0
         err = math.inf
+        prev: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+        prev_err = math.inf
         while True:
             err, Lr = self.error(kernel)
             due = used % self.check_every == 0 or used >= budget
             if report and due and self.callback is not None:
                 self.callback(self.n_iter + used, err)
+            if not math.isfinite(err) and prev is not None:
+                self.F, self.G, self.Lc = prev  # keep the last iterate whose error was measured
+                err = prev_err
+                break
             if (err <= tol and due) or used >= budget or not math.isfinite(err):
                 break
+            prev, prev_err = (self.F, self.G, self.Lc), err
             gr = self.groups
             if gr is not None and used - last_coarse >= gr.every:
                 row_res = torch.exp(self.F / eps + Lr) - self.a
@@ -1176,16 +1189,20 @@ def sinkhorn(
             stage_tol = max(tol, _STAGE_TOL)
         else:  # leave room for the dense plan's extra error, measured below
             stage_tol = tol * _SPARSE_TOL_FRACTION if isinstance(kernel, _SparseKernel) else tol
-        if final and isinstance(kernel, _SparseKernel) and stage_tol < _RESELECT_TOL:
-            # the support was chosen with the previous stage's potentials: once these have
-            # settled (or stall on a support too thin to carry the marginals), choose it again
-            # around the balanced potentials, keeping the old entries
-            used0 = loop.n_iter
-            err = loop.run(kernel, _RESELECT_TOL, budget, overrelax, omega_max, True, stall=_STALL)
-            budget -= loop.n_iter - used0
-            if err > stage_tol and budget > 0:
-                kernel = _resupport(kernel, geom, loop, e, truncation, dev, absorb_threshold)
-        if budget > 0:
+        if final and isinstance(kernel, _SparseKernel):
+            kernel, err = _final_sparse_stage(
+                kernel,
+                loop,
+                geom,
+                e,
+                stage_tol,
+                budget,
+                truncation,
+                overrelax,
+                omega_max,
+                absorb_threshold,
+            )
+        else:
             err = loop.run(kernel, stage_tol, budget, overrelax and final, omega_max, final)
     assert kernel is not None
 
@@ -1217,7 +1234,18 @@ def sinkhorn(
             _check_sparse_memory(support.nnz, dev)
             kernel = _SparseKernel(geom, log_a, log_b, absorb_threshold, support)
             kernel.set_eps(eps)
-            err = loop.run(kernel, tol * _SPARSE_TOL_FRACTION, left, overrelax, omega_max, True)
+            kernel, err = _final_sparse_stage(
+                kernel,
+                loop,
+                geom,
+                eps,
+                tol * _SPARSE_TOL_FRACTION,
+                left,
+                truncation,
+                overrelax,
+                omega_max,
+                absorb_threshold,
+            )
         sparse_plan = kernel.plan_csr(loop.F, loop.G)
     F, G = loop.F, loop.G
     converged = err <= tol
@@ -1295,6 +1323,46 @@ def _multiscale_start(
     extend = _OnlineKernel(geom.subset(rows, None), a_sub.log(), b.log(), absorb_threshold)
     extend.set_eps(eps)
     return eps * (b.log() - extend.col_lse(F_sub))
+
+
+def _final_sparse_stage(
+    kernel: _SparseKernel,
+    loop: _Loop,
+    geom: CostGeometry,
+    eps: float,
+    stage_tol: float,
+    budget: int,
+    truncation: float,
+    overrelax: bool,
+    omega_max: float,
+    absorb_threshold: float,
+) -> tuple[_SparseKernel, float]:
+    """Iterate on the truncated kernel, re-selecting its support when it is stale or too thin.
+
+    The support was chosen with the previous stage's potentials: once the error is
+    below ``_RESELECT_TOL`` it is chosen again around the balanced potentials. A
+    support too thin to carry the marginals shows as a stall (the error does not
+    halve in ``_STALL`` iterations): it is then grown the same way; when it did not
+    grow (the problem is merely slow) the stall window doubles.
+    """
+    phase_tol = max(stage_tol, _RESELECT_TOL)
+    window = _STALL
+    err = math.inf
+    while budget > 0:
+        used0 = loop.n_iter
+        err = loop.run(kernel, phase_tol, budget, overrelax, omega_max, True, stall=window)
+        budget -= loop.n_iter - used0
+        if budget <= 0 or err <= stage_tol:
+            break
+        grown = _resupport(
+            kernel, geom, loop, eps, truncation, kernel.support.rows.device, absorb_threshold
+        )
+        if err <= phase_tol:
+            phase_tol = stage_tol  # the planned re-selection
+        elif grown.support.nnz == kernel.support.nnz:
+            window *= 2  # complete support, slow convergence: check less often
+        kernel = grown
+    return kernel, err
 
 
 def _resupport(
