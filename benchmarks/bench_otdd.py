@@ -1,37 +1,40 @@
-"""Benchmark: OTDD coupling + barycentric map, geoviz vs POT, MNIST -> Fashion-MNIST.
+"""Benchmark: sharp OTDD coupling + barycentric map, geoviz vs POT, MNIST -> Fashion-MNIST.
 
-For each size N (points per side) this runs, each in a fresh subprocess so the
-peak resident memory is clean:
+Every row runs in a fresh subprocess (clean peak memory) on the first N training
+images of MNIST (target) and Fashion-MNIST (reference), 784-d, at the **same
+absolute epsilon** ``eps_abs = epsilon x mean ground cost`` (default epsilon =
+geoviz's default, 1e-3: sharp maps) and the same L1 marginal tolerance:
 
-* **geoviz**: ``otdd(target, reference, OTDDConfig(epsilon), barycentric=True)``
-  end to end: Gaussian label distances, the ``N x N`` OTDD cost (feature +
-  label term) and the stabilised Sinkhorn to an L1 marginal error ``<= tol``,
-  the coupling and the barycentric projection (features and soft labels);
-* **POT** ``ot.sinkhorn`` (``--pot-method``, default ``sinkhorn_log``) on the
-  *same* cost matrix (built by geoviz, including the label term) with the same
-  absolute epsilon, followed by the same barycentric projection. POT's stopping
-  rule is the L2 norm of the column-marginal violation, checked every 10
-  iterations; ``stopThr = tol / sqrt(N)`` makes its L1 error comparable
-  (``||.||_1 <= sqrt(N) ||.||_2``); the table reports POT's *actual* L1
-  marginal error, computed from the returned plan.
+* ``geoviz``: ``otdd(target, reference, OTDDConfig(epsilon, tol), barycentric=True)``
+  end to end (Gaussian label distances, the N x N OTDD cost, Sinkhorn with the
+  ``auto`` kernel, barycentric projection and soft labels, plan-row statistics);
+* ``geoviz dense``: the same with ``solver="dense"`` (no kernel truncation,
+  no multiscale start: the engine before the sparse kernel), as a yardstick;
+* ``POT <method>``: ``ot.sinkhorn(a, b, C, eps_abs, method=...)`` on the *same*
+  cost matrix (built by geoviz, with the label term) on the same device
+  (torch backend), then the same barycentric projection. POT stops on the L2
+  norm of the column-marginal violation; ``stopThr = tol / sqrt(N)`` makes its
+  L1 error comparable (``||.||_1 <= sqrt(N) ||.||_2``). The table reports POT's
+  *actual* L1 marginal error, computed from the returned plan. A POT row that
+  runs longer than ``--pot-timeout`` seconds is killed and reported as such.
 
-``--full`` adds batched runs on the full training sets (60000 vs 60000):
-batches of ``--batch-size`` target points, each against a fresh random subsample
-of the reference of each size in ``--full-subsamples`` (paper appendix; ``0`` =
-the whole reference per batch, memory ``~2 B 60000 * 4`` bytes). POT is not run
-there (a 60000^2 float32 matrix is 14 GB).
+``--full`` adds the full training sets (60000 vs 60000) in batches of
+``--full-batch`` target points, each against the whole reference (paper
+appendix "Complexity"; memory ``~B x 60000 x 4`` bytes for the cost, no
+60000^2 array unless ``--full-batch 60000``).
 
-Columns: wall time (s; in brackets the time spent inside the Sinkhorn solver),
-peak RSS of the worker process (MB, ``ru_maxrss``) and its increase over the
-RSS after loading the data (~0.4 GB for Python, torch and the arrays), Sinkhorn
-iterations, L1 marginal error, OTDD value ``<pi, C>``, and the 1-min load
-average before/after (the cores are shared: other processes inflate times).
+Columns: wall time (s; in brackets the part inside Sinkhorn), peak memory of
+the worker (CPU: resident set, ``ru_maxrss``; CUDA: ``max_memory_allocated``),
+iterations, the L1 marginal error measured on the returned plan, the plan's
+sharpness (median plan-row perplexity = reference points averaged per mapped
+point, and the mean largest soft label), the OTDD value ``<pi, C>`` and the
+1-min load average before/after (the cores are shared).
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_otdd.py                      # N = 2000, 5000, 10000
-    .venv/bin/python benchmarks/bench_otdd.py --sizes 2000 --no-pot
-    .venv/bin/python benchmarks/bench_otdd.py --sizes "" --full    # only the 60000 batched run
+    .venv/bin/python benchmarks/bench_otdd.py                           # N = 2000, 5000, 10000 on CPU
+    .venv/bin/python benchmarks/bench_otdd.py --sizes "" --full         # only 60000 vs 60000
+    .venv/bin/python benchmarks/bench_otdd.py --device cuda --full --full-batch 60000
 """
 
 from __future__ import annotations
@@ -72,12 +75,34 @@ def _load(name: str, n: int | None):
     return LabeledDataset(feats, y, classes, name=name, image_shape=(1, 28, 28))
 
 
-def _marginal_error(plan) -> float:
+def _plan_stats(plan, onehot) -> dict:
+    """Marginal error, median row perplexity and mean max soft label of a dense plan."""
+    import torch
 
     n, m = plan.shape
-    rows = plan.sum(1).double()  # sum(dtype=float64) would copy the whole plan
+    rows = plan.sum(1).double()
     cols = plan.sum(0).double()
-    return float((rows - 1.0 / n).abs().sum() + (cols - 1.0 / m).abs().sum())
+    err = float((rows - 1.0 / n).abs().sum() + (cols - 1.0 / m).abs().sum())
+    perp = torch.empty(n, dtype=torch.float64)
+    for r0 in range(0, n, 1024):
+        q = plan[r0 : r0 + 1024].double()
+        q = q / q.sum(1, keepdim=True)
+        perp[r0 : r0 + 1024] = (-(q * q.clamp_min(1e-300).log()).sum(1)).exp().cpu()
+    soft = (plan @ onehot.to(plan.dtype)).double()
+    soft = soft / soft.sum(1, keepdim=True)
+    return {
+        "marginal_error": err,
+        "neighbours": float(perp.median()),
+        "confidence": float(soft.max(1).values.mean()),
+    }
+
+
+def _peak_mb(device: str) -> float:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**20
+    return _rss_mb()
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -94,6 +119,8 @@ def worker(args: argparse.Namespace) -> dict:
     def timed_sinkhorn(*a, **k):
         t = time.perf_counter()
         out = inner(*a, **k)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
         sink_time[0] += time.perf_counter() - t
         return out
 
@@ -102,186 +129,161 @@ def worker(args: argparse.Namespace) -> dict:
     n = None if args.n == 0 else args.n
     target = _load("mnist", n)
     reference = _load("fashion_mnist", n)
-    rss0 = _rss_mb()
-    row: dict = {"solver": args.worker, "n": target.n_samples, "threads": torch.get_num_threads()}
+    row: dict = {
+        "n": target.n_samples,
+        "device": args.device,
+        "threads": torch.get_num_threads(),
+    }
     if args.worker.startswith("geoviz"):
-        sub = None if args.reference_subsample == 0 else args.reference_subsample
-        full = args.worker == "geoviz"
         options = {
-            "geoviz": ({}, f"geoviz (tol={args.tol:g})"),
+            "geoviz": ({}, "geoviz auto"),
+            "geoviz-dense": ({"solver": "dense"}, "geoviz dense kernel"),
             "geoviz-batched": (
-                {"batch_size": args.batch_size, "reference_subsample": sub},
-                f"geoviz batched B={args.batch_size}, ref={sub or 'all'}",
+                {"batch_size": args.full_batch},
+                f"geoviz auto, batches of {args.full_batch} vs all",
             ),
-            "geoviz-streamed": (
-                {"stream_reference": True},
-                "geoviz streamed (B x 2048 cost blocks)",
-            ),
+            "geoviz-streamed": ({"stream_reference": True}, "geoviz streamed (no N x N cost)"),
         }
         extra, label = options[args.worker]
-        cfg = OTDDConfig(epsilon=args.epsilon, tol=args.tol, device="cpu", **extra)
+        cfg = OTDDConfig(epsilon=args.epsilon, tol=args.tol, device=args.device, **extra)
         t0 = time.perf_counter()
-        res = otdd(target, reference, cfg, barycentric=True, keep_coupling=full)
-        row["time"] = time.perf_counter() - t0
+        res = otdd(target, reference, cfg, barycentric=True, keep_coupling=False)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
         row.update(
+            time=time.perf_counter() - t0,
+            time_sinkhorn=sink_time[0],
             iters=res.n_iter,
             marginal_error=res.marginal_error,
             value=res.cost,
             converged=res.converged,
             eps_abs=res.epsilon_abs,
-            solver=label,
+            neighbours=res.effective_neighbours,
+            confidence=res.label_confidence,
+            solver=f"{label} ({res.solver_mode})",
+            batches=res.n_batches,
         )
-        if args.worker != "geoviz-streamed":  # the streamed solver is not the dense sinkhorn
-            row["time_sinkhorn"] = sink_time[0]
-        if args.worker == "geoviz-batched":
-            row["batches"] = res.n_batches
-        if res.coupling is not None:
-            row["marginal_error_check"] = _marginal_error(res.coupling)
-    else:  # POT on the same cost matrix
+    else:  # POT on the same cost matrix, same device
         import ot
 
+        method = args.worker.split(":", 1)[1]
+        dev = torch.device(args.device)
         t0 = time.perf_counter()
-        lab = label_distances(target, reference, device="cpu")
+        lab = label_distances(target, reference, device=dev)
         eps_abs = args.epsilon * mean_ground_cost(target, reference, lab)
         cost = ground_cost(
-            target.features, target.labels, reference.features, reference.labels, lab
+            target.features, target.labels, reference.features, reference.labels, lab, device=dev
         )
-        t_cost = time.perf_counter() - t0
-        a = torch.full((target.n_samples,), 1.0 / target.n_samples)
-        b = torch.full((reference.n_samples,), 1.0 / reference.n_samples)
+        a = torch.full((target.n_samples,), 1.0 / target.n_samples, device=dev)
+        b = torch.full((reference.n_samples,), 1.0 / reference.n_samples, device=dev)
         stop = args.tol / math.sqrt(reference.n_samples)
         t1 = time.perf_counter()
-        with __import__("warnings").catch_warnings(record=True) as caught:
-            __import__("warnings").simplefilter("always")
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             plan, log = ot.sinkhorn(
                 a,
                 b,
                 cost,
                 eps_abs,
-                method=args.pot_method,
+                method=method,
                 stopThr=stop,
                 numItermax=args.pot_max_iter,
                 log=True,
             )
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         t_sink = time.perf_counter() - t1
         rows = plan.sum(1, keepdim=True)
-        _mapped = (plan @ reference.features) / rows
-        _soft = (plan @ reference.one_hot()) / rows
-        row["time"] = time.perf_counter() - t0
-        row["time_sinkhorn"] = t_sink
-        row["time_cost"] = t_cost
-        row["iters"] = int(log.get("niter", log.get("n_iter", -1)))
-        row["marginal_error"] = _marginal_error(plan)
-        row["value"] = float((plan.double() * cost.double()).sum())
-        row["converged"] = not any("did not converge" in str(w.message) for w in caught)
-        row["solver"] = f"POT {args.pot_method} (stopThr={stop:.1e})"
-        row["eps_abs"] = eps_abs
-    row["peak_rss_mb"] = _rss_mb()
-    row["rss_before_mb"] = rss0
+        _mapped = (plan @ reference.features.to(dev)) / rows
+        onehot = reference.one_hot().to(dev)
+        stats = _plan_stats(plan, onehot)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        row.update(
+            time=time.perf_counter() - t0,
+            time_sinkhorn=t_sink,
+            iters=int(log.get("niter", log.get("n_iter", -1))),
+            value=float((plan.double() * cost.double()).sum()),
+            converged=not any("converge" in str(w.message) for w in caught)
+            and stats["marginal_error"] <= args.tol,
+            solver=f"POT {method}",
+            eps_abs=eps_abs,
+            **stats,
+        )
+    row["peak_mb"] = _peak_mb(args.device)
     row["load"] = f"{load0:.1f}/{os.getloadavg()[0]:.1f}"
     return row
 
 
-def _run(kind: str, n: int, args: argparse.Namespace, tol: float | None = None) -> dict:
+def _run(kind: str, n: int, args: argparse.Namespace, timeout: float | None = None) -> dict:
     cmd = [
-        sys.executable,
-        __file__,
-        "--worker",
-        kind,
-        "--n",
-        str(n),
-        "--epsilon",
-        str(args.epsilon),
-        "--tol",
-        str(args.tol if tol is None else tol),
-        "--pot-method",
-        args.pot_method,
-        "--pot-max-iter",
-        str(args.pot_max_iter),
-        "--batch-size",
-        str(args.batch_size),
-        "--reference-subsample",
-        str(args.reference_subsample),
-    ]
+        sys.executable, __file__, "--worker", kind, "--n", str(n),
+        "--epsilon", str(args.epsilon), "--tol", str(args.tol),
+        "--pot-max-iter", str(args.pot_max_iter), "--full-batch", str(args.full_batch),
+        "--device", args.device,
+    ]  # fmt: skip
     env = dict(os.environ)
     if args.threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(args.threads)
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    label = kind if not kind.startswith("pot:") else f"POT {kind[4:]}"
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, check=False, env=env, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"solver": label, "n": n, "error": f"killed after {timeout:.0f} s"}
     if proc.returncode != 0:
-        return {
-            "solver": kind,
-            "n": n,
-            "error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed",
-        }
+        tail = proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"
+        return {"solver": label, "n": n, "error": tail}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _table(rows: list[dict]) -> str:
     head = (
-        "| N | solver | time (s) | peak RSS (MB) | +RSS (MB) | iters | marginal err (L1) | OTDD <pi,C> "
-        "| load before/after |"
+        "| N | solver | time (s) [Sinkhorn] | peak mem (MB) | iters | marginal err (L1) "
+        "| neighbours (median) | label confidence | OTDD <pi,C> | load |"
     )
-    out = [head, "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    out = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['n']} | {r['solver']} | failed: {r['error']} | | | | | | |")
+            out.append(f"| {r['n']} | {r['solver']} | {r['error']} | | | | | | | |")
             continue
-        t = f"{r['time']:.2f}"
-        if "time_sinkhorn" in r:
-            t += f" (Sinkhorn {r['time_sinkhorn']:.2f})"
         conv = "" if r.get("converged", True) else " (not converged)"
         out.append(
-            f"| {r['n']} | {r['solver']} | {t} | {r['peak_rss_mb']:.0f} | "
-            f"{r['peak_rss_mb'] - r['rss_before_mb']:.0f} | {r['iters']} | "
-            f"{r['marginal_error']:.1e}{conv} | {r['value']:.4f} | {r['load']} |"
+            f"| {r['n']} | {r['solver']} | {r['time']:.2f} [{r['time_sinkhorn']:.2f}] | "
+            f"{r['peak_mb']:.0f} | {r['iters']} | {r['marginal_error']:.1e}{conv} | "
+            f"{r['neighbours']:.2f} | {r['confidence']:.3f} | {r['value']:.3f} | {r['load']} |"
         )
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from geoviz.ot.otdd import DEFAULT_EPSILON
+
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--sizes", default="2000,5000,10000", help="comma-separated N per side ('' for none)"
-    )
-    p.add_argument("--full", action="store_true", help="add the batched 60000 vs 60000 run")
-    p.add_argument(
-        "--epsilon", type=float, default=0.05, help="relative epsilon (x mean ground cost)"
-    )
+    p.add_argument("--sizes", default="2000,5000,10000", help="comma-separated N ('' for none)")
+    p.add_argument("--full", action="store_true", help="add 60000 vs 60000 (batched)")
+    p.add_argument("--full-batch", type=int, default=10000, help="target batch size for --full")
+    p.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON, help="x mean ground cost")
     p.add_argument("--tol", type=float, default=1e-4, help="L1 marginal tolerance")
-    p.add_argument("--no-pot", action="store_true", help="skip POT")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--no-dense", action="store_true", help="skip the geoviz dense-kernel rows")
     p.add_argument(
-        "--geoviz-extra-tols",
-        default="1e-6",
-        help="extra geoviz runs at these tolerances (equal-accuracy rows vs POT; '' for none)",
+        "--pot-methods",
+        default="sinkhorn_log,sinkhorn_epsilon_scaling",
+        help="POT methods to run ('' for none)",
     )
-    p.add_argument(
-        "--pot-method",
-        default="sinkhorn_log",
-        help="POT method (sinkhorn_log, sinkhorn_stabilized, sinkhorn)",
-    )
-    p.add_argument("--pot-max-iter", type=int, default=5000)
-    p.add_argument("--batch-size", type=int, default=10000)
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="pin torch/BLAS threads in the workers (0: library defaults); 1 is steadier on a loaded box",
-    )
-    p.add_argument("--reference-subsample", type=int, default=10000, help=argparse.SUPPRESS)
-    p.add_argument(
-        "--full-subsamples",
-        default="10000",
-        help="comma list of per-batch reference subsample sizes for --full (0: whole reference)",
-    )
+    p.add_argument("--pot-max-iter", type=int, default=100000)
+    p.add_argument("--pot-timeout", type=float, default=300.0, help="seconds per POT row")
+    p.add_argument("--pot-max-n", type=int, default=10000, help="skip POT above this N")
+    p.add_argument("--streamed-sizes", default="", help="N for stream_reference=True rows")
+    p.add_argument("--threads", type=int, default=0, help="pin torch/BLAS threads (0: default)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    p.add_argument(
-        "--streamed-sizes",
-        default="",
-        help="comma-separated N for the streamed mode (stream_reference=True; '' for none)",
-    )
     p.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -291,33 +293,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"data not found in {DATA_DIR} (set GEOVIZ_NIST_DIR)", file=sys.stderr)
         return 2
     rows: list[dict] = []
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    extra_tols = [float(t) for t in args.geoviz_extra_tols.split(",") if t.strip()]
-    for n in sizes:
-        jobs = [("geoviz", None)] + [("geoviz", t) for t in extra_tols]
-        if not args.no_pot:
-            jobs.append(("pot", None))
-        for kind, tol in jobs:
-            row = _run(kind, n, args, tol)
-            rows.append(row)
-            print("done:", _table([row]).splitlines()[-1], file=sys.stderr, flush=True)
-    for n in [int(s) for s in args.streamed_sizes.split(",") if s.strip()]:
-        row = _run("geoviz-streamed", n, args)
+
+    def record(row: dict) -> None:
         rows.append(row)
         print("done:", _table([row]).splitlines()[-1], file=sys.stderr, flush=True)
+
+    methods = [m for m in args.pot_methods.split(",") if m.strip()]
+    for n in [int(s) for s in args.sizes.split(",") if s.strip()]:
+        record(_run("geoviz", n, args))
+        if not args.no_dense:
+            record(_run("geoviz-dense", n, args))
+        if n <= args.pot_max_n:
+            for method in methods:
+                record(_run(f"pot:{method}", n, args, timeout=args.pot_timeout))
+    for n in [int(s) for s in args.streamed_sizes.split(",") if s.strip()]:
+        record(_run("geoviz-streamed", n, args))
     if args.full:
-        for sub in [int(x) for x in args.full_subsamples.split(",") if x.strip()]:
-            row = _run(
-                "geoviz-batched",
-                0,
-                argparse.Namespace(**{**vars(args), "reference_subsample": sub}),
-            )
-            rows.append(row)
-            print("done:", _table([row]).splitlines()[-1], file=sys.stderr, flush=True)
-    threads = rows[0].get("threads", "?") if rows else "?"
+        record(_run("geoviz-batched", 0, args))
+    import torch
+
+    where = (
+        f"GPU {torch.cuda.get_device_name()}"
+        if args.device.startswith("cuda")
+        else f"{os.cpu_count()} CPUs, {rows[0].get('threads', '?') if rows else '?'} torch threads"
+    )
     print(
-        f"\nMNIST -> Fashion-MNIST (train), 784-d, epsilon={args.epsilon} x mean cost, tol={args.tol}, "
-        f"{os.cpu_count()} CPUs, {threads} torch thread(s)\n"
+        f"\nMNIST -> Fashion-MNIST (train), 784-d, epsilon = {args.epsilon:g} x mean cost "
+        f"(eps_abs {rows[0].get('eps_abs', float('nan')) if rows else float('nan'):.3f} at the "
+        f"first N), tol = {args.tol:g} (L1), {where}, torch {torch.__version__}\n"
     )
     print(_table(rows))
     return 0

@@ -32,10 +32,12 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from geoviz.errors import DatasetError, GeovizError, WeightsError
+from geoviz.ot.otdd import DEFAULT_EPSILON
 
 __all__ = [
     "DEFAULT_REFERENCES",
     "DEFAULT_TARGET",
+    "EPSILON_CHOICES",
     "AppSettings",
     "BackgroundJob",
     "DatasetChoice",
@@ -45,6 +47,7 @@ __all__ = [
     "SessionModel",
     "Upload",
     "default_scenario",
+    "epsilon_choices",
     "preset_scenarios",
 ]
 
@@ -54,6 +57,9 @@ ChannelMode = Literal["auto", "grey", "rgb"]
 
 DEFAULT_TARGET = "mnist"
 DEFAULT_REFERENCES = ("fashion_mnist", "usps", "kmnist")
+
+#: relative epsilons offered by the Maps page (``eps_abs = epsilon * mean(C)``), sharp to blurry
+EPSILON_CHOICES = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
 
 T = TypeVar("T")
 
@@ -218,7 +224,9 @@ class Scenario:
         Common image format (``geoviz.data.preprocess.harmonize``).
     epsilon
         Entropic regularisation of the OTDD couplings, **relative** to the
-        mean cost (``eps_abs = epsilon * mean(C)``).
+        mean ground cost (``eps_abs = epsilon * mean(C)``, ``C = ||x - x'||^2 +
+        W_2^2`` with no 1/2); default :data:`geoviz.ot.otdd.DEFAULT_EPSILON`
+        (sharp maps). Larger values blur the maps.
     seed
         Seed of subsampling and of every randomised step.
     """
@@ -230,7 +238,7 @@ class Scenario:
     few_shot: FewShotOptions = FewShotOptions()
     image_size: int = 32
     channels: ChannelMode = "auto"
-    epsilon: float = 0.05
+    epsilon: float = DEFAULT_EPSILON
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -299,6 +307,14 @@ class Scenario:
     def with_(self, **changes: Any) -> Scenario:
         """A validated copy with ``changes`` applied (``dataclasses.replace``)."""
         return replace(self, **changes)
+
+
+def epsilon_choices(current: float | None = None) -> tuple[float, ...]:
+    """:data:`EPSILON_CHOICES` plus ``current`` (e.g. typed on the Datasets page), ascending."""
+    values = set(EPSILON_CHOICES)
+    if current is not None and float(current) > 0 and np.isfinite(current):
+        values.add(float(current))
+    return tuple(sorted(values))
 
 
 def _freeze(value: Any) -> Any:

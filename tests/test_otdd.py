@@ -12,7 +12,7 @@ import torch
 import geoviz.backend as backend
 from geoviz.backend import DiskCache
 from geoviz.data.dataset import LabeledDataset
-from geoviz.errors import DatasetError, GeovizError, ResourceError
+from geoviz.errors import BlurWarning, DatasetError, GeovizError, ResourceError
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import OTDDConfig, OTDDResult, ground_cost, mean_ground_cost, otdd
 
@@ -375,3 +375,50 @@ def test_device(device):
     got = otdd(q, p, OTDDConfig(device=device), barycentric=True)
     assert got.coupling.device.type == "cpu" and got.mapped_features.device.type == "cpu"
     assert got.cost == pytest.approx(ref.cost, rel=1e-4)
+
+
+# --------------------------------------------------------------------------- sharp default
+
+
+@pytest.fixture(scope="module")
+def bundled_pair():
+    from geoviz.data.registry import load_dataset
+
+    return load_dataset("mnist"), load_dataset("fashion_mnist")
+
+
+def test_default_maps_are_sharp_on_the_bundled_pair(bundled_pair):
+    """The default epsilon gives sharp maps (fails if the default drifts back to blur).
+
+    Bundled MNIST -> Fashion-MNIST, N = 2000: each mapped image averages <= 5 reference
+    images (median plan-row perplexity) and the soft labels have mean max >= 0.8.
+    """
+    q, p = bundled_pair
+    assert q.n_samples == p.n_samples == 2000
+    res = otdd(q, p, barycentric=True, keep_coupling=False)
+    assert res.converged and res.marginal_error <= OTDDConfig().tol
+    assert res.effective_neighbours <= 5.0
+    assert res.label_confidence >= 0.8
+    assert not res.is_blurry
+    # the numbers describe the returned map: recompute them from its outputs
+    assert res.label_confidence == pytest.approx(float(res.soft_labels.max(1).values.mean()))
+    assert res.effective_neighbours == pytest.approx(float(res.row_perplexity.median()))
+    # each mapped image is the plan-weighted average of its neighbours; the 8 largest
+    # plan entries carry nearly all of a typical row
+    w = res.neighbour_weight.double()
+    assert bool((w[:, :-1] >= w[:, 1:] - 1e-7).all())
+    top = w.sum(1)
+    assert float(top.median()) > 0.99 and float(top.max()) <= 1.0 + 1e-5
+    full = top > 0.999
+    approx = (w[:, :, None] * p.features[res.neighbour_index.clamp_min(0)].double()).sum(1)
+    approx = approx / top[:, None]
+    err = (approx - res.mapped_features.double()).abs().amax(1)
+    assert float(err[full].max()) < 0.01
+
+
+def test_blurry_epsilon_warns_with_advice(bundled_pair):
+    q, p = bundled_pair
+    q, p = q.subset(np.arange(0, 2000, 5)), p.subset(np.arange(0, 2000, 5))
+    with pytest.warns(BlurWarning, match="smaller epsilon"):
+        res = otdd(q, p, OTDDConfig(epsilon=0.05), barycentric=True, keep_coupling=False)
+    assert res.is_blurry and res.effective_neighbours > 100 and res.label_confidence < 0.5

@@ -13,6 +13,15 @@ MNIST 28x28), fit the OTDD maps (cached on disk) and then:
   :func:`geoviz.export.export_dataset`;
 * ``grid`` writes ``W^2(P_a, Q)`` over a simplex grid to a CSV file.
 
+Every command also prints, for every map ``T_i``, its OTDD, its *effective
+neighbours* (median number of reference points a mapped point averages; 1 is
+a one-to-one map) and its *label confidence* (mean largest soft-label entry),
+and a ``BLURRY MAP`` line with the fix (a smaller ``--epsilon``) for a map
+whose effective neighbours exceed :data:`geoviz.ot.otdd.BLUR_NEIGHBOURS`.
+``--epsilon`` is relative to the mean ground cost
+(``eps_abs = epsilon * mean(||x - x'||^2 + W_2^2)``, no 1/2), default
+:data:`geoviz.ot.otdd.DEFAULT_EPSILON`.
+
 Handlers return the exit status and raise :class:`~geoviz.errors.GeovizError`
 for bad input (printed by ``geoviz.cli.main`` with status 2).
 """
@@ -27,13 +36,14 @@ import io
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from geoviz.errors import ExportError, GeovizError, WeightsError
+from geoviz.errors import BlurWarning, ExportError, GeovizError, WeightsError
 
 __all__ = ["load_inputs", "register"]
 
@@ -102,7 +112,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--epsilon",
         type=_float,
         default=None,
-        help="entropic regularisation, relative to the mean OTDD cost (default from OTDDConfig)",
+        help=(
+            "entropic regularisation relative to the mean ground cost: eps_abs = epsilon x "
+            "mean(||x-x'||^2 + W2^2). Default 0.001 (sharp maps: a few reference points per "
+            "mapped point); larger values blur the maps (0.05 averages about half the reference)"
+        ),
     )
     parser.add_argument("--lambda-x", type=_float, default=None, help="weight of the feature cost")
     parser.add_argument("--lambda-y", type=_float, default=None, help="weight of the label cost")
@@ -207,7 +221,9 @@ def _fit(args: argparse.Namespace):
         args.target, args.refs, split=args.split, n=args.n, seed=args.seed, size=args.size
     )
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
-    with _progress_bar(not args.quiet) as progress:
+    with _progress_bar(not args.quiet) as progress, warnings.catch_warnings():
+        # the commands print their own BLURRY MAP line (also for maps read from the cache)
+        warnings.simplefilter("ignore", BlurWarning)
         return fit_geodesic(target, refs, config, progress=progress, cache=cache)
 
 
@@ -231,6 +247,62 @@ def _names_of(result) -> list[str]:
     return list(result.label_space.dataset_names)
 
 
+def _blur_lines(result) -> list[str]:
+    """One ``BLURRY MAP`` line per map whose effective neighbours exceed ``BLUR_NEIGHBOURS``."""
+    from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
+
+    eps = float(result.config.otdd.epsilon)
+    lines = []
+    for i, name in enumerate(_names_of(result)):
+        if not result.blurry[i]:
+            continue
+        hint = (
+            f"lower --epsilon (default {DEFAULT_EPSILON:g}) for a sharp map"
+            if eps > DEFAULT_EPSILON
+            else "lower --epsilon further for a sharp map"
+        )
+        lines.append(
+            f"BLURRY MAP T{i + 1} -> {name}: each mapped point averages a median of "
+            f"{result.effective_neighbours[i]:.0f} reference points (more than "
+            f"{BLUR_NEIGHBOURS:g}; label confidence {result.label_confidence[i]:.2f}) at "
+            f"--epsilon {eps:g} x mean cost, so its images are blurred averages; {hint}."
+        )
+    return lines
+
+
+def _print_maps(result, *, two_q: bool = False) -> None:
+    """The per-map table (OTDD, effective neighbours, label confidence) and blur warnings."""
+    names = _names_of(result)
+    eps = float(result.config.otdd.epsilon)
+    what = "OTDD d^2(Q, P_i), (2,Q) distance to Q and sharpness" if two_q else "OTDD and sharpness"
+    print(f"\n{what} of the maps T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):")
+    header = ["reference", "OTDD"]
+    if two_q:
+        header.append("W2Q(P_i,Q)")
+    header += ["eps_abs", "neighbours", "confidence", "converged", "marg.err"]
+    rows = []
+    for i, name in enumerate(names):
+        row = [name, _num(result.otdd[i])]
+        if two_q:
+            row.append(_num(result.w_to_target[i]))
+        row += [
+            f"{result.epsilon_abs[i]:.3g}",
+            f"{result.effective_neighbours[i]:.2f}",
+            f"{result.label_confidence[i]:.3f}",
+            "yes" if result.converged[i] else "NO",
+            f"{result.marginal_errors[i]:.2e}",
+        ]
+        rows.append(row)
+    print(_table(header, rows))
+    print(
+        "neighbours: effective number of reference points a mapped point averages (median "
+        "plan-row perplexity; 1 = one-to-one map)\n"
+        "confidence: mean largest soft-label entry of T_i(x) (1 = one reference class per point)"
+    )
+    for line in _blur_lines(result):
+        print(line)
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -238,18 +310,7 @@ def _cmd_distance(args: argparse.Namespace) -> int:
     result = _fit(args)
     names = _names_of(result)
     print(f"target: {result.target.name} ({result.target.n_samples} samples)")
-    rows = [
-        [
-            name,
-            _num(result.otdd[i]),
-            _num(result.w_to_target[i]),
-            "yes" if result.converged[i] else "NO",
-            f"{result.marginal_errors[i]:.2e}",
-        ]
-        for i, name in enumerate(names)
-    ]
-    print("\nOTDD d^2(Q, P_i) and (2,Q) distance to the target:")
-    print(_table(["reference", "OTDD", "W2Q(P_i,Q)", "converged", "marg.err"], rows))
+    _print_maps(result, two_q=True)
     print("\n(2,Q) matrix W^2_{2,Q} (last column: distance to the target Q):")
     header = ["", *names, "Q"]
     body = [
@@ -277,6 +338,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
         "best single reference: " + f"{names[int(np.argmin(result.w_to_target))]} "
         f"(W^2 = {float(np.min(result.w_to_target)):.6g})"
     )
+    _print_maps(result)
     weights = result.a_hat
     if args.weights is not None:
         from geoviz.geodesic.distances import check_weights
@@ -295,6 +357,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
         ds = result.interpolate(weights, n=args.n_out, seed=args.seed)
         written = export_dataset(ds, args.out, format=args.format, overwrite=args.overwrite)
         print(f"wrote {ds.n_samples} samples of {ds.name} to {written.data_path}")
+        print(f"manifest (with every map's OTDD and sharpness): {written.manifest_path}")
     return 0
 
 
@@ -346,6 +409,7 @@ def _cmd_grid(args: argparse.Namespace) -> int:
         + ", ".join(f"{n}={a:.4f}" for n, a in zip(names, result.a_hat, strict=True))
         + f"  W^2 = {result.w2_hat:.6g}"
     )
+    _print_maps(result)
     return 0
 
 

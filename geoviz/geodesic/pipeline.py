@@ -12,6 +12,15 @@ The result, :class:`GeodesicResult`, keeps the ``m`` mapped copies of the target
 so any point ``P_a = (sum_i a_i T_i)#Q`` (Sec. 3.2-3.3) or McCann
 interpolation can be sampled instantly.
 
+Sharpness of the maps: every map also reports how many reference points a
+mapped point averages (``effective_neighbours``, the median plan-row
+perplexity; 1 is a one-to-one map, ``N_P`` the mean image), how sure its soft
+labels are (``label_confidence``) and, per target point, its largest plan
+weights (``neighbour_index`` / ``neighbour_weight``). The relative ``epsilon``
+of :class:`~geoviz.ot.otdd.OTDDConfig` (``eps_abs = epsilon * mean(C)``,
+default :data:`~geoviz.ot.otdd.DEFAULT_EPSILON`) sets that trade-off: larger
+epsilon blurs the maps (:attr:`GeodesicResult.blurry`).
+
 Caching: every map (keyed by the target and reference fingerprints and the
 OTDD configuration, by :class:`~geoviz.maps.barycentric.BarycentricMap`) and
 every reference-reference label-distance matrix is stored in the on-disk cache
@@ -42,14 +51,14 @@ from geoviz.geodesic.distances import (
 from geoviz.geodesic.interpolate import generalized_geodesic_dataset, mccann_dataset
 from geoviz.geodesic.labels import LabelSpace, label_space
 from geoviz.ot.labels import label_distances
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.ot.otdd import BLUR_NEIGHBOURS, OTDDConfig
 
 __all__ = ["GeodesicConfig", "GeodesicResult", "Progress", "fit_geodesic"]
 
 Progress = Callable[[str, float], None]
 
 #: Bumped when the cached payload of this module changes meaning.
-PIPELINE_CACHE_VERSION = 1
+PIPELINE_CACHE_VERSION = 2
 _LABEL_NAMESPACE = "geodesic_label_distances"
 
 
@@ -154,6 +163,29 @@ class GeodesicResult:
         The (2,Q) distances split into feature and label terms.
     label_distances_to_target
         ``m`` tensors ``(C_Q, C_i)`` class-conditional ``W_2^2``.
+    effective_neighbours
+        ``(m,)`` sharpness of each map: median over the target points of the
+        plan-row perplexity ``exp(H(pi_i. / sum_j pi_ij))``, i.e. how many
+        reference points a mapped point averages (1: one-to-one; ``N_i``: every
+        point maps to the mean of ``P_i``). Above
+        :data:`~geoviz.ot.otdd.BLUR_NEIGHBOURS` the map is blurry (:attr:`blurry`).
+    label_confidence
+        ``(m,)`` mean over the target points of the largest soft-label entry
+        (1: every ``T_i(x)`` gets a single class of ``P_i``; ``1/C_i``: uniform).
+    epsilon_abs
+        ``(m,)`` absolute entropic regularisation of each coupling,
+        ``config.otdd.epsilon * mean(C_i)`` (cost ``||x - x'||^2 + W_2^2``, no 1/2).
+    row_perplexity
+        ``m`` float32 tensors ``(N_Q,)``: the per-point perplexity behind
+        ``effective_neighbours`` (in ``[1, N_i]``).
+    neighbour_index
+        ``m`` int64 tensors ``(N_Q, k)`` (``k = 8``): indices into
+        ``references[i]`` of the largest plan entries of every row, by
+        decreasing weight; ``-1`` pads rows with fewer entries.
+    neighbour_weight
+        ``m`` float32 tensors ``(N_Q, k)``: those plan entries divided by their
+        row sum (descending, each row sums to ``<= 1``; 0 where padded), so
+        ``T_i(x_n) ~ sum_j neighbour_weight[n, j] * X_i[neighbour_index[n, j]]``.
     """
 
     target: LabeledDataset
@@ -172,6 +204,12 @@ class GeodesicResult:
     reference_names: tuple[str, ...] = ()
     distances: TwoQDistances | None = None
     label_distances_to_target: tuple[torch.Tensor, ...] = ()
+    effective_neighbours: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    label_confidence: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    epsilon_abs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    row_perplexity: tuple[torch.Tensor, ...] = ()
+    neighbour_index: tuple[torch.Tensor, ...] = ()
+    neighbour_weight: tuple[torch.Tensor, ...] = ()
 
     # ------------------------------------------------------------------ derived
     @property
@@ -191,6 +229,48 @@ class GeodesicResult:
         return self.target.image_shape if len(shapes) == 1 else None
 
     @property
+    def blurry(self) -> np.ndarray:
+        """``(m,)`` bool: ``effective_neighbours > BLUR_NEIGHBOURS`` (the map averages many points)."""
+        return np.asarray(self.effective_neighbours, dtype=float) > BLUR_NEIGHBOURS
+
+    def neighbours(
+        self, i: int, indices: Any = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The reference points that map ``i`` averages for some target points.
+
+        Parameters
+        ----------
+        i
+            Reference index in ``0..m-1``.
+        indices
+            ``(n,)`` target sample indices (default: all ``N_Q``).
+
+        Returns
+        -------
+        index : np.ndarray
+            ``(n, k)`` int64 indices into ``references[i]`` (``-1``: padding).
+        weight : np.ndarray
+            ``(n, k)`` float32 row-normalised plan weights, descending.
+        perplexity : np.ndarray
+            ``(n,)`` float32 effective number of neighbours of each point.
+        """
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= int(i) < self.m:
+            raise GeovizError(f"reference index must be an integer in 0..{self.m - 1}, got {i!r}")
+        if len(self.neighbour_index) != self.m:
+            raise GeovizError("this result carries no plan neighbours (fitted by an older geoviz)")
+        i = int(i)
+        n_q = self.target.n_samples
+        rows = np.arange(n_q) if indices is None else np.asarray(indices, dtype=np.int64).ravel()
+        if rows.size and (rows.min() < 0 or rows.max() >= n_q):
+            raise GeovizError(f"target indices must be in 0..{n_q - 1}, got {rows.tolist()}")
+        t = torch.from_numpy(rows)
+        return (
+            self.neighbour_index[i][t].numpy(),
+            self.neighbour_weight[i][t].numpy(),
+            self.row_perplexity[i][t].numpy(),
+        )
+
+    @property
     def w2_hat(self) -> float:
         """``W^2(P_a_hat, Q)``, the objective at ``a_hat``."""
         return float(self.objective(self.a_hat))
@@ -200,6 +280,21 @@ class GeodesicResult:
         """``W^2(P_a, Q)`` of eq. (ds_eq) for weights ``(..., m)``; returns ``(...)``."""
         return objective(weights, self.w_to_target, self.w_between)
 
+    def map_summaries(self) -> list[dict[str, Any]]:
+        """One plain dict per map: OTDD, ``epsilon_abs``, effective neighbours, label confidence."""
+        out = []
+        for i, name in enumerate(self.label_space.dataset_names):
+            entry: dict[str, Any] = {"reference": name, "otdd": float(self.otdd[i])}
+            if len(self.effective_neighbours) == self.m:
+                entry.update(
+                    epsilon_abs=float(self.epsilon_abs[i]),
+                    effective_neighbours=float(self.effective_neighbours[i]),
+                    label_confidence=float(self.label_confidence[i]),
+                    blurry=bool(self.blurry[i]),
+                )
+            out.append(entry)
+        return out
+
     def _provenance(self) -> dict[str, Any]:
         return {
             "target": {"name": self.target.name, "fingerprint": self.target.fingerprint},
@@ -208,6 +303,7 @@ class GeodesicResult:
                 for name, ref in zip(self.label_space.dataset_names, self.references, strict=True)
             ],
             "config": self.config.to_dict(),
+            "maps": self.map_summaries(),
         }
 
     def interpolate(self, weights: Any, n: int | None = None, seed: int = 0) -> SoftLabeledDataset:
@@ -253,6 +349,7 @@ class GeodesicResult:
         i = int(i)
         meta = self._provenance()
         meta["references"] = [meta["references"][i]]
+        meta["maps"] = [meta["maps"][i]]
         return mccann_dataset(
             self.target,
             self.mapped_features[i],
@@ -279,6 +376,11 @@ class GeodesicResult:
             "w_between": self.w_between.tolist(),
             "a_hat": self.a_hat.tolist(),
             "w2_hat": self.w2_hat,
+            "epsilon": float(self.config.otdd.epsilon),
+            "epsilon_abs": np.asarray(self.epsilon_abs, dtype=float).tolist(),
+            "effective_neighbours": np.asarray(self.effective_neighbours, dtype=float).tolist(),
+            "label_confidence": np.asarray(self.label_confidence, dtype=float).tolist(),
+            "blurry": self.blurry.tolist(),
         }
 
     def __repr__(self) -> str:
@@ -343,11 +445,26 @@ def _fit_map(
     cache: DiskCache,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Fit (or read from ``cache``) one barycentric OTDD map; plain payload."""
+    """Fit (or read from ``cache``) one barycentric OTDD map; plain payload.
+
+    Returns
+    -------
+    dict
+        ``mapped_features`` ``(N_Q, D)`` float32, ``soft_labels`` ``(N_Q, C_P)``
+        float32, ``otdd``, ``marginal_error``, ``converged``, ``epsilon_abs``,
+        ``effective_neighbours``, ``label_confidence`` (Python scalars),
+        ``label_distances`` ``(C_Q, C_P)`` float64, ``row_perplexity``
+        ``(N_Q,)`` float32, ``neighbour_index`` ``(N_Q, k)`` int64 and
+        ``neighbour_weight`` ``(N_Q, k)`` float32 (all CPU tensors).
+    """
     from geoviz.maps.barycentric import BarycentricMap
 
     fitted = BarycentricMap(config.otdd, cache=cache).fit(target, reference, progress=progress)
     res = fitted.otdd_
+    if res.row_perplexity is None or res.neighbour_index is None or res.neighbour_weight is None:
+        raise GeovizError(
+            f"the OTDD map {target.name!r} -> {reference.name!r} carries no plan neighbours"
+        )
     return {
         "mapped_features": torch.as_tensor(fitted.mapped_features_)
         .detach()
@@ -357,6 +474,12 @@ def _fit_map(
         "marginal_error": float(res.marginal_error),
         "converged": bool(res.converged),
         "label_distances": torch.as_tensor(res.label_distances).to("cpu", torch.float64),
+        "epsilon_abs": float(res.epsilon_abs),
+        "effective_neighbours": float(res.effective_neighbours),
+        "label_confidence": float(res.label_confidence),
+        "row_perplexity": torch.as_tensor(res.row_perplexity).to("cpu", torch.float32),
+        "neighbour_index": torch.as_tensor(res.neighbour_index).to("cpu", torch.int64),
+        "neighbour_weight": torch.as_tensor(res.neighbour_weight).to("cpu", torch.float32),
     }
 
 
@@ -510,6 +633,12 @@ def fit_geodesic(
         reference_names=space.dataset_names,
         distances=dist,
         label_distances_to_target=tuple(to_target),
+        effective_neighbours=np.array([float(p["effective_neighbours"]) for p in payloads]),
+        label_confidence=np.array([float(p["label_confidence"]) for p in payloads]),
+        epsilon_abs=np.array([float(p["epsilon_abs"]) for p in payloads]),
+        row_perplexity=tuple(p["row_perplexity"] for p in payloads),
+        neighbour_index=tuple(p["neighbour_index"] for p in payloads),
+        neighbour_weight=tuple(p["neighbour_weight"] for p in payloads),
     )
     report("done", 1.0)
     return result

@@ -67,12 +67,19 @@ def as_display_images(
 
 
 def tile_images(
-    images: np.ndarray, ncols: int, *, pad: int = 2, caption_pad: int = 0, fill: float = 1.0
+    images: np.ndarray,
+    ncols: int,
+    *,
+    pad: int = 2,
+    caption_pad: int = 0,
+    fill: float = 1.0,
+    caption_below: bool = False,
 ) -> np.ndarray:
     """Arrange ``(N, H, W[, 3])`` images into one mosaic, row-major.
 
     ``pad`` pixels of ``fill`` separate tiles; ``caption_pad`` extra pixels
-    above each row leave room for captions. Returns ``(R*(H+pad+caption_pad), ncols*(W+pad)[, 3])``.
+    above each row (below it with ``caption_below``) leave room for captions.
+    Returns ``(R*(H+pad+caption_pad), ncols*(W+pad)[, 3])``.
     """
     imgs = np.asarray(images, dtype=np.float32)
     if imgs.ndim not in (3, 4) or imgs.shape[0] == 0:
@@ -85,7 +92,7 @@ def tile_images(
     mosaic = np.full(shape, fill, dtype=np.float32)
     for k in range(n):
         r, c = divmod(k, ncols)
-        y0 = r * cell_h + caption_pad
+        y0 = r * cell_h + (0 if caption_below else caption_pad)
         x0 = c * cell_w
         mosaic[y0 : y0 + h, x0 : x0 + w] = imgs[k]
     return mosaic
@@ -100,8 +107,9 @@ def image_grid(
     column_titles: Sequence[str] | None = None,
     caption_size: int = 11,
     tile_px: int = 84,
+    captions_below: bool = False,
 ) -> go.Figure:
-    """Tiled image grid with one caption above each image.
+    """Tiled image grid with one caption above (or below) each image.
 
     Parameters
     ----------
@@ -117,6 +125,8 @@ def image_grid(
         ``T_1(x)``, ...).
     tile_px
         Approximate on-screen size of one tile, sets the figure height.
+    captions_below
+        Put each caption under its image instead of above it.
     """
     imgs = np.asarray(images, dtype=np.float32)
     if imgs.ndim not in (3, 4) or imgs.shape[0] == 0:
@@ -131,7 +141,9 @@ def image_grid(
         max((str(c).count("<br>") + 1 for c in captions), default=1) if captions is not None else 0
     )
     caption_pad = max(4, round(h * 0.45 * lines)) if captions is not None else 0
-    mosaic = tile_images(imgs, ncols, pad=pad, caption_pad=caption_pad, fill=1.0)
+    mosaic = tile_images(
+        imgs, ncols, pad=pad, caption_pad=caption_pad, fill=1.0, caption_below=captions_below
+    )
     img8 = (mosaic * 255).round().astype(np.uint8)
     fig = px.imshow(img8, binary_string=True) if img8.ndim == 2 else px.imshow(img8)
     fig.update_traces(hoverinfo="skip", hovertemplate=None)
@@ -141,7 +153,7 @@ def image_grid(
             r, c = divmod(k, ncols)
             fig.add_annotation(
                 x=c * cell_w + w / 2,
-                y=r * cell_h + caption_pad * 0.55,
+                y=r * cell_h + (h + caption_pad * 0.5 if captions_below else caption_pad * 0.55),
                 text=str(text),
                 showarrow=False,
                 font={"size": caption_size, "color": "#222"},
