@@ -56,7 +56,7 @@ compute.start_embedding_warm_up()
 
 with scenario_box:
     st.markdown("### Current scenario")
-    data = compute.store().get(("data", model.scenario.key()))
+    data = compute.store().get(("data", model.scenario.data_key()))
     for line in model.scenario.describe(is_image=None if data is None else data.is_image):
         st.markdown(line)
     result = compute.geodesic_if_ready(model)

@@ -43,13 +43,18 @@ __all__ = [
     "export_payload",
     "geodesic_if_ready",
     "interpolation",
+    "map_sharpness",
     "mccann",
     "objective_grid",
     "pairwise_otdd",
     "pairwise_otdd_if_ready",
+    "plan_neighbours_figure",
+    "plan_neighbours_table",
     "scenario_data",
+    "set_epsilon",
     "start_embedding_warm_up",
     "store",
+    "teaching_indices",
 ]
 
 
@@ -172,7 +177,8 @@ def scenario_data(model: SessionModel) -> ScenarioData:
             load_seconds=time.perf_counter() - start,
         )
 
-    return store().get_or_compute(("data", scenario.key()), compute)
+    # the datasets do not depend on epsilon: moving the Maps page's epsilon reloads nothing
+    return store().get_or_compute(("data", scenario.data_key()), compute)
 
 
 # --------------------------------------------------------------------------- geodesic
@@ -183,6 +189,31 @@ def _geodesic_config(scenario: Scenario) -> Any:
     from geoviz.ot.otdd import OTDDConfig
 
     return GeodesicConfig(otdd=OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed)))
+
+
+def set_epsilon(model: SessionModel, epsilon: float) -> bool:
+    """Make ``epsilon`` (relative to the mean ground cost) the scenario's; ``True`` if it changed.
+
+    The new scenario has a new key, so pages fit its geodesic in the
+    background; maps fitted before at this epsilon come from the disk cache
+    (and the whole geodesic from the process store).
+
+    Raises
+    ------
+    DatasetError
+        ``epsilon`` is not a positive number.
+    """
+    eps = float(epsilon)
+    if eps == float(model.scenario.epsilon):
+        return False
+    model.scenario = model.scenario.with_(epsilon=eps)
+    return True
+
+
+def map_sharpness(result: Any) -> list[dict[str, Any]]:
+    """Per map: ``reference``, ``otdd``, ``epsilon_abs``, ``effective_neighbours``,
+    ``label_confidence`` and ``blurry`` (see :meth:`GeodesicResult.map_summaries`)."""
+    return result.map_summaries()
 
 
 def geodesic_if_ready(model: SessionModel) -> Any | None:
@@ -288,6 +319,156 @@ def embedding(model: SessionModel, data: ScenarioData) -> Any:
     return _embedding(
         model.scenario.key(), model.settings.embed_per_dataset, model.scenario.seed, data.datasets
     )
+
+
+# --------------------------------------------------------------------------- plan neighbours (teaching)
+
+#: most target points the teaching panel shows at once
+MAX_TEACHING_POINTS = 8
+
+
+def teaching_indices(n_target: int, n: int, seed: int, text: str = "") -> np.ndarray:
+    """Target points for the teaching panel: parsed from ``text`` or ``n`` seeded random ones.
+
+    Parameters
+    ----------
+    n_target
+        ``N_Q``.
+    n
+        How many random points (``1..MAX_TEACHING_POINTS``) when ``text`` is empty.
+    seed
+        Seed of the random choice.
+    text
+        Optional comma- or space-separated sample indices of ``Q`` (at most
+        ``MAX_TEACHING_POINTS``; repeats dropped).
+
+    Returns
+    -------
+    np.ndarray
+        ``(n',)`` int64 indices in ``0..n_target-1``.
+
+    Raises
+    ------
+    GeovizError
+        ``text`` holds something other than indices in range, or too many.
+    """
+    parts = [p for p in str(text).replace(",", " ").split() if p]
+    if not parts:
+        k = int(min(max(int(n), 1), MAX_TEACHING_POINTS, n_target))
+        return np.random.default_rng(int(seed)).choice(int(n_target), size=k, replace=False)
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise GeovizError(
+            f"target indices must be whole numbers separated by commas, got {text!r}"
+        ) from None
+    bad = [v for v in values if not 0 <= v < n_target]
+    if bad:
+        raise GeovizError(f"target indices must be in 0..{n_target - 1}; out of range: {bad}")
+    values = list(dict.fromkeys(values))
+    if len(values) > MAX_TEACHING_POINTS:
+        raise GeovizError(f"at most {MAX_TEACHING_POINTS} target points at once, got {len(values)}")
+    return np.asarray(values, dtype=np.int64)
+
+
+def _index(a: np.ndarray) -> Any:
+    """Indices as an int64 ``torch.Tensor`` (for indexing dataset tensors)."""
+    import torch
+
+    return torch.as_tensor(np.asarray(a, dtype=np.int64))
+
+
+def _teaching_figure(result: Any, i: int, idx: np.ndarray, k: int) -> Any:
+    from geoviz.viz.images import as_display_images, sample_captions, soft_label_captions
+    from geoviz.viz.neighbours import plan_neighbours_grid, plan_neighbours_scatter
+
+    q, ref = result.target, result.references[i]
+    name = result.reference_names[i] if result.reference_names else ref.name
+    nb_idx, nb_w, perp = result.neighbours(i, idx)
+    nb_idx, nb_w = nb_idx[:, :k], nb_w[:, :k]
+    n = len(idx)
+    flat = _index(np.where(nb_idx >= 0, nb_idx, 0).reshape(-1))  # padding: any image, drawn blank
+    rows = _index(idx)
+    map_name = f"T{i + 1}(x)"
+    title = f"Where {map_name} comes from: the {k} largest plan weights over {name}"
+    if q.is_image and ref.is_image:
+        shape = q.image_shape
+        nb_images = as_display_images(ref.features[flat], shape)
+        q_classes = sample_captions(q.labels[rows], q.classes, 9)
+        nb_classes = sample_captions(ref.labels[flat], ref.classes, 10)
+        return plan_neighbours_grid(
+            as_display_images(q.features[rows], shape),
+            [f"#{int(t)} · {c}" for t, c in zip(idx, q_classes, strict=True)],
+            nb_images.reshape(n, k, *nb_images.shape[1:]),
+            nb_w,
+            as_display_images(result.mapped_features[i][rows], shape),
+            perp,
+            neighbour_captions=[nb_classes[r * k : (r + 1) * k] for r in range(n)],
+            mapped_captions=soft_label_captions(result.soft_labels[i][rows], ref.classes, width=10),
+            map_name=map_name,
+            title=title,
+        )
+    if q.n_features in (2, 3):
+        return plan_neighbours_scatter(
+            q.features[rows, :2].numpy(),
+            ref.features[flat, :2].numpy().reshape(n, k, 2),
+            nb_w,
+            result.mapped_features[i][rows, :2].numpy(),
+            perp,
+            reference_points=ref.features[:, :2].numpy(),
+            target_labels=[f"#{int(t)}" for t in idx],
+            reference_name=name,
+            map_name=map_name,
+            title=title,
+            axis_titles=("x₁", "x₂") if q.n_features == 2 else ("x₁ (of 3)", "x₂ (of 3)"),
+        )
+    return None
+
+
+def plan_neighbours_figure(
+    model: SessionModel, result: Any, i: int, indices: np.ndarray, k: int
+) -> Any | None:
+    """Teaching figure for map ``i``: target points, their ``k`` heaviest plan neighbours, ``T_i(x)``.
+
+    Images give a tiled grid (:func:`geoviz.viz.neighbours.plan_neighbours_grid`),
+    2-D/3-D vectors a scatter (:func:`~geoviz.viz.neighbours.plan_neighbours_scatter`),
+    other data ``None``. Cached by scenario, map, indices and ``k``.
+    """
+    idx = np.asarray(indices, dtype=np.int64).ravel()
+    k = int(min(max(int(k), 1), result.neighbour_index[i].shape[1]))
+    key = ("teach", model.scenario.key(), int(i), tuple(idx.tolist()), k)
+    return store().get_or_compute(key, lambda: _teaching_figure(result, int(i), idx, k))
+
+
+def plan_neighbours_table(result: Any, i: int, indices: np.ndarray, k: int) -> Any:
+    """``pandas.DataFrame``: one row per (target point, plan neighbour) of map ``i``.
+
+    Columns: ``target #``, ``target class``, ``effective neighbours``, ``rank``,
+    ``reference #``, ``reference class``, ``weight`` (row-normalised plan weight);
+    padding entries are left out.
+    """
+    import pandas as pd
+
+    idx = np.asarray(indices, dtype=np.int64).ravel()
+    q, ref = result.target, result.references[i]
+    nb_idx, nb_w, perp = result.neighbours(i, idx)
+    rows = []
+    for r, t in enumerate(idx):
+        for j in range(min(int(k), nb_idx.shape[1])):
+            if nb_idx[r, j] < 0:
+                continue
+            rows.append(
+                {
+                    "target #": int(t),
+                    "target class": q.classes[int(q.labels[int(t)])],
+                    "effective neighbours": float(perp[r]),
+                    "rank": j + 1,
+                    "reference #": int(nb_idx[r, j]),
+                    "reference class": ref.classes[int(ref.labels[int(nb_idx[r, j])])],
+                    "weight": float(nb_w[r, j]),
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------- OTDD between all pairs
@@ -399,7 +580,7 @@ def check_upload(filename: str, data: bytes) -> LabeledDataset:
 def data_or_error(model: SessionModel) -> ScenarioData | None:
     """:func:`scenario_data` with a spinner; shows the error inline and returns ``None``."""
     try:
-        if ("data", model.scenario.key()) in store():
+        if ("data", model.scenario.data_key()) in store():
             return scenario_data(model)
         with st.spinner("Loading datasets…"):
             return scenario_data(model)

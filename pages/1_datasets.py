@@ -10,6 +10,7 @@ import streamlit as st
 from geoviz import app_compute as compute
 from geoviz.app_state import FewShotOptions, Scenario, SessionModel, preset_scenarios
 from geoviz.errors import GeovizError
+from geoviz.ot.otdd import DEFAULT_EPSILON
 from geoviz.viz.embedding import fit_embedding
 from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
 from geoviz.viz.plots import class_histograms, otdd_heatmap, point_set, scatter_sets
@@ -82,12 +83,17 @@ def scenario_form(model: SessionModel) -> None:
             a1, a2 = st.columns(2)
             epsilon = a1.number_input(
                 "Entropic ε (relative to mean cost)",
-                min_value=0.001,
+                min_value=0.0001,
                 max_value=10.0,
                 value=float(scenario.epsilon),
-                step=0.01,
-                format="%.3f",
+                step=0.0005,
+                format="%.4f",
                 key="form_eps",
+                help=(
+                    f"ε_abs = ε × mean(‖x − x′‖² + W₂²). Default {DEFAULT_EPSILON:g}: sharp maps "
+                    "(a few reference samples per mapped point); 0.05 averages about half the "
+                    "reference (blurred maps). Also on the OTDD maps page."
+                ),
             )
             seed = a2.number_input("Seed", 0, 2**31 - 1, scenario.seed, key="form_seed")
         submitted = st.form_submit_button("Apply scenario", type="primary")

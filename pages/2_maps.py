@@ -7,7 +7,9 @@ import pandas as pd
 import streamlit as st
 
 from geoviz import app_compute as compute
-from geoviz.app_state import SessionModel
+from geoviz.app_state import SessionModel, epsilon_choices
+from geoviz.errors import GeovizError
+from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
 from geoviz.viz.compare import side_by_side_scatter
 from geoviz.viz.images import (
     as_display_images,
@@ -24,6 +26,69 @@ from geoviz.viz.plots import (
     soft_label_bars,
 )
 
+EPS_KEY = "maps_eps"
+
+
+def _on_epsilon_change() -> None:
+    compute.set_epsilon(SessionModel(st.session_state), st.session_state[EPS_KEY])
+
+
+def epsilon_control(model: SessionModel) -> None:
+    """The relative ε of the scenario: changing it refits the maps in the background."""
+    # the scenario is the source of truth (the Datasets page may have changed it)
+    st.session_state[EPS_KEY] = float(model.scenario.epsilon)
+    st.select_slider(
+        "Entropic ε (× mean ground cost) — sharp ← → blurry",
+        options=epsilon_choices(model.scenario.epsilon),
+        format_func=lambda e: f"{e:g}",
+        key=EPS_KEY,
+        on_change=_on_epsilon_change,
+        help=(
+            "ε_abs = ε × mean(‖x − x′‖² + W₂²) over all pairs of Q and P_i. Small ε: each T_i(x) "
+            "averages a few reference samples (sharp images, confident labels), Sinkhorn needs "
+            "more iterations. Large ε: each T_i(x) averages many (blurred mean images, mixed "
+            f"labels). Default {DEFAULT_EPSILON:g}."
+        ),
+    )
+    st.caption(
+        f"ε = {model.scenario.epsilon:g} × mean cost (default {DEFAULT_EPSILON:g}). Changing it "
+        "refits every map; values computed before are read back from the cache."
+    )
+
+
+def sharpness(result) -> None:
+    """Effective neighbours and label confidence of every map, with a warning when blurry."""
+    cols = st.columns(result.m)
+    for i, (col, info) in enumerate(zip(cols, compute.map_sharpness(result), strict=True)):
+        with col:
+            st.markdown(f"**T{i + 1}: Q → {info['reference']}**")
+            st.metric(
+                "effective neighbours",
+                f"{info['effective_neighbours']:.1f}",
+                help=(
+                    "How many reference samples a mapped point T(x) averages: the median over x "
+                    "of exp(entropy of x's normalised plan row). 1 = a one-to-one map; "
+                    f"N_P = {result.references[i].n_samples} = every x maps to the mean image."
+                ),
+            )
+            st.metric(
+                "label confidence",
+                f"{info['label_confidence']:.2f}",
+                help=(
+                    "Mean over x of the largest entry of T(x)'s soft label: 1 = each mapped point "
+                    f"gets one class of {info['reference']}; "
+                    f"1/{result.references[i].n_classes} = uniform labels."
+                ),
+            )
+            if info["blurry"]:
+                st.warning(
+                    f"**Blurry map.** Each T{i + 1}(x) averages a median of "
+                    f"{info['effective_neighbours']:.0f} reference samples (more than "
+                    f"{BLUR_NEIGHBOURS:g}), so mapped images look like a blurred mean and their "
+                    f"labels mix classes (confidence {info['label_confidence']:.2f}). "
+                    f"Lower ε above (default {DEFAULT_EPSILON:g}) for a sharp map."
+                )
+
 
 def summary_table(result) -> None:
     names = list(result.reference_names)
@@ -32,6 +97,9 @@ def summary_table(result) -> None:
             "reference P_i": names,
             "OTDD d²(Q, P_i)": result.otdd,
             "W²₂,Q(P_i, Q)": result.w_to_target,
+            "effective neighbours": result.effective_neighbours,
+            "label confidence": result.label_confidence,
+            "ε_abs": result.epsilon_abs,
             "marginal error": result.marginal_errors,
             "converged": list(result.converged),
         }
@@ -104,6 +172,50 @@ def mapped_samples(result) -> None:
             )
 
 
+def teaching_panel(model: SessionModel, result) -> None:
+    """A few target points, the reference points they are averaged from, and T_i(x)."""
+    q = result.target
+    st.subheader("Where does a mapped point come from?")
+    st.caption(
+        "The barycentric map sends x to T_i(x) = Σ_j w_j x′_j with w_j = π_xj / Σ_j π_xj (row of "
+        "the plan π). Each row below shows a target sample x, the reference samples with the "
+        "largest weights (weight under each) and the result T_i(x) with its effective number of "
+        "neighbours. One or two neighbours: T_i(x) looks like a real reference sample. Hundreds: "
+        "a blurred mean. Move ε above to see the difference."
+    )
+    names = list(result.reference_names)
+    k_max = int(result.neighbour_index[0].shape[1])
+    c1, c2, c3, c4 = st.columns(4)
+    i = c1.selectbox(
+        "Map",
+        list(range(result.m)),
+        format_func=lambda j: f"T{j + 1}: Q → {names[j]}",
+        key="teach_map",
+    )
+    n = c2.slider("Target points", 1, compute.MAX_TEACHING_POINTS, 3, key="teach_n")
+    k = c3.slider("Neighbours shown", 1, k_max, min(6, k_max), key="teach_k")
+    seed = c4.number_input("Random points seed", 0, 10_000, 0, key="teach_seed")
+    text = st.text_input(
+        "…or these target samples (indices of Q, comma-separated)",
+        key="teach_indices",
+        placeholder=f"e.g. 0, 17, 42 (0 … {q.n_samples - 1})",
+    )
+    try:
+        idx = compute.teaching_indices(q.n_samples, n, int(seed), text)
+    except GeovizError as err:
+        st.warning(f"{err}; showing random points instead.")
+        idx = compute.teaching_indices(q.n_samples, n, int(seed))
+    fig = compute.plan_neighbours_figure(model, result, int(i), idx, int(k))
+    if fig is not None:
+        st.plotly_chart(fig, key="teach_fig")
+    with st.expander("Plan weights as a table", expanded=fig is None):
+        st.dataframe(
+            compute.plan_neighbours_table(result, int(i), idx, int(k)),
+            hide_index=True,
+            width="stretch",
+        )
+
+
 def transitions(result) -> None:
     q = result.target
     st.subheader("Label transition per reference")
@@ -140,13 +252,17 @@ def main() -> None:
         r"For every reference $P_i$ an entropic OTDD coupling $\pi^*$ between Q and $P_i$ gives the "
         r"barycentric map $T_i(x, y) = [N_Q\,\pi^* X_{P_i},\; N_Q\,\pi^* Y_{P_i}]$ (paper Sec. 3.1)"
         ": each target sample becomes a weighted average of reference samples, "
-        "with a soft label over the reference's classes."
+        "with a soft label over the reference's classes. The entropic ε sets how many: "
+        "small ε gives sharp maps, large ε blurred averages."
     )
+    epsilon_control(model)
     result = compute.geodesic_with_status(model)
     if result is None:
         return
+    sharpness(result)
     summary_table(result)
     mapped_samples(result)
+    teaching_panel(model, result)
     transitions(result)
 
 

@@ -199,10 +199,13 @@ def test_geodesic_page_ternary_weights_and_sliders():
 
 
 def test_maps_page():
+    from geoviz.ot.otdd import DEFAULT_EPSILON
+
     at = _open(_app(), "pages/2_maps.py")
     assert at.title[0].value == "2 · OTDD maps"
     assert [s.value for s in at.subheader] == [
         "Target samples under each map",
+        "Where does a mapped point come from?",
         "Label transition per reference",
     ]
     df = at.dataframe[0].value
@@ -212,6 +215,89 @@ def test_maps_page():
     titles = [f["layout"].get("title", {}).get("text", "") for f in _figures(at)]
     assert sum(t.startswith("Label transition") for t in titles) == 3
     assert any("OTDD d²(Q, fashion_mnist)" in m.value for m in at.markdown)
+
+    # the default scenario uses the library's default (sharp) epsilon
+    assert at.session_state[SessionModel.SCENARIO].epsilon == DEFAULT_EPSILON
+    assert at.select_slider(key="maps_eps").value == DEFAULT_EPSILON
+    # effective neighbours and label confidence next to every map, equal to the table's
+    assert [m.label for m in at.metric] == ["effective neighbours", "label confidence"] * 3
+    values = [float(m.value) for m in at.metric]
+    neighbours, confidence = values[0::2], values[1::2]
+    np.testing.assert_allclose(neighbours, df["effective neighbours"], atol=0.051)
+    np.testing.assert_allclose(confidence, df["label confidence"], atol=0.0051)
+    assert all(1 <= v <= N for v in neighbours) and all(0.1 <= c <= 1 for c in confidence)
+    blurry_warnings = [w.value for w in at.warning if "Blurry map" in w.value]
+    assert len(blurry_warnings) == sum(v > 10 for v in neighbours)
+
+    # teaching panel: 3 random target points, 6 neighbours each, then the mapped point
+    teach = next(
+        f for f in _figures(at) if "comes from" in f["layout"].get("title", {}).get("text", "")
+    )
+    assert teach["layout"]["title"]["text"].startswith("Where T1(x) comes from")
+    texts = [a["text"] for a in teach["layout"]["annotations"]]
+    cells = texts[: 3 * 8]
+    assert len(cells) == 24 and texts[24:26] == ["<b>x ∈ Q</b>", "<b>#1</b>"]
+    assert all("neighb." in c for c in cells[7::8])
+    assert any("w " in c for c in cells)
+    table = at.dataframe[1].value
+    assert set(table["target #"]) == {int(c.split()[0][1:]) for c in cells[0::8]}
+    assert (table["weight"] > 0).all() and (
+        table.groupby("target #")["weight"].sum() <= 1 + 1e-5
+    ).all()
+
+    # chosen points, fewer neighbours, another map
+    at.text_input(key="teach_indices").set_value("5, 0").run()
+    at.slider(key="teach_k").set_value(2).run()
+    at.selectbox(key="teach_map").set_value(1).run()
+    _assert_clean(at, "teaching panel")
+    teach = next(
+        f for f in _figures(at) if "comes from" in f["layout"].get("title", {}).get("text", "")
+    )
+    assert teach["layout"]["title"]["text"].startswith("Where T2(x) comes from: the 2 largest")
+    texts = [a["text"] for a in teach["layout"]["annotations"]]
+    assert texts[0].startswith("#5 ·") and texts[4].startswith("#0 ·")
+    at.text_input(key="teach_indices").set_value("0, 99999").run()
+    assert not at.exception
+    assert any("out of range" in w.value for w in at.warning)
+
+
+def test_maps_page_epsilon_slider_refits_and_warns_when_blurry():
+    from geoviz.ot.otdd import DEFAULT_EPSILON
+
+    at = _open(_app(), "pages/2_maps.py")
+    sharp = [float(m.value) for m in at.metric][0::2]
+    at.select_slider(key="maps_eps").set_value(0.05).run()
+    _assert_clean(at, "epsilon 0.05")
+    assert at.session_state[SessionModel.SCENARIO].epsilon == 0.05
+    assert at.select_slider(key="maps_eps").value == 0.05
+    blurry = [float(m.value) for m in at.metric][0::2]
+    assert all(b > s for b, s in zip(blurry, sharp, strict=True))
+    warnings = [w.value for w in at.warning if "Blurry map" in w.value]
+    assert len(warnings) == sum(v > 10 for v in blurry) >= 1
+    assert all(f"Lower ε above (default {DEFAULT_EPSILON:g})" in w for w in warnings)
+    # back to the default: the earlier geodesic, no warning
+    at.select_slider(key="maps_eps").set_value(DEFAULT_EPSILON).run()
+    _assert_clean(at, "epsilon back to default")
+    assert [float(m.value) for m in at.metric][0::2] == sharp
+    assert not [w for w in at.warning if "Blurry map" in w.value]
+
+
+def test_teaching_indices_parse_or_draw():
+    from geoviz.app_compute import teaching_indices
+    from geoviz.errors import GeovizError
+
+    drawn = teaching_indices(100, 3, seed=1)
+    assert drawn.shape == (3,) and len(set(drawn.tolist())) == 3 and (drawn < 100).all()
+    np.testing.assert_array_equal(drawn, teaching_indices(100, 3, seed=1))
+    assert teaching_indices(100, 3, seed=0, text=" 7, 3 7 ").tolist() == [7, 3]
+    assert teaching_indices(2, 5, seed=0).shape == (2,)
+    for bad, msg in (
+        ("a, 1", "whole numbers"),
+        ("100", "out of range"),
+        ("1,2,3,4,5,6,7,8,9", "at most"),
+    ):
+        with pytest.raises(GeovizError, match=msg):
+            teaching_indices(100, 3, seed=0, text=bad)
 
 
 def test_mccann_page_endpoints():

@@ -131,3 +131,79 @@ def test_objective_column_matches_result(tmp_path):
     np.testing.assert_allclose(
         values[:, 2], objective(values[:, :2], res.w_to_target, res.w_between), rtol=1e-9
     )
+
+
+def _map_rows(out: str, names: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """The per-map table: ``{reference: {column: cell}}`` (header line starts with 'reference')."""
+    lines = out.splitlines()
+    start = next(
+        k for k, ln in enumerate(lines) if ln.startswith("reference ") and "neighbours" in ln
+    )
+    header = lines[start].split()
+    rows = {}
+    for ln in lines[start + 2 :]:
+        cells = ln.split()
+        if not cells or cells[0] not in names:
+            break
+        rows[cells[0]] = dict(zip(header, cells, strict=True))
+    return rows
+
+
+def test_every_command_prints_otdd_neighbours_and_confidence_of_each_map(tmp_path, capsys):
+    from geoviz.data.registry import load_dataset
+    from geoviz.geodesic import fit_geodesic
+
+    names = ("chessboard", "gmm2d")
+    assert main(["distance", *REFS_2D]) == 0
+    out = capsys.readouterr().out
+    assert "epsilon = 0.001 x mean ground cost" in out
+    rows = _map_rows(out, names)
+    assert set(rows) == set(names)
+    # the printed numbers are those of the fitted geodesic (same default cache)
+    res = fit_geodesic(load_dataset("gmm2d", n=48), [load_dataset(n, n=48) for n in names])
+    for i, name in enumerate(names):
+        assert float(rows[name]["OTDD"]) == pytest.approx(res.otdd[i], rel=1e-5)
+        assert float(rows[name]["neighbours"]) == pytest.approx(
+            res.effective_neighbours[i], abs=0.006
+        )
+        assert float(rows[name]["confidence"]) == pytest.approx(res.label_confidence[i], abs=6e-4)
+        assert float(rows[name]["eps_abs"]) == pytest.approx(res.epsilon_abs[i], rel=2e-3)
+        assert 1.0 <= float(rows[name]["neighbours"]) <= 10.0  # sharp at the default epsilon
+    assert "BLURRY" not in out
+
+    for cmd in (["project", *REFS_2D], ["grid", *REFS_2D, "--out", str(tmp_path / "g.csv")]):
+        assert main(cmd) == 0
+        again = _map_rows(capsys.readouterr().out, names)
+        assert {n: r["neighbours"] for n, r in again.items()} == {
+            n: r["neighbours"] for n, r in rows.items()
+        }
+
+
+def test_blurry_maps_are_reported_with_the_fix_and_exported_in_the_manifest(tmp_path, capsys):
+    import json
+
+    out_path = tmp_path / "blurry.npz"
+    assert main(["project", *REFS_2D, "--epsilon", "0.5", "--out", str(out_path)]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    rows = _map_rows(out, ("chessboard", "gmm2d"))
+    blurry_lines = [ln for ln in out.splitlines() if ln.startswith("BLURRY MAP")]
+    assert len(blurry_lines) == sum(float(r["neighbours"]) > 10 for r in rows.values()) >= 1
+    assert all("lower --epsilon (default 0.001)" in ln for ln in blurry_lines)
+    assert "BlurWarning" not in captured.err  # one clear line instead of a Python warning
+    manifest = json.loads((tmp_path / "blurry.manifest.json").read_text())
+    maps = manifest["metadata"]["maps"]
+    assert [m["reference"] for m in maps] == ["chessboard", "gmm2d"]
+    for m in maps:
+        assert float(rows[m["reference"]]["neighbours"]) == pytest.approx(
+            m["effective_neighbours"], abs=0.006
+        )
+        assert 0 < m["label_confidence"] <= 1 and m["epsilon_abs"] > 0
+        assert m["blurry"] == (m["effective_neighbours"] > 10)
+    assert manifest["metadata"]["config"]["otdd"]["epsilon"] == 0.5
+
+
+def test_epsilon_help_says_relative_to_mean_cost_with_default(capsys):
+    assert main(["distance", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "relative to the mean ground cost" in text and "Default 0.001" in text

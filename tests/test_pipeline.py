@@ -223,3 +223,96 @@ def test_duplicate_reference_names_are_disambiguated(data, cache):
     res = fit_geodesic(target, [refs[1], twin], cache=cache)
     assert res.reference_names == ("P2", "P2#2")
     assert res.class_names == ("P2/c0", "P2/c1", "P2/c2", "P2#2/c0", "P2#2/c1", "P2#2/c2")
+
+
+def test_map_sharpness_fields_are_consistent_and_round_trip_the_cache(data, cache, monkeypatch):
+    """effective neighbours, label confidence, epsilon_abs and the plan neighbours of every map."""
+    import json
+    import warnings
+
+    from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON, mean_ground_cost
+
+    target, refs = data
+    n_q, m = target.n_samples, len(refs)
+    res = fit_geodesic(target, refs, cache=cache)
+    assert pipeline.PIPELINE_CACHE_VERSION >= 2
+    for arr in (res.effective_neighbours, res.label_confidence, res.epsilon_abs):
+        assert isinstance(arr, np.ndarray) and arr.shape == (m,) and np.isfinite(arr).all()
+    assert len(res.row_perplexity) == len(res.neighbour_index) == len(res.neighbour_weight) == m
+    for i, ref in enumerate(refs):
+        perp, idx, w = res.row_perplexity[i], res.neighbour_index[i], res.neighbour_weight[i]
+        assert perp.shape == (n_q,) and perp.dtype == torch.float32
+        assert idx.shape == (n_q, 8) and idx.dtype == torch.int64
+        assert w.shape == (n_q, 8) and w.dtype == torch.float32
+        # 1 <= perplexity <= N_P; the scalar is its median
+        assert float(perp.min()) >= 1 - 1e-4 and float(perp.max()) <= ref.n_samples * (1 + 1e-4)
+        assert res.effective_neighbours[i] == pytest.approx(float(perp.double().median()), rel=1e-5)
+        # indices valid, padding (-1) carries no weight, weights descending and a sub-distribution
+        assert bool(((idx == -1) | ((idx >= 0) & (idx < ref.n_samples))).all())
+        assert bool((w[idx == -1] == 0).all()) and bool((w >= 0).all())
+        assert bool((w[:, :-1] >= w[:, 1:] - 1e-7).all())
+        assert float(w.sum(1).max()) <= 1 + 1e-5
+        # perplexity exp(H) >= 1 / (largest weight), as Shannon entropy >= min-entropy
+        assert bool((perp * w[:, 0] >= 1 - 1e-3).all())
+        # label confidence: mean largest soft-label entry, between 1/C and 1
+        conf = float(res.soft_labels[i].max(1).values.double().mean())
+        assert res.label_confidence[i] == pytest.approx(conf, rel=1e-5)
+        assert 1 / ref.n_classes - 1e-6 <= res.label_confidence[i] <= 1 + 1e-6
+        # epsilon_abs = epsilon x mean ground cost (cost ||x - x'||^2 + W2^2, no 1/2)
+        mean_c = mean_ground_cost(target, ref, res.label_distances_to_target[i])
+        assert res.epsilon_abs[i] == pytest.approx(DEFAULT_EPSILON * mean_c, rel=1e-6)
+        # T_i(x) = mass * (average of the kept neighbours) + (1 - mass) * (average of the rest),
+        # so the kept neighbours rebuild T_i(x) up to (1 - mass) x the reference's diameter
+        mass = w.sum(1)
+        kept = (w[:, :, None] * ref.features[idx.clamp_min(0)]).sum(1) / mass[:, None]
+        err = (kept - res.mapped_features[i]).norm(dim=1)
+        diameter = float(torch.cdist(ref.features, ref.features).max())
+        assert bool((err <= (1 - mass) * diameter + 1e-4).all())
+        assert float(mass.median()) > 0.9  # sharp by default: 8 neighbours hold most of a row
+        # GeodesicResult.neighbours picks rows
+        rows = np.array([3, 0, 7])
+        nb_i, nb_w, nb_p = res.neighbours(i, rows)
+        np.testing.assert_array_equal(nb_i, idx[rows].numpy())
+        np.testing.assert_array_equal(nb_w, w[rows].numpy())
+        np.testing.assert_array_equal(nb_p, perp[rows].numpy())
+    with pytest.raises(GeovizError, match="target indices"):
+        res.neighbours(0, [n_q])
+    with pytest.raises(GeovizError, match="reference index"):
+        res.neighbours(m, [0])
+
+    # the numbers reach the summary (JSON-able) and every P_a / McCann manifest
+    summary = json.loads(json.dumps(res.summary()))
+    assert summary["effective_neighbours"] == pytest.approx(res.effective_neighbours.tolist())
+    assert summary["label_confidence"] == pytest.approx(res.label_confidence.tolist())
+    assert summary["epsilon_abs"] == pytest.approx(res.epsilon_abs.tolist())
+    assert summary["epsilon"] == DEFAULT_EPSILON
+    assert summary["blurry"] == (res.effective_neighbours > BLUR_NEIGHBOURS).tolist()
+    maps = res.interpolate(res.a_hat).metadata["maps"]
+    assert [d["reference"] for d in maps] == ["P1", "P2", "P3"]
+    assert [d["effective_neighbours"] for d in maps] == res.effective_neighbours.tolist()
+    assert res.mccann(1, 0.5).metadata["maps"] == [maps[1]]
+
+    # read back from the cache: the same arrays, nothing solved
+    def boom(*args, **kwargs):
+        raise AssertionError("a coupling was recomputed")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(barycentric, "otdd", boom)
+        mp.setattr(importlib.import_module("geoviz.ot.otdd"), "_otdd", boom)
+        again = fit_geodesic(target, refs, cache=cache)
+    for name in ("effective_neighbours", "label_confidence", "epsilon_abs"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(res, name))
+    for name in ("row_perplexity", "neighbour_index", "neighbour_weight"):
+        for a, b in zip(getattr(again, name), getattr(res, name), strict=True):
+            assert torch.equal(a, b)
+
+    # a larger epsilon averages more reference points with less confident labels
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        blurry = fit_geodesic(
+            target, refs, GeodesicConfig(otdd=OTDDConfig(epsilon=1.0)), cache=cache
+        )
+    assert (blurry.effective_neighbours > res.effective_neighbours).all()
+    assert (blurry.label_confidence < res.label_confidence + 1e-9).all()
+    assert blurry.blurry.any() and not res.blurry.any()
+    np.testing.assert_allclose(blurry.epsilon_abs, res.epsilon_abs / DEFAULT_EPSILON, rtol=1e-9)

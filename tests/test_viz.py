@@ -382,3 +382,103 @@ def test_umap_warm_up_then_fit():
     emb = fit_embedding([a, b], method="umap", max_per_dataset=60, seed=1)
     assert emb.method == "umap" and emb.note is None
     assert np.isfinite(emb.transform(a.features[:5].numpy())).all()
+
+
+# ---------------------------------------------------------------- plan neighbours (sharp vs blurry)
+
+
+def test_neighbour_weight_caption():
+    from geoviz.viz.neighbours import neighbour_weight_caption
+
+    assert [neighbour_weight_caption(w) for w in (0.62, 0.999, 0.001, 0.05)] == [
+        "w .62",
+        "w 1.00",
+        "w <.01",
+        "w .05",
+    ]
+
+
+def test_plan_neighbours_grid_rows_weights_and_padding():
+    from geoviz.viz.neighbours import plan_neighbours_grid
+
+    rng = np.random.default_rng(0)
+    n, k, h = 2, 3, 6
+    weights = np.array([[0.7, 0.2, 0.1], [1.0, 0.0, 0.0]])  # row 2: one neighbour, two padded
+    fig = plan_neighbours_grid(
+        rng.random((n, h, h)),
+        ["#4 · 7", "#9 · 1"],
+        rng.random((n, k, h, h)),
+        weights,
+        rng.random((n, h, h)),
+        np.array([2.3, 1.0]),
+        neighbour_captions=[["Bag", "Coat", "Bag"], ["Shirt", "x", "x"]],
+        mapped_captions=["Bag .80", "Shirt 1.00"],
+        map_name="T1(x)",
+        title="where T1(x) comes from",
+    )
+    assert len(fig.data) == 1  # one tiled image
+    texts = [a.text for a in fig.layout.annotations]
+    cells, titles = texts[: n * (k + 2)], texts[n * (k + 2) :]
+    assert titles == ["<b>x ∈ Q</b>", "<b>#1</b>", "<b>#2</b>", "<b>#3</b>", "<b>T1(x)</b>"]
+    assert cells[:5] == [
+        "#4 · 7",
+        "Bag<br>w .70",
+        "Coat<br>w .20",
+        "Bag<br>w .10",
+        "2.3 neighb.<br>Bag .80",
+    ]
+    # padded entries (weight 0) are blank tiles without a caption
+    assert cells[5:] == ["#9 · 1", "Shirt<br>w 1.00", "", "", "1.0 neighb.<br>Shirt 1.00"]
+    # captions sit under their tiles: below the first row's images, above the second row's
+    ys = [a.y for a in fig.layout.annotations[: n * (k + 2)]]
+    assert h < ys[0] < ys[k + 2] and ys[0] == ys[1] == ys[k + 1]
+    with pytest.raises(DatasetError, match="neighbour images"):
+        plan_neighbours_grid(
+            rng.random((n, h, h)),
+            ["a", "b"],
+            rng.random((n, k + 1, h, h)),
+            weights,
+            rng.random((n, h, h)),
+            np.ones(n),
+        )
+    with pytest.raises(DatasetError, match="perplexity"):
+        plan_neighbours_grid(
+            rng.random((n, h, h)),
+            ["a", "b"],
+            rng.random((n, k, h, h)),
+            weights,
+            rng.random((n, h, h)),
+            np.ones(n + 1),
+        )
+
+
+def test_image_grid_captions_below_leave_room_under_each_row():
+    imgs = np.zeros((4, 10, 10))
+    above = tile_images(imgs, 2, pad=1, caption_pad=5)
+    below = tile_images(imgs, 2, pad=1, caption_pad=5, caption_below=True)
+    assert above.shape == below.shape == (2 * 16, 2 * 11)
+    # the first image row starts after the caption band (above) or at the top (below)
+    assert above[:5].min() == 1.0 and above[5:15, :10].max() == 0.0
+    assert below[:10, :10].max() == 0.0 and below[10:16].min() == 1.0
+
+
+def test_plan_neighbours_scatter_marker_sizes_follow_the_weights():
+    from geoviz.viz.neighbours import plan_neighbours_scatter
+
+    x = np.array([[0.0, 0.0], [5.0, 5.0]])
+    nb = np.array([[[1.0, 0.0], [0.0, 1.0]], [[5.0, 6.0], [9.0, 9.0]]])
+    w = np.array([[0.75, 0.25], [1.0, 0.0]])
+    mapped = (w[:, :, None] * nb).sum(1)
+    fig = plan_neighbours_scatter(
+        x, nb, w, mapped, np.array([1.8, 1.0]), reference_points=nb.reshape(-1, 2)
+    )
+    by_name = {t.name: t for t in fig.data if t.name}
+    assert set(by_name) == {"P", "plan neighbours", "x ∈ Q", "T(x)"}
+    pts = by_name["plan neighbours"]
+    assert len(pts.x) == 3  # the padded entry is not drawn
+    sizes = np.asarray(pts.marker.size, dtype=float)
+    assert sizes[0] > sizes[1] and sizes[2] == sizes.max()
+    np.testing.assert_allclose(np.c_[by_name["T(x)"].x, by_name["T(x)"].y], mapped)
+    assert "1.8 neighbours" in by_name["T(x)"].text[0]
+    with pytest.raises(DatasetError):
+        plan_neighbours_scatter(x, nb[:, :1], w, mapped, np.ones(2))

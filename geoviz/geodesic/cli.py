@@ -85,6 +85,8 @@ def _weights(text: str) -> list[float]:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
+    from geoviz.ot.otdd import DEFAULT_EPSILON
+
     parser.add_argument("--target", required=True, help="target dataset Q (registry name or path)")
     parser.add_argument(
         "--refs",
@@ -114,8 +116,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=(
             "entropic regularisation relative to the mean ground cost: eps_abs = epsilon x "
-            "mean(||x-x'||^2 + W2^2). Default 0.001 (sharp maps: a few reference points per "
-            "mapped point); larger values blur the maps (0.05 averages about half the reference)"
+            f"mean(||x-x'||^2 + W2^2). Default {DEFAULT_EPSILON:g} (sharp maps: a few "
+            "reference points per mapped point); larger values blur the maps (0.05 averages "
+            "about half the reference)"
         ),
     )
     parser.add_argument("--lambda-x", type=_float, default=None, help="weight of the feature cost")
@@ -265,7 +268,7 @@ def _blur_lines(result) -> list[str]:
             f"BLURRY MAP T{i + 1} -> {name}: each mapped point averages a median of "
             f"{result.effective_neighbours[i]:.0f} reference points (more than "
             f"{BLUR_NEIGHBOURS:g}; label confidence {result.label_confidence[i]:.2f}) at "
-            f"--epsilon {eps:g} x mean cost, so its images are blurred averages; {hint}."
+            f"--epsilon {eps:g} x mean cost, so its mapped points are blurred averages; {hint}."
         )
     return lines
 
@@ -274,8 +277,8 @@ def _print_maps(result, *, two_q: bool = False) -> None:
     """The per-map table (OTDD, effective neighbours, label confidence) and blur warnings."""
     names = _names_of(result)
     eps = float(result.config.otdd.epsilon)
-    what = "OTDD d^2(Q, P_i), (2,Q) distance to Q and sharpness" if two_q else "OTDD and sharpness"
-    print(f"\n{what} of the maps T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):")
+    what = "OTDD, (2,Q) distance to Q and sharpness" if two_q else "OTDD and sharpness"
+    print(f"\n{what} of each map T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):")
     header = ["reference", "OTDD"]
     if two_q:
         header.append("W2Q(P_i,Q)")

@@ -233,9 +233,7 @@ class GeodesicResult:
         """``(m,)`` bool: ``effective_neighbours > BLUR_NEIGHBOURS`` (the map averages many points)."""
         return np.asarray(self.effective_neighbours, dtype=float) > BLUR_NEIGHBOURS
 
-    def neighbours(
-        self, i: int, indices: Any = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def neighbours(self, i: int, indices: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The reference points that map ``i`` averages for some target points.
 
         Parameters

@@ -3,6 +3,8 @@
 * :mod:`geoviz.viz.ternary` — ``W^2(P_a, Q)`` over the simplex (ternary heatmap,
   line for ``m = 2``) and the weights bar.
 * :mod:`geoviz.viz.images` — tiled image grids with captions.
+* :mod:`geoviz.viz.neighbours` — what a mapped point is made of: its largest
+  plan weights over the reference (sharp vs blurry maps).
 * :mod:`geoviz.viz.plots` — scatter plots, class histograms, OTDD and
   label-transition heatmaps, soft-label bars.
 * :mod:`geoviz.viz.embedding` — a UMAP (or PCA) embedding fitted once, reused
@@ -20,6 +22,11 @@ from geoviz.viz.images import (
     sample_captions,
     soft_label_captions,
     tile_images,
+)
+from geoviz.viz.neighbours import (
+    neighbour_weight_caption,
+    plan_neighbours_grid,
+    plan_neighbours_scatter,
 )
 from geoviz.viz.plots import (
     PointSet,
@@ -58,7 +65,10 @@ __all__ = [
     "label_transition_heatmap",
     "mapped_samples_grid",
     "naive_interpolation",
+    "neighbour_weight_caption",
     "otdd_heatmap",
+    "plan_neighbours_grid",
+    "plan_neighbours_scatter",
     "point_set",
     "project_to_simplex",
     "round_to_simplex",

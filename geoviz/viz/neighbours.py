@@ -1,0 +1,293 @@
+"""What a mapped point is made of: the reference points with the largest plan weights.
+
+Teaching figures for the sharp-or-blurry trade-off of the entropic OTDD maps
+(paper Sec. 3.1, eq. (bary_map)): the barycentric map sends a target sample
+``x_n`` to ``T(x_n) = sum_j w_nj x'_j`` with ``w_nj = pi_nj / sum_j pi_nj``.
+With a small relative epsilon a row of the plan has a few large weights (a
+sharp ``T(x_n)`` that looks like a reference sample); with a large one it
+spreads over many reference points (a blurred average). Each figure shows,
+per target point, the point itself, its ``k`` largest-weight reference points
+with their weights, and ``T(x_n)``, with the row's effective number of
+neighbours (plan-row perplexity).
+
+Inputs are plain arrays (from :meth:`geoviz.geodesic.GeodesicResult.neighbours`);
+entries with weight 0 are padding (rows with fewer than ``k`` plan entries)
+and are left blank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from geoviz.errors import DatasetError
+from geoviz.viz.images import image_grid
+
+__all__ = ["neighbour_weight_caption", "plan_neighbours_grid", "plan_neighbours_scatter"]
+
+
+def neighbour_weight_caption(weight: float) -> str:
+    """``"w .62"`` (``"w 1.00"``, ``"w <.01"``) for a row-normalised plan weight."""
+    w = float(weight)
+    if w >= 0.995:
+        return "w 1.00"
+    if w < 0.005:
+        return "w <.01"
+    return f"w {w:.2f}".replace("0.", ".", 1)
+
+
+def _check_rows(
+    n: int, weights: np.ndarray, perplexity: np.ndarray, what: str
+) -> tuple[np.ndarray, np.ndarray]:
+    w = np.asarray(weights, dtype=float)
+    p = np.asarray(perplexity, dtype=float).ravel()
+    if w.ndim != 2 or w.shape[0] != n or w.shape[1] < 1:
+        raise DatasetError(f"{what}: neighbour weights must be ({n}, k), got {w.shape}")
+    if p.shape != (n,):
+        raise DatasetError(f"{what}: perplexity must have {n} entries, got {p.shape}")
+    if n == 0:
+        raise DatasetError(f"{what}: need at least one target point")
+    return w, p
+
+
+def plan_neighbours_grid(
+    target_images: np.ndarray,
+    target_captions: Sequence[str],
+    neighbour_images: np.ndarray,
+    neighbour_weights: np.ndarray,
+    mapped_images: np.ndarray,
+    perplexity: np.ndarray,
+    *,
+    neighbour_captions: Sequence[Sequence[str]] | None = None,
+    mapped_captions: Sequence[str] | None = None,
+    map_name: str = "T(x)",
+    title: str | None = None,
+    tile_px: int = 84,
+) -> go.Figure:
+    """One row per target point: ``x``, its ``k`` heaviest reference points, ``T(x)``.
+
+    Parameters
+    ----------
+    target_images
+        ``(n, H, W)`` grey or ``(n, H, W, 3)`` RGB in ``[0, 1]``: the target points ``x``.
+    target_captions
+        ``n`` captions of the target points (index, class).
+    neighbour_images
+        ``(n, k, H, W[, 3])`` the reference points with the largest plan
+        weights of each row, by decreasing weight.
+    neighbour_weights
+        ``(n, k)`` their row-normalised plan weights (0: padding, drawn blank).
+    mapped_images
+        ``(n, H, W[, 3])`` the mapped points ``T(x)``.
+    perplexity
+        ``(n,)`` effective number of reference points of each row.
+    neighbour_captions
+        Optional ``(n, k)`` first caption lines of the neighbours (their
+        class); the weight ``"w .62"`` is always printed below.
+    mapped_captions
+        Optional ``n`` captions of ``T(x)`` (e.g. the top soft label); the
+        effective number of neighbours is always printed first.
+    map_name
+        Column title of the mapped points (``"T₁(x)"``).
+
+    Returns
+    -------
+    go.Figure
+        A single tiled image, captions under each tile, ``k + 2`` columns.
+    """
+    tgt = np.asarray(target_images, dtype=np.float32)
+    nb = np.asarray(neighbour_images, dtype=np.float32)
+    mp = np.asarray(mapped_images, dtype=np.float32)
+    n = int(tgt.shape[0]) if tgt.ndim >= 3 else 0
+    w, p = _check_rows(n, neighbour_weights, perplexity, "plan_neighbours_grid")
+    k = w.shape[1]
+    tile = tgt.shape[1:]
+    if nb.shape != (n, k, *tile) or mp.shape != (n, *tile):
+        raise DatasetError(
+            f"plan_neighbours_grid: expected neighbour images {(n, k, *tile)} and mapped images "
+            f"{(n, *tile)}, got {nb.shape} and {mp.shape}"
+        )
+    if len(target_captions) != n:
+        raise DatasetError(
+            f"plan_neighbours_grid: {n} target points but {len(target_captions)} captions"
+        )
+    if neighbour_captions is not None and (
+        len(neighbour_captions) != n or any(len(row) != k for row in neighbour_captions)
+    ):
+        raise DatasetError(f"plan_neighbours_grid: neighbour captions must be {n} rows of {k}")
+    if mapped_captions is not None and len(mapped_captions) != n:
+        raise DatasetError(
+            f"plan_neighbours_grid: {n} mapped points but {len(mapped_captions)} captions"
+        )
+    blank = np.ones(tile, dtype=np.float32)
+    images: list[np.ndarray] = []
+    captions: list[str] = []
+    for r in range(n):
+        images.append(tgt[r])
+        captions.append(str(target_captions[r]))
+        for j in range(k):
+            if w[r, j] > 0:
+                images.append(nb[r, j])
+                first = "" if neighbour_captions is None else f"{neighbour_captions[r][j]}<br>"
+                captions.append(first + neighbour_weight_caption(w[r, j]))
+            else:
+                images.append(blank)
+                captions.append("")
+        images.append(mp[r])
+        extra = "" if mapped_captions is None else f"<br>{mapped_captions[r]}"
+        captions.append(f"{p[r]:.1f} neighb.{extra}")
+    columns = ["x ∈ Q", *(f"#{j + 1}" for j in range(k)), map_name]
+    return image_grid(
+        np.stack(images),
+        captions,
+        ncols=k + 2,
+        title=title,
+        column_titles=columns,
+        tile_px=tile_px,
+        captions_below=True,
+    )
+
+
+def plan_neighbours_scatter(
+    target_points: np.ndarray,
+    neighbour_points: np.ndarray,
+    neighbour_weights: np.ndarray,
+    mapped_points: np.ndarray,
+    perplexity: np.ndarray,
+    *,
+    reference_points: np.ndarray | None = None,
+    target_labels: Sequence[str] | None = None,
+    reference_name: str = "P",
+    map_name: str = "T(x)",
+    title: str | None = None,
+    axis_titles: tuple[str, str] = ("x₁", "x₂"),
+) -> go.Figure:
+    """2-D view of the same story: ``x``, segments to its heaviest reference points, ``T(x)``.
+
+    Parameters
+    ----------
+    target_points
+        ``(n, 2)`` target points (first two coordinates for 3-D data).
+    neighbour_points
+        ``(n, k, 2)`` their reference points with the largest plan weights.
+    neighbour_weights
+        ``(n, k)`` row-normalised plan weights (0: padding, not drawn); marker
+        area and segment opacity grow with the weight.
+    mapped_points
+        ``(n, 2)`` the mapped points ``T(x)``.
+    perplexity
+        ``(n,)`` effective number of neighbours of each row.
+    reference_points
+        Optional ``(N_P, 2)`` whole reference, drawn faint grey.
+    target_labels
+        Optional ``n`` names of the target points for the hover text.
+
+    Returns
+    -------
+    go.Figure
+        Traces: reference (optional), one segment trace per target point,
+        ``"plan neighbours"``, ``"x ∈ Q"``, ``map_name``.
+    """
+    x = np.asarray(target_points, dtype=float)
+    n = int(x.shape[0]) if x.ndim == 2 else 0
+    w, p = _check_rows(n, neighbour_weights, perplexity, "plan_neighbours_scatter")
+    k = w.shape[1]
+    nb = np.asarray(neighbour_points, dtype=float)
+    t = np.asarray(mapped_points, dtype=float)
+    if x.shape != (n, 2) or nb.shape != (n, k, 2) or t.shape != (n, 2):
+        raise DatasetError(
+            "plan_neighbours_scatter: expected points (n, 2), neighbours (n, k, 2) and mapped "
+            f"(n, 2), got {x.shape}, {nb.shape}, {t.shape}"
+        )
+    names = [f"#{r}" for r in range(n)] if target_labels is None else list(target_labels)
+    fig = go.Figure()
+    if reference_points is not None:
+        ref = np.asarray(reference_points, dtype=float)
+        fig.add_trace(
+            go.Scattergl(
+                x=ref[:, 0],
+                y=ref[:, 1],
+                mode="markers",
+                name=reference_name,
+                marker={"size": 4, "color": "rgba(150,150,150,0.35)"},
+                hoverinfo="skip",
+            )
+        )
+    for r in range(n):
+        xs: list[float | None] = []
+        ys: list[float | None] = []
+        for j in range(k):
+            if w[r, j] > 0:
+                xs += [x[r, 0], nb[r, j, 0], None]
+                ys += [x[r, 1], nb[r, j, 1], None]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                line={"color": "rgba(31,119,180,0.45)", "width": 1},
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+    keep = w > 0
+    rows, cols = np.nonzero(keep)
+    fig.add_trace(
+        go.Scatter(
+            x=nb[rows, cols, 0],
+            y=nb[rows, cols, 1],
+            mode="markers",
+            name="plan neighbours",
+            marker={
+                "size": 6 + 22 * np.sqrt(w[rows, cols]),
+                "color": "#1f77b4",
+                "opacity": 0.8,
+                "line": {"width": 0},
+            },
+            text=[
+                f"{names[r]}: {neighbour_weight_caption(w[r, c])}"
+                for r, c in zip(rows, cols, strict=True)
+            ],
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x[:, 0],
+            y=x[:, 1],
+            mode="markers+text",
+            name="x ∈ Q",
+            marker={"symbol": "x", "size": 11, "color": "#222"},
+            text=names,
+            textposition="top center",
+            hovertemplate="%{text}<extra>x</extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=t[:, 0],
+            y=t[:, 1],
+            mode="markers",
+            name=map_name,
+            marker={
+                "symbol": "star",
+                "size": 14,
+                "color": "#d62728",
+                "line": {"width": 1, "color": "#fff"},
+            },
+            text=[f"{names[r]}: {p[r]:.1f} neighbours" for r in range(n)],
+            hovertemplate="%{text}<extra>" + map_name + "</extra>",
+        )
+    )
+    fig.update_layout(
+        title=title,
+        xaxis_title=axis_titles[0],
+        yaxis_title=axis_titles[1],
+        yaxis={"scaleanchor": "x", "scaleratio": 1},
+        height=480,
+        margin={"l": 40, "r": 10, "t": 50 if title else 20, "b": 40},
+        legend={"orientation": "h", "y": -0.15},
+    )
+    return fig
