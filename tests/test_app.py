@@ -261,6 +261,7 @@ def test_maps_page():
     assert any("out of range" in w.value for w in at.warning)
 
 
+@pytest.mark.filterwarnings("ignore::geoviz.errors.BlurWarning")  # the page shows its own
 def test_maps_page_epsilon_slider_refits_and_warns_when_blurry():
     from geoviz.ot.otdd import DEFAULT_EPSILON
 
@@ -375,7 +376,10 @@ def test_about_page():
     at = _open(_app(), "pages/6_about.py")
     assert at.title[0].value == "6 · About the method"
     assert len(at.get("plotly_chart")) == 1
-    assert len(at.latex) >= 3
+    assert len(at.latex) >= 4
+    text = "\n".join(m.value for m in at.markdown)
+    assert "Sharp or blurry maps: ε" in text and "relative to the" in text
+    assert "effective neighbours" in text and "label confidence" in text and "0.001" in text
 
 
 # ---------------------------------------------------------------- other scenario shapes
