@@ -10,8 +10,8 @@ uniform weights, the ground cost is::
 :func:`geoviz.ot.labels.label_distances`). We solve the entropic problem with
 :func:`geoviz.ot.sinkhorn.sinkhorn`.
 
-Relative epsilon
-----------------
+Relative epsilon, and why the default is 1e-3
+---------------------------------------------
 ``OTDDConfig.epsilon`` is **relative to the mean of the ground-cost matrix**
 over all target x reference pairs::
 
@@ -21,31 +21,49 @@ over all target x reference pairs::
 (``p_Q``, ``p_P`` class frequencies). The mean is computed in closed form in
 float64 (``mean||x||^2 + mean||x'||^2 - 2 xbar . xbar'``) over the *full*
 datasets, so it does not depend on the mode (full, batched, streamed) and
-batched mode uses the same ``epsilon_abs`` as full mode.
+batched mode uses the same ``epsilon_abs`` as full mode. A relative epsilon
+keeps one default meaningful across datasets and image sizes; its value decides
+how sharp the maps are. Measured on the bundled MNIST -> Fashion-MNIST pair
+(N = 2000 per side): ``epsilon`` = 0.05 / 0.01 / 0.002 / **0.001** / 0.0005 gives a
+median plan-row perplexity (:attr:`OTDDResult.effective_neighbours`, reference
+points averaged per mapped point) of 1135 / 107 / 4.7 / **2.4** / 1.7 and a mean
+largest soft label (:attr:`OTDDResult.label_confidence`) of 0.28 / 0.58 / 0.81 /
+**0.87** / 0.91. :data:`DEFAULT_EPSILON` = 1e-3 is the largest of these values
+with at most a few neighbours and confident labels (the paper's maps, Sec. 4
+figures, are sharp); above :data:`BLUR_NEIGHBOURS` neighbours :func:`otdd` warns
+(:class:`~geoviz.errors.BlurWarning`).
 
 Modes and memory
 ----------------
+The cost is a geometry (:mod:`geoviz.ot.geometry`) read by the one Sinkhorn
+loop of :func:`geoviz.ot.sinkhorn.sinkhorn`; ``OTDDConfig.solver`` picks its
+kernel (``"auto"``: dense while the plan is dense, a truncated sparse kernel
+once it is sparse, which at the default epsilon keeps ~150 entries per row).
+
 * **full** (``batch_size=None``): the ``(N_Q, N_P)`` cost is built on the
   device (``||x||^2 + ||x'||^2 - 2 x.x'``, clamped at 0, in row chunks so
-  temporaries stay small) and the solver needs one more buffer of that size
-  (turned into the coupling in place). Peak extra memory
-  ``~2 N_Q N_P * itemsize``.
+  temporaries stay small) and stored (:class:`~geoviz.ot.geometry.DenseCost`);
+  the dense kernel needs one more buffer of that size, the sparse kernel
+  ~72 bytes per kept entry. The returned coupling (``keep_coupling``) is the
+  dense plan of the potentials.
 * **batched** (``batch_size=B``, paper appendix "Complexity": batches of ``B``
   target points against the reference): the target is shuffled (seeded) and
   cut into batches; each batch is solved against the reference, or against a
   fresh seeded random subsample of ``reference_subsample`` reference points.
-  Memory is bounded by ``~2 B N_ref * itemsize`` (``N_ref`` = reference size
+  Memory is bounded by ``~B N_ref * itemsize`` (``N_ref`` = reference size
   used per batch); the cost is the mass-weighted average of the batch costs
-  (the minibatch-OT estimator); no global coupling is returned.
+  (the minibatch-OT estimator); no global coupling is returned. A batch of
+  ``B`` points against ``N_ref > B`` reference points must spread each point's
+  mass over at least ``N_ref / B`` of them, so its maps are blurrier than the
+  full problem's; ``reference_subsample = B`` keeps batches balanced.
 * **streamed** (``stream_reference=True``, with or without batches): the
-  ``B x N_ref`` matrix is never materialised; a blocked log-domain solver
-  recomputes cost blocks of ``B x 2048`` in every iteration
-  (:func:`geoviz.ot.sinkhorn.sinkhorn_online`). Memory is ``O(B * 2048 + (B +
-  N_ref) D)``, time is one cost evaluation per iteration (a ``B x N_ref x D``
-  GEMM), and the solver is plain log-domain Sinkhorn with epsilon scaling
-  (no over-relaxation, no class correction), so it needs more iterations.
+  ``B x N_ref`` matrix is never materialised
+  (:class:`~geoviz.ot.geometry.PointCloudCost`): every pass over the cost
+  (support selection, verification, and the iterations of the ``online``
+  kernel when the plan is too dense to truncate) recomputes it by row blocks,
+  one GEMM each. Memory is ``O(block + (B + N_ref) D)`` plus the sparse support.
 
-The dense solver receives the class labels as ``groups`` (class-level coarse
+The solver receives the class labels as ``groups`` (class-level coarse
 correction, see :func:`geoviz.ot.sinkhorn.sinkhorn`), which removes the slow
 inter-class mode caused by unequal class proportions.
 
