@@ -106,7 +106,7 @@ _STAGE_TRUNCATION = 10.0
 #: (whose error adds the truncated mass) meets tol at the first verification
 _SPARSE_TOL_FRACTION = 0.5
 #: the final sparse stage re-selects its support once the error is below this
-_RESELECT_TOL = float(__import__("os").environ.get("GEOVIZ_RESELECT_TOL", "1e-3"))
+_RESELECT_TOL = 1e-3
 #: iterations without the error halving after which the support is re-selected
 _STALL = 50
 #: stages solved on the full problem after a multiscale start
@@ -228,6 +228,28 @@ class SinkhornResult:
             _exp_(blk.add_(row[r0:r1, None]))
             yield r0, r1, blk
 
+    def _dense_rows(self) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """Row blocks of the dense plan: the kept buffer if any, else recomputed."""
+        if self._plan is None:
+            yield from self._plan_blocks()
+            return
+        n = self._plan.shape[0]
+        for r0 in range(0, n, 1024):
+            yield r0, min(n, r0 + 1024), self._plan[r0 : r0 + 1024]
+
+    def _sparse_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(row of every entry, cols, values, row sums)`` of the truncated plan (CSR order)."""
+        p = self._sparse
+        assert p is not None
+        crow, cols, vals = p.crow_indices(), p.col_indices(), p.values()
+        rows = torch.repeat_interleave(
+            torch.arange(p.shape[0], device=vals.device), crow[1:] - crow[:-1]
+        )
+        total = torch.zeros(p.shape[0], dtype=torch.float64, device=vals.device).index_add_(
+            0, rows, vals
+        )
+        return rows, cols, vals, total
+
     def sparse_plan(self) -> torch.Tensor | None:
         """The truncated plan as a ``(n, m)`` float64 CSR tensor (sparse mode), else ``None``."""
         return self._sparse
@@ -246,18 +268,10 @@ class SinkhornResult:
             out = (p @ v).double()
             rows = p @ torch.ones(v.shape[0], 1, dtype=dt, device=v.device)
             return out / rows.double()
-        src = self._plan if self._plan is not None else None
-        dev = self.f.device
         n = self.f.shape[0]
-        out = torch.empty((n, values.shape[1]), dtype=torch.float64, device=dev)
-        if src is not None:
-            blocks: Iterator = (
-                (r0, min(n, r0 + 1024), src[r0 : r0 + 1024]) for r0 in range(0, n, 1024)
-            )
-        else:
-            blocks = self._plan_blocks()
+        out = torch.empty((n, values.shape[1]), dtype=torch.float64, device=self.f.device)
         vals = None
-        for r0, r1, blk in blocks:
+        for r0, r1, blk in self._dense_rows():
             if vals is None:
                 vals = values.to(device=blk.device, dtype=blk.dtype)
             num = (blk @ vals).double()
@@ -271,25 +285,12 @@ class SinkhornResult:
         1 for a one-to-one (Monge) plan, ``m`` for the uniform plan.
         """
         if self._sparse is not None:
-            p = self._sparse
-            crow = p.crow_indices()
-            vals = p.values()
-            counts = crow[1:] - crow[:-1]
-            rows = torch.repeat_interleave(torch.arange(p.shape[0], device=vals.device), counts)
-            tot = torch.zeros(p.shape[0], dtype=torch.float64, device=vals.device).index_add_(
-                0, rows, vals
-            )
-            q = vals / tot[rows]
-            ent = torch.zeros_like(tot).index_add_(0, rows, -q * torch.log(q.clamp_min(1e-300)))
+            rows, _, vals, total = self._sparse_rows()
+            q = vals / total[rows]
+            ent = torch.zeros_like(total).index_add_(0, rows, -q * torch.log(q.clamp_min(1e-300)))
             return ent.exp()
-        n = self.f.shape[0]
-        out = torch.empty(n, dtype=torch.float64, device=self.f.device)
-        blocks = (
-            ((r0, min(n, r0 + 1024), self._plan[r0 : r0 + 1024]) for r0 in range(0, n, 1024))
-            if self._plan is not None
-            else self._plan_blocks()
-        )
-        for r0, r1, blk in blocks:
+        out = torch.empty(self.f.shape[0], dtype=torch.float64, device=self.f.device)
+        for r0, r1, blk in self._dense_rows():
             q = blk.double()
             q = q / q.sum(1, keepdim=True)
             out[r0:r1] = (-(q * torch.log(q.clamp_min(1e-300))).sum(1)).exp()
@@ -310,14 +311,8 @@ class SinkhornResult:
         idx = torch.full((n, k), -1, dtype=torch.long)
         wts = torch.zeros((n, k), dtype=torch.float64)
         if self._sparse is not None:
-            p = self._sparse
-            crow, cols, vals = p.crow_indices(), p.col_indices(), p.values()
-            rows = torch.repeat_interleave(
-                torch.arange(n, device=vals.device), crow[1:] - crow[:-1]
-            )
-            total = torch.zeros(n, dtype=torch.float64, device=vals.device).index_add_(
-                0, rows, vals
-            )
+            rows, cols, vals, total = self._sparse_rows()
+            crow = self._sparse.crow_indices()
             # group by row, largest value first inside each row: one sort of row + (1 - v/max)
             rowmax = torch.zeros(n, dtype=torch.float64, device=vals.device).scatter_reduce_(
                 0, rows, vals, reduce="amax", include_self=True
@@ -331,12 +326,7 @@ class SinkhornResult:
             idx[r, c] = cols[sel].cpu()
             wts[r, c] = (vals[sel] / total[rows[sel]]).cpu()
             return idx, wts
-        blocks = (
-            ((r0, min(n, r0 + 1024), self._plan[r0 : r0 + 1024]) for r0 in range(0, n, 1024))
-            if self._plan is not None
-            else self._plan_blocks()
-        )
-        for r0, r1, blk in blocks:
+        for r0, r1, blk in self._dense_rows():
             q = blk.double()
             q = q / q.sum(1, keepdim=True)
             w, j = torch.topk(q, k, dim=1)
@@ -442,7 +432,48 @@ class _OnlineKernel(_Kernel):
         return out
 
 
-class _DenseKernel(_Kernel):
+class _AbsorbedKernel(_Kernel):
+    """Stabilised kernel ``K = exp((F0 (+) G0 - C)/eps)`` with scalings absorbed on demand.
+
+    ``LSE_j((G_j - C_ij)/eps) = log (K v)_i - F0_i/eps`` with ``v = exp((G - G0)/eps)``;
+    when a scaling leaves ``[e^-tau, e^tau]`` or a product under/overflows, the
+    kernel is rebuilt by an exact log-domain update (subclasses: ``_rebuild_rows``,
+    ``_rebuild_cols``, and the products ``_mv``, ``_mv_t``).
+    """
+
+    F0: torch.Tensor | None = None
+    G0: torch.Tensor | None = None
+
+    def set_eps(self, eps):
+        super().set_eps(eps)
+        self.F0 = self.G0 = None  # kernel invalid at a new regularisation
+
+    def _scaling(self, P: torch.Tensor, P0: torch.Tensor | None) -> torch.Tensor | None:
+        if P0 is None:
+            return None
+        d = (P - P0) / self.eps
+        if float(d.abs().max()) > self.tau:
+            return None
+        return d.exp()
+
+    def row_lse(self, G):
+        v = self._scaling(G, self.G0)
+        if v is not None:
+            kv = self._mv(v)
+            if bool((kv > 0).all()) and bool(torch.isfinite(kv).all()):
+                return kv.log() - self.F0 / self.eps
+        return self._rebuild_rows(G)
+
+    def col_lse(self, F):
+        u = self._scaling(F, self.F0)
+        if u is not None:
+            ktu = self._mv_t(u)
+            if bool((ktu > 0).all()) and bool(torch.isfinite(ktu).all()):
+                return ktu.log() - self.G0 / self.eps
+        return self._rebuild_cols(F)
+
+
+class _DenseKernel(_AbsorbedKernel):
     """Stored stabilised kernel ``K = exp((F0 (+) G0 - C)/eps)``; LSEs are mat-vecs."""
 
     mode = "dense"
@@ -455,10 +486,6 @@ class _DenseKernel(_Kernel):
         self.F0: torch.Tensor | None = None
         self.G0: torch.Tensor | None = None
         self.rebuilds = 0
-
-    def set_eps(self, eps):
-        super().set_eps(eps)
-        self.F0 = self.G0 = None  # kernel invalid at a new regularisation
 
     def _rebuild_rows(self, G: torch.Tensor) -> torch.Tensor:
         """Exact row LSE at ``G`` and a kernel whose rows then sum to ``a``."""
@@ -503,29 +530,11 @@ class _DenseKernel(_Kernel):
         self.rebuilds += 1
         return lse
 
-    def _scaling(self, P: torch.Tensor, P0: torch.Tensor | None) -> torch.Tensor | None:
-        if P0 is None:
-            return None
-        d = (P - P0) / self.eps
-        if float(d.abs().max()) > self.tau:
-            return None
-        return d.exp()
+    def _mv(self, v: torch.Tensor) -> torch.Tensor:
+        return (self.kernel @ v.to(self.kernel.dtype)).double()
 
-    def row_lse(self, G):
-        v = self._scaling(G, self.G0)
-        if v is not None:
-            kv = (self.kernel @ v.to(self.kernel.dtype)).double()
-            if bool((kv > 0).all()) and bool(torch.isfinite(kv).all()):
-                return kv.log() - self.F0 / self.eps
-        return self._rebuild_rows(G)
-
-    def col_lse(self, F):
-        u = self._scaling(F, self.F0)
-        if u is not None:
-            ktu = (u.to(self.kernel.dtype) @ self.kernel).double()
-            if bool((ktu > 0).all()) and bool(torch.isfinite(ktu).all()):
-                return ktu.log() - self.G0 / self.eps
-        return self._rebuild_cols(F)
+    def _mv_t(self, u: torch.Tensor) -> torch.Tensor:
+        return (u.to(self.kernel.dtype) @ self.kernel).double()
 
     def aggregate(self, F, G, onehot_cols):
         v = self._scaling(G, self.G0)
@@ -579,7 +588,7 @@ class _Support:
         return _Support(uniq // m, uniq % m, cost[first], self.shape)
 
 
-class _SparseKernel(_Kernel):
+class _SparseKernel(_AbsorbedKernel):
     """Absorbed kernel on a truncated support, in CSR form (float64 values)."""
 
     mode = "sparse"
@@ -607,10 +616,6 @@ class _SparseKernel(_Kernel):
             )
         self.F0: torch.Tensor | None = None
         self.G0: torch.Tensor | None = None
-
-    def set_eps(self, eps):
-        super().set_eps(eps)
-        self.F0 = self.G0 = None
 
     def _store(self, logk: torch.Tensor) -> None:
         k = logk.exp()
@@ -641,23 +646,11 @@ class _SparseKernel(_Kernel):
         self._store(z + self.G0[self.cols] / self.eps)
         return lse
 
-    _scaling = _DenseKernel._scaling
+    def _mv(self, v: torch.Tensor) -> torch.Tensor:
+        return self.csr @ v
 
-    def row_lse(self, G):
-        v = self._scaling(G, self.G0)
-        if v is not None:
-            kv = self.csr @ v
-            if bool((kv > 0).all()) and bool(torch.isfinite(kv).all()):
-                return kv.log() - self.F0 / self.eps
-        return self._rebuild_rows(G)
-
-    def col_lse(self, F):
-        u = self._scaling(F, self.F0)
-        if u is not None:
-            ktu = self.csc_t @ u
-            if bool((ktu > 0).all()) and bool(torch.isfinite(ktu).all()):
-                return ktu.log() - self.G0 / self.eps
-        return self._rebuild_cols(F)
+    def _mv_t(self, u: torch.Tensor) -> torch.Tensor:
+        return self.csc_t @ u
 
     def aggregate(self, F, G, onehot_cols):
         logp = (F[self.rows] + G[self.cols] - self.cvals) / self.eps
