@@ -515,12 +515,23 @@ def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.n
 # --------------------------------------------------------------------------- export
 
 
-def export_payload(model: SessionModel, ds: SoftLabeledDataset, fmt: str) -> tuple[bytes, str, str]:
-    """``export_bytes(ds, fmt)`` cached by the dataset's fingerprint and format."""
+def export_payload(
+    model: SessionModel,
+    ds: SoftLabeledDataset,
+    fmt: str,
+    rule: str = "block-sample",
+    seed: int = 0,
+) -> tuple[bytes, str, str]:
+    """``export_bytes(ds, fmt, hard_label_rule=rule, hard_label_seed=seed)``, cached by
+    the dataset's fingerprint and name, the format, the hard-label rule and seed
+    (key ``("export", fingerprint, name, fmt, rule, seed)``)."""
     from geoviz.export import export_bytes
 
-    key = ("export", ds.fingerprint, ds.name, fmt)
-    return store().get_or_compute(key, lambda: export_bytes(ds, fmt))
+    key = ("export", ds.fingerprint, ds.name, fmt, rule, int(seed))
+    return store().get_or_compute(
+        key,
+        lambda: export_bytes(ds, fmt, hard_label_rule=rule, hard_label_seed=seed),
+    )
 
 
 def error_text(err: BaseException) -> str:
@@ -552,7 +563,12 @@ def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
 
 
 def choice_caption(choice: DatasetChoice) -> str:
-    """Label for select boxes, flagging datasets that need a download."""
+    """Label for select boxes, flagging datasets that need a download.
+
+    Registry entries with ``offline=False`` (torchvision downloads) are marked
+    ``"(needs internet: download fails offline)"`` so nobody picks them on an
+    offline machine expecting them to load.
+    """
     if choice.source == "upload":
         return choice.label
     from geoviz.data.registry import dataset_info
@@ -561,7 +577,9 @@ def choice_caption(choice: DatasetChoice) -> str:
         info = dataset_info(choice.name)
     except GeovizError:
         return choice.label
-    return choice.label if info.offline else f"{choice.label} (needs download)"
+    if info.offline:
+        return choice.label
+    return f"{choice.label} (needs internet: download fails offline)"
 
 
 def check_upload(filename: str, data: bytes) -> LabeledDataset:

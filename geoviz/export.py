@@ -6,7 +6,7 @@ generalized geodesic, paper Sec. 3.2-3.3) is exported in one of four formats:
 ``"npz"``
     One ``.npz`` file readable with ``np.load(path)`` (``allow_pickle=False``
     works: there are no object arrays). Keys: ``features`` float32 ``(N, D)``,
-    ``soft_labels`` float32 ``(N, K)``, ``labels`` int64 ``(N,)`` (argmax),
+    ``soft_labels`` float32 ``(N, K)``, ``labels`` int64 ``(N,)`` (hard labels, see below),
     ``class_names`` unicode ``(K,)``, ``image_shape`` int64 ``(3,)`` = ``(C, H, W)``
     or ``(0,)`` for vectors, ``images`` uint8 ``(N, H, W)`` (one channel) or
     ``(N, H, W, C)`` for image data only (re-quantised, see below),
@@ -21,25 +21,36 @@ generalized geodesic, paper Sec. 3.2-3.3) is exported in one of four formats:
     One Parquet file (one row per sample) with columns ``image`` (a struct
     ``{"bytes": PNG bytes, "path": "<index>.png"}``, the layout of the Hugging
     Face ``datasets`` ``Image`` feature) for image data, or ``features``
-    (``list<float32>``) for vectors; ``label`` (int64 argmax) and
+    (``list<float32>``) for vectors; ``label`` (int64 hard label) and
     ``soft_labels`` (``list<float32>``). Schema metadata: ``class_names``
     (JSON list), ``geoviz_manifest`` (JSON) and ``huggingface`` (feature types,
     so ``datasets.load_dataset("parquet", data_files=...)`` decodes ``image``
     as an ``Image`` and ``label`` as a ``ClassLabel``). Lossless for vectors,
-    lossy (uint8 PNG) for images.
+    lossy (uint8) for images (PNG).
 ``"imagefolder"``
     A directory, or a ``.zip`` of the same tree, with one PNG per sample under
-    ``<argmax class name made safe for file systems>/<index>.png``,
+    ``<hard-label class name made safe for file systems>/<index>.png``,
     ``labels.csv`` (columns ``file_name`` then one column per class name with
     the soft label, written with full float32 precision) and ``manifest.json``.
-    Image data only; lossy (uint8 PNG).
+    Image data only; lossy (uint8) (PNG).
+
+Hard labels (``labels``, ``label``, ImageFolder class folders) are derived
+from the soft labels by a rule (:func:`hard_labels_from_soft`,
+:func:`dataset_hard_labels`): ``"block-sample"`` (default) draws, per sample,
+a reference block ``i`` with probability ``a_i`` (seeded) and takes the
+argmax within it, so each reference's share of hard labels matches the
+weights; ``"argmax"`` takes the argmax over all concatenated, ``a``-scaled
+classes, which over-represents references with large weights. The manifest
+records the rule, the seed and the per-reference shares (``hard_labels``);
+manifests without it (older exports) used ``"argmax"`` (:func:`load_hard_labels`).
 
 PNG-based formats are lossy: features are clipped to ``[0, 1]`` and rounded to
 multiples of ``1/255`` (``uint8 = round(255 * x)``; read back as ``uint8 / 255``
 in float32), so features are recovered to within ``1/510`` when they lie in
 ``[0, 1]``, and exactly when they already are multiples of ``1/255``. Values
 outside ``[0, 1]`` are clipped with a warning. The manifest records the
-maximum error (``quantization.max_abs_error``). Soft labels, class names,
+maximum error (``quantization.max_abs_error``) and ``fidelity``
+(``"lossless"`` or ``"lossy (uint8)"``). Soft labels, class names,
 image shape and metadata always round-trip exactly.
 
 Every export writes a manifest beside the data: ``out/synth.npz`` comes with
@@ -112,6 +123,12 @@ _MIME = {
     "imagefolder": "application/zip",
 }
 _PNG_MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
+_DESCRIPTIONS = {
+    "npz": "npz — NumPy archive (features, soft_labels, labels, class_names), lossless",
+    "pt": "pt — torch.load(weights_only=True) dict of tensors, lossless",
+    "imagefolder": "ImageFolder zip — class/idx.png + labels.csv + manifest.json, lossy (uint8)",
+    "parquet": "Parquet — one row per sample, Hugging Face datasets compatible",
+}
 _WINDOWS_RESERVED = frozenset(
     {"CON", "PRN", "AUX", "NUL"}
     | {f"COM{i}" for i in range(1, 10)}
@@ -199,6 +216,19 @@ def _resolve_target(
     if fmt == "imagefolder":
         return fmt, "zip" if suffix == ".zip" else "dir"
     return fmt, "file"
+
+
+def format_description(fmt: str, *, images: bool = True) -> str:
+    """One line describing export format ``fmt`` for users, with its fidelity.
+
+    ``images`` says whether the dataset holds images: Parquet stores those as
+    uint8 PNGs (``"lossy (uint8)"``) and vectors as float32 (lossless).
+    """
+    fmt = _check_format(fmt)
+    text = _DESCRIPTIONS[fmt]
+    if fmt == "parquet":
+        text += ", lossy (uint8) for images" if images else ", lossless for vectors"
+    return text
 
 
 def sidecar_manifest_path(path: str | Path) -> Path:
@@ -306,6 +336,214 @@ def _provenance(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+# =========================================================================== hard labels
+
+#: How a hard label is derived from a soft label over concatenated reference blocks.
+HardLabelRule = Literal["argmax", "block-sample"]
+HARD_LABEL_RULES: tuple[str, ...] = get_args(HardLabelRule)
+DEFAULT_HARD_LABEL_RULE: HardLabelRule = "block-sample"
+#: What readers assume when a manifest predates hard-label rules (those exports used argmax).
+LEGACY_HARD_LABEL_RULE: HardLabelRule = "argmax"
+
+
+def check_hard_label_rule(rule: Any) -> HardLabelRule:
+    """``rule`` if it is one of :data:`HARD_LABEL_RULES`, else :class:`~geoviz.errors.ExportError`."""
+    if not isinstance(rule, str) or rule not in HARD_LABEL_RULES:
+        raise ExportError(
+            f"unknown hard-label rule {rule!r}: use one of {', '.join(map(repr, HARD_LABEL_RULES))}"
+        )
+    return rule  # type: ignore[return-value]
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or int(seed) < 0:
+        raise ExportError(f"hard-label seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def hard_labels_from_soft(
+    soft_labels: np.ndarray | torch.Tensor,
+    blocks: Any,
+    *,
+    rule: HardLabelRule = DEFAULT_HARD_LABEL_RULE,
+    weights: Any = None,
+    seed: int = 0,
+) -> np.ndarray:
+    """Hard labels from soft labels over the concatenated classes of ``m`` references.
+
+    The soft label of ``P_a`` is ``[a_1 y_1 | ... | a_m y_m]`` (block ``i``
+    scaled by ``a_i``), so its argmax favours references with large weights
+    far beyond their share ``a_i``. ``"block-sample"`` keeps each reference's
+    share of hard labels equal to ``a_i`` in expectation.
+
+    Parameters
+    ----------
+    soft_labels
+        ``(N, K)`` non-negative soft labels.
+    blocks
+        ``m`` column selections (slices, e.g.
+        :attr:`~geoviz.geodesic.pipeline.GeodesicResult.block_slices`, or
+        integer index sequences): the classes of each reference.
+    rule
+        ``"argmax"``: argmax over all ``K`` columns (ignores ``blocks``,
+        ``weights`` and ``seed``). ``"block-sample"``: for each sample draw a
+        block ``i`` with probability ``weights[i]`` (normalised), or, when
+        ``weights`` is ``None``, with probability equal to the sample's
+        soft-label mass in block ``i`` (which is ``a_i`` for ``P_a``); then
+        take the argmax within that block.
+    weights
+        ``(m,)`` non-negative block probabilities (the weights ``a`` of
+        ``P_a``), or ``None``.
+    seed
+        Seed of the block draws; the result is a deterministic function of
+        ``(soft_labels, blocks, rule, weights, seed)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(N,)`` int64 column indices into the ``K`` classes.
+
+    Raises
+    ------
+    ExportError
+        Unknown ``rule`` (a :class:`~geoviz.errors.GeovizError`), bad shapes,
+        blocks or weights.
+    """
+    rule = check_hard_label_rule(rule)
+    if isinstance(soft_labels, torch.Tensor):
+        soft_labels = soft_labels.detach().cpu().numpy()
+    soft = np.asarray(soft_labels, dtype=np.float64)
+    if soft.ndim != 2 or soft.shape[1] == 0:
+        raise ExportError(f"soft labels must have shape (N, K) with K >= 1, got {soft.shape}")
+    n, k = soft.shape
+    if rule == "argmax":
+        return soft.argmax(axis=1).astype(np.int64)
+    seed = _check_seed(seed)
+    cols: list[np.ndarray] = []
+    for b in blocks:
+        c = np.arange(k)[b] if isinstance(b, slice) else np.asarray(b, dtype=np.int64).reshape(-1)
+        if c.size == 0 or c.min() < 0 or c.max() >= k:
+            raise ExportError(f"label block {b!r} selects no columns or columns outside 0..{k - 1}")
+        cols.append(c)
+    if not cols:
+        raise ExportError("block-sample needs at least one label block")
+    m = len(cols)
+    if weights is not None:
+        w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        if w.shape != (m,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise ExportError(
+                f"block weights must be {m} non-negative finite numbers with a positive sum, "
+                f"got {np.asarray(weights).tolist()}"
+            )
+        probs = np.broadcast_to(w / w.sum(), (n, m))
+    else:
+        probs = np.stack([soft[:, c].clip(min=0).sum(axis=1) for c in cols], axis=1)
+        empty = probs.sum(axis=1) <= 0
+        probs[empty] = 1.0  # no mass anywhere: any block
+        probs = probs / probs.sum(axis=1, keepdims=True)
+    rng = np.random.default_rng(seed)
+    u = rng.random(n)
+    cum = np.cumsum(probs, axis=1)
+    choice = np.minimum((u[:, None] >= cum).sum(axis=1), m - 1)
+    out = np.empty(n, dtype=np.int64)
+    for j, c in enumerate(cols):
+        rows = np.flatnonzero(choice == j)
+        if rows.size:
+            out[rows] = c[soft[np.ix_(rows, c)].argmax(axis=1)]
+    return out
+
+
+def _names(entries: Any) -> list[str]:
+    if not isinstance(entries, list):
+        return []
+    names = []
+    for e in entries:
+        name = e.get("name") if isinstance(e, Mapping) else e
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
+def label_blocks(
+    class_names: tuple[str, ...] | list[str], references: Any = None
+) -> list[tuple[str, np.ndarray]]:
+    """Reference blocks of a concatenated label space: ``(name, column indices)``.
+
+    Class names are ``"<dataset>/<class>"``. When every column starts with
+    exactly one of the ``references`` names (plain names or dicts with a
+    ``"name"``, as in :attr:`SoftLabeledDataset.metadata`), those are the
+    blocks, in that order; otherwise columns are grouped by the text before
+    their first ``/`` (names without ``/`` form the block ``""``), in order of
+    first appearance.
+    """
+    names = [str(c) for c in class_names]
+    refs = _names(references)
+    if refs:
+        owner = [[r for r in refs if c.startswith(f"{r}/")] for c in names]
+        if all(len(o) == 1 for o in owner):
+            blocks = [
+                (r, np.array([k for k, o in enumerate(owner) if o[0] == r], dtype=np.int64))
+                for r in refs
+            ]
+            return [(r, c) for r, c in blocks if c.size]
+    groups: dict[str, list[int]] = {}
+    for k, c in enumerate(names):
+        groups.setdefault(c.split("/", 1)[0] if "/" in c else "", []).append(k)
+    return [(g, np.array(cols, dtype=np.int64)) for g, cols in groups.items()]
+
+
+def dataset_hard_labels(
+    ds: SoftLabeledDataset | LabeledDataset,
+    rule: HardLabelRule = DEFAULT_HARD_LABEL_RULE,
+    seed: int = 0,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Hard labels of ``ds`` by :func:`hard_labels_from_soft` and their manifest entry.
+
+    Blocks come from :func:`label_blocks` (``metadata["references"]``); the
+    block probabilities are ``metadata["weights"]`` when it has one entry per
+    block, else each sample's soft-label mass per block.
+
+    Returns
+    -------
+    labels, info
+        ``(N,)`` int64 labels, and ``{"rule", "seed", "probabilities"
+        ("weights" or "block mass"), "blocks": [{"name", "weight", "count",
+        "share"}]}`` where ``weight`` is ``a_i`` (or the mean block mass) and
+        ``share`` the fraction of hard labels in the block.
+    """
+    soft_ds = _as_soft(ds)
+    rule = check_hard_label_rule(rule)
+    seed = _check_seed(seed)
+    soft = soft_ds.soft_labels.numpy()
+    blocks = label_blocks(soft_ds.class_names, soft_ds.metadata.get("references"))
+    weights = soft_ds.metadata.get("weights")
+    known = (
+        isinstance(weights, list)
+        and len(weights) == len(blocks)
+        and all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights)
+    )
+    labels = hard_labels_from_soft(
+        soft,
+        [c for _, c in blocks],
+        rule=rule,
+        weights=weights if known else None,
+        seed=seed,
+    )
+    n = max(len(labels), 1)
+    entries = []
+    for j, (name, cols) in enumerate(blocks):
+        count = int(np.isin(labels, cols).sum())
+        weight = float(weights[j]) if known else float(soft[:, cols].sum() / n)
+        entries.append({"name": name, "weight": weight, "count": count, "share": count / n})
+    info = {
+        "rule": rule,
+        "seed": seed if rule == "block-sample" else None,
+        "probabilities": "weights" if known else "block mass",
+        "blocks": entries,
+    }
+    return labels, info
+
+
 # =========================================================================== images
 
 
@@ -398,7 +636,11 @@ def _lossy_dataset(ds: SoftLabeledDataset, quant: _Quantised) -> SoftLabeledData
 
 
 def _base_manifest(
-    ds: SoftLabeledDataset, fmt: str, created: str, quant: _Quantised | None = None
+    ds: SoftLabeledDataset,
+    fmt: str,
+    created: str,
+    hard: dict[str, Any],
+    quant: _Quantised | None = None,
 ) -> dict[str, Any]:
     """Manifest without ``files`` (those are added once the bytes are known)."""
     meta = ds.metadata
@@ -419,6 +661,7 @@ def _base_manifest(
         if quant is None
         else _lossy_dataset(ds, quant).fingerprint,
         "lossless": quant is None,
+        "fidelity": "lossless" if quant is None else "lossy (uint8)",
         "quantization": None
         if quant is None
         else {
@@ -430,6 +673,7 @@ def _base_manifest(
         },
         "datasets": _provenance(meta),
         "weights": meta.get("weights"),
+        "hard_labels": hard,
         "metadata": meta,
     }
     return manifest
@@ -438,11 +682,11 @@ def _base_manifest(
 # =========================================================================== serialisers
 
 
-def _npz_bytes(ds: SoftLabeledDataset, manifest: dict[str, Any]) -> bytes:
+def _npz_bytes(ds: SoftLabeledDataset, manifest: dict[str, Any], labels: np.ndarray) -> bytes:
     arrays: dict[str, np.ndarray] = {
         "features": ds.features.numpy(),
         "soft_labels": ds.soft_labels.numpy(),
-        "labels": ds.hard_labels.numpy().astype(np.int64),
+        "labels": labels.astype(np.int64),
         "class_names": np.array(list(ds.class_names), dtype=np.str_)
         if ds.class_names
         else np.zeros(0, dtype="<U1"),
@@ -457,11 +701,11 @@ def _npz_bytes(ds: SoftLabeledDataset, manifest: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def _pt_bytes(ds: SoftLabeledDataset, manifest: dict[str, Any]) -> bytes:
+def _pt_bytes(ds: SoftLabeledDataset, manifest: dict[str, Any], labels: np.ndarray) -> bytes:
     obj = {
         "features": ds.features.clone(),
         "soft_labels": ds.soft_labels.clone(),
-        "labels": ds.hard_labels.clone(),
+        "labels": torch.from_numpy(labels.astype(np.int64)),
         "class_names": list(ds.class_names),
         "image_shape": list(ds.image_shape) if ds.image_shape else None,
         "name": ds.name,
@@ -485,7 +729,7 @@ def _list_array(matrix: np.ndarray):
 
 
 def _parquet_bytes(
-    ds: SoftLabeledDataset, manifest: dict[str, Any], pngs: list[bytes] | None
+    ds: SoftLabeledDataset, manifest: dict[str, Any], labels: np.ndarray, pngs: list[bytes] | None
 ) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -504,7 +748,7 @@ def _parquet_bytes(
         hf_features["image"] = {"_type": "Image"}
     else:
         columns["features"] = _list_array(ds.features.numpy())
-    columns["label"] = pa.array(ds.hard_labels.numpy().astype(np.int64), type=pa.int64())
+    columns["label"] = pa.array(labels.astype(np.int64), type=pa.int64())
     columns["soft_labels"] = _list_array(ds.soft_labels.numpy())
     if len(set(ds.class_names)) == len(ds.class_names):
         hf_features["label"] = {"_type": "ClassLabel", "names": list(ds.class_names)}
@@ -520,11 +764,13 @@ def _parquet_bytes(
     return sink.getvalue().to_pybytes()
 
 
-def _imagefolder_files(ds: SoftLabeledDataset, pngs: list[bytes]) -> dict[str, bytes]:
-    """PNGs under ``<class folder>/<index>.png`` plus ``labels.csv`` (no manifest)."""
+def _imagefolder_files(
+    ds: SoftLabeledDataset, pngs: list[bytes], labels: np.ndarray
+) -> dict[str, bytes]:
+    """PNGs under ``<hard-label class folder>/<index>.png`` plus ``labels.csv`` (no manifest)."""
     folders = class_folder_names(ds.class_names)
     width = len(str(max(ds.n_samples - 1, 0)))
-    hard = ds.hard_labels.tolist()
+    hard = labels.tolist()
     soft = ds.soft_labels.numpy()
     files: dict[str, bytes] = {}
     text = io.StringIO()
@@ -561,21 +807,29 @@ class _Built:
     manifest: dict[str, Any]
 
 
-def _build(ds: SoftLabeledDataset, fmt: ExportFormat, filename: str, created: str) -> _Built:
+def _build(
+    ds: SoftLabeledDataset,
+    fmt: ExportFormat,
+    filename: str,
+    created: str,
+    rule: HardLabelRule,
+    seed: int,
+) -> _Built:
     """Serialise ``ds``; single-file formats embed the manifest (without checksums)."""
+    labels, hard = dataset_hard_labels(ds, rule, seed)
     if fmt == "npz":
-        manifest = _base_manifest(ds, fmt, created)
-        return _Built({filename: _npz_bytes(ds, manifest)}, manifest)
+        manifest = _base_manifest(ds, fmt, created, hard)
+        return _Built({filename: _npz_bytes(ds, manifest, labels)}, manifest)
     if fmt == "pt":
-        manifest = _base_manifest(ds, fmt, created)
-        return _Built({filename: _pt_bytes(ds, manifest)}, manifest)
+        manifest = _base_manifest(ds, fmt, created, hard)
+        return _Built({filename: _pt_bytes(ds, manifest, labels)}, manifest)
     if fmt == "parquet":
         pngs, quant = _png_payload(ds, fmt) if ds.image_shape is not None else (None, None)
-        manifest = _base_manifest(ds, fmt, created, quant)
-        return _Built({filename: _parquet_bytes(ds, manifest, pngs)}, manifest)
+        manifest = _base_manifest(ds, fmt, created, hard, quant)
+        return _Built({filename: _parquet_bytes(ds, manifest, labels, pngs)}, manifest)
     pngs, quant = _png_payload(ds, fmt)
-    manifest = _base_manifest(ds, fmt, created, quant)
-    return _Built(_imagefolder_files(ds, pngs), manifest)
+    manifest = _base_manifest(ds, fmt, created, hard, quant)
+    return _Built(_imagefolder_files(ds, pngs, labels), manifest)
 
 
 def _with_inner_manifest(built: _Built) -> dict[str, bytes]:
@@ -736,6 +990,8 @@ def export_dataset(
     *,
     format: ExportFormat | None = None,
     overwrite: bool = False,
+    hard_label_rule: HardLabelRule = DEFAULT_HARD_LABEL_RULE,
+    hard_label_seed: int = 0,
 ) -> ExportResult:
     """Write ``ds`` to ``path`` with a checksummed manifest, atomically.
 
@@ -754,6 +1010,14 @@ def export_dataset(
         Replace existing output. Otherwise an existing data file, manifest or
         directory raises :class:`~geoviz.errors.ExportError` naming it. A
         non-empty directory that is not a geoviz export is never replaced.
+    hard_label_rule, hard_label_seed
+        How the hard labels (``labels``/``label`` columns, ImageFolder class
+        folders) are derived from the soft labels: see
+        :func:`dataset_hard_labels`. ``"block-sample"`` (default) gives each
+        reference a share of hard labels matching its weight ``a_i``;
+        ``"argmax"`` is the argmax over all classes (the earlier behaviour,
+        which over-represents large weights). Recorded in the manifest
+        (``hard_labels``).
 
     Returns
     -------
@@ -763,14 +1027,16 @@ def export_dataset(
     Raises
     ------
     ExportError
-        Existing output, unknown/mismatched format, vectors to an image
-        format, or an I/O failure (nothing is left behind).
+        Existing output, unknown/mismatched format, unknown hard-label rule,
+        vectors to an image format, or an I/O failure (nothing is left behind).
     """
     soft = _as_soft(ds)
+    rule = check_hard_label_rule(hard_label_rule)
+    seed = _check_seed(hard_label_seed)
     path = Path(path)
     fmt, container = _resolve_target(path, format)
     created = _now_utc()
-    built = _build(soft, fmt, path.name, created)
+    built = _build(soft, fmt, path.name, created, rule, seed)
     if container == "dir":
         files = _with_inner_manifest(built)
         _atomic_write([(path, files)], overwrite)
@@ -796,8 +1062,13 @@ export = export_dataset
 def export_bytes(
     ds: SoftLabeledDataset | LabeledDataset,
     format: ExportFormat,
+    *,
+    hard_label_rule: HardLabelRule = DEFAULT_HARD_LABEL_RULE,
+    hard_label_seed: int = 0,
 ) -> tuple[bytes, str, str]:
     """Serialise ``ds`` in memory for a download button.
+
+    ``hard_label_rule`` and ``hard_label_seed`` are as for :func:`export_dataset`.
 
     Returns
     -------
@@ -811,9 +1082,11 @@ def export_bytes(
     """
     soft = _as_soft(ds)
     fmt = _check_format(format)
+    rule = check_hard_label_rule(hard_label_rule)
+    seed = _check_seed(hard_label_seed)
     filename = safe_name(soft.name, fallback="synthetic") + _EXTENSION[fmt]
     created = _now_utc()
-    built = _build(soft, fmt, filename, created)
+    built = _build(soft, fmt, filename, created, rule, seed)
     if fmt == "imagefolder":
         data = _zip_bytes(_with_inner_manifest(built), created)
     else:
@@ -1136,6 +1409,101 @@ def load_export(path: str | Path, *, verify: bool = False) -> SoftLabeledDataset
     return _load_imagefolder(path, container)
 
 
+def _legacy_hard_label_info(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    info = manifest.get("hard_labels")
+    if isinstance(info, Mapping) and info.get("rule") in HARD_LABEL_RULES:
+        return dict(info)
+    # manifests written before hard-label rules existed: those labels were the argmax
+    return {"rule": LEGACY_HARD_LABEL_RULE, "seed": None, "legacy": True}
+
+
+def _imagefolder_hard_labels(path: Path, container: str) -> tuple[np.ndarray, dict[str, Any]]:
+    def parse(read: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        raw = read(MANIFEST_NAME)
+        manifest = json.loads(raw) if raw is not None else {}
+        labels = read(LABELS_NAME)
+        if labels is None:
+            raise DatasetFormatError(f"no {LABELS_NAME} found", path)
+        rows = list(csv.reader(io.StringIO(labels.decode("utf-8"))))
+        if not rows or len(rows[0]) < 2:
+            raise DatasetFormatError(f"{LABELS_NAME} has no label columns", path)
+        class_names = manifest.get("class_names", rows[0][1:])
+        index = {f: k for k, f in enumerate(class_folder_names(class_names))}
+        out = []
+        for line, row in enumerate(rows[1:], start=2):
+            folder = PurePosixPath(row[0]).parts[0] if row and row[0] else ""
+            if folder not in index:
+                raise DatasetFormatError(
+                    f"{LABELS_NAME} line {line}: {row[0]!r} is not under a class folder", path
+                )
+            out.append(index[folder])
+        return np.asarray(out, dtype=np.int64), manifest
+
+    if container == "zip":
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = set(zf.namelist())
+                found = sorted((n for n in names if n.rsplit("/", 1)[-1] == LABELS_NAME), key=len)
+                prefix = found[0][: -len(LABELS_NAME)] if found else ""
+                return parse(lambda rel: zf.read(prefix + rel) if prefix + rel in names else None)
+        except (OSError, zipfile.BadZipFile) as err:
+            raise DatasetFormatError(f"corrupt zip archive: {err}", path) from err
+    return parse(lambda rel: _read_or_none(path / rel))
+
+
+def load_hard_labels(path: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
+    """The hard labels stored in an export and how they were derived.
+
+    Parameters
+    ----------
+    path
+        Any export of this module (as for :func:`load_export`).
+
+    Returns
+    -------
+    labels, info
+        ``(N,)`` int64 class indices (``labels``/``label`` columns, or the
+        ImageFolder class folders), and the manifest's ``hard_labels`` entry
+        (``rule``, ``seed``, per-reference ``blocks`` shares). Manifests
+        written before hard-label rules existed give
+        ``{"rule": "argmax", "seed": None, "legacy": True}``.
+
+    Raises
+    ------
+    DatasetFormatError
+        Missing, corrupt or foreign files.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DatasetFormatError("no such file or directory", path)
+    fmt, container = _sniff_format(path)
+    if fmt == "imagefolder":
+        labels, manifest = _imagefolder_hard_labels(path, container)
+        return labels, _legacy_hard_label_info(manifest)
+    try:
+        manifest = _embedded_manifest(path) or {}
+    except ExportError as err:
+        raise DatasetFormatError(str(err), path) from err
+    try:
+        if fmt == "npz":
+            with np.load(path, allow_pickle=False) as data:
+                labels = data["labels"] if "labels" in data.files else None
+        elif fmt == "pt":
+            obj = torch.load(path, weights_only=True, map_location="cpu")
+            labels = obj.get("labels") if isinstance(obj, dict) else None
+            labels = None if labels is None else labels.numpy()
+        else:
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path, columns=None)
+            labels = table.column("label").to_numpy() if "label" in table.column_names else None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise DatasetFormatError(f"corrupt export: {err}", path) from err
+    if labels is None:
+        raise DatasetFormatError("export stores no hard labels", path)
+    return np.asarray(labels, dtype=np.int64), _legacy_hard_label_info(manifest)
+
+
 # =========================================================================== public API: verify
 
 
@@ -1293,15 +1661,24 @@ def _read_or_none(path: Path) -> bytes | None:
 
 
 __all__ = [
+    "DEFAULT_HARD_LABEL_RULE",
     "FORMATS",
+    "HARD_LABEL_RULES",
     "MANIFEST_VERSION",
     "ExportFormat",
     "ExportResult",
+    "HardLabelRule",
+    "check_hard_label_rule",
     "class_folder_names",
+    "dataset_hard_labels",
     "export",
     "export_bytes",
     "export_dataset",
+    "format_description",
+    "hard_labels_from_soft",
+    "label_blocks",
     "load_export",
+    "load_hard_labels",
     "load_snippet",
     "safe_name",
     "sidecar_manifest_path",

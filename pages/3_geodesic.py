@@ -13,8 +13,9 @@ from geoviz.viz.images import as_display_images, example_indices, image_grid, so
 from geoviz.viz.plots import PointSet, label_mass_bars, otdd_heatmap, point_set, scatter_sets
 from geoviz.viz.ternary import OBJECTIVE_LABEL, geodesic_line, ternary_heatmap, weights_bar
 from geoviz.viz.weights import (
+    WEIGHT_DECIMALS,
+    display_weights,
     format_weights,
-    round_to_simplex,
     sync_weights,
     weights_from_selection,
 )
@@ -57,9 +58,18 @@ def two_q_matrix(result) -> None:
     mat[1:, 1:] = result.w_between
     with st.expander("The (2,Q) dataset distances W²₂,Q (paper Def. 2)", expanded=False):
         st.markdown(
-            "W²₂,Q(P_i, P_j) = ∫ ‖x_i − x_j‖² + W₂²(α_{y_i}, α_{y_j}) dQ(z), with (x_i, y_i) = T_i(z): "
-            "how far apart the maps send the *same* target samples. The objective is "
-            "W²(P_a, Q) = Σ a_i W²₂,Q(P_i, Q) − ½ Σ_{i≠j} a_i a_j W²₂,Q(P_i, P_j) (paper Sec. 3.3)."
+            r"With $(x_i, y_i) = T_i(z)$ the image of a target sample $z$ under the OTDD map "
+            r"$T_i$, the (2,Q) distance measures how far apart the maps send the *same* "
+            "target samples:"
+        )
+        st.latex(
+            r"\mathcal{W}^2_{2,Q}(P_i, P_j) = \int \big(\lVert x_i - x_j \rVert^2"
+            r" + W_2^2(\alpha_{y_i}, \alpha_{y_j})\big)\, dQ(z)"
+        )
+        st.markdown("The objective over the weight simplex is (paper Sec. 3.3)")
+        st.latex(
+            r"\mathcal{W}^2(P_a, Q) = \sum_i a_i\, \mathcal{W}^2_{2,Q}(P_i, Q)"
+            r" - \tfrac12 \sum_{i \neq j} a_i a_j\, \mathcal{W}^2_{2,Q}(P_i, P_j)"
         )
         st.plotly_chart(
             otdd_heatmap(mat, names, title="(2,Q) dataset distances", value_label="W²₂,Q"),
@@ -102,14 +112,16 @@ def weight_picker(model: SessionModel, result, names: list[str], resolution: int
             st.plotly_chart(weights_bar(weights, names, a_hat=result.a_hat), key="weights_bar_main")
     with right:
         st.markdown("**Weights a** (moving one slider rescales the others)")
-        shown = round_to_simplex(weights, 2)
+        # one rounding rule for sliders, text and bar labels (display_weights)
+        shown = display_weights(weights)
         for i, name in enumerate(names):
             st.session_state[slider_key(i)] = float(shown[i])
             st.slider(
                 f"a{i + 1} · {name}",
                 0.0,
                 1.0,
-                step=0.01,
+                step=10.0**-WEIGHT_DECIMALS,
+                format=f"%.{WEIGHT_DECIMALS}f",
                 key=slider_key(i),
                 on_change=on_slider,
                 args=(model, i, result.a_hat),

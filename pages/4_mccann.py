@@ -14,6 +14,10 @@ from geoviz.viz.images import as_display_images, example_indices, image_grid, so
 from geoviz.viz.plots import label_mass_bars, point_set
 
 PLAY_STEPS = 11
+T_KEY = "mc_t"
+T_DEFAULT = 0.5
+#: P^M_t written with HTML sub/superscripts, which plotly titles and legends render.
+PM_T = "P<sup>M</sup><sub>t</sub>"
 
 
 def draw(model: SessionModel, result, i: int, t: float, idx: np.ndarray, tag: str) -> None:
@@ -26,7 +30,7 @@ def draw(model: SessionModel, result, i: int, t: float, idx: np.ndarray, tag: st
                 as_display_images(ds.features[idx], ds.image_shape),
                 soft_label_captions(ds.soft_labels[idx], ds.class_names, two_lines=True),
                 ncols=10,
-                title=f"P^M_t at t = {t:.2f}: the same 30 target samples moving towards {name}",
+                title=f"{PM_T} at t = {t:.2f}: the same 30 target samples moving towards {name}",
             ),
             key=f"mc_grid_{tag}",
         )
@@ -38,7 +42,7 @@ def draw(model: SessionModel, result, i: int, t: float, idx: np.ndarray, tag: st
         ]
         st.plotly_chart(
             side_by_side_scatter(
-                [(f"P^M_t at t = {t:.2f}", [*context, point_set(ds, name="P^M_t")])],
+                [(f"{PM_T} at t = {t:.2f}", [*context, point_set(ds, name=PM_T)])],
                 faded=[c.name for c in context],
                 title=f"McCann interpolation Q → {name} (grey: Q and {name})",
                 height=520,
@@ -55,9 +59,24 @@ def draw(model: SessionModel, result, i: int, t: float, idx: np.ndarray, tag: st
     )
 
 
-def end_slider_at_one() -> None:
-    """Play ends at t = 1: move the slider there first (callbacks run before the widgets)."""
-    st.session_state["mc_t"] = 1.0
+def t_slider(slot, *, playing_t: float | None = None, step: int = 0) -> float:
+    """The ``t`` slider in ``slot``.
+
+    Normally the widget ``mc_t``, whose value lives only in session state (no
+    ``value=`` argument, so it is never set twice). While ▶ Play runs, a
+    disabled copy showing the frame's ``t`` replaces it, so slider and frame agree.
+    """
+    if playing_t is not None:
+        return slot.slider(
+            "t",
+            0.0,
+            1.0,
+            value=float(playing_t),
+            step=0.05,
+            disabled=True,
+            key=f"{T_KEY}_play{step}",
+        )
+    return slot.slider("t", 0.0, 1.0, step=0.05, key=T_KEY)
 
 
 def main() -> None:
@@ -82,16 +101,22 @@ def main() -> None:
         format_func=lambda k: f"P{k + 1}: {names[k]}",
         key="mc_ref",
     )
-    t = c2.slider("t", 0.0, 1.0, 0.5, step=0.05, key="mc_t")
-    play = c3.button("▶ Play", key="mc_play", help="Step t from 0 to 1", on_click=end_slider_at_one)
+    st.session_state.setdefault(T_KEY, T_DEFAULT)
+    play = c3.button("▶ Play", key="mc_play", help="Step t from 0 to 1")
+    slot = c2.empty()
     idx = example_indices(result.target.labels, min(30, result.target.n_samples), seed=0)
     frame = st.empty()
     if play:
         for step, tt in enumerate(np.linspace(0.0, 1.0, PLAY_STEPS)):
+            t_slider(slot, playing_t=float(tt), step=step)
             with frame.container():
                 draw(model, result, int(i), float(tt), idx, tag=f"play{step}")
             time.sleep(0.35)
+        # Play ends at t = 1: the real slider comes back there (it was not drawn yet this run)
+        st.session_state[T_KEY] = 1.0
+        t_slider(slot)
     else:
+        t = t_slider(slot)
         with frame.container():
             draw(model, result, int(i), float(t), idx, tag="static")
 

@@ -12,29 +12,40 @@ import streamlit as st
 from geoviz import app_compute as compute
 from geoviz.app_state import SessionModel
 from geoviz.errors import ExportExistsError, GeovizError
-from geoviz.export import FORMATS, export_dataset, load_snippet
+from geoviz.export import (
+    DEFAULT_HARD_LABEL_RULE,
+    FORMATS,
+    HARD_LABEL_RULES,
+    dataset_hard_labels,
+    export_dataset,
+    format_description,
+    label_blocks,
+    load_snippet,
+)
 from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
 from geoviz.viz.weights import format_weights
 
-FORMAT_HELP = {
-    "npz": "npz — NumPy archive (features, soft_labels, labels, class_names), lossless",
-    "pt": "pt — torch.load(weights_only=True) dict of tensors, lossless",
-    "imagefolder": "ImageFolder zip — class/idx.png + labels.csv + manifest.json (images only)",
-    "parquet": "Parquet — one row per sample, Hugging Face datasets compatible",
+RULE_HELP = {
+    "block-sample": "block-sample — draw reference i with probability a_i, then its top class",
+    "argmax": "argmax — top class over all references (over-represents large a_i)",
 }
 
 
-def block_table(pa, names: list[str]) -> pd.DataFrame:
+def block_table(pa, rule: str, seed: int) -> pd.DataFrame:
+    """Per reference: weight a_i, soft-label mass, share of hard labels (rule and argmax)."""
+    _, info = dataset_hard_labels(pa, rule, seed)
+    _, top = dataset_hard_labels(pa, "argmax")
     soft = pa.soft_labels.numpy()
+    blocks = label_blocks(pa.class_names, pa.metadata.get("references"))
     rows = []
-    for name in names:
-        cols = [k for k, c in enumerate(pa.class_names) if c.startswith(f"{name}/")]
-        top = pa.hard_labels.numpy()
+    for block, argmax_block, (_, cols) in zip(info["blocks"], top["blocks"], blocks, strict=True):
         rows.append(
             {
-                "reference": name,
-                "soft-label mass": float(soft[:, cols].sum() / len(soft)),
-                "samples whose top label is here": int(sum(int(t) in cols for t in top)),
+                "reference": block["name"],
+                "weight a_i": block["weight"],
+                "soft-label mass": float(soft[:, cols].sum() / max(len(soft), 1)),
+                f"hard-label share ({rule})": block["share"],
+                "hard-label share (argmax)": argmax_block["share"],
             }
         )
     return pd.DataFrame(rows)
@@ -70,13 +81,34 @@ def main() -> None:
     )
 
     n_max = result.target.n_samples
+    images = result.image_shape is not None
     c1, c2, c3 = st.columns(3)
     n = int(c1.number_input("Number of samples", 2, n_max, n_max, step=100, key="export_n"))
-    formats = [f for f in FORMATS if result.image_shape is not None or f != "imagefolder"]
+    formats = [f for f in FORMATS if images or f != "imagefolder"]
     fmt = c2.selectbox(
-        "Format", formats, format_func=lambda f: FORMAT_HELP.get(f, f), key="export_fmt"
+        "Format",
+        formats,
+        format_func=lambda f: format_description(f, images=images),
+        key="export_fmt",
     )
     seed = int(c3.number_input("Subsample seed", 0, 10_000, 0, key="export_seed"))
+    if "lossy (uint8)" in format_description(fmt, images=images):
+        st.caption(
+            "This format stores images as uint8 PNGs: features are rounded to multiples of 1/255 "
+            "(lossy (uint8)); use npz or pt for exact float32 features."
+        )
+    r1, r2 = st.columns([3, 1])
+    rule = r1.radio(
+        "Hard-label rule",
+        list(HARD_LABEL_RULES),
+        index=list(HARD_LABEL_RULES).index(DEFAULT_HARD_LABEL_RULE),
+        format_func=lambda r: RULE_HELP.get(r, r),
+        key="export_label_rule",
+        help="How the `labels` column and ImageFolder class folders are derived from the soft "
+        "labels. block-sample keeps each reference's share of hard labels near its weight a_i; "
+        "argmax favours references with large weights. Recorded in the manifest.",
+    )
+    label_seed = int(r2.number_input("Hard-label seed", 0, 10_000, 0, key="export_label_seed"))
     try:
         pa = compute.interpolation(model, result, weights, n=None if n >= n_max else n, seed=seed)
     except GeovizError as err:
@@ -95,24 +127,25 @@ def main() -> None:
             ),
             key="export_preview",
         )
-    st.dataframe(block_table(pa, names), hide_index=True)
+    st.markdown("**Hard labels per reference** (share of samples vs the weights a)")
+    st.dataframe(block_table(pa, rule, label_seed), hide_index=True)
     with st.expander("Metadata written with the data"):
         st.json(json.loads(json.dumps(pa.metadata, default=str)))
 
     st.subheader("Download")
-    key = ("export", pa.fingerprint, pa.name, fmt)
+    key = ("export", pa.fingerprint, pa.name, fmt, rule, label_seed)
     if key not in compute.store() and st.button(
         f"Prepare {fmt} file", type="primary", key="export_prepare"
     ):
         with st.spinner("Serialising…"):
             try:
-                compute.export_payload(model, pa, fmt)
+                compute.export_payload(model, pa, fmt, rule, label_seed)
             except GeovizError as err:
                 st.error(str(err))
             else:
                 st.rerun()  # show the download button instead of this one
     if key in compute.store():
-        data, filename, mime = compute.export_payload(model, pa, fmt)
+        data, filename, mime = compute.export_payload(model, pa, fmt, rule, label_seed)
         st.download_button(
             f"Download {filename} ({len(data) / 1e6:.2f} MB)",
             data,
@@ -135,7 +168,14 @@ def main() -> None:
         target = Path(folder).expanduser() / (safe_name(pa.name, fallback="synthetic") + ext)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            res = export_dataset(pa, target, format=fmt, overwrite=overwrite)
+            res = export_dataset(
+                pa,
+                target,
+                format=fmt,
+                overwrite=overwrite,
+                hard_label_rule=rule,
+                hard_label_seed=label_seed,
+            )
         except ExportExistsError:
             st.error(
                 f"{target} already exists and was left as it is. Tick “Overwrite existing files” "

@@ -459,3 +459,69 @@ def test_few_shot_target_reports_pseudo_labels_and_fits():
     assert "few-shot: 3 labels per class" in _sidebar(at)
     _open(at, "pages/3_geodesic.py")
     assert "**â** =" in _sidebar(at)
+
+
+# ---------------------------------------------------------------- issue 7 (browser review)
+
+
+def test_geodesic_page_tex_and_one_weight_format():
+    import re
+
+    at = _open(_app(), "pages/3_geodesic.py")
+    # the (2,Q) expander renders its formulas with st.latex / $...$, no raw TeX in prose
+    tex = [el.value for el in at.latex]
+    assert any(r"\mathcal{W}^2_{2,Q}(P_i, P_j)" in t for t in tex), tex
+    prose = [m.value for m in at.expander[0].markdown]
+    for text in prose:
+        outside = re.sub(r"\$[^$]*\$", "", text)
+        assert "_{" not in outside and "\\" not in outside, text
+    # sliders, the a_hat text and the bar labels show the same 2-decimal numbers
+    sliders = _sliders(at)
+    assert all(s.proto.format == "%.2f" for s in sliders)
+    shown = [f"{s.value:.2f}" for s in sliders]
+    ahat_text = next(m.value for m in at.markdown if m.value.startswith("**â** ="))
+    assert re.findall(r"\d+\.\d+", ahat_text.split(" · W²")[0]) == shown
+    bar = next(
+        f
+        for f in _figures(at)
+        if f["layout"].get("title", {}).get("text") == "Interpolation weights a"
+    )
+    assert [a["text"] for a in bar["layout"]["annotations"]] == shown
+
+
+def test_mccann_t_set_once_and_play_ends_in_agreement(monkeypatch):
+    from streamlit.elements.lib import policies
+
+    seen: list = []
+    orig = policies.check_session_state_rules
+
+    def record(default_value, key, writes_allowed=True):
+        seen.append((key, default_value))
+        return orig(default_value=default_value, key=key, writes_allowed=writes_allowed)
+
+    monkeypatch.setattr(policies, "check_session_state_rules", record)
+    at = _open(_app(), "pages/4_mccann.py")
+    at.button(key="mc_play").click().run()
+    _assert_clean(at, "mccann play")
+    mc_t = [d for k, d in seen if k == "mc_t"]
+    # the slider's value comes from session state only, never also from value=
+    assert mc_t and all(d is None for d in mc_t)
+    assert at.slider(key="mc_t").value == 1.0
+    titles = [f["layout"]["title"]["text"] for f in _figures(at)]
+    assert any("t = 1.00" in t for t in titles), titles
+    assert not any("P^M_t" in t for t in titles), titles
+    at.slider(key="mc_t").set_value(0.3).run()
+    _assert_clean(at, "mccann after play")
+    titles = [f["layout"]["title"]["text"] for f in _figures(at)]
+    assert any("t = 0.30" in t for t in titles), titles
+
+
+def test_download_datasets_say_they_fail_offline():
+    from geoviz.app_compute import choice_caption
+    from geoviz.data.registry import list_datasets
+
+    infos = list_datasets()
+    assert any(not i.offline for i in infos)
+    for info in infos:
+        caption = choice_caption(DatasetChoice(info.name))
+        assert ("fails offline" in caption) == (not info.offline), caption

@@ -22,7 +22,7 @@ from PIL import Image
 import geoviz
 import geoviz.export as gx
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
-from geoviz.errors import DatasetFormatError, ExportError, ExportExistsError
+from geoviz.errors import DatasetFormatError, ExportError, ExportExistsError, GeovizError
 from geoviz.export import (
     FORMATS,
     class_folder_names,
@@ -105,6 +105,11 @@ def _assert_same(a: SoftLabeledDataset, b: SoftLabeledDataset) -> None:
     assert a.metadata == b.metadata
     assert a.name == b.name
     assert a.fingerprint == b.fingerprint
+
+
+def _block_sampled(ds: SoftLabeledDataset) -> np.ndarray:
+    """The hard labels every exporter writes by default (block-sample, seed 0)."""
+    return gx.dataset_hard_labels(ds, "block-sample", 0)[0]
 
 
 def _sha(path: Path) -> str:
@@ -207,7 +212,7 @@ def test_npz_layout_has_no_object_arrays(tmp_path, shape):
     assert all(a.dtype != object for a in arrays.values())
     assert arrays["class_names"].dtype.kind == "U"
     assert arrays["features"].dtype == np.float32 and arrays["soft_labels"].dtype == np.float32
-    np.testing.assert_array_equal(arrays["labels"], ds.soft_labels.numpy().argmax(axis=1))
+    np.testing.assert_array_equal(arrays["labels"], _block_sampled(ds))
     assert arrays["image_shape"].tolist() == list(shape)
     c, h, w = shape
     images = arrays["images"]
@@ -229,7 +234,7 @@ def test_pt_loads_with_weights_only(tmp_path):
     ds = _image_ds()
     obj = torch.load(export_dataset(ds, tmp_path / "s.pt").data_path, weights_only=True)
     assert torch.equal(obj["features"], ds.features)
-    assert torch.equal(obj["labels"], ds.hard_labels)
+    assert torch.equal(obj["labels"], torch.from_numpy(_block_sampled(ds)))
     assert obj["class_names"] == list(ds.class_names)
     assert obj["image_shape"] == list(ds.image_shape)
     assert obj["metadata"] == ds.metadata and obj["manifest"]["format"] == "pt"
@@ -254,7 +259,7 @@ def test_parquet_image_layout_is_hf_compatible(tmp_path):
 
     frame = pd.read_parquet(path)
     assert len(frame) == len(ds)
-    assert frame["label"].tolist() == ds.hard_labels.tolist()
+    assert frame["label"].tolist() == _block_sampled(ds).tolist()
     np.testing.assert_array_equal(np.stack(frame["soft_labels"].to_numpy()), ds.soft_labels.numpy())
     cell = frame["image"].iloc[1]
     img = np.asarray(Image.open(io.BytesIO(cell["bytes"])))
@@ -280,7 +285,7 @@ def test_imagefolder_layout(tmp_path):
     rows = (root / "labels.csv").read_text(encoding="utf-8").splitlines()
     assert rows[0] == "file_name,mnist/0,mnist/1,usps/7"
     folders = class_folder_names(ds.class_names)
-    hard = ds.hard_labels.tolist()
+    hard = _block_sampled(ds).tolist()
     for i, row in enumerate(rows[1:]):
         rel = row.split(",")[0]
         assert rel == f"{folders[hard[i]]}/{i:02d}.png"
@@ -588,3 +593,180 @@ def test_load_export_rejects_garbage(tmp_path):
 def test_sidecar_path_naming():
     assert sidecar_manifest_path("out/synth.npz") == Path("out/synth.manifest.json")
     assert sidecar_manifest_path("out/synth") == Path("out/synth.manifest.json")
+
+
+# --------------------------------------------------------------------------- hard-label rules
+
+A_WEIGHTS = (0.5, 0.3, 0.2)
+REFS = ("mnist", "fashion_mnist", "kmnist")
+
+
+def _pa_ds(n: int = 2000, seed: int = 0, image: bool = False) -> SoftLabeledDataset:
+    """Soft labels ``[a_1 y_1 | a_2 y_2 | a_3 y_3]`` with peaked ``y_i`` over 4 classes each."""
+    rng = np.random.default_rng(seed)
+    blocks = [a * rng.dirichlet(np.full(4, 0.3), size=n) for a in A_WEIGHTS]
+    soft = np.concatenate(blocks, axis=1).astype(np.float32)
+    soft /= soft.sum(axis=1, keepdims=True)
+    shape = (1, 2, 2) if image else None
+    feats = rng.integers(0, 256, size=(n, 4)).astype(np.float32) / np.float32(255)
+    return SoftLabeledDataset(
+        features=feats if image else rng.normal(size=(n, 3)).astype(np.float32),
+        soft_labels=soft,
+        class_names=tuple(f"{r}/{k}" for r in REFS for k in range(4)),
+        name="P_a(0.5,0.3,0.2)",
+        image_shape=shape,
+        metadata={"weights": list(A_WEIGHTS), "references": list(REFS)},
+    )
+
+
+def _shares(labels: np.ndarray) -> np.ndarray:
+    return np.bincount(labels // 4, minlength=3) / len(labels)
+
+
+def test_block_sample_shares_match_weights_within_4_standard_errors():
+    ds = _pa_ds()
+    n = ds.n_samples
+    a = np.array(A_WEIGHTS)
+    bound = 4 * np.sqrt(a * (1 - a) / n)  # binomial standard errors
+    blocks = [slice(0, 4), slice(4, 8), slice(8, 12)]
+    by_weights = gx.hard_labels_from_soft(ds.soft_labels, blocks, weights=a, seed=3)
+    by_mass = gx.hard_labels_from_soft(
+        ds.soft_labels.numpy(), [range(4), range(4, 8), range(8, 12)]
+    )
+    by_dataset, info = gx.dataset_hard_labels(ds)
+    for labels in (by_weights, by_mass, by_dataset):
+        assert labels.dtype == np.int64 and labels.shape == (n,)
+        assert (np.abs(_shares(labels) - a) <= bound).all(), _shares(labels)
+        # within the drawn block the label is that block's argmax
+        soft = ds.soft_labels.numpy()
+        for i, lab in enumerate(labels):
+            lo = lab // 4 * 4
+            assert lab == lo + soft[i, lo : lo + 4].argmax()
+    assert info["rule"] == "block-sample" and info["seed"] == 0
+    assert info["probabilities"] == "weights"
+    assert [b["name"] for b in info["blocks"]] == list(REFS)
+    assert [b["weight"] for b in info["blocks"]] == list(A_WEIGHTS)
+    np.testing.assert_allclose([b["share"] for b in info["blocks"]], _shares(by_dataset))
+    assert sum(b["count"] for b in info["blocks"]) == n
+    # without usable weights the block masses (= a_i) are used
+    no_weights = SoftLabeledDataset(
+        features=ds.features, soft_labels=ds.soft_labels, class_names=ds.class_names
+    )
+    labels, info = gx.dataset_hard_labels(no_weights, seed=5)
+    assert info["probabilities"] == "block mass"
+    np.testing.assert_allclose([b["weight"] for b in info["blocks"]], a, atol=1e-5)
+    assert (np.abs(_shares(labels) - a) <= bound).all()
+
+
+def test_argmax_rule_reproduces_the_old_labels_and_underrepresents_small_weights():
+    ds = _pa_ds()
+    labels, info = gx.dataset_hard_labels(ds, "argmax", seed=7)
+    np.testing.assert_array_equal(labels, ds.hard_labels.numpy())
+    np.testing.assert_array_equal(
+        gx.hard_labels_from_soft(ds.soft_labels, [], rule="argmax"), ds.hard_labels.numpy()
+    )
+    assert info["rule"] == "argmax" and info["seed"] is None
+    assert _shares(labels)[2] < 0.05  # the bug of issue 7: kmnist almost never wins the argmax
+
+
+def test_block_sample_is_deterministic_given_a_seed():
+    ds = _pa_ds(n=500)
+    one = gx.dataset_hard_labels(ds, "block-sample", 11)[0]
+    np.testing.assert_array_equal(one, gx.dataset_hard_labels(ds, "block-sample", 11)[0])
+    assert not np.array_equal(one, gx.dataset_hard_labels(ds, "block-sample", 12)[0])
+    a = export_bytes(ds, "npz", hard_label_seed=11)[0]
+    b = export_bytes(ds, "npz", hard_label_seed=11)[0]
+    with np.load(io.BytesIO(a)) as da, np.load(io.BytesIO(b)) as db:
+        np.testing.assert_array_equal(da["labels"], db["labels"])
+        np.testing.assert_array_equal(da["labels"], one)
+
+
+def test_label_blocks_from_references_and_prefixes():
+    blocks = gx.label_blocks(("a/x", "a/y", "a/b/z", "c"), references=[{"name": "a"}, "a/b"])
+    # "a/b/z" starts with both "a/" and "a/b/": fall back to prefixes
+    assert [(n, c.tolist()) for n, c in blocks] == [("a", [0, 1, 2]), ("", [3])]
+    blocks = gx.label_blocks(("q/1", "p/1", "q/2"), references=["q", "p"])
+    assert [(n, c.tolist()) for n, c in blocks] == [("q", [0, 2]), ("p", [1])]
+
+
+@pytest.mark.parametrize(
+    ("target", "image"),
+    [
+        ("npz", False),
+        ("pt", False),
+        ("parquet", False),
+        ("parquet", True),
+        ("dir", True),
+        ("zip", True),
+    ],
+)
+@pytest.mark.parametrize("rule", ["argmax", "block-sample"])
+def test_round_trip_keeps_hard_labels_and_rule(tmp_path, target, image, rule):
+    ds = _pa_ds(n=60, image=image)
+    expected, info = gx.dataset_hard_labels(ds, rule, 4)
+    path = tmp_path / TARGETS[target]
+    result = export_dataset(ds, path, hard_label_rule=rule, hard_label_seed=4)
+    assert result.manifest["hard_labels"] == info
+    assert result.manifest["hard_labels"]["rule"] == rule
+    lossy = image and target != "npz"
+    assert result.manifest["fidelity"] == ("lossy (uint8)" if lossy else "lossless")
+    labels, read_info = gx.load_hard_labels(result.data_path)
+    np.testing.assert_array_equal(labels, expected)
+    assert read_info == info
+    verify_manifest(result.data_path)
+    assert load_export(result.data_path).soft_labels.shape == ds.soft_labels.shape
+
+
+@pytest.mark.parametrize("fmt", ["npz", "pt", "parquet"])
+def test_export_bytes_records_rule(tmp_path, fmt):
+    ds = _pa_ds(n=40)
+    data, filename, _ = export_bytes(ds, fmt, hard_label_rule="argmax")
+    (tmp_path / filename).write_bytes(data)
+    labels, info = gx.load_hard_labels(tmp_path / filename)
+    np.testing.assert_array_equal(labels, ds.hard_labels.numpy())
+    assert info["rule"] == "argmax"
+
+
+def test_old_manifest_without_rule_still_loads(tmp_path):
+    ds = _pa_ds(n=30, image=True)
+    old = dict(np.load(io.BytesIO(export_bytes(ds, "npz", hard_label_rule="argmax")[0])))
+    manifest = json.loads(str(old["manifest_json"]))
+    for key in ("hard_labels", "fidelity"):
+        del manifest[key]
+    old["manifest_json"] = np.array(json.dumps(manifest))
+    np.savez_compressed(tmp_path / "old.npz", **old)
+    _assert_same(load_export(tmp_path / "old.npz"), ds)
+    labels, info = gx.load_hard_labels(tmp_path / "old.npz")
+    np.testing.assert_array_equal(labels, ds.hard_labels.numpy())
+    assert info == {"rule": "argmax", "seed": None, "legacy": True}
+
+    root = export_dataset(ds, tmp_path / "folder", hard_label_rule="argmax").data_path
+    manifest_path = root / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    del manifest["hard_labels"]
+    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    assert load_export(root).n_samples == ds.n_samples
+    assert gx.load_hard_labels(root)[1]["rule"] == "argmax"
+
+
+@pytest.mark.parametrize("bad", ["max", "Argmax", "block_sample", "", None, 1])
+def test_bad_rule_names_raise_a_clear_error(tmp_path, bad):
+    ds = _pa_ds(n=10)
+    with pytest.raises(GeovizError, match=r"unknown hard-label rule.*'argmax', 'block-sample'"):
+        gx.hard_labels_from_soft(ds.soft_labels, [slice(0, 4)], rule=bad)
+    with pytest.raises(GeovizError, match="unknown hard-label rule"):
+        export_dataset(ds, tmp_path / "x.npz", hard_label_rule=bad)
+    assert not (tmp_path / "x.npz").exists()
+    with pytest.raises(GeovizError, match="unknown hard-label rule"):
+        export_bytes(ds, "pt", hard_label_rule=bad)
+    with pytest.raises(GeovizError, match="seed"):
+        export_bytes(ds, "pt", hard_label_seed=-1)
+
+
+def test_format_descriptions_flag_uint8_storage():
+    assert "lossy (uint8)" in gx.format_description("imagefolder")
+    assert "lossy (uint8)" in gx.format_description("parquet", images=True)
+    assert "lossless" in gx.format_description("parquet", images=False)
+    assert "lossy" not in gx.format_description("npz") + gx.format_description("pt")
+    with pytest.raises(ExportError):
+        gx.format_description("tiff")

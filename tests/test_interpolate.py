@@ -127,3 +127,24 @@ def test_mccann_same_name_is_disambiguated(maps):
         target, mapped[0], soft[0], 0.5, reference_name="Q", reference_classes=["a", "b"]
     )
     assert ds.class_names == ("Q/a", "Q/b", "Q/c", "Q#2/a", "Q#2/b")
+
+
+def test_hard_labels_of_p_a_follow_the_weights(maps):
+    from geoviz.export import dataset_hard_labels, label_blocks
+
+    _, mapped, soft, space = maps
+    a = [0.5, 0.3, 0.2]
+    ds = generalized_geodesic_dataset(mapped, soft, a, space)
+    blocks = label_blocks(ds.class_names, ds.metadata["references"])
+    assert [name for name, _ in blocks] == list(space.dataset_names)
+    for (_, cols), block in zip(blocks, space.block_slices, strict=True):
+        assert cols.tolist() == list(range(space.size))[block]
+    labels, info = dataset_hard_labels(ds, "block-sample", 0)
+    assert info["probabilities"] == "weights"
+    assert [b["weight"] for b in info["blocks"]] == a
+    for label, row in zip(labels.tolist(), ds.soft_labels, strict=True):
+        block = next(s for s in space.block_slices if s.start <= label < s.stop)
+        assert label == block.start + int(row[block].argmax())
+    np.testing.assert_array_equal(labels, dataset_hard_labels(ds, "block-sample", 0)[0])
+    argmax, _ = dataset_hard_labels(ds, "argmax")
+    np.testing.assert_array_equal(argmax, ds.hard_labels.numpy())

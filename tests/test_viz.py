@@ -482,3 +482,100 @@ def test_plan_neighbours_scatter_marker_sizes_follow_the_weights():
     assert "1.8 neighbours" in by_name["T(x)"].text[0]
     with pytest.raises(DatasetError):
         plan_neighbours_scatter(x, nb[:, :1], w, mapped, np.ones(2))
+
+
+# ---------------------------------------------------------------- issue 7 (browser review)
+
+
+def test_ternary_picked_ring_keeps_the_a_hat_star_visible_when_they_coincide():
+    grid = _grid(6)
+    a_hat = np.array([0.5, 0.3, 0.2])
+    fig = ternary_heatmap(grid, grid[:, 0], ["p", "q", "r"], a_hat=a_hat, picked=a_hat)
+    star = next(t for t in fig.data if t.name.startswith("â"))
+    pick = next(t for t in fig.data if t.name.startswith("picked"))
+    assert star.marker.symbol == "star"
+    # the pick is a hollow ring larger than the star: the star shows through it
+    assert str(pick.marker.symbol).endswith("-open")
+    assert pick.marker.size > star.marker.size
+    line = geodesic_line(
+        np.linspace(0, 1, 5), np.arange(5.0), ["p", "q"], a_hat=[0.4, 0.6], picked=[0.4, 0.6]
+    )
+    lstar, lpick = line.data[1], line.data[2]
+    assert lstar.marker.symbol == "star" and str(lpick.marker.symbol).endswith("-open")
+    assert lpick.marker.size > lstar.marker.size
+
+
+def test_weights_are_formatted_with_one_rounding_rule():
+    from geoviz.viz.weights import (
+        WEIGHT_DECIMALS,
+        display_weights,
+        format_weights,
+        round_to_simplex,
+    )
+
+    for w in ([1 / 3, 1 / 3, 1 / 3], [0.045, 0.455, 0.5], [0.046, 0.3, 0.654], [0.125, 0.875]):
+        w = np.asarray(w)
+        shown = round_to_simplex(w, WEIGHT_DECIMALS)  # what the sliders show
+        np.testing.assert_allclose(display_weights(w), shown)
+        assert format_weights(w) == "(" + ", ".join(f"{x:.2f}" for x in shown) + ")"
+        names = [f"d{k}" for k in range(len(w))]
+        assert format_weights(w, names) == " · ".join(
+            f"{n} {x:.2f}" for n, x in zip(names, shown, strict=True)
+        )
+        bar = weights_bar(w, names, a_hat=w)
+        assert [a.text for a in bar.layout.annotations] == [f"{x:.2f}" for x in shown]
+    assert format_weights([1 / 3, 1 / 3, 1 / 3]) == "(0.34, 0.33, 0.33)"
+    fig = ternary_heatmap(_grid(4), np.zeros(15), ["a", "b", "c"], a_hat=[1 / 3, 1 / 3, 1 / 3])
+    assert fig.data[1].name.endswith("(0.34, 0.33, 0.33)")
+
+
+def test_weights_bar_labels_sit_above_bar_and_marker():
+    w = np.array([0.2, 0.5, 0.3])
+    ah = np.array([0.25, 0.45, 0.3])
+    fig = weights_bar(w, ["a", "b", "c"], a_hat=ah)
+    assert not fig.data[0].text  # no bar text that a marker could cover
+    marker_half = fig.data[1].marker.size / 2
+    anns = list(fig.layout.annotations)
+    assert [a.x for a in anns] == ["a", "b", "c"]
+    for ann, top in zip(anns, np.maximum(w, ah), strict=True):
+        assert ann.y == pytest.approx(top)
+        assert ann.yanchor == "bottom" and ann.yshift > marker_half
+    assert fig.layout.yaxis.range[1] > 1.15  # room for a label above a full bar
+
+
+def test_scatter_legend_sorted_unique_and_bounded():
+    rng = np.random.default_rng(0)
+    sets = []
+    for name in ("Q", "fashion_mnist", "usps", "kmnist"):
+        ds = LabeledDataset(
+            rng.normal(size=(60, 2)),
+            np.arange(60) % 10,
+            tuple(str(k) for k in range(10)),
+            name=name,
+        )
+        sets.append(point_set(ds, prefix_labels=True))
+    soft = np.zeros((60, 20))
+    soft[np.arange(60), np.arange(60) % 20] = 1.0
+    pa = SoftLabeledDataset(
+        torch.tensor(rng.normal(size=(60, 2)), dtype=torch.float32),
+        torch.tensor(soft, dtype=torch.float32),
+        tuple(f"{d}/{k}" for d in ("usps", "kmnist") for k in range(10)),
+        name="P_a",
+    )
+    sets.append(point_set(pa, name="P_a"))  # shares class names with usps / kmnist
+    fig = scatter_sets(sets, color_by="label", max_legend=20)
+    shown = [t for t in fig.data if t.showlegend is not False]
+    names = [t.name for t in shown]
+    assert len(names) == len(set(names)), "a class is listed twice"
+    assert len(names) <= 20
+    ordered = [t.name for t in sorted(shown, key=lambda t: t.legendrank)]
+    assert ordered[-1].startswith("other")
+    assert ordered[:-1] == sorted(ordered[:-1])
+    assert all(t.legendgroup == t.name for t in fig.data)
+    # every point is still drawn
+    assert sum(len(t.x) for t in fig.data) == 300
+    # few classes: every class listed once, no "other"
+    small = scatter_sets(sets[3:], color_by="label")
+    small_names = [t.name for t in small.data if t.showlegend is not False]
+    assert small_names == sorted(set(small_names)) and "kmnist/0" in small_names
+    assert not any(n.startswith("other") for n in small_names)

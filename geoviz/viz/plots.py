@@ -33,6 +33,7 @@ __all__ = [
 
 _PALETTE = px.colors.qualitative.Dark24 + px.colors.qualitative.Light24
 _DATASET_PALETTE = ["#222222", *px.colors.qualitative.Set1]
+_OTHER_COLOR = "#b0b0b0"
 
 
 def color_map(names: Sequence[str], palette: Sequence[str] | None = None) -> dict[str, str]:
@@ -104,6 +105,24 @@ def point_set(
     return PointSet(name or ds.name, pts, labels, conf)
 
 
+def _legend_labels(sets: Sequence[PointSet], max_legend: int) -> tuple[list[str], set[str]]:
+    """Sorted class names that get their own legend entry, and those merged into "other".
+
+    When there are more than ``max_legend`` distinct classes, the
+    ``max_legend - 1`` most frequent ones (over all sets) are kept and the rest
+    share one ``other`` entry, so the legend fits inside the figure.
+    """
+    counts: dict[str, int] = {}
+    for s in sets:
+        for lab in s.labels:
+            counts[lab] = counts.get(lab, 0) + 1
+    if len(counts) <= max_legend:
+        return sorted(counts), set()
+    ranked = sorted(counts, key=lambda lab: (-counts[lab], lab))
+    keep = sorted(ranked[: max(1, max_legend - 1)])
+    return keep, set(ranked[len(keep) :])
+
+
 def scatter_sets(
     sets: Sequence[PointSet],
     *,
@@ -114,6 +133,7 @@ def scatter_sets(
     opacity: float = 0.75,
     marker_size: float = 6,
     faded: Sequence[str] = (),
+    max_legend: int = 20,
 ) -> go.Figure:
     """2-D or 3-D scatter of several point sets.
 
@@ -126,6 +146,12 @@ def scatter_sets(
     faded
         Names of sets drawn small and translucent (context, e.g. references
         behind an interpolation).
+    max_legend
+        With ``color_by="label"``: at most this many legend entries. Classes
+        are listed sorted, each name once (one legend entry toggles the class
+        in every dataset); beyond ``max_legend`` classes the least frequent
+        share a grey ``other`` entry. The symbol of each dataset is named in
+        an annotation under the plot.
     """
     if not sets:
         raise DatasetError("nothing to plot: no point sets")
@@ -149,18 +175,34 @@ def scatter_sets(
         "square-open",
     ]
     ds_colors = color_map([s.name for s in sets], _DATASET_PALETTE)
-    lab_colors = color_map([lab for s in sets for lab in dict.fromkeys(s.labels)])
+    shown, merged = _legend_labels(sets, max(1, int(max_legend)))
+    other = f"other ({len(merged)} classes)"
+    lab_colors = color_map(shown)
+    lab_colors[other] = _OTHER_COLOR
+    rank = {lab: k for k, lab in enumerate([*shown, other])}
+    in_legend: set[str] = set()
     fig = go.Figure()
     for si, s in enumerate(sets):
         fade = s.name in faded
-        groups = (
-            [(lab, np.array([x == lab for x in s.labels])) for lab in dict.fromkeys(s.labels)]
-            if color_by == "label"
-            else [(s.name, np.ones(len(s.labels), bool))]
-        )
+        if color_by == "label":
+            keys = np.array([other if x in merged else x for x in s.labels], dtype=object)
+            present = set(keys.tolist())
+            groups = [(lab, keys == lab) for lab in [*shown, other] if lab in present]
+        else:
+            groups = [(s.name, np.ones(len(s.labels), bool))]
         for lab, mask in groups:
-            color = lab_colors[lab] if color_by == "label" else ds_colors[s.name]
-            legend = f"{s.name}: {lab}" if color_by == "label" else s.name
+            if color_by == "label":
+                color = lab_colors[lab]
+                legend = {
+                    "name": lab,
+                    "legendgroup": lab,
+                    "legendrank": 1000 + rank[lab],
+                    "showlegend": lab not in in_legend,
+                }
+                in_legend.add(lab)
+            else:
+                color = ds_colors[s.name]
+                legend = {"name": s.name, "legendgroup": s.name}
             marker = {
                 "color": color,
                 "size": marker_size * (0.6 if fade else 1.0),
@@ -172,9 +214,7 @@ def scatter_sets(
             ]
             common = {
                 "mode": "markers",
-                "name": legend,
-                "legendgroup": s.name,
-                "legendgrouptitle_text": s.name if color_by == "label" else None,
+                **legend,
                 "text": hover,
                 "hovertemplate": "%{text}<extra></extra>",
             }
@@ -188,8 +228,31 @@ def scatter_sets(
                 fig.add_trace(
                     go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], marker=marker, **common)
                 )
+    if color_by == "label":
+        key = " · ".join(
+            f"{s.name}: {(symbols if dim == 2 else symbols3d)[si % len(symbols)]}"
+            for si, s in enumerate(sets)
+        )
+        fig.add_annotation(
+            text=f"symbol = dataset ({key})",
+            xref="paper",
+            yref="paper",
+            x=0.0,
+            y=-0.02,
+            yshift=-40,
+            xanchor="left",
+            yanchor="top",
+            showarrow=False,
+            font={"size": 11},
+        )
+        fig.update_layout(
+            legend={"title": {"text": "class"}, "font": {"size": 11}, "tracegroupgap": 0},
+            margin={"b": 90},
+        )
     fig.update_layout(
-        title={"text": title} if title else None, height=height, legend={"itemsizing": "constant"}
+        title={"text": title} if title else None,
+        height=height,
+        legend={"itemsizing": "constant", "yanchor": "top", "y": 1.0},
     )
     if dim == 2:
         fig.update_layout(

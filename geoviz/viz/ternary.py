@@ -19,6 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from geoviz.errors import WeightsError
+from geoviz.viz.weights import WEIGHT_DECIMALS, display_weights, format_weights
 
 __all__ = ["OBJECTIVE_LABEL", "geodesic_line", "ternary_heatmap", "weights_bar"]
 
@@ -27,6 +28,12 @@ OBJECTIVE_LABEL = "W²(P_a, Q)"
 _COLORSCALE = "Viridis"
 _AHAT_COLOR = "#e4572e"
 _PICK_COLOR = "#ffffff"
+#: The picked ``a`` is a hollow ring drawn around the ``a_hat`` star: when the two
+#: coincide (the default, and after "Reset to a_hat") both stay visible.
+_PICK_SYMBOL = "diamond-open"
+_AHAT_SIZE = 16
+_BAR_MARKER_SIZE = 14
+_PICK_SIZE = 28
 
 
 def _grid_resolution(grid: np.ndarray) -> int:
@@ -70,7 +77,8 @@ def ternary_heatmap(
     a_hat
         ``(3,)`` the minimiser; marked with a star and listed in the legend.
     picked
-        ``(3,)`` the weights currently chosen by the user; marked with a ring.
+        ``(3,)`` the weights currently chosen by the user; marked with a hollow
+        diamond, larger than the ``a_hat`` star so the star stays visible inside it.
     marker_size
         Marker diameter in px; by default chosen from the grid spacing so the
         markers tile the triangle.
@@ -124,16 +132,22 @@ def ternary_heatmap(
         )
     )
     _add_marker(
-        fig, a_hat, values_at=None, name="â (minimiser)", symbol="star", color=_AHAT_COLOR, size=20
+        fig,
+        a_hat,
+        values_at=None,
+        name="â (minimiser)",
+        symbol="star",
+        color=_AHAT_COLOR,
+        size=_AHAT_SIZE,
     )
     _add_marker(
         fig,
         picked,
         values_at=None,
         name="picked a",
-        symbol="diamond",
+        symbol=_PICK_SYMBOL,
         color=_PICK_COLOR,
-        size=15,
+        size=_PICK_SIZE,
     )
 
     axis = {
@@ -182,17 +196,19 @@ def _add_marker(
             b=[w[1]],
             c=[w[2]],
             mode="markers",
-            name=f"{name} = ({w[0]:.2f}, {w[1]:.2f}, {w[2]:.2f})",
+            name=f"{name} = {format_weights(w)}",
             customdata=[w.tolist()],
-            marker={
-                "symbol": symbol,
-                "size": size,
-                "color": color,
-                "line": {"width": 2, "color": "#111"},
-            },
+            marker=_marker_style(symbol, color, size),
             hovertemplate=f"{name}<br>(%{{a:.3f}}, %{{b:.3f}}, %{{c:.3f}})<extra></extra>",
         )
     )
+
+
+def _marker_style(symbol: str, color: str, size: float) -> dict:
+    """Filled markers get a dark outline; open ones (the picked ring) a thick stroke."""
+    if symbol.endswith("-open"):
+        return {"symbol": symbol, "size": size, "color": color, "line": {"width": 3}}
+    return {"symbol": symbol, "size": size, "color": color, "line": {"width": 2, "color": "#111"}}
 
 
 def geodesic_line(
@@ -246,9 +262,9 @@ def geodesic_line(
             ),
         )
     )
-    for w, label, color, symbol in (
-        (a_hat, "â (minimiser)", _AHAT_COLOR, "star"),
-        (picked, "picked a", "#ffffff", "diamond"),
+    for w, label, color, symbol, size in (
+        (a_hat, "â (minimiser)", _AHAT_COLOR, "star", _AHAT_SIZE),
+        (picked, "picked a", "#5b5b8f", _PICK_SYMBOL, _PICK_SIZE),
     ):
         if w is None:
             continue
@@ -260,14 +276,9 @@ def geodesic_line(
                 x=[x],
                 y=[y],
                 mode="markers",
-                name=f"{label} = ({w[0]:.2f}, {w[1]:.2f})",
+                name=f"{label} = {format_weights(w)}",
                 customdata=[[w[0], w[1], y]],
-                marker={
-                    "symbol": symbol,
-                    "size": 18,
-                    "color": color,
-                    "line": {"width": 2, "color": "#111"},
-                },
+                marker=_marker_style(symbol, color, size),
             )
         )
     fig.update_layout(
@@ -311,39 +322,62 @@ def weights_bar(
     title: str = "Interpolation weights a",
     height: int = 320,
 ) -> go.Figure:
-    """Bar chart of the chosen weights, with ``a_hat`` overlaid as diamonds."""
+    """Bar chart of the chosen weights, with ``a_hat`` overlaid as diamonds.
+
+    The value labels are annotations placed above both the bar and the
+    ``a_hat`` marker of each reference (never underneath a marker), rounded
+    with :func:`geoviz.viz.weights.display_weights` like the sliders.
+    """
     w = np.asarray(weights, dtype=float).ravel()
     names = _check_names(names, w.shape[0])
+    shown = display_weights(w)
     fig = go.Figure(
         go.Bar(
             x=names,
             y=w,
             name="picked a",
-            text=[f"{x:.2f}" for x in w],
-            textposition="outside",
             marker={"color": "#5b8db8"},
+            hovertemplate="%{x}: %{y:.3f}<extra>picked a</extra>",
         )
     )
+    top = w.copy()
     if a_hat is not None:
         ah = np.asarray(a_hat, dtype=float).ravel()
+        if ah.shape != w.shape:
+            raise WeightsError(
+                f"a_hat has {ah.shape[0]} entries but there are {w.shape[0]} weights"
+            )
+        top = np.maximum(top, ah)
         fig.add_trace(
             go.Scatter(
                 x=names,
                 y=ah,
                 mode="markers",
                 name="â (minimiser)",
+                customdata=display_weights(ah),
+                hovertemplate=f"%{{x}}: â = %{{customdata:.{WEIGHT_DECIMALS}f}}<extra></extra>",
                 marker={
                     "symbol": "diamond",
-                    "size": 14,
+                    "size": _BAR_MARKER_SIZE,
                     "color": _AHAT_COLOR,
                     "line": {"width": 1, "color": "#111"},
                 },
             )
         )
+    for name, y, value in zip(names, top, shown, strict=True):
+        fig.add_annotation(
+            x=name,
+            y=float(y),
+            text=f"{value:.{WEIGHT_DECIMALS}f}",
+            showarrow=False,
+            yanchor="bottom",
+            # clear of the diamond (half its size) sitting on top of the bar
+            yshift=_BAR_MARKER_SIZE // 2 + 3,
+        )
     fig.update_layout(
         title={"text": title},
         xaxis={"title": {"text": "reference dataset P_i"}},
-        yaxis={"title": {"text": "weight a_i"}, "range": [0, 1.15]},
+        yaxis={"title": {"text": "weight a_i"}, "range": [0, 1.25]},
         height=height,
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0.0},
         margin={"t": 80},

@@ -20,7 +20,12 @@ import numpy as np
 
 from geoviz.errors import WeightsError
 
+#: Decimals used for every displayed weight (sliders, text, bar labels): one rule everywhere.
+WEIGHT_DECIMALS = 2
+
 __all__ = [
+    "WEIGHT_DECIMALS",
+    "display_weights",
     "format_weights",
     "project_to_simplex",
     "round_to_simplex",
@@ -140,11 +145,29 @@ def round_to_simplex(weights: Sequence[float] | np.ndarray, decimals: int = 2) -
     return floor / scale
 
 
-def format_weights(
-    weights: Sequence[float] | np.ndarray, names: Sequence[str] | None = None, digits: int = 2
-) -> str:
-    """``"fashion_mnist 0.50 · usps 0.30 · kmnist 0.20"`` (or ``"(0.50, 0.30, 0.20)"``)."""
+def display_weights(
+    weights: Sequence[float] | np.ndarray, digits: int = WEIGHT_DECIMALS
+) -> np.ndarray:
+    """The values shown for ``weights``: :func:`round_to_simplex` when they lie on
+    the simplex (so sliders, text and bar labels agree and sum to 1), plain
+    rounding otherwise."""
     w = np.asarray(weights, dtype=float).ravel()
+    if w.size and np.all(np.isfinite(w)) and np.all(w >= -1e-9) and abs(w.sum() - 1.0) < 1e-6:
+        return round_to_simplex(w, digits)
+    return np.round(w, int(digits))
+
+
+def format_weights(
+    weights: Sequence[float] | np.ndarray,
+    names: Sequence[str] | None = None,
+    digits: int = WEIGHT_DECIMALS,
+) -> str:
+    """``"fashion_mnist 0.50 · usps 0.30 · kmnist 0.20"`` (or ``"(0.50, 0.30, 0.20)"``).
+
+    Values are rounded with :func:`display_weights`, the same rule as the
+    app's weight sliders.
+    """
+    w = display_weights(weights, digits)
     if names is None:
         return "(" + ", ".join(f"{x:.{digits}f}" for x in w) + ")"
     if len(names) != len(w):
