@@ -14,8 +14,10 @@ from geoviz import app_compute as compute
 from geoviz.app_state import SessionModel
 from geoviz.viz.weights import format_weights
 
-# no page_icon: Material icons as favicon are fetched from a CDN, and the app must work offline
-st.set_page_config(page_title="geoviz · generalized geodesics", layout="wide")
+# a plain emoji as favicon: Material icons (":material/...:") would be fetched from a font CDN,
+# and the app must work offline
+PAGE_ICON = "🌐"
+st.set_page_config(page_title="geoviz · generalized geodesics", page_icon=PAGE_ICON, layout="wide")
 
 model = SessionModel(st.session_state)
 
@@ -57,7 +59,11 @@ compute.start_embedding_warm_up()
 with scenario_box:
     st.markdown("### Current scenario")
     data = compute.store().get(("data", model.scenario.data_key()))
-    for line in model.scenario.describe(is_image=None if data is None else data.is_image):
+    # counts of the already loaded (cached) datasets: nothing is reloaded here
+    counts = None if data is None else [ds.n_samples for ds in data.datasets]
+    for line in model.scenario.describe(
+        is_image=None if data is None else data.is_image, n_samples=counts
+    ):
         st.markdown(line)
     result = compute.geodesic_if_ready(model)
     if result is not None:

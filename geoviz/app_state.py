@@ -49,6 +49,7 @@ __all__ = [
     "default_scenario",
     "epsilon_choices",
     "preset_scenarios",
+    "sync_form_state",
 ]
 
 SourceKind = Literal["registry", "upload"]
@@ -286,18 +287,41 @@ class Scenario:
         """Hash of the whole scenario: equal keys give the same geodesic."""
         return _hash(self.to_dict())
 
-    def describe(self, is_image: bool | None = None) -> list[str]:
-        """Markdown lines for the sidebar."""
+    def describe(
+        self, is_image: bool | None = None, n_samples: Sequence[int] | None = None
+    ) -> list[str]:
+        """Markdown lines for the sidebar.
+
+        ``n_samples`` are the sample counts of the loaded ``(Q, P_1, ..., P_m)`` when known:
+        the lines then show them instead of the requested N, with a note for every dataset
+        that has fewer samples than requested (it is used whole).
+        """
 
         def ref(i: int, r: DatasetChoice) -> str:
             return r.label if r.label == f"P{i + 1}" else f"P{i + 1} = {r.label}"
 
         size = f" · images {self.image_size}×{self.image_size}" if is_image is not False else ""
+        counts = None if n_samples is None else [int(n) for n in n_samples]
+        if counts is not None and len(counts) != 1 + self.m:
+            raise DatasetError(f"{len(counts)} sample counts for {1 + self.m} datasets")
+        if counts is None:
+            n_q, ref_n = self.n_target, f"N = {self.n_reference} per reference"
+        else:
+            n_q = counts[0]
+            if all(n == self.n_reference for n in counts[1:]):
+                ref_n = f"N = {self.n_reference} per reference"
+            else:
+                ref_n = "N = " + ", ".join(f"{n} (P{i + 1})" for i, n in enumerate(counts[1:]))
         lines = [
-            f"**Q** (target): {self.target.label}, N = {self.n_target}",
+            f"**Q** (target): {self.target.label}, N = {n_q}",
             "**References**: " + ", ".join(ref(i, r) for i, r in enumerate(self.references)),
-            f"N = {self.n_reference} per reference{size}",
+            f"{ref_n}{size}",
         ]
+        if counts is not None:
+            requested = [self.n_target] + [self.n_reference] * self.m
+            for choice, n, want in zip(self.choices, counts, requested, strict=True):
+                if n < want:
+                    lines.append(f"N capped at {n} for {choice.label} (it has only {n} samples)")
         if self.few_shot.enabled:
             lines.append(
                 f"few-shot: {self.few_shot.k} labels per class + {self.few_shot.n_neighbors}-NN pseudo-labels"
@@ -373,6 +397,28 @@ def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]
         n_reference=min(settings.n_default, 800),
     )
     return out
+
+
+def sync_form_state(
+    state: MutableMapping[str, Any],
+    scenario: Scenario,
+    values: Mapping[str, Any],
+    marker: str = "geoviz_form_synced",
+) -> bool:
+    """Write a form's widget ``values`` (widget key -> value shown for ``scenario``) into ``state``.
+
+    Call before the widgets are created. When the scenario changed since the form was last
+    synced (a preset was loaded, another page changed epsilon, ...) every value is written, so
+    the widgets show the active scenario instead of the browser's stale values; otherwise only
+    missing keys are filled and the user's unsubmitted edits are kept. Returns ``True`` when
+    the whole form was rewritten. Deleting ``state[marker]`` forces the next call to rewrite.
+    """
+    changed = state.get(marker) != scenario.key()
+    for key, value in values.items():
+        if changed or key not in state:
+            state[key] = value
+    state[marker] = scenario.key()
+    return changed
 
 
 class SessionModel:

@@ -8,31 +8,58 @@ import numpy as np
 import streamlit as st
 
 from geoviz import app_compute as compute
-from geoviz.app_state import FewShotOptions, Scenario, SessionModel, preset_scenarios
+from geoviz.app_state import (
+    FewShotOptions,
+    Scenario,
+    SessionModel,
+    preset_scenarios,
+    sync_form_state,
+)
 from geoviz.errors import GeovizError
 from geoviz.ot.otdd import DEFAULT_EPSILON
 from geoviz.viz.embedding import fit_embedding
 from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
 from geoviz.viz.plots import class_histograms, otdd_heatmap, point_set, scatter_sets
 
+SIZES = [16, 28, 32]
+FORM_SYNCED = "geoviz_form_synced"  # key of the scenario the form widgets were last written from
+
+
+def form_values(scenario: Scenario) -> dict[str, object]:
+    """What each widget of the scenario form shows for ``scenario`` (widget key -> value)."""
+    return {
+        "form_target": scenario.target.token,
+        "form_split": scenario.target.split,
+        "form_refs": [r.token for r in scenario.references],
+        "form_nq": int(scenario.n_target),
+        "form_np": int(scenario.n_reference),
+        "form_size": scenario.image_size if scenario.image_size in SIZES else SIZES[-1],
+        "form_few": bool(scenario.few_shot.enabled),
+        "form_k": int(scenario.few_shot.k),
+        "form_nn": int(scenario.few_shot.n_neighbors),
+        "form_eps": float(scenario.epsilon),
+        "form_seed": int(scenario.seed),
+    }
+
 
 def scenario_form(model: SessionModel) -> None:
     scenario = model.scenario
     options = compute.choice_options(model)
     tokens = list(options)
+    # the widgets take their values from session state (no defaults passed): written here
+    # whenever the scenario changed outside the form (preset, epsilon on the Maps page)
+    sync_form_state(st.session_state, scenario, form_values(scenario), marker=FORM_SYNCED)
     with st.form("scenario_form"):
         c1, c2 = st.columns([2, 3])
         target_tok = c1.selectbox(
             "Target dataset Q",
             tokens,
-            index=tokens.index(scenario.target.token),
             format_func=lambda t: compute.choice_caption(options[t]),
             key="form_target",
         )
         target_split = c1.radio(
             "Split of Q",
             ["train", "test"],
-            index=["train", "test"].index(scenario.target.split),
             horizontal=True,
             key="form_split",
             help="Registry datasets only; use the test split to keep Q disjoint from a reference.",
@@ -40,52 +67,36 @@ def scenario_form(model: SessionModel) -> None:
         ref_toks = c2.multiselect(
             "Reference datasets P_i (at least 2)",
             tokens,
-            default=[r.token for r in scenario.references],
             format_func=lambda t: compute.choice_caption(options[t]),
             key="form_refs",
         )
         c3, c4, c5 = st.columns(3)
         n_target = c3.number_input(
-            "Samples in Q",
-            min_value=10,
-            max_value=100_000,
-            value=scenario.n_target,
-            step=100,
-            key="form_nq",
+            "Samples in Q", min_value=10, max_value=100_000, step=100, key="form_nq"
         )
         n_ref = c4.number_input(
-            "Samples per reference",
-            min_value=10,
-            max_value=100_000,
-            value=scenario.n_reference,
-            step=100,
-            key="form_np",
+            "Samples per reference", min_value=10, max_value=100_000, step=100, key="form_np"
         )
         image_size = c5.selectbox(
             "Common image size",
-            [16, 28, 32],
-            index=[16, 28, 32].index(scenario.image_size)
-            if scenario.image_size in (16, 28, 32)
-            else 2,
+            SIZES,
             key="form_size",
             help="Images are resized to size×size (harmonize); ignored for vector data.",
         )
         c6, c7, c8 = st.columns(3)
         few = c6.checkbox(
             "Few-shot target",
-            value=scenario.few_shot.enabled,
             key="form_few",
             help="Keep k labels per class of Q and pseudo-label the rest with a kNN classifier.",
         )
-        k = c7.number_input("k labels per class", 1, 1000, scenario.few_shot.k, key="form_k")
-        nn = c8.number_input("kNN neighbours", 1, 50, scenario.few_shot.n_neighbors, key="form_nn")
+        k = c7.number_input("k labels per class", min_value=1, max_value=1000, key="form_k")
+        nn = c8.number_input("kNN neighbours", min_value=1, max_value=50, key="form_nn")
         with st.expander("Advanced"):
             a1, a2 = st.columns(2)
             epsilon = a1.number_input(
                 "Entropic ε (relative to mean cost)",
                 min_value=0.0001,
                 max_value=10.0,
-                value=float(scenario.epsilon),
                 step=0.0005,
                 format="%.4f",
                 key="form_eps",
@@ -95,7 +106,7 @@ def scenario_form(model: SessionModel) -> None:
                     "reference (blurred maps). Also on the OTDD maps page."
                 ),
             )
-            seed = a2.number_input("Seed", 0, 2**31 - 1, scenario.seed, key="form_seed")
+            seed = a2.number_input("Seed", min_value=0, max_value=2**31 - 1, key="form_seed")
         submitted = st.form_submit_button("Apply scenario", type="primary")
     if submitted:
         target = options[target_tok]
@@ -121,9 +132,11 @@ def scenario_form(model: SessionModel) -> None:
 
 
 def reset_form() -> None:
-    """Forget the form widgets' values so they show the new scenario."""
-    for key in [k for k in st.session_state if str(k).startswith("form_")]:
-        del st.session_state[key]
+    """Make the next run rewrite every form widget from the (new) scenario.
+
+    Deleting the widget keys is not enough: the browser still holds the old values and
+    sends them back, so the form is re-synced through session state instead."""
+    st.session_state.pop(FORM_SYNCED, None)
 
 
 def upload_box(model: SessionModel) -> None:

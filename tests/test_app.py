@@ -7,6 +7,7 @@ geodesic fits it (a few seconds at N = 150) and the others reuse it.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -525,3 +526,112 @@ def test_download_datasets_say_they_fail_offline():
     for info in infos:
         caption = choice_caption(DatasetChoice(info.name))
         assert ("fails offline" in caption) == (not info.offline), caption
+
+
+# ---------------------------------------------------------------- browser-found bugs (form sync, N cap, favicon)
+
+
+def _form_state(at) -> dict:
+    return {
+        "target": at.selectbox(key="form_target").value,
+        "refs": list(at.multiselect(key="form_refs").value),
+        "nq": at.number_input(key="form_nq").value,
+        "np": at.number_input(key="form_np").value,
+    }
+
+
+def test_load_preset_after_apply_updates_the_form_and_apply_keeps_the_preset():
+    from geoviz.app_state import AppSettings, preset_scenarios
+
+    at = _app()
+    # own choices: Q = USPS, references MNIST and KMNIST, 60 samples each
+    at.selectbox(key="form_target").set_value("registry:usps:train")
+    at.multiselect(key="form_refs").set_value(["registry:mnist:train", "registry:kmnist:train"])
+    at.number_input(key="form_nq").set_value(60)
+    at.number_input(key="form_np").set_value(60)
+    next(b for b in at.form_submit_button if b.label == "Apply scenario").click().run()
+    _assert_clean(at, "apply own choices")
+    own = at.session_state[SessionModel.SCENARIO]
+    assert own.target.name == "usps" and own.m == 2 and own.n_target == 60
+    assert _form_state(at)["target"] == "registry:usps:train"
+
+    name = "2-D Gaussian mixtures"
+    preset = preset_scenarios(AppSettings(n_default=N))[name]
+    at.selectbox(key="preset_name").set_value(name)
+    at.button(key="load_preset").click().run()
+    _assert_clean(at, "load preset")
+    assert at.session_state[SessionModel.SCENARIO] == preset
+    # a browser keeps the values its form widgets had unless the server sets them (set_value):
+    # model that, so the old scenario would come back here without the fix
+    stale = {"form_target": "registry:usps:train", "form_nq": 60, "form_np": 60}
+    for key, old in stale.items():
+        widget = at.get("selectbox" if key == "form_target" else "number_input")
+        widget = next(w for w in widget if w.key == key)
+        if not widget.proto.set_value:
+            widget.set_value(old)
+    refs = at.multiselect(key="form_refs")
+    if not refs.proto.set_value:
+        refs.set_value(["registry:mnist:train", "registry:kmnist:train"])
+    # the form shows the preset, not the scenario applied before
+    assert _form_state(at) == {
+        "target": preset.target.token,
+        "refs": [r.token for r in preset.references],
+        "nq": preset.n_target,
+        "np": preset.n_reference,
+    }
+    # pressing Apply without edits keeps the preset
+    next(b for b in at.form_submit_button if b.label == "Apply scenario").click().run()
+    _assert_clean(at, "apply after preset")
+    assert at.session_state[SessionModel.SCENARIO].key() == preset.key()
+    assert _form_state(at)["target"] == preset.target.token
+
+
+def test_sidebar_shows_actual_sample_counts_and_the_cap():
+    rng = np.random.default_rng(1)
+    buf = io.BytesIO()
+    np.savez(buf, x=rng.random((60, 8, 8)).astype(np.float32), y=np.repeat(np.arange(3), 20))
+    at = _app()
+    at.file_uploader(key="dataset_upload").set_value(
+        ("small60.npz", buf.getvalue(), "application/octet-stream")
+    )
+    at.run()
+    assert any("upload: small60.npz" in o for o in at.selectbox(key="form_target").options)
+    token = "upload:" + hashlib.sha256(buf.getvalue()).hexdigest()
+    assert f"N = {N}" in _sidebar(at) and "N capped at" not in _sidebar(at)
+    # Q = the upload with the requested N = 150 (it has only 60 samples)
+    at.selectbox(key="form_target").set_value(token)
+    submit = next(b for b in at.form_submit_button if b.label == "Apply scenario")
+    submit.click().run()
+    _assert_clean(at, "apply small target")
+    scenario = at.session_state[SessionModel.SCENARIO]
+    assert scenario.target.source == "upload" and scenario.n_target == N
+    side = _sidebar(at)
+    assert "**Q** (target): upload: small60.npz, N = 60" in side
+    assert "N capped at 60 for upload: small60.npz (it has only 60 samples)" in side
+    assert f"N = {N} per reference" in side
+    assert at.metric[0].value == "60 samples"
+
+
+def test_page_icon_is_local_no_network():
+    import ast
+
+    tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "set_page_config"
+    ]
+    assert len(calls) == 1
+    icon_kw = [kw for kw in calls[0].keywords if kw.arg == "page_icon"]
+    assert icon_kw, "set_page_config has no page_icon: the browser falls back to a CDN icon"
+    consts = {
+        n.targets[0].id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+    }
+    value = icon_kw[0].value
+    icon = consts[value.id] if isinstance(value, ast.Name) else value.value
+    # a single emoji character: the browser draws it as an inline SVG (no font CDN, no URL)
+    assert isinstance(icon, str) and len(icon) == 1 and not icon.isascii()

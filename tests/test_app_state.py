@@ -81,3 +81,54 @@ def test_progress_fraction_is_clipped(fraction, expected):
     job = BackgroundJob(lambda progress: progress("stage", fraction))
     assert job.wait(10)
     assert job.snapshot()[1] == expected
+
+
+# ---------------------------------------------------------------- form sync and sidebar counts
+
+
+def _scenario(**changes):
+    from geoviz.app_state import DatasetChoice, Scenario
+
+    base = Scenario(
+        target=DatasetChoice("mnist"),
+        references=(DatasetChoice("usps"), DatasetChoice("kmnist")),
+        n_target=2000,
+        n_reference=2000,
+    )
+    return base.with_(**changes)
+
+
+def test_sync_form_state_rewrites_only_when_the_scenario_changed():
+    from geoviz.app_state import sync_form_state
+
+    state: dict = {}
+    a = _scenario()
+    assert sync_form_state(state, a, {"w_n": 2000, "w_t": "mnist"}, marker="m")
+    state["w_n"] = 55  # a user's unsubmitted edit survives reruns on the same scenario
+    del state["w_t"]  # a key Streamlit dropped is filled again
+    assert not sync_form_state(state, a, {"w_n": 2000, "w_t": "mnist"}, marker="m")
+    assert state["w_n"] == 55 and state["w_t"] == "mnist"
+    b = _scenario(n_target=300)  # changed outside the form: every widget shows it
+    assert sync_form_state(state, b, {"w_n": 300, "w_t": "mnist"}, marker="m")
+    assert state["w_n"] == 300 and state["m"] == b.key()
+    del state["m"]  # forced re-sync (load preset of the same scenario)
+    state["w_n"] = 7
+    assert sync_form_state(state, b, {"w_n": 300, "w_t": "mnist"}, marker="m")
+    assert state["w_n"] == 300
+
+
+def test_describe_shows_actual_counts_and_caps():
+    from geoviz.app_state import DatasetChoice
+
+    s = _scenario()
+    assert s.describe(is_image=True)[0] == "**Q** (target): mnist, N = 2000"
+    full = s.describe(is_image=True, n_samples=[2000, 2000, 2000])
+    assert full == s.describe(is_image=True) and not any("capped" in x for x in full)
+    lines = s.describe(is_image=True, n_samples=[1437, 2000, 300])
+    assert lines[0] == "**Q** (target): mnist, N = 1437"
+    assert lines[2].startswith("N = 2000 (P1), 300 (P2)")
+    assert "N capped at 1437 for mnist (it has only 1437 samples)" in lines
+    assert "N capped at 300 for kmnist (it has only 300 samples)" in lines
+    assert not any("for usps" in x for x in lines)
+    with pytest.raises(GeovizError, match="3 sample counts for 4"):
+        _scenario(references=(*s.references, DatasetChoice("digits"))).describe(n_samples=[1, 2, 3])
