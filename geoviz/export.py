@@ -88,7 +88,7 @@ import shutil
 import unicodedata
 import warnings
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -1294,7 +1294,13 @@ def _stack_images(
     return stacked.astype(np.float32) / np.float32(255), shape
 
 
-def _load_imagefolder(path: Path, container: str) -> SoftLabeledDataset:
+@contextlib.contextmanager
+def _imagefolder_reader(path: Path, container: str) -> Iterator[Callable[[str], bytes | None]]:
+    """``read(rel) -> bytes | None`` for the files of an ImageFolder export (folder or zip).
+
+    A zip may hold the export under one top folder (the shortest path to a
+    ``labels.csv`` decides); in a folder, paths that leave it are refused.
+    """
     if container == "zip":
         try:
             zf = zipfile.ZipFile(path)
@@ -1311,7 +1317,8 @@ def _load_imagefolder(path: Path, container: str) -> SoftLabeledDataset:
                 member = prefix + rel
                 return zf.read(member) if member in names else None
 
-            return _read_imagefolder(read, path)
+            yield read
+        return
     root = path.resolve()
 
     def read_dir(rel: str) -> bytes | None:
@@ -1325,7 +1332,12 @@ def _load_imagefolder(path: Path, container: str) -> SoftLabeledDataset:
         except FileNotFoundError:
             return None
 
-    return _read_imagefolder(read_dir, path)
+    yield read_dir
+
+
+def _load_imagefolder(path: Path, container: str) -> SoftLabeledDataset:
+    with _imagefolder_reader(path, container) as read:
+        return _read_imagefolder(read, path)
 
 
 def _read_imagefolder(read: Any, where: Path) -> SoftLabeledDataset:
@@ -1439,16 +1451,12 @@ def _imagefolder_hard_labels(path: Path, container: str) -> tuple[np.ndarray, di
             out.append(index[folder])
         return np.asarray(out, dtype=np.int64), manifest
 
-    if container == "zip":
-        try:
-            with zipfile.ZipFile(path) as zf:
-                names = set(zf.namelist())
-                found = sorted((n for n in names if n.rsplit("/", 1)[-1] == LABELS_NAME), key=len)
-                prefix = found[0][: -len(LABELS_NAME)] if found else ""
-                return parse(lambda rel: zf.read(prefix + rel) if prefix + rel in names else None)
-        except (OSError, zipfile.BadZipFile) as err:
-            raise DatasetFormatError(f"corrupt zip archive: {err}", path) from err
-    return parse(lambda rel: _read_or_none(path / rel))
+    try:
+        with _imagefolder_reader(path, container) as read:
+            return parse(read)
+    except (OSError, zipfile.BadZipFile) as err:
+        what = "corrupt zip archive" if container == "zip" else "unreadable ImageFolder"
+        raise DatasetFormatError(f"{what}: {err}", path) from err
 
 
 def load_hard_labels(path: str | Path) -> tuple[np.ndarray, dict[str, Any]]:

@@ -212,21 +212,24 @@ class SinkhornResult:
             out[r0:r1] = blk.to(dtype)
         return out
 
+    def _plan_block(self, r0: int, r1: int, c: torch.Tensor) -> torch.Tensor:
+        """Rows ``r0:r1`` of the dense plan, given the cost rows ``c``, float64."""
+        eps = self.epsilon_abs
+        # float64 exponents: (f + g - C)/eps is ~1/epsilon-relative large, float32 would
+        # put ~1e-7/epsilon relative error on every entry
+        row = self.f[r0:r1] / eps + self.a[r0:r1].log()
+        col = self.g / eps + self.b.log()
+        blk = torch.add(col[None, :], c.double(), alpha=-1.0 / eps)
+        return _exp_(blk.add_(row[:, None]))
+
     def _plan_blocks(
         self, geom: CostGeometry | None = None
     ) -> Iterator[tuple[int, int, torch.Tensor]]:
         geom = self.geometry if geom is None else geom
         if geom is None:
             raise GeovizError("SinkhornResult: the cost was not kept")
-        eps = self.epsilon_abs
-        # float64 exponents: (f + g - C)/eps is ~1/epsilon-relative large, float32 would
-        # put ~1e-7/epsilon relative error on every entry
-        row = self.f / eps + self.a.log()
-        col = self.g / eps + self.b.log()
         for r0, r1, c in geom.row_blocks():
-            blk = torch.add(col[None, :], c.double(), alpha=-1.0 / eps)
-            _exp_(blk.add_(row[r0:r1, None]))
-            yield r0, r1, blk
+            yield r0, r1, self._plan_block(r0, r1, c)
 
     def _dense_rows(self) -> Iterator[tuple[int, int, torch.Tensor]]:
         """Row blocks of the dense plan: the kept buffer if any, else recomputed."""
@@ -344,16 +347,10 @@ class SinkhornResult:
         geom = self.geometry if cost is None else DenseCost(cost)
         if geom is None:
             raise GeovizError("SinkhornResult.transport_cost: the cost was not kept; pass cost=")
+        kept = self._plan if cost is None else None
         total = 0.0
-        it = zip(self._plan_blocks(geom), geom.row_blocks(), strict=True)
-        if self._plan is not None and cost is None:
-            n = self.f.shape[0]
-            step = geom.block_rows()
-            it = (
-                ((r0, min(n, r0 + step), self._plan[r0 : r0 + step]), (r0, min(n, r0 + step), c))
-                for r0, _, c in geom.row_blocks(step)
-            )
-        for (_, _, p), (_, _, c) in it:
+        for r0, r1, c in geom.row_blocks():
+            p = kept[r0:r1] if kept is not None else self._plan_block(r0, r1, c)
             total += float((p * c).sum(1).double().sum())
         return total
 
@@ -485,7 +482,6 @@ class _DenseKernel(_AbsorbedKernel):
         self.kernel = buffer
         self.F0: torch.Tensor | None = None
         self.G0: torch.Tensor | None = None
-        self.rebuilds = 0
 
     def _rebuild_rows(self, G: torch.Tensor) -> torch.Tensor:
         """Exact row LSE at ``G`` and a kernel whose rows then sum to ``a``."""
@@ -505,7 +501,6 @@ class _DenseKernel(_AbsorbedKernel):
             lse[r0:r1] = (mx.double() + s.double().log()).squeeze(1)
         self.G0 = G.clone()
         self.F0 = eps * (self.log_a - lse)
-        self.rebuilds += 1
         return lse
 
     def _rebuild_cols(self, F: torch.Tensor) -> torch.Tensor:
@@ -527,7 +522,6 @@ class _DenseKernel(_AbsorbedKernel):
             lse[c0:c1] = (mx.double() + s.double().log()).squeeze(0)
         self.F0 = F.clone()
         self.G0 = eps * (self.log_b - lse)
-        self.rebuilds += 1
         return lse
 
     def _mv(self, v: torch.Tensor) -> torch.Tensor:
