@@ -1,76 +1,57 @@
-"""geoviz Streamlit app: generalized geodesics between labelled datasets.
+"""geoviz Streamlit app: generalized geodesics between labelled datasets (start page).
 
 Run with ``streamlit run app.py`` (or ``make run``). Works offline on the
 bundled *NIST samples: the default scenario is Q = MNIST with references
 Fashion-MNIST, USPS and KMNIST. ``GEOVIZ_APP_N`` sets the samples per dataset
 (default 2000).
+
+The pages live in ``pages/`` (Streamlit's pages directory, served at
+``/datasets``, ``/maps``, ``/geodesic``, ``/mccann``, ``/export``, ``/about``);
+every page, this one included, opens with :func:`geoviz.app.widgets.app_page`.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from geoviz import app_compute as compute
-from geoviz.app_state import SessionModel
-from geoviz.viz.weights import format_weights
+from geoviz import glossary
+from geoviz.app import services, widgets
+from geoviz.app.state import SessionModel
 
-# a plain emoji as favicon: Material icons (":material/...:") would be fetched from a font CDN,
-# and the app must work offline
-PAGE_ICON = "🌐"
-st.set_page_config(page_title="geoviz · generalized geodesics", page_icon=PAGE_ICON, layout="wide")
+STEPS = (
+    ("pages/1_datasets.py", "Pick the target Q and the references P_i, or load a preset."),
+    ("pages/2_maps.py", "OTDD maps T_i from Q to each P_i, and how sharp they are."),
+    ("pages/3_geodesic.py", f"{glossary.OBJECTIVE} over the weight simplex: pick a, look at P_a."),
+    ("pages/4_mccann.py", "Slide t from Q to one reference along the McCann interpolation."),
+    ("pages/5_export.py", "Save P_a with soft and hard labels and a checksummed manifest."),
+    ("pages/6_about.py", "The method in a few paragraphs."),
+)
 
-model = SessionModel(st.session_state)
 
-PAGES = [
-    st.Page(
-        "pages/1_datasets.py",
-        title="1 · Datasets",
-        url_path="datasets",
-        icon=":material/database:",
-        default=True,
-    ),
-    st.Page("pages/2_maps.py", title="2 · OTDD maps", url_path="maps", icon=":material/route:"),
-    st.Page(
-        "pages/3_geodesic.py",
-        title="3 · Geodesic",
-        url_path="geodesic",
-        icon=":material/change_history:",
-    ),
-    st.Page(
-        "pages/4_mccann.py", title="4 · McCann", url_path="mccann", icon=":material/animation:"
-    ),
-    st.Page("pages/5_export.py", title="5 · Export", url_path="export", icon=":material/download:"),
-    st.Page(
-        "pages/6_about.py",
-        title="6 · About the method",
-        url_path="about",
-        icon=":material/menu_book:",
-    ),
-]
-navigation = st.navigation(PAGES)
+def main(model: SessionModel) -> None:
+    st.title("geoviz · datasets between datasets")
+    st.markdown(
+        "Generate labelled datasets *between* existing ones by interpolating along "
+        "generalized geodesics in optimal-transport space (Fan & Alvarez-Melis, UAI 2023): "
+        r"$P_a = \big(\sum_i a_i T_i\big)_\sharp Q$, with $T_i$ the OTDD map from the "
+        "target Q to reference P_i and a on the simplex. The weights closest to Q minimise "
+        r"$\mathcal{W}^2(P_a, Q)$."
+    )
+    labels = {page.script: page for page in widgets.PAGES}
+    for script, text in STEPS:
+        page = labels[script]
+        left, right = st.columns([1, 3])
+        with left:
+            st.page_link(page.script, label=page.label, icon=page.icon)
+        right.markdown(text)
+    ready = services.geodesic_if_ready(model)
+    st.info(
+        "The maps of the current scenario are computed; the Geodesic page opens at once."
+        if ready is not None
+        else "Start on 1 · Datasets, or open 3 · Geodesic to compute the default scenario "
+        "(about 20 s on 2 cores at N = 2000)."
+    )
 
-# filled after the page ran, so it shows what the page just computed
-scenario_box = st.sidebar.container()
 
-navigation.run()
-# once per process, after the first page is shown: UMAP compiles while the user reads it
-compute.start_embedding_warm_up()
-
-with scenario_box:
-    st.markdown("### Current scenario")
-    data = compute.store().get(("data", model.scenario.data_key()))
-    # counts of the already loaded (cached) datasets: nothing is reloaded here
-    counts = None if data is None else [ds.n_samples for ds in data.datasets]
-    for line in model.scenario.describe(
-        is_image=None if data is None else data.is_image, n_samples=counts
-    ):
-        st.markdown(line)
-    result = compute.geodesic_if_ready(model)
-    if result is not None:
-        names = [ds.name for ds in result.references]
-        st.markdown(f"**â** = {format_weights(result.a_hat, names)}")
-        picked = model.picked_weights(len(names))
-        if picked is not None:
-            st.markdown(f"**picked a** = {format_weights(picked, names)}")
-    else:
-        st.caption("OTDD maps not computed yet (pages 2–5 compute them).")
+with widgets.app_page("Start") as model:
+    main(model)

@@ -14,7 +14,6 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Mapping
@@ -23,6 +22,8 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+
+from geoviz.atomic import atomic_write_bytes
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 DTypeName = Literal["float32", "float64"]
@@ -273,15 +274,9 @@ class DiskCache:
         body = buf.getvalue()
         data = hashlib.sha256(body).hexdigest().encode("ascii") + body
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
+            atomic_write_bytes(path, data, overwrite=True)
         except OSError as err:  # a full or read-only disk must not break compute
             warnings.warn(f"geoviz cache could not write {path}: {err}", stacklevel=2)
-            with contextlib.suppress(OSError, UnboundLocalError):
-                os.unlink(tmp)
             return None
         return path
 

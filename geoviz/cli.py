@@ -15,11 +15,16 @@ called with the ``argparse`` sub-parsers object. Each command it adds must set
 ``parser.set_defaults(func=handler)`` with ``handler(args: argparse.Namespace) -> int``;
 handlers may raise :class:`~geoviz.errors.GeovizError` for bad input, which
 ``main`` prints as ``error: <message>`` on stderr with exit status 2.
+
+Printed labels of the paper's quantities (``W²₂,Q(P_i, Q)``, ``â``, ...) are the
+constants of :mod:`geoviz.glossary`, the same strings the app shows; ``main``
+makes stdout/stderr replace characters a terminal cannot encode instead of failing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -246,8 +251,17 @@ def _register_plugins(subparsers: argparse._SubParsersAction) -> None:
             register(subparsers)
 
 
+def _tolerant_streams() -> None:
+    """Never fail on a Unicode label (``W²₂,Q``, ``â``) written to a legacy-encoded stream."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            if (getattr(stream, "encoding", None) or "").lower().replace("-", "") != "utf8":
+                stream.reconfigure(errors="replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input)."""
+    _tolerant_streams()
     parser = build_parser()
     try:
         args = parser.parse_args(None if argv is None else list(argv))

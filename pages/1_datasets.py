@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import streamlit as st
 
-from geoviz import app_compute as compute
-from geoviz.app_state import (
+from geoviz.app import services, widgets
+from geoviz.app.state import (
     FewShotOptions,
     Scenario,
     SessionModel,
@@ -17,7 +17,6 @@ from geoviz.app_state import (
 )
 from geoviz.errors import GeovizError
 from geoviz.ot.otdd import DEFAULT_EPSILON
-from geoviz.viz.embedding import fit_embedding
 from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
 from geoviz.viz.plots import class_histograms, otdd_heatmap, point_set, scatter_sets
 
@@ -44,7 +43,7 @@ def form_values(scenario: Scenario) -> dict[str, object]:
 
 def scenario_form(model: SessionModel) -> None:
     scenario = model.scenario
-    options = compute.choice_options(model)
+    options = services.choice_options(model)
     tokens = list(options)
     # the widgets take their values from session state (no defaults passed): written here
     # whenever the scenario changed outside the form (preset, epsilon on the Maps page)
@@ -54,7 +53,7 @@ def scenario_form(model: SessionModel) -> None:
         target_tok = c1.selectbox(
             "Target dataset Q",
             tokens,
-            format_func=lambda t: compute.choice_caption(options[t]),
+            format_func=lambda t: services.choice_caption(options[t]),
             key="form_target",
         )
         target_split = c1.radio(
@@ -67,7 +66,7 @@ def scenario_form(model: SessionModel) -> None:
         ref_toks = c2.multiselect(
             "Reference datasets P_i (at least 2)",
             tokens,
-            format_func=lambda t: compute.choice_caption(options[t]),
+            format_func=lambda t: services.choice_caption(options[t]),
             key="form_refs",
         )
         c3, c4, c5 = st.columns(3)
@@ -156,11 +155,11 @@ def upload_box(model: SessionModel) -> None:
             return
         data = up.getvalue()
         try:
-            ds = compute.check_upload(up.name, data)
+            ds = services.check_upload(up.name, data)
         except GeovizError as err:
             st.error(str(err))
             return
-        model.add_upload(up.name, data)
+        services.save_upload(model.add_upload(up.name, data))
         shape = f"images {ds.image_shape}" if ds.is_image else f"{ds.n_features} features"
         st.success(
             f"{up.name}: {ds.n_samples} samples, {ds.n_classes} classes, {shape}. "
@@ -168,7 +167,7 @@ def upload_box(model: SessionModel) -> None:
         )
 
 
-def dataset_views(model: SessionModel, data: compute.ScenarioData) -> None:
+def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
     roles = ["Q (target)"] + [f"P{i + 1}" for i in range(len(data.references))]
     cols = st.columns(len(data.datasets))
     for col, role, ds in zip(cols, roles, data.datasets, strict=True):
@@ -205,7 +204,7 @@ def dataset_views(model: SessionModel, data: compute.ScenarioData) -> None:
             axis = ("x₁", "x₂", "x₃")
             note = None
         else:
-            emb = fit_embedding(list(data.datasets), method="pca", max_per_dataset=1000)
+            emb = services.dataset_projection(model, data)
             sets = [
                 point_set(ds, emb.points[nm], name=nm, prefix_labels=True, indices=emb.indices[nm])
                 for ds, nm in zip(data.datasets, emb.names, strict=True)
@@ -223,19 +222,19 @@ def dataset_views(model: SessionModel, data: compute.ScenarioData) -> None:
     st.plotly_chart(class_histograms(list(data.datasets)), key="class_hist")
 
 
-def pairwise_section(model: SessionModel, data: compute.ScenarioData) -> None:
+def pairwise_section(model: SessionModel, data: services.ScenarioData) -> None:
     st.subheader("OTDD between all pairs")
     st.caption(
         "Optimal-transport dataset distance d²_OT (features and labels, entropic, "
         f"ε = {model.scenario.epsilon} × mean cost) between every pair of Q, P_1, …, P_m."
     )
-    mat = compute.pairwise_otdd_if_ready(model)
+    mat = services.pairwise_otdd_if_ready(model)
     if mat is None:
         n = len(data.datasets)
         if st.button(f"Compute OTDD for all {n * (n - 1) // 2} pairs", key="pairwise_btn"):
             bar = st.progress(0.0, text="starting")
             try:
-                mat = compute.pairwise_otdd(model, compute.throttled_progress(bar))
+                mat = services.pairwise_otdd(model, widgets.throttled_progress(bar))
             except GeovizError as err:
                 st.error(str(err))
                 return
@@ -248,9 +247,7 @@ def pairwise_section(model: SessionModel, data: compute.ScenarioData) -> None:
         )
 
 
-def main() -> None:
-    compute.ensure_navigation()
-    model = SessionModel(st.session_state)
+def main(model: SessionModel) -> None:
     st.title("1 · Datasets")
     st.markdown(
         "Pick the **target** dataset Q (the task you care about) and **m ≥ 2 reference** datasets "
@@ -265,11 +262,12 @@ def main() -> None:
         st.rerun()
     upload_box(model)
     scenario_form(model)
-    data = compute.data_or_error(model)
+    data = widgets.data_or_error(model)
     if data is None:
         return
     dataset_views(model, data)
     pairwise_section(model, data)
 
 
-main()
+with widgets.app_page("1 · Datasets") as model:
+    main(model)

@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from geoviz import app_compute as compute
-from geoviz.app_state import SessionModel, epsilon_choices
+from geoviz import glossary
+from geoviz.app import services, widgets
+from geoviz.app.state import SessionModel, epsilon_choices
 from geoviz.errors import GeovizError
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
 from geoviz.viz.compare import side_by_side_scatter
@@ -30,7 +31,7 @@ EPS_KEY = "maps_eps"
 
 
 def _on_epsilon_change() -> None:
-    compute.set_epsilon(SessionModel(st.session_state), st.session_state[EPS_KEY])
+    services.set_epsilon(SessionModel(st.session_state), st.session_state[EPS_KEY])
 
 
 def epsilon_control(model: SessionModel) -> None:
@@ -59,7 +60,7 @@ def epsilon_control(model: SessionModel) -> None:
 def sharpness(result) -> None:
     """Effective neighbours and label confidence of every map, with a warning when blurry."""
     cols = st.columns(result.m)
-    for i, (col, info) in enumerate(zip(cols, compute.map_sharpness(result), strict=True)):
+    for i, (col, info) in enumerate(zip(cols, services.map_sharpness(result), strict=True)):
         with col:
             st.markdown(f"**T{i + 1}: Q → {info['reference']}**")
             st.metric(
@@ -95,8 +96,8 @@ def summary_table(result) -> None:
     df = pd.DataFrame(
         {
             "reference P_i": names,
-            "OTDD d²(Q, P_i)": result.otdd,
-            "W²₂,Q(P_i, Q)": result.w_to_target,
+            glossary.OTDD: result.otdd,
+            glossary.W_TARGET: result.w_to_target,
             "effective neighbours": result.effective_neighbours,
             "label confidence": result.label_confidence,
             "ε_abs": result.epsilon_abs,
@@ -172,6 +173,7 @@ def mapped_samples(result) -> None:
             )
 
 
+@st.fragment
 def teaching_panel(model: SessionModel, result) -> None:
     """A few target points, the reference points they are averaged from, and T_i(x)."""
     q = result.target
@@ -192,7 +194,7 @@ def teaching_panel(model: SessionModel, result) -> None:
         format_func=lambda j: f"T{j + 1}: Q → {names[j]}",
         key="teach_map",
     )
-    n = c2.slider("Target points", 1, compute.MAX_TEACHING_POINTS, 3, key="teach_n")
+    n = c2.slider("Target points", 1, services.MAX_TEACHING_POINTS, 3, key="teach_n")
     k = c3.slider("Neighbours shown", 1, k_max, min(6, k_max), key="teach_k")
     seed = c4.number_input("Random points seed", 0, 10_000, 0, key="teach_seed")
     text = st.text_input(
@@ -201,16 +203,16 @@ def teaching_panel(model: SessionModel, result) -> None:
         placeholder=f"e.g. 0, 17, 42 (0 … {q.n_samples - 1})",
     )
     try:
-        idx = compute.teaching_indices(q.n_samples, n, int(seed), text)
+        idx = services.teaching_indices(q.n_samples, n, int(seed), text)
     except GeovizError as err:
         st.warning(f"{err}; showing random points instead.")
-        idx = compute.teaching_indices(q.n_samples, n, int(seed))
-    fig = compute.plan_neighbours_figure(model, result, int(i), idx, int(k))
+        idx = services.teaching_indices(q.n_samples, n, int(seed))
+    fig = services.plan_neighbours_figure(model, result, int(i), idx, int(k))
     if fig is not None:
         st.plotly_chart(fig, key="teach_fig")
     with st.expander("Plan weights as a table", expanded=fig is None):
         st.dataframe(
-            compute.plan_neighbours_table(result, int(i), idx, int(k)),
+            services.plan_neighbours_table(result, int(i), idx, int(k)),
             hide_index=True,
             width="stretch",
         )
@@ -238,15 +240,13 @@ def transitions(result) -> None:
                 key=f"maps_transition_{i}",
             )
             st.markdown(
-                f"OTDD d²(Q, {result.reference_names[i]}) = **{result.otdd[i]:.4g}** · "
+                f"{glossary.OTDD_SHORT}(Q, {result.reference_names[i]}) = **{result.otdd[i]:.4g}** · "
                 f"marginal error **{result.marginal_errors[i]:.2e}** · "
                 f"{'converged' if result.converged[i] else 'not converged'}"
             )
 
 
-def main() -> None:
-    compute.ensure_navigation()
-    model = SessionModel(st.session_state)
+def main(model: SessionModel) -> None:
     st.title("2 · OTDD maps")
     st.markdown(
         r"For every reference $P_i$ an entropic OTDD coupling $\pi^*$ between Q and $P_i$ gives the "
@@ -256,7 +256,7 @@ def main() -> None:
         "small ε gives sharp maps, large ε blurred averages."
     )
     epsilon_control(model)
-    result = compute.geodesic_with_status(model)
+    result = widgets.geodesic_with_status(model)
     if result is None:
         return
     sharpness(result)
@@ -266,4 +266,5 @@ def main() -> None:
     transitions(result)
 
 
-main()
+with widgets.app_page("2 · OTDD maps") as model:
+    main(model)

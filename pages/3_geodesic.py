@@ -5,20 +5,24 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from geoviz import app_compute as compute
-from geoviz.app_state import SessionModel
+from geoviz import glossary
+from geoviz.app import services, widgets
+from geoviz.app.state import SessionModel
 from geoviz.errors import GeovizError
-from geoviz.viz.compare import naive_interpolation, side_by_side_scatter
+from geoviz.geodesic.weights import WEIGHT_DECIMALS, display_weights, format_weights
+from geoviz.viz.compare import side_by_side_scatter
 from geoviz.viz.images import as_display_images, example_indices, image_grid, soft_label_captions
-from geoviz.viz.plots import PointSet, label_mass_bars, otdd_heatmap, point_set, scatter_sets
-from geoviz.viz.ternary import OBJECTIVE_LABEL, geodesic_line, ternary_heatmap, weights_bar
-from geoviz.viz.weights import (
-    WEIGHT_DECIMALS,
-    display_weights,
-    format_weights,
-    sync_weights,
-    weights_from_selection,
+from geoviz.viz.plots import (
+    PointSet,
+    label_mass_bars,
+    otdd_heatmap,
+    point_set,
+    sample_card,
+    scatter_sets,
+    selected_samples,
 )
+from geoviz.viz.ternary import OBJECTIVE_LABEL, geodesic_line, ternary_heatmap, weights_bar
+from geoviz.viz.weights import sync_weights, weights_from_selection
 
 CHART_KEY = "geodesic_chart"
 
@@ -56,7 +60,7 @@ def two_q_matrix(result) -> None:
     mat = np.zeros((m + 1, m + 1))
     mat[0, 1:] = mat[1:, 0] = result.w_to_target
     mat[1:, 1:] = result.w_between
-    with st.expander("The (2,Q) dataset distances W²₂,Q (paper Def. 2)", expanded=False):
+    with st.expander(f"The (2,Q) dataset distances {glossary.W_SYMBOL} (paper Def. 2)"):
         st.markdown(
             r"With $(x_i, y_i) = T_i(z)$ the image of a target sample $z$ under the OTDD map "
             r"$T_i$, the (2,Q) distance measures how far apart the maps send the *same* "
@@ -72,7 +76,9 @@ def two_q_matrix(result) -> None:
             r" - \tfrac12 \sum_{i \neq j} a_i a_j\, \mathcal{W}^2_{2,Q}(P_i, P_j)"
         )
         st.plotly_chart(
-            otdd_heatmap(mat, names, title="(2,Q) dataset distances", value_label="W²₂,Q"),
+            otdd_heatmap(
+                mat, names, title="(2,Q) dataset distances", value_label=glossary.W_SYMBOL
+            ),
             key="two_q_heatmap",
         )
 
@@ -83,7 +89,7 @@ def weight_picker(model: SessionModel, result, names: list[str], resolution: int
     left, right = st.columns([3, 2])
     with left:
         if m == 3:
-            grid, values = compute.objective_grid(model, result, resolution)
+            grid, values = services.objective_grid(model, result, resolution)
             fig = ternary_heatmap(grid, values, names, a_hat=result.a_hat, picked=weights)
             st.plotly_chart(
                 fig,
@@ -126,16 +132,24 @@ def weight_picker(model: SessionModel, result, names: list[str], resolution: int
                 on_change=on_slider,
                 args=(model, i, result.a_hat),
             )
-        st.button("Reset to â", on_click=on_reset, args=(model,), key="reset_weights")
+        st.button(
+            f"Reset to {glossary.A_HAT}", on_click=on_reset, args=(model,), key="reset_weights"
+        )
         value = float(result.objective(weights))
         gap = value - result.w2_hat
         st.metric(
             f"{OBJECTIVE_LABEL} at the picked a",
             f"{value:.4g}",
-            delta=f"{gap:+.3g} vs â" if abs(gap) > 1e-9 * max(1.0, abs(value)) else None,
+            # a_hat itself is shown rounded to 1e-4: no delta until the user picks other weights
+            delta=f"{gap:+.3g} vs {glossary.A_HAT}"
+            if model.picked_weights(m) is not None
+            else None,
             delta_color="inverse",
         )
-        st.markdown(f"**â** = {format_weights(result.a_hat, names)} · W² = {result.w2_hat:.4g}")
+        st.markdown(
+            f"**{glossary.A_HAT}** = {format_weights(result.a_hat, names)} · "
+            f"{glossary.OBJECTIVE_AT_A_HAT} = {result.w2_hat:.4g}"
+        )
         if m <= 3:
             st.plotly_chart(
                 weights_bar(weights, names, a_hat=result.a_hat, height=280), key="weights_bar"
@@ -179,7 +193,7 @@ def low_dim_views(model: SessionModel, result, pa, weights: np.ndarray, names: l
         key="geo_scatter",
     )
     st.subheader("OT maps vs naive mixup")
-    naive = naive_interpolation(q, list(result.references), weights, seed=model.scenario.seed)
+    naive = services.mixup(model, result, weights)
     refs = [
         point_set(r, name=f"{n} samples") for r, n in zip(result.references, names, strict=True)
     ]
@@ -189,7 +203,17 @@ def low_dim_views(model: SessionModel, result, pa, weights: np.ndarray, names: l
             ("Q", [point_set(q, name="Q")]),
             (
                 "P_a with OTDD maps",
-                [*refs, PointSet("P_a", pa_set.points, pa_set.labels, pa_set.confidence)],
+                [
+                    *refs,
+                    PointSet(
+                        "P_a",
+                        pa_set.points,
+                        pa_set.labels,
+                        pa_set.confidence,
+                        indices=pa_set.indices,
+                        hover=pa_set.hover,
+                    ),
+                ],
             ),
             ("naive mixup (random couplings)", [*refs, naive_set]),
         ],
@@ -205,16 +229,13 @@ def low_dim_views(model: SessionModel, result, pa, weights: np.ndarray, names: l
 
 def embedding_view(model: SessionModel, result, pa, weights: np.ndarray, names: list[str]) -> None:
     st.subheader("Embedding of Q, the references and P_a")
-    data = compute.scenario_data(model)
-    with st.spinner("Fitting the embedding (once per scenario)…"):
-        emb = compute.embedding(model, data)
+    data = services.scenario_data(model)
+    with st.spinner("Fitting the embedding (once per scenario, then kept on disk)…"):
+        emb = services.embedding(model, data)
     if emb.note:
         st.warning(emb.note)
     q_idx = emb.indices[emb.names[0]]
-    pts = compute.embed_points(
-        model, emb, pa.features[q_idx], ("pa", *np.round(weights, 4).tolist())
-    )
-    color_by = st.radio("Colour by", ["dataset", "label"], horizontal=True, key="emb_color")
+    pts = services.place_points(model, emb, pa.features[q_idx], ("pa", *weights.tolist()))
     sets = [
         point_set(
             ds,
@@ -226,37 +247,77 @@ def embedding_view(model: SessionModel, result, pa, weights: np.ndarray, names: 
         for k, (ds, nm) in enumerate(zip(data.datasets, emb.names, strict=True))
     ]
     sets.append(point_set(pa, pts, name="P_a", indices=q_idx))
-    st.plotly_chart(
+    by_name = {
+        "Q": data.target,
+        **dict(zip(emb.names[1:], data.references, strict=True)),
+        "P_a": pa,
+    }
+
+    c1, c2, c3, c4 = st.columns([2, 3, 3, 1], vertical_alignment="bottom")
+    color_by = c1.radio("Colour by", ["dataset", "label"], horizontal=True, key="emb_color")
+    highlight_sets = c2.multiselect(
+        "Highlight datasets", [s.name for s in sets], key="emb_sets", placeholder="all"
+    )
+    classes = sorted({label.split("/", 1)[-1] for s in sets for label in s.labels})
+    highlight_classes = c3.multiselect(
+        "Highlight classes",
+        classes,
+        key="emb_classes",
+        placeholder="all",
+        help="A class name matches it in every dataset (e.g. 3 in MNIST, USPS and P_a).",
+    )
+    hide = c4.checkbox("Hide others", key="emb_hide")
+    chart = st.plotly_chart(
         scatter_sets(
             sets,
             color_by=color_by,
-            title=f"{emb.method.upper()} of Q, P_i and P_a (fitted once; P_a placed by transform)",
+            title=f"{emb.method.upper()} of Q, P_i and P_a (fitted once; P_a placed by its neighbours)",
             axis_titles=emb.axis_titles,
             marker_size=5,
+            highlight_sets=highlight_sets,
+            highlight_classes=highlight_classes,
+            hide_others=hide,
+            emphasis="P_a",
         ),
         key="geo_embedding",
+        on_select="rerun",
+        selection_mode="points",
     )
+    st.caption(
+        "Hover a point for its dataset, class and (for P_a) top soft labels; click points "
+        "(shift-click for several) to see their images. P_a is outlined and follows the weights."
+    )
+    picked = selected_samples(chart)[:6]
+    if picked:
+        cols = st.columns(min(len(picked), 3))
+        for k, (name, index) in enumerate(picked):
+            ds = by_name.get(name)
+            if ds is None or not 0 <= index < ds.n_samples:
+                continue
+            image = (
+                as_display_images(ds.features[index : index + 1], ds.image_shape)[0]
+                if ds.image_shape is not None
+                else None
+            )
+            soft = getattr(ds, "soft_labels", None)
+            cols[k % len(cols)].plotly_chart(
+                sample_card(
+                    image,
+                    f"{name} · sample #{index}",
+                    None if soft is None else soft[index],
+                    ds.class_names if soft is not None else [ds.classes[int(ds.labels[index])]],
+                ),
+                key=f"emb_card_{k}",
+            )
 
 
-def main() -> None:
-    compute.ensure_navigation()
-    model = SessionModel(st.session_state)
-    st.title("3 · Generalized geodesic")
-    st.markdown(
-        "Every weight vector $a$ on the simplex gives a dataset "
-        r"$P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ on the generalized geodesic of the references "
-        "with base Q (paper Sec. 3.3). The heatmap shows the objective "
-        r"$\mathcal{W}^2(P_a, Q)$; its minimiser $\hat a$ (★) is the projection of Q "
-        "onto the geodesic. Click the triangle or move the sliders to pick $a$."
-    )
-    result = compute.geodesic_with_status(model)
-    if result is None:
-        return
+@st.fragment
+def explorer(model: SessionModel, result) -> None:
+    """Weights, P_a and its views: a click or slider step reruns only this part of the page."""
     names = list(result.reference_names)
-    two_q_matrix(result)
     weights = weight_picker(model, result, names, model.settings.grid_resolution)
     try:
-        pa = compute.interpolation(model, result, weights)
+        pa = services.interpolation(model, result, weights)
     except GeovizError as err:
         st.error(str(err))
         return
@@ -265,6 +326,25 @@ def main() -> None:
         low_dim_views(model, result, pa, weights, names)
     else:
         embedding_view(model, result, pa, weights, names)
+    # a fragment rerun does not reach the page frame: keep the URL's weights current here
+    widgets.sync_url(model)
 
 
-main()
+def main(model: SessionModel) -> None:
+    st.title("3 · Generalized geodesic")
+    st.markdown(
+        "Every weight vector $a$ on the simplex gives a dataset "
+        r"$P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ on the generalized geodesic of the references "
+        "with base Q (paper Sec. 3.3). The heatmap shows the objective "
+        r"$\mathcal{W}^2(P_a, Q)$; its minimiser $\hat a$ (★) is the projection of Q "
+        "onto the geodesic. Click the triangle or move the sliders to pick $a$."
+    )
+    result = widgets.geodesic_with_status(model)
+    if result is None:
+        return
+    two_q_matrix(result)
+    explorer(model, result)
+
+
+with widgets.app_page("3 · Geodesic") as model:
+    main(model)

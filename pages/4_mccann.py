@@ -7,8 +7,8 @@ import time
 import numpy as np
 import streamlit as st
 
-from geoviz import app_compute as compute
-from geoviz.app_state import SessionModel
+from geoviz.app import services, widgets
+from geoviz.app.state import SessionModel
 from geoviz.viz.compare import side_by_side_scatter
 from geoviz.viz.images import as_display_images, example_indices, image_grid, soft_label_captions
 from geoviz.viz.plots import label_mass_bars, point_set
@@ -22,7 +22,7 @@ PM_T = "P<sup>M</sup><sub>t</sub>"
 
 def draw(model: SessionModel, result, i: int, t: float, idx: np.ndarray, tag: str) -> None:
     """Everything that depends on ``t``: samples and the label mass per block."""
-    ds = compute.mccann(model, result, i, t)
+    ds = services.mccann(model, result, i, t)
     name = result.reference_names[i]
     if ds.image_shape is not None:
         st.plotly_chart(
@@ -79,9 +79,7 @@ def t_slider(slot, *, playing_t: float | None = None, step: int = 0) -> float:
     return slot.slider("t", 0.0, 1.0, step=0.05, key=T_KEY)
 
 
-def main() -> None:
-    compute.ensure_navigation()
-    model = SessionModel(st.session_state)
+def main(model: SessionModel) -> None:
     st.title("4 · McCann interpolation")
     st.markdown(
         "Between Q and one reference $P_i$, McCann's interpolation "
@@ -90,9 +88,15 @@ def main() -> None:
         r"$(1-t)\,[y_Q; 0] + t\,[0; y_i]$ in the label space [Q classes | $P_i$ classes] "
         r"(paper appendix). $t = 0$ is Q, $t = 1$ is $T_{i\sharp} Q$."
     )
-    result = compute.geodesic_with_status(model)
+    result = widgets.geodesic_with_status(model)
     if result is None:
         return
+    mccann_view(model, result)
+
+
+@st.fragment
+def mccann_view(model: SessionModel, result) -> None:
+    """Reference, t and ▶ Play: a slider step reruns only this part of the page."""
     names = list(result.reference_names)
     c1, c2, c3 = st.columns([2, 4, 1], vertical_alignment="bottom")
     i = c1.selectbox(
@@ -121,4 +125,5 @@ def main() -> None:
             draw(model, result, int(i), float(t), idx, tag="static")
 
 
-main()
+with widgets.app_page("4 · McCann") as model:
+    main(model)

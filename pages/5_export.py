@@ -6,24 +6,21 @@ import json
 import os
 from pathlib import Path
 
-import pandas as pd
 import streamlit as st
 
-from geoviz import app_compute as compute
-from geoviz.app_state import SessionModel
+from geoviz import glossary
+from geoviz.app import services, widgets
+from geoviz.app.state import SessionModel
 from geoviz.errors import ExportExistsError, GeovizError
 from geoviz.export import (
     DEFAULT_HARD_LABEL_RULE,
     FORMATS,
     HARD_LABEL_RULES,
-    dataset_hard_labels,
-    export_dataset,
     format_description,
-    label_blocks,
     load_snippet,
 )
+from geoviz.geodesic.weights import format_weights
 from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
-from geoviz.viz.weights import format_weights
 
 RULE_HELP = {
     "block-sample": "block-sample — draw reference i with probability a_i, then its top class",
@@ -31,53 +28,32 @@ RULE_HELP = {
 }
 
 
-def block_table(pa, rule: str, seed: int) -> pd.DataFrame:
-    """Per reference: weight a_i, soft-label mass, share of hard labels (rule and argmax)."""
-    _, info = dataset_hard_labels(pa, rule, seed)
-    _, top = dataset_hard_labels(pa, "argmax")
-    soft = pa.soft_labels.numpy()
-    blocks = label_blocks(pa.class_names, pa.metadata.get("references"))
-    rows = []
-    for block, argmax_block, (_, cols) in zip(info["blocks"], top["blocks"], blocks, strict=True):
-        rows.append(
-            {
-                "reference": block["name"],
-                "weight a_i": block["weight"],
-                "soft-label mass": float(soft[:, cols].sum() / max(len(soft), 1)),
-                f"hard-label share ({rule})": block["share"],
-                "hard-label share (argmax)": argmax_block["share"],
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def main() -> None:
-    compute.ensure_navigation()
-    model = SessionModel(st.session_state)
+def main(model: SessionModel) -> None:
     st.title("5 · Export")
     st.markdown(
         r"Write samples of $P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ with their soft labels "
         "and a checksummed manifest."
     )
-    result = compute.geodesic_with_status(model)
+    result = widgets.geodesic_with_status(model)
     if result is None:
         return
     names = list(result.reference_names)
     picked = model.picked_weights(result.m)
-    options = ["â (projection of Q onto the geodesic)", "picked a (page 3)"]
+    options = [f"{glossary.A_HAT} (projection of Q onto the geodesic)", "picked a (page 3)"]
     source = st.radio(
         "Weights",
         options,
         index=1 if picked is not None else 0,
         horizontal=True,
         key="export_weights",
-        help="Pick weights on page 3; until then only â is available.",
+        help=f"Pick weights on page 3; until then only {glossary.A_HAT} is available.",
     )
     if source == options[1] and picked is None:
-        st.info("No weights picked on page 3 yet: using â.")
+        st.info(f"No weights picked on page 3 yet: using {glossary.A_HAT}.")
     weights = picked if (source == options[1] and picked is not None) else result.a_hat
     st.markdown(
-        f"a = {format_weights(weights, names)} · W²(P_a, Q) = {float(result.objective(weights)):.4g}"
+        f"a = {format_weights(weights, names)} · {glossary.OBJECTIVE} = "
+        f"{float(result.objective(weights)):.4g}"
     )
 
     n_max = result.target.n_samples
@@ -110,7 +86,7 @@ def main() -> None:
     )
     label_seed = int(r2.number_input("Hard-label seed", 0, 10_000, 0, key="export_label_seed"))
     try:
-        pa = compute.interpolation(model, result, weights, n=None if n >= n_max else n, seed=seed)
+        pa = services.interpolation(model, result, weights, n=None if n >= n_max else n, seed=seed)
     except GeovizError as err:
         st.error(str(err))
         return
@@ -128,24 +104,22 @@ def main() -> None:
             key="export_preview",
         )
     st.markdown("**Hard labels per reference** (share of samples vs the weights a)")
-    st.dataframe(block_table(pa, rule, label_seed), hide_index=True)
+    st.dataframe(services.hard_label_shares(result, pa, rule, label_seed), hide_index=True)
     with st.expander("Metadata written with the data"):
         st.json(json.loads(json.dumps(pa.metadata, default=str)))
 
     st.subheader("Download")
-    key = ("export", pa.fingerprint, pa.name, fmt, rule, label_seed)
-    if key not in compute.store() and st.button(
-        f"Prepare {fmt} file", type="primary", key="export_prepare"
-    ):
+    ready = services.export_ready(pa, fmt, rule, label_seed)
+    if not ready and st.button(f"Prepare {fmt} file", type="primary", key="export_prepare"):
         with st.spinner("Serialising…"):
             try:
-                compute.export_payload(model, pa, fmt, rule, label_seed)
+                services.export_payload(pa, fmt, rule, label_seed)
             except GeovizError as err:
                 st.error(str(err))
             else:
                 st.rerun()  # show the download button instead of this one
-    if key in compute.store():
-        data, filename, mime = compute.export_payload(model, pa, fmt, rule, label_seed)
+    if ready:
+        data, filename, mime = services.export_payload(pa, fmt, rule, label_seed)
         st.download_button(
             f"Download {filename} ({len(data) / 1e6:.2f} MB)",
             data,
@@ -162,24 +136,13 @@ def main() -> None:
     folder = st.text_input("Folder on the server", default_dir, key="export_dir")
     overwrite = st.checkbox("Overwrite existing files", key="export_overwrite")
     if st.button("Save to folder", key="export_save"):
-        from geoviz.export import safe_name
-
-        ext = {"npz": ".npz", "pt": ".pt", "parquet": ".parquet", "imagefolder": ".zip"}[fmt]
-        target = Path(folder).expanduser() / (safe_name(pa.name, fallback="synthetic") + ext)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            res = export_dataset(
-                pa,
-                target,
-                format=fmt,
-                overwrite=overwrite,
-                hard_label_rule=rule,
-                hard_label_seed=label_seed,
+            res = services.save_export(
+                pa, Path(folder).expanduser(), fmt, overwrite=overwrite, rule=rule, seed=label_seed
             )
-        except ExportExistsError:
+        except ExportExistsError as err:
             st.error(
-                f"{target} already exists and was left as it is. Tick “Overwrite existing files” "
-                "to replace it, or choose another folder."
+                f"{err} Tick “Overwrite existing files” to replace it, or choose another folder."
             )
         except (GeovizError, OSError) as err:
             st.error(str(err))
@@ -188,4 +151,5 @@ def main() -> None:
             st.code(load_snippet(fmt, str(res.paths[0])), language="python")
 
 
-main()
+with widgets.app_page("5 · Export") as model:
+    main(model)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from geoviz import app_compute as compute
+from geoviz.app import widgets
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
 from geoviz.viz.schematic import method_schematic
 
@@ -20,7 +20,7 @@ mean ground cost** over all pairs of Q and P_i, with the cost ‖x − x′‖²
 """
     )
     st.latex(
-        r"\varepsilon_{abs} = \varepsilon \cdot \operatorname{mean}_{i,j} C_{ij}, \qquad"
+        r"\varepsilon_{abs} = \varepsilon \cdot \operatorname{mean}_{i,j} C_{ij}, \qquad "
         r"T(x_i) = \sum_j w_{ij}\, x'_j,\quad w_{ij} = \pi_{ij} / \textstyle\sum_k \pi_{ik}."
     )
     st.markdown(
@@ -46,7 +46,6 @@ the largest weights w that make up T(x).
 
 
 def main() -> None:
-    compute.ensure_navigation()
     st.title("6 · About the method")
     st.markdown(
         """
@@ -122,4 +121,5 @@ pseudo-labels from a k-nearest-neighbour classifier before the maps are computed
     )
 
 
-main()
+with widgets.app_page("6 · About the method"):
+    main()

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from geoviz.app_state import DatasetChoice, Scenario, SessionModel
+from geoviz.app.state import DatasetChoice, Scenario, SessionModel
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 150
@@ -35,10 +35,13 @@ def _small_app(tmp_path_factory: pytest.TempPathFactory):
         yield tmp
 
 
-def _app():
+def _app(page: str | None = "pages/1_datasets.py"):
+    """A fresh session on ``page`` (``None``: the start page ``app.py``)."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    if page is not None:
+        at.switch_page(page)
     at.run()
     return at
 
@@ -189,14 +192,17 @@ def test_geodesic_page_ternary_weights_and_sliders():
     sliders = _sliders(at)
     assert sliders[0].value == pytest.approx(0.6)
     assert sum(s.value for s in sliders) == pytest.approx(1.0, abs=1e-9)
-    assert "picked a" in _sidebar(at)
     assert at.metric[0].value != before
     picked = at.session_state[SessionModel.WEIGHTS][at.session_state[SessionModel.SCENARIO].key()]
     assert picked[0] == pytest.approx(0.6) and sum(picked) == pytest.approx(1.0)
+    # the picked weights are in the URL, in the same rounding as the session's
+    shown = at.query_params["a"]
+    shown = shown if isinstance(shown, str) else shown[0]
+    assert [float(x) for x in shown.split(",")] == pytest.approx(list(picked))
 
     at.button(key="reset_weights").click().run()
     _assert_clean(at, "after reset")
-    assert "picked a" not in _sidebar(at)
+    assert "a" not in at.query_params
 
 
 def test_maps_page():
@@ -285,7 +291,7 @@ def test_maps_page_epsilon_slider_refits_and_warns_when_blurry():
 
 
 def test_teaching_indices_parse_or_draw():
-    from geoviz.app_compute import teaching_indices
+    from geoviz.app.services import teaching_indices
     from geoviz.errors import GeovizError
 
     drawn = teaching_indices(100, 3, seed=1)
@@ -326,7 +332,7 @@ def test_mccann_play_ends_with_the_slider_at_one():
 
 
 def test_export_page_download_bytes_load_back(tmp_path):
-    from geoviz import app_compute
+    from geoviz.app import services as app_compute
     from geoviz.export import load_export
 
     at = _open(_app(), "pages/5_export.py")
@@ -429,7 +435,7 @@ def test_four_references_use_sliders():
 
 
 def test_two_dimensional_preset_shows_datasets_and_mixup_comparison():
-    from geoviz.app_state import AppSettings, preset_scenarios
+    from geoviz.app.state import AppSettings, preset_scenarios
 
     scenario = preset_scenarios(AppSettings(n_default=N))["2-D Gaussian mixtures"]
     at = _with_scenario(scenario, "pages/3_geodesic.py")
@@ -445,7 +451,7 @@ def test_two_dimensional_preset_shows_datasets_and_mixup_comparison():
 
 
 def test_few_shot_target_reports_pseudo_labels_and_fits():
-    from geoviz.app_state import FewShotOptions
+    from geoviz.app.state import FewShotOptions
 
     scenario = Scenario(
         target=DatasetChoice("mnist", split="test"),
@@ -518,7 +524,7 @@ def test_mccann_t_set_once_and_play_ends_in_agreement(monkeypatch):
 
 
 def test_download_datasets_say_they_fail_offline():
-    from geoviz.app_compute import choice_caption
+    from geoviz.app.services import choice_caption
     from geoviz.data.registry import list_datasets
 
     infos = list_datasets()
@@ -541,7 +547,7 @@ def _form_state(at) -> dict:
 
 
 def test_load_preset_after_apply_updates_the_form_and_apply_keeps_the_preset():
-    from geoviz.app_state import AppSettings, preset_scenarios
+    from geoviz.app.state import AppSettings, preset_scenarios
 
     at = _app()
     # own choices: Q = USPS, references MNIST and KMNIST, 60 samples each
@@ -615,14 +621,22 @@ def test_sidebar_shows_actual_sample_counts_and_the_cap():
 def test_page_icon_is_local_no_network():
     import ast
 
-    tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
-    calls = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "set_page_config"
-    ]
+    def config_calls(path: Path) -> tuple[ast.Module, list[ast.Call]]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "set_page_config"
+        ]
+        return tree, calls
+
+    # every page opens through geoviz.app.widgets.app_page, the one place with page config
+    for script in [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]:
+        assert not config_calls(script)[1], f"{script.name} sets its own page config"
+        assert "app_page(" in script.read_text(encoding="utf-8"), script.name
+    tree, calls = config_calls(ROOT / "geoviz" / "app" / "widgets.py")
     assert len(calls) == 1
     icon_kw = [kw for kw in calls[0].keywords if kw.arg == "page_icon"]
     assert icon_kw, "set_page_config has no page_icon: the browser falls back to a CDN icon"

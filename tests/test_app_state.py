@@ -1,12 +1,15 @@
-"""Background jobs of the app's result store (no Streamlit needed)."""
+"""The app's state without Streamlit: background jobs, result store, URL state, weights."""
 
 from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from geoviz.app_state import BackgroundJob, ResultStore
+from geoviz.app.state import BackgroundJob, ResultStore
 from geoviz.errors import GeovizError
 
 
@@ -87,7 +90,7 @@ def test_progress_fraction_is_clipped(fraction, expected):
 
 
 def _scenario(**changes):
-    from geoviz.app_state import DatasetChoice, Scenario
+    from geoviz.app.state import DatasetChoice, Scenario
 
     base = Scenario(
         target=DatasetChoice("mnist"),
@@ -99,7 +102,7 @@ def _scenario(**changes):
 
 
 def test_sync_form_state_rewrites_only_when_the_scenario_changed():
-    from geoviz.app_state import sync_form_state
+    from geoviz.app.state import sync_form_state
 
     state: dict = {}
     a = _scenario()
@@ -118,7 +121,7 @@ def test_sync_form_state_rewrites_only_when_the_scenario_changed():
 
 
 def test_describe_shows_actual_counts_and_caps():
-    from geoviz.app_state import DatasetChoice
+    from geoviz.app.state import DatasetChoice
 
     s = _scenario()
     assert s.describe(is_image=True)[0] == "**Q** (target): mnist, N = 2000"
@@ -132,3 +135,115 @@ def test_describe_shows_actual_counts_and_caps():
     assert not any("for usps" in x for x in lines)
     with pytest.raises(GeovizError, match="3 sample counts for 4"):
         _scenario(references=(*s.references, DatasetChoice("digits"))).describe(n_samples=[1, 2, 3])
+
+
+# ---------------------------------------------------------------- URL state and weights
+
+
+def test_scenario_token_round_trips_every_preset_and_an_upload():
+    from geoviz.app.state import (
+        DatasetChoice,
+        FewShotOptions,
+        Upload,
+        preset_scenarios,
+        scenario_from_token,
+        scenario_to_token,
+    )
+
+    scenarios = list(preset_scenarios().values())
+    up = Upload("my data.npz", b"\x00\x01 not really npz")
+    base = scenarios[0]
+    scenarios.append(
+        base.with_(
+            target=DatasetChoice.from_upload(up),
+            few_shot=FewShotOptions(enabled=True, k=5, n_neighbors=3),
+            epsilon=0.0005,
+            seed=7,
+        )
+    )
+    for scenario in scenarios:
+        token = scenario_to_token(scenario)
+        assert token.replace("-", "").replace("_", "").isalnum()  # URL-safe as is
+        back = scenario_from_token(token)
+        assert back == scenario and back.key() == scenario.key()
+
+
+@pytest.mark.parametrize("token", ["", "abc", "eNq1kD1uw", "%%%", "eyJ0YXJnZXQiOjF9"])
+def test_corrupt_scenario_token_is_a_clear_error(token):
+    from geoviz.app.state import scenario_from_token
+    from geoviz.errors import DatasetError
+
+    with pytest.raises(DatasetError, match="scenario"):
+        scenario_from_token(token)
+
+
+def test_restore_from_url_keeps_state_on_bad_params_and_reports_why():
+    from geoviz.app.state import SessionModel, default_scenario, scenario_to_token
+
+    model = SessionModel({})
+    model.set_weights([0.2, 0.3, 0.5])
+    before = (model.scenario, model.picked_weights(3).tolist())
+    problems = model.restore({"scenario": "garbage", "a": "0.5,0.6,0.1"})
+    assert len(problems) == 2
+    assert "scenario" in problems[0] and "weights" in problems[1]
+    assert (model.scenario, model.picked_weights(3).tolist()) == before
+
+    other = SessionModel({})
+    scenario = default_scenario().with_(seed=3)
+    assert other.restore({"scenario": scenario_to_token(scenario), "a": "0.1,0.2,0.7"}) == []
+    assert other.scenario == scenario and other.picked_weights(3).tolist() == [0.1, 0.2, 0.7]
+    # and back: the session's URL reproduces the view
+    third = SessionModel({})
+    assert third.restore(other.query_state()) == []
+    assert third.scenario == other.scenario
+    assert third.picked_weights(3).tolist() == other.picked_weights(3).tolist()
+
+
+def test_scenario_key_is_computed_once_and_changes_with_the_scenario(monkeypatch):
+    from geoviz.app import state
+
+    scenario = state.default_scenario()
+    calls = []
+    real = state._hash
+    monkeypatch.setattr(state, "_hash", lambda obj: calls.append(1) or real(obj))
+    keys = {scenario.key() for _ in range(10)}
+    assert len(keys) == 1 and len(calls) == 1
+    assert scenario.with_(seed=1).key() != scenario.key()
+    assert scenario.with_(epsilon=0.01).data_key() == scenario.data_key()
+
+
+@given(
+    st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_size=6).filter(
+        lambda v: sum(v) > 1e-3
+    )
+)
+def test_entry_weights_are_on_the_simplex_rounded_and_survive_the_url(values):
+    from geoviz.app.state import (
+        WEIGHT_KEY_DECIMALS,
+        entry_weights,
+        weights_from_text,
+        weights_to_text,
+    )
+
+    w = np.asarray(values) / np.sum(values)
+    w = w / w.sum()
+    rounded = entry_weights(w, len(w))
+    assert np.all(rounded >= 0) and rounded.sum() == pytest.approx(1.0, abs=1e-12)
+    assert np.abs(rounded - w).max() <= 10.0**-WEIGHT_KEY_DECIMALS + 1e-12
+    scaled = rounded * 10**WEIGHT_KEY_DECIMALS
+    assert np.allclose(scaled, np.round(scaled), atol=1e-6)
+    # validating the rounded vector again changes nothing (one rounding rule)
+    assert entry_weights(rounded, len(w)).tolist() == rounded.tolist()
+    assert weights_from_text(weights_to_text(rounded)).tolist() == pytest.approx(rounded.tolist())
+
+
+@pytest.mark.parametrize(
+    ("weights", "m"),
+    [([0.5, 0.5], 3), ([0.5, float("nan"), 0.5], 3), ([0.7, 0.6, -0.3], 3), ([0.2, 0.2, 0.2], 3)],
+)
+def test_entry_weights_reject_bad_input(weights, m):
+    from geoviz.app.state import entry_weights
+    from geoviz.errors import WeightsError
+
+    with pytest.raises(WeightsError):
+        entry_weights(weights, m)

@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.browser
@@ -37,6 +38,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+NAV_LINK = "[data-testid='stSidebar'] [data-testid='stPageLink-NavLink']"
 SERVER_START_TIMEOUT = 120
 PAGE_TIMEOUT_MS = 420_000  # the first geodesic page computes the OTDD maps
 
@@ -184,9 +186,23 @@ def _shot(pg, name: str) -> Path:
 
 def _goto_page(pg, title: str) -> None:
     """Navigate with the sidebar link (keeps the session)."""
-    pg.locator("[data-testid='stSidebarNav'] a", has_text=title).first.click()
+    pg.locator(f"{NAV_LINK}", has_text=title).first.click()
     pg.wait_for_selector(f"h1:has-text('{title.split(' · ', 1)[1]}')")
     _wait_idle(pg)
+
+
+def _query(pg) -> dict[str, str]:
+    """The page URL's query parameters."""
+    from urllib.parse import parse_qs, urlsplit
+
+    return {k: v[0] for k, v in parse_qs(urlsplit(pg.url).query).items()}
+
+
+def _slider_values(pg) -> list[float]:
+    return [
+        float(s.input_value())
+        for s in pg.locator("[data-testid='stSlider'] input[type='range']").all()
+    ]
 
 
 def _main_text(pg) -> str:
@@ -198,11 +214,40 @@ def _sidebar_text(pg) -> str:
     return pg.locator("[data-testid='stSidebar']").inner_text()
 
 
+def test_first_visit_to_a_page_url_renders_the_whole_page(page, server):
+    """The first request a fresh server gets is a page URL (a shared link): that page comes
+    with the app's navigation and scenario sidebar, and the start page with its own."""
+    pg = page
+    pg.goto(f"{server['url']}/about")
+    pg.wait_for_selector("h1:has-text('About the method')")
+    _wait_idle(pg)
+    _assert_no_exception(pg, "about (first visit)")
+    links = pg.locator(NAV_LINK).all_inner_texts()
+    # each link's text is its Material icon's ligature name, then the label
+    assert [t.strip().splitlines()[-1] for t in links][:7] == [
+        "Start",
+        "1 · Datasets",
+        "2 · OTDD maps",
+        "3 · Geodesic",
+        "4 · McCann",
+        "5 · Export",
+        "6 · About the method",
+    ], links
+    assert "Current scenario" in _sidebar_text(pg)
+    assert "scenario" in _query(pg)  # the URL holds the scenario from the first run on
+    _shot(pg, "6_about_first_visit")
+    pg.goto(server["url"])
+    pg.wait_for_selector("h1:has-text('datasets between datasets')")
+    _wait_idle(pg)
+    _assert_no_exception(pg, "start page")
+    _shot(pg, "0_start")
+
+
 def test_every_page_weight_change_and_download(page, server):
     pg = page
     timings: dict[str, float] = {}
     start = time.monotonic()
-    pg.goto(server["url"])
+    pg.goto(f"{server['url']}/datasets")
     pg.wait_for_selector("h1:has-text('Datasets')")
     _wait_idle(pg)
     timings["datasets"] = time.monotonic() - start
@@ -243,13 +288,10 @@ def test_every_page_weight_change_and_download(page, server):
     _wait_idle(pg)
     timings["weight change"] = time.monotonic() - t0
     _assert_no_exception(pg, "geodesic after weight change")
-    assert "picked a" in _sidebar_text(pg)
+    assert "a" in _query(pg), pg.url  # the picked weights are in the URL
     after = pg.locator("[data-testid='stMetricValue']").first.inner_text()
     assert after != before, "W²(P_a, Q) did not change with the weights"
-    values = [
-        float(s.input_value())
-        for s in pg.locator("[data-testid='stSlider'] input[type='range']").all()
-    ]
+    values = _slider_values(pg)
     assert sum(values) == pytest.approx(1.0, abs=0.011), f"sliders left the simplex: {values}"
     _shot(pg, "3_geodesic_weight_changed")
 
@@ -267,19 +309,35 @@ def test_every_page_weight_change_and_download(page, server):
     pg.mouse.move(x, y, steps=5)
     pg.mouse.down()
     pg.mouse.up()
-    pg.wait_for_function(
-        "() => document.querySelector('[data-testid=stSidebar]').innerText.includes('picked a = fashion_mnist 1.00')"
-    )
+    pg.wait_for_function("() => window.location.search.includes('a=1%2C0%2C0')")
     _wait_idle(pg)
     timings["ternary click"] = time.monotonic() - t0
     _assert_no_exception(pg, "geodesic after click")
-    values = [
-        float(s.input_value())
-        for s in pg.locator("[data-testid='stSlider'] input[type='range']").all()
-    ]
-    assert values == [1.0, 0.0, 0.0]
+    assert _slider_values(pg) == [1.0, 0.0, 0.0]
     _shot(pg, "3_geodesic_clicked_vertex")
 
+    # a reload is a new session: the URL brings the scenario and the weights back
+    pg.reload()
+    pg.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")
+    _wait_idle(pg)
+    assert _slider_values(pg) == [1.0, 0.0, 0.0]
+    # and a shared link (another tab: a new session) shows the view it names: 0.5/0.3/0.2
+    shared = pg.context.new_page()
+    query = dict(_query(pg), a="0.5,0.3,0.2")
+    from urllib.parse import urlencode
+
+    shared.goto(f"{server['url']}/geodesic?{urlencode(query)}")
+    shared.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")
+    _wait_idle(shared)
+    _assert_no_exception(shared, "shared link")
+    assert _slider_values(shared) == [0.5, 0.3, 0.2]
+    assert _query(shared)["scenario"] == query["scenario"]
+    shared.close()
+
+    # the rest of the tour at a = (0.5, 0.3, 0.2): every page keeps the weights in its URL
+    pg.goto(f"{server['url']}/geodesic?{urlencode(query)}")
+    pg.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")
+    _wait_idle(pg)
     for title, shot in (
         ("2 · OTDD maps", "2_maps"),
         ("4 · McCann", "4_mccann"),
@@ -288,6 +346,7 @@ def test_every_page_weight_change_and_download(page, server):
         _goto_page(pg, title)
         _assert_no_exception(pg, title)
         assert pg.locator("[data-testid='stPlotlyChart']").count() >= 1
+        assert _query(pg).get("a") == "0.5,0.3,0.2", (title, pg.url)
         _shot(pg, shot)
 
     _goto_page(pg, "5 · Export")
@@ -302,11 +361,19 @@ def test_every_page_weight_change_and_download(page, server):
     target = server["export_dir"].parent / download.suggested_filename
     download.save_as(str(target))
     _shot(pg, "5_export")
-    from geoviz.export import load_export
+    from geoviz.export import load_export, load_hard_labels
 
     ds = load_export(target)
     assert ds.n_samples > 0 and len(ds.class_names) == 30  # 3 references x 10 classes
-    assert ds.metadata.get("weights") is not None
+    assert ds.metadata.get("weights") == pytest.approx([0.5, 0.3, 0.2])
+    # honest hard labels: each reference's share of the labels is its weight, within
+    # sampling error (block-sample rule, the default), and the rule is in the manifest
+    labels, info = load_hard_labels(target)
+    assert info["rule"] == "block-sample"
+    shares = np.bincount(np.asarray(labels) // 10, minlength=3) / len(labels)
+    sigma = np.sqrt(np.array([0.25, 0.21, 0.16]) / len(labels))
+    assert np.all(np.abs(shares - [0.5, 0.3, 0.2]) <= 4 * sigma), shares
+
     # a 2-D teaching preset: the datasets themselves and OT maps vs naive mixup
     _goto_page(pg, "1 · Datasets")
     pg.locator("[data-testid='stSelectbox']").first.click()
@@ -326,3 +393,37 @@ def test_every_page_weight_change_and_download(page, server):
         (SHOTS / "timings.txt").write_text(
             "\n".join(f"{k}: {v:.1f} s" for k, v in timings.items()) + "\n"
         )
+
+
+def test_load_preset_after_apply_shows_the_preset_in_the_form(page, server):
+    """Apply own choices, then Load preset: the form shows the preset, and Apply keeps it."""
+    from geoviz.app.state import scenario_from_token
+
+    pg = page
+    pg.goto(f"{server['url']}/datasets")
+    pg.wait_for_selector("h1:has-text('Datasets')")
+    _wait_idle(pg)
+    pg.get_by_label("Samples per reference").fill("150")
+    pg.get_by_role("button", name="Apply scenario").click()
+    pg.wait_for_function(
+        "() => document.querySelector('[data-testid=stSidebar]').innerText.includes("
+        "'N = 150 per reference')"
+    )
+    _wait_idle(pg)
+    assert scenario_from_token(_query(pg)["scenario"]).n_reference == 150
+
+    pg.locator("[data-testid='stSelectbox']").first.click()
+    pg.get_by_role("option", name="*NIST").click()
+    pg.get_by_role("button", name="Load preset").click()
+    pg.wait_for_function(
+        "() => document.querySelector('[data-testid=stSidebar]').innerText.includes("
+        "'N = 200 per reference')"
+    )
+    _wait_idle(pg)
+    assert pg.get_by_label("Samples per reference").input_value() == "200"
+    pg.get_by_role("button", name="Apply scenario").click()
+    _wait_idle(pg)
+    _assert_no_exception(pg, "apply after preset")
+    assert "N = 200 per reference" in _sidebar_text(pg)
+    assert scenario_from_token(_query(pg)["scenario"]).n_reference == 200
+    _shot(pg, "1_datasets_preset_synced")

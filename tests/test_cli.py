@@ -147,3 +147,26 @@ def test_broken_plugin_warns_but_builtin_commands_work(
     assert main(["datasets", "--offline"]) == 0
     err = capsys.readouterr().err
     assert "warning: commands from geoviz.geodesic.cli unavailable" in err and "qpsolvers" in err
+
+
+def test_glossary_labels_never_crash_a_legacy_encoded_stdout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``W²₂,Q`` and ``â`` (geoviz.glossary) printed to an ASCII stream are replaced, not fatal."""
+    import io
+
+    from geoviz.glossary import A_HAT, W_TARGET
+
+    def register(subparsers):
+        p = subparsers.add_parser("distance", help="plug-in command")
+        p.set_defaults(func=lambda args: print(f"{W_TARGET} {A_HAT}") or 0)
+
+    monkeypatch.setitem(
+        sys.modules, "geoviz.geodesic.cli", types.SimpleNamespace(register=register)
+    )
+    raw = io.BytesIO()
+    ascii_out = io.TextIOWrapper(raw, encoding="ascii", write_through=True)
+    monkeypatch.setattr(sys, "stdout", ascii_out)
+    assert main(["distance"]) == 0
+    ascii_out.flush()
+    assert raw.getvalue().decode("ascii") == "W??,Q(P_i, Q) ?\n"

@@ -20,6 +20,7 @@ import torch
 from PIL import Image
 
 import geoviz
+import geoviz.atomic as atomic
 import geoviz.export as gx
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetFormatError, ExportError, ExportExistsError, GeovizError
@@ -440,7 +441,7 @@ def test_overwrite_never_replaces_a_foreign_directory(tmp_path):
 
 
 def test_failed_directory_write_leaves_nothing(tmp_path, monkeypatch):
-    real = gx._write_bytes
+    real = atomic._write_bytes
     calls = {"n": 0}
 
     def flaky(path, data, **kw):
@@ -449,7 +450,7 @@ def test_failed_directory_write_leaves_nothing(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         real(path, data, **kw)
 
-    monkeypatch.setattr(gx, "_write_bytes", flaky)
+    monkeypatch.setattr(atomic, "_write_bytes", flaky)
     with pytest.raises(ExportError, match="No space left"):
         export_dataset(_image_ds(), tmp_path / "new" / "deeper" / "folder")
     assert calls["n"] == 4
@@ -460,7 +461,7 @@ def test_failed_commit_restores_previous_export(tmp_path, monkeypatch):
     path = tmp_path / "s.parquet"
     export_dataset(_image_ds(seed=0), path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    real = gx._place
+    real = atomic._place
     calls = {"n": 0}
 
     def flaky(tmp, target):
@@ -469,7 +470,7 @@ def test_failed_commit_restores_previous_export(tmp_path, monkeypatch):
             raise OSError(5, "I/O error")
         real(tmp, target)
 
-    monkeypatch.setattr(gx, "_place", flaky)
+    monkeypatch.setattr(atomic, "_place", flaky)
     with pytest.raises(ExportError, match="I/O error"):
         export_dataset(_image_ds(seed=1), path, overwrite=True)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

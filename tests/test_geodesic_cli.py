@@ -10,6 +10,7 @@ import pytest
 
 from geoviz.cli import main
 from geoviz.geodesic.distances import objective
+from geoviz.glossary import A_HAT, EPSILON_ABS, OBJECTIVE_AT_A_HAT, OTDD, W_BETWEEN, W_TARGET
 
 COMMON = ["--target", "gmm2d", "--refs", "chessboard,gmm2d,gmm3d", "--n", "48", "--quiet"]
 REFS_2D = ["--target", "gmm2d", "--refs", "chessboard,gmm2d", "--n", "48", "--quiet"]
@@ -21,7 +22,7 @@ def _isolated_cache(tmp_path, monkeypatch):
 
 
 def _a_hat(out: str) -> dict[str, float]:
-    line = next(ln for ln in out.splitlines() if ln.startswith("a_hat"))
+    line = next(ln for ln in out.splitlines() if ln.startswith(f"{A_HAT}:"))
     return {k: float(v) for k, v in re.findall(r"(\S+?)=([0-9.]+)", line.split(":", 1)[1])}
 
 
@@ -29,6 +30,9 @@ def test_distance_prints_otdd_and_two_q_matrix(capsys):
     assert main(["distance", *REFS_2D]) == 0
     out = capsys.readouterr().out
     assert "OTDD" in out and "(2,Q) matrix" in out
+    # the glossary's labels, the same strings as the app's
+    assert f"(2,Q) matrix {W_BETWEEN} (last column: {W_TARGET}):" in out
+    assert "W2Q" not in out and "W^2" not in out
     # duplicate names are disambiguated: gmm2d (the target's generator) and chessboard
     rows = [ln.split() for ln in out.splitlines() if ln.startswith(("chessboard", "gmm2d"))]
     matrix_rows = [r for r in rows if len(r) == 4]  # name, 2 matrix entries, Q
@@ -44,7 +48,9 @@ def test_project_exports_p_a_hat(tmp_path, capsys):
     a_hat = _a_hat(out)
     assert set(a_hat) == {"chessboard", "gmm2d"}
     assert sum(a_hat.values()) == pytest.approx(1.0, abs=1e-3)
-    assert "W^2(P_a_hat, Q)" in out
+    assert f"{OBJECTIVE_AT_A_HAT} = " in out
+    # the target is a sample of gmm2d itself: the closest reference by W_i
+    assert f"best single reference: gmm2d ({W_TARGET} = " in out
     with np.load(out_path, allow_pickle=False) as npz:
         assert npz["features"].shape == (48, 2)
         assert npz["soft_labels"].shape[0] == 48
@@ -58,7 +64,10 @@ def test_project_exports_p_a_hat(tmp_path, capsys):
         main(["project", *REFS_2D, "--weights", "0.25,0.75", "--out", str(tmp_path / "w.pt")]) == 0
     )
     assert main(["project", *REFS_2D, "--weights", "0.5,0.6"]) == 2
-    assert "sum to" in capsys.readouterr().err
+    assert "--weights: weights sum to 1.1" in capsys.readouterr().err
+    # one validator (check_weights) for the length too
+    assert main(["project", *REFS_2D, "--weights", "1"]) == 2
+    assert "--weights: weights must have 2 entries" in capsys.readouterr().err
 
 
 def test_grid_writes_objective_over_simplex(tmp_path, capsys):
@@ -77,7 +86,7 @@ def test_grid_writes_objective_over_simplex(tmp_path, capsys):
     out = capsys.readouterr().out
     with open(out_path, newline="") as fh:
         rows = list(csv.reader(fh))
-    assert rows[0] == ["a_chessboard", "a_gmm2d", "a_chessboard#2", "w2"]
+    assert rows[0] == ["a_chessboard", "a_gmm2d", "a_chessboard#2", "objective"]
     values = np.array(rows[1:], dtype=float)
     assert values.shape == (15, 4)
     np.testing.assert_allclose(values[:, :3].sum(1), 1.0)
@@ -85,7 +94,7 @@ def test_grid_writes_objective_over_simplex(tmp_path, capsys):
     lookup = {tuple(np.round(r[:3] * 4).astype(int)): r[3] for r in values}
     for (i, j, k), v in lookup.items():
         assert lookup[(k, j, i)] == pytest.approx(v, rel=1e-6)
-    qp = float(re.search(r"a_hat \(QP\):.*W\^2 = (\S+)", out).group(1))
+    qp = float(re.search(re.escape(f"{A_HAT} (QP):") + r".*= (\S+)$", out, re.M).group(1))
     assert qp <= values[:, 3].min() + 1e-6
     assert main([*args, "--out", str(out_path)]) == 2  # exists
     assert main([*args, "--out", str(out_path), "--overwrite", "--resolution", "2"]) == 0
@@ -139,10 +148,11 @@ def _map_rows(out: str, names: tuple[str, ...]) -> dict[str, dict[str, str]]:
     start = next(
         k for k, ln in enumerate(lines) if ln.startswith("reference ") and "neighbours" in ln
     )
-    header = lines[start].split()
+    # columns are separated by at least two spaces; a label such as W_TARGET has one inside
+    header = re.split(r"\s{2,}", lines[start].strip())
     rows = {}
     for ln in lines[start + 2 :]:
-        cells = ln.split()
+        cells = re.split(r"\s{2,}", ln.strip()) if ln.strip() else []
         if not cells or cells[0] not in names:
             break
         rows[cells[0]] = dict(zip(header, cells, strict=True))
@@ -162,12 +172,13 @@ def test_every_command_prints_otdd_neighbours_and_confidence_of_each_map(tmp_pat
     # the printed numbers are those of the fitted geodesic (same default cache)
     res = fit_geodesic(load_dataset("gmm2d", n=48), [load_dataset(n, n=48) for n in names])
     for i, name in enumerate(names):
-        assert float(rows[name]["OTDD"]) == pytest.approx(res.otdd[i], rel=1e-5)
+        assert float(rows[name][OTDD]) == pytest.approx(res.otdd[i], rel=1e-5)
+        assert float(rows[name][W_TARGET]) == pytest.approx(res.w_to_target[i], rel=1e-5)
         assert float(rows[name]["neighbours"]) == pytest.approx(
             res.effective_neighbours[i], abs=0.006
         )
         assert float(rows[name]["confidence"]) == pytest.approx(res.label_confidence[i], abs=6e-4)
-        assert float(rows[name]["eps_abs"]) == pytest.approx(res.epsilon_abs[i], rel=2e-3)
+        assert float(rows[name][EPSILON_ABS]) == pytest.approx(res.epsilon_abs[i], rel=2e-3)
         assert 1.0 <= float(rows[name]["neighbours"]) <= 10.0  # sharp at the default epsilon
     assert "BLURRY" not in out
 

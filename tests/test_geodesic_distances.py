@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from geoviz.errors import GeovizError, WeightsError
 from geoviz.geodesic.distances import (
-    check_weights,
     objective,
     optimal_weights,
     simplex_grid,
     two_q_distances,
 )
+from geoviz.geodesic.weights import check_weights
 
 # --------------------------------------------------------------------------- helpers
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from geoviz.errors import ConvergenceWarning, GeovizError
 from geoviz.ot.geometry import DenseCost, PointCloudCost
-from geoviz.ot.sinkhorn import sinkhorn
+from geoviz.ot.sinkhorn import sinkhorn, uniform_measure
 
 CUDA = pytest.param(
     "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
@@ -52,7 +52,7 @@ def test_plan_satisfies_marginals(dtype, rel_eps):
     assert err == pytest.approx(res.marginal_error, abs=2e-6 if dtype == torch.float32 else 1e-12)
 
 
-def test_nonuniform_weights():
+def test_nonuniform_marginals():
     cost, _, _ = _cloud_cost(30, 20, seed=1)
     g = torch.Generator().manual_seed(0)
     a = torch.rand(30, generator=g, dtype=torch.float64) + 0.1
@@ -60,6 +60,16 @@ def test_nonuniform_weights():
     a, b = a / a.sum(), b / b.sum()
     res = sinkhorn(cost, a, b, epsilon_abs=0.05 * float(cost.mean()), tol=1e-7)
     assert _marginal_error(res.plan(), a, b) <= 1e-7 + 1e-12
+
+
+def test_default_marginals_are_the_uniform_measure():
+    u = uniform_measure(7)
+    assert u.shape == (7,) and u.dtype == torch.float64
+    assert float(u.sum()) == pytest.approx(1.0, abs=1e-15) and bool((u == 1 / 7).all())
+    cost, _, _ = _cloud_cost(30, 20, seed=1)
+    res = sinkhorn(cost, epsilon_abs=0.05 * float(cost.mean()), tol=1e-7)
+    torch.testing.assert_close(res.a.cpu(), uniform_measure(30), rtol=0, atol=0)
+    torch.testing.assert_close(res.b.cpu(), uniform_measure(20), rtol=0, atol=0)
 
 
 def test_matches_pot_plan():

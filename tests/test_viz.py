@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -11,7 +12,7 @@ import torch
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, WeightsError
-from geoviz.viz.compare import naive_interpolation, side_by_side_scatter
+from geoviz.viz.compare import side_by_side_scatter
 from geoviz.viz.embedding import fit_embedding
 from geoviz.viz.images import (
     as_display_images,
@@ -28,11 +29,20 @@ from geoviz.viz.plots import (
     label_transition_heatmap,
     otdd_heatmap,
     point_set,
+    sample_card,
     scatter_sets,
+    selected_samples,
     soft_label_bars,
+    soft_label_summary,
 )
 from geoviz.viz.schematic import method_schematic
-from geoviz.viz.ternary import geodesic_line, ternary_heatmap, weights_bar
+from geoviz.viz.ternary import (
+    contour_levels,
+    geodesic_line,
+    simplex_contours,
+    ternary_heatmap,
+    weights_bar,
+)
 from geoviz.viz.weights import weights_from_selection
 
 
@@ -75,8 +85,11 @@ def test_ternary_heatmap_structure_and_click_roundtrip():
     # a_hat and the pick are marked and named in the legend
     names = [t.name for t in fig.data[1:]]
     assert any(n.startswith("â") for n in names) and any(n.startswith("picked") for n in names)
-    assert fig.data[1].marker.symbol == "star"
-    np.testing.assert_allclose([fig.data[1].a[0], fig.data[1].b[0], fig.data[1].c[0]], a_hat)
+    star = next(t for t in fig.data if t.name.startswith("â"))
+    assert star.marker.symbol == "star"
+    np.testing.assert_allclose([star.a[0], star.b[0], star.c[0]], a_hat)
+    # the markers are drawn last, on top of the contour lines
+    assert [t.name[:6] for t in fig.data[-2:]] == ["â (min", "picked"]
     # a click on marker k (as Streamlit reports it) gives back grid[k]
     k = 17
     point = {
@@ -256,30 +269,19 @@ def test_soft_label_bars_merge_small_classes():
     np.testing.assert_allclose(total, 1.0)
 
 
-# ---------------------------------------------------------------- naive mixup / comparison
+# ---------------------------------------------------------------- OT maps vs Mixup panels
 
 
-def test_naive_interpolation_blocks_and_vertices():
+def test_label_mass_bars_of_mixup_blocks_are_the_weights():
+    """The Mixup baseline (geoviz.geodesic.mixup) puts mass a_i in block i: the bars show it."""
+    from geoviz.geodesic.mixup import mixup_interpolation
+
     q = _blobs("Q", [[0, 0], [5, 5]], n=20, seed=1)
     p1 = _blobs("P1", [[10, 0], [10, 5]], n=30, seed=2)
     p2 = _blobs("P2", [[0, 10], [5, 10], [9, 9]], n=30, seed=3)
-    a = np.array([0.3, 0.7])
-    naive = naive_interpolation(q, [p1, p2], a, seed=0)
-    assert naive.n_samples == q.n_samples
-    assert naive.class_names == ("P1/c0", "P1/c1", "P2/c0", "P2/c1", "P2/c2")
-    soft = naive.soft_labels.numpy()
-    np.testing.assert_allclose(soft[:, :2].sum(axis=1), 0.3, atol=1e-6)
-    np.testing.assert_allclose(soft[:, 2:].sum(axis=1), 0.7, atol=1e-6)
-    # block totals of the average soft label are the weights
-    fig = label_mass_bars(soft, naive.class_names)
+    mix = mixup_interpolation(q, [p1, p2], [0.3, 0.7], seed=0)
+    fig = label_mass_bars(mix.soft_labels.numpy(), mix.class_names)
     assert [float(np.sum(t.y)) for t in fig.data] == pytest.approx([0.3, 0.7], abs=1e-6)
-    # at a vertex the naive map draws distinct samples of that reference
-    vertex = naive_interpolation(q, [p1, p2], [1.0, 0.0], seed=0)
-    rows = {tuple(r) for r in p1.features.numpy().round(5)}
-    got = [tuple(r) for r in vertex.features.numpy().round(5)]
-    assert all(r in rows for r in got) and len(set(got)) == len(got)
-    with pytest.raises(WeightsError):
-        naive_interpolation(q, [p1, p2], [0.5, 0.6])
 
 
 def test_side_by_side_scatter_colours_classes_consistently():
@@ -506,7 +508,7 @@ def test_ternary_picked_ring_keeps_the_a_hat_star_visible_when_they_coincide():
 
 
 def test_weights_are_formatted_with_one_rounding_rule():
-    from geoviz.viz.weights import (
+    from geoviz.geodesic.weights import (
         WEIGHT_DECIMALS,
         display_weights,
         format_weights,
@@ -579,3 +581,211 @@ def test_scatter_legend_sorted_unique_and_bounded():
     small_names = [t.name for t in small.data if t.showlegend is not False]
     assert small_names == sorted(set(small_names)) and "kmnist/0" in small_names
     assert not any(n.startswith("other") for n in small_names)
+
+
+# ---------------------------------------------------------------- contours on the ternary heatmap
+
+
+def test_simplex_contours_interpolate_a_linear_field_exactly():
+    rng = np.random.default_rng(3)
+    grid = _grid(12)[rng.permutation(91)]  # any order of the grid points
+    c = np.array([0.3, -1.1, 2.0])
+    values = grid @ c
+    levels = contour_levels(values, 8)
+    assert len(levels) == 8 and values.min() < levels.min() and levels.max() < values.max()
+    np.testing.assert_allclose(np.diff(levels), np.diff(levels)[0])
+    lines = simplex_contours(grid, values, levels)
+    for level, polylines in zip(levels, lines, strict=True):
+        # a linear field has one straight iso-line per level, from edge to edge of the simplex
+        assert len(polylines) == 1
+        line = polylines[0]
+        assert line.shape[0] >= 2 and line.shape[1] == 3
+        assert np.abs(line @ c - level).max() < 1e-9
+        assert line.min() > -1e-12 and np.abs(line.sum(axis=1) - 1.0).max() < 1e-12
+        assert line[0].min() < 1e-12 and line[-1].min() < 1e-12
+    # the figure draws the same lines, one trace per level, None between polylines
+    fig = ternary_heatmap(grid, values, ["p", "q", "r"], a_hat=grid[0], picked=grid[1], contours=8)
+    iso = [t for t in fig.data if t.mode == "lines"]
+    assert len(iso) == 8
+    for t in iso:
+        level = t.meta["contour_level"]
+        abc = np.array(
+            [(a, b, cc) for a, b, cc in zip(t.a, t.b, t.c, strict=True) if a is not None]
+        )
+        assert np.abs(abc @ c - level).max() < 1e-9
+        assert t.hoverinfo == "skip"  # clicks go through to the heatmap
+    labels = next(t for t in fig.data if t.mode == "text")
+    assert len(labels.text) == 8 and labels.hoverinfo == "skip"
+    # heatmap first, iso-lines and labels above it, the a_hat / pick markers on top
+    kinds = [t.mode for t in fig.data]
+    assert kinds == ["markers", *["lines"] * 8, "text", "markers", "markers"]
+    assert fig.data[0].customdata.shape == (91, 4)
+
+
+def test_contours_of_a_constant_field_or_when_off():
+    grid = _grid(8)
+    fig = ternary_heatmap(grid, np.full(len(grid), 2.5), ["p", "q", "r"], contours=8)
+    assert [t.mode for t in fig.data] == ["markers"]
+    assert contour_levels(np.full(5, 2.5), 8).size == 0
+    assert simplex_contours(grid, np.full(len(grid), 2.5), [2.5]) == [[]]
+    off = ternary_heatmap(grid, grid[:, 0], ["p", "q", "r"], contours=0)
+    assert len(off.data) == 1
+
+
+def test_simplex_contours_close_around_an_interior_minimum():
+    grid = _grid(20)
+    values = ((grid - 1 / 3) ** 2).sum(axis=1)
+    (lines,) = simplex_contours(grid, values, [0.02])
+    assert len(lines) == 1
+    loop = lines[0]
+    np.testing.assert_array_equal(loop[0], loop[-1])  # a closed iso-line
+    # and follows the circle of squared radius 0.02 around the centre (up to the grid's linearisation)
+    assert np.all(np.abs(((loop - 1 / 3) ** 2).sum(axis=1) - 0.02) < 0.01)
+
+
+# ---------------------------------------------------------------- scatter exploration
+
+
+def _soft_pa() -> SoftLabeledDataset:
+    """12 soft-labelled points; rows 5, 9 and 11 have hand-picked soft labels."""
+    soft = np.full((12, 4), 0.25)
+    soft[5] = [0.62, 0.21, 0.10, 0.07]
+    soft[9] = [0.0, 0.0, 1.0, 0.0]
+    soft[11] = [0.25, 0.25, 0.1, 0.4]
+    return SoftLabeledDataset(
+        np.arange(24.0).reshape(12, 2),
+        soft,
+        ("kmnist/tsu", "fashion_mnist/Bag", "usps/3", "usps/7"),
+        name="P_a",
+    )
+
+
+def test_scatter_hover_names_set_index_class_and_top_soft_labels():
+    pa = point_set(_soft_pa(), name="P_a", indices=np.array([5, 9, 11]))
+    assert pa.hover[0] == "kmnist/tsu 0.62 · fashion_mnist/Bag 0.21 · usps/3 0.10"
+    assert pa.hover[1] == "usps/3 1.00"  # zero masses are not listed
+    assert soft_label_summary(np.array([[0.5, 0.5]]), ["a", "b"], top=1) == ["a 0.50"]
+    q = point_set(_blobs("Q", [[0, 0], [3, 3]], n=4), prefix_labels=True)
+    fig = scatter_sets([q, pa], color_by="dataset")
+    trace = next(t for t in fig.data if t.name == "P_a")
+    text = trace.text[0]
+    assert "P_a" in text and "#5" in text and "kmnist/tsu (0.62)" in text
+    assert "kmnist/tsu 0.62" in text.split("<br>")[-1]
+    assert [list(c) for c in trace.customdata] == [["P_a", 5], ["P_a", 9], ["P_a", 11]]
+    qt = next(t for t in fig.data if t.name == "Q")
+    assert "Q/c1" in qt.text[5] and "#5" in qt.text[5] and "(1.00)" not in qt.text[5]
+    assert [int(c[1]) for c in qt.customdata] == list(range(8))
+
+
+def _points_by_opacity(fig) -> dict[float, int]:
+    out: dict[float, int] = {}
+    for t in fig.data:
+        out[t.marker.opacity] = out.get(t.marker.opacity, 0) + len(t.x)
+    return out
+
+
+def test_scatter_highlight_fades_exactly_the_other_points():
+    a = point_set(_blobs("A", [[0, 0], [3, 3]], n=10), prefix_labels=True)
+    b = point_set(_blobs("B", [[0, 3], [3, 0], [6, 6]], n=10), prefix_labels=True)
+    plain = scatter_sets([a, b], color_by="label")
+    assert _points_by_opacity(plain) == {0.75: 50}
+    # class part "c1" matches A/c1 and B/c1 in every dataset
+    fig = scatter_sets([a, b], color_by="label", highlight_classes=["c1"])
+    assert _points_by_opacity(fig) == {0.75: 20, 0.2: 30}
+    dim = [t for t in fig.data if t.marker.opacity == 0.2]
+    assert all(t.showlegend is False and t.marker.color == "#909090" for t in dim)
+    assert fig.data[0] in dim and fig.data[1] in dim  # greyed points lie underneath
+    assert sorted(t.name for t in fig.data if t.marker.opacity == 0.75) == ["A/c1", "B/c1"]
+    for t in dim:  # customdata kept on greyed points too: none of them is of class c1
+        s = a if t.customdata[0][0] == "A" else b
+        assert all(s.labels[int(i)] != f"{s.name}/c1" for _, i in t.customdata)
+    # full name, set filter, and both
+    assert _points_by_opacity(scatter_sets([a, b], highlight_classes=["B/c1"]))[0.75] == 10
+    both = scatter_sets([a, b], highlight_sets=["B"], highlight_classes=["c1", "c2"])
+    assert _points_by_opacity(both) == {0.75: 20, 0.2: 30}
+    only_b = scatter_sets([a, b], color_by="dataset", highlight_sets=["B"])
+    assert _points_by_opacity(only_b) == {0.75: 30, 0.2: 20}
+    # hide_others leaves them out
+    hidden = scatter_sets([a, b], highlight_classes=["c1"], hide_others=True)
+    assert _points_by_opacity(hidden) == {0.75: 20}
+    assert {t.name for t in hidden.data} == {"A/c1", "B/c1"}
+    legend = [t.name for t in hidden.data if t.showlegend is not False]
+    assert legend == ["A/c1", "B/c1"]
+    none = scatter_sets([a, b], highlight_classes=["nope"], hide_others=True)
+    assert len(none.data) == 0 and "no point" in none.layout.annotations[0].text
+
+
+def test_scatter_emphasis_set_is_drawn_last_and_stands_out():
+    q = point_set(_blobs("Q", [[0, 0], [3, 3]], n=5), prefix_labels=True)
+    pa = point_set(_soft_pa(), name="P_a")
+    p1 = point_set(_blobs("P1", [[0, 3], [3, 0]], n=5), prefix_labels=True)
+    for color_by in ("label", "dataset"):
+        fig = scatter_sets([q, pa, p1], color_by=color_by, emphasis="P_a")
+        owners = [t.customdata[0][0] for t in fig.data]
+        n_pa = owners.count("P_a")
+        assert n_pa >= 1 and owners[-n_pa:] == ["P_a"] * n_pa
+        last, first = fig.data[-1], fig.data[0]
+        assert last.marker.size > first.marker.size
+        assert last.marker.line.color == "#111111" and last.marker.line.width > 0
+    # with a highlight the emphasised set's greyed points stay underneath
+    fig = scatter_sets([q, pa, p1], emphasis="P_a", highlight_classes=["usps/3"])
+    assert fig.data[-1].customdata[0][0] == "P_a" and fig.data[-1].marker.opacity > 0.5
+    c3 = _blobs("C", [[0, 0, 0], [2, 2, 2]], n=5, dim=3)
+    fig3 = scatter_sets([point_set(c3), point_set(c3, name="D")], emphasis="C")
+    assert fig3.data[-1].customdata[0][0] == "C" and fig3.data[-1].marker.line.width > 0
+
+
+def test_selected_samples_round_trip_through_customdata():
+    q = point_set(_blobs("Q", [[0, 0], [3, 3]], n=6), prefix_labels=True)
+    pa = point_set(_soft_pa(), name="P_a", indices=np.array([5, 9, 11]))
+    fig = scatter_sets([q, pa], color_by="label")
+    data = json.loads(fig.to_json())["data"]  # what the browser (and Streamlit) sees
+    picks = [(k, j) for k, t in enumerate(data) for j in range(len(t["x"])) if j % 3 == 0]
+    state = {
+        "selection": {
+            "points": [
+                {"curve_number": k, "point_index": j, "customdata": data[k]["customdata"][j]}
+                for k, j in picks
+            ],
+            "point_indices": [],
+        }
+    }
+    expected = [tuple(data[k]["customdata"][j]) for k, j in picks]
+    assert selected_samples(state) == expected
+    assert {n for n, _ in expected} == {"Q", "P_a"}
+    assert all(isinstance(i, int) for _, i in selected_samples(state))
+    # the inner selection or the bare points are accepted too
+    assert selected_samples(state["selection"]) == expected
+    assert selected_samples(state["selection"]["points"]) == expected
+    one = {"selection": {"points": [{"customdata": ["P_a", 11]}, {"customdata": ["P_a", 11.0]}]}}
+    assert selected_samples(one) == [("P_a", 11)]  # listed once
+    assert selected_samples({"selection": {"points": [{"customdata": {"0": "Q", "1": 3}}]}}) == [
+        ("Q", 3)
+    ]
+    for empty in (None, {}, {"selection": {}}, {"selection": {"points": None}}, []):
+        assert selected_samples(empty) == []
+    ternary_click = {"customdata": [1.0, 0.0, 0.0, 2.5]}  # weights + value, no set name
+    junk = {"selection": {"points": [{"x": 1.0}, ternary_click, {"customdata": ["Q", 0.5]}, 5]}}
+    assert selected_samples(junk) == []
+
+
+def test_sample_card_image_and_top_soft_labels():
+    soft = np.array([0.05, 0.6, 0.0, 0.2, 0.15])
+    names = ["a/0", "a/1", "b/0", "b/1", "b/2"]
+    img = np.linspace(0, 1, 64).reshape(8, 8)
+    fig = sample_card(img, "P_a · sample #3", soft, names, top=3)
+    assert isinstance(fig.data[0], go.Image)
+    z = np.asarray(fig.data[0].z)
+    assert z.shape == (8, 8, 3) and z.dtype == np.uint8 and z[0, 0, 0] == 0 and z[-1, -1, 2] == 255
+    bar = fig.data[1]
+    assert list(bar.y) == ["a/1", "b/1", "b/2", "other (2 classes)"]
+    np.testing.assert_allclose(bar.x, [0.6, 0.2, 0.15, 0.05])
+    assert fig.layout.title.text == "P_a · sample #3"
+    rgb = sample_card((np.ones((4, 4, 3)) * 200).astype(np.uint8), "t", soft, names)
+    assert np.asarray(rgb.data[0].z)[0, 0, 0] == 200
+    hard = sample_card(None, "Q · sample #0", None, ["T-shirt/top", "Bag"], label="Bag")
+    assert len(hard.data) == 1 and list(hard.data[0].y) == ["Bag"] and list(hard.data[0].x) == [1.0]
+    with pytest.raises(DatasetError):
+        sample_card(None, "t", soft[:3], names)
+    with pytest.raises(DatasetError):
+        sample_card(None, "t", None, names)

@@ -1,4 +1,4 @@
-"""Pure logic of the app's weight widgets (geoviz.viz.weights)."""
+"""The weight vector (geoviz.geodesic.weights) and the app's weight widgets (geoviz.viz.weights)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from geoviz.errors import WeightsError
-from geoviz.viz.weights import (
+from geoviz.geodesic.weights import (
+    check_weights,
+    display_weights,
     format_weights,
     project_to_simplex,
     round_to_simplex,
+    uniform_weights,
+    weights_tag,
+)
+from geoviz.viz.weights import (
     selection_signature,
     sync_weights,
-    uniform_weights,
     weights_from_selection,
 )
 
@@ -157,8 +162,61 @@ def test_format_weights_and_uniform():
     with pytest.raises(WeightsError):
         format_weights([0.5, 0.5], ["a"])
     np.testing.assert_allclose(uniform_weights(4), 0.25)
+    assert check_weights(uniform_weights(7), 7).sum() == pytest.approx(1.0, abs=1e-15)
     with pytest.raises(WeightsError):
         uniform_weights(0)
+
+
+def test_weights_tag_is_compact_ascii():
+    assert weights_tag([0.5, 0.3, 0.2]) == "0.5,0.3,0.2"
+    assert weights_tag([1 / 3, 2 / 3]) == "0.333,0.667"
+    assert weights_tag(np.array([1.0, 0.0])) == "1,0"
+
+
+def test_display_weights_rounds_on_the_simplex_only_when_check_weights_accepts():
+    # on the simplex (check_weights): largest-remainder rounding, the shown values sum to 1
+    np.testing.assert_allclose(display_weights([1 / 3, 1 / 3, 1 / 3]), [0.34, 0.33, 0.33])
+    # within check_weights' tolerance: still on the simplex
+    np.testing.assert_allclose(display_weights([0.5 + 1e-8, 0.5, -1e-8]), [0.5, 0.5, 0.0])
+    # off the simplex (sum 1.2, negative, NaN): plain rounding, nothing projected
+    np.testing.assert_allclose(display_weights([0.604, 0.604]), [0.6, 0.6])
+    np.testing.assert_allclose(display_weights([1.5, -0.5]), [1.5, -0.5])
+    assert np.isnan(display_weights([np.nan, 1.0])[0])
+
+
+def test_one_definition_per_weight_function():
+    """viz and the geodesic package import the weight functions, they do not redefine them."""
+    import importlib
+
+    import geoviz.geodesic as geodesic
+    import geoviz.geodesic.distances as distances
+    import geoviz.geodesic.interpolate as interpolate
+    import geoviz.viz.weights as viz_weights
+
+    sinkhorn = importlib.import_module("geoviz.ot.sinkhorn")  # the package exports a function too
+
+    import ast
+    from pathlib import Path
+
+    names = ("format_weights", "project_to_simplex", "uniform_weights", "round_to_simplex")
+    for name in names:
+        found = getattr(viz_weights, name, None)
+        assert found is None or found.__module__ == "geoviz.geodesic.weights", name
+    # and nowhere else in the package: exactly one `def` per weight function
+    package = Path(geodesic.__file__).resolve().parents[1]
+    defined: dict[str, list[str]] = {n: [] for n in (*names, "check_weights")}
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name in defined:
+                defined[node.name].append(str(path.relative_to(package)))
+    assert all(where == ["geodesic/weights.py"] for where in defined.values()), defined
+    for mod in (geodesic, distances):
+        assert mod.check_weights.__module__ == "geoviz.geodesic.weights"
+    assert not hasattr(distances, "_project_simplex")
+    assert not hasattr(interpolate, "format_weights")
+    # the uniform *measure* of Sinkhorn is a different thing with a different name
+    assert not hasattr(sinkhorn, "uniform_weights")
+    assert sinkhorn.uniform_measure(4).dtype.is_floating_point
 
 
 # ---------------------------------------------------------------- click -> weights

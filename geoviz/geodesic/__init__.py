@@ -1,7 +1,10 @@
 """Generalized geodesics in dataset space (paper Sec. 3.2-3.3).
 
+* :mod:`~geoviz.geodesic.weights` — the weights ``a`` on the simplex: the one
+  validator :func:`check_weights`, projection, uniform weights, formatting.
 * :mod:`~geoviz.geodesic.labels` — the concatenated label space ``[P_1 | ... | P_m]``.
 * :mod:`~geoviz.geodesic.interpolate` — ``P_a = (sum_i a_i T_i)#Q`` and McCann.
+* :mod:`~geoviz.geodesic.mixup` — the Mixup baseline (random pairs instead of OTDD maps).
 * :mod:`~geoviz.geodesic.distances` — (2,Q) distances (Def. 2), the objective
   ``W^2(P_a, Q)`` (eq. (ds_eq)), ``a_hat`` (eq. (hat_a)), simplex grids.
 * :mod:`~geoviz.geodesic.pipeline` — :func:`fit_geodesic` and :class:`GeodesicResult`.
@@ -17,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from geoviz.geodesic.distances import (
     TwoQDistances,
-    check_weights,
     objective,
     optimal_weights,
     simplex_grid,
@@ -25,6 +27,13 @@ from geoviz.geodesic.distances import (
 )
 from geoviz.geodesic.interpolate import generalized_geodesic_dataset, mccann_dataset
 from geoviz.geodesic.labels import LabelSpace, label_space, pad_labels, unique_names
+from geoviz.geodesic.mixup import mixup_interpolation
+from geoviz.geodesic.weights import (
+    check_weights,
+    format_weights,
+    project_to_simplex,
+    uniform_weights,
+)
 
 if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
@@ -36,14 +45,18 @@ __all__ = [
     "TwoQDistances",
     "check_weights",
     "fit_geodesic",
+    "format_weights",
     "generalized_geodesic_dataset",
     "label_space",
     "mccann_dataset",
+    "mixup_interpolation",
     "objective",
     "optimal_weights",
     "pad_labels",
+    "project_to_simplex",
     "simplex_grid",
     "two_q_distances",
+    "uniform_weights",
     "unique_names",
 ]
 

@@ -6,12 +6,13 @@ or paths, :func:`geoviz.data.registry.load_dataset`), harmonise image sizes
 when they differ (:func:`geoviz.data.preprocess.harmonize`; USPS is 16x16,
 MNIST 28x28), fit the OTDD maps (cached on disk) and then:
 
-* ``distance`` prints the OTDD values ``d^2(Q, P_i)`` and the (2,Q) matrix
-  (``W^2_{2,Q}(P_i, Q)`` and ``W^2_{2,Q}(P_i, P_j)``, paper Def. 2);
+* ``distance`` prints the OTDD values ``d^2_OT(Q, P_i)`` and the (2,Q) matrix
+  (``W_i = W^2_{2,Q}(P_i, Q)`` and ``W_ij = W^2_{2,Q}(P_i, P_j)``, paper Def. 2);
 * ``project`` prints ``a_hat`` and ``W^2(P_a_hat, Q)`` (eq. (hat_a), (ds_eq))
   and, with ``--out``, exports ``P_a_hat`` (or ``P_a`` for ``--weights``) with
   :func:`geoviz.export.export_dataset`;
-* ``grid`` writes ``W^2(P_a, Q)`` over a simplex grid to a CSV file.
+* ``grid`` writes ``W^2(P_a, Q)`` over a simplex grid to a CSV file (columns
+  ``a_<reference>...`` and ``objective``, the key of ``P_a``'s metadata too).
 
 Every command also prints, for every map ``T_i``, its OTDD, its *effective
 neighbours* (median number of reference points a mapped point averages; 1 is
@@ -33,9 +34,7 @@ import contextlib
 import csv
 import dataclasses
 import io
-import os
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,7 +42,17 @@ from typing import Any
 
 import numpy as np
 
+from geoviz.atomic import atomic_write_bytes
 from geoviz.errors import BlurWarning, ExportError, GeovizError, WeightsError
+from geoviz.glossary import (
+    A_HAT,
+    EPSILON_ABS,
+    OBJECTIVE,
+    OBJECTIVE_AT_A_HAT,
+    OTDD,
+    W_BETWEEN,
+    W_TARGET,
+)
 
 __all__ = ["load_inputs", "register"]
 
@@ -116,7 +125,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=(
             "entropic regularisation relative to the mean ground cost: eps_abs = epsilon x "
-            f"mean(||x-x'||^2 + W2^2). Default {DEFAULT_EPSILON:g} (sharp maps: a few "
+            f"mean(||x-x'||^2 + W_2^2). Default {DEFAULT_EPSILON:g} (sharp maps: a few "
             "reference points per mapped point); larger values blur the maps (0.05 averages "
             "about half the reference)"
         ),
@@ -279,10 +288,10 @@ def _print_maps(result, *, two_q: bool = False) -> None:
     eps = float(result.config.otdd.epsilon)
     what = "OTDD, (2,Q) distance to Q and sharpness" if two_q else "OTDD and sharpness"
     print(f"\n{what} of each map T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):")
-    header = ["reference", "OTDD"]
+    header = ["reference", OTDD]
     if two_q:
-        header.append("W2Q(P_i,Q)")
-    header += ["eps_abs", "neighbours", "confidence", "converged", "marg.err"]
+        header.append(W_TARGET)
+    header += [EPSILON_ABS, "neighbours", "confidence", "converged", "marg.err"]
     rows = []
     for i, name in enumerate(names):
         row = [name, _num(result.otdd[i])]
@@ -314,7 +323,7 @@ def _cmd_distance(args: argparse.Namespace) -> int:
     names = _names_of(result)
     print(f"target: {result.target.name} ({result.target.n_samples} samples)")
     _print_maps(result, two_q=True)
-    print("\n(2,Q) matrix W^2_{2,Q} (last column: distance to the target Q):")
+    print(f"\n(2,Q) matrix {W_BETWEEN} (last column: {W_TARGET}):")
     header = ["", *names, "Q"]
     body = [
         [
@@ -333,26 +342,25 @@ def _cmd_project(args: argparse.Namespace) -> int:
     names = _names_of(result)
     print(f"target: {result.target.name} ({result.target.n_samples} samples)")
     print(
-        "a_hat:  "
+        f"{A_HAT}:  "
         + ", ".join(f"{name}={a:.4f}" for name, a in zip(names, result.a_hat, strict=True))
     )
-    print(f"W^2(P_a_hat, Q) = {result.w2_hat:.6g}")
+    print(f"{OBJECTIVE_AT_A_HAT} = {result.w2_hat:.6g}")
     print(
         "best single reference: " + f"{names[int(np.argmin(result.w_to_target))]} "
-        f"(W^2 = {float(np.min(result.w_to_target)):.6g})"
+        f"({W_TARGET} = {float(np.min(result.w_to_target)):.6g})"
     )
     _print_maps(result)
     weights = result.a_hat
     if args.weights is not None:
-        from geoviz.geodesic.distances import check_weights
+        from geoviz.geodesic.weights import check_weights
 
-        if len(args.weights) != result.m:
-            raise WeightsError(
-                f"--weights needs {result.m} values (one per reference), got {len(args.weights)}"
-            )
-        weights = check_weights(args.weights, result.m)
+        try:
+            weights = check_weights(args.weights, result.m)
+        except WeightsError as err:
+            raise WeightsError(f"--weights: {err}") from err
         print(
-            f"W^2(P_a, Q) at --weights {','.join(f'{w:g}' for w in weights)} = {float(result.objective(weights)):.6g}"
+            f"{OBJECTIVE} at --weights {','.join(f'{w:g}' for w in weights)} = {float(result.objective(weights)):.6g}"
         )
     if args.out is not None:
         from geoviz.export import export_dataset
@@ -374,16 +382,9 @@ def _write_csv_atomic(path: Path, header: Sequence[str], rows: np.ndarray, overw
     writer.writerow(header)
     for row in rows:
         writer.writerow([repr(float(v)) for v in row])
-    parent = path.parent if str(path.parent) else Path(".")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(buf.getvalue())
-        os.replace(tmp, path)
+        atomic_write_bytes(path, buf.getvalue().encode("utf-8"), overwrite=overwrite)
     except OSError as err:
-        with contextlib.suppress(OSError, UnboundLocalError):
-            os.unlink(tmp)
         raise ExportError(f"cannot write {path}: {err}") from err
 
 
@@ -397,7 +398,7 @@ def _cmd_grid(args: argparse.Namespace) -> int:
     k = int(np.argmin(values))
     _write_csv_atomic(
         Path(args.out),
-        [*(f"a_{n}" for n in names), "w2"],
+        [*(f"a_{n}" for n in names), "objective"],
         np.column_stack([grid, values]),
         args.overwrite,
     )
@@ -405,12 +406,12 @@ def _cmd_grid(args: argparse.Namespace) -> int:
     print(
         "grid minimum: "
         + ", ".join(f"{n}={a:.4f}" for n, a in zip(names, grid[k], strict=True))
-        + f"  W^2 = {values[k]:.6g}"
+        + f"  {OBJECTIVE} = {values[k]:.6g}"
     )
     print(
-        "a_hat (QP):   "
+        f"{A_HAT} (QP):       "
         + ", ".join(f"{n}={a:.4f}" for n, a in zip(names, result.a_hat, strict=True))
-        + f"  W^2 = {result.w2_hat:.6g}"
+        + f"  {OBJECTIVE_AT_A_HAT} = {result.w2_hat:.6g}"
     )
     _print_maps(result)
     return 0
@@ -427,8 +428,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "OTDD values and the (2,Q) distance matrix of a target and references",
             _cmd_distance,
         ),
-        ("project", "a_hat, W^2(P_a_hat, Q) and optional export of P_a_hat", _cmd_project),
-        ("grid", "W^2(P_a, Q) over a simplex grid, written to CSV", _cmd_grid),
+        (
+            "project",
+            f"{A_HAT}, {OBJECTIVE_AT_A_HAT} and optional export of P_{A_HAT}",
+            _cmd_project,
+        ),
+        ("grid", f"{OBJECTIVE} over a simplex grid, written to CSV", _cmd_grid),
     ]
     for name, help_text, handler in commands:
         parser = subparsers.add_parser(name, help=help_text, description=help_text)
@@ -458,6 +463,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             parser.add_argument(
                 "--resolution", type=_positive_int, default=20, help="grid step 1/resolution"
             )
-            parser.add_argument("--out", required=True, help="CSV file (columns a_<ref>..., w2)")
+            parser.add_argument(
+                "--out", required=True, help="CSV file (columns a_<ref>..., objective)"
+            )
             parser.add_argument("--overwrite", action="store_true", help="replace an existing CSV")
         parser.set_defaults(func=handler)

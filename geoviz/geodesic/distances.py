@@ -37,10 +37,10 @@ import numpy as np
 import torch
 
 from geoviz.errors import GeovizError, ResourceError, WeightsError
+from geoviz.geodesic.weights import check_weights, project_to_simplex
 
 __all__ = [
     "TwoQDistances",
-    "check_weights",
     "objective",
     "optimal_weights",
     "simplex_grid",
@@ -55,76 +55,7 @@ MAX_ENUMERATION_M = 14
 MAX_GRID_POINTS = 5_000_000
 
 
-# --------------------------------------------------------------------------- weights
-
-
-def check_weights(weights: Any, m: int, atol: float = 1e-6) -> np.ndarray:
-    """Validate interpolation weights on the probability simplex ``Delta_{m-1}``.
-
-    Parameters
-    ----------
-    weights
-        ``(m,)`` or a batch ``(..., m)`` of weights (list, array or tensor).
-    m
-        Number of reference datasets.
-    atol
-        Tolerance for negative entries and for ``|sum - 1|``.
-
-    Returns
-    -------
-    np.ndarray
-        float64 array of the same shape, with entries in ``[-atol, 0)`` set to 0
-        and each row renormalised to sum exactly to 1.
-
-    Raises
-    ------
-    WeightsError
-        Non-numeric input, wrong length, NaN/inf, a negative entry or a sum
-        different from 1; the message names the offending entry / row and value.
-    """
-    if isinstance(weights, torch.Tensor):
-        weights = weights.detach().cpu().numpy()
-    try:
-        arr = np.asarray(weights, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise WeightsError(f"weights must be numbers, got {weights!r}") from err
-    if arr.ndim == 0 or arr.shape[-1] != m:
-        got = "a scalar" if arr.ndim == 0 else f"{arr.shape[-1]} entries"
-        raise WeightsError(
-            f"weights must have {m} entries (one per reference dataset), got {got}"
-            + (f" (shape {arr.shape})" if arr.ndim > 1 else "")
-        )
-    if arr.size == 0:
-        raise WeightsError("weights are empty")
-    flat = arr.reshape(-1, m)
-
-    def where(row: int) -> str:
-        return f" in row {row}" if flat.shape[0] > 1 else ""
-
-    bad = ~np.isfinite(flat)
-    if bad.any():
-        row, col = map(int, np.argwhere(bad)[0])
-        raise WeightsError(
-            f"weight {col} is {flat[row, col]}{where(row)}: weights must be finite numbers"
-        )
-    neg = flat < -atol
-    if neg.any():
-        row, col = map(int, np.argwhere(neg)[0])
-        raise WeightsError(
-            f"weight {col} is negative ({flat[row, col]:.6g}){where(row)}: weights must lie on the "
-            f"probability simplex (all >= 0, sum = 1)"
-        )
-    sums = flat.sum(axis=1)
-    off = np.abs(sums - 1.0) > atol
-    if off.any():
-        row = int(np.argmax(off))
-        raise WeightsError(
-            f"weights sum to {sums[row]:.6g}{where(row)}, not 1: weights must lie on the "
-            f"probability simplex (all >= 0, sum = 1)"
-        )
-    clean = np.clip(flat, 0.0, None)
-    clean = clean / clean.sum(axis=1, keepdims=True)
-    return clean.reshape(arr.shape)
+# --------------------------------------------------------------------------- simplex grid
 
 
 def simplex_grid(m: int, resolution: int) -> np.ndarray:
@@ -172,34 +103,34 @@ def simplex_grid(m: int, resolution: int) -> np.ndarray:
 
 
 def _check_two_q(w_to_target: Any, w_between: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Validate a (2,Q) vector/matrix pair; returns float64 (q, W) with W symmetric, zero diagonal."""
-    q = np.asarray(
+    """Validate a (2,Q) pair; returns float64 ``(W_i (m,), W_ij (m, m))``, symmetric, zero diagonal."""
+    w_t = np.asarray(
         w_to_target.detach().cpu().numpy()
         if isinstance(w_to_target, torch.Tensor)
         else w_to_target,
         dtype=np.float64,
     )
-    w = np.asarray(
+    w_b = np.asarray(
         w_between.detach().cpu().numpy() if isinstance(w_between, torch.Tensor) else w_between,
         dtype=np.float64,
     )
-    if q.ndim != 1 or q.shape[0] < 1:
-        raise GeovizError(f"w_to_target must be a vector (m,), got shape {q.shape}")
-    m = q.shape[0]
-    if w.shape != (m, m):
+    if w_t.ndim != 1 or w_t.shape[0] < 1:
+        raise GeovizError(f"w_to_target must be a vector (m,), got shape {w_t.shape}")
+    m = w_t.shape[0]
+    if w_b.shape != (m, m):
         raise GeovizError(
-            f"w_between must have shape ({m}, {m}) to match w_to_target, got {w.shape}"
+            f"w_between must have shape ({m}, {m}) to match w_to_target, got {w_b.shape}"
         )
-    if not (np.isfinite(q).all() and np.isfinite(w).all()):
+    if not (np.isfinite(w_t).all() and np.isfinite(w_b).all()):
         raise GeovizError("(2,Q) distances contain NaN or infinite values")
-    scale = max(float(np.abs(w).max(initial=0.0)), float(np.abs(q).max(initial=0.0)), 1e-300)
-    if not np.allclose(w, w.T, rtol=1e-6, atol=1e-9 * scale):
+    scale = max(float(np.abs(w_b).max(initial=0.0)), float(np.abs(w_t).max(initial=0.0)), 1e-300)
+    if not np.allclose(w_b, w_b.T, rtol=1e-6, atol=1e-9 * scale):
         raise GeovizError("w_between must be symmetric (W_ij = W_ji)")
-    if (q < -1e-9 * scale).any() or (w < -1e-9 * scale).any():
+    if (w_t < -1e-9 * scale).any() or (w_b < -1e-9 * scale).any():
         raise GeovizError("(2,Q) squared distances must be non-negative")
-    w = 0.5 * (w + w.T)
-    np.fill_diagonal(w, 0.0)
-    return q, w
+    w_b = 0.5 * (w_b + w_b.T)
+    np.fill_diagonal(w_b, 0.0)
+    return w_t, w_b
 
 
 def objective(weights: Any, w_to_target: Any, w_between: Any) -> np.ndarray:
@@ -208,12 +139,12 @@ def objective(weights: Any, w_to_target: Any, w_between: Any) -> np.ndarray:
     Parameters
     ----------
     weights
-        ``(..., m)`` points of the simplex (validated by :func:`check_weights`),
-        e.g. a whole :func:`simplex_grid`.
+        ``(..., m)`` points of the simplex (validated by
+        :func:`~geoviz.geodesic.weights.check_weights`), e.g. a whole :func:`simplex_grid`.
     w_to_target
-        ``(m,)`` ``W^2_{2,Q}(P_i, Q)``.
+        ``(m,)`` ``W_i = W^2_{2,Q}(P_i, Q)``.
     w_between
-        ``(m, m)`` ``W^2_{2,Q}(P_i, P_j)``, symmetric; its diagonal is ignored.
+        ``(m, m)`` ``W_ij = W^2_{2,Q}(P_i, P_j)``, symmetric; its diagonal is ignored.
 
     Returns
     -------
@@ -221,36 +152,41 @@ def objective(weights: Any, w_to_target: Any, w_between: Any) -> np.ndarray:
         ``(...)`` values ``sum_i a_i W_i - 1/2 sum_{i != j} a_i a_j W_ij``
         (a 0-d array for a single weight vector).
     """
-    q, w = _check_two_q(w_to_target, w_between)
-    a = check_weights(weights, q.shape[0])
-    return a @ q - 0.5 * np.einsum("...i,ij,...j->...", a, w, a)
+    w_t, w_b = _check_two_q(w_to_target, w_between)
+    a = check_weights(weights, w_t.shape[0])
+    return a @ w_t - 0.5 * np.einsum("...i,ij,...j->...", a, w_b, a)
 
 
 # --------------------------------------------------------------------------- minimiser
+#
+# The objective is the quadratic f(a) = lin^T a + 1/2 a^T quad a with the linear
+# coefficients lin = W_i and the quadratic matrix quad = -W_ij (zero diagonal);
+# the names avoid p / q, which are the paper's datasets P and Q.
 
 
-def _reduced(q: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _reduced(lin: np.ndarray, quad: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Eliminate ``a_m = 1 - sum(u)``: ``a = e_m + B u`` with ``B = [I; -1^T]``.
 
-    Returns ``(B, H, g)`` with ``f(e_m + B u) = f(e_m) + g^T u + 1/2 u^T H u``
-    for ``f(a) = q^T a + 1/2 a^T P a``. ``H = B^T P B`` is the Hessian restricted
-    to the tangent space ``{v : 1^T v = 0}`` of the simplex (in the basis B).
+    Returns ``(basis, hess, grad)`` = ``(B, H, g)`` with
+    ``f(e_m + B u) = f(e_m) + g^T u + 1/2 u^T H u`` for
+    ``f(a) = lin^T a + 1/2 a^T quad a``. ``H = B^T quad B`` is the Hessian
+    restricted to the tangent space ``{v : 1^T v = 0}`` of the simplex (in the basis B).
     """
-    m = q.shape[0]
-    b = np.vstack([np.eye(m - 1), -np.ones((1, m - 1))])
+    m = lin.shape[0]
+    basis = np.vstack([np.eye(m - 1), -np.ones((1, m - 1))])
     e_m = np.zeros(m)
     e_m[-1] = 1.0
-    h = b.T @ p @ b
-    g = b.T @ (q + p @ e_m)
-    return b, 0.5 * (h + h.T), g
+    hess = basis.T @ quad @ basis
+    grad = basis.T @ (lin + quad @ e_m)
+    return basis, 0.5 * (hess + hess.T), grad
 
 
-def _value(a: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
-    return float(q @ a + 0.5 * a @ p @ a)
+def _value(a: np.ndarray, lin: np.ndarray, quad: np.ndarray) -> float:
+    return float(lin @ a + 0.5 * a @ quad @ a)
 
 
 def _face_minimiser(
-    q: np.ndarray, p: np.ndarray, support: Sequence[int], tol: float
+    lin: np.ndarray, quad: np.ndarray, support: Sequence[int], tol: float
 ) -> np.ndarray | None:
     """Stationary point of ``f`` on the affine hull of the face ``support``.
 
@@ -258,18 +194,18 @@ def _face_minimiser(
     definite there and the point lies in the (closed) face, else ``None``.
     """
     s = np.asarray(support)
-    a = np.zeros(q.shape[0])
+    a = np.zeros(lin.shape[0])
     if s.size == 1:
         a[s[0]] = 1.0
         return a
-    b, h, g = _reduced(q[s], p[np.ix_(s, s)])
-    eig = np.linalg.eigvalsh(h)
+    basis, hess, grad = _reduced(lin[s], quad[np.ix_(s, s)])
+    eig = np.linalg.eigvalsh(hess)
     if eig[0] <= tol * max(1.0, float(np.abs(eig).max())):
         # not strictly convex on this face: any minimum over the closed face is
         # attained on its relative boundary, i.e. on a smaller face (see optimal_weights)
         return None
-    u = np.linalg.solve(h, -g)
-    a_s = b @ u
+    u = np.linalg.solve(hess, -grad)
+    a_s = basis @ u
     a_s[-1] += 1.0
     if (a_s < -1e-12).any():
         return None
@@ -278,8 +214,8 @@ def _face_minimiser(
     return a
 
 
-def _enumerate_faces(q: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """Exact global minimiser of ``q^T a + 1/2 a^T P a`` on the simplex, any ``P``.
+def _enumerate_faces(lin: np.ndarray, quad: np.ndarray) -> np.ndarray:
+    """Exact global minimiser of ``lin^T a + 1/2 a^T quad a`` on the simplex, any ``quad``.
 
     A global minimiser lies in the relative interior of some face ``F`` (a
     vertex counts). There it is a local minimiser of the quadratic on
@@ -290,52 +226,43 @@ def _enumerate_faces(q: np.ndarray, p: np.ndarray) -> np.ndarray:
     positive-definite restricted Hessian. Enumerating the ``2^m - 1`` faces
     therefore finds it exactly.
     """
-    m = q.shape[0]
+    m = lin.shape[0]
     best_a, best_v = None, np.inf
     for k in range(1, m + 1):
         for support in itertools.combinations(range(m), k):
-            a = _face_minimiser(q, p, support, tol=1e-12)
+            a = _face_minimiser(lin, quad, support, tol=1e-12)
             if a is None:
                 continue
-            v = _value(a, q, p)
+            v = _value(a, lin, quad)
             if best_a is None or v < best_v - 1e-15 * max(1.0, abs(best_v)):
                 best_a, best_v = a, v
     assert best_a is not None  # vertices are always candidates
     return best_a
 
 
-def _project_simplex(v: np.ndarray) -> np.ndarray:
-    """Euclidean projection onto the simplex (Duchi et al., 2008)."""
-    u = np.sort(v)[::-1]
-    css = np.cumsum(u) - 1.0
-    idx = np.arange(1, v.shape[0] + 1)
-    rho = np.nonzero(u - css / idx > 0)[0][-1]
-    return np.clip(v - css[rho] / (rho + 1.0), 0.0, None)
-
-
 def _local_search(
-    q: np.ndarray, p: np.ndarray, starts: np.ndarray, iters: int = 2000
+    lin: np.ndarray, quad: np.ndarray, starts: np.ndarray, iters: int = 2000
 ) -> np.ndarray:
     """Projected gradient descent from several starts; the best end point (heuristic)."""
-    lip = max(float(np.abs(np.linalg.eigvalsh(p)).max()), 1e-12)
+    lip = max(float(np.abs(np.linalg.eigvalsh(quad)).max()), 1e-12)
     best_a, best_v = None, np.inf
     for a0 in starts:
         a = a0.copy()
         for _ in range(iters):
-            new = _project_simplex(a - (q + p @ a) / lip)
+            new = project_to_simplex(a - (lin + quad @ a) / lip)
             if np.abs(new - a).max() < 1e-12:
                 a = new
                 break
             a = new
-        a = _polish(a, q, p)
-        v = _value(a, q, p)
+        a = _polish(a, lin, quad)
+        v = _value(a, lin, quad)
         if v < best_v:
             best_a, best_v = a, v
     assert best_a is not None
     return best_a
 
 
-def _polish(a: np.ndarray, q: np.ndarray, p: np.ndarray) -> np.ndarray:
+def _polish(a: np.ndarray, lin: np.ndarray, quad: np.ndarray) -> np.ndarray:
     """Snap a numerical solution onto its face: re-solve the KKT system on the support.
 
     Interior-point/ADMM solvers return e.g. ``1e-6`` instead of an exact 0 at a
@@ -345,30 +272,30 @@ def _polish(a: np.ndarray, q: np.ndarray, p: np.ndarray) -> np.ndarray:
     """
     a = np.clip(a, 0.0, None)
     a = a / a.sum()
-    best, best_v = a, _value(a, q, p)
+    best, best_v = a, _value(a, lin, quad)
     for tau in (1e-9, 1e-7, 1e-5, 1e-3):
         support = np.nonzero(a > tau * a.max())[0]
-        cand = _face_minimiser(q, p, support, tol=1e-12)
+        cand = _face_minimiser(lin, quad, support, tol=1e-12)
         if cand is not None:
-            v = _value(cand, q, p)
+            v = _value(cand, lin, quad)
             if v <= best_v + 1e-13 * max(1.0, abs(best_v)):
                 best, best_v = cand, v
     return best
 
 
-def _kkt_optimal(a: np.ndarray, q: np.ndarray, p: np.ndarray, rtol: float = 1e-8) -> bool:
+def _kkt_optimal(a: np.ndarray, lin: np.ndarray, quad: np.ndarray, rtol: float = 1e-8) -> bool:
     """KKT conditions of ``min f`` on the simplex at ``a`` (sufficient when f is convex).
 
     With ``g = grad f(a)``: ``g_i = lambda`` on the support and ``g_j >= lambda``
     off it.
     """
-    g = q + p @ a
-    scale = max(1.0, float(np.abs(q).max()), float(np.abs(p).max()))
+    grad = lin + quad @ a
+    scale = max(1.0, float(np.abs(lin).max()), float(np.abs(quad).max()))
     support = a > 0
-    lam = float(g[support].mean())
+    lam = float(grad[support].mean())
     return bool(
-        np.all(np.abs(g[support] - lam) <= rtol * scale)
-        and np.all(g[~support] >= lam - rtol * scale)
+        np.all(np.abs(grad[support] - lam) <= rtol * scale)
+        and np.all(grad[~support] >= lam - rtol * scale)
     )
 
 
@@ -383,26 +310,27 @@ def _default_solver() -> str | None:
     return qpsolvers.available_solvers[0] if qpsolvers.available_solvers else None
 
 
-def _solve_convex_qp(q: np.ndarray, p: np.ndarray, solver: str) -> np.ndarray | None:
+def _solve_convex_qp(lin: np.ndarray, quad: np.ndarray, solver: str) -> np.ndarray | None:
     """Minimise on the simplex with qpsolvers, in the reduced coordinates ``u``."""
     import qpsolvers
 
-    m = q.shape[0]
-    b, h, g = _reduced(q, p)
-    scale = max(float(np.abs(h).max()), float(np.abs(g).max()), 1e-300)
+    m = lin.shape[0]
+    basis, hess, grad = _reduced(lin, quad)
+    scale = max(float(np.abs(hess).max()), float(np.abs(grad).max()), 1e-300)
     # Normalise the scale (solvers' tolerances are absolute) and add a tiny ridge
     # so that quadprog, which needs a strictly positive-definite matrix, accepts
     # a merely semidefinite H; the shift in the minimiser is O(1e-10).
-    h_s = h / scale
-    lam_min = float(np.linalg.eigvalsh(h_s)[0])
-    h_s = h_s + (max(0.0, -lam_min) + 1e-10) * np.eye(m - 1)
-    g_s = g / scale
+    hess_s = hess / scale
+    lam_min = float(np.linalg.eigvalsh(hess_s)[0])
+    hess_s = hess_s + (max(0.0, -lam_min) + 1e-10) * np.eye(m - 1)
+    grad_s = grad / scale
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
+            # min 1/2 u^T hess u + grad^T u  s.t.  sum(u) <= 1, 0 <= u <= 1
             u = qpsolvers.solve_qp(
-                h_s,
-                g_s,
+                hess_s,
+                grad_s,
                 G=np.ones((1, m - 1)),
                 h=np.array([1.0]),
                 lb=np.zeros(m - 1),
@@ -413,7 +341,7 @@ def _solve_convex_qp(q: np.ndarray, p: np.ndarray, solver: str) -> np.ndarray | 
             return None
     if u is None or not np.all(np.isfinite(u)):
         return None
-    a = b @ np.asarray(u, dtype=np.float64)
+    a = basis @ np.asarray(u, dtype=np.float64)
     a[-1] += 1.0
     return a
 
@@ -421,15 +349,16 @@ def _solve_convex_qp(q: np.ndarray, p: np.ndarray, solver: str) -> np.ndarray | 
 def optimal_weights(w_to_target: Any, w_between: Any, solver: str | None = None) -> np.ndarray:
     """``a_hat = argmin_{a in simplex} W^2(P_a, Q)`` (paper eq. (hat_a)).
 
-    The objective is ``f(a) = q^T a + 1/2 a^T P a`` with ``q = W_i`` and
-    ``P = -W_between`` (zero diagonal). ``P`` is indefinite in general, but only
+    The objective is ``f(a) = lin^T a + 1/2 a^T quad a`` with ``lin = W_i``
+    (``w_to_target``) and ``quad = -W_ij`` (``-w_between``, zero diagonal).
+    ``quad`` is indefinite in general, but only
     its restriction to the simplex's tangent space ``{v : 1^T v = 0}`` matters
     (equivalently one may add ``c 11^T``, constant on the simplex). We eliminate
     ``a_m = 1 - sum_{i<m} a_i`` and look at the reduced Hessian ``H``:
 
-    * ``H`` PSD (always the case when ``W_between`` is a squared-distance matrix
+    * ``H`` PSD (always the case when ``W_ij`` is a squared-distance matrix
       of points in a Hilbert space, e.g. the feature part of Def. 2:
-      ``v^T(-W)v = 2||sum_i v_i T_i||^2`` for ``1^T v = 0``) — the problem is
+      ``v^T(-W_ij)v = 2||sum_i v_i T_i||^2`` for ``1^T v = 0``) — the problem is
       convex and solved with ``qpsolvers`` (``solver``), then *polished*: the
       KKT system is re-solved exactly on the detected support so vertex and
       edge minimisers come out exact. If the polished point still fails the
@@ -462,11 +391,11 @@ def optimal_weights(w_to_target: Any, w_between: Any, solver: str | None = None)
     np.ndarray
         ``(m,)`` float64 weights on the simplex (non-negative, summing to 1).
     """
-    q, w = _check_two_q(w_to_target, w_between)
-    m = q.shape[0]
+    lin, w_b = _check_two_q(w_to_target, w_between)
+    m = lin.shape[0]
     if m == 1:
         return np.ones(1)
-    p = -w
+    quad = -w_b
     if solver is not None and solver != "enumerate":
         try:
             import qpsolvers
@@ -483,24 +412,24 @@ def optimal_weights(w_to_target: Any, w_between: Any, solver: str | None = None)
             raise GeovizError(
                 f"solver='enumerate' supports m <= {MAX_ENUMERATION_M} references, got {m}"
             )
-        a = _enumerate_faces(q, p)
+        a = _enumerate_faces(lin, quad)
         return a
 
-    _, h, _ = _reduced(q, p)
-    eig = np.linalg.eigvalsh(h)
+    _, hess, _ = _reduced(lin, quad)
+    eig = np.linalg.eigvalsh(hess)
     convex = eig[0] >= -1e-9 * max(1.0, float(np.abs(eig).max()))
     a: np.ndarray | None = None
     if convex:
         name = solver or _default_solver()
         if name is not None:
-            a = _solve_convex_qp(q, p, name)
+            a = _solve_convex_qp(lin, quad, name)
         if a is not None:
-            a = _polish(a, q, p)
-            if not _kkt_optimal(a, q, p) and m <= MAX_ENUMERATION_M:
+            a = _polish(a, lin, quad)
+            if not _kkt_optimal(a, lin, quad) and m <= MAX_ENUMERATION_M:
                 a = None  # inaccurate solver output: use the exact enumeration
     if a is None:
         if m <= MAX_ENUMERATION_M:
-            a = _enumerate_faces(q, p)
+            a = _enumerate_faces(lin, quad)
         else:
             warnings.warn(
                 f"the projection objective is not convex on the simplex (m={m}); a_hat comes from a "
@@ -510,9 +439,9 @@ def optimal_weights(w_to_target: Any, w_between: Any, solver: str | None = None)
             eye = np.eye(m)
             mids = [0.5 * (eye[i] + eye[j]) for i in range(m) for j in range(i + 1, m)]
             starts = np.vstack([eye, np.full((1, m), 1.0 / m), *mids])
-            a = _local_search(q, p, starts)
-    vertex = int(np.argmin(q))  # f(e_i) = q_i
-    if q[vertex] < _value(a, q, p):
+            a = _local_search(lin, quad, starts)
+    vertex = int(np.argmin(lin))  # f(e_i) = lin_i = W_i
+    if lin[vertex] < _value(a, lin, quad):
         a = np.eye(m)[vertex]
     a = np.clip(a, 0.0, None)
     return a / a.sum()

@@ -30,23 +30,17 @@ import torch
 
 from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.errors import GeovizError, WeightsError
-from geoviz.geodesic.distances import check_weights
 from geoviz.geodesic.labels import LabelSpace, label_space
+from geoviz.geodesic.weights import check_weights, weights_tag
 
 __all__ = [
     "check_t",
-    "format_weights",
     "generalized_geodesic_dataset",
     "interpolate_features",
     "interpolate_labels",
     "mccann_dataset",
     "subsample_indices",
 ]
-
-
-def format_weights(weights: Sequence[float] | np.ndarray, digits: int = 3) -> str:
-    """``"0.5,0.3,0.2"``: compact weights for dataset names."""
-    return ",".join(f"{float(w):.{digits}g}" for w in np.asarray(weights, dtype=np.float64).ravel())
 
 
 def check_t(t: Any) -> float:
@@ -147,7 +141,8 @@ def generalized_geodesic_dataset(
     soft_labels
         ``m`` tensors ``(N, C_i)``: the labels of ``T_i(z)``.
     weights
-        ``(m,)`` point ``a`` of the simplex (validated, :func:`check_weights`).
+        ``(m,)`` point ``a`` of the simplex (validated by
+        :func:`~geoviz.geodesic.weights.check_weights`).
     space
         The concatenated label space of the ``m`` references.
     n, seed
@@ -190,7 +185,7 @@ def generalized_geodesic_dataset(
         features=feats,
         soft_labels=labels,
         class_names=space.class_names,
-        name=name or f"P_a({format_weights(a)})",
+        name=name or f"P_a({weights_tag(a)})",
         image_shape=image_shape,
         metadata=meta,
     )

@@ -43,13 +43,13 @@ from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.distances import (
     TwoQDistances,
-    check_weights,
     objective,
     optimal_weights,
     two_q_distances,
 )
 from geoviz.geodesic.interpolate import generalized_geodesic_dataset, mccann_dataset
 from geoviz.geodesic.labels import LabelSpace, label_space
+from geoviz.geodesic.weights import check_weights
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, OTDDConfig
 
@@ -148,9 +148,11 @@ class GeodesicResult:
     converged
         ``m`` flags.
     w_to_target
-        ``(m,)`` ``W^2_{2,Q}(P_i, Q)`` (Def. 2).
+        ``(m,)`` ``W_i = W^2_{2,Q}(P_i, Q)`` (Def. 2; shown as
+        :data:`geoviz.glossary.W_TARGET`).
     w_between
-        ``(m, m)`` ``W^2_{2,Q}(P_i, P_j)``, symmetric, zero diagonal.
+        ``(m, m)`` ``W_ij = W^2_{2,Q}(P_i, P_j)``, symmetric, zero diagonal
+        (:data:`geoviz.glossary.W_BETWEEN`).
     a_hat
         ``(m,)`` minimiser of :meth:`objective` on the simplex (eq. (hat_a)).
     class_names

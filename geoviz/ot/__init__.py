@@ -25,7 +25,7 @@ from geoviz.ot.otdd import (
     mean_ground_cost,
     otdd,
 )
-from geoviz.ot.sinkhorn import SinkhornMode, SinkhornResult, sinkhorn, uniform_weights
+from geoviz.ot.sinkhorn import SinkhornMode, SinkhornResult, sinkhorn, uniform_measure
 
 __all__ = [
     "CostGeometry",
@@ -45,5 +45,5 @@ __all__ = [
     "mean_ground_cost",
     "otdd",
     "sinkhorn",
-    "uniform_weights",
+    "uniform_measure",
 ]

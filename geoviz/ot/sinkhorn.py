@@ -88,7 +88,7 @@ from geoviz.backend import check_memory
 from geoviz.errors import ConvergenceWarning, GeovizError
 from geoviz.ot.geometry import CostGeometry, DenseCost, as_geometry
 
-__all__ = ["SinkhornMode", "SinkhornResult", "sinkhorn", "uniform_weights"]
+__all__ = ["SinkhornMode", "SinkhornResult", "sinkhorn", "uniform_measure"]
 
 SinkhornMode = Literal["auto", "dense", "sparse", "online"]
 
@@ -123,8 +123,13 @@ def _exp_(t: torch.Tensor) -> torch.Tensor:
     return t.clamp_min_(_EXP_FLOOR.get(t.dtype, -80.0)).exp_()
 
 
-def uniform_weights(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """``(n,)`` float64 vector of ``1/n``."""
+def uniform_measure(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``(n,)`` float64 vector of ``1/n``: the uniform measure on ``n`` points.
+
+    The default marginal of :func:`sinkhorn`. (Not interpolation weights: the
+    uniform point of the weight simplex is
+    :func:`geoviz.geodesic.weights.uniform_weights`.)
+    """
     return torch.full((n,), 1.0 / n, dtype=torch.float64, device=device)
 
 
@@ -770,7 +775,7 @@ def _check_weights(
     out = []
     for name, w, size in (("a", a, n), ("b", b, m)):
         if w is None:
-            out.append(uniform_weights(size, dev))
+            out.append(uniform_measure(size, dev))
             continue
         w = torch.as_tensor(w).to(device=dev, dtype=torch.float64).reshape(-1)
         if w.numel() != size:

@@ -1,10 +1,11 @@
-"""OT-map interpolation versus naive mixup, for low-dimensional teaching examples.
+"""Side-by-side scatter panels: OT-map interpolation versus the Mixup baseline.
 
 Paper Fig. "Visualization and comparison of dataset interpolation methods" (b):
 ``P_hat_a = (sum_i a_i T*_i)#Q`` with the OTDD maps keeps the class structure
 of ``Q``, whereas the same convex combination with *random* maps ``T_i``
-(pairing every ``x`` with a uniformly drawn sample of ``P_i``, i.e. mixup
-across datasets with random couplings) collapses towards the mean.
+collapses towards the mean. Both datasets are computed in the library
+(:meth:`geoviz.geodesic.pipeline.GeodesicResult.interpolate`,
+:func:`geoviz.geodesic.mixup.mixup_interpolation`); this module only draws them.
 """
 
 from __future__ import annotations
@@ -13,80 +14,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-import torch
 from plotly.subplots import make_subplots
 
-from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import WeightsError
 from geoviz.viz.plots import PointSet, color_map
-from geoviz.viz.weights import project_to_simplex
 
-__all__ = ["naive_interpolation", "side_by_side_scatter"]
-
-
-def naive_interpolation(
-    target: LabeledDataset,
-    references: Sequence[LabeledDataset],
-    weights: Sequence[float] | np.ndarray,
-    *,
-    seed: int = 0,
-) -> SoftLabeledDataset:
-    """``(sum_i a_i T_i)#Q`` with random maps: naive mixup baseline.
-
-    Each target sample ``n`` is paired with one uniformly random sample
-    ``j_i(n)`` of every reference (a random coupling, drawn without
-    replacement while the reference has samples left); features and padded
-    one-hot labels are combined with the weights ``a`` exactly as for the OT
-    interpolation (paper Sec. 3.2), so the two differ only in the coupling.
-
-    Parameters
-    ----------
-    target
-        ``Q`` with ``N`` samples (only its size is used).
-    references
-        ``P_1..P_m`` in one feature space.
-    weights
-        ``(m,)`` weights on the simplex.
-
-    Returns
-    -------
-    SoftLabeledDataset
-        ``N`` samples, class names ``"ref_name/class"`` concatenated over references.
-    """
-    m = len(references)
-    w = np.asarray(weights, dtype=float).ravel()
-    if w.shape[0] != m:
-        raise WeightsError(f"{w.shape[0]} weights for {m} reference datasets")
-    if np.any(w < -1e-9) or abs(w.sum() - 1) > 1e-6:
-        raise WeightsError(
-            f"weights must lie on the simplex (non-negative, sum 1), got {w.tolist()}"
-        )
-    w = project_to_simplex(w)
-    dims = {ds.n_features for ds in references}
-    if len(dims) != 1:
-        raise WeightsError(f"references must share one feature space, got D = {sorted(dims)}")
-    rng = np.random.default_rng(seed)
-    n = target.n_samples
-    feats = torch.zeros(n, next(iter(dims)), dtype=torch.float32)
-    blocks = []
-    names: list[str] = []
-    for a_i, ref in zip(w, references, strict=True):
-        if ref.n_samples >= n:
-            idx = rng.permutation(ref.n_samples)[:n]
-        else:
-            idx = rng.integers(0, ref.n_samples, size=n)
-        idx_t = torch.as_tensor(idx, dtype=torch.long)
-        feats += float(a_i) * ref.features[idx_t]
-        blocks.append(float(a_i) * ref.one_hot(torch.float32)[idx_t])
-        names += [f"{ref.name}/{c}" for c in ref.classes]
-    return SoftLabeledDataset(
-        features=feats,
-        soft_labels=torch.cat(blocks, dim=1),
-        class_names=tuple(names),
-        name="naive mixup",
-        image_shape=references[0].image_shape,
-        metadata={"weights": w.tolist(), "coupling": "random", "seed": int(seed)},
-    )
+__all__ = ["side_by_side_scatter"]
 
 
 def side_by_side_scatter(

@@ -3,7 +3,9 @@
 The app shows ``Q``, every ``P_i`` and the interpolation ``P_a`` in one
 picture. Fitting UMAP takes seconds, so it is fitted once per scenario on a
 subsample of ``Q`` and the references (after a PCA to ``pca_dims``
-dimensions), and each new ``P_a`` is placed with :meth:`Embedding.transform`.
+dimensions), persisted (:meth:`Embedding.to_payload`), and each new ``P_a``
+is placed with :meth:`Embedding.place` (UMAP's neighbour initialisation, in
+milliseconds) or :meth:`Embedding.transform` (the full UMAP transform).
 If umap-learn is missing or fails, a PCA projection is used instead and
 :attr:`Embedding.note` says so.
 """
@@ -24,6 +26,9 @@ from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError
 
 __all__ = ["Embedding", "auto_method", "fit_embedding", "warm_up_umap"]
+
+#: neighbours used by :meth:`Embedding.place` (UMAP's default ``n_neighbors``)
+PLACE_NEIGHBOURS = 15
 
 EmbeddingMethod = Literal["auto", "umap", "pca"]
 
@@ -76,25 +81,121 @@ class Embedding:
     def axis_titles(self) -> tuple[str, str]:
         return ("UMAP 1", "UMAP 2") if self.method == "umap" else ("PC 1", "PC 2")
 
-    def transform(
+    def _reduced(
         self, data: LabeledDataset | SoftLabeledDataset | np.ndarray | torch.Tensor
     ) -> np.ndarray:
-        """Place new points ``(n, D)`` (same feature space) into the embedding -> ``(n, 2)``."""
         x = _features(data)
         if x.ndim != 2:
             raise DatasetError(f"expected (n, D) features, got shape {x.shape}")
-        z = self._pca.transform(x)
+        mean, components = self._pca
+        if x.shape[1] != mean.shape[0]:
+            raise DatasetError(
+                f"features have {x.shape[1]} dimensions, the embedding was fitted on {mean.shape[0]}"
+            )
+        return (x - mean) @ components.T
+
+    def transform(
+        self, data: LabeledDataset | SoftLabeledDataset | np.ndarray | torch.Tensor
+    ) -> np.ndarray:
+        """Place new points ``(n, D)`` (same feature space) into the embedding -> ``(n, 2)``.
+
+        UMAP: ``umap.UMAP.transform`` (its neighbour initialisation followed by
+        a third of the fit's optimisation epochs; needs the fitted reducer, so
+        not available on an embedding restored with :meth:`from_payload`).
+        PCA: the first two principal components.
+        """
+        z = self._reduced(data)
+        if self.method == "pca":
+            return _first_two(z)
         if self._umap is None:
-            return np.asarray(z[:, :2], dtype=np.float64)
+            raise DatasetError(
+                "this UMAP embedding was restored from disk without its reducer; use place()"
+            )
+        from sklearn.metrics import pairwise_distances
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if self._train is not None:  # fitted on precomputed distances
-                from sklearn.metrics import pairwise_distances
-
-                return np.asarray(
-                    self._umap.transform(pairwise_distances(z, self._train)), dtype=np.float64
-                )
+            if self._umap.metric == "precomputed":
+                z = pairwise_distances(z, self._train)
             return np.asarray(self._umap.transform(z), dtype=np.float64)
+
+    def place(
+        self,
+        data: LabeledDataset | SoftLabeledDataset | np.ndarray | torch.Tensor,
+        n_neighbors: int = PLACE_NEIGHBOURS,
+    ) -> np.ndarray:
+        """Place new points by their nearest fitted points -> ``(n, 2)``, in milliseconds.
+
+        UMAP: each new point goes to the weighted mean of the embedding
+        coordinates of its ``n_neighbors`` nearest fitted points (Euclidean, in
+        the PCA space the embedding was fitted in), with UMAP's fuzzy-set
+        weights ``exp(-(d - rho) / sigma)`` (``rho`` the nearest distance,
+        ``sigma`` the mean gap to it). This is UMAP's own initialisation of
+        :meth:`transform` without the optimisation epochs that follow: a new
+        point between two clusters stays between them, and no numba code runs
+        (so a restored embedding places points right after a restart).
+        PCA: exact, as :meth:`transform`.
+        """
+        z = self._reduced(data)
+        if self.method == "pca":
+            return _first_two(z)
+        train = self._train
+        coords = np.concatenate([self.points[n] for n in self.names])
+        k = int(min(max(1, n_neighbors), train.shape[0]))
+        # squared distances by the expansion (n x n_train floats; n_train is a few thousand)
+        d2 = (z * z).sum(1)[:, None] - 2.0 * z @ train.T + (train * train).sum(1)[None, :]
+        nearest = np.argpartition(d2, k - 1, axis=1)[:, :k]
+        d = np.sqrt(np.maximum(np.take_along_axis(d2, nearest, axis=1), 0.0))
+        rho = d.min(axis=1, keepdims=True)
+        sigma = np.maximum((d - rho).mean(axis=1, keepdims=True), 1e-12)
+        w = np.exp(-(d - rho) / sigma)
+        w /= w.sum(axis=1, keepdims=True)
+        return np.einsum("nk,nkc->nc", w, coords[nearest])
+
+    def to_payload(self) -> dict[str, Any]:
+        """Arrays and plain values to persist the embedding (e.g. in :class:`geoviz.backend.DiskCache`).
+
+        Holds the coordinates, subsample indices, the PCA and the fitted points
+        in PCA space: enough for :meth:`place` and, for PCA, :meth:`transform`
+        (the UMAP reducer itself is not stored: the disk cache loads no pickles).
+        """
+        mean, components = self._pca
+        return {
+            "method": self.method,
+            "note": self.note or "",
+            "names": list(self.names),
+            "points": [self.points[n] for n in self.names],
+            "indices": [np.asarray(self.indices[n], dtype=np.int64) for n in self.names],
+            "fit_seconds": float(self.fit_seconds),
+            "pca_mean": mean,
+            "pca_components": components,
+            "train": self._train,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> Embedding:
+        """Inverse of :meth:`to_payload` (arrays may come back as tensors)."""
+
+        def arr(x: Any, dtype: Any = np.float64) -> np.ndarray:
+            x = x.numpy() if isinstance(x, torch.Tensor) else x
+            return np.asarray(x, dtype=dtype)
+
+        names = tuple(str(n) for n in payload["names"])
+        return cls(
+            method=payload["method"],
+            note=payload["note"] or None,
+            names=names,
+            points={n: arr(p) for n, p in zip(names, payload["points"], strict=True)},
+            indices={n: arr(i, np.int64) for n, i in zip(names, payload["indices"], strict=True)},
+            fit_seconds=float(payload["fit_seconds"]),
+            _pca=(arr(payload["pca_mean"], np.float32), arr(payload["pca_components"], np.float32)),
+            _train=arr(payload["train"], np.float32),
+        )
+
+
+def _first_two(z: np.ndarray) -> np.ndarray:
+    out = z[:, :2] if z.shape[1] >= 2 else np.column_stack([z[:, 0], np.zeros(len(z))])
+    return np.asarray(out, dtype=np.float64)
 
 
 def auto_method() -> Literal["umap", "pca"]:
@@ -109,8 +210,9 @@ def warm_up_umap() -> float | None:
     itself takes under a second for a few thousand points. Calling this
     ahead of time (the app does it in a background thread while the user is
     on its first page) makes the first :func:`fit_embedding` fast. Runs the
-    same code path as :func:`fit_embedding` (precomputed distances, then one
-    ``transform``). Returns ``None`` when umap-learn cannot be imported.
+    same code path as :func:`fit_embedding` (precomputed distances; the app
+    places new points with :meth:`Embedding.place`, so ``transform`` is not
+    compiled). Returns ``None`` when umap-learn cannot be imported.
     """
     start = time.perf_counter()
     try:
@@ -125,7 +227,6 @@ def warm_up_umap() -> float | None:
             n_neighbors=15, min_dist=0.2, random_state=0, metric="precomputed", n_epochs=10
         )
         reducer.fit_transform(pairwise_distances(z))
-        reducer.transform(pairwise_distances(z[:8], z))
     return time.perf_counter() - start
 
 
@@ -203,7 +304,6 @@ def fit_embedding(
         raise DatasetError(f"embedding method must be 'auto', 'umap' or 'pca', got {method!r}")
 
     reducer = None
-    train = None
     note = None
     coords = z[:, :2] if z.shape[1] >= 2 else np.column_stack([z[:, 0], np.zeros(len(z))])
     if wanted == "umap":
@@ -228,14 +328,8 @@ def fit_embedding(
                     n_epochs=_UMAP_EPOCHS,
                 )
                 coords = reducer.fit_transform(pairwise_distances(z) if precomputed else z)
-                train = z if precomputed else None
-                # compile UMAP's transform now (numba JIT, seconds) so that placing
-                # the first P_a later takes as long as any other
-                probe = z[: min(len(z), 8)]
-                reducer.transform(pairwise_distances(probe, z) if precomputed else probe)
         except Exception as err:  # any failure of the optional UMAP path -> PCA
             reducer = None
-            train = None
             note = f"UMAP failed ({type(err).__name__}: {err}); showing a PCA projection instead."
     else:
         note = "PCA projection (UMAP disabled)." if method == "auto" else None
@@ -253,7 +347,10 @@ def fit_embedding(
         points=points,
         indices=indices,
         fit_seconds=time.perf_counter() - start,
-        _pca=pca,
+        _pca=(
+            np.asarray(pca.mean_, dtype=np.float32),
+            np.asarray(pca.components_, dtype=np.float32),
+        ),
         _umap=reducer,
-        _train=train,
+        _train=np.asarray(z, dtype=np.float32),
     )

@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError
+from geoviz.glossary import OTDD_SHORT
 
 __all__ = [
     "PointSet",
@@ -27,13 +28,23 @@ __all__ = [
     "label_transition_heatmap",
     "otdd_heatmap",
     "point_set",
+    "sample_card",
     "scatter_sets",
+    "selected_samples",
     "soft_label_bars",
+    "soft_label_summary",
 ]
 
 _PALETTE = px.colors.qualitative.Dark24 + px.colors.qualitative.Light24
 _DATASET_PALETTE = ["#222222", *px.colors.qualitative.Set1]
 _OTHER_COLOR = "#b0b0b0"
+_DIM_COLOR = "#909090"
+#: Opacity of points outside a highlight (``scatter_sets(highlight_...)``).
+_DIM_OPACITY = 0.2
+_EMPHASIS_LINE = "#111111"
+_EMPHASIS_SCALE = 1.35
+#: Smallest soft-label mass listed in hovers and sample cards (below, it reads "0.00").
+_SHOWN_MASS = 0.005
 
 
 def color_map(names: Sequence[str], palette: Sequence[str] | None = None) -> dict[str, str]:
@@ -64,12 +75,56 @@ class PointSet:
         ``N`` class names (hard label; argmax for soft labels).
     confidence
         ``(N,)`` mass of that class (1 for hard labels), shown on hover.
+    indices
+        ``(N,)`` index of each point in its dataset (shown on hover and sent
+        back by a click, see :func:`selected_samples`); ``None`` means
+        ``0..N-1``.
+    hover
+        ``N`` extra hover lines, e.g. the top soft labels of each point
+        (:func:`soft_label_summary`); ``None`` for none.
     """
 
     name: str
     points: np.ndarray
     labels: tuple[str, ...]
     confidence: np.ndarray
+    indices: np.ndarray | None = None
+    hover: tuple[str, ...] | None = None
+
+    def sample_indices(self) -> np.ndarray:
+        """``(N,)`` int64 index of each point in its dataset (``0..N-1`` when unknown)."""
+        if self.indices is None:
+            return np.arange(len(self.labels), dtype=np.int64)
+        idx = np.asarray(self.indices, dtype=np.int64).ravel()
+        if idx.shape[0] != len(self.labels):
+            raise DatasetError(f"{len(self.labels)} points but {idx.shape[0]} indices", self.name)
+        return idx
+
+
+def soft_label_summary(
+    soft_labels: np.ndarray | torch.Tensor, class_names: Sequence[str], top: int = 3
+) -> list[str]:
+    """Per row, the ``top`` largest soft labels with their mass.
+
+    ``"kmnist/tsu 0.62 · fashion_mnist/Bag 0.21 · usps/3 0.10"``; classes
+    whose mass rounds to ``0.00`` are left out (the top one is always named).
+    """
+    s = _np(soft_labels).astype(np.float64)
+    if s.ndim != 2 or s.shape[1] != len(class_names):
+        raise DatasetError(
+            f"soft labels of shape {s.shape} do not match {len(class_names)} class names"
+        )
+    k = max(1, min(int(top), s.shape[1]))
+    order = np.argsort(-s, axis=1, kind="stable")[:, :k]
+    out = []
+    for row, idx in zip(s, order, strict=True):
+        parts = [
+            f"{class_names[int(j)]} {row[j]:.2f}"
+            for n, j in enumerate(idx)
+            if n == 0 or row[j] >= _SHOWN_MASS
+        ]
+        out.append(" · ".join(parts))
+    return out
 
 
 def point_set(
@@ -86,14 +141,20 @@ def point_set(
     different datasets never share a colour; soft-labelled sets already carry
     prefixed names. ``indices`` selects rows of the dataset (``points``, when
     given, are already those rows).
+
+    The point set records each point's row in the dataset (``indices``, for
+    hover and click selection) and, for soft-labelled sets, the top-3 soft
+    labels with their mass as an extra hover line.
     """
-    rows = slice(None) if indices is None else np.asarray(indices, dtype=np.int64)
+    rows = slice(None) if indices is None else np.asarray(indices, dtype=np.int64).ravel()
     pts = _np(ds.features[rows] if points is None else points).astype(np.float64)
+    hover = None
     if isinstance(ds, SoftLabeledDataset):
         soft = _np(ds.soft_labels)[rows]
         idx = soft.argmax(axis=1)
         labels = tuple(ds.class_names[int(k)] for k in idx)
         conf = soft[np.arange(len(idx)), idx]
+        hover = tuple(soft_label_summary(soft, ds.class_names, top=3))
     else:
         y = _np(ds.labels)[rows]
         labels = tuple(
@@ -102,10 +163,15 @@ def point_set(
         conf = np.ones(len(y))
     if pts.shape[0] != len(labels):
         raise DatasetError(f"{pts.shape[0]} points but {len(labels)} labels", name or ds.name)
-    return PointSet(name or ds.name, pts, labels, conf)
+    sample_idx = (
+        np.arange(len(labels), dtype=np.int64) if indices is None else np.asarray(rows).copy()
+    )
+    return PointSet(name or ds.name, pts, labels, conf, indices=sample_idx, hover=hover)
 
 
-def _legend_labels(sets: Sequence[PointSet], max_legend: int) -> tuple[list[str], set[str]]:
+def _legend_labels(
+    label_lists: Sequence[Sequence[str]], max_legend: int
+) -> tuple[list[str], set[str]]:
     """Sorted class names that get their own legend entry, and those merged into "other".
 
     When there are more than ``max_legend`` distinct classes, the
@@ -113,14 +179,47 @@ def _legend_labels(sets: Sequence[PointSet], max_legend: int) -> tuple[list[str]
     share one ``other`` entry, so the legend fits inside the figure.
     """
     counts: dict[str, int] = {}
-    for s in sets:
-        for lab in s.labels:
+    for labels in label_lists:
+        for lab in labels:
             counts[lab] = counts.get(lab, 0) + 1
     if len(counts) <= max_legend:
         return sorted(counts), set()
     ranked = sorted(counts, key=lambda lab: (-counts[lab], lab))
     keep = sorted(ranked[: max(1, max_legend - 1)])
     return keep, set(ranked[len(keep) :])
+
+
+def _class_matches(label: str, wanted: set[str]) -> bool:
+    """``label`` is one of ``wanted``, or its class part after ``"dataset/"`` is."""
+    if label in wanted:
+        return True
+    return "/" in label and label.split("/", 1)[1] in wanted
+
+
+def _highlight_mask(s: PointSet, sets: set[str], classes: set[str]) -> np.ndarray:
+    """Points of ``s`` that stay highlighted (all of them when nothing is asked for)."""
+    n = len(s.labels)
+    if sets and s.name not in sets:
+        return np.zeros(n, bool)
+    if not classes:
+        return np.ones(n, bool)
+    return np.array([_class_matches(lab, classes) for lab in s.labels], dtype=bool).reshape(n)
+
+
+def _hover_texts(s: PointSet, idx: np.ndarray) -> list[str]:
+    """``"<b>P_a</b> · sample #12<br>class: usps/3 (0.62)<br>usps/3 0.62 · …"`` per point."""
+    if s.hover is not None and len(s.hover) != len(s.labels):
+        raise DatasetError(f"{len(s.labels)} points but {len(s.hover)} hover texts", s.name)
+    out = []
+    for k, (lab, conf) in enumerate(zip(s.labels, s.confidence, strict=True)):
+        soft = s.hover is not None
+        text = f"<b>{s.name}</b> · sample #{int(idx[k])}<br>class: {lab}"
+        if soft or conf < 1.0 - 1e-9:
+            text += f" ({float(conf):.2f})"
+        if soft and s.hover[k]:
+            text += f"<br>{s.hover[k]}"
+        out.append(text)
+    return out
 
 
 def scatter_sets(
@@ -134,8 +233,17 @@ def scatter_sets(
     marker_size: float = 6,
     faded: Sequence[str] = (),
     max_legend: int = 20,
+    highlight_sets: Sequence[str] = (),
+    highlight_classes: Sequence[str] = (),
+    hide_others: bool = False,
+    emphasis: str | None = None,
 ) -> go.Figure:
     """2-D or 3-D scatter of several point sets.
+
+    Every trace carries ``customdata = [set name, sample index]`` per point,
+    so a click reported by ``st.plotly_chart(on_select=...)`` maps back to
+    the sample with :func:`selected_samples`; the hover names the set, the
+    sample index, the class and, for soft-labelled sets, the top soft labels.
 
     Parameters
     ----------
@@ -152,6 +260,26 @@ def scatter_sets(
         in every dataset); beyond ``max_legend`` classes the least frequent
         share a grey ``other`` entry. The symbol of each dataset is named in
         an annotation under the plot.
+    highlight_sets, highlight_classes
+        When either is given, only points of these sets (all sets if empty)
+        *and* of these classes (all classes if empty) keep their colour,
+        opacity and size; the others are drawn grey and nearly transparent,
+        below the highlighted ones and without a legend entry. A class
+        matches by its full name (``"usps/3"``) or, for ``"dataset/class"``
+        names, by the class part alone (``"3"`` matches ``"usps/3"`` and
+        ``"mnist/3"``), so one class can be followed across Q, P_i and P_a.
+    hide_others
+        Leave the non-highlighted points out instead of greying them.
+    emphasis
+        Name of a set (e.g. ``"P_a"``) drawn last, on top of every other
+        set, with larger markers and a dark outline.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        Greyed (non-highlighted) traces first, one per set; then one trace
+        per set (``color_by="dataset"``) or per set and class; the
+        ``emphasis`` set's traces last.
     """
     if not sets:
         raise DatasetError("nothing to plot: no point sets")
@@ -174,22 +302,76 @@ def scatter_sets(
         "diamond-open",
         "square-open",
     ]
+    hl_sets = {str(x) for x in highlight_sets}
+    hl_classes = {str(x) for x in highlight_classes}
+    highlighting = bool(hl_sets or hl_classes)
+    keep = [_highlight_mask(s, hl_sets, hl_classes) for s in sets]
     ds_colors = color_map([s.name for s in sets], _DATASET_PALETTE)
-    shown, merged = _legend_labels(sets, max(1, int(max_legend)))
+    shown, merged = _legend_labels(
+        [
+            [lab for lab, k in zip(s.labels, m, strict=True) if k]
+            for s, m in zip(sets, keep, strict=True)
+        ],
+        max(1, int(max_legend)),
+    )
     other = f"other ({len(merged)} classes)"
     lab_colors = color_map(shown)
     lab_colors[other] = _OTHER_COLOR
     rank = {lab: k for k, lab in enumerate([*shown, other])}
     in_legend: set[str] = set()
     fig = go.Figure()
-    for si, s in enumerate(sets):
+
+    indices = [s.sample_indices() for s in sets]
+    hovers = [
+        np.array(_hover_texts(s, i), dtype=object) for s, i in zip(sets, indices, strict=True)
+    ]
+
+    def add(s: PointSet, si: int, mask: np.ndarray, marker: dict, common: dict) -> None:
+        texts = hovers[si][mask]
+        custom = [[s.name, int(i)] for i in indices[si][mask]]
+        p = s.points[mask]
+        common = {
+            "mode": "markers",
+            **common,
+            "text": list(texts),
+            "customdata": custom,
+            "hovertemplate": "%{text}<extra></extra>",
+        }
+        marker = dict(marker)
+        if dim == 2:
+            marker["symbol"] = symbols[si % len(symbols)]
+            fig.add_trace(go.Scatter(x=p[:, 0], y=p[:, 1], marker=marker, **common))
+        else:
+            marker["symbol"] = symbols3d[si % len(symbols3d)]
+            marker["size"] = marker["size"] * 0.6
+            fig.add_trace(go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], marker=marker, **common))
+
+    # 1. greyed context below everything else
+    if highlighting and not hide_others:
+        for si, s in enumerate(sets):
+            dim_mask = ~keep[si]
+            if dim_mask.any():
+                add(
+                    s,
+                    si,
+                    dim_mask,
+                    {"color": _DIM_COLOR, "size": marker_size * 0.8, "opacity": _DIM_OPACITY},
+                    {"name": f"{s.name} (not highlighted)", "showlegend": False},
+                )
+
+    # 2. highlighted (or all) points, the emphasised set last so it is on top
+    order = [si for si, s in enumerate(sets) if s.name != emphasis]
+    order += [si for si, s in enumerate(sets) if s.name == emphasis]
+    for si in order:
+        s = sets[si]
         fade = s.name in faded
+        emph = emphasis is not None and s.name == emphasis
         if color_by == "label":
             keys = np.array([other if x in merged else x for x in s.labels], dtype=object)
-            present = set(keys.tolist())
-            groups = [(lab, keys == lab) for lab in [*shown, other] if lab in present]
+            present = set(keys[keep[si]].tolist())
+            groups = [(lab, (keys == lab) & keep[si]) for lab in [*shown, other] if lab in present]
         else:
-            groups = [(s.name, np.ones(len(s.labels), bool))]
+            groups = [(s.name, keep[si])] if keep[si].any() else []
         for lab, mask in groups:
             if color_by == "label":
                 color = lab_colors[lab]
@@ -208,26 +390,24 @@ def scatter_sets(
                 "size": marker_size * (0.6 if fade else 1.0),
                 "opacity": 0.25 if fade else opacity,
             }
-            hover = [
-                f"{s.name}<br>{lab_i} ({c:.2f})"
-                for lab_i, c in zip(np.array(s.labels)[mask], s.confidence[mask], strict=True)
-            ]
-            common = {
-                "mode": "markers",
-                **legend,
-                "text": hover,
-                "hovertemplate": "%{text}<extra></extra>",
-            }
-            p = s.points[mask]
-            if dim == 2:
-                marker["symbol"] = symbols[si % len(symbols)]
-                fig.add_trace(go.Scatter(x=p[:, 0], y=p[:, 1], marker=marker, **common))
-            else:
-                marker["symbol"] = symbols3d[si % len(symbols3d)]
-                marker["size"] = marker["size"] * 0.6
-                fig.add_trace(
-                    go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], marker=marker, **common)
-                )
+            if emph:
+                marker = {
+                    "color": color,
+                    "size": marker_size * _EMPHASIS_SCALE,
+                    "opacity": max(opacity, 0.9),
+                    "line": {"width": 1.2, "color": _EMPHASIS_LINE},
+                }
+            add(s, si, mask, marker, legend)
+
+    if highlighting and hide_others and not fig.data:
+        fig.add_annotation(
+            text="no point matches the highlight",
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+        )
     if color_by == "label":
         key = " · ".join(
             f"{s.name}: {(symbols if dim == 2 else symbols3d)[si % len(symbols)]}"
@@ -253,6 +433,7 @@ def scatter_sets(
         title={"text": title} if title else None,
         height=height,
         legend={"itemsizing": "constant", "yanchor": "top", "y": 1.0},
+        clickmode="event+select",
     )
     if dim == 2:
         fig.update_layout(
@@ -267,6 +448,165 @@ def scatter_sets(
                 "zaxis": {"title": {"text": axis_titles[2]}},
             }
         )
+    return fig
+
+
+def _get(obj: object, key: str) -> object:
+    """``obj[key]`` for mappings (Streamlit's selection state is a dict), else ``obj.key``."""
+    if isinstance(obj, dict):
+        return obj.get(key)
+    getter = getattr(obj, "get", None)
+    if callable(getter):
+        try:
+            return getter(key)
+        except (KeyError, TypeError):
+            return None
+    return getattr(obj, key, None)
+
+
+def selected_samples(selection_state: object) -> list[tuple[str, int]]:
+    """``(set name, sample index)`` of every point selected in a :func:`scatter_sets` figure.
+
+    Reads the state returned by ``st.plotly_chart(fig, on_select="rerun")``:
+    ``{"selection": {"points": [{"customdata": [name, index], ...}, ...]}}``;
+    the inner ``{"points": [...]}`` or the bare list of points are accepted
+    too. Missing keys, ``None`` and points without a ``[str, integer]``
+    ``customdata`` (e.g. from another figure) are skipped; each sample is listed once, in
+    selection order.
+    """
+    if selection_state is None:
+        return []
+    inner = _get(selection_state, "selection")
+    container = selection_state if inner is None else inner
+    points = container if isinstance(container, (list, tuple)) else _get(container, "points")
+    if not isinstance(points, (list, tuple)):
+        return []
+    out: list[tuple[str, int]] = []
+    for point in points:
+        custom = _get(point, "customdata")
+        if isinstance(custom, dict):
+            # plotly.js arrays may reach Python through JSON as {"0": v0, "1": v1}
+            custom = [custom.get("0", custom.get(0)), custom.get("1", custom.get(1))]
+        if isinstance(custom, np.ndarray):
+            custom = custom.tolist()
+        if not isinstance(custom, (list, tuple)) or len(custom) < 2:
+            continue
+        name, index = custom[0], custom[1]
+        if not isinstance(name, str) or isinstance(index, bool):
+            continue  # e.g. weights of a ternary marker: not a scatter_sets point
+        try:
+            fidx = float(index)
+        except (TypeError, ValueError):
+            continue
+        if not np.isfinite(fidx) or fidx != int(fidx):
+            continue
+        key = (str(name), int(fidx))
+        if key not in out:
+            out.append(key)
+    return out
+
+
+def _display_rgb(image: np.ndarray) -> np.ndarray:
+    """``(H, W)``, ``(H, W, 1|3|4)`` uint8 or float in ``[0, 1]`` -> ``(H, W, 3)`` uint8."""
+    img = np.asarray(image)
+    if img.ndim == 3 and img.shape[2] in (1, 3, 4):
+        img = img[:, :, :3] if img.shape[2] != 1 else img[:, :, 0]
+    if img.ndim not in (2, 3):
+        raise DatasetError(f"an image must be (H, W) or (H, W, 3), got shape {img.shape}")
+    if img.dtype != np.uint8:
+        x = np.nan_to_num(img.astype(np.float64), nan=0.0)
+        if x.size and x.max() > 1.5:  # 0..255 scale
+            x = x / 255.0
+        img = (np.clip(x, 0.0, 1.0) * 255).round().astype(np.uint8)
+    if img.ndim == 2:
+        img = np.repeat(img[:, :, None], 3, axis=2)
+    return img
+
+
+def sample_card(
+    image: np.ndarray | None,
+    title: str,
+    soft_label: np.ndarray | torch.Tensor | None,
+    class_names: Sequence[str],
+    *,
+    label: str | None = None,
+    top: int = 5,
+    height: int = 260,
+) -> go.Figure:
+    """One sample at a glance: its image (if any) next to bars of its top labels.
+
+    Parameters
+    ----------
+    image
+        ``(H, W)`` grey or ``(H, W, 3)`` RGB display image, float in ``[0, 1]``
+        (one row of :func:`geoviz.viz.images.as_display_images`) or uint8;
+        ``None`` for non-image data (bars only).
+    title
+        Figure title, e.g. ``"P_a · sample #12"``.
+    soft_label
+        ``(K,)`` soft label over ``class_names``: the ``top`` largest masses are
+        drawn (those of mass ``>= 0.005``), the remaining mass as one grey
+        ``other`` bar. ``None`` for a
+        hard-labelled sample: one full bar of class ``label`` (or of the only
+        entry of ``class_names``).
+    class_names
+        ``K`` class names.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure
+        With an image: ``go.Image`` (trace 0, left) and a horizontal ``go.Bar``
+        (trace 1, right, largest mass on top); without: the bar only.
+    """
+    names = [str(c) for c in class_names]
+    if soft_label is not None:
+        s = _np(soft_label).astype(np.float64).ravel()
+        if s.shape[0] != len(names):
+            raise DatasetError(f"soft label of {s.shape[0]} entries but {len(names)} class names")
+        k = max(1, min(int(top), s.shape[0]))
+        order = [int(j) for j in np.argsort(-s, kind="stable")[:k]]
+        order = [j for n, j in enumerate(order) if n == 0 or s[j] >= _SHOWN_MASS]
+        bars = [(names[j], float(s[j])) for j in order]
+        rest = float(s.sum() - sum(m for _, m in bars))
+        if rest >= _SHOWN_MASS:
+            bars.append((f"other ({s.shape[0] - len(order)} classes)", rest))
+        axis_title = "soft-label mass"
+    else:
+        if label is None and len(names) != 1:
+            raise DatasetError("a hard-labelled sample needs `label` (or a single class name)")
+        bars = [(str(label) if label is not None else names[0], 1.0)]
+        axis_title = "hard label"
+    colors = ["#5b8db8" if not n.startswith("other (") else _OTHER_COLOR for n, _ in bars]
+    bar = go.Bar(
+        x=[m for _, m in bars],
+        y=[n for n, _ in bars],
+        orientation="h",
+        marker={"color": colors},
+        text=[f"{m:.2f}" for _, m in bars],
+        textposition="outside",
+        cliponaxis=False,
+        showlegend=False,
+        hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+    )
+    bar_axes = {"range": [0, 1.18], "title": {"text": axis_title}}
+    if image is None:
+        fig = go.Figure(bar)
+        fig.update_xaxes(**bar_axes)
+        fig.update_yaxes(autorange="reversed", type="category")
+    else:
+        fig = make_subplots(rows=1, cols=2, column_widths=[0.32, 0.68], horizontal_spacing=0.12)
+        fig.add_trace(go.Image(z=_display_rgb(image), hoverinfo="skip"), row=1, col=1)
+        fig.add_trace(bar, row=1, col=2)
+        fig.update_xaxes(visible=False, row=1, col=1)
+        fig.update_yaxes(visible=False, scaleanchor="x", row=1, col=1)
+        fig.update_xaxes(**bar_axes, row=1, col=2)
+        fig.update_yaxes(autorange="reversed", type="category", row=1, col=2)
+    fig.update_layout(
+        title={"text": title},
+        height=height,
+        margin={"l": 10, "r": 20, "t": 50, "b": 40},
+        bargap=0.25,
+    )
     return fig
 
 
@@ -312,7 +652,7 @@ def otdd_heatmap(
     names: Sequence[str],
     *,
     title: str = "Pairwise OTDD d²",
-    value_label: str = "OTDD d²",
+    value_label: str = OTDD_SHORT,
     height: int = 460,
 ) -> go.Figure:
     """Annotated heatmap of a symmetric ``(n, n)`` distance matrix between datasets."""

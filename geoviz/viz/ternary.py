@@ -19,12 +19,21 @@ import numpy as np
 import plotly.graph_objects as go
 
 from geoviz.errors import WeightsError
-from geoviz.viz.weights import WEIGHT_DECIMALS, display_weights, format_weights
+from geoviz.geodesic.weights import WEIGHT_DECIMALS, display_weights, format_weights
+from geoviz.glossary import OBJECTIVE
 
-__all__ = ["OBJECTIVE_LABEL", "geodesic_line", "ternary_heatmap", "weights_bar"]
+__all__ = [
+    "OBJECTIVE_LABEL",
+    "contour_levels",
+    "geodesic_line",
+    "simplex_contours",
+    "ternary_heatmap",
+    "weights_bar",
+]
 
-#: Axis / colour-bar title for the objective, plain text so every renderer shows it.
-OBJECTIVE_LABEL = "W²(P_a, Q)"
+#: Axis / colour-bar title for the objective, plain text so every renderer shows it
+#: (:data:`geoviz.glossary.OBJECTIVE`, also printed by the CLI).
+OBJECTIVE_LABEL = OBJECTIVE
 _COLORSCALE = "Viridis"
 _AHAT_COLOR = "#e4572e"
 _PICK_COLOR = "#ffffff"
@@ -34,6 +43,9 @@ _PICK_SYMBOL = "diamond-open"
 _AHAT_SIZE = 16
 _BAR_MARKER_SIZE = 14
 _PICK_SIZE = 28
+#: Iso-lines of the objective on the heatmap: thin, semi-transparent, dark.
+_CONTOUR_COLOR = "rgba(20,20,20,0.55)"
+_CONTOUR_TEXT = "#111111"
 
 
 def _grid_resolution(grid: np.ndarray) -> int:
@@ -51,6 +63,212 @@ def _check_names(names: Sequence[str], m: int) -> list[str]:
     return names
 
 
+def contour_levels(values: np.ndarray, n: int) -> np.ndarray:
+    """``n`` evenly spaced levels strictly inside the range of the finite ``values``.
+
+    Empty when ``n <= 0`` or the values are (numerically) constant.
+    """
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if int(n) <= 0 or v.size == 0:
+        return np.zeros(0)
+    lo, hi = float(v.min()), float(v.max())
+    if hi - lo <= 1e-12 * max(1.0, abs(lo), abs(hi)):
+        return np.zeros(0)
+    return np.linspace(lo, hi, int(n) + 2)[1:-1]
+
+
+def _simplex_triangles(grid: np.ndarray) -> np.ndarray:
+    """``(T, 3)`` row indices of the small triangles of a regular simplex grid.
+
+    With ``r`` the resolution and integer coordinates ``(i, j)`` (``a = i/r``,
+    ``b = j/r``): upward triangles ``(i, j), (i+1, j), (i, j+1)`` and downward
+    ones ``(i+1, j), (i, j+1), (i+1, j+1)``. Triangles with a corner missing
+    from ``grid`` (or off the regular lattice) are left out.
+    """
+    res = _grid_resolution(grid)
+    scaled = grid * res
+    ij = np.rint(scaled).astype(np.int64)
+    on = np.all(np.abs(scaled - ij) < 1e-6, axis=1) & (np.abs(grid.sum(axis=1) - 1.0) < 1e-6)
+    lookup: dict[tuple[int, int], int] = {}
+    for k in np.flatnonzero(on):
+        lookup.setdefault((int(ij[k, 0]), int(ij[k, 1])), int(k))
+    tris = []
+    for i in range(res):
+        for j in range(res - i):
+            a, b, c = lookup.get((i, j)), lookup.get((i + 1, j)), lookup.get((i, j + 1))
+            if a is not None and b is not None and c is not None:
+                tris.append((a, b, c))
+            d = lookup.get((i + 1, j + 1)) if i + j <= res - 2 else None
+            if b is not None and c is not None and d is not None:
+                tris.append((b, c, d))
+    return np.asarray(tris, dtype=np.int64).reshape(-1, 3)
+
+
+def _level_segments(
+    grid: np.ndarray, values: np.ndarray, tris: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Marching triangles for one level.
+
+    A corner is "above" when its value is ``> level``; in a triangle whose
+    corners are not all on one side exactly two edges change side, and the
+    iso-line crosses each at the linear interpolation
+    ``p = g_lo + t (g_hi - g_lo)``, ``t = (level - v_lo) / (v_hi - v_lo)``
+    (edges oriented from the lower to the higher grid index, so the shared
+    edge of two triangles gives the same point bit for bit).
+
+    Returns ``(S, 2, 3)`` segment end points and ``(S, 2)`` edge ids
+    (``lo * K + hi``) identifying each end point.
+    """
+    v = values[tris]
+    above = v > level
+    n_above = above.sum(axis=1)
+    active = np.all(np.isfinite(v), axis=1) & (n_above > 0) & (n_above < 3)
+    tri, abv = tris[active], above[active]
+    if tri.shape[0] == 0:
+        return np.zeros((0, 2, 3)), np.zeros((0, 2), dtype=np.int64)
+    edges = ((0, 1), (1, 2), (2, 0))
+    cross = np.stack([abv[:, p] != abv[:, q] for p, q in edges], axis=1)  # (S, 3)
+    lo = np.stack([np.minimum(tri[:, p], tri[:, q]) for p, q in edges], axis=1)
+    hi = np.stack([np.maximum(tri[:, p], tri[:, q]) for p, q in edges], axis=1)
+    vlo, vhi = values[lo], values[hi]
+    den = np.where(cross, vhi - vlo, 1.0)
+    t = np.where(cross, (level - vlo) / den, 0.0)
+    pts = grid[lo] + t[..., None] * (grid[hi] - grid[lo])  # (S, 3 edges, 3)
+    ids = lo * grid.shape[0] + hi
+    # the two crossed edges of every active triangle, in edge order
+    first = np.argmax(cross, axis=1)
+    second = 2 - np.argmax(cross[:, ::-1], axis=1)
+    rows = np.arange(tri.shape[0])
+    seg = np.stack([pts[rows, first], pts[rows, second]], axis=1)
+    seg_ids = np.stack([ids[rows, first], ids[rows, second]], axis=1)
+    return seg, seg_ids
+
+
+def _chain_segments(seg: np.ndarray, seg_ids: np.ndarray) -> list[np.ndarray]:
+    """Join segments sharing an end point (same edge id) into polylines."""
+    point: dict[int, np.ndarray] = {}
+    adj: dict[int, list[int]] = {}
+    for s, (k0, k1) in enumerate(seg_ids.tolist()):
+        point.setdefault(k0, seg[s, 0])
+        point.setdefault(k1, seg[s, 1])
+        adj.setdefault(k0, []).append(s)
+        adj.setdefault(k1, []).append(s)
+    used = np.zeros(seg.shape[0], dtype=bool)
+    lines = []
+    # open lines start at an end of degree 1; what is left are closed loops
+    starts = [k for k, ss in adj.items() if len(ss) == 1] + list(adj)
+    for start in starts:
+        key, path = start, [start]
+        while True:
+            nxt = next((s for s in adj[key] if not used[s]), None)
+            if nxt is None:
+                break
+            used[nxt] = True
+            k0, k1 = seg_ids[nxt].tolist()
+            key = k1 if k0 == key else k0
+            path.append(key)
+        if len(path) > 1:
+            lines.append(np.array([point[k] for k in path]))
+    return lines
+
+
+def simplex_contours(
+    grid: np.ndarray, values: np.ndarray, levels: Sequence[float] | np.ndarray
+) -> list[list[np.ndarray]]:
+    """Iso-lines of a function sampled on a regular simplex grid (marching triangles).
+
+    Parameters
+    ----------
+    grid
+        ``(K, 3)`` barycentric points of a regular grid of the 2-simplex (e.g.
+        ``simplex_grid(3, resolution)``, any order).
+    values
+        ``(K,)`` the function at those points (non-finite values leave their
+        triangles out).
+    levels
+        The iso-values.
+
+    Returns
+    -------
+    list of list of np.ndarray
+        For each level, its polylines as ``(n, 3)`` barycentric points (each on
+        an edge of the grid, linearly interpolated, so on the simplex). A level
+        outside the range of ``values`` has none.
+    """
+    grid = np.asarray(grid, dtype=float)
+    values = np.asarray(values, dtype=float).ravel()
+    if grid.ndim != 2 or grid.shape[1] != 3 or values.shape[0] != grid.shape[0]:
+        raise WeightsError(
+            f"contours need (K, 3) grid points and K values, got {grid.shape} and {values.shape}"
+        )
+    tris = _simplex_triangles(grid)
+    out = []
+    for level in np.asarray(levels, dtype=float).ravel():
+        seg, ids = _level_segments(grid, values, tris, float(level))
+        out.append(_chain_segments(seg, ids))
+    return out
+
+
+def _contour_traces(
+    grid: np.ndarray, values: np.ndarray, n: int, value_label: str
+) -> list[go.Scatterternary]:
+    """Thin iso-lines (one trace per level, polylines split by ``None``) and their labels.
+
+    None of them reacts to the mouse (``hoverinfo="skip"``): a click near a
+    line still reaches the heatmap marker under it. The level values are
+    written on the lines instead (one label per level, mid-way along its
+    longest polyline).
+    """
+    levels = contour_levels(values, n)
+    traces = []
+    labels: list[tuple[float, np.ndarray]] = []
+    for level, lines in zip(levels, simplex_contours(grid, values, levels), strict=True):
+        if not lines:
+            continue
+        abc: list[list[float | None]] = [[], [], []]
+        for line in lines:
+            for axis in range(3):
+                abc[axis].extend([*line[:, axis].tolist(), None])
+        traces.append(
+            go.Scatterternary(
+                a=abc[0],
+                b=abc[1],
+                c=abc[2],
+                mode="lines",
+                name=f"{value_label} = {level:.4g}",
+                line={"color": _CONTOUR_COLOR, "width": 1.3},
+                hoverinfo="skip",
+                showlegend=False,
+                meta={"contour_level": float(level)},
+            )
+        )
+        longest = max(
+            lines, key=lambda ln: float(np.linalg.norm(np.diff(ln, axis=0), axis=1).sum())
+        )
+        labels.append((float(level), longest[len(longest) // 2]))
+    if labels:
+        at = np.array([p for _, p in labels])
+        font = {"size": 10, "color": _CONTOUR_TEXT, "shadow": "auto"}
+        traces.append(
+            go.Scatterternary(
+                a=at[:, 0],
+                b=at[:, 1],
+                c=at[:, 2],
+                mode="text",
+                text=[f"{lv:.3g}" for lv, _ in labels],
+                textfont=font,
+                # a click elsewhere must not dim the labels
+                selected={"textfont": {"color": _CONTOUR_TEXT}},
+                unselected={"textfont": {"color": _CONTOUR_TEXT}},
+                name="contour levels",
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+    return traces
+
+
 def ternary_heatmap(
     grid: np.ndarray,
     values: np.ndarray,
@@ -62,6 +280,7 @@ def ternary_heatmap(
     value_label: str = OBJECTIVE_LABEL,
     marker_size: float | None = None,
     height: int = 560,
+    contours: int = 8,
 ) -> go.Figure:
     """Ternary heatmap of a function over the 2-simplex, as a marker grid.
 
@@ -82,12 +301,20 @@ def ternary_heatmap(
     marker_size
         Marker diameter in px; by default chosen from the grid spacing so the
         markers tile the triangle.
+    contours
+        Number of iso-lines of ``values`` (evenly spaced levels strictly
+        between its min and max; ``0`` for none), computed by marching
+        triangles on the grid (:func:`simplex_contours`). They ignore the
+        mouse, so clicks still pick heatmap markers; each level is written on
+        its line.
 
     Returns
     -------
     plotly.graph_objects.Figure
         Trace 0 is the heatmap (``customdata[:, :3]`` = weights,
-        ``customdata[:, 3]`` = value), then ``a_hat`` and ``picked`` traces.
+        ``customdata[:, 3]`` = value), then one ``mode="lines"`` trace per
+        contour level and a ``mode="text"`` trace of their labels (none for a
+        constant function), then the ``a_hat`` and ``picked`` traces (on top).
     """
     grid = np.asarray(grid, dtype=float)
     values = np.asarray(values, dtype=float).ravel()
@@ -131,6 +358,8 @@ def ternary_heatmap(
             ),
         )
     )
+    for trace in _contour_traces(grid, values, contours, value_label):
+        fig.add_trace(trace)
     _add_marker(
         fig,
         a_hat,
@@ -326,7 +555,7 @@ def weights_bar(
 
     The value labels are annotations placed above both the bar and the
     ``a_hat`` marker of each reference (never underneath a marker), rounded
-    with :func:`geoviz.viz.weights.display_weights` like the sliders.
+    with :func:`geoviz.geodesic.weights.display_weights` like the sliders.
     """
     w = np.asarray(weights, dtype=float).ravel()
     names = _check_names(names, w.shape[0])

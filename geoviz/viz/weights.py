@@ -8,7 +8,12 @@ probability simplex ``Delta_{m-1} = {a in R^m : a_i >= 0, sum_i a_i = 1}``
   (``m = 2``): :func:`weights_from_selection`;
 * moving one of ``m`` sliders: the others follow so that the vector stays on
   the simplex (:func:`sync_weights`);
-* typing arbitrary values: :func:`project_to_simplex` (Euclidean projection).
+* typing arbitrary values: :func:`~geoviz.geodesic.weights.project_to_simplex`
+  (Euclidean projection).
+
+The weight vector itself — validation (:func:`~geoviz.geodesic.weights.check_weights`),
+projection, uniform weights, the one rounding and formatting rule — lives in
+:mod:`geoviz.geodesic.weights`; its names are re-exported here.
 """
 
 from __future__ import annotations
@@ -20,63 +25,11 @@ import numpy as np
 
 from geoviz.errors import WeightsError
 
-#: Decimals used for every displayed weight (sliders, text, bar labels): one rule everywhere.
-WEIGHT_DECIMALS = 2
+# the weight vector itself (validation, projection, rounding, formatting) lives in the
+# library, geoviz.geodesic.weights; this module only turns widget events into weights
+from geoviz.geodesic.weights import project_to_simplex
 
-__all__ = [
-    "WEIGHT_DECIMALS",
-    "display_weights",
-    "format_weights",
-    "project_to_simplex",
-    "round_to_simplex",
-    "selection_signature",
-    "sync_weights",
-    "uniform_weights",
-    "weights_from_selection",
-]
-
-
-def uniform_weights(m: int) -> np.ndarray:
-    """``(m,)`` the barycentre of the simplex, ``1/m`` everywhere."""
-    if int(m) < 1:
-        raise WeightsError(f"need at least one reference dataset, got m={m}")
-    return np.full(int(m), 1.0 / int(m))
-
-
-def project_to_simplex(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Euclidean projection of ``values`` onto the probability simplex.
-
-    Solves ``argmin_{a in Delta} ||a - v||_2`` with the sorting algorithm of
-    Held, Wolfe & Crowder (1974) / Duchi et al. (2008): sort ``v`` decreasingly,
-    find the largest ``rho`` with ``u_rho - (sum_{j<=rho} u_j - 1) / rho > 0``
-    and shift by that threshold ``theta``; ``a = max(v - theta, 0)``.
-
-    Parameters
-    ----------
-    values
-        ``(..., m)`` real numbers (any sign); batches are projected row-wise.
-
-    Returns
-    -------
-    np.ndarray
-        ``(..., m)`` float64 rows that are non-negative and sum to 1.
-    """
-    v = np.asarray(values, dtype=np.float64)
-    if v.ndim == 0 or v.shape[-1] == 0:
-        raise WeightsError(f"weights must be a non-empty vector, got shape {v.shape}")
-    if not np.all(np.isfinite(v)):
-        raise WeightsError("weights must be finite numbers (found NaN or inf)")
-    m = v.shape[-1]
-    u = -np.sort(-v, axis=-1)  # decreasing
-    css = np.cumsum(u, axis=-1) - 1.0
-    ks = np.arange(1, m + 1, dtype=np.float64)
-    cond = u - css / ks > 0
-    # rho: last index where cond holds (cond[..., 0] is always true)
-    rho = m - 1 - np.argmax(cond[..., ::-1], axis=-1)
-    theta = np.take_along_axis(css, rho[..., None], axis=-1) / (rho[..., None] + 1.0)
-    out = np.maximum(v - theta, 0.0)
-    # remove rounding drift so the rows sum to 1 to machine precision
-    return out / out.sum(axis=-1, keepdims=True)
+__all__ = ["selection_signature", "sync_weights", "weights_from_selection"]
 
 
 def sync_weights(weights: Sequence[float] | np.ndarray, index: int, value: float) -> np.ndarray:
@@ -124,55 +77,6 @@ def sync_weights(weights: Sequence[float] | np.ndarray, index: int, value: float
         j = int(np.argmax(np.where(np.arange(m) == i, -np.inf, out)))
         out[j] = max(out[j] + drift, 0.0)
     return out
-
-
-def round_to_simplex(weights: Sequence[float] | np.ndarray, decimals: int = 2) -> np.ndarray:
-    """Round to ``decimals`` places while keeping the sum exactly 1.
-
-    Largest-remainder rounding on the integer grid ``10**-decimals``: the
-    result is the closest grid point on the simplex to the input (in the sense
-    of distributing leftover units to the largest fractional parts), so slider
-    widgets with ``step = 10**-decimals`` can display it without drifting off.
-    """
-    w = project_to_simplex(weights)
-    scale = 10 ** int(decimals)
-    raw = w * scale
-    floor = np.floor(raw + 1e-9)
-    missing = round(scale - floor.sum())
-    if missing > 0:
-        order = np.argsort(-(raw - floor), kind="stable")
-        floor[order[:missing]] += 1
-    return floor / scale
-
-
-def display_weights(
-    weights: Sequence[float] | np.ndarray, digits: int = WEIGHT_DECIMALS
-) -> np.ndarray:
-    """The values shown for ``weights``: :func:`round_to_simplex` when they lie on
-    the simplex (so sliders, text and bar labels agree and sum to 1), plain
-    rounding otherwise."""
-    w = np.asarray(weights, dtype=float).ravel()
-    if w.size and np.all(np.isfinite(w)) and np.all(w >= -1e-9) and abs(w.sum() - 1.0) < 1e-6:
-        return round_to_simplex(w, digits)
-    return np.round(w, int(digits))
-
-
-def format_weights(
-    weights: Sequence[float] | np.ndarray,
-    names: Sequence[str] | None = None,
-    digits: int = WEIGHT_DECIMALS,
-) -> str:
-    """``"fashion_mnist 0.50 · usps 0.30 · kmnist 0.20"`` (or ``"(0.50, 0.30, 0.20)"``).
-
-    Values are rounded with :func:`display_weights`, the same rule as the
-    app's weight sliders.
-    """
-    w = display_weights(weights, digits)
-    if names is None:
-        return "(" + ", ".join(f"{x:.{digits}f}" for x in w) + ")"
-    if len(names) != len(w):
-        raise WeightsError(f"{len(w)} weights but {len(names)} names")
-    return " · ".join(f"{n} {x:.{digits}f}" for n, x in zip(names, w, strict=True))
 
 
 def _point_get(point: Any, key: str) -> Any:

@@ -4,7 +4,7 @@ A *scenario* is everything that determines the expensive computations: the
 target ``Q``, the references ``P_1..P_m``, sample sizes, few-shot options and
 preprocessing. Pages keep one :class:`Scenario` in ``st.session_state`` (through
 :class:`SessionModel`, which only needs a mutable mapping) so every page works
-on the same choice; :mod:`geoviz.app_compute` caches results by
+on the same choice; :mod:`geoviz.app.services` caches results by
 :meth:`Scenario.key`.
 
 Environment variables (read by :func:`AppSettings.from_env`):
@@ -19,11 +19,13 @@ Environment variables (read by :func:`AppSettings.from_env`):
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -47,9 +49,14 @@ __all__ = [
     "SessionModel",
     "Upload",
     "default_scenario",
+    "entry_weights",
     "epsilon_choices",
     "preset_scenarios",
+    "scenario_from_token",
+    "scenario_to_token",
     "sync_form_state",
+    "weights_from_text",
+    "weights_to_text",
 ]
 
 SourceKind = Literal["registry", "upload"]
@@ -277,15 +284,49 @@ class Scenario:
         """JSON-able description (used for the cache key and manifests)."""
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Scenario:
+        """Inverse of :meth:`to_dict` (validated like any new scenario).
+
+        Raises
+        ------
+        DatasetError
+            ``d`` does not describe a valid scenario (unknown or missing fields,
+            bad values).
+        """
+        try:
+            fields = dict(d)
+            fields["target"] = DatasetChoice(**fields["target"])
+            fields["references"] = tuple(DatasetChoice(**r) for r in fields["references"])
+            if "few_shot" in fields:
+                fields["few_shot"] = FewShotOptions(**fields["few_shot"])
+            return cls(**fields)
+        except GeovizError:
+            raise
+        except (KeyError, TypeError, ValueError) as err:
+            raise DatasetError(f"not a scenario description: {err}") from None
+
+    def _memo(self, name: str, compute: Callable[[], str]) -> str:
+        # a frozen dataclass: hash once per instance (pages ask for the key many times a rerun)
+        value = self.__dict__.get(name)
+        if value is None:
+            value = compute()
+            object.__setattr__(self, name, value)
+        return value
+
     def data_key(self) -> str:
-        """Hash of what determines the *loaded datasets* (not the OT options)."""
-        d = self.to_dict()
-        d.pop("epsilon")
-        return _hash(d)
+        """Hash of what determines the *loaded datasets* (not the OT options); computed once."""
+
+        def compute() -> str:
+            d = self.to_dict()
+            d.pop("epsilon")
+            return _hash(d)
+
+        return self._memo("_data_key", compute)
 
     def key(self) -> str:
-        """Hash of the whole scenario: equal keys give the same geodesic."""
-        return _hash(self.to_dict())
+        """Hash of the whole scenario (computed once): equal keys give the same geodesic."""
+        return self._memo("_key", lambda: _hash(self.to_dict()))
 
     def describe(
         self, is_image: bool | None = None, n_samples: Sequence[int] | None = None
@@ -486,28 +527,141 @@ class SessionModel:
             ) from None
 
     def picked_weights(self, m: int) -> np.ndarray | None:
-        """Weights the user picked for the current scenario, or ``None``."""
+        """Weights the user picked for the current scenario (already validated and
+        rounded by :meth:`set_weights`), or ``None``."""
         w = self.state[self.WEIGHTS].get(self.scenario.key())
         if w is None or len(w) != m:
             return None
         return np.asarray(w, dtype=float)
 
     def set_weights(self, weights: Sequence[float] | np.ndarray) -> np.ndarray:
-        w = np.asarray(weights, dtype=float).ravel()
-        if w.shape[0] != self.scenario.m:
-            raise WeightsError(f"{w.shape[0]} weights for {self.scenario.m} references")
-        if np.any(w < -1e-9) or abs(w.sum() - 1.0) > 1e-6:
-            raise WeightsError(f"weights must be on the simplex, got {w.tolist()}")
-        self.state[self.WEIGHTS][self.scenario.key()] = w.tolist()
+        """Validate ``weights`` once, where they enter the app, and keep them rounded.
+
+        The stored vector is :func:`entry_weights` of the input: on the simplex
+        and rounded to :data:`WEIGHT_KEY_DECIMALS` places, so the cache key and
+        the computed ``P_a`` use the very same numbers.
+
+        Raises
+        ------
+        WeightsError
+            Wrong length, NaN, negative entries or a sum other than 1.
+        """
+        w = entry_weights(weights, self.scenario.m)
+        self.state[self.WEIGHTS][self.scenario.key()] = tuple(w.tolist())
         return w
 
     def clear_weights(self) -> None:
         self.state[self.WEIGHTS].pop(self.scenario.key(), None)
 
     def current_weights(self, a_hat: np.ndarray) -> np.ndarray:
-        """The picked weights, or ``a_hat`` when none were picked."""
+        """The picked weights, or ``a_hat`` (rounded like picked ones) when none were picked."""
         w = self.picked_weights(len(a_hat))
-        return np.asarray(a_hat, dtype=float) if w is None else w
+        return entry_weights(a_hat, len(a_hat)) if w is None else w
+
+    # ------------------------------------------------------------------ URL state
+    def query_state(self) -> dict[str, str]:
+        """The session as URL query parameters: ``{"scenario": token}`` plus ``{"a": "0.5,0.3,0.2"}``
+        when weights were picked (see :func:`scenario_to_token`)."""
+        out = {QUERY_SCENARIO: scenario_to_token(self.scenario)}
+        picked = self.picked_weights(self.scenario.m)
+        if picked is not None:
+            out[QUERY_WEIGHTS] = weights_to_text(picked)
+        return out
+
+    def restore(self, params: Mapping[str, str]) -> list[str]:
+        """Take the scenario and picked weights from URL query ``params``.
+
+        A missing parameter keeps the session's value. Returns the problems
+        found (a corrupt scenario token, weights that do not fit), each as a
+        sentence for the user; the session keeps its values for those.
+        """
+        problems: list[str] = []
+        token = params.get(QUERY_SCENARIO)
+        if token:
+            try:
+                self.scenario = scenario_from_token(token)
+            except GeovizError as err:
+                problems.append(
+                    f"The link's scenario could not be read ({err}); keeping the current scenario."
+                )
+        text = params.get(QUERY_WEIGHTS)
+        if text:
+            try:
+                self.set_weights(weights_from_text(text))
+            except GeovizError as err:
+                problems.append(f"The link's weights were ignored: {err}")
+        return problems
+
+
+#: decimals of the weights the app computes with (the cache key uses the same numbers)
+WEIGHT_KEY_DECIMALS = 4
+
+#: URL query parameter names
+QUERY_SCENARIO = "scenario"
+QUERY_WEIGHTS = "a"
+
+
+def entry_weights(weights: Sequence[float] | np.ndarray, m: int) -> np.ndarray:
+    """Validate a weight vector for ``m`` references and round it on the simplex.
+
+    One check for every way weights enter the app (ternary click, slider, URL,
+    ``a_hat``): :func:`geoviz.geodesic.weights.check_weights` (length, NaN,
+    negatives, sum 1 within 1e-6), then
+    :func:`~geoviz.geodesic.weights.round_to_simplex` to :data:`WEIGHT_KEY_DECIMALS`
+    places (the rounded vector still sums to exactly 1).
+
+    Returns
+    -------
+    np.ndarray
+        ``(m,)`` float64.
+    """
+    from geoviz.geodesic.weights import check_weights, round_to_simplex
+
+    return round_to_simplex(check_weights(weights, m), WEIGHT_KEY_DECIMALS)
+
+
+def weights_to_text(weights: Sequence[float] | np.ndarray) -> str:
+    """``"0.5,0.3,0.2"``: the URL form of rounded weights (shortest exact decimals)."""
+    return ",".join(
+        f"{float(x):.{WEIGHT_KEY_DECIMALS}f}".rstrip("0").rstrip(".") or "0" for x in weights
+    )
+
+
+def weights_from_text(text: str) -> np.ndarray:
+    """Parse :func:`weights_to_text`'s form; :class:`WeightsError` for anything else."""
+    try:
+        return np.asarray([float(p) for p in str(text).split(",")], dtype=float)
+    except ValueError:
+        raise WeightsError(f"weights must be comma-separated numbers, got {text!r}") from None
+
+
+def scenario_to_token(scenario: Scenario) -> str:
+    """A URL-safe token holding the whole scenario (zlib-compressed JSON, base64url).
+
+    Exact: :func:`scenario_from_token` gives back an equal scenario, including
+    preset options and uploads (by the sha256 of their bytes).
+    """
+    raw = json.dumps(scenario.to_dict(), sort_keys=True, separators=(",", ":"), default=list)
+    return base64.urlsafe_b64encode(zlib.compress(raw.encode(), 9)).decode().rstrip("=")
+
+
+def scenario_from_token(token: str) -> Scenario:
+    """Inverse of :func:`scenario_to_token`.
+
+    Raises
+    ------
+    DatasetError
+        The token is truncated, not ours, or describes an invalid scenario.
+    """
+    text = str(token).strip()
+    try:
+        raw = zlib.decompress(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        d = json.loads(raw)
+    except (ValueError, zlib.error):
+        raise DatasetError("corrupt or truncated scenario token") from None
+    if not isinstance(d, dict):
+        raise DatasetError("corrupt scenario token (not a mapping)")
+    return Scenario.from_dict(d)
 
 
 class BackgroundJob:
@@ -580,7 +734,7 @@ class ResultStore:
     """A small thread-safe LRU of computed results, keyed by hashable keys.
 
     The app keeps one instance per process (created by ``st.cache_resource``
-    in :mod:`geoviz.app_compute`) so that results are shared across pages and
+    in :mod:`geoviz.app.services`) so that results are shared across pages and
     sessions. Unlike decorating the compute function with
     ``st.cache_resource`` directly, computing inside :meth:`get_or_compute`
     may report progress to Streamlit elements created by the caller.

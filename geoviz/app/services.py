@@ -1,67 +1,108 @@
-"""The app's compute layer: every expensive call, cached per process.
+"""The app's services: every computation a page needs, cached, without Streamlit.
 
-Pages call these functions and only lay out widgets and figures. Results are
-kept in one :class:`~geoviz.app_state.ResultStore` created with
-``st.cache_resource`` (so they are shared by every page and session of the
-server process, and cleared by Streamlit's "Clear cache"), keyed by the
-scenario's hash (dataset choices, sizes, seeds, OT options; uploads by the
-sha256 of their bytes) plus the call's parameters. The geodesic itself is also
-stored on disk by :func:`geoviz.geodesic.fit_geodesic` (keyed by dataset
-fingerprints and config), so a restarted app finds it again.
+Pages (``pages/*.py``) call these functions and :mod:`geoviz.viz`, and only lay
+out widgets and figures; :mod:`geoviz.app.widgets` holds the Streamlit parts
+they share. Nothing here imports Streamlit, so every service is testable with a
+plain :class:`~geoviz.app.state.SessionModel` over a ``dict``.
 
-Why not decorate ``fit_geodesic`` with ``st.cache_resource`` directly: the
-fit must outlive the page that started it and report progress to whichever
-page watches it, so it runs as a :class:`~geoviz.app_state.BackgroundJob`
-in the store (:func:`geodesic_with_status`). Pure functions without UI (the
-objective grid, the embedding) use ``st.cache_resource`` with explicit
-string keys.
+Caching: one in-memory :class:`~geoviz.app.state.ResultStore` per server process
+(:func:`store`), keyed by the scenario's hash (:meth:`Scenario.key`, computed
+once per scenario) plus the call's parameters, shared by every page and
+session. What must survive a restart goes to the on-disk
+:class:`~geoviz.backend.DiskCache` as well: the OTDD maps (by
+:func:`geoviz.geodesic.fit_geodesic`), the fitted embedding and the ``P_a``
+placements (:func:`embedding`, :func:`place_points`), and uploaded files by
+their sha256 (:func:`save_upload`), so a shared URL works on the same server.
 
-Streamlit is imported here and in the pages only.
+The geodesic fit runs as a :class:`~geoviz.app.state.BackgroundJob` in the
+store (:func:`start_geodesic`): it outlives the page that started it, and any
+page can watch its progress.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import streamlit as st
 
-from geoviz.app_state import DatasetChoice, ResultStore, Scenario, SessionModel
+from geoviz.app.state import (
+    BackgroundJob,
+    DatasetChoice,
+    ResultStore,
+    Scenario,
+    SessionModel,
+    Upload,
+)
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
-from geoviz.errors import GeovizError
+from geoviz.errors import DatasetError, GeovizError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+    import torch
+
+    from geoviz.backend import DiskCache
+    from geoviz.export import ExportFormat, ExportResult, HardLabelRule
+    from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult
+    from geoviz.viz.embedding import Embedding
 
 Progress = Callable[[str, float], None]
 
 __all__ = [
+    "MAX_TEACHING_POINTS",
     "ScenarioData",
-    "embed_points",
+    "check_upload",
+    "choice_caption",
+    "choice_options",
+    "dataset_projection",
     "embedding",
+    "error_text",
     "export_payload",
+    "export_ready",
+    "finish_geodesic",
     "geodesic_if_ready",
+    "geodesic_job",
+    "hard_label_shares",
     "interpolation",
     "map_sharpness",
     "mccann",
+    "mixup",
     "objective_grid",
     "pairwise_otdd",
     "pairwise_otdd_if_ready",
+    "place_points",
     "plan_neighbours_figure",
     "plan_neighbours_table",
+    "save_export",
+    "save_upload",
     "scenario_data",
+    "scenario_data_if_ready",
     "set_epsilon",
     "start_embedding_warm_up",
+    "start_geodesic",
     "store",
+    "stored_upload",
     "teaching_indices",
 ]
 
+_STORE = ResultStore(max_entries=64)
 
-@st.cache_resource(show_spinner=False)
+
 def store() -> ResultStore:
-    """The process-wide result store (one per server process)."""
-    return ResultStore(max_entries=48)
+    """The process-wide result store: the app's one in-memory cache."""
+    return _STORE
+
+
+def _disk() -> DiskCache:
+    from geoviz.backend import get_cache
+
+    return get_cache()
 
 
 # --------------------------------------------------------------------------- data
@@ -121,7 +162,13 @@ def _load_choice(model: SessionModel, choice: DatasetChoice, n: int, seed: int) 
     if choice.source == "upload":
         from geoviz.data.formats import load_upload
 
-        up = model.upload_for(choice)
+        up = model.uploads.get(str(choice.digest)) or stored_upload(str(choice.digest))
+        if up is None:
+            raise DatasetError(
+                "the uploaded file is neither in this session nor in this server's cache; "
+                "upload it again",
+                choice.name,
+            )
         ds = load_upload(up.data, up.filename)
         if ds.n_samples > n:
             ds = stratified_subsample(ds, n, seed=seed)
@@ -181,10 +228,15 @@ def scenario_data(model: SessionModel) -> ScenarioData:
     return store().get_or_compute(("data", scenario.data_key()), compute)
 
 
+def scenario_data_if_ready(scenario: Scenario) -> ScenarioData | None:
+    """The loaded datasets of ``scenario`` if already in memory, else ``None`` (never loads)."""
+    return store().get(("data", scenario.data_key()))
+
+
 # --------------------------------------------------------------------------- geodesic
 
 
-def _geodesic_config(scenario: Scenario) -> Any:
+def _geodesic_config(scenario: Scenario) -> GeodesicConfig:
     from geoviz.geodesic.pipeline import GeodesicConfig
     from geoviz.ot.otdd import OTDDConfig
 
@@ -210,13 +262,13 @@ def set_epsilon(model: SessionModel, epsilon: float) -> bool:
     return True
 
 
-def map_sharpness(result: Any) -> list[dict[str, Any]]:
+def map_sharpness(result: GeodesicResult) -> list[dict[str, Any]]:
     """Per map: ``reference``, ``otdd``, ``epsilon_abs``, ``effective_neighbours``,
     ``label_confidence`` and ``blurry`` (see :meth:`GeodesicResult.map_summaries`)."""
     return result.map_summaries()
 
 
-def geodesic_if_ready(model: SessionModel) -> Any | None:
+def geodesic_if_ready(model: SessionModel) -> GeodesicResult | None:
     """The fitted :class:`GeodesicResult` if already in memory, else ``None`` (never computes).
 
     A background fit that finished while no page was watching is collected here.
@@ -230,37 +282,46 @@ def geodesic_if_ready(model: SessionModel) -> Any | None:
     return ready
 
 
-def _fit_job(model: SessionModel, data: ScenarioData) -> Callable[[Progress], Any]:
-    """The geodesic fit of the scenario as a function of a progress callback (no Streamlit)."""
+def start_geodesic(model: SessionModel, data: ScenarioData) -> BackgroundJob:
+    """Start (or join) the background fit of the scenario's geodesic.
+
+    One job per scenario and process: every page and session asking for the
+    same scenario watches the same job. Collect the result with
+    :func:`finish_geodesic`.
+    """
     config = _geodesic_config(model.scenario)
 
-    def run(progress: Progress) -> Any:
-        from geoviz.backend import get_cache
+    def run(progress: Progress) -> GeodesicResult:
         from geoviz.geodesic.pipeline import fit_geodesic
 
         return fit_geodesic(
-            data.target, list(data.references), config, progress=progress, cache=get_cache()
+            data.target, list(data.references), config, progress=progress, cache=_disk()
         )
 
-    return run
+    return store().start_job(("geodesic", model.scenario.key()), run)
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _objective_grid(
-    key: str, m: int, resolution: int, _result: Any
-) -> tuple[np.ndarray, np.ndarray]:
-    from geoviz.geodesic.distances import simplex_grid
+def geodesic_job(model: SessionModel) -> BackgroundJob | None:
+    """The running or finished (unclaimed) fit of the scenario, if any."""
+    return store().job(("geodesic", model.scenario.key()))
 
-    grid = simplex_grid(m, resolution)
-    return grid, np.asarray(_result.objective(grid), dtype=float)
+
+def finish_geodesic(model: SessionModel) -> BackgroundJob | None:
+    """Move the finished job's result into the store; the job, or ``None`` while it runs."""
+    return store().claim_job(("geodesic", model.scenario.key()))
 
 
 def objective_grid(
-    model: SessionModel, result: Any, resolution: int
+    model: SessionModel, result: GeodesicResult, resolution: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(grid (K, m), W^2(P_a, Q) (K,))`` on ``simplex_grid(m, resolution)``. Cached."""
-    m = len(result.references)
-    return _objective_grid(model.scenario.key(), m, int(resolution), result)
+    from geoviz.geodesic.distances import simplex_grid
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        grid = simplex_grid(result.m, int(resolution))
+        return grid, np.asarray(result.objective(grid), dtype=float)
+
+    return store().get_or_compute(("grid", model.scenario.key(), int(resolution)), compute)
 
 
 def _small_step(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -271,54 +332,135 @@ def _small_step(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
 
 
+def _weights_key(weights: np.ndarray) -> tuple[float, ...]:
+    # weights reach services already validated and rounded (SessionModel.set_weights /
+    # entry_weights), so the key is the exact vector P_a is computed with
+    return tuple(float(x) for x in np.asarray(weights, dtype=float).ravel())
+
+
 def interpolation(
-    model: SessionModel, result: Any, weights: np.ndarray, n: int | None = None, seed: int = 0
+    model: SessionModel,
+    result: GeodesicResult,
+    weights: np.ndarray,
+    n: int | None = None,
+    seed: int = 0,
 ) -> SoftLabeledDataset:
-    """``P_a`` at ``weights`` (rounded to 1e-4 for the cache key). Cached, cheap to recompute."""
+    """``P_a = (sum_i a_i T_i)#Q`` (paper Sec. 3.3) at ``weights`` from
+    :func:`~geoviz.app.state.entry_weights`. Cached by the exact weights."""
+    key = ("interp", model.scenario.key(), _weights_key(weights), n, seed)
     w = np.asarray(weights, dtype=float)
-    key = ("interp", model.scenario.key(), tuple(np.round(w, 4).tolist()), n, seed)
     return store().get_or_compute(key, lambda: _small_step(result.interpolate, w, n=n, seed=seed))
 
 
-def mccann(model: SessionModel, result: Any, i: int, t: float) -> SoftLabeledDataset:
+def mixup(model: SessionModel, result: GeodesicResult, weights: np.ndarray) -> SoftLabeledDataset:
+    """The Mixup baseline at ``weights``: references combined through random pairings
+    instead of the OTDD maps (same ``N_Q`` samples as ``P_a``). Cached."""
+    from geoviz.geodesic.mixup import mixup_interpolation
+
+    key = ("mixup", model.scenario.key(), _weights_key(weights))
+    w = np.asarray(weights, dtype=float)
+    return store().get_or_compute(
+        key,
+        lambda: mixup_interpolation(
+            result.target, list(result.references), w, seed=model.scenario.seed
+        ),
+    )
+
+
+def mccann(model: SessionModel, result: GeodesicResult, i: int, t: float) -> SoftLabeledDataset:
     """McCann interpolation ``((1-t) Id + t T_i)#Q``. Cached by ``(i, round(t, 3))``."""
     key = ("mccann", model.scenario.key(), int(i), round(float(t), 3))
     return store().get_or_compute(key, lambda: _small_step(result.mccann, int(i), float(t)))
 
 
-@st.cache_resource(show_spinner=False, max_entries=6)
-def _embedding(key: str, per_dataset: int, seed: int, _datasets: tuple[LabeledDataset, ...]) -> Any:
-    from geoviz.viz.embedding import fit_embedding
+# --------------------------------------------------------------------------- embedding
 
-    return fit_embedding(list(_datasets), max_per_dataset=per_dataset, seed=seed)
+_WARM_UP: dict[str, threading.Thread | None] = {}
+_WARM_UP_LOCK = threading.Lock()
 
 
-@st.cache_resource(show_spinner=False)
-def start_embedding_warm_up() -> Any:
+def start_embedding_warm_up() -> threading.Thread | None:
     """Compile UMAP in a background thread, once per server process.
 
-    Called by ``app.py`` after a page ran, so that a Geodesic page opened
-    later does not pay numba's ~7 s compilation in its first UMAP fit.
-    Skipped (returns ``None``) when ``GEOVIZ_EMBEDDING=pca``. Returns the
-    started thread.
+    Called after a page ran, so that a Geodesic page opened later does not
+    pay numba's compilation in its first UMAP fit. Skipped (returns ``None``)
+    when ``GEOVIZ_EMBEDDING=pca``. Returns the started thread.
     """
-    import threading
-
     from geoviz.viz.embedding import auto_method, warm_up_umap
 
-    if auto_method() == "pca":
-        return None
+    with _WARM_UP_LOCK:
+        if "thread" not in _WARM_UP:
+            thread = None
+            if auto_method() != "pca":
+                thread = threading.Thread(
+                    target=warm_up_umap, name="geoviz-umap-warm-up", daemon=True
+                )
+                thread.start()
+            _WARM_UP["thread"] = thread
+        return _WARM_UP["thread"]
 
-    thread = threading.Thread(target=warm_up_umap, name="geoviz-umap-warm-up", daemon=True)
-    thread.start()
-    return thread
+
+def _embedding_params(model: SessionModel) -> dict[str, Any]:
+    from geoviz.viz.embedding import auto_method
+
+    return {
+        "data": model.scenario.data_key(),
+        "per_dataset": int(model.settings.embed_per_dataset),
+        "seed": int(model.scenario.seed),
+        "method": auto_method(),
+    }
 
 
-def embedding(model: SessionModel, data: ScenarioData) -> Any:
-    """UMAP (or PCA fallback) of ``Q`` and every ``P_i``, fitted once per scenario."""
-    return _embedding(
-        model.scenario.key(), model.settings.embed_per_dataset, model.scenario.seed, data.datasets
+def embedding(model: SessionModel, data: ScenarioData) -> Embedding:
+    """UMAP (or PCA) of ``Q`` and every ``P_i``: fitted once per scenario, kept on disk.
+
+    The disk cache key is the scenario's *data* key (epsilon does not move the
+    datasets), the points per dataset, the seed and the method; a restarted
+    server reads the embedding back instead of refitting it.
+    """
+    from geoviz.viz.embedding import Embedding, fit_embedding
+
+    params = _embedding_params(model)
+
+    def compute() -> Embedding:
+        payload = _disk().get_or_compute(
+            "app-embedding",
+            params,
+            lambda: fit_embedding(
+                list(data.datasets),
+                max_per_dataset=params["per_dataset"],
+                seed=params["seed"],
+                method=params["method"],
+            ).to_payload(),
+        )
+        return Embedding.from_payload(payload)
+
+    return store().get_or_compute(("embedding", *params.values()), compute)
+
+
+def dataset_projection(model: SessionModel, data: ScenarioData) -> Embedding:
+    """PCA of ``Q`` and every ``P_i`` (1000 points each) for the Datasets page. Cached."""
+    from geoviz.viz.embedding import fit_embedding
+
+    return store().get_or_compute(
+        ("projection", model.scenario.data_key()),
+        lambda: fit_embedding(list(data.datasets), method="pca", max_per_dataset=1000),
     )
+
+
+def place_points(
+    model: SessionModel, emb: Embedding, features: Any, tag: tuple[Hashable, ...]
+) -> np.ndarray:
+    """``emb.place(features)`` cached in memory and on disk under ``tag`` (e.g. the weights of ``P_a``)."""
+    params = {**_embedding_params(model), "scenario": model.scenario.key(), "tag": list(tag)}
+
+    def compute() -> np.ndarray:
+        payload = _disk().get_or_compute(
+            "app-placement", params, lambda: {"points": emb.place(features)}
+        )
+        return np.asarray(payload["points"], dtype=np.float64)
+
+    return store().get_or_compute(("place", model.scenario.key(), *tag), compute)
 
 
 # --------------------------------------------------------------------------- plan neighbours (teaching)
@@ -371,14 +513,14 @@ def teaching_indices(n_target: int, n: int, seed: int, text: str = "") -> np.nda
     return np.asarray(values, dtype=np.int64)
 
 
-def _index(a: np.ndarray) -> Any:
+def _index(a: np.ndarray) -> torch.Tensor:
     """Indices as an int64 ``torch.Tensor`` (for indexing dataset tensors)."""
     import torch
 
     return torch.as_tensor(np.asarray(a, dtype=np.int64))
 
 
-def _teaching_figure(result: Any, i: int, idx: np.ndarray, k: int) -> Any:
+def _teaching_figure(result: GeodesicResult, i: int, idx: np.ndarray, k: int) -> go.Figure | None:
     from geoviz.viz.images import as_display_images, sample_captions, soft_label_captions
     from geoviz.viz.neighbours import plan_neighbours_grid, plan_neighbours_scatter
 
@@ -426,8 +568,8 @@ def _teaching_figure(result: Any, i: int, idx: np.ndarray, k: int) -> Any:
 
 
 def plan_neighbours_figure(
-    model: SessionModel, result: Any, i: int, indices: np.ndarray, k: int
-) -> Any | None:
+    model: SessionModel, result: GeodesicResult, i: int, indices: np.ndarray, k: int
+) -> go.Figure | None:
     """Teaching figure for map ``i``: target points, their ``k`` heaviest plan neighbours, ``T_i(x)``.
 
     Images give a tiled grid (:func:`geoviz.viz.neighbours.plan_neighbours_grid`),
@@ -440,7 +582,9 @@ def plan_neighbours_figure(
     return store().get_or_compute(key, lambda: _teaching_figure(result, int(i), idx, k))
 
 
-def plan_neighbours_table(result: Any, i: int, indices: np.ndarray, k: int) -> Any:
+def plan_neighbours_table(
+    result: GeodesicResult, i: int, indices: np.ndarray, k: int
+) -> pd.DataFrame:
     """``pandas.DataFrame``: one row per (target point, plan neighbour) of map ``i``.
 
     Columns: ``target #``, ``target class``, ``effective neighbours``, ``rank``,
@@ -487,7 +631,6 @@ def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.n
     data = scenario_data(model)
 
     def compute() -> np.ndarray:
-        from geoviz.backend import get_cache
         from geoviz.ot.otdd import OTDDConfig, otdd
 
         config = OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed))
@@ -503,7 +646,7 @@ def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.n
                     progress(f"{stage} ({inner})", (k + float(fraction)) / len(pairs))
 
             sub("start", 0.0)
-            res = otdd(ds[i], ds[j], config, sub, keep_coupling=False, cache=get_cache())
+            res = otdd(ds[i], ds[j], config, sub, keep_coupling=False, cache=_disk())
             mat[i, j] = mat[j, i] = float(res.cost)
         if progress is not None:
             progress("done", 1.0)
@@ -516,22 +659,91 @@ def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.n
 
 
 def export_payload(
-    model: SessionModel,
-    ds: SoftLabeledDataset,
-    fmt: str,
-    rule: str = "block-sample",
-    seed: int = 0,
+    ds: SoftLabeledDataset, fmt: ExportFormat, rule: HardLabelRule = "block-sample", seed: int = 0
 ) -> tuple[bytes, str, str]:
-    """``export_bytes(ds, fmt, hard_label_rule=rule, hard_label_seed=seed)``, cached by
-    the dataset's fingerprint and name, the format, the hard-label rule and seed
-    (key ``("export", fingerprint, name, fmt, rule, seed)``)."""
+    """``(bytes, file name, MIME type)`` of ``ds`` in ``fmt`` with hard labels by ``rule``
+    (:func:`geoviz.export.export_bytes`). Cached by the dataset's fingerprint and name,
+    the format, the rule and the seed."""
     from geoviz.export import export_bytes
 
-    key = ("export", ds.fingerprint, ds.name, fmt, rule, int(seed))
     return store().get_or_compute(
-        key,
+        _export_key(ds, fmt, rule, seed),
         lambda: export_bytes(ds, fmt, hard_label_rule=rule, hard_label_seed=seed),
     )
+
+
+def _export_key(ds: SoftLabeledDataset, fmt: str, rule: str, seed: int) -> tuple[Hashable, ...]:
+    return ("export", ds.fingerprint, ds.name, fmt, rule, int(seed))
+
+
+def export_ready(ds: SoftLabeledDataset, fmt: ExportFormat, rule: HardLabelRule, seed: int) -> bool:
+    """Whether :func:`export_payload` has these bytes in memory already (no work done)."""
+    return _export_key(ds, fmt, rule, seed) in store()
+
+
+def save_export(
+    ds: SoftLabeledDataset,
+    folder: Path,
+    fmt: ExportFormat,
+    *,
+    overwrite: bool,
+    rule: HardLabelRule,
+    seed: int,
+) -> ExportResult:
+    """Write ``ds`` into ``folder`` as ``<safe name>.<ext>`` with :func:`geoviz.export.export_dataset`.
+
+    Raises
+    ------
+    ExportExistsError
+        The file exists and ``overwrite`` is false (nothing is written).
+    GeovizError, OSError
+        Invalid input, or the folder cannot be written.
+    """
+    from geoviz.export import export_dataset, safe_name
+
+    ext = {"npz": ".npz", "pt": ".pt", "parquet": ".parquet", "imagefolder": ".zip"}[fmt]
+    target = Path(folder) / (safe_name(ds.name, fallback="synthetic") + ext)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return export_dataset(
+        ds, target, format=fmt, overwrite=overwrite, hard_label_rule=rule, hard_label_seed=seed
+    )
+
+
+def hard_label_shares(
+    result: GeodesicResult, pa: SoftLabeledDataset, rule: HardLabelRule, seed: int
+) -> pd.DataFrame:
+    """Per reference ``i``: weight ``a_i``, soft-label mass of its block and the share of
+    hard labels under ``rule`` and under ``"argmax"`` (blocks from ``result.block_slices``).
+
+    With ``"block-sample"`` the share is a multinomial draw with probabilities
+    ``a``, so it matches ``a_i`` within sampling error; ``"argmax"`` favours the
+    largest weights.
+    """
+    import pandas as pd
+
+    from geoviz.export import dataset_hard_labels
+
+    soft = pa.soft_labels.numpy()
+    weights = np.asarray(pa.metadata["weights"], dtype=float)
+    n = max(len(soft), 1)
+    chosen, _ = dataset_hard_labels(pa, rule, seed)  # exactly the exported labels
+    top = soft.argmax(axis=1)
+    columns = np.arange(soft.shape[1])
+    rows = []
+    for i, (name, block) in enumerate(
+        zip(result.reference_names, result.block_slices, strict=True)
+    ):
+        cols = columns[block]
+        rows.append(
+            {
+                "reference": name,
+                "weight a_i": float(weights[i]),
+                "soft-label mass": float(soft[:, cols].sum() / n),
+                f"hard-label share ({rule})": float(np.isin(chosen, cols).mean()),
+                "hard-label share (argmax)": float(np.isin(top, cols).mean()),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def error_text(err: BaseException) -> str:
@@ -541,7 +753,7 @@ def error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-# --------------------------------------------------------------------------- UI helpers for pages
+# --------------------------------------------------------------------------- dataset choices and uploads
 
 
 def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
@@ -595,117 +807,31 @@ def check_upload(filename: str, data: bytes) -> LabeledDataset:
     return store().get_or_compute(key, lambda: load_upload(data, filename))
 
 
-def data_or_error(model: SessionModel) -> ScenarioData | None:
-    """:func:`scenario_data` with a spinner; shows the error inline and returns ``None``."""
-    try:
-        if ("data", model.scenario.data_key()) in store():
-            return scenario_data(model)
-        with st.spinner("Loading datasets…"):
-            return scenario_data(model)
-    except GeovizError as err:
-        st.error(f"Could not load the scenario's datasets: {err}")
-    return None
+def save_upload(upload: Upload) -> None:
+    """Keep an uploaded file on this server's disk cache, by the sha256 of its bytes.
 
-
-def throttled_progress(bar: Any, *, min_interval: float = 0.2) -> Progress:
-    """A ``progress(stage, fraction)`` callback for an ``st.progress`` bar.
-
-    Sinkhorn reports every iteration; this forwards an update only when the
-    stage changes, the bar moves by 1 %, or ``min_interval`` seconds passed,
-    so the browser is not flooded.
+    A URL naming the upload (:func:`~geoviz.app.state.scenario_to_token`) then
+    works in any later session on the same server, after a restart too.
     """
-    state = {"stage": None, "fraction": -1.0, "time": 0.0}
+    import torch
 
-    def progress(stage: str, fraction: float) -> None:
-        now = time.perf_counter()
-        frac = float(np.clip(fraction, 0.0, 1.0))
-        if (
-            stage != state["stage"]
-            or frac - state["fraction"] >= 0.01
-            or now - state["time"] >= min_interval
-        ):
-            bar.progress(frac, text=stage)
-            state.update(stage=stage, fraction=frac, time=now)
-
-    return progress
+    key = _upload_key(upload.digest)
+    if _disk().load("app-upload", key) is None:
+        data = torch.frombuffer(bytearray(upload.data), dtype=torch.uint8)
+        _disk().store("app-upload", key, {"filename": upload.filename, "data": data})
 
 
-def geodesic_with_status(model: SessionModel, poll_seconds: float = 0.1) -> Any | None:
-    """The scenario's geodesic, computed in the background with an ``st.status`` box.
+def _upload_key(digest: str) -> str:
+    from geoviz.backend import cache_key
 
-    The fit runs in a :class:`~geoviz.app_state.BackgroundJob` shared by every
-    page and session of the process; this function shows its stages and
-    progress until it is done. Leaving the page stops only the watching, not
-    the fit: coming back (to any page that needs it) shows the same job,
-    further along. Returns ``None`` (after showing the error inline) when the
-    inputs are invalid.
-    """
-    ready = geodesic_if_ready(model)
-    if ready is not None:
-        return ready
-    data = data_or_error(model)
-    if data is None:
+    return cache_key("app-upload", {"digest": str(digest)})
+
+
+def stored_upload(digest: str) -> Upload | None:
+    """The upload with this sha256 from the disk cache (:func:`save_upload`), or ``None``."""
+    payload = _disk().load("app-upload", _upload_key(digest))
+    if payload is None:
         return None
-    key = ("geodesic", model.scenario.key())
-    job = store().start_job(key, _fit_job(model, data))
-    status = st.status("Computing OTDD maps and (2,Q) distances…", expanded=True)
-    with status:
-        bar = st.progress(0.0, text="starting")
-        log_box = st.empty()
-        shown: tuple[Any, ...] = ()
-        while True:
-            finished = job.wait(poll_seconds)
-            stage, fraction, log = job.snapshot()
-            if (stage, round(fraction, 2), len(log)) != shown:
-                shown = (stage, round(fraction, 2), len(log))
-                bar.progress(fraction, text=stage)
-                log_box.markdown("  \n".join(f"`{t:5.1f} s` · {line}" for t, line in log))
-            if finished:
-                break
-    store().claim_job(key)
-    if job.error_ is not None:
-        status.update(label="OTDD maps failed", state="error", expanded=True)
-        if isinstance(job.error_, GeovizError):
-            st.error(str(job.error_))
-            return None
-        raise job.error_
-    status.update(label=f"OTDD maps ready ({job.elapsed:.1f} s)", state="complete", expanded=False)
-    return job.result_
-
-
-def embed_points(model: SessionModel, emb: Any, features: Any, tag: tuple[Any, ...]) -> np.ndarray:
-    """``emb.transform(features)`` cached under ``tag`` (e.g. the rounded weights of ``P_a``)."""
-    key = ("embed", model.scenario.key(), emb.method, *tag)
-    return store().get_or_compute(key, lambda: _small_step(emb.transform, features))
-
-
-def ensure_navigation() -> None:
-    """Make a page that Streamlit ran without ``app.py`` render through ``app.py``.
-
-    Because the app keeps its pages in ``pages/``, Streamlit starts in its
-    legacy "pages directory" mode and may run a page script *directly*: for
-    the first session that opens a page URL (``/geodesic``) on a fresh server,
-    and in ``streamlit.testing`` on every rerun. ``app.py`` (wide layout,
-    sidebar scenario, page titles) would then not run. ``app.py``'s
-    ``st.navigation`` leaves that mode, so a page that finds itself in it runs
-    ``app.py`` in place (which runs this page again, now normally) and stops.
-    Unlike a rerun this keeps the widget event that started the run (a
-    button click). Relies on Streamlit's ``PagesManager.uses_pages_directory``
-    flag; if that internal moves, pages still work, without ``app.py``'s sidebar.
-    """
-    try:
-        from streamlit.runtime.pages_manager import PagesManager
-        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
-    except ImportError:  # pragma: no cover - internal layout changed
-        return
-    if not getattr(PagesManager, "uses_pages_directory", None):
-        return
-    ctx = get_script_run_ctx()
-    main_script = getattr(ctx, "main_script_path", None)
-    if not main_script:
-        return
-    import runpy
-
-    PagesManager.uses_pages_directory = False
-    runpy.run_path(str(main_script), run_name="__main__")
-    st.stop()
+    data = bytes(payload["data"].numpy().tobytes())
+    up = Upload(filename=str(payload["filename"]), data=data)
+    return up if up.digest == digest else None

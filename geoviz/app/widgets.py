@@ -1,0 +1,215 @@
+"""Streamlit parts shared by the app's pages: page frame, navigation, sidebar, progress, errors.
+
+The app is a Streamlit multipage app in the documented ``pages/`` directory
+layout: ``app.py`` is the start page and every ``pages/N_name.py`` is a page
+Streamlit serves at ``/name``. Each page script runs on its own (also when a
+URL such as ``/geodesic`` is the first visit to a fresh server), so each one
+opens with :func:`app_page`, which draws everything the pages share: page
+config, navigation links, the scenario in the sidebar, and the URL state.
+
+This is the only module of the package that imports Streamlit; computations
+live in :mod:`geoviz.app.services`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import streamlit as st
+
+from geoviz import glossary
+from geoviz.app import services
+from geoviz.app.state import SessionModel
+from geoviz.errors import GeovizError
+
+if TYPE_CHECKING:
+    from geoviz.geodesic.pipeline import GeodesicResult
+
+__all__ = [
+    "PAGES",
+    "PAGE_ICON",
+    "AppPage",
+    "app_page",
+    "data_or_error",
+    "geodesic_with_status",
+    "show_error",
+    "sync_url",
+    "throttled_progress",
+]
+
+Progress = Callable[[str, float], None]
+
+# a plain emoji as favicon: Material icons (":material/...:") would be fetched from a font CDN,
+# and the app must work offline
+PAGE_ICON = "🌐"
+
+
+@dataclass(frozen=True)
+class AppPage:
+    """One entry of the navigation: script (relative to ``app.py``), label, icon."""
+
+    script: str
+    label: str
+    icon: str
+
+
+PAGES: tuple[AppPage, ...] = (
+    AppPage("app.py", "Start", ":material/home:"),
+    AppPage("pages/1_datasets.py", "1 · Datasets", ":material/database:"),
+    AppPage("pages/2_maps.py", "2 · OTDD maps", ":material/route:"),
+    AppPage("pages/3_geodesic.py", "3 · Geodesic", ":material/change_history:"),
+    AppPage("pages/4_mccann.py", "4 · McCann", ":material/animation:"),
+    AppPage("pages/5_export.py", "5 · Export", ":material/download:"),
+    AppPage("pages/6_about.py", "6 · About the method", ":material/menu_book:"),
+)
+
+_URL_RESTORED = "geoviz_url_restored"
+
+
+@contextmanager
+def app_page(title: str) -> Iterator[SessionModel]:
+    """Open a page: config, navigation, URL state; after the page, the sidebar scenario.
+
+    Usage in a page script::
+
+        with app_page("3 · Geodesic") as model:
+            ...  # widgets and plots, reading and changing ``model``
+
+    On a session's first run the scenario and picked weights are taken from
+    the URL (``?scenario=...&a=...``, see :meth:`SessionModel.restore`); after
+    every run the URL is set to the session's, so a reload or a shared link
+    shows the same view. The sidebar's scenario box is filled after the page
+    ran, so it shows what the page just computed.
+    """
+    st.set_page_config(page_title=f"{title} · geoviz", page_icon=PAGE_ICON, layout="wide")
+    model = SessionModel(st.session_state)
+    if not st.session_state.get(_URL_RESTORED):
+        st.session_state[_URL_RESTORED] = True
+        for problem in model.restore(st.query_params.to_dict()):
+            st.warning(problem)
+    with st.sidebar:
+        for page in PAGES:
+            st.page_link(page.script, label=page.label, icon=page.icon)
+    scenario_box = st.sidebar.container()
+    try:
+        yield model
+    finally:
+        _scenario_sidebar(scenario_box, model)
+        sync_url(model)
+        services.start_embedding_warm_up()
+
+
+def sync_url(model: SessionModel) -> None:
+    """Write the session's scenario and picked weights into the URL (only when they changed)."""
+    wanted = model.query_state()
+    if st.query_params.to_dict() != wanted:
+        st.query_params.from_dict(wanted)
+
+
+def _scenario_sidebar(box: Any, model: SessionModel) -> None:
+    from geoviz.geodesic.weights import format_weights
+
+    with box:
+        st.markdown("### Current scenario")
+        data = services.scenario_data_if_ready(model.scenario)
+        # counts of the already loaded (cached) datasets: nothing is reloaded here
+        counts = None if data is None else [ds.n_samples for ds in data.datasets]
+        for line in model.scenario.describe(
+            is_image=None if data is None else data.is_image, n_samples=counts
+        ):
+            st.markdown(line)
+        result = services.geodesic_if_ready(model)
+        if result is not None:
+            names = list(result.reference_names)
+            st.markdown(f"**{glossary.A_HAT}** = {format_weights(result.a_hat, names)}")
+        else:
+            st.caption("OTDD maps not computed yet (pages 2–5 compute them).")
+        st.caption("The page URL holds the scenario and picked weights: reload or share it.")
+
+
+def show_error(err: BaseException, what: str = "") -> None:
+    """Show an exception inline: the library's message for input errors, else its type too."""
+    text = services.error_text(err)
+    st.error(f"{what}: {text}" if what else text)
+
+
+def data_or_error(model: SessionModel) -> services.ScenarioData | None:
+    """:func:`services.scenario_data` with a spinner; shows the error inline and returns ``None``."""
+    try:
+        if services.scenario_data_if_ready(model.scenario) is not None:
+            return services.scenario_data(model)
+        with st.spinner("Loading datasets…"):
+            return services.scenario_data(model)
+    except GeovizError as err:
+        st.error(f"Could not load the scenario's datasets: {err}")
+    return None
+
+
+def throttled_progress(bar: Any, *, min_interval: float = 0.2) -> Progress:
+    """A ``progress(stage, fraction)`` callback for an ``st.progress`` bar.
+
+    Sinkhorn reports every iteration; this forwards an update only when the
+    stage changes, the bar moves by 1 %, or ``min_interval`` seconds passed,
+    so the browser is not flooded.
+    """
+    state = {"stage": None, "fraction": -1.0, "time": 0.0}
+
+    def progress(stage: str, fraction: float) -> None:
+        now = time.perf_counter()
+        frac = float(np.clip(fraction, 0.0, 1.0))
+        if (
+            stage != state["stage"]
+            or frac - state["fraction"] >= 0.01
+            or now - state["time"] >= min_interval
+        ):
+            bar.progress(frac, text=stage)
+            state.update(stage=stage, fraction=frac, time=now)
+
+    return progress
+
+
+def geodesic_with_status(model: SessionModel, poll_seconds: float = 0.1) -> GeodesicResult | None:
+    """The scenario's geodesic, computed in the background with an ``st.status`` box.
+
+    The fit runs in a :class:`~geoviz.app.state.BackgroundJob` shared by every
+    page and session of the process (:func:`services.start_geodesic`); this
+    function shows its stages and progress until it is done. Leaving the page
+    stops only the watching, not the fit: coming back (to any page that needs
+    it) shows the same job, further along. Returns ``None`` (after showing the
+    error inline) when the inputs are invalid.
+    """
+    ready = services.geodesic_if_ready(model)
+    if ready is not None:
+        return ready
+    data = data_or_error(model)
+    if data is None:
+        return None
+    job = services.start_geodesic(model, data)
+    status = st.status("Computing OTDD maps and (2,Q) distances…", expanded=True)
+    with status:
+        bar = st.progress(0.0, text="starting")
+        log_box = st.empty()
+        shown: tuple[Any, ...] = ()
+        while True:
+            finished = job.wait(poll_seconds)
+            stage, fraction, log = job.snapshot()
+            if (stage, round(fraction, 2), len(log)) != shown:
+                shown = (stage, round(fraction, 2), len(log))
+                bar.progress(fraction, text=stage)
+                log_box.markdown("  \n".join(f"`{t:5.1f} s` · {line}" for t, line in log))
+            if finished:
+                break
+    services.finish_geodesic(model)
+    if job.error_ is not None:
+        status.update(label="OTDD maps failed", state="error", expanded=True)
+        if isinstance(job.error_, GeovizError):
+            st.error(str(job.error_))
+            return None
+        raise job.error_
+    status.update(label=f"OTDD maps ready ({job.elapsed:.1f} s)", state="complete", expanded=False)
+    return job.result_

@@ -1,0 +1,320 @@
+"""Helpers shared by the format readers of :mod:`geoviz.data.formats`.
+
+Not a file format itself: turning decoded arrays into a
+:class:`~geoviz.data.dataset.LabeledDataset` (feature flattening, pixel
+scaling to ``[0, 1]``, label encoding to ``0..C-1``), reading bytes with
+transparent gzip (RFC 1952) handling, and the file-name and directory
+utilities (hidden entries, split names) that several formats use.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Literal, TypeVar
+
+import numpy as np
+
+from geoviz.data.dataset import ImageShape, LabeledDataset
+from geoviz.errors import DatasetError, DatasetFormatError
+
+Split = Literal["train", "test"]
+
+_TRAIN_TOKENS = frozenset({"train", "training"})
+_TEST_TOKENS = frozenset({"test", "testing", "t10k"})
+
+_T = TypeVar("_T")
+PathLike = str | os.PathLike[str]
+
+
+# ============================================================== names and directories
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name == "__MACOSX"
+
+
+def _visible(d: Path) -> list[Path]:
+    try:
+        return sorted(p for p in d.iterdir() if not _hidden(p.name))
+    except OSError as exc:
+        raise DatasetError(f"cannot list directory: {exc.strerror or exc}", d) from exc
+
+
+def _dir_name(d: Path) -> str:
+    d = d.resolve() if d.name in ("", ".", "..") else d
+    if d.name.lower() == "raw" and d.parent.name:
+        return d.parent.name
+    return d.name or "dataset"
+
+
+def _tokens(name: str) -> set[str]:
+    return set(re.split(r"[^a-z0-9]+", name.lower()))
+
+
+def _pick_by_split(
+    items: Sequence[_T], names: Sequence[str], split: Split, what: str, where: Path
+) -> _T:
+    """The one item whose name says ``split``; else the only one naming no split."""
+    want, other = (
+        (_TRAIN_TOKENS, _TEST_TOKENS) if split == "train" else (_TEST_TOKENS, _TRAIN_TOKENS)
+    )
+    hits = [i for i, n in zip(items, names, strict=True) if _tokens(n) & want]
+    if len(hits) == 1:
+        return hits[0]
+    if len(hits) > 1:
+        raise DatasetFormatError(f"several {what} for split {split!r}: {sorted(names)}", where)
+    neutral = [i for i, n in zip(items, names, strict=True) if not _tokens(n) & (want | other)]
+    if len(neutral) == 1:
+        return neutral[0]
+    raise DatasetFormatError(f"no {what} for split {split!r} (found {sorted(names)})", where)
+
+
+# ============================================================== byte helpers
+def _read_raw(p: Path) -> bytes:
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"cannot read file: {exc.strerror or exc}", p) from exc
+
+
+def _read_bytes(p: Path) -> bytes:
+    """File contents, gunzipped when gzip data (see :func:`_maybe_gunzip`)."""
+    return _maybe_gunzip(_read_raw(p), p)
+
+
+@contextmanager
+def _open_file(p: Path) -> Iterator[IO[bytes]]:
+    try:
+        fh = open(p, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise DatasetError(f"cannot read file: {exc.strerror or exc}", p) from exc
+    with fh:
+        yield fh
+
+
+def _maybe_gunzip(raw: bytes, source: str | Path) -> bytes:
+    """Decompress gzip data (by magic bytes or a ``.gz`` name), else return as is."""
+    named_gz = str(source).lower().endswith(".gz")
+    if raw[:2] != b"\x1f\x8b":
+        if named_gz:
+            raise DatasetFormatError("named .gz but is not gzip data (bad gzip header)", source)
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DatasetFormatError(f"corrupt or truncated gzip data ({exc})", source) from exc
+
+
+# ============================================================== arrays -> dataset
+def _make(
+    features: np.ndarray,
+    codes: np.ndarray,
+    classes: tuple[str, ...],
+    *,
+    name: str,
+    image_shape: ImageShape | None,
+    source: str,
+) -> LabeledDataset:
+    present = np.unique(codes)
+    if present.size == 1:
+        raise DatasetError(
+            f"only one class ({classes[int(present[0])]!r}) occurs; a labelled dataset for OT "
+            "needs at least 2",
+            source,
+        )
+    return LabeledDataset(
+        features=features,
+        labels=codes,
+        classes=classes,
+        name=name,
+        image_shape=image_shape,
+        source=source,
+    )
+
+
+def _features_from_array(
+    arr: np.ndarray, source: str | Path, *, what: str = "features"
+) -> tuple[np.ndarray, ImageShape | None]:
+    """``(N, ...)`` array -> ``(N, D)`` float32 features and the image shape.
+
+    1-D and 2-D arrays are vector features, cast to float32 unchanged;
+    ``(N, H, W)``, ``(N, H, W, C)`` and ``(N, C, H, W)`` arrays (``C <= 4``)
+    are images, scaled to ``[0, 1]`` by :func:`_scale_pixels`.
+    """
+    arr = np.asarray(arr)
+    if arr.dtype.kind not in "biuf":
+        raise DatasetFormatError(f"{what} must be numbers, got dtype {arr.dtype}", source)
+    if arr.ndim == 0:
+        raise DatasetFormatError(f"{what} is a scalar, expected an (N, ...) array", source)
+    n = arr.shape[0]
+    if n == 0:
+        raise DatasetError("dataset is empty (0 samples)", source)
+    if arr.ndim <= 2:
+        return arr.reshape(n, -1).astype(np.float32), None
+    if arr.ndim == 3:
+        imgs = arr[:, None]
+    elif arr.ndim == 4:
+        first, last = arr.shape[1], arr.shape[3]
+        if last <= 4:  # (N, H, W, C): the NumPy / PIL / Keras convention, also when ambiguous
+            imgs = np.ascontiguousarray(arr.transpose(0, 3, 1, 2))
+        elif first <= 4:  # (N, C, H, W)
+            imgs = arr
+        else:
+            raise DatasetFormatError(
+                f"cannot tell the channel axis of {what} with shape {arr.shape}: expected "
+                "(N, H, W), (N, H, W, C) or (N, C, H, W) with C <= 4",
+                source,
+            )
+    else:
+        raise DatasetFormatError(
+            f"{what} has {arr.ndim} dimensions {arr.shape}; expected (N, D), (N, H, W), "
+            "(N, H, W, C) or (N, C, H, W)",
+            source,
+        )
+    imgs = _scale_pixels(imgs, source, what=what)
+    shape = (int(imgs.shape[1]), int(imgs.shape[2]), int(imgs.shape[3]))
+    return imgs.reshape(n, -1), shape
+
+
+def _scale_pixels(arr: np.ndarray, source: str | Path, *, what: str = "images") -> np.ndarray:
+    """Pixel array -> float32 in ``[0, 1]``.
+
+    uint8 (and other integer arrays within 0..255) are divided by 255, uint16
+    by 65535; floats within ``[0, 1]`` are kept, floats within ``[0, 255]`` are
+    read as 8-bit intensities and divided by 255. Anything else is refused.
+    """
+    kind = arr.dtype.kind
+    if kind == "b":
+        return arr.astype(np.float32)
+    if arr.size == 0:
+        return arr.astype(np.float32)
+    if kind in "iu":
+        if arr.dtype == np.uint16:
+            return arr.astype(np.float32) / np.float32(65535)
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo >= 0 and hi <= 255:
+            return arr.astype(np.float32) / np.float32(255)
+        raise DatasetFormatError(
+            f"{what}: integer pixel values range {lo}..{hi}; expected 0..255 (or a uint16 array)",
+            source,
+        )
+    finite = np.isfinite(arr)
+    if not finite.all():
+        bad = int((~finite).reshape(arr.shape[0], -1).any(axis=1).sum())
+        raise DatasetError(f"{what} contain NaN or infinite values in {bad} sample(s)", source)
+    lo_f, hi_f = float(arr.min()), float(arr.max())
+    if lo_f >= 0.0 and hi_f <= 1.0:
+        return arr.astype(np.float32)
+    if lo_f >= 0.0 and hi_f <= 255.0:
+        return arr.astype(np.float32) / np.float32(255)
+    raise DatasetFormatError(
+        f"{what}: image-shaped float values range [{lo_f:g}, {hi_f:g}]; expected pixels in [0, 1] "
+        "or [0, 255] (store arbitrary features as a 2-D (N, D) array)",
+        source,
+    )
+
+
+def _encode_labels(
+    raw: Any, source: str | Path, class_names: Sequence[str] | None = None
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Labels of any integer/string/one-hot form -> ``(N,)`` int64 codes and class names.
+
+    Without ``class_names`` the sorted unique values become classes
+    ``0..C-1`` named by their string form. With ``class_names`` integer labels
+    must already lie in ``0..len(class_names)-1`` and string labels must be
+    among the names.
+    """
+    arr = np.asarray(raw)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim == 2:
+        return _decode_one_hot(arr, source, class_names)
+    if arr.ndim != 1:
+        raise DatasetFormatError(
+            f"labels must be a 1-D array or a one-hot matrix, got shape {arr.shape}", source
+        )
+    kind = arr.dtype.kind
+    if kind == "b":
+        arr = arr.astype(np.int64)
+        kind = "i"
+    if kind == "f":
+        finite = np.isfinite(arr)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            raise DatasetFormatError(
+                f"labels contain missing/NaN or infinite values (first at index {i})", source
+            )
+        frac = arr != np.round(arr)
+        if frac.any():
+            i = int(np.flatnonzero(frac)[0])
+            raise DatasetFormatError(
+                f"labels must be integers or strings; found non-integer value {arr[i].item()!r} at index {i}",
+                source,
+            )
+        arr = arr.astype(np.int64)
+        kind = "i"
+    if kind in "iu":
+        values = arr.astype(np.int64)
+        if class_names is not None:
+            names = tuple(str(c) for c in class_names)
+            if values.size and (values.min() < 0 or values.max() >= len(names)):
+                raise DatasetFormatError(
+                    f"labels range {values.min()}..{values.max()} but {len(names)} class names are given",
+                    source,
+                )
+            return values, names
+        uniq, codes = np.unique(values, return_inverse=True)
+        return codes.astype(np.int64).reshape(-1), tuple(str(int(u)) for u in uniq)
+    if kind in "USO":
+        strs = np.array([_label_str(v, source) for v in arr.tolist()], dtype=object)
+        if class_names is not None:
+            names = tuple(str(c) for c in class_names)
+            index = {c: i for i, c in enumerate(names)}
+            missing = sorted({s for s in strs if s not in index})
+            if missing:
+                raise DatasetFormatError(
+                    f"labels {missing[:5]} are not among the class names {list(names)}", source
+                )
+            return np.array([index[s] for s in strs], dtype=np.int64), names
+        uniq, codes = np.unique(strs.astype(str), return_inverse=True)
+        return codes.astype(np.int64).reshape(-1), tuple(str(u) for u in uniq)
+    raise DatasetFormatError(f"labels must be integers or strings, got dtype {arr.dtype}", source)
+
+
+def _label_str(value: Any, source: str | Path) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        raise DatasetFormatError("labels contain missing values", source)
+    return str(value)
+
+
+def _decode_one_hot(
+    arr: np.ndarray, source: str | Path, class_names: Sequence[str] | None
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    if arr.dtype.kind not in "biuf":
+        raise DatasetFormatError(
+            f"2-D labels must be a numeric one-hot matrix, got dtype {arr.dtype}", source
+        )
+    ok = bool(np.isin(arr, (0, 1)).all()) and bool((arr.sum(axis=1) == 1).all())
+    if not ok:
+        raise DatasetFormatError(
+            f"labels have shape {arr.shape} but are not one-hot (each row must be 0s and a single 1)",
+            source,
+        )
+    n_cls = arr.shape[1]
+    if class_names is not None and len(class_names) != n_cls:
+        raise DatasetFormatError(
+            f"one-hot labels have {n_cls} columns but {len(class_names)} class names are given",
+            source,
+        )
+    names = (
+        tuple(str(c) for c in class_names)
+        if class_names is not None
+        else tuple(str(i) for i in range(n_cls))
+    )
+    return arr.argmax(axis=1).astype(np.int64), names

@@ -1,0 +1,162 @@
+"""Safe extraction of zip archives (PKWARE APPNOTE ``.zip``) holding a dataset folder.
+
+Folder layouts (ImageFolder, MNIST-M, IDX pairs) are uploaded, or stored, as
+one ``.zip``. Extraction refuses zip-slip members (absolute paths, drive
+letters, ``..``) and encrypted members, skips hidden entries (``__MACOSX/``,
+``.DS_Store``), and caps the member count and the uncompressed size at limits
+the caller passes: :data:`MAX_ZIP_MEMBERS` and :data:`MAX_UNCOMPRESSED_BYTES`,
+defined here and read by the dispatcher in :mod:`geoviz.data.formats` at each
+call (so they can be changed on that package). The dispatcher also decides
+which dataset the extracted folder holds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from geoviz.data.formats._common import _hidden
+from geoviz.errors import DatasetError, DatasetFormatError
+
+#: Largest total uncompressed size of a zip archive that will be extracted.
+MAX_UNCOMPRESSED_BYTES: int = 2 * 1024**3
+#: Largest number of members of a zip archive that will be extracted.
+MAX_ZIP_MEMBERS: int = 500_000
+
+
+@contextmanager
+def _extracted_zip(
+    file: Path | IO[bytes], label: str, *, limit: int, max_members: int
+) -> Iterator[Path]:
+    """Extract ``file`` to a temporary folder, yield it, and delete it afterwards.
+
+    Dataset errors raised while extracting or in the ``with`` body name
+    ``label/<member>`` instead of the temporary folder (see :func:`_rebase_errors`).
+
+    Parameters
+    ----------
+    file
+        The archive: a path or a binary file object.
+    label
+        Name of the archive in error messages (the upload name or the path).
+    limit, max_members
+        Largest total uncompressed size in bytes and largest number of
+        members (see :func:`_extract_zip`).
+    """
+    with tempfile.TemporaryDirectory(prefix="geoviz-zip-") as tmp:
+        root = Path(tmp)
+        _extract_zip(file, root, label, limit=limit, max_members=max_members)
+        with _rebase_errors(root, label):
+            yield root
+
+
+def _extract_zip(
+    file: Path | IO[bytes], dest: Path, label: str, *, limit: int, max_members: int
+) -> None:
+    """Extract ``file`` into ``dest``, refusing zip-slip members and oversized archives.
+
+    ``limit`` caps the total uncompressed size in bytes (declared and actually
+    written), ``max_members`` the number of members.
+    """
+    try:
+        zf = zipfile.ZipFile(file)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
+        raise DatasetFormatError(f"not a valid zip archive ({exc})", label) from exc
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > max_members:
+            raise DatasetFormatError(
+                f"zip archive has {len(infos)} members, more than the limit of {max_members}",
+                label,
+            )
+        plan: list[tuple[zipfile.ZipInfo, tuple[str, ...]]] = []
+        total = 0
+        for info in infos:
+            member = info.filename.replace("\\", "/")
+            pure = PurePosixPath(member)
+            if member.startswith("/") or re.match(r"^[A-Za-z]:", member) or ".." in pure.parts:
+                raise DatasetFormatError(
+                    f"refusing unsafe zip member {info.filename!r}: absolute path or '..' "
+                    "would write outside the extraction folder (zip-slip)",
+                    label,
+                )
+            parts = tuple(p for p in pure.parts if p not in ("", "."))
+            if not parts or any(_hidden(p) for p in parts):
+                continue  # __MACOSX/, .DS_Store and other hidden entries
+            if info.flag_bits & 0x1:
+                raise DatasetFormatError(f"zip member {info.filename!r} is encrypted", label)
+            total += info.file_size
+            if total > limit:
+                raise DatasetFormatError(
+                    f"zip archive expands to more than {_fmt_bytes(limit)} (the limit for uploads); "
+                    "upload a smaller dataset or load it from disk",
+                    label,
+                )
+            plan.append((info, parts))
+        dest_resolved = dest.resolve()
+        written = 0
+        for info, parts in plan:
+            target = dest.joinpath(*parts)
+            if not target.resolve().is_relative_to(dest_resolved):
+                raise DatasetFormatError(
+                    f"refusing unsafe zip member {info.filename!r} (zip-slip)", label
+                )
+            try:
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as out:
+                    while chunk := src.read(1 << 20):
+                        written += len(chunk)
+                        if written > limit:
+                            raise DatasetFormatError(
+                                f"zip archive expands to more than {_fmt_bytes(limit)} (the limit for uploads)",
+                                label,
+                            )
+                        out.write(chunk)
+            except DatasetFormatError:
+                raise
+            except (
+                zipfile.BadZipFile,
+                zlib.error,
+                EOFError,
+                OSError,
+                NotImplementedError,
+                RuntimeError,
+            ) as exc:
+                raise DatasetFormatError(
+                    f"cannot extract zip member {info.filename!r} ({exc})", label
+                ) from exc
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:g} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} bytes"  # pragma: no cover
+
+
+@contextmanager
+def _rebase_errors(tmp: Path, label: str) -> Iterator[None]:
+    """Re-raise dataset errors from an extracted archive naming ``label/<member>``, not the temp dir."""
+    try:
+        yield
+    except DatasetError as err:
+        prefixes = sorted({str(tmp), str(tmp.resolve())}, key=len, reverse=True)
+
+        def rebase(text: str) -> str:
+            for pre in prefixes:
+                text = text.replace(pre + os.sep, label + "/").replace(pre, label)
+            return text
+
+        source = label if err.source is None else rebase(err.source)
+        raise type(err)(rebase(err.problem), source) from err

@@ -1,0 +1,223 @@
+"""Interpolation weights ``a``: points of the probability simplex ``Delta_{m-1}``.
+
+A dataset ``P_a = (sum_i a_i T_i)#Q`` of the generalized geodesic (paper
+Sec. 3.3) is indexed by a weight vector ``a`` of the simplex
+``Delta_{m-1} = {a in R^m : a_i >= 0, sum_i a_i = 1}``; ``a_hat`` of eq. (hat_a)
+is one. This module is the one place for the weight vector:
+
+* :func:`check_weights` — *the* validator (NaN/inf, wrong length, negative
+  entries, sum different from 1 beyond a tolerance); every library function
+  that takes weights calls it.
+* :func:`project_to_simplex` — Euclidean projection of arbitrary values.
+* :func:`uniform_weights` — the barycentre ``(1/m, ..., 1/m)``.
+* :func:`round_to_simplex`, :func:`display_weights`, :func:`format_weights` —
+  the one rounding rule for showing weights (app, CLI, figure labels).
+* :func:`weights_tag` — compact ``"0.5,0.3,0.2"`` for dataset and file names.
+
+:func:`geoviz.geodesic.distances.simplex_grid` enumerates grid points of the
+simplex. (A *measure*, the marginal of a coupling, is something else:
+:func:`geoviz.ot.sinkhorn.uniform_measure`.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from geoviz.errors import WeightsError
+
+__all__ = [
+    "WEIGHT_ATOL",
+    "WEIGHT_DECIMALS",
+    "check_weights",
+    "display_weights",
+    "format_weights",
+    "project_to_simplex",
+    "round_to_simplex",
+    "uniform_weights",
+    "weights_tag",
+]
+
+#: Tolerance of :func:`check_weights` on negative entries and on ``|sum - 1|``.
+WEIGHT_ATOL = 1e-6
+
+#: Decimals used for every displayed weight (sliders, text, bar labels): one rule everywhere.
+WEIGHT_DECIMALS = 2
+
+
+def check_weights(weights: Any, m: int, atol: float = WEIGHT_ATOL) -> np.ndarray:
+    """Validate interpolation weights on the probability simplex ``Delta_{m-1}``.
+
+    The single validator of a weight vector in geoviz: every function that
+    takes weights ``a`` calls it, so the error messages are the same everywhere.
+
+    Parameters
+    ----------
+    weights
+        ``(m,)`` or a batch ``(..., m)`` of weights (list, array or tensor).
+    m
+        Number of reference datasets.
+    atol
+        Tolerance for negative entries and for ``|sum - 1|``.
+
+    Returns
+    -------
+    np.ndarray
+        float64 array of the same shape, with entries in ``[-atol, 0)`` set to 0
+        and each row renormalised to sum exactly to 1.
+
+    Raises
+    ------
+    WeightsError
+        Non-numeric input, wrong length, NaN/inf, a negative entry or a sum
+        different from 1; the message names the offending entry / row and value.
+    """
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().cpu().numpy()
+    try:
+        arr = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise WeightsError(f"weights must be numbers, got {weights!r}") from err
+    if arr.ndim == 0 or arr.shape[-1] != m:
+        got = "a scalar" if arr.ndim == 0 else f"{arr.shape[-1]} entries"
+        raise WeightsError(
+            f"weights must have {m} entries (one per reference dataset), got {got}"
+            + (f" (shape {arr.shape})" if arr.ndim > 1 else "")
+        )
+    if arr.size == 0:
+        raise WeightsError("weights are empty")
+    flat = arr.reshape(-1, m)
+
+    def where(row: int) -> str:
+        return f" in row {row}" if flat.shape[0] > 1 else ""
+
+    bad = ~np.isfinite(flat)
+    if bad.any():
+        row, col = map(int, np.argwhere(bad)[0])
+        raise WeightsError(
+            f"weight {col} is {flat[row, col]}{where(row)}: weights must be finite numbers"
+        )
+    neg = flat < -atol
+    if neg.any():
+        row, col = map(int, np.argwhere(neg)[0])
+        raise WeightsError(
+            f"weight {col} is negative ({flat[row, col]:.6g}){where(row)}: weights must lie on the "
+            f"probability simplex (all >= 0, sum = 1)"
+        )
+    sums = flat.sum(axis=1)
+    off = np.abs(sums - 1.0) > atol
+    if off.any():
+        row = int(np.argmax(off))
+        raise WeightsError(
+            f"weights sum to {sums[row]:.6g}{where(row)}, not 1: weights must lie on the "
+            f"probability simplex (all >= 0, sum = 1)"
+        )
+    clean = np.clip(flat, 0.0, None)
+    clean = clean / clean.sum(axis=1, keepdims=True)
+    return clean.reshape(arr.shape)
+
+
+def uniform_weights(m: int) -> np.ndarray:
+    """``(m,)`` the barycentre of the simplex, ``1/m`` everywhere."""
+    if int(m) < 1:
+        raise WeightsError(f"need at least one reference dataset, got m={m}")
+    return np.full(int(m), 1.0 / int(m))
+
+
+def project_to_simplex(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Euclidean projection of ``values`` onto the probability simplex.
+
+    Solves ``argmin_{a in Delta} ||a - v||_2`` with the sorting algorithm of
+    Held, Wolfe & Crowder (1974) / Duchi et al. (2008): sort ``v`` decreasingly,
+    find the largest ``rho`` with ``u_rho - (sum_{j<=rho} u_j - 1) / rho > 0``
+    and shift by that threshold ``theta``; ``a = max(v - theta, 0)``.
+
+    Parameters
+    ----------
+    values
+        ``(..., m)`` real numbers (any sign); batches are projected row-wise.
+
+    Returns
+    -------
+    np.ndarray
+        ``(..., m)`` float64 rows that are non-negative and sum to 1.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 0 or v.shape[-1] == 0:
+        raise WeightsError(f"weights must be a non-empty vector, got shape {v.shape}")
+    if not np.all(np.isfinite(v)):
+        raise WeightsError("weights must be finite numbers (found NaN or inf)")
+    m = v.shape[-1]
+    u = -np.sort(-v, axis=-1)  # decreasing
+    css = np.cumsum(u, axis=-1) - 1.0
+    ks = np.arange(1, m + 1, dtype=np.float64)
+    cond = u - css / ks > 0
+    # rho: last index where cond holds (cond[..., 0] is always true)
+    rho = m - 1 - np.argmax(cond[..., ::-1], axis=-1)
+    theta = np.take_along_axis(css, rho[..., None], axis=-1) / (rho[..., None] + 1.0)
+    out = np.maximum(v - theta, 0.0)
+    # remove rounding drift so the rows sum to 1 to machine precision
+    return out / out.sum(axis=-1, keepdims=True)
+
+
+def round_to_simplex(weights: Sequence[float] | np.ndarray, decimals: int = 2) -> np.ndarray:
+    """Round to ``decimals`` places while keeping the sum exactly 1.
+
+    Largest-remainder rounding on the integer grid ``10**-decimals``: the
+    result is the closest grid point on the simplex to the input (in the sense
+    of distributing leftover units to the largest fractional parts), so slider
+    widgets with ``step = 10**-decimals`` can display it without drifting off.
+    """
+    w = project_to_simplex(weights)
+    scale = 10 ** int(decimals)
+    raw = w * scale
+    floor = np.floor(raw + 1e-9)
+    missing = round(scale - floor.sum())
+    if missing > 0:
+        order = np.argsort(-(raw - floor), kind="stable")
+        floor[order[:missing]] += 1
+    return floor / scale
+
+
+def display_weights(
+    weights: Sequence[float] | np.ndarray, digits: int = WEIGHT_DECIMALS
+) -> np.ndarray:
+    """The values shown for ``weights``: :func:`round_to_simplex` when they lie on
+    the simplex (by :func:`check_weights`), so sliders, text and bar labels agree
+    and sum to 1; plain rounding otherwise."""
+    w = np.asarray(weights, dtype=float).ravel()
+    try:
+        a = check_weights(w, w.size)
+    except WeightsError:
+        return np.round(w, int(digits))
+    return round_to_simplex(a, digits)
+
+
+def format_weights(
+    weights: Sequence[float] | np.ndarray,
+    names: Sequence[str] | None = None,
+    digits: int = WEIGHT_DECIMALS,
+) -> str:
+    """``"fashion_mnist 0.50 · usps 0.30 · kmnist 0.20"`` (or ``"(0.50, 0.30, 0.20)"``).
+
+    Values are rounded with :func:`display_weights`, the same rule as the
+    app's weight sliders.
+    """
+    w = display_weights(weights, digits)
+    if names is None:
+        return "(" + ", ".join(f"{x:.{digits}f}" for x in w) + ")"
+    if len(names) != len(w):
+        raise WeightsError(f"{len(w)} weights but {len(names)} names")
+    return " · ".join(f"{n} {x:.{digits}f}" for n, x in zip(names, w, strict=True))
+
+
+def weights_tag(weights: Sequence[float] | np.ndarray, digits: int = 3) -> str:
+    """``"0.5,0.3,0.2"``: weights to ``digits`` significant digits, for dataset and file names.
+
+    Unlike :func:`format_weights` (what a person reads) this is ASCII, has no
+    spaces and is stable for names such as ``"P_a(0.5,0.3,0.2)"``.
+    """
+    return ",".join(f"{float(w):.{digits}g}" for w in np.asarray(weights, dtype=np.float64).ravel())

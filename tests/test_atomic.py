@@ -1,0 +1,204 @@
+"""Atomic writes (geoviz.atomic): all or nothing, no clobbering, nothing left behind."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+import geoviz.atomic as atomic
+from geoviz.atomic import AtomicWriteError, atomic_write_bytes, atomic_write_many
+
+
+def _listing(root: Path) -> dict[str, bytes | None]:
+    """Every path below ``root`` (hidden ones too): file bytes, or None for a folder."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _fail_on_call(monkeypatch: pytest.MonkeyPatch, name: str, n: int, err: BaseException) -> dict:
+    """Make ``atomic.<name>`` raise ``err`` on its ``n``-th call (1-based); count the calls."""
+    real = getattr(atomic, name)
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise err
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(atomic, name, flaky)
+    return calls
+
+
+# ----------------------------------------------------------------------------- atomic_write_bytes
+
+
+def test_write_bytes_creates_file_and_missing_parents(tmp_path):
+    path = tmp_path / "a" / "b" / "out.csv"
+    atomic_write_bytes(path, b"x,y\n1,2\n", overwrite=False)
+    assert path.read_bytes() == b"x,y\n1,2\n"
+    assert _listing(tmp_path) == {"a": None, "a/b": None, "a/b/out.csv": b"x,y\n1,2\n"}
+
+
+def test_write_bytes_uses_umask_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write_bytes(tmp_path / "f", b"data", overwrite=False)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "f").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+
+
+def test_write_bytes_refuses_existing_path_without_overwrite(tmp_path):
+    path = tmp_path / "keep.bin"
+    path.write_bytes(b"old")
+    with pytest.raises(FileExistsError, match="already exists") as info:
+        atomic_write_bytes(path, b"new", overwrite=False)
+    assert info.value.errno == errno.EEXIST and info.value.filename == str(path)
+    assert _listing(tmp_path) == {"keep.bin": b"old"}
+
+
+def test_write_bytes_overwrite_replaces(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"old")
+    atomic_write_bytes(path, b"new", overwrite=True)
+    assert _listing(tmp_path) == {"f.bin": b"new"}
+
+
+def test_interrupted_write_keeps_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"old")
+
+    def half_then_crash(target: Path, data: bytes, **kwargs) -> None:
+        with open(target, "xb") as fh:
+            fh.write(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "_write_bytes", half_then_crash)
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write_bytes(path, b"new content", overwrite=True)
+    assert _listing(tmp_path) == {"f.bin": b"old"}
+
+
+def test_keyboard_interrupt_while_writing_leaves_nothing(tmp_path, monkeypatch):
+    _fail_on_call(monkeypatch, "_write_bytes", 1, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_bytes(tmp_path / "new" / "f.bin", b"data", overwrite=False)
+    assert _listing(tmp_path) == {}  # the temp file and the folder made for it are gone
+
+
+def test_failed_rename_keeps_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"old")
+
+    def broken_replace(src, dst):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(atomic.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="I/O error"):
+        atomic_write_bytes(path, b"new", overwrite=True)
+    assert _listing(tmp_path) == {"f.bin": b"old"}
+
+
+def test_path_appearing_while_writing_is_not_clobbered(tmp_path, monkeypatch):
+    path = tmp_path / "f.bin"
+    real = atomic._write_bytes
+
+    def racing(target: Path, data: bytes, **kwargs) -> None:
+        real(target, data, **kwargs)
+        path.write_bytes(b"someone else")  # appears after the existence check
+
+    monkeypatch.setattr(atomic, "_write_bytes", racing)
+    with pytest.raises(FileExistsError):
+        atomic_write_bytes(path, b"mine", overwrite=False)
+    assert _listing(tmp_path) == {"f.bin": b"someone else"}
+
+
+def test_unwritable_parent_is_an_oserror(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_bytes(b"")
+    with pytest.raises(OSError):
+        atomic_write_bytes(blocker / "sub" / "f.bin", b"x", overwrite=True)
+    assert _listing(tmp_path) == {"a_file": b""}
+
+
+# ----------------------------------------------------------------------------- atomic_write_many
+
+
+def test_write_many_files_and_tree(tmp_path):
+    out = tmp_path / "out"
+    atomic_write_many(
+        [
+            (out / "tree", {"a/1.png": b"one", "b/2.png": b"two", "labels.csv": b"csv"}),
+            (out / "tree.manifest.json", b"{}"),
+        ],
+        overwrite=False,
+    )
+    assert _listing(out) == {
+        "tree": None,
+        "tree/a": None,
+        "tree/a/1.png": b"one",
+        "tree/b": None,
+        "tree/b/2.png": b"two",
+        "tree/labels.csv": b"csv",
+        "tree.manifest.json": b"{}",
+    }
+
+
+def test_write_many_refuses_existing_targets_before_writing(tmp_path):
+    (tmp_path / "m.json").write_bytes(b"old")
+    with pytest.raises(AtomicWriteError) as info:
+        atomic_write_many(
+            [(tmp_path / "d.bin", b"data"), (tmp_path / "m.json", b"new")], overwrite=False
+        )
+    err = info.value
+    assert isinstance(err, OSError) and isinstance(err.cause, FileExistsError)
+    assert err.path == tmp_path / "m.json" and "already exists" in str(err)
+    assert _listing(tmp_path) == {"m.json": b"old"}
+
+
+def test_directory_replacement_restores_backup_on_failure(tmp_path, monkeypatch):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "old.png").write_bytes(b"old image")
+    sidecar = tmp_path / "tree.json"
+    sidecar.write_bytes(b"old manifest")
+    before = _listing(tmp_path)
+    # the tree is already swapped in when placing the second entry fails
+    calls = _fail_on_call(monkeypatch, "_place", 2, OSError(errno.EIO, "I/O error"))
+    with pytest.raises(AtomicWriteError, match="I/O error") as info:
+        atomic_write_many(
+            [(tree, {"new.png": b"new image"}), (sidecar, b"new manifest")], overwrite=True
+        )
+    assert calls["n"] == 2
+    assert info.value.path == sidecar and info.value.__cause__ is info.value.cause
+    assert _listing(tmp_path) == before  # old tree back, no temp or backup left
+
+
+def test_directory_replacement_succeeds_and_drops_backup(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "old.png").write_bytes(b"old")
+    atomic_write_many([(tree, {"new.png": b"new"})], overwrite=True)
+    assert _listing(tmp_path) == {"tree": None, "tree/new.png": b"new"}
+
+
+def test_failed_tree_write_removes_created_parents(tmp_path, monkeypatch):
+    _fail_on_call(monkeypatch, "_write_bytes", 2, OSError(errno.ENOSPC, "No space left"))
+    target = tmp_path / "new" / "deeper" / "tree"
+    with pytest.raises(AtomicWriteError, match="No space left") as info:
+        atomic_write_many([(target, {"a.png": b"a", "b.png": b"b"})], overwrite=False)
+    assert info.value.path == target
+    assert _listing(tmp_path) == {}
+
+
+def test_unsafe_member_paths_are_refused(tmp_path):
+    for rel in ("../escape.png", "/abs.png", ""):
+        with pytest.raises(ValueError, match="unsafe member path"):
+            atomic_write_many([(tmp_path / "tree", {"ok.png": b"x", rel: b"y"})], overwrite=False)
+    assert _listing(tmp_path) == {}
