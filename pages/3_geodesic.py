@@ -88,29 +88,23 @@ def weight_picker(model: SessionModel, result, names: list[str], resolution: int
     weights = model.current_weights(result.a_hat)
     left, right = st.columns([3, 2])
     with left:
-        if m == 3:
-            grid, values = services.objective_grid(model, result, resolution)
-            fig = ternary_heatmap(grid, values, names, a_hat=result.a_hat, picked=weights)
+        if m in (2, 3):
+            if m == 3:
+                grid, values = services.objective_grid(model, result, resolution)
+                fig = ternary_heatmap(grid, values, names, a_hat=result.a_hat, picked=weights)
+                hint = "Click a point of the triangle to pick its weights. Vertices are the references P_i."
+            else:
+                grid, t = None, np.linspace(0.0, 1.0, 4 * resolution + 1)
+                values = result.objective(np.column_stack([1 - t, t]))
+                fig = geodesic_line(t, values, names, a_hat=result.a_hat, picked=weights)
+                hint = "Click a point of the curve to pick its weights."
             st.plotly_chart(
                 fig,
                 on_select=lambda: on_pick(model, m, grid),
                 selection_mode="points",
                 key=CHART_KEY,
             )
-            st.caption(
-                "Click a point of the triangle to pick its weights. Vertices are the references P_i."
-            )
-        elif m == 2:
-            t = np.linspace(0.0, 1.0, 4 * resolution + 1)
-            values = result.objective(np.column_stack([1 - t, t]))
-            fig = geodesic_line(t, values, names, a_hat=result.a_hat, picked=weights)
-            st.plotly_chart(
-                fig,
-                on_select=lambda: on_pick(model, m, None),
-                selection_mode="points",
-                key=CHART_KEY,
-            )
-            st.caption("Click a point of the curve to pick its weights.")
+            st.caption(hint)
         else:
             st.info(
                 f"m = {m} references: pick the weights with the sliders (they stay on the simplex)."
@@ -160,13 +154,14 @@ def weight_picker(model: SessionModel, result, names: list[str], resolution: int
 def samples_of_pa(model: SessionModel, result, pa) -> None:
     st.subheader("Samples of P_a")
     if pa.image_shape is not None:
-        idx = example_indices(pa.hard_labels, min(30, pa.n_samples), seed=0)
+        # the same target samples at every a (3 per class of Q): the grid changes only with a
+        idx = example_indices(result.target.labels, min(30, pa.n_samples), seed=0)
         st.plotly_chart(
             image_grid(
                 as_display_images(pa.features[idx], pa.image_shape),
                 soft_label_captions(pa.soft_labels[idx], pa.class_names, two_lines=True),
                 ncols=10,
-                title="P_a = (Σ a_i T_i)#Q — caption: top soft label and its mass",
+                title="P_a = (Σ a_i T_i)#Q of 30 fixed target samples — caption: top soft label and its mass",
             ),
             key="pa_grid",
         )

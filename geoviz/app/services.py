@@ -84,6 +84,7 @@ __all__ = [
     "scenario_data",
     "scenario_data_if_ready",
     "set_epsilon",
+    "start_embedding",
     "start_embedding_warm_up",
     "start_geodesic",
     "store",
@@ -411,18 +412,22 @@ def _embedding_params(model: SessionModel) -> dict[str, Any]:
     }
 
 
-def embedding(model: SessionModel, data: ScenarioData) -> Embedding:
-    """UMAP (or PCA) of ``Q`` and every ``P_i``: fitted once per scenario, kept on disk.
+def start_embedding(model: SessionModel, data: ScenarioData) -> BackgroundJob | None:
+    """Start fitting the scenario's embedding in the background; ``None`` if it is ready.
 
-    The disk cache key is the scenario's *data* key (epsilon does not move the
-    datasets), the points per dataset, the seed and the method; a restarted
-    server reads the embedding back instead of refitting it.
+    The embedding depends on the datasets only, not on the maps, so the app
+    starts it together with the geodesic fit (:func:`start_geodesic`): UMAP's
+    compilation and fit then overlap with the OTDD couplings.
     """
     from geoviz.viz.embedding import Embedding, fit_embedding
 
     params = _embedding_params(model)
+    key = ("embedding", *params.values())
+    if key in store():
+        return None
 
-    def compute() -> Embedding:
+    def run(progress: Progress) -> Embedding:
+        progress("embedding", 0.0)
         payload = _disk().get_or_compute(
             "app-embedding",
             params,
@@ -435,7 +440,29 @@ def embedding(model: SessionModel, data: ScenarioData) -> Embedding:
         )
         return Embedding.from_payload(payload)
 
-    return store().get_or_compute(("embedding", *params.values()), compute)
+    return store().start_job(key, run)
+
+
+def embedding(model: SessionModel, data: ScenarioData) -> Embedding:
+    """UMAP (or PCA) of ``Q`` and every ``P_i``: fitted once per scenario, kept on disk.
+
+    The disk cache key is the scenario's *data* key (epsilon does not move the
+    datasets), the points per dataset, the seed and the method; a restarted
+    server reads the embedding back instead of refitting it. Joins the
+    background fit of :func:`start_embedding` when one runs.
+    """
+    key = ("embedding", *_embedding_params(model).values())
+    ready = store().get(key)
+    if ready is not None:
+        return ready
+    job = start_embedding(model, data)
+    if job is None:  # stored meanwhile
+        return store().get(key)
+    job.wait()
+    store().claim_job(key)
+    if job.error_ is not None:
+        raise job.error_
+    return job.result_
 
 
 def dataset_projection(model: SessionModel, data: ScenarioData) -> Embedding:

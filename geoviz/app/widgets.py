@@ -190,6 +190,8 @@ def geodesic_with_status(model: SessionModel, poll_seconds: float = 0.1) -> Geod
     if data is None:
         return None
     job = services.start_geodesic(model, data)
+    # the embedding needs only the datasets: fit it alongside the maps
+    services.start_embedding(model, data)
     status = st.status("Computing OTDD maps and (2,Q) distances…", expanded=True)
     with status:
         bar = st.progress(0.0, text="starting")

@@ -522,24 +522,12 @@ def geodesic_line(
         margin={"t": 100},
         clickmode="event+select",
     )
-    fig.add_annotation(
-        x=0,
-        y=0,
-        yref="paper",
-        yshift=-12,
-        text=f"<b>{names[0]}</b>",
-        showarrow=False,
-        xanchor="left",
-    )
-    fig.add_annotation(
-        x=1,
-        y=0,
-        yref="paper",
-        yshift=-12,
-        text=f"<b>{names[1]}</b>",
-        showarrow=False,
-        xanchor="right",
-    )
+    # the two references at the ends of the segment
+    for x, name, anchor in ((0, names[0], "left"), (1, names[1], "right")):
+        fig.add_annotation(
+            x=x, y=0, yref="paper", yshift=-12, text=f"<b>{name}</b>", showarrow=False,
+            xanchor=anchor,
+        )  # fmt: skip
     return fig
 
 
