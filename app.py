@@ -25,6 +25,10 @@ STEPS = (
     ("pages/4_mccann.py", "Slide t from Q to one reference along the McCann interpolation."),
     ("pages/5_export.py", "Save P_a with soft and hard labels and a checksummed manifest."),
     ("pages/6_about.py", "The method in a few paragraphs."),
+    (
+        "pages/7_evidence.py",
+        "Pretrain on P_a, fine-tune on a few labelled target samples: does a low W² transfer better?",
+    ),
 )
 
 

@@ -9,9 +9,12 @@ Commands defined here:
 
 Plug-in commands
 ----------------
-Other modules add subcommands without editing this file: if
-``geoviz.geodesic.cli`` can be imported and has ``register(subparsers)``, it is
-called with the ``argparse`` sub-parsers object. Each command it adds must set
+Other modules add subcommands without editing this file: every module of
+:data:`PLUGIN_MODULES` that can be imported and has ``register(subparsers)`` is
+called with the ``argparse`` sub-parsers object, in order:
+``geoviz.transfer.cli`` (``transfer``: the paper's transfer experiments and
+simplex study) and ``geoviz.geodesic.cli`` (``distance``, ``project``, ``grid``).
+Each command a plug-in adds must set
 ``parser.set_defaults(func=handler)`` with ``handler(args: argparse.Namespace) -> int``;
 handlers may raise :class:`~geoviz.errors.GeovizError` for bad input, which
 ``main`` prints as ``error: <message>`` on stderr with exit status 2.
@@ -35,7 +38,9 @@ import numpy as np
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, ExportError, GeovizError
 
-PLUGIN_MODULES: tuple[str, ...] = ("geoviz.geodesic.cli",)
+# plug-ins import helpers of this module (_positive_int, _format_table) at their top:
+# they are imported lazily, by name, once this module is loaded (no import cycle)
+PLUGIN_MODULES: tuple[str, ...] = ("geoviz.transfer.cli", "geoviz.geodesic.cli")
 
 GRID_PAD = 2
 GRID_BACKGROUND = 128

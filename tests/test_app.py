@@ -649,3 +649,37 @@ def test_page_icon_is_local_no_network():
     icon = consts[value.id] if isinstance(value, ast.Name) else value.value
     # a single emoji character: the browser draws it as an inline SVG (no font CDN, no URL)
     assert isinstance(icon, str) and len(icon) == 1 and not icon.isascii()
+
+
+# ---------------------------------------------------------------- page 7
+
+
+def test_evidence_page_runs_the_experiments_in_the_background():
+    import time
+
+    at = _open(_app(), "pages/7_evidence.py")
+    assert at.title[0].value == "7 · Evidence"
+    assert not at.get("plotly_chart")  # nothing runs before the user asks
+    at.select_slider[0].set_value(2)  # k
+    at.selectbox[0].set_value("tiny")
+    at.select_slider[1].set_value(1)  # grid resolution: 3 points
+    at.select_slider[2].set_value(1)  # seeds
+    at.button[0].click().run()
+    _assert_clean(at, "evidence start")
+    deadline = time.monotonic() + TIMEOUT
+    while not at.success and time.monotonic() < deadline:
+        time.sleep(1.0)
+        at.run()
+        _assert_clean(at, "evidence polling")
+    assert at.success and "Done" in at.success[0].value
+    figures = _figures(at)
+    bars = next(f for f in figures if f["data"][0]["type"] == "bar")
+    means = _arr(bars["data"][0]["y"])
+    assert len(means) == 4 and np.all((means >= 0) & (means <= 100))
+    study = next(f for f in figures if any(t["type"] == "scatterternary" for t in f["data"]))
+    assert len(study["data"]) >= 2  # W² and accuracy panels
+    labels = [m.label for m in at.metric]
+    assert "Pearson r" in labels and "Spearman ρ" in labels
+    # the same request again is read from the store: no new job
+    at.run()
+    assert at.success

@@ -224,7 +224,7 @@ def test_first_visit_to_a_page_url_renders_the_whole_page(page, server):
     _assert_no_exception(pg, "about (first visit)")
     links = pg.locator(NAV_LINK).all_inner_texts()
     # each link's text is its Material icon's ligature name, then the label
-    assert [t.strip().splitlines()[-1] for t in links][:7] == [
+    assert [t.strip().splitlines()[-1] for t in links] == [
         "Start",
         "1 · Datasets",
         "2 · OTDD maps",
@@ -232,6 +232,7 @@ def test_first_visit_to_a_page_url_renders_the_whole_page(page, server):
         "4 · McCann",
         "5 · Export",
         "6 · About the method",
+        "7 · Evidence",
     ], links
     assert "Current scenario" in _sidebar_text(pg)
     assert "scenario" in _query(pg)  # the URL holds the scenario from the first run on
@@ -427,3 +428,33 @@ def test_load_preset_after_apply_shows_the_preset_in_the_form(page, server):
     assert "N = 200 per reference" in _sidebar_text(pg)
     assert scenario_from_token(_query(pg)["scenario"]).n_reference == 200
     _shot(pg, "1_datasets_preset_synced")
+
+
+def test_evidence_page_runs_and_shows_both_results(page, server):
+    """Tiny budget: the job runs in the background, the page polls, then shows the
+    Table-1 bars with error bars and the W² / accuracy ternaries with r."""
+    pg = page
+    pg.goto(f"{server['url']}/evidence")
+    pg.wait_for_selector("h1:has-text('Evidence')")
+    _wait_idle(pg)
+    _assert_no_exception(pg, "evidence")
+    pg.locator("[data-testid='stSelectbox']").first.click()
+    pg.get_by_role("option", name="tiny").click()
+    thumbs = pg.locator("[data-testid='stSlider'] [role='slider']")
+    for index, presses in ((1, 2), (2, 2)):  # grid resolution 3 -> 1, seeds 3 -> 1
+        thumbs.nth(index).focus()
+        for _ in range(presses):
+            pg.keyboard.press("ArrowLeft")
+    values = [thumbs.nth(i).get_attribute("aria-valuetext") for i in range(3)]
+    assert values == ["5", "1", "1"], values
+    pg.get_by_role("button", name="Run the transfer experiments").click()
+    try:
+        pg.wait_for_selector("text=Done in", timeout=PAGE_TIMEOUT_MS)
+    except Exception as err:
+        _shot(pg, "7_evidence_timeout")
+        raise AssertionError(f"no result: {_main_text(pg)}") from err
+    _wait_idle(pg)
+    _assert_no_exception(pg, "evidence results")
+    assert pg.locator("[data-testid='stPlotlyChart'] g.ternary").count() >= 2
+    assert pg.get_by_text("Pearson r").count() >= 1
+    _shot(pg, "7_evidence")

@@ -66,6 +66,7 @@ PAGES: tuple[AppPage, ...] = (
     AppPage("pages/4_mccann.py", "4 · McCann", ":material/animation:"),
     AppPage("pages/5_export.py", "5 · Export", ":material/download:"),
     AppPage("pages/6_about.py", "6 · About the method", ":material/menu_book:"),
+    AppPage("pages/7_evidence.py", "7 · Evidence", ":material/science:"),
 )
 
 _URL_RESTORED = "geoviz_url_restored"

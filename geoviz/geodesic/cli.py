@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from geoviz.atomic import atomic_write_bytes
+from geoviz.cli import _positive_int
 from geoviz.errors import BlurWarning, ExportError, GeovizError, WeightsError
 from geoviz.glossary import (
     A_HAT,
@@ -58,16 +59,6 @@ __all__ = ["load_inputs", "register"]
 
 
 # --------------------------------------------------------------------------- argument helpers
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _float(text: str) -> float:

@@ -1,0 +1,525 @@
+"""``geoviz transfer``: the transfer-experiment command of the CLI.
+
+:func:`register` is called by :mod:`geoviz.cli` (it is one of its
+``PLUGIN_MODULES``) with its ``argparse`` sub-parsers.
+
+``geoviz transfer [--target T --refs A,B,C] [--method all] [--grid R] [--out DIR] ...``
+runs the paper's transfer experiments (Sec. 5.2, Table 1): pretrain on ``P_a``,
+fine-tune on ``k`` labelled target samples per class, test
+(:func:`geoviz.transfer.table.compare_methods`); or, with ``--grid R``, the
+simplex study correlating ``W²(P_a, Q)`` with accuracy
+(:func:`geoviz.transfer.grid.run_grid`). Runs are Ray tasks with
+``--backend ray`` (:mod:`geoviz.transfer.runner`). The geodesic is fitted only
+when a method needs it (``otdd``, ``mixup`` at ``a_hat``, ``--grid``).
+
+The handler returns the exit status and raises
+:class:`~geoviz.errors.GeovizError` for bad input (printed by
+``geoviz.cli.main`` with status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geoviz.cli import _format_table, _positive_int
+from geoviz.errors import BlurWarning, ExportError, GeovizError
+from geoviz.transfer.table import METHODS
+
+__all__ = ["TRANSFER_REFS", "TRANSFER_TARGET", "register"]
+
+TRANSFER_TARGET = "mnist"
+TRANSFER_REFS = "fashion_mnist,usps,kmnist"
+
+
+def _seeds_arg(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise GeovizError(f"--seeds: expected comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise GeovizError("--seeds: expected at least one seed")
+    if len(set(seeds)) != len(seeds):
+        raise GeovizError(f"--seeds: seeds must be distinct, got {text!r}")
+    return seeds
+
+
+def _weights_arg(text: str, m: int) -> np.ndarray | None:
+    """``None`` for ``a_hat``, else the checked weights (one-line WeightsError otherwise)."""
+    from geoviz.errors import WeightsError
+    from geoviz.geodesic.weights import check_weights
+
+    if text.strip().lower() in ("a_hat", "ahat", "â"):
+        return None
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise WeightsError(
+            f"--weights: expected 'a_hat' or {m} comma-separated numbers, got {text!r}"
+        ) from None
+    try:
+        return check_weights(values, m)
+    except WeightsError as err:
+        raise WeightsError(f"--weights: {err}") from err
+
+
+@contextlib.contextmanager
+def _transfer_progress(enabled: bool, what: str):
+    """``(fit(stage, fraction), runs(done, total))`` progress callbacks drawing on stderr.
+
+    tqdm bars when tqdm is installed, else plain lines (every 10% of the
+    geodesic fit, every finished run); ``(None, None)`` when disabled.
+    """
+    if not enabled:
+        yield None, None
+        return
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        tqdm = None
+    bars: dict[str, Any] = {}
+    last = {"fit": -1, "runs": -1}
+
+    def fit(stage: str, fraction: float) -> None:
+        pos = round(100 * min(max(float(fraction), 0.0), 1.0))
+        if tqdm is None:
+            if pos // 10 > last["fit"]:
+                last["fit"] = pos // 10
+                print(f"geodesic: {stage} {pos}%", file=sys.stderr, flush=True)
+            return
+        bar = bars.get("fit")
+        if bar is None:
+            bar = bars["fit"] = tqdm(
+                total=100,
+                file=sys.stderr,
+                bar_format="{desc:<48.48} {percentage:3.0f}%|{bar}| {elapsed}",
+            )
+        bar.set_description_str(f"geodesic: {stage}", refresh=False)
+        if pos > bar.n:
+            bar.update(pos - bar.n)
+
+    def runs(done: int, total: int) -> None:
+        if tqdm is None:
+            if done > last["runs"]:
+                last["runs"] = done
+                print(f"{what}: {done}/{total} runs", file=sys.stderr, flush=True)
+            return
+        bar = bars.get("runs")
+        if bar is None:
+            if "fit" in bars:
+                bars["fit"].close()
+            bar = bars["runs"] = tqdm(total=total, file=sys.stderr, desc=what, unit="run")
+        if done > bar.n:
+            bar.update(done - bar.n)
+
+    try:
+        yield fit, runs
+    finally:
+        for bar in bars.values():
+            bar.close()
+
+
+def _write_out(path: Path, data: bytes) -> None:
+    from geoviz.atomic import atomic_write_bytes
+
+    try:
+        atomic_write_bytes(path, data, overwrite=True)
+    except OSError as err:
+        raise ExportError(f"cannot write {path}: {err}") from err
+
+
+def _json_bytes(obj: Any) -> bytes:
+    import json
+
+    return (json.dumps(obj, indent=2, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _dataset_entry(ds: Any, name: str, split: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "dataset": ds.name,
+        "split": split,
+        "n_samples": ds.n_samples,
+        "shape": list(ds.image_shape) if ds.image_shape else [ds.n_features],
+        "fingerprint": ds.fingerprint,
+    }
+
+
+def _cmd_transfer(args: argparse.Namespace) -> int:
+    import dataclasses
+    import math
+
+    from geoviz import __version__
+    from geoviz.backend import DiskCache, get_cache
+    from geoviz.data.preprocess import harmonize
+    from geoviz.data.registry import load_dataset
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT
+    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.transfer.experiment import make_task
+    from geoviz.transfer.table import compare_methods
+    from geoviz.transfer.training import get_preset
+
+    # ---- validate every option before any work
+    refs = [part.strip() for part in args.refs.split(",") if part.strip()]
+    if not refs:
+        raise GeovizError("--refs: expected comma-separated dataset names")
+    seeds = _seeds_arg(args.seeds)
+    weights = _weights_arg(args.weights, len(refs))
+    preset = get_preset(args.preset)
+    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
+        raise GeovizError(f"--epsilon must be a positive number, got {args.epsilon}")
+    if args.grid is not None:
+        if args.method in ("fewshot", "1nn"):
+            raise GeovizError(
+                f"--grid trains on P_a for every grid point: --method must be otdd or mixup, "
+                f"not {args.method}"
+            )
+        if weights is not None:
+            raise GeovizError("--weights has no effect with --grid (every grid point is run)")
+        methods = ["otdd" if args.method == "all" else args.method]
+    else:
+        methods = list(METHODS) if args.method == "all" else [args.method]
+    out_dir = None if args.out is None else Path(args.out)
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"--out {out_dir} exists and is not a folder")
+
+    # ---- data and task
+    names = [args.target, *refs]
+    train = [load_dataset(name, split="train", n=args.n, seed=args.seed) for name in names]
+    test = load_dataset(args.target, split="test", n=args.n_test, seed=args.seed)
+    datasets = harmonize([*train, test], size=args.size)
+    target_train, references, target_test = datasets[0], datasets[1:-1], datasets[-1]
+    task = make_task(target_train, target_test, references, args.k, seed=args.seed)
+
+    needs_geodesic = (
+        args.grid is not None or "otdd" in methods or ("mixup" in methods and weights is None)
+    )
+    config = GeodesicConfig(otdd=dataclasses.replace(OTDDConfig(), epsilon=float(args.epsilon)))
+    cache = DiskCache(enabled=False) if args.no_cache else get_cache()
+    what = "simplex study" if args.grid is not None else "transfer"
+    geodesic = None
+    with _transfer_progress(not args.quiet, what) as (fit_progress, run_progress):
+        if needs_geodesic:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", BlurWarning)
+                geodesic = fit_geodesic(
+                    task.target_train,
+                    list(task.references),
+                    config,
+                    progress=fit_progress,
+                    cache=cache,
+                )
+        ref_names = (
+            list(geodesic.reference_names) if geodesic is not None else [r.name for r in references]
+        )
+        # the options of every (method or grid point, seed) run
+        run_options: dict[str, Any] = {
+            "seeds": seeds,
+            "preset": preset,
+            "backend": args.backend,
+            "address": args.ray_address,
+            "progress": run_progress,
+        }
+        if args.grid is not None:
+            from geoviz.transfer.grid import run_grid
+
+            checkpoints = None if out_dir is None else out_dir / "checkpoints"
+            study = run_grid(
+                task,
+                geodesic,
+                resolution=args.grid,
+                checkpoint_dir=checkpoints,
+                method=methods[0],
+                **run_options,
+            )
+            comparison = None
+        else:
+            comparison = compare_methods(
+                task, geodesic, methods=methods, weights=weights, **run_options
+            )
+            study = None
+
+    # ---- report
+    print(
+        f"target: {target_train.name} ({task.target_train.n_samples} train, "
+        f"{task.target_fewshot.n_samples} labelled = {task.k} per class, "
+        f"{task.target_test.n_samples} test); references: {', '.join(ref_names)}"
+    )
+    print(f"preset: {preset.name} ({preset.note})")
+    if geodesic is not None:
+        print(
+            f"{A_HAT}: "
+            + ", ".join(f"{n}={a:.4f}" for n, a in zip(ref_names, geodesic.a_hat, strict=True))
+            + f"  {OBJECTIVE_AT_A_HAT} = {float(geodesic.w2_hat):.6g}"
+        )
+        for i in np.flatnonzero(geodesic.blurry):
+            print(
+                f"BLURRY MAP T{i + 1} -> {ref_names[i]}: each mapped point averages a median of "
+                f"{geodesic.effective_neighbours[i]:.0f} reference points at --epsilon "
+                f"{args.epsilon:g}, so P_a holds blurred averages; lower --epsilon for sharp maps."
+            )
+    if weights is not None:
+        print(
+            "weights a: "
+            + ", ".join(f"{n}={a:.4f}" for n, a in zip(ref_names, weights, strict=True))
+            + (
+                ""
+                if geodesic is None
+                else f"  {OBJECTIVE} = {float(geodesic.objective(weights)):.6g}"
+            )
+        )
+    manifest: dict[str, Any] = {
+        "geoviz_version": __version__,
+        "command": "transfer",
+        "target": args.target,
+        "references": refs,
+        "datasets": [
+            *(
+                _dataset_entry(ds, name, "train")
+                for ds, name in zip([target_train, *references], names, strict=True)
+            ),
+            _dataset_entry(target_test, args.target, "test"),
+        ],
+        "task": {
+            "k": task.k,
+            "seed": task.seed,
+            "target_train_fingerprint": task.target_train.fingerprint,
+            "target_fewshot_fingerprint": task.target_fewshot.fingerprint,
+            "target_test_fingerprint": task.target_test.fingerprint,
+        },
+        "n": args.n,
+        "n_test": args.n_test,
+        "size": args.size,
+        "subsample_seed": args.seed,
+        "seeds": seeds,
+        "methods": methods,
+        "preset": {
+            "name": preset.name,
+            "pretrain": dataclasses.asdict(preset.pretrain),
+            "finetune": dataclasses.asdict(preset.finetune),
+        },
+        "epsilon": float(args.epsilon),
+        "weights": "a_hat" if weights is None else [float(w) for w in weights],
+        "a_hat": None if geodesic is None else [float(a) for a in geodesic.a_hat],
+        "grid_resolution": args.grid,
+        "backend": args.backend,
+    }
+
+    if study is not None:
+        _print_grid_study(study, ref_names, seeds)
+        if out_dir is not None:
+            from geoviz.transfer.grid import correlation_figure
+
+            _write_out(out_dir / "grid.json", (study.to_json() + "\n").encode("utf-8"))
+            _write_out(out_dir / "grid.csv", study.to_frame().to_csv(index=False).encode("utf-8"))
+            html = correlation_figure(study, ref_names).to_html(include_plotlyjs="cdn")
+            _write_out(out_dir / "correlation.html", html.encode("utf-8"))
+            _write_out(out_dir / "manifest.json", _json_bytes(manifest))
+            print(
+                f"wrote {out_dir / 'grid.json'}, grid.csv, correlation.html, manifest.json "
+                f"and {study.n_computed + study.n_loaded} checkpoints under "
+                f"{out_dir / 'checkpoints'}"
+            )
+        return 0
+
+    assert comparison is not None
+    _report_comparison(comparison, seeds, geodesic, out_dir, manifest)
+    return 0
+
+
+def _report_comparison(
+    comparison: Any,
+    seeds: Sequence[int],
+    geodesic: Any,
+    out_dir: Path | None,
+    manifest: dict[str, Any],
+) -> None:
+    """Print the accuracy table of every method and seed; with ``out_dir``, write the results.
+
+    The std is the sample standard deviation over seeds (ddof 1; 0 for one seed),
+    not the ddof-0 std of :meth:`~geoviz.transfer.table.MethodComparison.summary`.
+    """
+    header = ["method", "accuracy % (mean ± std)", *(f"seed {s}" for s in seeds)]
+    rows = []
+    summary = {}
+    for method in comparison.methods:
+        acc = comparison.accuracies(method)
+        std = float(np.std(acc, ddof=1)) if acc.size > 1 else 0.0
+        summary[method] = {
+            "mean": float(acc.mean()),
+            "std": std,
+            "accuracies": acc.tolist(),
+            "seeds": list(seeds),
+        }
+        rows.append(
+            [
+                method,
+                f"{100 * acc.mean():.2f} ± {100 * std:.2f}",
+                *(f"{100 * a:.2f}" for a in acc),
+            ]
+        )
+    print()
+    print(_format_table(header, rows, right=set(range(1, len(header)))))
+    print(f"std: sample standard deviation over the {len(seeds)} seed(s) (0 for one seed)")
+    if out_dir is None:
+        return
+    import csv
+    import io
+
+    # () when neither a geodesic nor --weights was needed (only fewshot / 1nn ran)
+    used = np.asarray(comparison.weights, dtype=float) if comparison.weights else None
+    payload = {
+        "summary": summary,
+        "runs": [r.to_dict() for r in comparison.results],
+        "weights": None if used is None else [float(w) for w in used],
+        "objective": (
+            None if used is None or geodesic is None else float(geodesic.objective(used))
+        ),
+    }
+    _write_out(out_dir / "results.json", _json_bytes(payload))
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["method", "seed", "accuracy", "seconds", "n_pretrain", "weights"])
+    for r in comparison.results:
+        w = "" if r.weights is None else " ".join(f"{x:.6g}" for x in r.weights)
+        writer.writerow([r.method, r.seed, repr(r.accuracy), f"{r.seconds:.3f}", r.n_pretrain, w])
+    _write_out(out_dir / "results.csv", buf.getvalue().encode("utf-8"))
+    _write_out(out_dir / "manifest.json", _json_bytes(manifest))
+    print(f"wrote {out_dir / 'results.json'}, results.csv and manifest.json")
+
+
+def _print_grid_study(study: Any, names: Sequence[str], seeds: Sequence[int]) -> None:
+    import math
+
+    from geoviz.glossary import OBJECTIVE
+
+    header = ["#", *(f"a_{n}" for n in names), OBJECTIVE, "accuracy %", "± std"]
+    rows = [
+        [
+            str(p.index),
+            *(f"{w:.3f}" for w in p.weights),
+            f"{p.objective:.6g}",
+            f"{100 * p.mean_accuracy:.2f}",
+            f"{100 * p.std_accuracy:.2f}",
+        ]
+        for p in study.points
+    ]
+    print()
+    print(
+        f"simplex study: {len(study.points)} points (resolution {study.resolution}) x "
+        f"{len(seeds)} seed(s), method {study.method}; {study.n_computed} runs trained, "
+        f"{study.n_loaded} loaded from checkpoints"
+    )
+    print(_format_table(header, rows, right=set(range(1, len(header)))))
+
+    def fmt(x: float) -> str:
+        return f"{x:.3f}" if math.isfinite(x) else "nan"
+
+    print(
+        f"correlation of {OBJECTIVE} and mean accuracy over {len(study.points)} points: "
+        f"Pearson r = {fmt(study.pearson)}, Spearman rho = {fmt(study.spearman)}"
+    )
+    if study.note:
+        print(f"note: {study.note}")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``transfer`` to the ``geoviz`` CLI."""
+    from geoviz.ot.otdd import DEFAULT_EPSILON
+
+    help_text = (
+        "transfer experiments: pretrain on P_a, fine-tune on k-shot target, test "
+        "(or --grid R: W²(P_a, Q) vs accuracy over the simplex)"
+    )
+    p = subparsers.add_parser("transfer", help=help_text, description=help_text)
+    p.add_argument(
+        "--target", default=TRANSFER_TARGET, help=f"target dataset Q (default {TRANSFER_TARGET})"
+    )
+    p.add_argument(
+        "--refs",
+        default=TRANSFER_REFS,
+        help=f"comma-separated pretraining datasets P_1..P_m (default {TRANSFER_REFS})",
+    )
+    p.add_argument(
+        "--n", type=_positive_int, default=1000, help="training samples per dataset (default 1000)"
+    )
+    p.add_argument(
+        "--n-test",
+        type=_positive_int,
+        default=None,
+        help="test samples of the target (default: the whole test split)",
+    )
+    p.add_argument("--size", type=_positive_int, default=32, help="image size (default 32)")
+    p.add_argument(
+        "--k", type=_positive_int, default=5, help="labelled target samples per class (default 5)"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the subsamples and of the choice of the k labelled samples (default 0)",
+    )
+    p.add_argument(
+        "--method",
+        choices=(*METHODS, "all"),
+        default="all",
+        help="method(s) to run (default all; with --grid: otdd, or mixup)",
+    )
+    p.add_argument(
+        "--weights",
+        default="a_hat",
+        help="weights a of P_a for otdd/mixup: a_hat (default) or comma-separated, e.g. 0.5,0.3,0.2",
+    )
+    p.add_argument(
+        "--seeds", default="0,1,2", help="comma-separated training seeds (default 0,1,2)"
+    )
+    p.add_argument(
+        "--preset",
+        default="cpu",
+        help="training budget: paper, cpu (default) or tiny (see geoviz.transfer.training.PRESETS)",
+    )
+    p.add_argument(
+        "--epsilon",
+        type=float,
+        default=DEFAULT_EPSILON,
+        help=f"OTDD entropic regularisation relative to the mean ground cost (default {DEFAULT_EPSILON:g})",
+    )
+    p.add_argument(
+        "--grid",
+        type=_positive_int,
+        default=None,
+        metavar="R",
+        help="run the simplex study on simplex_grid(m, R) instead (R=7: the paper's 36 points)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help=(
+            "write results JSON/CSV and a manifest here (files replaced); with --grid also "
+            "DIR/checkpoints (reused by a rerun) and correlation.html"
+        ),
+    )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "ray", "sequential"),
+        default="auto",
+        help="run each (method or grid point, seed) as a Ray task (ray), in this process "
+        "(sequential), or Ray if installed (auto, default)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="Ray cluster address (default: $RAY_ADDRESS, else a local cluster)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the OTDD cache")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=_cmd_transfer)

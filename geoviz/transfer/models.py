@@ -1,0 +1,210 @@
+"""Small classifiers for the transfer experiments (paper Sec. 5.2, appendix "Hyperparameters").
+
+The *NIST experiments of the paper pretrain a "5-layer LeNet classifier" on each
+synthetic dataset ``P_a`` (Sec. "Transfer learning on *NIST datasets",
+"Connection to generalization") and fine-tune it on the few-shot target. This
+module provides that network, :class:`LeNet5`, an MLP for vector data,
+:func:`make_model` that picks one for a dataset, and :func:`replace_head`, which
+swaps the final layer so that a model pretrained on the ``K`` classes of the
+concatenated label space ``[P_1 | ... | P_m]`` can be fine-tuned on the target's
+``C_Q`` classes.
+
+Both networks take the *flattened* features ``(B, D)`` of a
+:class:`~geoviz.data.dataset.LabeledDataset` (``LeNet5`` reshapes them to its
+image shape; ``(B, C, H, W)`` input is accepted too) and expose their last
+layer as the attribute ``head`` (an :class:`torch.nn.Linear`).
+
+(The paper's Table 1 uses a SpinalNet for the baseline comparison; geoviz uses
+the LeNet of the correlation study for every method, so all methods share one
+architecture.)
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.errors import DatasetError, GeovizError
+
+__all__ = ["MIN_LENET_SIZE", "LeNet5", "MLPNet", "make_model", "replace_head"]
+
+#: Smallest image side :class:`LeNet5` accepts (two 5x5 valid convolutions and
+#: two 2x2 poolings leave a 1x1 map at 16 pixels); :func:`make_model` uses an
+#: :class:`MLPNet` for smaller images.
+MIN_LENET_SIZE = 16
+
+
+def _check_positive_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise GeovizError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _conv_out(size: int) -> int:
+    """Side length after conv5 -> pool2 -> conv5 -> pool2 (no padding)."""
+    return ((size - 4) // 2 - 4) // 2
+
+
+class LeNet5(nn.Module):
+    """LeNet-5: conv 6@5x5 -> ReLU -> maxpool 2 -> conv 16@5x5 -> ReLU -> maxpool 2
+    -> fc 120 -> ReLU -> fc 84 -> ReLU -> fc ``n_classes``.
+
+    The "5-layer LeNet" of the paper's *NIST experiments (Sec. 5.2). The
+    flatten size is computed from ``image_size`` (400 for 32x32 input, 256 for
+    28x28, 16 for 16x16), so the same class serves every harmonised size.
+
+    Parameters
+    ----------
+    in_channels
+        Image channels ``C`` (1 for grey, 3 for RGB).
+    n_classes
+        Outputs of the final layer :attr:`head`.
+    image_size
+        Height = width of the input images, or ``(H, W)``; at least
+        :data:`MIN_LENET_SIZE`.
+
+    Attributes
+    ----------
+    n_features
+        ``C * H * W``: the length of a flattened input sample.
+    head
+        The final :class:`torch.nn.Linear` (84 -> ``n_classes``).
+    """
+
+    def __init__(self, in_channels: int, n_classes: int, image_size: int | tuple[int, int] = 32):
+        super().__init__()
+        in_channels = _check_positive_int(in_channels, "in_channels")
+        n_classes = _check_positive_int(n_classes, "n_classes")
+        if isinstance(image_size, tuple):
+            h, w = (_check_positive_int(s, "image_size") for s in image_size)
+        else:
+            h = w = _check_positive_int(image_size, "image_size")
+        if min(h, w) < MIN_LENET_SIZE:
+            raise GeovizError(
+                f"LeNet5 needs images of at least {MIN_LENET_SIZE}x{MIN_LENET_SIZE} pixels, got "
+                f"{h}x{w}; resize them with geoviz.data.preprocess.harmonize(size=...)"
+            )
+        self.image_shape = (in_channels, h, w)
+        self.n_features = in_channels * h * w
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 6, kernel_size=5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, kernel_size=5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        flat = 16 * _conv_out(h) * _conv_out(w)
+        self.body = nn.Sequential(
+            nn.Flatten(), nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU()
+        )
+        self.head = nn.Linear(84, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, n_classes)`` of flattened ``(B, C*H*W)`` or ``(B, C, H, W)`` input."""
+        if x.ndim == 2:
+            x = x.reshape(x.shape[0], *self.image_shape)
+        if not self.features[3].weight.is_contiguous():
+            # weights moved to channels_last (faster CPU convolutions, see training._fit)
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.head(self.body(self.features(x)))
+
+
+class MLPNet(nn.Module):
+    """Two hidden ReLU layers for vector data: ``D -> hidden -> hidden -> n_classes``.
+
+    Parameters
+    ----------
+    n_features
+        Input dimension ``D``.
+    n_classes
+        Outputs of the final layer :attr:`head`.
+    hidden
+        Width of both hidden layers.
+    """
+
+    def __init__(self, n_features: int, n_classes: int, hidden: int = 128):
+        super().__init__()
+        self.n_features = _check_positive_int(n_features, "n_features")
+        n_classes = _check_positive_int(n_classes, "n_classes")
+        hidden = _check_positive_int(hidden, "hidden")
+        self.body = nn.Sequential(
+            nn.Linear(self.n_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
+        self.head = nn.Linear(hidden, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, n_classes)`` of ``(B, D)`` input (further axes are flattened)."""
+        return self.head(self.body(x.reshape(x.shape[0], -1)))
+
+
+def make_model(example: LabeledDataset | SoftLabeledDataset, n_classes: int) -> nn.Module:
+    """A fresh, randomly initialised classifier for the samples of ``example``.
+
+    Parameters
+    ----------
+    example
+        A dataset whose samples the model will read; only its feature
+        dimension and ``image_shape`` are used.
+    n_classes
+        Number of outputs (``K`` of the concatenated label space for
+        pretraining, ``C_Q`` for a target).
+
+    Returns
+    -------
+    torch.nn.Module
+        :class:`LeNet5` when ``example.image_shape`` is set and both sides are
+        at least :data:`MIN_LENET_SIZE`, else :class:`MLPNet` (vectors, or
+        images too small for two 5x5 convolutions).
+    """
+    if not isinstance(example, (LabeledDataset, SoftLabeledDataset)):
+        raise DatasetError(
+            f"make_model needs a LabeledDataset or SoftLabeledDataset, got {type(example).__name__}"
+        )
+    shape = example.image_shape
+    if shape is not None and min(shape[1], shape[2]) >= MIN_LENET_SIZE:
+        return LeNet5(shape[0], n_classes, image_size=(shape[1], shape[2]))
+    return MLPNet(int(example.features.shape[1]), n_classes)
+
+
+def replace_head(model: nn.Module, n_classes: int) -> nn.Module:
+    """A copy of ``model`` with a new, randomly initialised final layer of ``n_classes`` outputs.
+
+    Used before fine-tuning a pretrained model on the target's classes (paper
+    Sec. 5.2: pretrain on ``P_a``, fine-tune on the few-shot target). The
+    input model is not modified; every other layer keeps its weights. The
+    new layer is initialised from torch's global random state (seed it, or use
+    :func:`geoviz.transfer.training.finetune`, which does).
+
+    Parameters
+    ----------
+    model
+        A :class:`LeNet5`, an :class:`MLPNet`, or any module whose final layer
+        is an :class:`torch.nn.Linear` attribute ``head``.
+    n_classes
+        Outputs of the new final layer.
+
+    Raises
+    ------
+    GeovizError
+        ``model`` has no linear ``head``, or ``n_classes`` is not a positive integer.
+    """
+    n_classes = _check_positive_int(n_classes, "n_classes")
+    head = getattr(model, "head", None)
+    if not isinstance(head, nn.Linear):
+        raise GeovizError(
+            f"cannot replace the head of a {type(model).__name__}: it needs a final "
+            "torch.nn.Linear attribute 'head' (as LeNet5 and MLPNet have)"
+        )
+    new = copy.deepcopy(model)
+    new.head = nn.Linear(
+        head.in_features,
+        n_classes,
+        bias=head.bias is not None,
+        device=head.weight.device,
+        dtype=head.weight.dtype,
+    )
+    return new

@@ -1,0 +1,193 @@
+"""Table 1 of the paper for one task: every transfer method, every seed.
+
+Paper Sec. 5 (transfer learning on *NIST, Table 1): pretrain on ``P_a`` built
+with the OTDD maps at ``a = a_hat`` and fine-tune on the ``k``-shot target,
+against Mixup with the same weights, training on the few-shot set alone and
+1-NN on the few-shot set. Each ``(method, seed)`` pair is one independent,
+deterministic run (:func:`geoviz.transfer.experiment.run_method`), executed
+with :func:`geoviz.transfer.runner.run_tasks` (Ray tasks or sequentially, the
+same numbers either way).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from geoviz.errors import GeovizError
+from geoviz.transfer.experiment import Method, MethodResult, TransferTask, run_method
+from geoviz.transfer.runner import Backend, run_tasks
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.transfer.training import TransferPreset
+
+__all__ = ["METHODS", "METHOD_TITLES", "MethodComparison", "compare_methods"]
+
+#: the paper's Table 1 columns that need no neural map, in its order
+METHODS: tuple[Method, ...] = ("otdd", "mixup", "fewshot", "1nn")
+
+#: how each method is named in tables and figures
+METHOD_TITLES: dict[str, str] = {
+    "otdd": "OTDD barycentric, pretrain on P_a",
+    "mixup": "Mixup with the same a",
+    "fewshot": "train on the few-shot set",
+    "1nn": "1-NN on the few-shot set",
+}
+
+
+@dataclass(frozen=True)
+class MethodComparison:
+    """Accuracy of every method and seed on one task.
+
+    Attributes
+    ----------
+    results
+        One :class:`~geoviz.transfer.experiment.MethodResult` per
+        ``(method, seed)``, methods in the order asked for, seeds inner.
+    weights
+        The weights ``a`` of ``P_a`` (and of Mixup), e.g. ``a_hat``; ``()``
+        when there was neither a geodesic nor ``weights`` (only ``"fewshot"``
+        and ``"1nn"`` ran, which use none).
+    preset
+        Name of the training preset.
+    k
+        Labelled target samples per class.
+    """
+
+    results: tuple[MethodResult, ...]
+    weights: tuple[float, ...]
+    preset: str
+    k: int
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.method for r in self.results))
+
+    def accuracies(self, method: str) -> np.ndarray:
+        """``(n_seeds,)`` test accuracies of ``method`` in ``[0, 1]``."""
+        return np.asarray([r.accuracy for r in self.results if r.method == method], dtype=float)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One row per method: ``method``, ``title``, ``mean``, ``std`` (over seeds, ddof 0),
+        ``n_seeds``, ``accuracies`` (in %)."""
+        rows = []
+        for method in self.methods:
+            acc = 100.0 * self.accuracies(method)
+            rows.append(
+                {
+                    "method": method,
+                    "title": METHOD_TITLES.get(method, method),
+                    "mean": float(acc.mean()),
+                    "std": float(acc.std()),
+                    "n_seeds": int(acc.size),
+                    "accuracies": [float(a) for a in acc],
+                }
+            )
+        return rows
+
+    def to_frame(self) -> pd.DataFrame:
+        """The summary as a ``pandas.DataFrame`` (accuracies in %)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.summary())
+
+
+def _one(
+    item: tuple[Method, int],
+    *,
+    task: TransferTask,
+    geodesic: GeodesicResult | None,
+    weights: np.ndarray | None,
+    preset: TransferPreset | str,
+) -> MethodResult:
+    method, seed = item
+    needs_maps = method in ("otdd", "mixup")
+    return run_method(
+        task,
+        method,
+        geodesic=geodesic if needs_maps else None,
+        weights=weights if needs_maps else None,
+        preset=preset,
+        seed=int(seed),
+    )
+
+
+def compare_methods(
+    task: TransferTask,
+    geodesic: GeodesicResult | None,
+    *,
+    seeds: Sequence[int],
+    preset: TransferPreset | str,
+    methods: Sequence[Method] = METHODS,
+    weights: np.ndarray | None = None,
+    backend: Backend = "auto",
+    address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> MethodComparison:
+    """Run every ``method`` for every seed on ``task`` (paper Table 1, one row).
+
+    Parameters
+    ----------
+    task
+        Target splits, few-shot set and references
+        (:func:`~geoviz.transfer.experiment.make_task`).
+    geodesic
+        The generalized geodesic fitted on ``task.target_train`` (its maps
+        build ``P_a``; its ``a_hat`` is the default ``weights``). ``None`` is
+        enough for ``"fewshot"`` and ``"1nn"``, and for ``"mixup"`` with
+        ``weights``; ``"otdd"`` needs it.
+    seeds
+        Training seeds; each ``(method, seed)`` is one run.
+    preset
+        A :data:`~geoviz.transfer.training.PRESETS` name or preset.
+    methods
+        Any of ``"otdd"``, ``"mixup"``, ``"fewshot"``, ``"1nn"``.
+    weights
+        ``(m,)`` weights on the simplex; ``None`` = ``geodesic.a_hat``
+        (required for ``"mixup"`` without a geodesic).
+    backend, address
+        :func:`~geoviz.transfer.runner.run_tasks` options (Ray or sequential).
+    progress
+        ``progress(done, total)`` after each finished run.
+
+    Raises
+    ------
+    GeovizError
+        No seeds or methods, an unknown method, ``"otdd"`` without a
+        geodesic, or ``"mixup"`` with neither a geodesic nor ``weights``.
+    """
+    seeds = [int(s) for s in seeds]
+    methods = list(methods)
+    if not seeds or not methods:
+        raise GeovizError("compare_methods needs at least one seed and one method")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise GeovizError(f"unknown transfer method(s) {unknown}; choose from {list(METHODS)}")
+    if geodesic is None:
+        if "otdd" in methods:
+            raise GeovizError(
+                "method 'otdd' needs the fitted geodesic (geoviz.geodesic.fit_geodesic): "
+                "its maps build P_a"
+            )
+        if weights is None and "mixup" in methods:
+            raise GeovizError(
+                "method 'mixup' needs weights or a fitted geodesic (whose a_hat is used)"
+            )
+    if weights is not None:
+        a = np.asarray(weights, dtype=float)
+    else:
+        a = np.asarray([] if geodesic is None else geodesic.a_hat, dtype=float)
+    fn = functools.partial(_one, task=task, geodesic=geodesic, weights=a, preset=preset)
+    items = [(m, s) for m in methods for s in seeds]
+    results = run_tasks(fn, items, backend=backend, address=address, progress=progress)
+    name = preset if isinstance(preset, str) else preset.name
+    return MethodComparison(
+        results=tuple(results), weights=tuple(float(x) for x in a), preset=name, k=int(task.k)
+    )

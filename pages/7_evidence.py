@@ -1,0 +1,149 @@
+"""Page 7 · Evidence: do the weights chosen by W²(P_a, Q) help a model transfer?"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from geoviz import glossary
+from geoviz.app import services, widgets
+from geoviz.app.state import SessionModel
+from geoviz.geodesic.weights import format_weights
+from geoviz.transfer.table import METHOD_TITLES
+from geoviz.transfer.training import PRESETS
+
+PRESET_HELP = {name: preset.note for name, preset in PRESETS.items()}
+REQUEST = "evidence_request"
+
+
+def request_form() -> tuple[services.EvidenceRequest | None, bool]:
+    """The form's request (kept for the session) and whether Run was pressed now."""
+    with st.form("evidence_form"):
+        c1, c2, c3, c4 = st.columns(4)
+        k = c1.select_slider("k labelled samples per class of Q", [1, 2, 5, 10, 20], 5)
+        preset = c2.selectbox(
+            "Training budget",
+            list(PRESETS),
+            index=list(PRESETS).index("cpu"),
+            help=" · ".join(f"{n}: {h}" for n, h in PRESET_HELP.items()),
+        )
+        resolution = c3.select_slider(
+            "Simplex grid resolution R",
+            [1, 2, 3, 4, 5, 7],
+            3,
+            help="(R+1)(R+2)/2 grid points; the paper's study has 36 (R = 7).",
+        )
+        n_seeds = c4.select_slider("Seeds", [1, 2, 3, 5], 3)
+        submitted = st.form_submit_button("Run the transfer experiments", type="primary")
+    if submitted:
+        st.session_state[REQUEST] = services.EvidenceRequest(
+            k=int(k),
+            preset=str(preset),
+            resolution=int(resolution),
+            seeds=tuple(range(int(n_seeds))),
+        )
+    return st.session_state.get(REQUEST), submitted
+
+
+@st.fragment(run_every=1.0)
+def watch(model: SessionModel, request: services.EvidenceRequest) -> None:
+    """Progress of the background job, polled every second; the page reruns when it is done."""
+    job = services.evidence_job(model, request)
+    if job is None:
+        return
+    stage, fraction, log = job.snapshot()
+    st.progress(fraction, text=f"{stage} · {job.elapsed:.0f} s")
+    st.caption("  \n".join(f"`{t:5.1f} s` · {line}" for t, line in log))
+    if job.done():
+        st.rerun()
+
+
+def comparison_section(result: services.EvidenceResult) -> None:
+    comp = result.comparison
+    rows = comp.summary()
+    st.subheader(f"Few-shot transfer at {glossary.A_HAT} (paper Table 1)")
+    st.caption(
+        f"{comp.k}-shot target, accuracy on {result.n_test} test samples of Q, mean ± std over "
+        f"{rows[0]['n_seeds']} seeds, preset “{comp.preset}”; "
+        f"a = {format_weights(comp.weights, result.reference_names)}."
+    )
+    fig = go.Figure(
+        go.Bar(
+            x=[METHOD_TITLES.get(r["method"], r["method"]) for r in rows],
+            y=[r["mean"] for r in rows],
+            error_y={"type": "data", "array": [r["std"] for r in rows], "visible": True},
+            text=[f"{r['mean']:.1f}" for r in rows],
+            textposition="outside",
+            marker_color=["#5b5b8f", "#b07aa1", "#9c9c9c", "#c8c8c8"][: len(rows)],
+        )
+    )
+    fig.update_layout(
+        yaxis={"title": {"text": "test accuracy (%)"}, "range": [0, 105]},
+        height=380,
+        margin={"t": 30},
+    )
+    st.plotly_chart(fig, key="evidence_bars")
+    st.dataframe(comp.to_frame(), hide_index=True)
+
+
+def study_section(result: services.EvidenceResult) -> None:
+    from geoviz.transfer.grid import correlation_figure
+
+    study = result.study
+    st.subheader(f"{glossary.OBJECTIVE} and accuracy over the simplex (paper Fig. 5)")
+    st.plotly_chart(correlation_figure(study, result.reference_names), key="evidence_study")
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Pearson r", f"{study.pearson:.2f}")
+    c2.metric("Spearman ρ", f"{study.spearman:.2f}")
+    c3.metric(
+        "runs",
+        f"{len(study.points) * len(study.seeds)}",
+        f"{study.n_loaded} read from checkpoints",
+        delta_color="off",
+    )
+    if study.note:
+        st.info(study.note)
+    st.caption(
+        f"A negative r means that where {glossary.OBJECTIVE} is small (P_a close to Q) the "
+        "fine-tuned model is more accurate: the weights picked on page 3 predict transfer."
+    )
+    with st.expander("Every grid point"):
+        st.dataframe(study.to_frame(), hide_index=True)
+
+
+def main(model: SessionModel) -> None:
+    st.title("7 · Evidence")
+    st.markdown(
+        "Pretrain a small CNN (LeNet-5) on $P_a$, fine-tune it on $k$ labelled samples per class of "
+        "Q, test it on Q's test split (paper Sec. 5). The maps are refitted from the $k$-shot "
+        "target (the other target samples get kNN pseudo-labels), so no test label is used. "
+        "The job runs in the background (Ray tasks when Ray is installed): leave the page and "
+        "come back."
+    )
+    request, submitted = request_form()
+    if request is None:
+        st.info("Choose k, the training budget and the grid, then run the experiments.")
+        return
+    ready = services.evidence_if_ready(model, request)
+    job = services.evidence_job(model, request)
+    if ready is None and job is not None and job.done():
+        services.finish_evidence(model, request)
+        if job.error_ is not None:
+            widgets.show_error(job.error_, "The transfer experiments failed")
+            return
+        ready = job.result_
+    if ready is None and job is None:
+        if not submitted:
+            st.info("Press Run to start the experiments for this scenario and these settings.")
+            return
+        services.start_evidence(model, request)
+    if ready is None:
+        watch(model, request)
+        return
+    st.success(f"Done in {ready.seconds:.0f} s.")
+    comparison_section(ready)
+    study_section(ready)
+
+
+with widgets.app_page("7 · Evidence") as model:
+    main(model)

@@ -1,0 +1,99 @@
+"""geoviz.transfer.runner: Ray tasks and sequential runs give the same, ordered results."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from geoviz.errors import GeovizError
+from geoviz.transfer.runner import resolve_backend, run_tasks
+
+
+def _work(item: tuple[int, float]) -> tuple[int, float]:
+    """Deterministic in ``seed``; the sleep makes later items finish first."""
+    seed, delay = item
+    time.sleep(delay)
+    rng = np.random.default_rng(seed)
+    return seed, float(rng.standard_normal(1000) @ rng.standard_normal(1000))
+
+
+def _fail_on(bad: int, item: int) -> int:
+    if item == bad:
+        raise GeovizError(f"item {bad} is bad")
+    return item
+
+
+ITEMS = [(seed, 0.05 * (5 - i)) for i, seed in enumerate([7, 3, 11, 0, 5])]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():  # pragma: no cover - left over by another module
+        ray.shutdown()
+    # Ray workers cannot import this test module: ship its functions by value
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def test_sequential_results_in_order_with_progress() -> None:
+    calls: list[tuple[int, int]] = []
+    seen: list[int] = []
+    out = run_tasks(
+        _work,
+        ITEMS,
+        backend="sequential",
+        progress=lambda done, total: calls.append((done, total)),
+        on_result=lambda i, _r: seen.append(i),
+    )
+    assert out == [_work((seed, 0.0)) for seed, _ in ITEMS]
+    assert calls == [(i, len(ITEMS)) for i in range(len(ITEMS) + 1)]
+    assert seen == list(range(len(ITEMS)))
+    assert run_tasks(_work, [], backend="sequential") == []
+
+
+def test_ray_equals_sequential_and_keeps_order(ray_cluster) -> None:
+    calls: list[tuple[int, int]] = []
+    seen: dict[int, tuple[int, float]] = {}
+    out = run_tasks(
+        _work,
+        ITEMS,
+        backend="ray",
+        num_gpus_per_task=0,
+        progress=lambda done, total: calls.append((done, total)),
+        on_result=seen.__setitem__,
+    )
+    assert out == run_tasks(_work, ITEMS, backend="sequential")
+    assert [seed for seed, _ in out] == [seed for seed, _ in ITEMS]
+    assert calls == [(i, len(ITEMS)) for i in range(len(ITEMS) + 1)]
+    assert seen == dict(enumerate(out))
+    # "auto" picks Ray when it is importable; a partial is shipped once to every task
+    assert resolve_backend("auto") == "ray"
+    assert run_tasks(functools.partial(_fail_on, -1), [4, 2, 9]) == [4, 2, 9]
+
+
+def test_ray_task_error_is_reraised_as_its_own_class(ray_cluster) -> None:
+    with pytest.raises(GeovizError, match="item 2 is bad"):
+        run_tasks(functools.partial(_fail_on, 2), [1, 2, 3], backend="ray")
+
+
+def test_missing_ray_gives_install_hint_and_auto_falls_back(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # "import ray" raises ImportError
+    with pytest.raises(GeovizError, match=r"pip install 'geoviz\[ray\]'"):
+        run_tasks(_work, ITEMS, backend="ray")
+    assert resolve_backend("auto") == "sequential"
+    assert run_tasks(_work, ITEMS[:2]) == [_work((seed, 0.0)) for seed, _ in ITEMS[:2]]
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(GeovizError, match="backend must be one of"):
+        run_tasks(_work, ITEMS, backend="threads")  # type: ignore[arg-type]
+    with pytest.raises(GeovizError, match="num_gpus_per_task"):
+        run_tasks(_work, ITEMS, backend="sequential", num_gpus_per_task=-1)

@@ -1,0 +1,303 @@
+"""Budgets, soft cross-entropy, pretrain / finetune / train_from_scratch / evaluate."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.errors import DatasetError, GeovizError
+from geoviz.transfer.models import LeNet5, MLPNet
+from geoviz.transfer.training import (
+    PRESETS,
+    TrainConfig,
+    TransferPreset,
+    _batch_indices,
+    evaluate,
+    finetune,
+    get_preset,
+    pretrain,
+    soft_cross_entropy,
+    train_from_scratch,
+)
+
+FAST = TrainConfig(iterations=40, batch_size=32, lr=1e-2)
+
+
+def _gaussians(n: int, seed: int) -> LabeledDataset:
+    """Two well separated 2-D Gaussian blobs."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % 2
+    centres = np.array([[-2.0, -2.0], [2.0, 2.0]])
+    return LabeledDataset(
+        features=centres[labels] + 0.6 * rng.normal(size=(n, 2)), labels=labels, classes=("a", "b")
+    )
+
+
+def _bars(n: int, seed: int, size: int = 16) -> LabeledDataset:
+    """1x16x16 images: a horizontal (class 0) or vertical (class 1) bright bar on noise."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % 2
+    img = 0.2 * rng.random((n, size, size))
+    pos = rng.integers(2, size - 2, size=n)
+    for i in range(n):
+        if labels[i] == 0:
+            img[i, pos[i] - 1 : pos[i] + 1, :] = 1.0
+        else:
+            img[i, :, pos[i] - 1 : pos[i] + 1] = 1.0
+    return LabeledDataset(
+        features=img.reshape(n, -1),
+        labels=labels,
+        classes=("horizontal", "vertical"),
+        image_shape=(1, size, size),
+    )
+
+
+def _soft(n: int = 40, seed: int = 0) -> SoftLabeledDataset:
+    base = _gaussians(n, seed)
+    soft = np.zeros((n, 4))
+    soft[np.arange(n), base.labels.numpy()] = 0.7
+    soft[np.arange(n), 2 + base.labels.numpy()] = 0.3
+    return SoftLabeledDataset(
+        features=base.features, soft_labels=soft, class_names=("p/a", "p/b", "q/a", "q/b")
+    )
+
+
+def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def test_presets_follow_the_paper_and_shrink():
+    paper = PRESETS["paper"]
+    assert (paper.pretrain.iterations, paper.finetune.iterations) == (10_000, 2_000)
+    for cfg in (paper.pretrain, paper.finetune):
+        assert (cfg.batch_size, cfg.lr, cfg.optimizer) == (64, 1e-3, "adam")
+    cpu, tiny = PRESETS["cpu"], PRESETS["tiny"]
+    assert cpu.pretrain.iterations < paper.pretrain.iterations
+    assert tiny.pretrain.iterations < cpu.pretrain.iterations
+    assert tiny.finetune.iterations < cpu.finetune.iterations
+    for name, preset in PRESETS.items():
+        assert preset.name == name and preset.note
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        paper.pretrain.iterations = 1  # type: ignore[misc]
+
+
+def test_get_preset():
+    assert get_preset("CPU") is PRESETS["cpu"]
+    custom = TransferPreset("x", TrainConfig(1), TrainConfig(2))
+    assert get_preset(custom) is custom
+    with pytest.raises(GeovizError, match=r"unknown transfer preset .huge.*paper"):
+        get_preset("huge")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"iterations": 0}, "iterations"),
+        ({"iterations": 2.5}, "iterations"),
+        ({"iterations": 5, "batch_size": 0}, "batch_size"),
+        ({"iterations": 5, "lr": 0.0}, "lr"),
+        ({"iterations": 5, "lr": float("nan")}, "lr"),
+        ({"iterations": 5, "optimizer": "sgd"}, "adam"),
+    ],
+)
+def test_train_config_validation(kwargs, match):
+    with pytest.raises(GeovizError, match=match):
+        TrainConfig(**kwargs)
+
+
+def test_preset_needs_train_configs():
+    with pytest.raises(GeovizError, match="TrainConfig"):
+        TransferPreset("x", 10, TrainConfig(1))  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- loss
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batch=st.integers(1, 8),
+    classes=st.integers(2, 6),
+    seed=st.integers(0, 2**31 - 1),
+    scale=st.floats(0.01, 30.0),
+)
+def test_soft_cross_entropy_equals_cross_entropy_on_one_hot(batch, classes, seed, scale):
+    gen = torch.Generator().manual_seed(seed)
+    logits = scale * torch.randn(batch, classes, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, classes, (batch,), generator=gen)
+    one_hot = F.one_hot(labels, classes).to(torch.float64)
+    torch.testing.assert_close(soft_cross_entropy(logits, one_hot), F.cross_entropy(logits, labels))
+
+
+def test_soft_cross_entropy_is_the_mixture_of_hard_losses():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    p = torch.softmax(torch.randn(5, 4, generator=gen, dtype=torch.float64), dim=1)
+    expected = sum(
+        (p[:, k] * F.cross_entropy(logits, torch.full((5,), k), reduction="none")).mean()
+        for k in range(4)
+    )
+    loss = soft_cross_entropy(logits, p)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()  # differentiable
+    # gradient of the mean soft CE: (softmax - p) / B
+    torch.testing.assert_close(logits.grad, (torch.softmax(logits, 1) - p).detach() / 5)
+
+
+def test_soft_cross_entropy_shape_errors():
+    with pytest.raises(GeovizError, match=r"\(B, K\)"):
+        soft_cross_entropy(torch.zeros(3, 2), torch.zeros(3, 4))
+    with pytest.raises(GeovizError, match="at least one sample"):
+        soft_cross_entropy(torch.zeros(0, 2), torch.zeros(0, 2))
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def test_batches_walk_through_permutations():
+    gen = torch.Generator().manual_seed(0)
+    batches = list(_batch_indices(10, 4, 5, gen))
+    assert [len(b) for b in batches] == [4] * 5
+    flat = torch.cat(batches).tolist()
+    assert sorted(flat[:10]) == list(range(10))  # first epoch: every sample exactly once
+    # a dataset smaller than the batch is used whole at every step
+    assert all(sorted(b.tolist()) == [0, 1, 2] for b in _batch_indices(3, 64, 4, gen))
+
+
+# --------------------------------------------------------------------------- learning
+
+
+def test_mlp_learns_separable_gaussians():
+    train, test = _gaussians(200, seed=0), _gaussians(200, seed=1)
+    model = train_from_scratch(train, TrainConfig(iterations=150, batch_size=32), seed=0)
+    assert isinstance(model, MLPNet)
+    acc = evaluate(model, test)
+    assert isinstance(acc, float)
+    assert acc > 0.95
+
+
+def test_lenet_learns_bar_orientation():
+    train, test = _bars(128, seed=0), _bars(200, seed=1)
+    model = train_from_scratch(train, TrainConfig(iterations=150, batch_size=32), seed=0)
+    assert isinstance(model, LeNet5)
+    assert evaluate(model, test) > 0.95
+
+
+def test_pretrain_on_soft_labels_then_finetune_transfers():
+    # pretrain on a soft-labelled 4-column set, fine-tune on 2 target classes
+    model = pretrain(_soft(), TrainConfig(iterations=60, batch_size=20, lr=1e-2), seed=0)
+    assert model.head.out_features == 4
+    target = _gaussians(8, seed=3)  # 4 labelled samples per class
+    tuned = finetune(model, target, TrainConfig(iterations=30, batch_size=8, lr=1e-2), seed=0)
+    assert tuned.head.out_features == 2
+    assert evaluate(tuned, _gaussians(200, seed=4)) > 0.95
+
+
+def test_pretrain_accepts_hard_labels_as_one_hot():
+    model = pretrain(_gaussians(40, 0), FAST, seed=0)
+    assert model.head.out_features == 2
+    assert not model.training
+    assert next(model.parameters()).device.type == "cpu"
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def test_same_seed_same_weights_other_seed_other_weights():
+    data = _soft()
+    torch.manual_seed(123)
+    global_state = torch.get_rng_state()
+    a = _state(pretrain(data, FAST, seed=7))
+    assert torch.equal(torch.get_rng_state(), global_state)  # caller's RNG untouched
+    b = _state(pretrain(data, FAST, seed=7))
+    c = _state(pretrain(data, FAST, seed=8))
+    assert _same(a, b)
+    assert not _same(a, c)
+
+
+def test_finetune_is_deterministic_and_leaves_the_input_untouched():
+    base = pretrain(_soft(), FAST, seed=0)
+    before = _state(base)
+    target = _gaussians(10, seed=5)
+    one = finetune(base, target, FAST, seed=1)
+    two = finetune(base, target, FAST, seed=1)
+    other = finetune(base, target, FAST, seed=2)
+    assert _same(_state(base), before)
+    assert base.head.out_features == 4 and not base.training
+    assert one is not base and one.head.out_features == target.n_classes
+    assert one(target.features).shape == (10, 2)
+    assert _same(_state(one), _state(two))
+    assert not _same(_state(one), _state(other))
+    assert evaluate(one, target) == evaluate(two, target)
+
+
+def test_finetune_changes_every_layer():
+    base = pretrain(_soft(), FAST, seed=0)
+    tuned = finetune(base, _gaussians(10, seed=5), FAST, seed=0)
+    for key, value in base.state_dict().items():
+        if not key.startswith("head."):
+            assert not torch.equal(value, tuned.state_dict()[key]), key
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_finetune_rejects_other_feature_spaces():
+    base = pretrain(_soft(), FAST, seed=0)
+    wide = LabeledDataset(features=np.zeros((4, 3)), labels=[0, 1, 0, 1], classes=("a", "b"))
+    with pytest.raises(DatasetError, match="2 features but 'dataset' has 3"):
+        finetune(base, wide, FAST, seed=0)
+    with pytest.raises(DatasetError, match="LabeledDataset"):
+        finetune(base, _soft(), FAST, seed=0)  # type: ignore[arg-type]
+
+
+def test_evaluate_needs_matching_outputs():
+    model = pretrain(_soft(), FAST, seed=0)  # 4 outputs
+    with pytest.raises(DatasetError, match="4 outputs but 'dataset' has 2 classes"):
+        evaluate(model, _gaussians(10, 0))
+
+
+def test_bad_seed_and_config():
+    with pytest.raises(GeovizError, match="seed"):
+        pretrain(_soft(), FAST, seed=1.5)  # type: ignore[arg-type]
+    with pytest.raises(GeovizError, match="TrainConfig"):
+        pretrain(_soft(), {"iterations": 3}, seed=0)  # type: ignore[arg-type]
+    with pytest.raises(DatasetError, match="LabeledDataset"):
+        pretrain(np.zeros((3, 2)), FAST, seed=0)  # type: ignore[arg-type]
+
+
+def test_progress_is_monotone_and_ends_at_one():
+    seen: list[tuple[str, float]] = []
+    pretrain(
+        _soft(),
+        TrainConfig(iterations=100, batch_size=8),
+        seed=0,
+        progress=lambda s, f: seen.append((s, f)),
+    )
+    assert {s for s, _ in seen} == {"pretrain"}
+    fractions = [f for _, f in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) > 10
+    assert all(0.0 <= f <= 1.0 for f in fractions)
+
+
+def test_divergence_is_a_clear_error():
+    huge = LabeledDataset(
+        features=np.full((8, 2), 3e38, dtype=np.float32) * np.array([1.0, -1.0], dtype=np.float32),
+        labels=np.arange(8) % 2,
+        classes=("a", "b"),
+    )
+    with pytest.raises(GeovizError, match="diverged"):
+        train_from_scratch(huge, TrainConfig(iterations=3, batch_size=4), seed=0)
