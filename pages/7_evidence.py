@@ -16,7 +16,7 @@ PRESET_HELP = {name: preset.note for name, preset in PRESETS.items()}
 REQUEST = "evidence_request"
 
 
-def request_form() -> tuple[services.EvidenceRequest | None, bool]:
+def request_form(model: SessionModel) -> tuple[services.EvidenceRequest | None, bool]:
     """The form's request (kept for the session) and whether Run was pressed now."""
     with st.form("evidence_form"):
         c1, c2, c3, c4 = st.columns(4)
@@ -41,6 +41,7 @@ def request_form() -> tuple[services.EvidenceRequest | None, bool]:
             preset=str(preset),
             resolution=int(resolution),
             seeds=tuple(range(int(n_seeds))),
+            backend=model.settings.transfer_backend,
         )
     return st.session_state.get(REQUEST), submitted
 
@@ -64,7 +65,7 @@ def comparison_section(result: services.EvidenceResult) -> None:
     st.subheader(f"Few-shot transfer at {glossary.A_HAT} (paper Table 1)")
     st.caption(
         f"{comp.k}-shot target, accuracy on {result.n_test} test samples of Q, mean ± std over "
-        f"{rows[0]['n_seeds']} seeds, preset “{comp.preset}”; "
+        f"{rows[0]['n_seeds']} seed(s), preset “{comp.preset}”; "
         f"a = {format_weights(comp.weights, result.reference_names)}."
     )
     fig = go.Figure(
@@ -120,7 +121,7 @@ def main(model: SessionModel) -> None:
         "The job runs in the background (Ray tasks when Ray is installed): leave the page and "
         "come back."
     )
-    request, submitted = request_form()
+    request, submitted = request_form(model)
     if request is None:
         st.info("Choose k, the training budget and the grid, then run the experiments.")
         return

@@ -30,6 +30,8 @@ def _small_app(tmp_path_factory: pytest.TempPathFactory):
         mp.setenv("GEOVIZ_APP_GRID", "10")
         mp.setenv("GEOVIZ_APP_EMBED_N", "60")
         mp.setenv("GEOVIZ_EMBEDDING", "pca")
+        # no Ray cluster inside the test process (its driver would outlive the module)
+        mp.setenv("GEOVIZ_TRANSFER_BACKEND", "sequential")
         mp.setenv("GEOVIZ_CACHE_DIR", str(tmp / "cache"))
         mp.setenv("GEOVIZ_EXPORT_DIR", str(tmp / "exports"))
         yield tmp

@@ -97,3 +97,21 @@ def test_bad_arguments() -> None:
         run_tasks(_work, ITEMS, backend="threads")  # type: ignore[arg-type]
     with pytest.raises(GeovizError, match="num_gpus_per_task"):
         run_tasks(_work, ITEMS, backend="sequential", num_gpus_per_task=-1)
+
+
+def test_auto_falls_back_to_sequential_when_ray_cannot_start(monkeypatch):
+    """backend="auto" on a machine where Ray is installed but cannot start still computes."""
+    import types
+
+    def broken_init(**kwargs):
+        raise RuntimeError("no shared memory here")
+
+    fake = types.ModuleType("ray")
+    fake.is_initialized = lambda: False
+    fake.init = broken_init
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    with pytest.warns(RuntimeWarning, match="running the tasks sequentially"):
+        out = run_tasks(functools.partial(_fail_on, -1), [1, 2, 3], backend="auto")
+    assert out == [_fail_on(-1, x) for x in (1, 2, 3)]
+    with pytest.raises(RuntimeError, match="no shared memory"):
+        run_tasks(functools.partial(_fail_on, -1), [1, 2, 3], backend="ray")

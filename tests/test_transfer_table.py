@@ -40,7 +40,9 @@ def test_every_method_and_seed_summarised_from_its_runs(tiny):
     assert comp.weights == pytest.approx(tuple(geodesic.a_hat))
     for row in comp.summary():
         acc = 100 * np.array([r.accuracy for r in comp.results if r.method == row["method"]])
-        assert row["mean"] == pytest.approx(acc.mean()) and row["std"] == pytest.approx(acc.std())
+        assert row["mean"] == pytest.approx(acc.mean()) and row["std"] == pytest.approx(
+            acc.std(ddof=1)
+        )
         assert 0.0 <= row["mean"] <= 100.0 and row["n_seeds"] == 2
     # 1-NN has no randomness and matches the baseline computed directly
     direct = one_nn_accuracy(task.target_fewshot, task.target_test)

@@ -15,6 +15,9 @@ Environment variables (read by :func:`AppSettings.from_env`):
     Resolution of the ternary heatmap grid (default 30).
 ``GEOVIZ_APP_EMBED_N``
     Points per dataset in the UMAP embedding (default 300; placing P_a costs time per point).
+``GEOVIZ_TRANSFER_BACKEND``
+    How the Evidence page runs its trainings: ``auto`` (Ray when installed and able to
+    start, else sequential; default), ``ray`` or ``sequential``.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class AppSettings:
     n_default: int = 2000
     grid_resolution: int = 30
     embed_per_dataset: int = 300
+    transfer_backend: Literal["auto", "ray", "sequential"] = "auto"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
@@ -100,7 +104,17 @@ class AppSettings:
             n_default=_env_int(env, "GEOVIZ_APP_N", 2000, minimum=10),
             grid_resolution=_env_int(env, "GEOVIZ_APP_GRID", 30, minimum=2),
             embed_per_dataset=_env_int(env, "GEOVIZ_APP_EMBED_N", 300, minimum=10),
+            transfer_backend=_env_backend(env),
         )
+
+
+def _env_backend(env: Mapping[str, str]) -> Literal["auto", "ray", "sequential"]:
+    raw = env.get("GEOVIZ_TRANSFER_BACKEND", "").strip().lower() or "auto"
+    if raw not in ("auto", "ray", "sequential"):
+        raise GeovizError(
+            f"environment variable GEOVIZ_TRANSFER_BACKEND must be auto, ray or sequential, got {raw!r}"
+        )
+    return raw  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -344,8 +344,8 @@ def _report_comparison(
 ) -> None:
     """Print the accuracy table of every method and seed; with ``out_dir``, write the results.
 
-    The std is the sample standard deviation over seeds (ddof 1; 0 for one seed),
-    not the ddof-0 std of :meth:`~geoviz.transfer.table.MethodComparison.summary`.
+    The std is the sample standard deviation over seeds (ddof 1; 0 for one seed), as in
+    :meth:`~geoviz.transfer.table.MethodComparison.summary`; written as fractions, shown in %.
     """
     header = ["method", "accuracy % (mean ± std)", *(f"seed {s}" for s in seeds)]
     rows = []

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -148,7 +149,29 @@ def run_tasks(
         return []
     if resolved == "sequential" or (backend == "auto" and total == 1):
         return _run_sequential(fn, items, progress, on_result)
+    if backend == "auto" and not _ray_ready(address):
+        # "auto" means Ray when it works here: a machine where it cannot start still computes
+        return _run_sequential(fn, items, progress, on_result)
     return _run_ray(fn, items, address, num_gpus_per_task, progress, on_result)
+
+
+def _ray_ready(address: str | None) -> bool:
+    """Start (or join) Ray; ``False`` with a warning when it cannot start on this machine."""
+    ray = _import_ray()
+    if ray is None:
+        return False
+    if ray.is_initialized():
+        return True
+    try:
+        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)
+    except Exception as err:  # any start-up failure of the optional engine
+        warnings.warn(
+            f"Ray could not start ({type(err).__name__}: {err}); running the tasks sequentially",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    return True
 
 
 def _run_sequential(

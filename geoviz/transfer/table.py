@@ -75,8 +75,8 @@ class MethodComparison:
         return np.asarray([r.accuracy for r in self.results if r.method == method], dtype=float)
 
     def summary(self) -> list[dict[str, Any]]:
-        """One row per method: ``method``, ``title``, ``mean``, ``std`` (over seeds, ddof 0),
-        ``n_seeds``, ``accuracies`` (in %)."""
+        """One row per method: ``method``, ``title``, ``mean``, ``std`` (sample standard
+        deviation over seeds, ddof 1; 0 for one seed), ``n_seeds``, ``accuracies`` (in %)."""
         rows = []
         for method in self.methods:
             acc = 100.0 * self.accuracies(method)
@@ -85,7 +85,7 @@ class MethodComparison:
                     "method": method,
                     "title": METHOD_TITLES.get(method, method),
                     "mean": float(acc.mean()),
-                    "std": float(acc.std()),
+                    "std": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
                     "n_seeds": int(acc.size),
                     "accuracies": [float(a) for a in acc],
                 }
