@@ -192,6 +192,20 @@ def _canonical(obj: Any) -> Any:
     raise TypeError(f"cannot use {type(obj).__name__} in a cache key")
 
 
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON values: dict keys as strings, tuples as lists, NumPy scalars as
+    Python numbers, anything else as its ``str`` (for metadata and checkpoint keys)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer, np.floating, np.bool_)):
+        return obj.item()
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
 def cache_key(namespace: str, params: Mapping[str, Any]) -> str:
     """Hex sha256 of ``namespace`` + canonical JSON of ``params`` + format version."""
     payload = json.dumps(

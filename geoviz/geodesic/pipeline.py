@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from geoviz.backend import DiskCache, get_cache
+from geoviz.backend import DiskCache, get_cache, jsonable
 from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.distances import (
@@ -110,19 +110,7 @@ class GeodesicConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able parameters (for cache keys and metadata)."""
-        return _plain(dataclasses.asdict(self))
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, (np.integer, np.floating, np.bool_)):
-        return obj.item()
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return str(obj)
+        return jsonable(dataclasses.asdict(self))
 
 
 @dataclass(frozen=True, eq=False)

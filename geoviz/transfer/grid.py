@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from geoviz.atomic import atomic_write_bytes
+from geoviz.backend import jsonable
 from geoviz.errors import ExportError, GeovizError
 from geoviz.geodesic.distances import simplex_grid
 from geoviz.glossary import OBJECTIVE
@@ -307,19 +308,7 @@ def _preset_spec(preset: Any) -> tuple[str, Any]:
         "pretrain": dataclasses.asdict(preset.pretrain),
         "finetune": dataclasses.asdict(preset.finetune),
     }
-    return str(preset.name), _plain(spec)
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, (np.integer, np.floating, np.bool_)):
-        return obj.item()
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return str(obj)
+    return str(preset.name), jsonable(spec)
 
 
 def _scenario(task: Any, geodesic: Any, preset: Any, method: str) -> dict[str, Any]:
@@ -336,7 +325,7 @@ def _scenario(task: Any, geodesic: Any, preset: Any, method: str) -> dict[str, A
         "references": [ref.fingerprint for ref in task.references],
         "geodesic_target": geodesic.target.fingerprint,
         "geodesic_references": [ref.fingerprint for ref in geodesic.references],
-        "geodesic_config": _plain(geodesic.config.to_dict()),
+        "geodesic_config": jsonable(geodesic.config.to_dict()),
         "preset": preset_spec,
     }
 
