@@ -316,3 +316,68 @@ def test_map_sharpness_fields_are_consistent_and_round_trip_the_cache(data, cach
     assert (blurry.label_confidence < res.label_confidence + 1e-9).all()
     assert blurry.blurry.any() and not res.blurry.any()
     np.testing.assert_allclose(blurry.epsilon_abs, res.epsilon_abs / DEFAULT_EPSILON, rtol=1e-9)
+
+
+# --------------------------------------------------------------------------- neural maps
+
+_NEURAL_TINY = {"iterations": 40, "eval_every": 20, "classifier_iterations": 30}
+
+
+def _neural_config(**changes) -> GeodesicConfig:
+    import dataclasses
+
+    from geoviz.maps.neural import NEURAL_PRESETS
+
+    neural = dataclasses.replace(NEURAL_PRESETS["tiny"], **{**_NEURAL_TINY, **changes})
+    return GeodesicConfig(method="neural", neural=neural)
+
+
+def test_neural_method_gives_a_full_geodesic(data, cache):
+    target, refs = data
+    res = fit_geodesic(target, refs, _neural_config(), cache=cache)
+    assert res.method == "neural" and res.m == 3
+    for i, ref in enumerate(refs):
+        assert res.mapped_features[i].shape == (target.n_samples, 2)
+        assert res.soft_labels[i].shape == (target.n_samples, ref.n_classes)
+        torch.testing.assert_close(res.soft_labels[i].sum(1), torch.ones(target.n_samples))
+        d = res.map_details[i]
+        assert d["transport_cost"] + d["label_term"] == pytest.approx(res.otdd[i])
+    # no plan: NaN sharpness, no neighbours, but nearest references work
+    assert np.isnan(res.effective_neighbours).all() and not res.blurry.any()
+    with pytest.raises(GeovizError, match="no plan neighbours"):
+        res.neighbours(0)
+    idx, dist = res.nearest_references(1, [0, 5], k=3)
+    assert idx.shape == dist.shape == (2, 3) and (np.diff(dist, axis=1) >= 0).all()
+    brute = torch.cdist(res.mapped_features[1][[0, 5]], refs[1].features).argmin(1).numpy()
+    np.testing.assert_array_equal(idx[:, 0], brute)
+    # the geodesic machinery is method-agnostic: P_a, a_hat, McCann
+    pa = res.interpolate(res.a_hat)
+    mixed = sum(a * x for a, x in zip(res.a_hat, res.mapped_features, strict=True))
+    torch.testing.assert_close(pa.features, mixed.float(), atol=1e-5, rtol=0)
+    assert res.objective(res.a_hat) <= res.w_to_target.min() + 1e-9
+    mc = res.mccann(0, 1.0)
+    torch.testing.assert_close(mc.features, res.mapped_features[0])
+    summary = res.summary()
+    assert summary["method"] == "neural"
+    assert res.map_summaries()[0]["method"] == "neural"
+    assert "heldout_ot" in res.map_summaries()[0]
+
+
+def test_method_is_part_of_the_config_and_cache(data, cache):
+    target, refs = data
+    assert "neural" not in GeodesicConfig().to_dict()
+    assert GeodesicConfig(method="neural").to_dict()["neural"]["iterations"] > 0
+    assert GeodesicConfig(method="neural", neural="tiny").neural.iterations == 200
+    with pytest.raises(GeovizError, match="method"):
+        GeodesicConfig(method="mlp")  # type: ignore[arg-type]
+    with pytest.raises(GeovizError, match="preset"):
+        GeodesicConfig(method="neural", neural="huge")
+    bary = fit_geodesic(target, refs, GeodesicConfig(), cache=cache)
+    neural = fit_geodesic(target, refs, _neural_config(), cache=cache)
+    assert bary.method == "barycentric" and neural.method == "neural"
+    assert not torch.equal(bary.mapped_features[0], neural.mapped_features[0])
+    hits = cache.hits_
+    again = fit_geodesic(target, refs, _neural_config(), cache=cache)
+    assert cache.hits_ > hits
+    torch.testing.assert_close(again.mapped_features[2], neural.mapped_features[2])
+    np.testing.assert_allclose(again.a_hat, neural.a_hat)

@@ -129,6 +129,27 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--solver", default=None, help="QP solver for a_hat (quadprog, clarabel, osqp, enumerate)"
     )
     parser.add_argument(
+        "--method",
+        choices=("barycentric", "neural"),
+        default="barycentric",
+        help=(
+            "how the OTDD maps T_i are computed: barycentric projection of the entropic plan "
+            "(default) or the neural map of the paper's max-min problem (trained, out-of-sample)"
+        ),
+    )
+    parser.add_argument(
+        "--neural-preset",
+        choices=("tiny", "cpu", "paper"),
+        default="cpu",
+        help="training budget of --method neural (default cpu: minutes per map at 32x32)",
+    )
+    parser.add_argument(
+        "--neural-iterations",
+        type=_positive_int,
+        default=None,
+        help="override the preset's maximum number of critic iterations",
+    )
+    parser.add_argument(
         "--no-cache", action="store_true", help="do not read or write the on-disk cache"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -156,6 +177,18 @@ def _otdd_config(args: argparse.Namespace) -> Any:
     if args.epsilon is not None and not (np.isfinite(args.epsilon) and args.epsilon > 0):
         raise GeovizError(f"--epsilon must be a positive number, got {args.epsilon}")
     return dataclasses.replace(base, **changes)
+
+
+def _neural_config(args: argparse.Namespace) -> Any:
+    from geoviz.maps.neural import get_neural_preset
+
+    cfg = get_neural_preset(getattr(args, "neural_preset", "cpu"))
+    changes: dict[str, Any] = {}
+    if getattr(args, "neural_iterations", None) is not None:
+        changes["iterations"] = args.neural_iterations
+    if args.device is not None:
+        changes["device"] = args.device
+    return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
 def load_inputs(
@@ -219,7 +252,12 @@ def _fit(args: argparse.Namespace):
         raise GeovizError(
             f"--refs needs at least 2 reference datasets (comma-separated), got {len(args.refs)}"
         )
-    config = GeodesicConfig(otdd=_otdd_config(args), qp_solver=args.solver)
+    config = GeodesicConfig(
+        otdd=_otdd_config(args),
+        qp_solver=args.solver,
+        method=getattr(args, "method", "barycentric"),
+        neural=_neural_config(args),
+    )
     target, refs = load_inputs(
         args.target, args.refs, split=args.split, n=args.n, seed=args.seed, size=args.size
     )
@@ -273,8 +311,49 @@ def _blur_lines(result) -> list[str]:
     return lines
 
 
+def _print_neural_maps(result, *, two_q: bool = False) -> None:
+    """The per-map table of neural maps: Monge cost, held-out fit, label confidence, realism."""
+    names = _names_of(result)
+    what = "Monge cost, (2,Q) distance to Q and fit" if two_q else "Monge cost and fit"
+    print(f"\n{what} of each neural map T_i: Q -> P_i:")
+    header = ["reference", OTDD]
+    if two_q:
+        header.append(W_TARGET)
+    header += ["held-out OT", "(identity)", "confidence", "nearest ref", "classifier", "iters", "s"]
+    rows = []
+    for i, name in enumerate(names):
+        d = result.map_details[i] if len(result.map_details) == result.m else {}
+        row = [name, _num(result.otdd[i])]
+        if two_q:
+            row.append(_num(result.w_to_target[i]))
+        row += [
+            _num(d.get("heldout_ot", float("nan"))),
+            _num(d.get("heldout_ot_identity", float("nan"))),
+            f"{result.label_confidence[i]:.3f}",
+            f"{d.get('nearest_reference', float('nan')):.2f}",
+            f"{d.get('classifier_accuracy', float('nan')):.3f}",
+            f"{d.get('best_iteration', 0)}/{d.get('iterations_run', 0)}"
+            + (" stop" if result.converged[i] else ""),
+            f"{d.get('fit_seconds', float('nan')):.0f}",
+        ]
+        rows.append(row)
+    print(_table(header, rows))
+    print(
+        f"{OTDD}: Monge cost of the map, mean ||x - G(x,y)||^2 + y^T M l(G(x,y))\n"
+        "held-out OT: exact W_2^2 between the mapped held-out target points and held-out "
+        "reference points (identity: before training)\n"
+        "nearest ref: median distance of a mapped point to its nearest reference sample / "
+        "median nearest-neighbour distance inside P_i (about 1: looks like reference data)\n"
+        "classifier: held-out accuracy of the label model l on P_i; iters: kept/run "
+        "(stop: early stopping)"
+    )
+
+
 def _print_maps(result, *, two_q: bool = False) -> None:
     """The per-map table (OTDD, effective neighbours, label confidence) and blur warnings."""
+    if getattr(result, "method", "barycentric") == "neural":
+        _print_neural_maps(result, two_q=two_q)
+        return
     names = _names_of(result)
     eps = float(result.config.otdd.epsilon)
     what = "OTDD, (2,Q) distance to Q and sharpness" if two_q else "OTDD and sharpness"

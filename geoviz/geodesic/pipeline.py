@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -50,10 +50,23 @@ from geoviz.geodesic.distances import (
 from geoviz.geodesic.interpolate import generalized_geodesic_dataset, mccann_dataset
 from geoviz.geodesic.labels import LabelSpace, label_space
 from geoviz.geodesic.weights import check_weights
+from geoviz.maps.neural import NeuralMapConfig, get_neural_preset
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, OTDDConfig
 
-__all__ = ["GeodesicConfig", "GeodesicResult", "Progress", "fit_geodesic"]
+__all__ = [
+    "MAP_METHODS",
+    "GeodesicConfig",
+    "GeodesicResult",
+    "MapMethod",
+    "Progress",
+    "fit_geodesic",
+]
+
+#: How the OTDD maps ``T_i`` are computed (paper Sec. 3.1): the barycentric
+#: projection of the entropic plan, or the neural map of eq. (max-min).
+MapMethod = Literal["barycentric", "neural"]
+MAP_METHODS: tuple[MapMethod, ...] = ("barycentric", "neural")
 
 Progress = Callable[[str, float], None]
 
@@ -82,6 +95,14 @@ class GeodesicConfig:
     qp_solver
         ``qpsolvers`` solver for ``a_hat`` (``None``: default; ``"enumerate"``:
         exact face enumeration), see :func:`~geoviz.geodesic.distances.optimal_weights`.
+    method
+        ``"barycentric"`` (entropic plan, :class:`~geoviz.maps.barycentric.BarycentricMap`)
+        or ``"neural"`` (:class:`~geoviz.maps.neural.NeuralOTDDMap`, trained with
+        the same cost: ``lambda_x``, ``lambda_y`` and label distances of ``otdd``).
+    neural
+        Budget of the neural maps (a :class:`~geoviz.maps.neural.NeuralMapConfig`
+        or a preset name ``"tiny"``/``"cpu"``/``"paper"``); ignored for
+        ``method="barycentric"`` (and left out of :meth:`to_dict`).
     """
 
     otdd: OTDDConfig = field(default_factory=OTDDConfig)
@@ -89,6 +110,8 @@ class GeodesicConfig:
     n_reference: int | None = None
     subsample_seed: int = 0
     qp_solver: str | None = None
+    method: MapMethod = "barycentric"
+    neural: NeuralMapConfig = field(default_factory=lambda: get_neural_preset("cpu"))
 
     def __post_init__(self) -> None:
         # OTDDConfig validates its own fields (epsilon > 0, lambdas, ...) on construction
@@ -107,10 +130,28 @@ class GeodesicConfig:
         seed = self.subsample_seed
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise GeovizError(f"GeodesicConfig.subsample_seed must be an integer, got {seed!r}")
+        if self.method not in MAP_METHODS:
+            raise GeovizError(
+                f"GeodesicConfig.method must be one of {list(MAP_METHODS)}, got {self.method!r}"
+            )
+        if isinstance(self.neural, str):
+            object.__setattr__(self, "neural", get_neural_preset(self.neural))
+        if not isinstance(self.neural, NeuralMapConfig):
+            raise GeovizError(
+                "GeodesicConfig.neural must be a NeuralMapConfig or a preset name, got "
+                f"{type(self.neural).__name__}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able parameters (for cache keys and metadata)."""
-        return jsonable(dataclasses.asdict(self))
+        """Plain JSON-able parameters (for cache keys and metadata).
+
+        The neural budget only appears for ``method="neural"``, so barycentric
+        keys do not change when it does.
+        """
+        out = dataclasses.asdict(self)
+        if self.method == "barycentric":
+            out.pop("neural")
+        return jsonable(out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,6 +217,17 @@ class GeodesicResult:
         ``m`` float32 tensors ``(N_Q, k)``: those plan entries divided by their
         row sum (descending, each row sums to ``<= 1``; 0 where padded), so
         ``T_i(x_n) ~ sum_j neighbour_weight[n, j] * X_i[neighbour_index[n, j]]``.
+    method
+        ``"barycentric"`` or ``"neural"`` (:attr:`GeodesicConfig.method`). Neural
+        maps have no plan: ``effective_neighbours``, ``epsilon_abs`` and
+        ``marginal_errors`` are NaN, the plan-neighbour tuples are empty, and
+        ``converged`` says whether the held-out OT cost stopped improving
+        (early stopping) within the budget.
+    map_details
+        ``m`` dicts of method-specific fit diagnostics (for neural maps: the
+        Monge ``transport_cost`` and ``label_term``, ``heldout_ot`` vs
+        ``heldout_ot_identity``, ``nearest_reference``, ``classifier_accuracy``,
+        iterations and ``fit_seconds``; see :class:`~geoviz.maps.neural.FittedNeuralMap`).
     """
 
     target: LabeledDataset
@@ -200,6 +252,8 @@ class GeodesicResult:
     row_perplexity: tuple[torch.Tensor, ...] = ()
     neighbour_index: tuple[torch.Tensor, ...] = ()
     neighbour_weight: tuple[torch.Tensor, ...] = ()
+    method: MapMethod = "barycentric"
+    map_details: tuple[dict[str, Any], ...] = ()
 
     # ------------------------------------------------------------------ derived
     @property
@@ -244,6 +298,12 @@ class GeodesicResult:
         """
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= int(i) < self.m:
             raise GeovizError(f"reference index must be an integer in 0..{self.m - 1}, got {i!r}")
+        if self.method == "neural":
+            raise GeovizError(
+                "neural maps generate their points instead of averaging reference points, so "
+                "they have no plan neighbours; use nearest_references(i) to compare a mapped "
+                "point with the closest reference samples"
+            )
         if len(self.neighbour_index) != self.m:
             raise GeovizError("this result carries no plan neighbours (fitted by an older geoviz)")
         i = int(i)
@@ -257,6 +317,33 @@ class GeodesicResult:
             self.neighbour_weight[i][t].numpy(),
             self.row_perplexity[i][t].numpy(),
         )
+
+    def nearest_references(
+        self, i: int, indices: Any = None, k: int = 4
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` reference samples closest to some mapped points ``T_i(x)``.
+
+        Works for both methods (for a neural map it shows whether a generated
+        point looks like real reference data).
+
+        Returns
+        -------
+        index : np.ndarray
+            ``(n, k)`` int64 indices into ``references[i]``, nearest first.
+        distance : np.ndarray
+            ``(n, k)`` float32 Euclidean distances ``||T_i(x) - x'||``.
+        """
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= int(i) < self.m:
+            raise GeovizError(f"reference index must be an integer in 0..{self.m - 1}, got {i!r}")
+        n_q = self.target.n_samples
+        rows = np.arange(n_q) if indices is None else np.asarray(indices, dtype=np.int64).ravel()
+        if rows.size and (rows.min() < 0 or rows.max() >= n_q):
+            raise GeovizError(f"target indices must be in 0..{n_q - 1}, got {rows.tolist()}")
+        ref = self.references[int(i)].features
+        k = max(1, min(int(k), ref.shape[0]))
+        dist = torch.cdist(self.mapped_features[int(i)][torch.from_numpy(rows)], ref)
+        val, idx = torch.topk(dist, k, dim=1, largest=False)
+        return idx.numpy(), val.float().numpy()
 
     @property
     def w2_hat(self) -> float:
@@ -272,7 +359,13 @@ class GeodesicResult:
         """One plain dict per map: OTDD, ``epsilon_abs``, effective neighbours, label confidence."""
         out = []
         for i, name in enumerate(self.label_space.dataset_names):
-            entry: dict[str, Any] = {"reference": name, "otdd": float(self.otdd[i])}
+            entry: dict[str, Any] = {
+                "reference": name,
+                "method": self.method,
+                "otdd": float(self.otdd[i]),
+            }
+            if len(self.map_details) == self.m:
+                entry.update(self.map_details[i])
             if len(self.effective_neighbours) == self.m:
                 entry.update(
                     epsilon_abs=float(self.epsilon_abs[i]),
@@ -355,6 +448,7 @@ class GeodesicResult:
         """Plain-Python description (for the CLI, the app and manifests)."""
         return {
             "target": self.target.name,
+            "method": self.method,
             "n_target": self.target.n_samples,
             "references": list(self.label_space.dataset_names),
             "otdd": self.otdd.tolist(),
@@ -422,6 +516,9 @@ _MAP_STAGES = {
     "labels": (0.0, 0.1),
     "sinkhorn": (0.1, 0.9),
     "debias": (0.9, 1.0),
+    # neural maps: label distances, then the classifier l, then the max-min training
+    "classifier": (0.1, 0.3),
+    "adversarial": (0.3, 1.0),
     "done": (1.0, 1.0),
 }
 
@@ -445,6 +542,8 @@ def _fit_map(
         ``(N_Q,)`` float32, ``neighbour_index`` ``(N_Q, k)`` int64 and
         ``neighbour_weight`` ``(N_Q, k)`` float32 (all CPU tensors).
     """
+    if config.method == "neural":
+        return _fit_neural_map(target, reference, config, cache, progress)
     from geoviz.maps.barycentric import BarycentricMap
 
     fitted = BarycentricMap(config.otdd, cache=cache).fit(target, reference, progress=progress)
@@ -468,6 +567,42 @@ def _fit_map(
         "row_perplexity": torch.as_tensor(res.row_perplexity).to("cpu", torch.float32),
         "neighbour_index": torch.as_tensor(res.neighbour_index).to("cpu", torch.int64),
         "neighbour_weight": torch.as_tensor(res.neighbour_weight).to("cpu", torch.float32),
+    }
+
+
+def _fit_neural_map(
+    target: LabeledDataset,
+    reference: LabeledDataset,
+    config: GeodesicConfig,
+    cache: DiskCache,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Fit (or read from ``cache``) one neural OTDD map; the payload of :func:`_fit_map`.
+
+    No plan: ``epsilon_abs``, ``effective_neighbours`` and ``marginal_error``
+    are NaN and the neighbour entries are ``None``; ``details`` carries the
+    neural diagnostics.
+    """
+    from geoviz.maps.neural import NeuralOTDDMap
+
+    fitted = NeuralOTDDMap(config.neural, config.otdd, cache=cache).fit(
+        target, reference, progress=progress
+    )
+    nan = float("nan")
+    return {
+        "mapped_features": fitted.mapped_features_.to("cpu", torch.float32),
+        "soft_labels": fitted.soft_labels_.to("cpu", torch.float32),
+        "otdd": float(fitted.otdd_),
+        "marginal_error": nan,
+        "converged": bool(fitted.stopped_early_),
+        "label_distances": fitted.label_cost_.to("cpu", torch.float64),
+        "epsilon_abs": nan,
+        "effective_neighbours": nan,
+        "label_confidence": float(fitted.label_confidence_),
+        "row_perplexity": None,
+        "neighbour_index": None,
+        "neighbour_weight": None,
+        "details": fitted.summary(),
     }
 
 
@@ -529,11 +664,12 @@ def fit_geodesic(
     n_pairs = m * (m - 1) // 2
     map_share = 0.85
 
-    # 1. one barycentric OTDD map per reference (paper Sec. 3.1); BarycentricMap
-    #    caches every fitted map in `cache` under both fingerprints + config
+    # 1. one OTDD map per reference (paper Sec. 3.1), barycentric or neural; both
+    #    estimators cache every fitted map in `cache` under both fingerprints + config
     payloads = []
     for i, ref in enumerate(refs):
-        stage = f"OTDD map {i + 1}/{m}: {target.name} -> {space.dataset_names[i]}"
+        kind = "neural OTDD map" if config.method == "neural" else "OTDD map"
+        stage = f"{kind} {i + 1}/{m}: {target.name} -> {space.dataset_names[i]}"
         report(stage, map_share * i / m)
 
         def sub_progress(sub: str, fraction: float, i: int = i, stage: str = stage) -> None:
@@ -624,9 +760,17 @@ def fit_geodesic(
         effective_neighbours=np.array([float(p["effective_neighbours"]) for p in payloads]),
         label_confidence=np.array([float(p["label_confidence"]) for p in payloads]),
         epsilon_abs=np.array([float(p["epsilon_abs"]) for p in payloads]),
-        row_perplexity=tuple(p["row_perplexity"] for p in payloads),
-        neighbour_index=tuple(p["neighbour_index"] for p in payloads),
-        neighbour_weight=tuple(p["neighbour_weight"] for p in payloads),
+        row_perplexity=_plan_tuple(payloads, "row_perplexity"),
+        neighbour_index=_plan_tuple(payloads, "neighbour_index"),
+        neighbour_weight=_plan_tuple(payloads, "neighbour_weight"),
+        method=config.method,
+        map_details=tuple(dict(p.get("details") or {}) for p in payloads),
     )
     report("done", 1.0)
     return result
+
+
+def _plan_tuple(payloads: list[dict[str, Any]], key: str) -> tuple[torch.Tensor, ...]:
+    """Per-map plan arrays, or ``()`` when the maps have none (neural maps)."""
+    values = [p[key] for p in payloads]
+    return () if any(v is None for v in values) else tuple(values)

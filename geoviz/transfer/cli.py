@@ -31,7 +31,7 @@ import numpy as np
 
 from geoviz.cli import _format_table, _positive_int
 from geoviz.errors import BlurWarning, ExportError, GeovizError
-from geoviz.transfer.table import METHODS
+from geoviz.transfer.table import ALL_METHODS, METHODS
 
 __all__ = ["TRANSFER_REFS", "TRANSFER_TARGET", "register"]
 
@@ -177,6 +177,10 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.epsilon) and args.epsilon > 0):
         raise GeovizError(f"--epsilon must be a positive number, got {args.epsilon}")
     if args.grid is not None:
+        if args.method == "otdd_neural":
+            raise GeovizError(
+                "--grid runs the barycentric geodesic; --method otdd_neural is not supported there"
+            )
         if args.method in ("fewshot", "1nn"):
             raise GeovizError(
                 f"--grid trains on P_a for every grid point: --method must be otdd or mixup, "
@@ -187,6 +191,8 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
         methods = ["otdd" if args.method == "all" else args.method]
     else:
         methods = list(METHODS) if args.method == "all" else [args.method]
+        if args.method == "all" and args.neural:
+            methods.insert(1, "otdd_neural")
     out_dir = None if args.out is None else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"--out {out_dir} exists and is not a folder")
@@ -205,7 +211,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
     config = GeodesicConfig(otdd=dataclasses.replace(OTDDConfig(), epsilon=float(args.epsilon)))
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
     what = "simplex study" if args.grid is not None else "transfer"
-    geodesic = None
+    geodesic = neural_geodesic = None
     with _transfer_progress(not args.quiet, what) as (fit_progress, run_progress):
         if needs_geodesic:
             with warnings.catch_warnings():
@@ -217,6 +223,14 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
                     progress=fit_progress,
                     cache=cache,
                 )
+        if "otdd_neural" in methods:
+            neural_geodesic = fit_geodesic(
+                task.target_train,
+                list(task.references),
+                dataclasses.replace(config, method="neural", neural=args.neural_preset),
+                progress=fit_progress,
+                cache=cache,
+            )
         ref_names = (
             list(geodesic.reference_names) if geodesic is not None else [r.name for r in references]
         )
@@ -243,7 +257,12 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
             comparison = None
         else:
             comparison = compare_methods(
-                task, geodesic, methods=methods, weights=weights, **run_options
+                task,
+                geodesic,
+                methods=methods,
+                weights=weights,
+                neural_geodesic=neural_geodesic,
+                **run_options,
             )
             study = None
 
@@ -260,6 +279,14 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
             + ", ".join(f"{n}={a:.4f}" for n, a in zip(ref_names, geodesic.a_hat, strict=True))
             + f"  {OBJECTIVE_AT_A_HAT} = {float(geodesic.w2_hat):.6g}"
         )
+        if neural_geodesic is not None:
+            print(
+                f"{A_HAT} (neural maps): "
+                + ", ".join(
+                    f"{n}={a:.4f}" for n, a in zip(ref_names, neural_geodesic.a_hat, strict=True)
+                )
+                + f"  {OBJECTIVE_AT_A_HAT} = {float(neural_geodesic.w2_hat):.6g}"
+            )
         for i in np.flatnonzero(geodesic.blurry):
             print(
                 f"BLURRY MAP T{i + 1} -> {ref_names[i]}: each mapped point averages a median of "
@@ -309,6 +336,10 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
         "epsilon": float(args.epsilon),
         "weights": "a_hat" if weights is None else [float(w) for w in weights],
         "a_hat": None if geodesic is None else [float(a) for a in geodesic.a_hat],
+        "a_hat_neural": None
+        if neural_geodesic is None
+        else [float(a) for a in neural_geodesic.a_hat],
+        "neural_preset": args.neural_preset if neural_geodesic is not None else None,
         "grid_resolution": args.grid,
         "backend": args.backend,
     }
@@ -469,9 +500,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--method",
-        choices=(*METHODS, "all"),
+        choices=(*ALL_METHODS, "all"),
         default="all",
-        help="method(s) to run (default all; with --grid: otdd, or mixup)",
+        help=(
+            "method(s) to run (default all; with --grid: otdd, or mixup). otdd_neural trains "
+            "neural OTDD maps (minutes per map on a CPU); 'all' includes it with --neural"
+        ),
+    )
+    p.add_argument(
+        "--neural",
+        action="store_true",
+        help="with --method all: also run the 'OTDD neural map' column of Table 1",
+    )
+    p.add_argument(
+        "--neural-preset",
+        choices=("tiny", "cpu", "paper"),
+        default="cpu",
+        help="training budget of the neural maps (default cpu)",
     )
     p.add_argument(
         "--weights",

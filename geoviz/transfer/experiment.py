@@ -10,6 +10,8 @@ its test split, and ``m`` labelled pretraining datasets ``P_i``.
   ``P_a = (sum_i a_i T_i)#Q`` (:meth:`GeodesicResult.interpolate
   <geoviz.geodesic.pipeline.GeodesicResult.interpolate>`, default ``a = a_hat``),
   fine-tune on the ``k``-shot target, test;
+* ``"otdd_neural"`` — "OTDD neural map": the same with a geodesic whose maps
+  are neural OTDD maps (``GeodesicConfig(method="neural")``, paper eq. (max-min));
 * ``"mixup"`` — "Mixup with weights a_hat": the same with random pairs
   (:func:`~geoviz.transfer.baselines.mixup_pretraining_set`);
 * ``"fewshot"`` — "Train on few-shot dataset" (no pretraining);
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["METHODS", "Method", "MethodResult", "TransferTask", "make_task", "run_method"]
 
-Method = Literal["otdd", "mixup", "fewshot", "1nn"]
+Method = Literal["otdd", "otdd_neural", "mixup", "fewshot", "1nn"]
 
 #: Every :data:`Method`, in the row order of the paper's Table 1.
 METHODS: tuple[Method, ...] = get_args(Method)
@@ -288,6 +290,7 @@ def run_method(
     method
         ``"otdd"``: pretrain on ``geodesic.interpolate(weights)`` (``P_a``),
         fine-tune on ``task.target_fewshot``, evaluate on ``task.target_test``.
+        ``"otdd_neural"``: the same, ``geodesic`` fitted with neural maps.
         ``"mixup"``: the same with the Mixup set of the same weights
         (random pairs, :func:`~geoviz.transfer.baselines.mixup_pretraining_set`).
         ``"fewshot"``: train from scratch on ``task.target_fewshot`` for
@@ -352,11 +355,21 @@ def run_method(
         report("train", 1.0)
         return MethodResult("fewshot", seed, accuracy, None, time.perf_counter() - start, 0)
 
-    # "otdd" / "mixup": build the pretraining set, pretrain, fine-tune, evaluate
-    if method == "otdd" and geodesic is None:
-        raise GeovizError("method 'otdd' needs the fitted geodesic (geoviz.geodesic.fit_geodesic)")
+    # "otdd" / "otdd_neural" / "mixup": build the pretraining set, pretrain, fine-tune, evaluate
+    if method in ("otdd", "otdd_neural"):
+        wanted = "neural" if method == "otdd_neural" else "barycentric"
+        if geodesic is None:
+            raise GeovizError(
+                f"method {method!r} needs the geodesic fitted with {wanted} maps "
+                f"(geoviz.geodesic.fit_geodesic with GeodesicConfig(method={wanted!r}))"
+            )
+        if geodesic.method != wanted:
+            raise GeovizError(
+                f"method {method!r} needs a geodesic fitted with {wanted} maps, got one fitted "
+                f"with {geodesic.method} maps"
+            )
     a = _resolve_weights(method, task, geodesic, weights)
-    if method == "otdd":
+    if method in ("otdd", "otdd_neural"):
         assert geodesic is not None
         pretrain_set = geodesic.interpolate(a, seed=seed)
     else:

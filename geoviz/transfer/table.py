@@ -28,14 +28,19 @@ if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicResult
     from geoviz.transfer.training import TransferPreset
 
-__all__ = ["METHODS", "METHOD_TITLES", "MethodComparison", "compare_methods"]
+__all__ = ["ALL_METHODS", "METHODS", "METHOD_TITLES", "MethodComparison", "compare_methods"]
 
-#: the paper's Table 1 columns that need no neural map, in its order
+#: the paper's Table 1 columns that need no neural map, in its order (the
+#: default of :func:`compare_methods`; add ``"otdd_neural"`` with a neural geodesic)
 METHODS: tuple[Method, ...] = ("otdd", "mixup", "fewshot", "1nn")
+
+#: every column of the paper's Table 1, in its order
+ALL_METHODS: tuple[Method, ...] = ("otdd", "otdd_neural", "mixup", "fewshot", "1nn")
 
 #: how each method is named in tables and figures
 METHOD_TITLES: dict[str, str] = {
     "otdd": "OTDD barycentric, pretrain on P_a",
+    "otdd_neural": "OTDD neural map, pretrain on P_a",
     "mixup": "Mixup with the same a",
     "fewshot": "train on the few-shot set",
     "1nn": "1-NN on the few-shot set",
@@ -54,7 +59,8 @@ class MethodComparison:
     weights
         The weights ``a`` of ``P_a`` (and of Mixup), e.g. ``a_hat``; ``()``
         when there was neither a geodesic nor ``weights`` (only ``"fewshot"``
-        and ``"1nn"`` ran, which use none).
+        and ``"1nn"`` ran, which use none). ``"otdd_neural"`` runs use the
+        neural geodesic's own ``a_hat`` (in their :class:`MethodResult`).
     preset
         Name of the training preset.
     k
@@ -106,8 +112,19 @@ def _one(
     geodesic: GeodesicResult | None,
     weights: np.ndarray | None,
     preset: TransferPreset | str,
+    neural_geodesic: GeodesicResult | None = None,
+    neural_weights: np.ndarray | None = None,
 ) -> MethodResult:
     method, seed = item
+    if method == "otdd_neural":
+        return run_method(
+            task,
+            method,
+            geodesic=neural_geodesic,
+            weights=neural_weights,
+            preset=preset,
+            seed=int(seed),
+        )
     needs_maps = method in ("otdd", "mixup")
     return run_method(
         task,
@@ -130,6 +147,7 @@ def compare_methods(
     backend: Backend = "auto",
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    neural_geodesic: GeodesicResult | None = None,
 ) -> MethodComparison:
     """Run every ``method`` for every seed on ``task`` (paper Table 1, one row).
 
@@ -148,7 +166,7 @@ def compare_methods(
     preset
         A :data:`~geoviz.transfer.training.PRESETS` name or preset.
     methods
-        Any of ``"otdd"``, ``"mixup"``, ``"fewshot"``, ``"1nn"``.
+        Any of ``"otdd"``, ``"otdd_neural"``, ``"mixup"``, ``"fewshot"``, ``"1nn"``.
     weights
         ``(m,)`` weights on the simplex; ``None`` = ``geodesic.a_hat``
         (required for ``"mixup"`` without a geodesic).
@@ -156,6 +174,10 @@ def compare_methods(
         :func:`~geoviz.transfer.runner.run_tasks` options (Ray or sequential).
     progress
         ``progress(done, total)`` after each finished run.
+    neural_geodesic
+        The same geodesic fitted with neural maps (``GeodesicConfig(method="neural")``),
+        needed by ``"otdd_neural"``; that method pretrains on its ``P_a`` at
+        ``weights`` when given, else at its own ``a_hat``.
 
     Raises
     ------
@@ -167,9 +189,14 @@ def compare_methods(
     methods = list(methods)
     if not seeds or not methods:
         raise GeovizError("compare_methods needs at least one seed and one method")
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:
-        raise GeovizError(f"unknown transfer method(s) {unknown}; choose from {list(METHODS)}")
+        raise GeovizError(f"unknown transfer method(s) {unknown}; choose from {list(ALL_METHODS)}")
+    if "otdd_neural" in methods and neural_geodesic is None:
+        raise GeovizError(
+            "method 'otdd_neural' needs the geodesic fitted with neural maps "
+            "(fit_geodesic with GeodesicConfig(method='neural')): pass neural_geodesic="
+        )
     if geodesic is None:
         if "otdd" in methods:
             raise GeovizError(
@@ -184,7 +211,20 @@ def compare_methods(
         a = np.asarray(weights, dtype=float)
     else:
         a = np.asarray([] if geodesic is None else geodesic.a_hat, dtype=float)
-    fn = functools.partial(_one, task=task, geodesic=geodesic, weights=a, preset=preset)
+    neural_a = None
+    if neural_geodesic is not None:
+        neural_a = (
+            np.asarray(weights, dtype=float) if weights is not None else neural_geodesic.a_hat
+        )
+    fn = functools.partial(
+        _one,
+        task=task,
+        geodesic=geodesic,
+        weights=a,
+        preset=preset,
+        neural_geodesic=neural_geodesic,
+        neural_weights=neural_a,
+    )
     items = [(m, s) for m in methods for s in seeds]
     results = run_tasks(fn, items, backend=backend, address=address, progress=progress)
     name = preset if isinstance(preset, str) else preset.name

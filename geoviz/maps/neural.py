@@ -1,0 +1,782 @@
+"""OTDD neural map: a learned, out-of-sample map from a target Q to a reference P.
+
+Paper Sec. 3.1 ("OTDD neural map", eqs. (map) and (max-min)) and appendix B.
+The map is ``T_N(x, y) = [G(x, y); l(G(x, y))]``: a pushforward feature map
+``G`` and a classifier ``l`` pre-trained on ``P`` and then frozen. ``G`` and a
+critic (Kantorovich potential) ``f`` solve the max-min problem (the appendix's
+form, critic on features only)::
+
+    sup_f inf_G  E_Q[ lambda_x ||x - G(x, y)||^2 + lambda_y y^T M l(G(x, y)) - f(G(x, y)) ]
+                 + E_P[ f(x') ]
+
+with ``M[i, j] = W_2^2(alpha_i, beta_j)`` the class-conditional label distances
+of :func:`geoviz.ot.labels.label_distances` (frozen), i.e. the label term
+``W_2^2(alpha_y, alpha_ybar)`` linearised over the soft label ``l(G(z))`` as in
+the appendix. Units: the cost is the OTDD ground cost of
+:func:`geoviz.ot.otdd.ground_cost` (``||x - x'||^2``, no 1/2), in the units of
+the features. Internally the objective is divided by the mean ground cost
+``s`` (a positive constant, so the saddle point is unchanged) to keep the
+critic's outputs O(1) whatever the feature scale.
+
+Training (Fan et al. 2021, "Scalable computation of Monge maps with general
+costs"): alternate one critic ascent step with ``generator_steps`` descent
+steps of ``G`` (Adam, the paper's lr 1e-3, batch 64). ``G`` starts as the
+identity exactly (zero-initialised residual, :mod:`geoviz.maps.networks`); the
+final ``G`` is an exponential moving average of its iterates (as in the paper).
+
+Early stopping: every ``eval_every`` iterations the EMA map is applied to a
+held-out part of Q and compared with a held-out part of P by the exact OT cost
+``W_2^2(G#Q_held, P_held)`` (features, :func:`ot.emd2`); training stops when it
+has not improved by 0.5 % for ``patience`` evaluations and the best EMA
+weights are kept.
+
+Sharpness: a neural map generates points instead of averaging reference points,
+so it has no plan-row perplexity; every fit reports the soft-label confidence
+``mean max l(G(z))`` and the distance from each mapped point to its nearest
+reference point (``nearest_reference_``), the neural counterpart of "does the
+map look like the reference data".
+
+Caching: the fitted networks, training history and the images of the fitted
+target points are stored in the :class:`~geoviz.backend.DiskCache` under the
+fingerprints of both datasets and the configuration, like the other maps.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from geoviz.backend import DiskCache, get_cache, jsonable, resolve_device
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.errors import DatasetError, GeovizError
+from geoviz.maps.base import apply_map, check_transform_inputs
+from geoviz.maps.networks import Architecture, build_networks, choose_architecture
+from geoviz.ot.labels import label_distances
+from geoviz.ot.otdd import OTDDConfig, ProgressFn, check_compatible, mean_ground_cost
+
+__all__ = [
+    "NEURAL_PRESETS",
+    "FittedNeuralMap",
+    "NeuralMapConfig",
+    "NeuralOTDDMap",
+    "get_neural_preset",
+]
+
+#: Bumped when the cached payload changes meaning.
+NEURAL_CACHE_VERSION = 1
+_NAMESPACE = "neural_map"
+_IMPROVEMENT = 0.005  # relative gain in the held-out OT cost that resets the patience
+_TRANSFORM_BATCH = 512
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class NeuralMapConfig:
+    """Training budget and networks of :class:`NeuralOTDDMap`.
+
+    Attributes
+    ----------
+    iterations
+        Maximum number of critic updates (outer iterations), each followed by
+        ``generator_steps`` updates of ``G``. The paper uses ``K = O(N)``.
+    generator_steps
+        ``G`` updates per critic update.
+    batch_size
+        Samples of Q and of P per step (64 in the paper).
+    learning_rate
+        Adam learning rate of ``G`` and ``f`` (1e-3 in the paper).
+    ema_decay
+        Decay of the exponential moving average of ``G``'s weights.
+    architecture
+        ``"auto"`` (UNet for images of at least 8x8, residual MLP otherwise),
+        ``"unet"`` or ``"mlp"``.
+    width
+        UNet / convolutional critic base width (channels ``w, 2w, 4w``).
+    hidden, n_blocks
+        Residual-MLP width and number of residual blocks (vectors).
+    classifier_iterations
+        Training steps of the label classifier ``l`` on ``P`` (LeNet-5 for
+        images, MLP for vectors; :func:`geoviz.transfer.training.train_from_scratch`).
+    holdout
+        Fraction of Q and of P held out for early stopping (at least 8 points each).
+    eval_every, patience
+        Held-out evaluation period (iterations) and the number of evaluations
+        without a 0.5 % improvement that stops training.
+    clip_to_reference
+        Clamp mapped features to the reference's per-feature range (keeps
+        pixels in ``[0, 1]`` for images) when mapping.
+    seed
+        Seeds initialisation, batches and the hold-out split.
+    device
+        ``"auto"``, ``"cpu"`` or ``"cuda"``.
+    """
+
+    iterations: int = 500
+    generator_steps: int = 2
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    ema_decay: float = 0.99
+    architecture: Architecture = "auto"
+    width: int = 8
+    hidden: int = 128
+    n_blocks: int = 3
+    classifier_iterations: int = 1000
+    holdout: float = 0.1
+    eval_every: int = 100
+    patience: int = 4
+    clip_to_reference: bool = True
+    seed: int = 0
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> GeovizError:
+            return GeovizError(f"NeuralMapConfig: {msg}")
+
+        for name in (
+            "iterations",
+            "generator_steps",
+            "batch_size",
+            "width",
+            "hidden",
+            "n_blocks",
+            "classifier_iterations",
+            "eval_every",
+            "patience",
+        ):
+            value = getattr(self, name)
+            if not _is_int(value) or int(value) < 1:
+                raise bad(f"{name} must be a positive integer, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        for name, lo, hi in (
+            ("learning_rate", 0.0, math.inf),
+            ("ema_decay", 0.0, 1.0),
+            ("holdout", 0.0, 0.5),
+        ):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float, np.floating, np.integer))
+                or not math.isfinite(float(value))
+            ):
+                raise bad(f"{name} must be a finite number, got {value!r}")
+            if not (lo < float(value) < hi or (name == "ema_decay" and float(value) == 0.0)):
+                raise bad(f"{name} must lie in ({lo:g}, {hi:g}), got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.architecture not in ("auto", "unet", "mlp"):
+            raise bad(f"architecture must be 'auto', 'unet' or 'mlp', got {self.architecture!r}")
+        if not _is_int(self.seed):
+            raise bad(f"seed must be an integer, got {self.seed!r}")
+        if str(self.device) not in ("auto", "cpu", "cuda") and not str(self.device).startswith(
+            "cuda:"
+        ):
+            raise bad(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+
+    def cache_params(self) -> dict[str, Any]:
+        """Everything that changes the fitted map (not the device)."""
+        params = dataclasses.asdict(self)
+        params.pop("device")
+        return jsonable(params)
+
+
+#: Named budgets: ``tiny`` for tests and demos (seconds on 2-D data), ``cpu``
+#: (minutes at 32x32 on a laptop CPU), ``paper`` (the appendix's scale, GPU).
+NEURAL_PRESETS: dict[str, NeuralMapConfig] = {
+    "tiny": NeuralMapConfig(
+        iterations=200, hidden=64, n_blocks=2, width=4, classifier_iterations=100, eval_every=25
+    ),
+    "cpu": NeuralMapConfig(),
+    "paper": NeuralMapConfig(
+        iterations=10000, generator_steps=5, width=32, classifier_iterations=2000, patience=10
+    ),
+}
+
+
+def get_neural_preset(preset: NeuralMapConfig | str) -> NeuralMapConfig:
+    """A :class:`NeuralMapConfig` from a preset name (``tiny``, ``cpu``, ``paper``) or itself."""
+    if isinstance(preset, NeuralMapConfig):
+        return preset
+    if preset not in NEURAL_PRESETS:
+        raise GeovizError(
+            f"unknown neural-map preset {preset!r}; choose one of {sorted(NEURAL_PRESETS)}"
+        )
+    return NEURAL_PRESETS[preset]
+
+
+# --------------------------------------------------------------------------- fitted map
+
+
+@dataclass(frozen=True, eq=False)
+class FittedNeuralMap:
+    """A trained OTDD neural map ``T_N(x, y) = [G(x, y); l(G(x, y))]``.
+
+    Attributes
+    ----------
+    generator_
+        ``G`` (EMA weights, eval mode, CPU): ``(n, D)`` features and ``(n,)``
+        target labels to ``(n, D)`` mapped features.
+    classifier_
+        ``l`` (eval mode, CPU): ``(n, D)`` features to ``(n, C_P)`` logits.
+    label_cost_
+        ``(C_Q, C_P)`` float64 label distances ``M`` used in training.
+    mapped_features_, soft_labels_
+        ``(N_Q, D)`` / ``(N_Q, C_P)`` float32 images of the fitted target points
+        (soft labels ``softmax(l(G(z)))``, rows sum to 1).
+    transport_cost_
+        Mean ``lambda_x ||x - G(z)||^2`` over the fitted target points.
+    label_term_
+        Mean ``lambda_y y^T M l(G(z))``.
+    otdd_
+        ``transport_cost_ + label_term_``: the Monge cost of the map, an
+        estimate of ``OTDD^2(Q, P)`` (same cost, no entropy).
+    heldout_ot_
+        ``W_2^2(G#Q_held, P_held)`` (features, exact OT) of the kept weights.
+    heldout_ot_identity_
+        The same cost before training (``G`` = identity), for scale.
+    label_confidence_
+        Mean largest soft-label entry (1: every point gets one class of P).
+    classifier_accuracy_
+        Accuracy of ``l`` on the held-out part of P.
+    nearest_reference_
+        Median distance from a mapped point to its nearest reference point,
+        divided by the median nearest-neighbour distance within P (about 1:
+        mapped points sit among reference points; much larger: off the data).
+    history_
+        ``iteration``, ``heldout_ot``, ``loss_generator``, ``loss_critic`` lists.
+    best_iteration_, iterations_run_, stopped_early_
+        Where the kept weights come from and whether patience ended training.
+    fit_seconds_
+        Training time (0 when read from the cache... the time of the original fit).
+    cost_scale_
+        ``s``, the mean ground cost the objective was divided by.
+    """
+
+    supports_out_of_sample: ClassVar[bool] = True
+
+    generator_: nn.Module
+    classifier_: nn.Module
+    label_cost_: torch.Tensor
+    mapped_features_: torch.Tensor
+    soft_labels_: torch.Tensor
+    transport_cost_: float
+    label_term_: float
+    otdd_: float
+    heldout_ot_: float
+    heldout_ot_identity_: float
+    label_confidence_: float
+    classifier_accuracy_: float
+    nearest_reference_: float
+    history_: dict[str, list[float]]
+    best_iteration_: int
+    iterations_run_: int
+    stopped_early_: bool
+    fit_seconds_: float
+    cost_scale_: float
+    config: NeuralMapConfig
+    otdd_config: OTDDConfig
+    reference_classes: tuple[str, ...]
+    reference_name: str
+    target_classes: tuple[str, ...]
+    target_fingerprint_: str
+    reference_fingerprint_: str
+    _feature_range: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+    _target_name: str = field(default="target", repr=False)
+    _image_shape: tuple[int, int, int] | None = field(default=None, repr=False)
+
+    def transform(
+        self, features: torch.Tensor, labels: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Map any labelled target points (out-of-sample).
+
+        Parameters
+        ----------
+        features
+            ``(n, D)`` features in the target's space.
+        labels
+            ``(n,)`` indices into the target's classes (required: ``G`` is
+            conditioned on the label, eq. (map)).
+
+        Returns
+        -------
+        (torch.Tensor, torch.Tensor)
+            ``(n, D)`` mapped features and ``(n, C_P)`` soft labels, float32 CPU.
+        """
+        d = self.mapped_features_.shape[1]
+        feats, labs = check_transform_inputs(features, labels, d, len(self.target_classes))
+        if labs is None:
+            raise GeovizError(
+                "NeuralOTDDMap.transform needs the labels of the points: G(x, y) is "
+                "conditioned on the target class"
+            )
+        return _apply(
+            self.generator_,
+            self.classifier_,
+            feats,
+            labs,
+            self._feature_range,
+            resolve_device(self.config.device),
+        )
+
+    def transform_dataset(
+        self, dataset: LabeledDataset, name: str | None = None
+    ) -> SoftLabeledDataset:
+        """Push a labelled dataset (same classes as the fitted target) through the map."""
+        if tuple(dataset.classes) != tuple(self.target_classes):
+            raise DatasetError(
+                f"dataset {dataset.name!r} has classes {list(dataset.classes)[:5]}..., but the map "
+                f"was fitted on a target with classes {list(self.target_classes)[:5]}..."
+            )
+        return apply_map(self, dataset, name)
+
+    def to_dataset(self, name: str | None = None) -> SoftLabeledDataset:
+        """``T_N # Q`` for the fitted target points."""
+        return SoftLabeledDataset(
+            features=self.mapped_features_,
+            soft_labels=self.soft_labels_,
+            class_names=tuple(f"{self.reference_name}/{c}" for c in self.reference_classes),
+            name=name or f"T_N({self._target_name}->{self.reference_name})",
+            image_shape=self._image_shape,
+            metadata={
+                "map": "neural",
+                "target_fingerprint": self.target_fingerprint_,
+                "reference_fingerprint": self.reference_fingerprint_,
+                **self.summary(),
+            },
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """Plain-Python scalars of the fit (for the CLI, the app and manifests)."""
+        return {
+            "otdd": self.otdd_,
+            "transport_cost": self.transport_cost_,
+            "label_term": self.label_term_,
+            "heldout_ot": self.heldout_ot_,
+            "heldout_ot_identity": self.heldout_ot_identity_,
+            "label_confidence": self.label_confidence_,
+            "classifier_accuracy": self.classifier_accuracy_,
+            "nearest_reference": self.nearest_reference_,
+            "best_iteration": self.best_iteration_,
+            "iterations_run": self.iterations_run_,
+            "stopped_early": self.stopped_early_,
+            "fit_seconds": self.fit_seconds_,
+        }
+
+
+@torch.no_grad()
+def _apply(
+    generator: nn.Module,
+    classifier: nn.Module,
+    feats: torch.Tensor,
+    labs: torch.Tensor,
+    feature_range: tuple[torch.Tensor, torch.Tensor] | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = generator.to(device).eval()
+    classifier = classifier.to(device).eval()
+    n = feats.shape[0]
+    out_x = torch.empty_like(feats)
+    out_y: list[torch.Tensor] = []
+    lo = hi = None
+    if feature_range is not None:
+        lo, hi = (t.to(device) for t in feature_range)
+    for r0 in range(0, n, _TRANSFORM_BATCH):
+        x = feats[r0 : r0 + _TRANSFORM_BATCH].to(device)
+        gx = generator(x, labs[r0 : r0 + _TRANSFORM_BATCH].to(device))
+        if lo is not None:
+            gx = torch.maximum(torch.minimum(gx, hi), lo)
+        out_x[r0 : r0 + x.shape[0]] = gx.float().cpu()
+        out_y.append(torch.softmax(classifier(gx).float(), dim=1).cpu())
+    soft = torch.cat(out_y) if out_y else torch.zeros((0, 0))
+    generator.cpu()
+    classifier.cpu()
+    return out_x, soft
+
+
+# --------------------------------------------------------------------------- estimator
+
+
+def _heldout_ot(mapped: torch.Tensor, reference: torch.Tensor, lambda_x: float) -> float:
+    """Exact ``lambda_x W_2^2`` between two uniform point clouds (network simplex)."""
+    import ot
+
+    a = mapped.double().cpu().numpy()
+    b = reference.double().cpu().numpy()
+    cost = ot.dist(a, b, metric="sqeuclidean")
+    return float(lambda_x * ot.emd2([], [], cost, numItermax=1_000_000))
+
+
+def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    n_hold = min(max(8, round(fraction * n)), n // 2)
+    perm = rng.permutation(n)
+    return np.sort(perm[n_hold:]), np.sort(perm[:n_hold])
+
+
+def _nearest_ratio(
+    mapped: torch.Tensor, reference: torch.Tensor, rng: np.random.Generator
+) -> float:
+    """Median nearest-reference distance of mapped points / median NN distance inside P."""
+    ref = reference
+    if ref.shape[0] > 2000:
+        ref = ref[torch.from_numpy(rng.choice(ref.shape[0], 2000, replace=False))]
+    pts = mapped
+    if pts.shape[0] > 1000:
+        pts = pts[torch.from_numpy(rng.choice(pts.shape[0], 1000, replace=False))]
+    d_map = torch.cdist(pts.double(), ref.double()).min(dim=1).values
+    within = torch.cdist(ref.double(), ref.double())
+    within.fill_diagonal_(math.inf)
+    d_ref = within.min(dim=1).values
+    base = float(d_ref.median())
+    return float(d_map.median()) / base if base > 0 else math.inf
+
+
+class NeuralOTDDMap:
+    """Estimator of the OTDD neural map (paper Sec. 3.1, eq. (max-min); appendix B).
+
+    Parameters
+    ----------
+    config
+        Training budget and networks (a :class:`NeuralMapConfig` or a preset
+        name from :data:`NEURAL_PRESETS`).
+    otdd
+        The OTDD cost: ``lambda_x``, ``lambda_y`` and the label distances
+        (``label_method``, ``max_per_class``, ``seed``) are taken from it, so the
+        neural map optimises the same cost as the barycentric map.
+    cache
+        Disk cache (default :func:`geoviz.backend.get_cache`).
+
+    Examples
+    --------
+    >>> fitted = NeuralOTDDMap("tiny").fit(target, reference)  # doctest: +SKIP
+    >>> x_new, soft = fitted.transform(new_features, new_labels)  # doctest: +SKIP
+    """
+
+    supports_out_of_sample: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        config: NeuralMapConfig | str = "cpu",
+        otdd: OTDDConfig = OTDDConfig(),  # noqa: B008 - immutable
+        *,
+        cache: DiskCache | None = None,
+    ) -> None:
+        self.config = get_neural_preset(config)
+        if not isinstance(otdd, OTDDConfig):
+            raise GeovizError(f"otdd must be an OTDDConfig, got {type(otdd).__name__}")
+        self.otdd = otdd
+        self.cache = cache
+
+    def cache_params(self, target: LabeledDataset, reference: LabeledDataset) -> dict[str, Any]:
+        """The disk-cache key parameters of a fit of ``target -> reference``."""
+        o = self.otdd
+        return {
+            "v": NEURAL_CACHE_VERSION,
+            "target": target.fingerprint,
+            "reference": reference.fingerprint,
+            "config": self.config.cache_params(),
+            "cost": {
+                "lambda_x": float(o.lambda_x),
+                "lambda_y": float(o.lambda_y),
+                "label_method": o.label_method,
+                "max_per_class": o.max_per_class,
+                "seed": int(o.seed),
+            },
+        }
+
+    def fit(
+        self,
+        target: LabeledDataset,
+        reference: LabeledDataset,
+        progress: ProgressFn | None = None,
+    ) -> FittedNeuralMap:
+        """Train ``G``, ``f`` and ``l`` for ``target -> reference`` (or read them from the cache).
+
+        ``progress(stage, fraction)`` is called with stages ``"labels"``,
+        ``"classifier"``, ``"adversarial"`` and ``"done"`` (fraction in ``[0, 1]``
+        within the stage).
+        """
+        check_compatible(target, reference)
+        cache = self.cache if self.cache is not None else get_cache()
+
+        def compute() -> dict[str, Any]:
+            return _train(target, reference, self.config, self.otdd, progress)
+
+        payload = cache.get_or_compute(_NAMESPACE, self.cache_params(target, reference), compute)
+        if progress is not None:
+            progress("done", 1.0)
+        return _from_payload(payload, target, reference, self.config, self.otdd)
+
+
+def _classifier_for(reference: LabeledDataset) -> nn.Module:
+    from geoviz.transfer.models import make_model
+
+    return make_model(reference, reference.n_classes)
+
+
+def _from_payload(
+    payload: dict[str, Any],
+    target: LabeledDataset,
+    reference: LabeledDataset,
+    config: NeuralMapConfig,
+    otdd: OTDDConfig,
+) -> FittedNeuralMap:
+    generator, _ = build_networks(payload["spec"])
+    generator.load_state_dict(payload["generator"])
+    classifier = _classifier_for(reference)
+    classifier.load_state_dict(payload["classifier"])
+    rng = payload.get("feature_range")
+    s = payload["scalars"]
+    return FittedNeuralMap(
+        generator_=generator.eval(),
+        classifier_=classifier.eval(),
+        label_cost_=payload["label_cost"].double(),
+        mapped_features_=payload["mapped_features"].float(),
+        soft_labels_=payload["soft_labels"].float(),
+        transport_cost_=float(s["transport_cost"]),
+        label_term_=float(s["label_term"]),
+        otdd_=float(s["transport_cost"]) + float(s["label_term"]),
+        heldout_ot_=float(s["heldout_ot"]),
+        heldout_ot_identity_=float(s["heldout_ot_identity"]),
+        label_confidence_=float(s["label_confidence"]),
+        classifier_accuracy_=float(s["classifier_accuracy"]),
+        nearest_reference_=float(s["nearest_reference"]),
+        history_={k: [float(v) for v in vals] for k, vals in payload["history"].items()},
+        best_iteration_=int(s["best_iteration"]),
+        iterations_run_=int(s["iterations_run"]),
+        stopped_early_=bool(s["stopped_early"]),
+        fit_seconds_=float(s["fit_seconds"]),
+        cost_scale_=float(s["cost_scale"]),
+        config=config,
+        otdd_config=otdd,
+        reference_classes=reference.classes,
+        reference_name=reference.name,
+        target_classes=target.classes,
+        target_fingerprint_=target.fingerprint,
+        reference_fingerprint_=reference.fingerprint,
+        _feature_range=None if rng is None else (rng[0].float(), rng[1].float()),
+        _target_name=target.name,
+        _image_shape=reference.image_shape,
+    )
+
+
+def _batches(n: int, batch: int, generator: torch.Generator) -> Any:
+    """Endless shuffled mini-batches of ``range(n)`` (the whole set when ``n <= batch``)."""
+    while True:
+        order = torch.randperm(n, generator=generator)
+        if n <= batch:
+            yield order
+            continue
+        for pos in range(0, n - batch + 1, batch):
+            yield order[pos : pos + batch]
+
+
+def _train(
+    target: LabeledDataset,
+    reference: LabeledDataset,
+    cfg: NeuralMapConfig,
+    otdd: OTDDConfig,
+    progress: ProgressFn | None,
+) -> dict[str, Any]:
+    from geoviz.transfer.training import TrainConfig, evaluate, train_from_scratch
+
+    start = time.perf_counter()
+    dev = resolve_device(cfg.device)
+    lam_x, lam_y = float(otdd.lambda_x), float(otdd.lambda_y)
+
+    def report(stage: str, fraction: float) -> None:
+        if progress is not None:
+            progress(stage, min(max(float(fraction), 0.0), 1.0))
+
+    # ---- frozen ingredients: label distances M, hold-out split, classifier l
+    report("labels", 0.0)
+    label_cost = label_distances(
+        target,
+        reference,
+        method=otdd.label_method,
+        max_per_class=otdd.max_per_class,
+        seed=int(otdd.seed),
+        device=dev,
+    ).double()
+    report("labels", 1.0)
+    rng = np.random.default_rng((int(cfg.seed), 11))
+    q_train, q_hold = _split(target.n_samples, cfg.holdout, rng)
+    p_train, p_hold = _split(reference.n_samples, cfg.holdout, rng)
+    ref_train = reference.subset(p_train)
+    ref_hold = reference.subset(p_hold)
+    classifier = train_from_scratch(
+        ref_train,
+        TrainConfig(
+            iterations=cfg.classifier_iterations,
+            batch_size=cfg.batch_size,
+            lr=cfg.learning_rate,
+        ),
+        seed=int(cfg.seed),
+        device=dev,
+        progress=lambda _stage, f: report("classifier", f),
+    )
+    classifier_accuracy = evaluate(classifier, ref_hold, device=dev)
+    classifier = classifier.to(dev).eval()
+    for p in classifier.parameters():
+        p.requires_grad_(False)
+
+    # ---- the max-min problem
+    kind = choose_architecture(target.image_shape, cfg.architecture)
+    spec = {
+        "kind": kind,
+        "n_features": int(target.n_features),
+        "n_classes": int(target.n_classes),
+        "image_shape": list(target.image_shape) if target.image_shape else None,
+        "width": cfg.width,
+        "hidden": cfg.hidden,
+        "n_blocks": cfg.n_blocks,
+    }
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        torch.manual_seed(int(cfg.seed))
+        generator, critic = build_networks(spec)
+    generator, critic = generator.to(dev), critic.to(dev)
+    ema = copy.deepcopy(generator).eval()
+    for p in ema.parameters():
+        p.requires_grad_(False)
+
+    xq_all = target.features.to(dev)
+    yq_all = target.labels.to(dev)
+    xq, yq = xq_all[torch.from_numpy(q_train).to(dev)], yq_all[torch.from_numpy(q_train).to(dev)]
+    xq_hold = xq_all[torch.from_numpy(q_hold).to(dev)]
+    yq_hold = yq_all[torch.from_numpy(q_hold).to(dev)]
+    xp = ref_train.features.to(dev)
+    xp_hold_cpu = ref_hold.features
+    m_cost = torch.nan_to_num(label_cost, nan=0.0).to(device=dev, dtype=torch.float32) * lam_y
+    scale = mean_ground_cost(target, reference, label_cost, lambda_x=lam_x, lambda_y=lam_y)
+    scale = scale if scale > 0 and math.isfinite(scale) else 1.0
+
+    def cost(
+        x: torch.Tensor, y: torch.Tensor, gx: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        feat = lam_x * (gx - x).square().sum(dim=1)
+        if lam_y == 0:
+            return feat, torch.zeros_like(feat)
+        soft = torch.softmax(classifier(gx), dim=1)
+        return feat, (m_cost[y] * soft).sum(dim=1)
+
+    betas = (0.5, 0.9)  # the usual choice for adversarial training
+    opt_g = torch.optim.Adam(generator.parameters(), lr=cfg.learning_rate, betas=betas)
+    opt_f = torch.optim.Adam(critic.parameters(), lr=cfg.learning_rate, betas=betas)
+    gen = torch.Generator().manual_seed(int(cfg.seed))
+    q_batches = _batches(xq.shape[0], cfg.batch_size, gen)
+    p_batches = _batches(xp.shape[0], cfg.batch_size, gen)
+
+    @torch.no_grad()
+    def heldout(model: nn.Module) -> float:
+        mapped = model(xq_hold, yq_hold)
+        return _heldout_ot(mapped, xp_hold_cpu, lam_x)
+
+    history: dict[str, list[float]] = {
+        "iteration": [],
+        "heldout_ot": [],
+        "loss_generator": [],
+        "loss_critic": [],
+    }
+    identity_ot = heldout(ema)
+    best = (identity_ot, 0, copy.deepcopy(ema.state_dict()))
+    since_best = 0
+    stopped_early = False
+    loss_g_val = loss_f_val = 0.0
+    it = 0
+    report("adversarial", 0.0)
+    for it in range(1, cfg.iterations + 1):
+        # critic ascent: f high on P, low on G#Q
+        qi, pi = next(q_batches).to(dev), next(p_batches).to(dev)
+        with torch.no_grad():
+            gx = generator(xq[qi], yq[qi])
+        loss_f = critic(gx).mean() - critic(xp[pi]).mean()
+        opt_f.zero_grad(set_to_none=True)
+        loss_f.backward()
+        opt_f.step()
+        # generator descent on cost/s - f(G)
+        for _ in range(cfg.generator_steps):
+            qi = next(q_batches).to(dev)
+            x, y = xq[qi], yq[qi]
+            gx = generator(x, y)
+            feat, lab = cost(x, y, gx)
+            loss_g = ((feat + lab) / scale - critic(gx)).mean()
+            opt_g.zero_grad(set_to_none=True)
+            loss_g.backward()
+            opt_g.step()
+        with torch.no_grad():
+            for pe, pg in zip(ema.parameters(), generator.parameters(), strict=True):
+                pe.lerp_(pg, 1.0 - cfg.ema_decay)
+            for be, bg in zip(ema.buffers(), generator.buffers(), strict=True):
+                be.copy_(bg)
+        if it % cfg.eval_every == 0 or it == cfg.iterations:
+            loss_g_val, loss_f_val = loss_g.item(), loss_f.item()
+            if not (math.isfinite(loss_g_val) and math.isfinite(loss_f_val)):
+                raise GeovizError(
+                    f"neural map {target.name!r} -> {reference.name!r}: the losses became "
+                    f"{loss_g_val}, {loss_f_val} at iteration {it}; training diverged (lower "
+                    f"the learning rate, now {cfg.learning_rate:g})"
+                )
+            score = heldout(ema)
+            history["iteration"].append(float(it))
+            history["heldout_ot"].append(score)
+            history["loss_generator"].append(loss_g_val)
+            history["loss_critic"].append(loss_f_val)
+            if score < best[0] * (1.0 - _IMPROVEMENT):
+                best = (score, it, copy.deepcopy(ema.state_dict()))
+                since_best = 0
+            else:
+                since_best += 1
+                if since_best >= cfg.patience:
+                    stopped_early = True
+                    break
+            report("adversarial", it / cfg.iterations)
+    report("adversarial", 1.0)
+
+    # ---- the kept map on every target point
+    ema.load_state_dict(best[2])
+    ema = ema.cpu().eval()
+    classifier = classifier.cpu().eval()
+    feature_range = None
+    if cfg.clip_to_reference:
+        feature_range = (
+            reference.features.min(dim=0).values.float(),
+            reference.features.max(dim=0).values.float(),
+        )
+    mapped, soft = _apply(
+        ema, classifier, target.features.float(), target.labels, feature_range, dev
+    )
+    feat_cost = lam_x * (mapped.double() - target.features.double()).square().sum(1)
+    lab_term = (m_cost.double().cpu()[target.labels] * soft.double()).sum(1)
+    nearest = _nearest_ratio(mapped, reference.features, rng)
+    return {
+        "spec": spec,
+        "generator": {k: v.detach().cpu() for k, v in ema.state_dict().items()},
+        "classifier": {k: v.detach().cpu() for k, v in classifier.state_dict().items()},
+        "label_cost": label_cost.cpu(),
+        "mapped_features": mapped,
+        "soft_labels": soft,
+        "feature_range": None if feature_range is None else list(feature_range),
+        "history": history,
+        "scalars": {
+            "transport_cost": float(feat_cost.mean()),
+            "label_term": float(lab_term.mean()),
+            "heldout_ot": float(best[0]),
+            "heldout_ot_identity": float(identity_ot),
+            "label_confidence": float(soft.max(dim=1).values.mean()) if soft.numel() else 1.0,
+            "classifier_accuracy": float(classifier_accuracy),
+            "nearest_reference": float(nearest),
+            "best_iteration": int(best[1]),
+            "iterations_run": int(it),
+            "stopped_early": bool(stopped_early),
+            "fit_seconds": float(time.perf_counter() - start),
+            "cost_scale": float(scale),
+        },
+    }
