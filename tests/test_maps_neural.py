@@ -85,15 +85,19 @@ def gaussian_fit(tmp_path_factory):
 
 
 def test_gaussian_transport_cost_matches_the_closed_form(gaussian_fit):
-    q, _, fitted, _ = gaussian_fit
+    q, p, fitted, _ = gaussian_fit
     a, w2 = _bures_map()
     assert abs(fitted.transport_cost_ / w2 - 1) < 0.05
     exact = (q.features.numpy() - M_Q) @ a.T + M_P
     err = np.mean(np.sum((fitted.mapped_features_.numpy() - exact) ** 2, 1))
     assert err < 0.02 * w2
-    # pushforward covariance close to P's
-    cov = np.cov(fitted.mapped_features_.numpy().T)
-    assert np.abs(cov - S_P).max() < 0.15
+    # the pushforward is P: exact OT cost between G#Q and P's samples is a small
+    # fraction of W_2^2(Q, P) (two 1000-point samples of one law are ~0.05 apart)
+    import ot
+
+    mapped = fitted.mapped_features_.double().numpy()
+    fidelity = ot.emd2([], [], ot.dist(mapped, p.features.double().numpy()))
+    assert fidelity < 0.03 * w2
 
 
 def test_gaussian_map_generalises_out_of_sample(gaussian_fit):
@@ -137,11 +141,12 @@ def _boards(permutation, classes):
     return q, p
 
 
-def test_chessboard_learns_the_zero_cost_map(tmp_path):
+@pytest.mark.filterwarnings("ignore::geoviz.errors.BlurWarning")  # tight clusters: the plan
+def test_chessboard_learns_the_zero_cost_map(tmp_path):  # averages a few same-cluster points
     q, p = _boards([2, 0, 3, 1], ("W", "X", "Y", "Z"))
     cache = DiskCache(tmp_path)
     fitted = NeuralOTDDMap(dataclasses.replace(FAST_2D, iterations=300), cache=cache).fit(q, p)
-    bary = BarycentricMap(OTDDConfig(epsilon=0.01), cache=cache).fit(q, p)
+    bary = BarycentricMap(OTDDConfig(), cache=cache).fit(q, p)
     disp = (fitted.mapped_features_ - q.features).norm(dim=1)
     assert float(disp.mean()) < 0.25  # components have std 0.25 and lie 2 apart
     # the exact OTDD is 0 up to sampling: cost a small fraction of the mean ground cost
@@ -201,7 +206,10 @@ def test_relabelling_the_target_classes_changes_nothing(tmp_path):
 
 
 def test_seeded_fits_are_reproducible_and_seeds_differ(tmp_path):
-    q, p = _boards([2, 0, 3, 1], ("W", "X", "Y", "Z"))
+    # Gaussians, not the chess board: there the identity start is already optimal and
+    # early stopping keeps it whatever the seed
+    q = _gaussian(M_Q, S_Q, 200, 0, ("a", "b"), "Q")
+    p = _gaussian(M_P, S_P, 200, 1, ("u", "v"), "P")
     cfg = dataclasses.replace(NEURAL_PRESETS["tiny"], iterations=30, eval_every=10)
     off = DiskCache(enabled=False)
     a = NeuralOTDDMap(cfg, cache=off).fit(q, p)
