@@ -219,6 +219,27 @@ def test_seeded_fits_are_reproducible_and_seeds_differ(tmp_path):
     assert not torch.equal(a.mapped_features_, c.mapped_features_)
 
 
+def test_barycentric_warm_start_lands_on_the_closed_form_quickly(tmp_path):
+    """init="barycentric": G starts from the sharp plan's projection, few adversarial steps needed."""
+    q = _gaussian(M_Q, S_Q, 600, 0, ("a", "b"), "Q")
+    p = _gaussian(M_P, S_P, 600, 1, ("u", "v"), "P")
+    cfg = dataclasses.replace(FAST_2D, init="barycentric", init_iterations=300, iterations=50)
+    seen: list[str] = []
+    fitted = NeuralOTDDMap(cfg, cache=DiskCache(tmp_path)).fit(
+        q, p, progress=lambda stage, _f: seen.append(stage)
+    )
+    assert "warm start" in seen
+    a, w2 = _bures_map()
+    exact = (q.features.numpy() - M_Q) @ a.T + M_P
+    err = np.mean(np.sum((fitted.mapped_features_.numpy() - exact) ** 2, 1))
+    assert err < 0.03 * w2 and abs(fitted.transport_cost_ / w2 - 1) < 0.06
+    # out of sample too
+    fresh = _gaussian(M_Q, S_Q, 300, 9, ("a", "b"), "Q_new")
+    x, _ = fitted.transform(fresh.features, fresh.labels)
+    exact = (fresh.features.numpy() - M_Q) @ a.T + M_P
+    assert np.mean(np.sum((x.numpy() - exact) ** 2, 1)) < 0.03 * w2
+
+
 def test_progress_reports_every_stage(tmp_path):
     q, p = _boards([2, 0, 3, 1], ("W", "X", "Y", "Z"))
     seen: list[tuple[str, float]] = []
@@ -296,6 +317,10 @@ def test_config_validation():
         NeuralMapConfig(architecture="resnet")  # type: ignore[arg-type]
     with pytest.raises(GeovizError, match="device"):
         NeuralMapConfig(device="tpu")
+    with pytest.raises(GeovizError, match="init"):
+        NeuralMapConfig(init="random")  # type: ignore[arg-type]
+    with pytest.raises(GeovizError, match="cpu_threads"):
+        NeuralMapConfig(cpu_threads=0)
     with pytest.raises(GeovizError, match="preset"):
         get_neural_preset("huge")
     assert get_neural_preset("cpu") is NEURAL_PRESETS["cpu"]
@@ -304,6 +329,7 @@ def test_config_validation():
     # the device is not part of the cache key, every training setting is
     base = NeuralMapConfig()
     assert base.cache_params() == dataclasses.replace(base, device="cpu").cache_params()
+    assert base.cache_params() == dataclasses.replace(base, cpu_threads=2).cache_params()
     assert base.cache_params() != dataclasses.replace(base, seed=3).cache_params()
 
 

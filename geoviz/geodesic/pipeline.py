@@ -516,9 +516,10 @@ _MAP_STAGES = {
     "labels": (0.0, 0.1),
     "sinkhorn": (0.1, 0.9),
     "debias": (0.9, 1.0),
-    # neural maps: label distances, then the classifier l, then the max-min training
+    # neural maps: label distances, the classifier l, the optional warm start, the max-min training
     "classifier": (0.1, 0.3),
-    "adversarial": (0.3, 1.0),
+    "warm start": (0.3, 0.4),
+    "adversarial": (0.4, 1.0),
     "done": (1.0, 1.0),
 }
 
