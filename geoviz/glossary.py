@@ -131,9 +131,11 @@ GLOSSARY: tuple[GlossaryEntry, ...] = (
         r"\mathcal{T}_i",
         MAP,
         "T_i",
-        "OTDD map Q -> P_i, z -> [x_i; y_i] (barycentric projection, Sec. 3.1, eq. (bary_map))",
+        "OTDD map Q -> P_i, z -> [x_i; y_i] (barycentric projection, eq. (bary_map), or neural "
+        "map, eq. (max-min); Sec. 3.1)",
         (
             "geoviz.maps.barycentric.BarycentricMap",
+            "geoviz.maps.neural.NeuralOTDDMap",
             f"{_RESULT}.mapped_features",
             f"{_RESULT}.soft_labels",
         ),

@@ -9,6 +9,8 @@ import streamlit as st
 
 from geoviz.app import services, widgets
 from geoviz.app.state import (
+    MAP_METHODS,
+    NEURAL_PRESET_NAMES,
     FewShotOptions,
     Scenario,
     SessionModel,
@@ -38,6 +40,8 @@ def form_values(scenario: Scenario) -> dict[str, object]:
         "form_nn": int(scenario.few_shot.n_neighbors),
         "form_eps": float(scenario.epsilon),
         "form_seed": int(scenario.seed),
+        "form_method": scenario.map_method,
+        "form_budget": scenario.neural_preset,
     }
 
 
@@ -106,6 +110,24 @@ def scenario_form(model: SessionModel) -> None:
                 ),
             )
             seed = a2.number_input("Seed", min_value=0, max_value=2**31 - 1, key="form_seed")
+            a3, a4 = st.columns(2)
+            method = a3.radio(
+                "Map",
+                list(MAP_METHODS),
+                horizontal=True,
+                key="form_method",
+                help=(
+                    "barycentric: T_i(x) averages reference samples with the entropic plan's "
+                    "weights; neural: a generator trained on the same OTDD cost (slower; the "
+                    "OTDD maps page can fit the other one too and compare them)."
+                ),
+            )
+            budget = a4.selectbox(
+                "Neural budget",
+                list(NEURAL_PRESET_NAMES),
+                key="form_budget",
+                help="tiny: seconds on small data; cpu: minutes per map at 32×32; paper: GPU.",
+            )
         submitted = st.form_submit_button("Apply scenario", type="primary")
     if submitted:
         target = options[target_tok]
@@ -122,6 +144,8 @@ def scenario_form(model: SessionModel) -> None:
                 channels=scenario.channels,
                 epsilon=float(epsilon),
                 seed=int(seed),
+                map_method=method,
+                neural_preset=budget,
             )
         except GeovizError as err:
             st.error(str(err))

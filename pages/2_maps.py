@@ -1,14 +1,17 @@
-"""Page 2 · OTDD maps: how each map T_i moves the target's samples and labels."""
+"""Page 2 · OTDD maps: how each map T_i moves the target's samples and labels.
+
+The maps are barycentric (entropic plan) or neural (a trained generator); when both
+are fitted for the same data the page shows them side by side on the same target points.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import services, widgets
-from geoviz.app.state import SessionModel, epsilon_choices
+from geoviz.app.state import MAP_METHODS, NEURAL_PRESET_NAMES, SessionModel, epsilon_choices
 from geoviz.errors import GeovizError
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
 from geoviz.viz.compare import side_by_side_scatter
@@ -28,6 +31,17 @@ from geoviz.viz.plots import (
 )
 
 EPS_KEY = "maps_eps"
+METHOD_KEY = "maps_method"
+BUDGET_KEY = "maps_budget"
+METHOD_LABELS = {
+    "barycentric": "barycentric (entropic plan)",
+    "neural": "neural (trained generator)",
+}
+BUDGET_HELP = {
+    "tiny": "tiny: seconds on small data (demos, tests)",
+    "cpu": "cpu: minutes per map at 32×32 on a laptop CPU",
+    "paper": "paper: the paper's scale (GPU)",
+}
 
 
 def _on_epsilon_change() -> None:
@@ -57,8 +71,46 @@ def epsilon_control(model: SessionModel) -> None:
     )
 
 
+def _on_method_change() -> None:
+    services.set_map_method(
+        SessionModel(st.session_state), st.session_state[METHOD_KEY], st.session_state[BUDGET_KEY]
+    )
+
+
+def method_control(model: SessionModel) -> None:
+    """Map: barycentric / neural, and the neural training budget (each fitted once, cached)."""
+    st.session_state[METHOD_KEY] = model.scenario.map_method
+    st.session_state[BUDGET_KEY] = model.scenario.neural_preset
+    c1, c2 = st.columns([3, 2])
+    c1.radio(
+        "Map",
+        list(MAP_METHODS),
+        format_func=lambda m: METHOD_LABELS[m],
+        horizontal=True,
+        key=METHOD_KEY,
+        on_change=_on_method_change,
+        help=(
+            "Barycentric: T_i(x) is the plan-weighted average of reference samples (paper eq. "
+            "bary_map). Neural: a generator G trained against a critic on the same OTDD cost "
+            "(paper Sec. 3.1, max-min); it generates new points instead of averaging. Both are "
+            "cached: switching back and forth does not refit."
+        ),
+    )
+    c2.selectbox(
+        "Neural budget",
+        list(NEURAL_PRESET_NAMES),
+        format_func=lambda b: BUDGET_HELP[b],
+        key=BUDGET_KEY,
+        on_change=_on_method_change,
+        help="Training iterations and network sizes of the neural maps.",
+    )
+
+
 def sharpness(result) -> None:
     """Effective neighbours and label confidence of every map, with a warning when blurry."""
+    if result.method == "neural":
+        neural_quality(result)
+        return
     cols = st.columns(result.m)
     for i, (col, info) in enumerate(zip(cols, services.map_sharpness(result), strict=True)):
         with col:
@@ -91,22 +143,44 @@ def sharpness(result) -> None:
                 )
 
 
+def neural_quality(result) -> None:
+    """Neural maps have no plan: label confidence, nearest-reference ratio, held-out OT."""
+    cols = st.columns(result.m)
+    for i, (col, info) in enumerate(zip(cols, services.map_sharpness(result), strict=True)):
+        with col:
+            st.markdown(f"**T{i + 1}: Q → {info['reference']}** (neural)")
+            st.metric(
+                "label confidence",
+                f"{info['label_confidence']:.2f}",
+                help="Mean over x of the largest entry of T(x)'s soft label (classifier l).",
+            )
+            st.metric(
+                "nearest-reference ratio",
+                services.format_stat(info.get("nearest_reference"), ".2f", missing="n/a"),
+                help=(
+                    "Median distance from T(x) to its closest reference sample, divided by the "
+                    "median nearest-neighbour distance inside P_i: about 1 = generated points sit "
+                    "among real ones; much larger = off the data."
+                ),
+            )
+            st.caption(f"effective neighbours: {services.NO_PLAN}")
+            held, ident = info.get("heldout_ot"), info.get("heldout_ot_identity")
+            if held is not None and ident is not None and not float(held) < float(ident):
+                st.info(
+                    f"T{i + 1} did not improve the held-out OT cost on the identity map within "
+                    "its budget: choose a larger neural budget above."
+                )
+
+
 def summary_table(result) -> None:
-    names = list(result.reference_names)
-    df = pd.DataFrame(
-        {
-            "reference P_i": names,
-            glossary.OTDD: result.otdd,
-            glossary.W_TARGET: result.w_to_target,
-            "effective neighbours": result.effective_neighbours,
-            "label confidence": result.label_confidence,
-            "ε_abs": result.epsilon_abs,
-            "marginal error": result.marginal_errors,
-            "converged": list(result.converged),
-        }
-    )
-    st.dataframe(df, hide_index=True, width="stretch")
-    if not all(result.converged):
+    st.dataframe(services.map_table(result), hide_index=True, width="stretch")
+    if result.method == "neural":
+        st.caption(
+            "Neural maps: OTDD is the Monge cost of the trained map (same cost, no entropy); "
+            "held-out OT is W₂² between G#Q and P_i on held-out samples (identity map in the "
+            "next column, for scale); 'stopped early' = the held-out cost stopped improving."
+        )
+    elif not all(result.converged):
         st.warning("Some Sinkhorn solves stopped before their tolerance: see the marginal errors.")
 
 
@@ -176,6 +250,9 @@ def mapped_samples(result) -> None:
 @st.fragment
 def teaching_panel(model: SessionModel, result) -> None:
     """A few target points, the reference points they are averaged from, and T_i(x)."""
+    if result.method == "neural":
+        nearest_panel(model, result)
+        return
     q = result.target
     st.subheader("Where does a mapped point come from?")
     st.caption(
@@ -218,6 +295,54 @@ def teaching_panel(model: SessionModel, result) -> None:
         )
 
 
+def _pick_points(q, prefix: str) -> np.ndarray:
+    """Target points of a panel: random (seeded) or typed indices."""
+    c2, c4 = st.columns(2)
+    n = c2.slider("Target points", 1, services.MAX_TEACHING_POINTS, 3, key=f"{prefix}_n")
+    seed = c4.number_input("Random points seed", 0, 10_000, 0, key=f"{prefix}_seed")
+    text = st.text_input(
+        "…or these target samples (indices of Q, comma-separated)",
+        key=f"{prefix}_indices",
+        placeholder=f"e.g. 0, 17, 42 (0 … {q.n_samples - 1})",
+    )
+    try:
+        return services.teaching_indices(q.n_samples, n, int(seed), text)
+    except GeovizError as err:
+        st.warning(f"{err}; showing random points instead.")
+        return services.teaching_indices(q.n_samples, n, int(seed))
+
+
+def nearest_panel(model: SessionModel, result) -> None:
+    """Neural maps: each generated T_i(x) next to the closest real samples of P_i."""
+    q = result.target
+    st.subheader("What does a generated point look like?")
+    st.caption(
+        "A neural map generates T_i(x) = G(x, y) instead of averaging reference samples, so "
+        "there are no plan weights to show. Each row shows a target sample x, its image T_i(x) "
+        "and the closest real samples of P_i (Euclidean distance d under each). Close, "
+        "similar-looking neighbours: the generator produces points like the reference data."
+    )
+    names = list(result.reference_names)
+    c1, c3 = st.columns(2)
+    i = c1.selectbox(
+        "Map",
+        list(range(result.m)),
+        format_func=lambda j: f"T{j + 1}: Q → {names[j]}",
+        key="near_map",
+    )
+    k = c3.slider("Closest samples shown", 1, 8, 4, key="near_k")
+    idx = _pick_points(q, "near")
+    fig = services.nearest_reference_figure(model, result, int(i), idx, int(k))
+    if fig is not None:
+        st.plotly_chart(fig, key="near_fig")
+    with st.expander("Closest reference samples as a table", expanded=fig is None):
+        st.dataframe(
+            services.nearest_reference_table(result, int(i), idx, int(k)),
+            hide_index=True,
+            width="stretch",
+        )
+
+
 def transitions(result) -> None:
     q = result.target
     st.subheader("Label transition per reference")
@@ -239,11 +364,68 @@ def transitions(result) -> None:
                 ),
                 key=f"maps_transition_{i}",
             )
-            st.markdown(
-                f"{glossary.OTDD_SHORT}(Q, {result.reference_names[i]}) = **{result.otdd[i]:.4g}** · "
-                f"marginal error **{result.marginal_errors[i]:.2e}** · "
-                f"{'converged' if result.converged[i] else 'not converged'}"
-            )
+            name = result.reference_names[i]
+            if result.method == "neural":
+                st.markdown(
+                    f"{glossary.OTDD_SHORT}(Q, {name}) = **{result.otdd[i]:.4g}** (Monge cost of "
+                    f"the neural map) · marginal error {services.NO_PLAN} · "
+                    f"{'stopped early' if result.converged[i] else 'ran its whole budget'}"
+                )
+            else:
+                st.markdown(
+                    f"{glossary.OTDD_SHORT}(Q, {name}) = **{result.otdd[i]:.4g}** · "
+                    f"marginal error **{result.marginal_errors[i]:.2e}** · "
+                    f"{'converged' if result.converged[i] else 'not converged'}"
+                )
+
+
+def comparison(model: SessionModel, result) -> None:
+    """Barycentric and neural maps of the same data side by side (or a button to fit the other)."""
+    st.subheader("Barycentric vs neural maps")
+    bary, neural = services.map_pair(model)
+    if bary is None or neural is None:
+        other = services.companion_scenario(model.scenario)
+        have = METHOD_LABELS[result.method]
+        st.caption(
+            f"Only the {have} maps of this scenario are fitted. Fit the "
+            f"{METHOD_LABELS[other.map_method]} maps of the same data to compare both on the same "
+            "target points (neural budget: the one chosen above). The fit runs in the background: "
+            "you can leave the page and come back."
+        )
+        running = services.geodesic_job(model, other) is not None
+        if not running and not st.button("Fit the other map (background)", key="maps_fit_other"):
+            return
+        if widgets.geodesic_with_status(model, scenario=other) is None:
+            return
+        st.rerun()  # redraw the section without the button and the progress box
+    side_by_side(model, bary, neural)
+
+
+@st.fragment
+def side_by_side(model: SessionModel, bary, neural) -> None:
+    st.caption(
+        "The same target points x under both maps T_i: the barycentric image averages reference "
+        "samples (entropic plan), the neural one is generated. Caption under each image: its "
+        "top soft label. Tables: the cost of each map, label confidence, how close the mapped "
+        "points are to real reference data, and how often both maps give x the same hard label."
+    )
+    q = bary.target
+    c1, c2 = st.columns(2)
+    n = c1.slider("Target points", 1, services.MAX_TEACHING_POINTS, 4, key="cmp_n")
+    seed = c2.number_input("Sample seed", 0, 10_000, 0, key="cmp_seed")
+    idx = services.comparison_indices(bary, int(n), int(seed))
+    per_row = min(bary.m, 3 if q.is_image else 2)
+    figs = services.side_by_side_figures(
+        model, bary, neural, idx, tile_px=130 if per_row <= 2 else 96
+    )
+    tables = services.map_comparison_tables(model, bary, neural)
+    for start in range(0, bary.m, per_row):
+        cols = st.columns(per_row)
+        for col, i in zip(cols, range(start, min(start + per_row, bary.m)), strict=False):
+            with col:
+                st.plotly_chart(figs[i], key=f"cmp_fig_{i}")
+                # a static table: every cell's text in full (no scrolling grid)
+                st.table(tables[i].set_index("quantity"))
 
 
 def main(model: SessionModel) -> None:
@@ -253,8 +435,11 @@ def main(model: SessionModel) -> None:
         r"barycentric map $T_i(x, y) = [N_Q\,\pi^* X_{P_i},\; N_Q\,\pi^* Y_{P_i}]$ (paper Sec. 3.1)"
         ": each target sample becomes a weighted average of reference samples, "
         "with a soft label over the reference's classes. The entropic ε sets how many: "
-        "small ε gives sharp maps, large ε blurred averages."
+        "small ε gives sharp maps, large ε blurred averages. The **neural** map instead trains "
+        "a generator on the same OTDD cost and generates T_i(x); with both fitted, the last "
+        "section compares them."
     )
+    method_control(model)
     epsilon_control(model)
     result = widgets.geodesic_with_status(model)
     if result is None:
@@ -264,6 +449,7 @@ def main(model: SessionModel) -> None:
     mapped_samples(result)
     teaching_panel(model, result)
     transitions(result)
+    comparison(model, result)
 
 
 with widgets.app_page("2 · OTDD maps") as model:

@@ -216,7 +216,11 @@ def test_maps_page():
         "Target samples under each map",
         "Where does a mapped point come from?",
         "Label transition per reference",
+        "Barycentric vs neural maps",
     ]
+    # only the barycentric maps are fitted: the page offers the neural ones, in the background
+    assert at.button(key="maps_fit_other").label == "Fit the other map (background)"
+    assert at.radio(key="maps_method").value == "barycentric"
     df = at.dataframe[0].value
     assert list(df["reference P_i"]) == ["fashion_mnist", "usps", "kmnist"]
     assert (df["OTDD d²(Q, P_i)"] > 0).all()
@@ -685,3 +689,121 @@ def test_evidence_page_runs_the_experiments_in_the_background():
     # the same request again is read from the store: no new job
     at.run()
     assert at.success
+
+
+# ---------------------------------------------------------------- neural maps (issue 9)
+
+
+@pytest.fixture
+def fast_neural(monkeypatch):
+    """The "tiny" neural budget cut to a few steps (the app runs in this process)."""
+    import dataclasses
+
+    from geoviz.maps import neural
+
+    small = dataclasses.replace(
+        neural.NEURAL_PRESETS["tiny"], iterations=20, eval_every=10, classifier_iterations=20
+    )
+    monkeypatch.setitem(neural.NEURAL_PRESETS, "tiny", small)
+    return small
+
+
+def _page_text(at) -> str:
+    """Everything a page prints as text: markdown, captions, metrics, tables, alerts."""
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [f"{m.label} {m.value}" for m in at.metric]
+    parts += [w.value for w in (*at.warning, *at.info, *at.success)]
+    parts += [d.value.to_string() for d in (*at.dataframe, *at.table)]
+    return "\n".join(parts)
+
+
+def test_maps_page_neural_maps_and_side_by_side(fast_neural):
+    from geoviz.app.services import NO_PLAN
+
+    scenario = Scenario(
+        target=DatasetChoice("mnist"),
+        references=(DatasetChoice("usps"), DatasetChoice("fashion_mnist")),
+        n_target=40,
+        n_reference=40,
+        image_size=16,
+        map_method="neural",
+        neural_preset="tiny",
+    )
+    at = _with_scenario(scenario, "pages/2_maps.py")
+    assert "OTDD maps: neural (tiny budget)" in _sidebar(at)
+    assert at.radio(key="maps_method").value == "neural"
+    assert at.selectbox(key="maps_budget").value == "tiny"
+    assert [s.value for s in at.subheader] == [
+        "Target samples under each map",
+        "What does a generated point look like?",
+        "Label transition per reference",
+        "Barycentric vs neural maps",
+    ]
+    # no plan: no effective neighbours metric, "n/a" instead of NaN everywhere
+    assert [m.label for m in at.metric] == ["label confidence", "nearest-reference ratio"] * 2
+    table = at.dataframe[0].value
+    assert (table["effective neighbours"] == NO_PLAN).all() and "held-out OT" in table
+    assert "nan" not in _page_text(at).lower()
+    titles = [f["layout"].get("title", {}).get("text", "") for f in _figures(at)]
+    assert any(
+        t.startswith("T1(x) next to real data: the 4 closest samples of usps") for t in titles
+    )
+    assert at.dataframe[1].value.columns[-1] == "distance"
+
+    # fit the barycentric maps of the same data; then both side by side on the same points
+    at.button(key="maps_fit_other").click().run()
+    _assert_clean(at, "fit the other map")
+    assert "nan" not in _page_text(at).lower()
+    figs = _figures(at)
+    side = [f for f in figs if f["layout"].get("title", {}).get("text", "").startswith("P")]
+    assert [f["layout"]["title"]["text"] for f in side] == ["P1: usps", "P2: fashion_mnist"]
+    for f in side:
+        heads = [a["text"] for a in f["layout"]["annotations"] if a["text"].startswith("<b>")]
+        assert heads[:1] == ["<b>Q sample<br>x</b>"]
+        assert heads[1].startswith("<b>barycentric") and heads[2].startswith("<b>neural")
+        assert f["data"][0]["type"] == "image"
+    # the button and the progress box are gone once both maps are there
+    assert not [b for b in at.button if b.key == "maps_fit_other"]
+    compare = [t.value for t in at.table]
+    assert len(compare) == 2
+    assert list(compare[0].columns) == ["barycentric", "neural"]
+    assert compare[0].loc["effective neighbours", "neural"] == NO_PLAN
+    agree = compare[0].loc["hard labels agree"]
+    assert agree["barycentric"] == agree["neural"] and agree["neural"].endswith("%")
+    # same points under both maps: one x column, the same captions in each panel
+    first = [a["text"] for a in side[0]["layout"]["annotations"] if a["text"].startswith("#")]
+    second = [a["text"] for a in side[1]["layout"]["annotations"] if a["text"].startswith("#")]
+    assert first and first == second
+
+    # switching the method shows the other fit at once (both are in the store)
+    at.radio(key="maps_method").set_value("barycentric").run()
+    _assert_clean(at, "switch to barycentric")
+    assert at.session_state[SessionModel.SCENARIO].map_method == "barycentric"
+    assert [m.label for m in at.metric][:2] == ["effective neighbours", "label confidence"]
+    assert len(at.table) == 2
+    at.radio(key="maps_method").set_value("neural").run()
+    _assert_clean(at, "switch back to neural")
+
+    # the other pages work unchanged with neural maps
+    for page in ("pages/3_geodesic.py", "pages/4_mccann.py"):
+        _open(at, page)
+        assert "nan" not in _page_text(at).lower(), page
+    _open(at, "pages/5_export.py")
+    at.selectbox(key="export_fmt").set_value("npz").run()
+    at.button(key="export_prepare").click().run()
+    _assert_clean(at, "export neural P_a")
+    assert len(at.get("download_button")) == 1
+
+
+def test_scenario_form_sets_the_map_method_and_budget():
+    at = _app()
+    assert at.radio(key="form_method").value == "barycentric"
+    at.radio(key="form_method").set_value("neural")
+    at.selectbox(key="form_budget").set_value("tiny")
+    next(b for b in at.form_submit_button if b.label == "Apply scenario").click().run()
+    _assert_clean(at, "apply neural")
+    scenario = at.session_state[SessionModel.SCENARIO]
+    assert (scenario.map_method, scenario.neural_preset) == ("neural", "tiny")
+    assert "OTDD maps: neural (tiny budget)" in _sidebar(at)
+    # the datasets are those of the barycentric scenario: nothing is reloaded
+    assert scenario.data_key() == scenario.with_method("barycentric").data_key()

@@ -115,3 +115,139 @@ def test_hard_label_shares_follow_the_weights(fresh_server):
     for i, block in enumerate(result.block_slices):
         cols = np.arange(pa.soft_labels.shape[1])[block]
         assert table["hard-label share (argmax)"][i] == pytest.approx(np.isin(top, cols).mean())
+
+
+# ---------------------------------------------------------------- barycentric vs neural maps
+
+
+@pytest.fixture
+def fast_neural(monkeypatch):
+    """The "tiny" neural budget cut to a few steps: these tests check the app's plumbing."""
+    import dataclasses
+
+    from geoviz.maps import neural
+
+    small = dataclasses.replace(
+        neural.NEURAL_PRESETS["tiny"], iterations=20, eval_every=10, classifier_iterations=20
+    )
+    monkeypatch.setitem(neural.NEURAL_PRESETS, "tiny", small)
+    return small
+
+
+def _fit(model: SessionModel, data, scenario) -> tuple[object, set[str]]:
+    """Fit ``scenario``'s geodesic as the app does (background job); the stages seen."""
+    job = services.start_geodesic(model, data, scenario)
+    stages = set()
+    while not job.wait(0.005):
+        stages.add(job.snapshot()[0])
+    assert job.error_ is None, job.error_
+    services.finish_geodesic(model, scenario)
+    return job.result_, stages | {line for _, line in job.snapshot()[2]}
+
+
+def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
+    import torch
+
+    from geoviz.app.state import AppSettings, preset_scenarios
+    from geoviz.errors import GeovizError
+
+    settings = AppSettings(n_default=60, neural_preset="tiny")
+    model = SessionModel({}, settings)
+    model.scenario = preset_scenarios(settings)["2-D Gaussian mixtures"].with_(map_method="neural")
+    config = services._geodesic_config(model.scenario)
+    assert config.method == "neural" and config.neural == fast_neural
+    assert services._geodesic_config(model.scenario.with_method("barycentric")).method == (
+        "barycentric"
+    )
+    assert services.map_pair(model) == (None, None)
+    data = services.scenario_data(model)
+
+    neural, stages = _fit(model, data, model.scenario)
+    assert neural.method == "neural"
+    assert any(s.startswith("neural OTDD map 1/3: Q -> P1") for s in stages), stages
+    # the stage text says which part of the training runs
+    assert any(s.endswith("(classifier)") or s.endswith("(adversarial)") for s in stages), stages
+    assert services.map_pair(model)[1] is neural and services.map_pair(model)[0] is None
+
+    # page tables: no NaN anywhere, "n/a (generated, no plan)" for the plan statistics
+    table = services.map_table(neural)
+    assert "nan" not in table.to_string().lower()
+    assert (table["effective neighbours"] == services.NO_PLAN).all()
+    assert list(table["stopped early"]) == list(neural.converged)
+    with pytest.raises(GeovizError, match="no plan neighbours"):
+        services.plan_neighbours_figure(model, neural, 0, np.array([0, 1]), 3)
+
+    # the closest real reference samples replace the plan neighbours
+    idx = np.array([3, 0, 7])
+    near = services.nearest_reference_table(neural, 1, idx, 4)
+    assert list(near["target #"]) == [3] * 4 + [0] * 4 + [7] * 4
+    assert (near.groupby("target #")["distance"].apply(lambda d: d.is_monotonic_increasing)).all()
+    ref_idx, _ = neural.nearest_references(1, idx, k=4)
+    assert list(near["reference #"]) == ref_idx.ravel().tolist()
+    fig = services.nearest_reference_figure(model, neural, 1, idx, 4)
+    assert fig.layout.title.text.startswith("T2(x) next to real data: the 4 closest")
+
+    # fit the other method on the same data: "Fit the other map (background)"
+    other = services.companion_scenario(model.scenario)
+    assert other.map_method == "barycentric" and other.data_key() == model.scenario.data_key()
+    bary, _ = _fit(model, data, other)
+    pair = services.map_pair(model)
+    assert pair[0] is bary and pair[1] is neural
+
+    agree = services.label_agreement(bary, neural)
+    expected = [
+        float((b.argmax(1) == n.argmax(1)).float().mean())
+        for b, n in zip(bary.soft_labels, neural.soft_labels, strict=True)
+    ]
+    np.testing.assert_allclose(agree, expected)
+    tables = services.map_comparison_tables(model, bary, neural)
+    assert len(tables) == 3
+    for i, t in enumerate(tables):
+        assert list(t.columns) == ["quantity", "barycentric", "neural"]
+        assert "nan" not in t.to_string().lower()
+        rows = dict(
+            zip(t["quantity"], zip(t["barycentric"], t["neural"], strict=True), strict=True)
+        )
+        assert rows["effective neighbours"][1] == services.NO_PLAN
+        assert float(rows["effective neighbours"][0]) == pytest.approx(
+            bary.effective_neighbours[i], abs=0.05
+        )
+        assert rows["hard labels agree"] == (f"{agree[i]:.0%}",) * 2
+        assert float(rows["label confidence"][1]) == pytest.approx(
+            neural.label_confidence[i], abs=0.005
+        )
+        assert float(rows["nearest-reference ratio"][0]) > 0
+
+    # side by side on the SAME target points: both images of every chosen x
+    idx = services.comparison_indices(bary, 4, seed=1)
+    figs = services.side_by_side_figures(model, bary, neural, idx)
+    assert len(figs) == 3 and figs[0].layout.title.text == "P1: P1"
+    for i, f in enumerate(figs):
+        traces = {t.name: t for t in f.data}
+        assert {f"barycentric T{i + 1}#Q", f"neural T{i + 1}#Q", "chosen x ∈ Q"} <= set(traces)
+        chosen = traces["chosen x ∈ Q"]
+        np.testing.assert_allclose(chosen.x, bary.target.features[idx, 0].numpy(), rtol=1e-6)
+        np.testing.assert_allclose(
+            traces[f"neural T{i + 1}#Q"].x, neural.mapped_features[i][:, 0].numpy(), rtol=1e-6
+        )
+    assert services.side_by_side_figures(model, bary, neural, idx) is figs  # cached
+
+    # switching the method back and forth never refits: both come from the store
+    assert services.set_map_method(model, "barycentric")
+    assert not services.set_map_method(model, "barycentric")
+    assert services.geodesic_if_ready(model) is bary and services.geodesic_job(model) is None
+    assert services.set_map_method(model, "neural", "tiny")
+    assert services.geodesic_if_ready(model) is neural and services.geodesic_job(model) is None
+
+    # the geodesic pages' services work unchanged on a neural result: P_a, McCann, export
+    from geoviz.export import load_export
+
+    pa = services.interpolation(model, neural, neural.a_hat)
+    mixed = sum(a * x for a, x in zip(neural.a_hat, neural.mapped_features, strict=True))
+    torch.testing.assert_close(pa.features, mixed.float(), atol=1e-5, rtol=0)
+    mc = services.mccann(model, neural, 0, 1.0)
+    torch.testing.assert_close(mc.features, neural.mapped_features[0])
+    payload, filename, _ = services.export_payload(pa, "npz")
+    path = fresh_server / filename
+    path.write_bytes(payload)
+    assert load_export(path).n_samples == pa.n_samples

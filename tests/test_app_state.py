@@ -247,3 +247,74 @@ def test_entry_weights_reject_bad_input(weights, m):
 
     with pytest.raises(WeightsError):
         entry_weights(weights, m)
+
+
+# ---------------------------------------------------------------- map method (barycentric / neural)
+
+
+def test_map_method_is_in_the_key_and_the_url_token():
+    from geoviz.app.state import scenario_from_token, scenario_to_token
+
+    bary = _scenario()
+    assert (bary.map_method, bary.neural_preset) == ("barycentric", "cpu")
+    neural = bary.with_(map_method="neural", neural_preset="tiny")
+    assert neural.key() != bary.key()
+    # same datasets and OTDD options: the data and the pairwise OTDD are shared
+    assert neural.data_key() == bary.data_key() and neural.otdd_key() == bary.otdd_key()
+    # the budget only matters for neural maps
+    assert bary.with_(neural_preset="paper").key() == bary.key()
+    assert neural.with_(neural_preset="cpu").key() != neural.key()
+    assert neural.with_method("barycentric") == bary.with_(neural_preset="tiny")
+    assert neural.with_method("neural") is neural
+    for scenario in (bary, neural, neural.with_(neural_preset="paper", epsilon=0.01)):
+        back = scenario_from_token(scenario_to_token(scenario))
+        assert back == scenario and back.key() == scenario.key()
+        assert (back.map_method, back.neural_preset) == (
+            scenario.map_method,
+            scenario.neural_preset,
+        )
+    assert neural.describe()[-1] == "OTDD maps: neural (tiny budget)"
+    assert bary.describe()[-1] == "OTDD maps: barycentric"
+
+
+def test_old_token_without_the_map_method_decodes_to_the_defaults_and_the_old_key():
+    import base64
+    import json
+    import zlib
+
+    from geoviz.app import state
+
+    scenario = _scenario(seed=4)
+    old = scenario.to_dict()
+    del old["map_method"], old["neural_preset"]  # a link made before the map method existed
+    raw = json.dumps(old, sort_keys=True, separators=(",", ":"), default=list)
+    token = base64.urlsafe_b64encode(zlib.compress(raw.encode(), 9)).decode().rstrip("=")
+    back = state.scenario_from_token(token)
+    assert back == scenario
+    assert (back.map_method, back.neural_preset) == ("barycentric", "cpu")
+    # barycentric keys are those of before: cached placements and checkpoints still match
+    assert back.key() == state._hash(old)
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [({"map_method": "mlp"}, "map_method"), ({"neural_preset": "huge"}, "neural_preset")],
+)
+def test_bad_map_method_or_budget_is_rejected(changes, match):
+    from geoviz.errors import DatasetError
+
+    with pytest.raises(DatasetError, match=match):
+        _scenario(**changes)
+
+
+def test_neural_budget_from_the_environment():
+    from geoviz.app.state import AppSettings, default_scenario, preset_scenarios
+
+    assert AppSettings.from_env({}).neural_preset == "cpu"
+    settings = AppSettings.from_env({"GEOVIZ_NEURAL_PRESET": " Tiny "})
+    assert settings.neural_preset == "tiny"
+    assert default_scenario(settings).neural_preset == "tiny"
+    assert {s.neural_preset for s in preset_scenarios(settings).values()} == {"tiny"}
+    assert default_scenario(settings).map_method == "barycentric"
+    with pytest.raises(GeovizError, match="GEOVIZ_NEURAL_PRESET"):
+        AppSettings.from_env({"GEOVIZ_NEURAL_PRESET": "fast"})

@@ -3,7 +3,8 @@
 Starts ``streamlit run app.py`` on a free localhost port with small-N settings,
 drives Debian's Chromium through Playwright, visits every page, changes a
 weight on the geodesic page, downloads an export and saves screenshots under
-``test-output/screenshots/``. Skips when Chromium or Playwright is missing.
+``test-output/screenshots/`` (the barycentric-vs-neural maps comparison also
+under ``docs/screenshots/``). Skips when Chromium or Playwright is missing.
 The server is always stopped.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "test-output" / "screenshots"
+DOC_SHOTS = ROOT / "docs" / "screenshots"
 CHROMIUM = os.environ.get("GEOVIZ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -80,6 +83,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterato
         "GEOVIZ_APP_GRID": "15",
         "GEOVIZ_EMBEDDING": os.environ.get("GEOVIZ_TEST_EMBEDDING", "pca"),
         "GEOVIZ_TRANSFER_BACKEND": "sequential",
+        "GEOVIZ_NEURAL_PRESET": "tiny",
         "GEOVIZ_CACHE_DIR": str(tmp / "cache"),
         "GEOVIZ_EXPORT_DIR": str(tmp / "exports"),
         "PYTHONUNBUFFERED": "1",
@@ -181,6 +185,35 @@ def _shot(pg, name: str) -> Path:
     )
     pg.wait_for_timeout(1200)  # plotly charts re-layout after the resize
     pg.screenshot(path=str(path), full_page=True)
+    pg.set_viewport_size(size)
+    return path
+
+
+def _shot_section(pg, name: str, heading: str) -> Path:
+    """Screenshot from the subheader ``heading`` to the end of the page (full-height viewport)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    size = pg.viewport_size or {"width": 1500, "height": 1900}
+    height = pg.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], "
+        "[data-testid=stMainBlockContainer], body')].map(e => e.scrollHeight))"
+    )
+    pg.set_viewport_size(
+        {"width": size["width"], "height": int(min(max(height + 80, size["height"]), 9000))}
+    )
+    pg.wait_for_timeout(1200)  # plotly charts re-layout after the resize
+    top = pg.locator(f"h3:has-text('{heading}')").first.bounding_box()
+    main = pg.locator("[data-testid='stMain']").bounding_box()
+    assert top is not None and main is not None
+    # down to the last element drawn (not the main area's empty padding)
+    bottom = pg.evaluate(
+        "() => Math.max(...[...document.querySelectorAll("
+        "'[data-testid=stMain] [data-testid=stElementContainer]')]"
+        ".map(e => e.getBoundingClientRect().bottom + window.scrollY))"
+    )
+    y = max(top["y"] - 10, 0)
+    clip = {"x": main["x"], "y": y, "width": main["width"], "height": max(bottom + 20 - y, 100)}
+    pg.screenshot(path=str(path), clip=clip, full_page=True)
     pg.set_viewport_size(size)
     return path
 
@@ -463,3 +496,50 @@ def test_evidence_page_runs_and_shows_both_results(page, server):
     assert pg.locator("[data-testid='stPlotlyChart'] g.ternary").count() >= 1
     assert pg.get_by_text("mean accuracy").count() >= 1
     assert pg.get_by_text("Pearson r").count() >= 1
+
+
+def test_maps_page_compares_barycentric_and_neural_maps(page, server):
+    """A neural scenario (tiny budget, 16x16, N = 60): the maps train in the background with
+    their stage shown, "Fit the other map" adds the barycentric ones, and both appear side by
+    side on the same target points (screenshot ``2_maps_side_by_side.png``)."""
+    from geoviz.app.state import DatasetChoice, Scenario, scenario_to_token
+
+    scenario = Scenario(
+        target=DatasetChoice("mnist"),
+        references=(DatasetChoice("usps"), DatasetChoice("fashion_mnist")),
+        n_target=60,
+        n_reference=60,
+        image_size=16,
+        map_method="neural",
+        neural_preset="tiny",
+    )
+    pg = page
+    pg.goto(f"{server['url']}/maps?scenario={scenario_to_token(scenario)}")
+    pg.wait_for_selector("h1:has-text('OTDD maps')")
+    # the training shows which part of which map runs
+    stages: list[str] = []
+    deadline = time.monotonic() + PAGE_TIMEOUT_MS / 1000
+    while time.monotonic() < deadline and not pg.get_by_text("Barycentric vs neural maps").count():
+        stages += pg.locator("[data-testid='stProgress']").all_inner_texts()
+        pg.wait_for_timeout(250)
+    assert any(
+        "neural OTDD map" in s and ("(classifier)" in s or "(adversarial)" in s) for s in stages
+    ), stages[-5:]
+    _wait_idle(pg)
+    _assert_no_exception(pg, "maps (neural)")
+    assert "OTDD maps: neural (tiny budget)" in _sidebar_text(pg)
+    shown = pg.locator("[data-testid='stMain']").inner_text()
+    assert not re.search(r"\bnan\b", shown, re.IGNORECASE), shown[:2000]
+
+    _shot(pg, "2_maps_neural")
+    pg.get_by_role("button", name="Fit the other map (background)").click()
+    pg.wait_for_selector("text=The same target points x under both maps")
+    _wait_idle(pg)
+    _assert_no_exception(pg, "maps side by side")
+    # one image grid per reference, each with x | barycentric T_i(x) | neural T_i(x)
+    assert pg.locator("[data-testid='stPlotlyChart'] image").count() >= 2
+    for head in ("barycentric", "neural"):
+        assert pg.locator("[data-testid='stPlotlyChart']", has_text=head).count() >= 2
+    shot = _shot_section(pg, "2_maps_side_by_side", "Barycentric vs neural maps")
+    DOC_SHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, DOC_SHOTS / shot.name)

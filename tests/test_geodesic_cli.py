@@ -218,3 +218,24 @@ def test_epsilon_help_says_relative_to_mean_cost_with_default(capsys):
     assert main(["distance", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "relative to the mean ground cost" in text and "Default 0.001" in text
+
+
+def test_neural_method_prints_the_neural_table_and_exports(tmp_path, capsys):
+    out_path = tmp_path / "neural.npz"
+    args = [*REFS_2D, "--method", "neural", "--neural-preset", "tiny", "--neural-iterations", "20"]
+    assert main(["project", *args, "--out", str(out_path)]) == 0
+    out = capsys.readouterr().out
+    assert "neural map" in out and "held-out OT" in out and "nearest ref" in out
+    assert "plan-row perplexity" not in out  # the barycentric legend is not printed
+    a_hat = _a_hat(out)
+    assert sum(a_hat.values()) == pytest.approx(1.0, abs=1e-3)
+    with np.load(out_path, allow_pickle=False) as npz:
+        assert npz["features"].shape == (48, 2)
+    # the manifest records the method and the neural diagnostics
+    import json
+
+    manifest = json.loads(next(tmp_path.glob("*.json")).read_text())
+    text = json.dumps(manifest)
+    assert '"method": "neural"' in text and "heldout_ot" in text
+    assert main(["distance", *REFS_2D, "--method", "mlp"]) == 2
+    assert "'mlp'" in capsys.readouterr().err

@@ -93,3 +93,45 @@ def test_without_geodesic_only_methods_that_need_no_maps(tiny):
     assert comp.weights == ()
     direct = one_nn_accuracy(task.target_fewshot, task.target_test)
     assert comp.accuracies("1nn") == pytest.approx([direct])
+
+
+def test_otdd_neural_column_pretrains_on_the_neural_geodesic(tiny):
+    """The "OTDD neural map" column: P_a from neural maps at their own a_hat."""
+    import dataclasses
+
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.maps.neural import NEURAL_PRESETS
+    from geoviz.transfer.experiment import run_method
+    from geoviz.transfer.table import ALL_METHODS, METHOD_TITLES, compare_methods
+
+    task, geodesic = tiny
+    neural_cfg = dataclasses.replace(
+        NEURAL_PRESETS["tiny"], iterations=10, eval_every=5, classifier_iterations=10
+    )
+    neural = fit_geodesic(
+        task.target_train,
+        list(task.references),
+        dataclasses.replace(geodesic.config, method="neural", neural=neural_cfg),
+    )
+    comp = compare_methods(
+        task,
+        geodesic,
+        seeds=[0],
+        preset="tiny",
+        methods=["otdd", "otdd_neural"],
+        neural_geodesic=neural,
+        backend="sequential",
+    )
+    by_method = {r.method: r for r in comp.results}
+    assert by_method["otdd_neural"].weights == pytest.approx(tuple(neural.a_hat))
+    assert by_method["otdd"].weights == pytest.approx(tuple(geodesic.a_hat))
+    # the same run by hand gives the same accuracy (deterministic, and on the neural P_a)
+    direct = run_method(task, "otdd_neural", geodesic=neural, preset="tiny", seed=0)
+    assert direct.accuracy == by_method["otdd_neural"].accuracy
+    assert "otdd_neural" in ALL_METHODS and "neural" in METHOD_TITLES["otdd_neural"]
+    with pytest.raises(GeovizError, match="neural_geodesic"):
+        compare_methods(task, geodesic, seeds=[0], preset="tiny", methods=["otdd_neural"])
+    with pytest.raises(GeovizError, match="fitted with neural maps"):
+        run_method(task, "otdd_neural", geodesic=geodesic, preset="tiny", seed=0)
+    with pytest.raises(GeovizError, match="fitted with barycentric maps"):
+        run_method(task, "otdd", geodesic=neural, preset="tiny", seed=0)

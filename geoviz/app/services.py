@@ -16,7 +16,11 @@ their sha256 (:func:`save_upload`), so a shared URL works on the same server.
 
 The geodesic fit runs as a :class:`~geoviz.app.state.BackgroundJob` in the
 store (:func:`start_geodesic`): it outlives the page that started it, and any
-page can watch its progress.
+page can watch its progress. The scenario's map method (barycentric or neural,
+:attr:`~geoviz.app.state.Scenario.map_method`) is part of its key, so both
+geodesics of the same data live side by side in the store (and the maps in the
+disk cache): the Maps page compares them (:func:`map_pair`,
+:func:`side_by_side_figures`, :func:`map_comparison_tables`).
 """
 
 from __future__ import annotations
@@ -56,13 +60,17 @@ Progress = Callable[[str, float], None]
 
 __all__ = [
     "MAX_TEACHING_POINTS",
+    "NO_PLAN",
     "EvidenceRequest",
     "EvidenceResult",
     "ScenarioData",
     "check_upload",
     "choice_caption",
     "choice_options",
+    "companion_scenario",
+    "comparison_indices",
     "dataset_projection",
+    "distance_caption",
     "embedding",
     "error_text",
     "evidence_if_ready",
@@ -72,13 +80,21 @@ __all__ = [
     "export_ready",
     "finish_evidence",
     "finish_geodesic",
+    "format_stat",
     "geodesic_if_ready",
     "geodesic_job",
     "hard_label_shares",
     "interpolation",
+    "label_agreement",
+    "map_comparison_tables",
+    "map_pair",
     "map_sharpness",
+    "map_table",
     "mccann",
     "mixup",
+    "nearest_reference_figure",
+    "nearest_reference_ratio",
+    "nearest_reference_table",
     "objective_grid",
     "pairwise_otdd",
     "pairwise_otdd_if_ready",
@@ -90,6 +106,8 @@ __all__ = [
     "scenario_data",
     "scenario_data_if_ready",
     "set_epsilon",
+    "set_map_method",
+    "side_by_side_figures",
     "start_embedding",
     "start_embedding_warm_up",
     "start_evidence",
@@ -244,11 +262,24 @@ def scenario_data_if_ready(scenario: Scenario) -> ScenarioData | None:
 # --------------------------------------------------------------------------- geodesic
 
 
+#: what the app shows instead of a plan statistic (effective neighbours, epsilon, marginal
+#: error) for neural maps, which generate their points instead of averaging reference points
+NO_PLAN = "n/a (generated, no plan)"
+
+
 def _geodesic_config(scenario: Scenario) -> GeodesicConfig:
     from geoviz.geodesic.pipeline import GeodesicConfig
     from geoviz.ot.otdd import OTDDConfig
 
-    return GeodesicConfig(otdd=OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed)))
+    return GeodesicConfig(
+        otdd=OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed)),
+        method=scenario.map_method,
+        neural=scenario.neural_preset,
+    )
+
+
+def _geodesic_key(scenario: Scenario) -> tuple[Hashable, ...]:
+    return ("geodesic", scenario.key())
 
 
 def set_epsilon(model: SessionModel, epsilon: float) -> bool:
@@ -270,18 +301,54 @@ def set_epsilon(model: SessionModel, epsilon: float) -> bool:
     return True
 
 
+def set_map_method(model: SessionModel, method: str, preset: str | None = None) -> bool:
+    """Make ``method`` (``"barycentric"``/``"neural"``) and, if given, the neural budget
+    ``preset`` the scenario's; ``True`` if the scenario changed.
+
+    Like :func:`set_epsilon`: the new scenario has its own key, so its geodesic is
+    fitted in the background once (or read back from the store / disk cache).
+
+    Raises
+    ------
+    DatasetError
+        Unknown method or preset.
+    """
+    changes: dict[str, Any] = {"map_method": str(method)}
+    if preset is not None:
+        changes["neural_preset"] = str(preset)
+    new = model.scenario.with_(**changes)
+    if new == model.scenario:
+        return False
+    model.scenario = new
+    return True
+
+
+def companion_scenario(scenario: Scenario) -> Scenario:
+    """The scenario with the *other* map method (same data, OTDD options and neural budget)."""
+    other = "neural" if scenario.map_method == "barycentric" else "barycentric"
+    return scenario.with_method(other)  # type: ignore[arg-type]
+
+
 def map_sharpness(result: GeodesicResult) -> list[dict[str, Any]]:
     """Per map: ``reference``, ``otdd``, ``epsilon_abs``, ``effective_neighbours``,
-    ``label_confidence`` and ``blurry`` (see :meth:`GeodesicResult.map_summaries`)."""
+    ``label_confidence`` and ``blurry`` (see :meth:`GeodesicResult.map_summaries`);
+    neural maps add their fit details (``heldout_ot``, ``nearest_reference``, ...)."""
     return result.map_summaries()
 
 
-def geodesic_if_ready(model: SessionModel) -> GeodesicResult | None:
+def _scenario_of(model: SessionModel, scenario: Scenario | None) -> Scenario:
+    return model.scenario if scenario is None else scenario
+
+
+def geodesic_if_ready(
+    model: SessionModel, scenario: Scenario | None = None
+) -> GeodesicResult | None:
     """The fitted :class:`GeodesicResult` if already in memory, else ``None`` (never computes).
 
-    A background fit that finished while no page was watching is collected here.
+    ``scenario`` defaults to the session's. A background fit that finished while no
+    page was watching is collected here.
     """
-    key = ("geodesic", model.scenario.key())
+    key = _geodesic_key(_scenario_of(model, scenario))
     ready = store().get(key)
     if ready is None:
         job = store().claim_job(key)
@@ -290,14 +357,22 @@ def geodesic_if_ready(model: SessionModel) -> GeodesicResult | None:
     return ready
 
 
-def start_geodesic(model: SessionModel, data: ScenarioData) -> BackgroundJob:
+def start_geodesic(
+    model: SessionModel, data: ScenarioData, scenario: Scenario | None = None
+) -> BackgroundJob:
     """Start (or join) the background fit of the scenario's geodesic.
 
     One job per scenario and process: every page and session asking for the
     same scenario watches the same job. Collect the result with
-    :func:`finish_geodesic`.
+    :func:`finish_geodesic`. ``scenario`` (default: the session's) must describe
+    the same datasets as ``data`` (e.g. :func:`companion_scenario`: the other map
+    method on the same data). Neural maps report ``"... (classifier)"`` and
+    ``"... (adversarial)"`` stages while they train.
     """
-    config = _geodesic_config(model.scenario)
+    scenario = _scenario_of(model, scenario)
+    if scenario.data_key() != model.scenario.data_key():
+        raise GeovizError("start_geodesic: the scenario's datasets differ from the loaded ones")
+    config = _geodesic_config(scenario)
 
     def run(progress: Progress) -> GeodesicResult:
         from geoviz.geodesic.pipeline import fit_geodesic
@@ -306,17 +381,87 @@ def start_geodesic(model: SessionModel, data: ScenarioData) -> BackgroundJob:
             data.target, list(data.references), config, progress=progress, cache=_disk()
         )
 
-    return store().start_job(("geodesic", model.scenario.key()), run)
+    return store().start_job(_geodesic_key(scenario), run)
 
 
-def geodesic_job(model: SessionModel) -> BackgroundJob | None:
+def geodesic_job(model: SessionModel, scenario: Scenario | None = None) -> BackgroundJob | None:
     """The running or finished (unclaimed) fit of the scenario, if any."""
-    return store().job(("geodesic", model.scenario.key()))
+    return store().job(_geodesic_key(_scenario_of(model, scenario)))
 
 
-def finish_geodesic(model: SessionModel) -> BackgroundJob | None:
+def finish_geodesic(model: SessionModel, scenario: Scenario | None = None) -> BackgroundJob | None:
     """Move the finished job's result into the store; the job, or ``None`` while it runs."""
-    return store().claim_job(("geodesic", model.scenario.key()))
+    return store().claim_job(_geodesic_key(_scenario_of(model, scenario)))
+
+
+def format_stat(value: Any, spec: str = ".4g", missing: str = NO_PLAN) -> str:
+    """``value`` formatted by ``spec``, or ``missing`` for ``None``/NaN (never ``"nan"``)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return missing
+    return missing if not np.isfinite(x) else format(x, spec)
+
+
+def map_table(result: GeodesicResult) -> pd.DataFrame:
+    """The Maps page's table: one row per map ``T_i``.
+
+    Barycentric maps: OTDD, ``W^2``, effective neighbours, label confidence,
+    ``epsilon_abs``, marginal error and convergence (numbers). Neural maps have no
+    plan: those plan columns say :data:`NO_PLAN`, and the fit's own diagnostics
+    follow (Monge cost, held-out OT against the identity map, nearest-reference
+    ratio, classifier accuracy, iterations, early stopping).
+    """
+    import pandas as pd
+
+    from geoviz import glossary
+
+    names = list(result.reference_names)
+    if result.method != "neural":
+        return pd.DataFrame(
+            {
+                "reference P_i": names,
+                glossary.OTDD: result.otdd,
+                glossary.W_TARGET: result.w_to_target,
+                "effective neighbours": result.effective_neighbours,
+                "label confidence": result.label_confidence,
+                "ε_abs": result.epsilon_abs,
+                "marginal error": result.marginal_errors,
+                "converged": list(result.converged),
+            }
+        )
+    details = _details(result)
+    return pd.DataFrame(
+        {
+            "reference P_i": names,
+            f"{glossary.OTDD} (Monge cost)": result.otdd,
+            glossary.W_TARGET: result.w_to_target,
+            "label confidence": result.label_confidence,
+            "held-out OT": [format_stat(d.get("heldout_ot"), missing="n/a") for d in details],
+            "held-out OT, identity": [
+                format_stat(d.get("heldout_ot_identity"), missing="n/a") for d in details
+            ],
+            "nearest-reference ratio": [
+                format_stat(d.get("nearest_reference"), ".2f", missing="n/a") for d in details
+            ],
+            "classifier accuracy": [
+                format_stat(d.get("classifier_accuracy"), ".1%", missing="n/a") for d in details
+            ],
+            "iterations (best)": [
+                f"{int(d.get('iterations_run', 0))} ({int(d.get('best_iteration', 0))})"
+                for d in details
+            ],
+            "stopped early": list(result.converged),
+            "effective neighbours": [NO_PLAN] * result.m,
+            "ε_abs": [NO_PLAN] * result.m,
+            "marginal error": [NO_PLAN] * result.m,
+        }
+    )
+
+
+def _details(result: GeodesicResult) -> list[dict[str, Any]]:
+    details = list(getattr(result, "map_details", ()) or ())
+    return details if len(details) == result.m else [{} for _ in range(result.m)]
 
 
 def objective_grid(
@@ -610,6 +755,7 @@ def plan_neighbours_figure(
     2-D/3-D vectors a scatter (:func:`~geoviz.viz.neighbours.plan_neighbours_scatter`),
     other data ``None``. Cached by scenario, map, indices and ``k``.
     """
+    _require_plan(result)
     idx = np.asarray(indices, dtype=np.int64).ravel()
     k = int(min(max(int(k), 1), result.neighbour_index[i].shape[1]))
     key = ("teach", model.scenario.key(), int(i), tuple(idx.tolist()), k)
@@ -627,6 +773,7 @@ def plan_neighbours_table(
     """
     import pandas as pd
 
+    _require_plan(result)
     idx = np.asarray(indices, dtype=np.int64).ravel()
     q, ref = result.target, result.references[i]
     nb_idx, nb_w, perp = result.neighbours(i, idx)
@@ -649,11 +796,499 @@ def plan_neighbours_table(
     return pd.DataFrame(rows)
 
 
+def _require_plan(result: GeodesicResult) -> None:
+    if result.method == "neural":
+        raise GeovizError(
+            "neural maps have no plan neighbours; use nearest_reference_figure / "
+            "nearest_reference_table (the closest real reference samples) instead"
+        )
+
+
+# --------------------------------------------------------------------------- nearest references (neural maps)
+
+
+def _name(result: GeodesicResult, i: int) -> str:
+    return result.reference_names[i] if result.reference_names else result.references[i].name
+
+
+def _axis_titles(dim: int) -> tuple[str, str]:
+    return ("x₁", "x₂") if dim == 2 else (f"x₁ (of {dim})", f"x₂ (of {dim})")
+
+
+def distance_caption(d: float) -> str:
+    """``"d 1.23"``: distance of a mapped point to a reference sample (3 significant digits)."""
+    return f"d {float(d):.3g}"
+
+
+def _nearest_figure(result: GeodesicResult, i: int, idx: np.ndarray, k: int) -> go.Figure:
+    import plotly.graph_objects as go
+
+    from geoviz.viz.images import (
+        as_display_images,
+        image_grid,
+        sample_captions,
+        soft_label_captions,
+    )
+
+    q, ref = result.target, result.references[i]
+    name = _name(result, i)
+    nb_idx, nb_d = result.nearest_references(i, idx, k=k)
+    k = nb_idx.shape[1]
+    n = len(idx)
+    rows = _index(idx)
+    map_name = f"T{i + 1}(x)"
+    title = f"{map_name} next to real data: the {k} closest samples of {name}"
+    if q.is_image and ref.is_image:
+        shape = q.image_shape
+        x_img = as_display_images(q.features[rows], shape)
+        t_img = as_display_images(result.mapped_features[i][rows], shape)
+        nb_img = as_display_images(ref.features[_index(nb_idx.reshape(-1))], shape)
+        nb_img = nb_img.reshape(n, k, *nb_img.shape[1:])
+        q_caps = sample_captions(q.labels[rows], q.classes, 9)
+        nb_caps = sample_captions(ref.labels[_index(nb_idx.reshape(-1))], ref.classes, 10)
+        t_caps = soft_label_captions(result.soft_labels[i][rows], ref.classes, width=10)
+        images, captions = [], []
+        for r in range(n):
+            images.append(x_img[r])
+            captions.append(f"#{int(idx[r])} · {q_caps[r]}")
+            images.append(t_img[r])
+            captions.append(f"generated<br>{t_caps[r]}")
+            for j in range(k):
+                images.append(nb_img[r, j])
+                captions.append(f"{nb_caps[r * k + j]}<br>{distance_caption(nb_d[r, j])}")
+        return image_grid(
+            np.stack(images),
+            captions,
+            ncols=k + 2,
+            title=title,
+            column_titles=["x ∈ Q", map_name, *(f"#{j + 1}" for j in range(k))],
+            tile_px=84,
+            captions_below=True,
+        )
+    x = q.features[rows, :2].numpy().astype(float)
+    t = result.mapped_features[i][rows, :2].numpy().astype(float)
+    nb = ref.features[_index(nb_idx.reshape(-1)), :2].numpy().astype(float).reshape(n, k, 2)
+    refs = ref.features[:, :2].numpy().astype(float)
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scattergl(
+            x=refs[:, 0],
+            y=refs[:, 1],
+            mode="markers",
+            name=name,
+            marker={"size": 4, "color": "rgba(150,150,150,0.35)"},
+            hoverinfo="skip",
+        )
+    )
+    seg_x: list[float | None] = []
+    seg_y: list[float | None] = []
+    for r in range(n):
+        seg_x += [x[r, 0], t[r, 0], None]
+        seg_y += [x[r, 1], t[r, 1], None]
+    fig.add_trace(
+        go.Scatter(
+            x=seg_x,
+            y=seg_y,
+            mode="lines",
+            name="x → T(x)",
+            line={"color": "rgba(31,119,180,0.5)", "width": 1, "dash": "dot"},
+            hoverinfo="skip",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=nb[..., 0].ravel(),
+            y=nb[..., 1].ravel(),
+            mode="markers",
+            name=f"closest samples of {name}",
+            marker={"size": 8, "color": "#2ca02c", "symbol": "circle-open", "line": {"width": 2}},
+            text=[
+                f"#{int(nb_idx[r, j])} · {distance_caption(nb_d[r, j])}"
+                for r in range(n)
+                for j in range(k)
+            ],
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x[:, 0],
+            y=x[:, 1],
+            mode="markers+text",
+            name="x ∈ Q",
+            marker={"size": 9, "color": "#222", "symbol": "x"},
+            text=[f"#{int(t_)}" for t_ in idx],
+            textposition="top center",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=t[:, 0],
+            y=t[:, 1],
+            mode="markers",
+            name=map_name,
+            marker={"size": 11, "color": "#d62728", "symbol": "star"},
+        )
+    )
+    ax = _axis_titles(q.n_features)
+    fig.update_layout(
+        title=title, height=460, xaxis_title=ax[0], yaxis_title=ax[1], legend={"orientation": "h"}
+    )
+    return fig
+
+
+def nearest_reference_figure(
+    model: SessionModel, result: GeodesicResult, i: int, indices: np.ndarray, k: int
+) -> go.Figure | None:
+    """The teaching figure for maps without a plan (neural): per target point ``x``,
+    ``T_i(x)`` and the ``k`` closest *real* samples of ``P_i`` with their distances.
+
+    Images give a tiled grid, vectors a scatter of the first two coordinates; ``None``
+    for data with a single feature. Works for barycentric results too. Cached by
+    scenario, map, indices and ``k``.
+    """
+    idx = np.asarray(indices, dtype=np.int64).ravel()
+    k = int(min(max(int(k), 1), result.references[int(i)].n_samples))
+    if not result.target.is_image and result.target.n_features < 2:
+        return None
+    key = ("nearest-fig", model.scenario.key(), int(i), tuple(idx.tolist()), k)
+    return store().get_or_compute(key, lambda: _nearest_figure(result, int(i), idx, k))
+
+
+def nearest_reference_table(
+    result: GeodesicResult, i: int, indices: np.ndarray, k: int
+) -> pd.DataFrame:
+    """One row per (target point, close reference sample) of map ``i``.
+
+    Columns: ``target #``, ``target class``, ``T(x) top label``, ``rank``,
+    ``reference #``, ``reference class``, ``distance`` (``||T_i(x) - x'||``).
+    """
+    import pandas as pd
+
+    idx = np.asarray(indices, dtype=np.int64).ravel()
+    q, ref = result.target, result.references[int(i)]
+    nb_idx, nb_d = result.nearest_references(int(i), idx, k=int(k))
+    top = result.soft_labels[int(i)][_index(idx)].argmax(dim=1).numpy()
+    rows = []
+    for r, t in enumerate(idx):
+        for j in range(nb_idx.shape[1]):
+            rows.append(
+                {
+                    "target #": int(t),
+                    "target class": q.classes[int(q.labels[int(t)])],
+                    "T(x) top label": ref.classes[int(top[r])],
+                    "rank": j + 1,
+                    "reference #": int(nb_idx[r, j]),
+                    "reference class": ref.classes[int(ref.labels[int(nb_idx[r, j])])],
+                    "distance": float(nb_d[r, j]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def nearest_reference_ratio(result: GeodesicResult, i: int, max_points: int = 2000) -> float:
+    """Median distance from ``T_i(x)`` to its nearest sample of ``P_i``, divided by the
+    median nearest-neighbour distance inside ``P_i`` (about 1: mapped points sit among
+    the reference samples; much larger: off the data, e.g. blurred averages).
+
+    The neural fit reports the same statistic (``map_details[i]["nearest_reference"]``);
+    this computes it for any result (seeded subsample of at most ``max_points``).
+    """
+    import torch
+
+    ref = result.references[int(i)].features.double()
+    rng = np.random.default_rng(0)
+    if ref.shape[0] > max_points:
+        ref = ref[_index(rng.choice(ref.shape[0], max_points, replace=False))]
+    n_q = result.target.n_samples
+    rows = np.arange(n_q)
+    if n_q > max_points:
+        rows = np.sort(rng.choice(n_q, max_points, replace=False))
+    pts = result.mapped_features[int(i)][_index(rows)].double()
+    d_map = torch.cdist(pts, ref).min(dim=1).values
+    within = torch.cdist(ref, ref)
+    within.fill_diagonal_(float("inf"))
+    base = float(within.min(dim=1).values.median())
+    return float(d_map.median()) / base if base > 0 else float("inf")
+
+
+# --------------------------------------------------------------------------- barycentric vs neural
+
+
+def map_pair(
+    model: SessionModel,
+) -> tuple[GeodesicResult | None, GeodesicResult | None]:
+    """``(barycentric, neural)`` geodesics of the scenario's data and OTDD options, each
+    the one in memory or ``None`` (never computes). The neural one uses the scenario's
+    neural budget."""
+    scenario = model.scenario
+    return (
+        geodesic_if_ready(model, scenario.with_method("barycentric")),
+        geodesic_if_ready(model, scenario.with_method("neural")),
+    )
+
+
+def _check_pair(bary: GeodesicResult, neural: GeodesicResult) -> None:
+    if bary.method != "barycentric" or neural.method != "neural":
+        raise GeovizError("expected a barycentric and a neural result, in this order")
+    if bary.target.fingerprint != neural.target.fingerprint or [
+        r.fingerprint for r in bary.references
+    ] != [r.fingerprint for r in neural.references]:
+        raise GeovizError("the two results were fitted on different datasets")
+
+
+def comparison_indices(result: GeodesicResult, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` target points, one class after the other (seeded): the same points are
+    shown under both maps."""
+    from geoviz.viz.images import example_indices
+
+    q = result.target
+    return example_indices(q.labels, int(min(max(int(n), 1), q.n_samples)), seed=int(seed))
+
+
+def label_agreement(bary: GeodesicResult, neural: GeodesicResult) -> np.ndarray:
+    """``(m,)``: share of target points whose hard label (argmax of the soft label over
+    ``P_i``'s classes) is the same under the barycentric and the neural ``T_i``."""
+    _check_pair(bary, neural)
+    return np.array(
+        [
+            float((b.argmax(dim=1) == n.argmax(dim=1)).float().mean())
+            for b, n in zip(bary.soft_labels, neural.soft_labels, strict=True)
+        ]
+    )
+
+
+def _pair_key(model: SessionModel, what: str, *extra: Hashable) -> tuple[Hashable, ...]:
+    s = model.scenario
+    return (what, s.with_method("barycentric").key(), s.with_method("neural").key(), *extra)
+
+
+def map_comparison_tables(
+    model: SessionModel, bary: GeodesicResult, neural: GeodesicResult
+) -> list[pd.DataFrame]:
+    """One small table per map ``T_i``: rows ``quantity``, columns ``barycentric`` and
+    ``neural`` (text, so a missing value reads :data:`NO_PLAN` or ``n/a``, never NaN).
+
+    Rows: OTDD (entropic plan) / Monge cost of the trained map, label confidence,
+    effective neighbours (barycentric only), nearest-reference ratio, held-out OT
+    (neural: trained map vs identity), and the share of target points whose hard
+    labels agree under both maps. Cached per pair of scenarios.
+    """
+    import pandas as pd
+
+    _check_pair(bary, neural)
+
+    def compute() -> list[pd.DataFrame]:
+        agree = label_agreement(bary, neural)
+        details = _details(neural)
+        out = []
+        for i in range(bary.m):
+            d = details[i]
+            held = format_stat(d.get("heldout_ot"), missing="n/a")
+            ident = format_stat(d.get("heldout_ot_identity"), missing="n/a")
+            nearest = d.get("nearest_reference")
+            if nearest is None or not np.isfinite(float(nearest)):
+                nearest = nearest_reference_ratio(neural, i)
+            rows = [
+                (
+                    "OTDD d² (plan) / Monge cost (neural)",
+                    format_stat(bary.otdd[i]),
+                    format_stat(neural.otdd[i]),
+                ),
+                (
+                    "label confidence",
+                    format_stat(bary.label_confidence[i], ".2f"),
+                    format_stat(neural.label_confidence[i], ".2f"),
+                ),
+                ("effective neighbours", format_stat(bary.effective_neighbours[i], ".1f"), NO_PLAN),
+                (
+                    "nearest-reference ratio",
+                    format_stat(nearest_reference_ratio(bary, i), ".2f"),
+                    format_stat(nearest, ".2f"),
+                ),
+                (
+                    "held-out OT (identity map)",
+                    "n/a (not trained)",
+                    f"{held} ({ident})",
+                ),
+                ("hard labels agree", f"{agree[i]:.0%}", f"{agree[i]:.0%}"),
+            ]
+            out.append(pd.DataFrame(rows, columns=["quantity", "barycentric", "neural"]))
+        return out
+
+    return store().get_or_compute(_pair_key(model, "compare-tables"), compute)
+
+
+def _side_by_side_images(
+    bary: GeodesicResult, neural: GeodesicResult, idx: np.ndarray, tile_px: int
+) -> list[go.Figure]:
+    from geoviz.viz.images import (
+        as_display_images,
+        mapped_samples_grid,
+        sample_captions,
+        soft_label_captions,
+    )
+
+    q = bary.target
+    rows = _index(idx)
+    shape = q.image_shape
+    x_img = as_display_images(q.features[rows], shape)
+    x_caps = [
+        f"#{int(t)} · {c}"
+        for t, c in zip(idx, sample_captions(q.labels[rows], q.classes, 9), strict=True)
+    ]
+    figs = []
+    for i in range(bary.m):
+        ref = bary.references[i]
+        columns = []
+        for label, res in (("barycentric", bary), ("neural", neural)):
+            columns.append(
+                (
+                    f"{label}<br>T{i + 1}(x)",
+                    as_display_images(res.mapped_features[i][rows], shape),
+                    soft_label_captions(res.soft_labels[i][rows], ref.classes, width=10),
+                )
+            )
+        figs.append(
+            mapped_samples_grid(
+                x_img,
+                x_caps,
+                columns,
+                title=f"P{i + 1}: {_name(bary, i)}",
+                tile_px=tile_px,
+            )
+        )
+    return figs
+
+
+def _side_by_side_scatter(
+    bary: GeodesicResult, neural: GeodesicResult, idx: np.ndarray
+) -> list[go.Figure]:
+    import plotly.graph_objects as go
+
+    q = bary.target
+    rows = _index(idx)
+    x = q.features[rows, :2].numpy().astype(float)
+    ax = _axis_titles(q.n_features)
+    figs = []
+    styles = (
+        ("barycentric", bary, "#1f77b4", "circle"),
+        ("neural", neural, "#ff7f0e", "diamond"),
+    )
+    for i in range(bary.m):
+        ref = bary.references[i]
+        refs = ref.features[:, :2].numpy().astype(float)
+        fig = go.Figure()
+        fig.add_trace(
+            go.Scattergl(
+                x=refs[:, 0],
+                y=refs[:, 1],
+                mode="markers",
+                name=f"{_name(bary, i)} samples",
+                marker={"size": 4, "color": "rgba(150,150,150,0.35)"},
+                hoverinfo="skip",
+            )
+        )
+        for label, res, color, symbol in styles:
+            pts = res.mapped_features[i][:, :2].numpy().astype(float)
+            top = res.soft_labels[i].argmax(dim=1).numpy()
+            fig.add_trace(
+                go.Scattergl(
+                    x=pts[:, 0],
+                    y=pts[:, 1],
+                    mode="markers",
+                    name=f"{label} T{i + 1}#Q",
+                    marker={"size": 5, "color": color, "symbol": symbol, "opacity": 0.55},
+                    text=[str(ref.classes[int(k)]) for k in top],
+                    hovertemplate="%{text}<extra>" + label + "</extra>",
+                )
+            )
+        seg: dict[str, list[float | None]] = {"x": [], "y": []}
+        for label, res, color, symbol in styles:
+            t = res.mapped_features[i][rows, :2].numpy().astype(float)
+            for r in range(len(idx)):
+                seg["x"] += [x[r, 0], t[r, 0], None]
+                seg["y"] += [x[r, 1], t[r, 1], None]
+            fig.add_trace(
+                go.Scatter(
+                    x=t[:, 0],
+                    y=t[:, 1],
+                    mode="markers",
+                    name=f"{label} T{i + 1}(x), chosen x",
+                    marker={
+                        "size": 11,
+                        "color": color,
+                        "symbol": symbol,
+                        "line": {"width": 1.5, "color": "#222"},
+                    },
+                    showlegend=False,
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=seg["x"],
+                y=seg["y"],
+                mode="lines",
+                line={"color": "rgba(40,40,40,0.5)", "width": 1, "dash": "dot"},
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x[:, 0],
+                y=x[:, 1],
+                mode="markers+text",
+                name="chosen x ∈ Q",
+                marker={"size": 10, "color": "#222", "symbol": "x"},
+                text=[f"#{int(t)}" for t in idx],
+                textposition="top center",
+            )
+        )
+        fig.update_layout(
+            title=f"P{i + 1}: {_name(bary, i)}",
+            height=420,
+            xaxis_title=ax[0],
+            yaxis_title=ax[1],
+            legend={"orientation": "h", "y": -0.2},
+            margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        )
+        figs.append(fig)
+    return figs
+
+
+def side_by_side_figures(
+    model: SessionModel,
+    bary: GeodesicResult,
+    neural: GeodesicResult,
+    indices: np.ndarray,
+    tile_px: int = 96,
+) -> list[go.Figure]:
+    """One figure per reference ``P_i`` comparing both maps on the SAME target points.
+
+    Images: rows ``[x | barycentric T_i(x) | neural T_i(x)]`` (captions: the class of
+    ``x``, the top soft label of each image). Vectors: a scatter of the first two
+    coordinates with ``P_i`` (grey), both pushforwards ``T_i#Q`` and, for the chosen
+    points, segments ``x -> T_i(x)`` to both images. ``tile_px``: on-screen size of one
+    image tile. Cached by the pair, the indices and ``tile_px``.
+    """
+    _check_pair(bary, neural)
+    idx = np.asarray(indices, dtype=np.int64).ravel()
+
+    def compute() -> list[go.Figure]:
+        if bary.target.is_image:
+            return _side_by_side_images(bary, neural, idx, int(tile_px))
+        return _side_by_side_scatter(bary, neural, idx)
+
+    key = _pair_key(model, "compare-figs", tuple(idx.tolist()), int(tile_px))
+    return store().get_or_compute(key, compute)
+
+
 # --------------------------------------------------------------------------- OTDD between all pairs
 
 
 def pairwise_otdd_if_ready(model: SessionModel) -> np.ndarray | None:
-    return store().get(("pairwise", model.scenario.key()))
+    return store().get(("pairwise", model.scenario.otdd_key()))
 
 
 def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.ndarray:
@@ -686,7 +1321,8 @@ def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.n
             progress("done", 1.0)
         return mat
 
-    return store().get_or_compute(("pairwise", scenario.key()), compute)
+    # OTDD between the datasets themselves: the same for barycentric and neural maps
+    return store().get_or_compute(("pairwise", scenario.otdd_key()), compute)
 
 
 # --------------------------------------------------------------------------- export
@@ -977,7 +1613,7 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
                 progress=lambda stage, f: progress(f"maps ({stage})", 0.25 * f),
                 cache=_disk(),
             )
-            store().put(("geodesic", scenario.key()), geodesic)
+            store().put(_geodesic_key(scenario), geodesic)
         test = _target_test_split(sub, data)
         task = make_task(
             data.target_true,

@@ -18,6 +18,9 @@ Environment variables (read by :func:`AppSettings.from_env`):
 ``GEOVIZ_TRANSFER_BACKEND``
     How the Evidence page runs its trainings: ``auto`` (Ray when installed and able to
     start, else sequential; default), ``ray`` or ``sequential``.
+``GEOVIZ_NEURAL_PRESET``
+    Training budget of neural OTDD maps in new scenarios: ``tiny`` (seconds on small data;
+    tests), ``cpu`` (default, minutes per map at 32x32) or ``paper`` (GPU scale).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ __all__ = [
     "DEFAULT_REFERENCES",
     "DEFAULT_TARGET",
     "EPSILON_CHOICES",
+    "MAP_METHODS",
+    "NEURAL_PRESET_NAMES",
     "AppSettings",
     "BackgroundJob",
     "DatasetChoice",
@@ -65,6 +70,13 @@ __all__ = [
 SourceKind = Literal["registry", "upload"]
 Split = Literal["train", "test"]
 ChannelMode = Literal["auto", "grey", "rgb"]
+MapMethod = Literal["barycentric", "neural"]
+NeuralPreset = Literal["tiny", "cpu", "paper"]
+
+#: how the OTDD maps are computed (:attr:`geoviz.geodesic.pipeline.GeodesicConfig.method`)
+MAP_METHODS: tuple[MapMethod, ...] = ("barycentric", "neural")
+#: training budgets of neural maps (:data:`geoviz.maps.neural.NEURAL_PRESETS`), small to large
+NEURAL_PRESET_NAMES: tuple[NeuralPreset, ...] = ("tiny", "cpu", "paper")
 
 DEFAULT_TARGET = "mnist"
 DEFAULT_REFERENCES = ("fashion_mnist", "usps", "kmnist")
@@ -96,6 +108,7 @@ class AppSettings:
     grid_resolution: int = 30
     embed_per_dataset: int = 300
     transfer_backend: Literal["auto", "ray", "sequential"] = "auto"
+    neural_preset: NeuralPreset = "cpu"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
@@ -105,6 +118,7 @@ class AppSettings:
             grid_resolution=_env_int(env, "GEOVIZ_APP_GRID", 30, minimum=2),
             embed_per_dataset=_env_int(env, "GEOVIZ_APP_EMBED_N", 300, minimum=10),
             transfer_backend=_env_backend(env),
+            neural_preset=_env_neural_preset(env),
         )
 
 
@@ -113,6 +127,16 @@ def _env_backend(env: Mapping[str, str]) -> Literal["auto", "ray", "sequential"]
     if raw not in ("auto", "ray", "sequential"):
         raise GeovizError(
             f"environment variable GEOVIZ_TRANSFER_BACKEND must be auto, ray or sequential, got {raw!r}"
+        )
+    return raw  # type: ignore[return-value]
+
+
+def _env_neural_preset(env: Mapping[str, str]) -> NeuralPreset:
+    raw = env.get("GEOVIZ_NEURAL_PRESET", "").strip().lower() or "cpu"
+    if raw not in NEURAL_PRESET_NAMES:
+        raise GeovizError(
+            "environment variable GEOVIZ_NEURAL_PRESET must be one of "
+            f"{', '.join(NEURAL_PRESET_NAMES)}, got {raw!r}"
         )
     return raw  # type: ignore[return-value]
 
@@ -251,6 +275,12 @@ class Scenario:
         (sharp maps). Larger values blur the maps.
     seed
         Seed of subsampling and of every randomised step.
+    map_method
+        ``"barycentric"`` (projection of the entropic plan, default) or ``"neural"``
+        (generator trained on the OTDD cost, :class:`geoviz.maps.neural.NeuralOTDDMap`).
+    neural_preset
+        Training budget of neural maps (``"tiny"``, ``"cpu"``, ``"paper"``); only part
+        of :meth:`key` for ``map_method="neural"``.
     """
 
     target: DatasetChoice
@@ -262,6 +292,8 @@ class Scenario:
     channels: ChannelMode = "auto"
     epsilon: float = DEFAULT_EPSILON
     seed: int = 0
+    map_method: MapMethod = "barycentric"
+    neural_preset: NeuralPreset = "cpu"
 
     def __post_init__(self) -> None:
         refs = tuple(self.references)
@@ -283,6 +315,15 @@ class Scenario:
             raise DatasetError(f"channels must be 'auto', 'grey' or 'rgb', got {self.channels!r}")
         if not (float(self.epsilon) > 0 and np.isfinite(self.epsilon)):
             raise DatasetError(f"epsilon must be a positive number, got {self.epsilon}")
+        if self.map_method not in MAP_METHODS:
+            raise DatasetError(
+                f"map_method must be one of {', '.join(MAP_METHODS)}, got {self.map_method!r}"
+            )
+        if self.neural_preset not in NEURAL_PRESET_NAMES:
+            raise DatasetError(
+                f"neural_preset must be one of {', '.join(NEURAL_PRESET_NAMES)}, "
+                f"got {self.neural_preset!r}"
+            )
 
     # ------------------------------------------------------------------ views
     @property
@@ -333,14 +374,49 @@ class Scenario:
 
         def compute() -> str:
             d = self.to_dict()
-            d.pop("epsilon")
+            for name in ("epsilon", "map_method", "neural_preset"):
+                d.pop(name)
             return _hash(d)
 
         return self._memo("_data_key", compute)
 
+    def _key_dict(self) -> dict[str, Any]:
+        d = self.to_dict()
+        if self.map_method == "barycentric":
+            # the neural budget does not change barycentric maps, and barycentric keys stay
+            # those of scenarios from before the map method existed (disk placements, links)
+            d.pop("map_method")
+            d.pop("neural_preset")
+        return d
+
     def key(self) -> str:
-        """Hash of the whole scenario (computed once): equal keys give the same geodesic."""
-        return self._memo("_key", lambda: _hash(self.to_dict()))
+        """Hash of the whole scenario (computed once): equal keys give the same geodesic.
+
+        The map method is part of it (and the neural budget for neural maps), so the
+        barycentric and the neural geodesic of the same data are cached side by side.
+        """
+        return self._memo("_key", lambda: _hash(self._key_dict()))
+
+    def otdd_key(self) -> str:
+        """Hash of the datasets and the OTDD options, not of the map method (computed once).
+
+        Equal for the barycentric and the neural scenario of the same data: OTDD values
+        between the datasets themselves (pairwise page) are shared by both.
+        """
+        return self._memo(
+            "_otdd_key", lambda: self.with_(map_method="barycentric", neural_preset="cpu").key()
+        )
+
+    def with_method(self, method: MapMethod) -> Scenario:
+        """The same data and OTDD options with the maps computed by ``method``."""
+        return self if method == self.map_method else self.with_(map_method=method)
+
+    @property
+    def map_label(self) -> str:
+        """``"barycentric"`` or ``"neural (tiny budget)"``."""
+        if self.map_method == "neural":
+            return f"neural ({self.neural_preset} budget)"
+        return "barycentric"
 
     def describe(
         self, is_image: bool | None = None, n_samples: Sequence[int] | None = None
@@ -381,6 +457,7 @@ class Scenario:
             lines.append(
                 f"few-shot: {self.few_shot.k} labels per class + {self.few_shot.n_neighbors}-NN pseudo-labels"
             )
+        lines.append(f"OTDD maps: {self.map_label}")
         return lines
 
     def with_(self, **changes: Any) -> Scenario:
@@ -414,6 +491,7 @@ def default_scenario(settings: AppSettings | None = None) -> Scenario:
         references=tuple(DatasetChoice(n) for n in DEFAULT_REFERENCES),
         n_target=settings.n_default,
         n_reference=settings.n_default,
+        neural_preset=settings.neural_preset,
     )
 
 
@@ -438,6 +516,7 @@ def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]
             ),
             n_target=min(settings.n_default, 800),
             n_reference=min(settings.n_default, 800),
+            neural_preset=settings.neural_preset,
         )
     perms = ((0, 1, 2, 3), (1, 0, 3, 2), (2, 3, 0, 1))
     out["Chess-board (permuted classes)"] = Scenario(
@@ -450,6 +529,7 @@ def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]
         ),
         n_target=min(settings.n_default, 800),
         n_reference=min(settings.n_default, 800),
+        neural_preset=settings.neural_preset,
     )
     return out
 

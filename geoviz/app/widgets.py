@@ -24,7 +24,7 @@ import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import services
-from geoviz.app.state import SessionModel
+from geoviz.app.state import Scenario, SessionModel
 from geoviz.errors import GeovizError
 
 if TYPE_CHECKING:
@@ -174,26 +174,35 @@ def throttled_progress(bar: Any, *, min_interval: float = 0.2) -> Progress:
     return progress
 
 
-def geodesic_with_status(model: SessionModel, poll_seconds: float = 0.1) -> GeodesicResult | None:
+def geodesic_with_status(
+    model: SessionModel, poll_seconds: float = 0.1, scenario: Scenario | None = None
+) -> GeodesicResult | None:
     """The scenario's geodesic, computed in the background with an ``st.status`` box.
 
     The fit runs in a :class:`~geoviz.app.state.BackgroundJob` shared by every
     page and session of the process (:func:`services.start_geodesic`); this
-    function shows its stages and progress until it is done. Leaving the page
-    stops only the watching, not the fit: coming back (to any page that needs
-    it) shows the same job, further along. Returns ``None`` (after showing the
-    error inline) when the inputs are invalid.
+    function shows its stages and progress until it is done (neural maps: the
+    classifier and adversarial training of each map). Leaving the page stops only
+    the watching, not the fit: coming back (to any page that needs it) shows the
+    same job, further along. ``scenario`` (default: the session's) may be another
+    map method on the same data (:func:`services.companion_scenario`). Returns
+    ``None`` (after showing the error inline) when the inputs are invalid.
     """
-    ready = services.geodesic_if_ready(model)
+    scenario = model.scenario if scenario is None else scenario
+    ready = services.geodesic_if_ready(model, scenario)
     if ready is not None:
         return ready
     data = data_or_error(model)
     if data is None:
         return None
-    job = services.start_geodesic(model, data)
+    job = services.start_geodesic(model, data, scenario)
     # the embedding needs only the datasets: fit it alongside the maps
     services.start_embedding(model, data)
-    status = st.status("Computing OTDD maps and (2,Q) distances…", expanded=True)
+    neural = scenario.map_method == "neural"
+    what = "Computing OTDD maps"
+    if neural:
+        what = f"Training neural OTDD maps ({scenario.neural_preset} budget)"
+    status = st.status(f"{what} and (2,Q) distances…", expanded=True)
     with status:
         bar = st.progress(0.0, text="starting")
         log_box = st.empty()
@@ -207,12 +216,13 @@ def geodesic_with_status(model: SessionModel, poll_seconds: float = 0.1) -> Geod
                 log_box.markdown("  \n".join(f"`{t:5.1f} s` · {line}" for t, line in log))
             if finished:
                 break
-    services.finish_geodesic(model)
+    services.finish_geodesic(model, scenario)
+    kind = "Neural OTDD maps" if neural else "OTDD maps"
     if job.error_ is not None:
-        status.update(label="OTDD maps failed", state="error", expanded=True)
+        status.update(label=f"{kind} failed", state="error", expanded=True)
         if isinstance(job.error_, GeovizError):
             st.error(str(job.error_))
             return None
         raise job.error_
-    status.update(label=f"OTDD maps ready ({job.elapsed:.1f} s)", state="complete", expanded=False)
+    status.update(label=f"{kind} ready ({job.elapsed:.1f} s)", state="complete", expanded=False)
     return job.result_

@@ -3,7 +3,7 @@
 An OTDD map ``T: (x, y) -> (x', soft label over the reference classes)`` pushes
 the target dataset Q towards a reference dataset P. Barycentric projections
 (:mod:`geoviz.maps.barycentric`) only know the images of the training target
-points; entropic maps and, later, neural maps (paper Sec. 3.1, "OTDD neural
+points; entropic maps and neural maps (:mod:`geoviz.maps.neural`, paper Sec. 3.1, "OTDD neural
 map") can map new points. Code that consumes maps (the generalized geodesic,
 the app) relies only on :class:`DatasetMap`.
 """
