@@ -87,12 +87,16 @@ def _task(target: str, k: int, args: argparse.Namespace):
     return make_task(train, test, references, k, seed=args.data_seed)
 
 
-def _geodesic(task, args: argparse.Namespace):
+def _geodesic(task, args: argparse.Namespace, method: str = "barycentric"):
     from geoviz.backend import get_cache
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
     from geoviz.ot.otdd import OTDDConfig
 
-    config = GeodesicConfig(otdd=OTDDConfig(epsilon=args.epsilon, seed=args.data_seed))
+    config = GeodesicConfig(
+        otdd=OTDDConfig(epsilon=args.epsilon, seed=args.data_seed),
+        method=method,
+        neural=args.neural_preset,
+    )
     return fit_geodesic(task.target_train, list(task.references), config, cache=get_cache())
 
 
@@ -127,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--backend", default="auto", choices=["auto", "ray", "sequential"])
     p.add_argument("--out", type=Path, default=Path("bench-transfer-out"))
+    p.add_argument(
+        "--neural",
+        action="store_true",
+        help="add the 'OTDD neural map' column (neural geodesic, --neural-preset)",
+    )
+    p.add_argument("--neural-preset", default="cpu")
     args = p.parse_args(argv)
     if not (DATA_DIR / "mnist.npz").exists():
         print(f"data not found in {DATA_DIR} (set GEOVIZ_NIST_DIR)", file=sys.stderr)
@@ -136,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from geoviz.transfer.grid import run_grid
     from geoviz.transfer.table import METHODS, compare_methods
+
+    methods = (
+        ["otdd", "otdd_neural", *[m for m in METHODS if m != "otdd"]]
+        if args.neural
+        else list(METHODS)
+    )
 
     args.out.mkdir(parents=True, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else f"cpu ({os.cpu_count()} cores)"
@@ -147,14 +163,17 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         task = _task(target, args.k, args)
         geo = _geodesic(task, args)
+        neural_geo = _geodesic(task, args, "neural") if args.neural else None
         t_maps = time.perf_counter() - t0
         comp = compare_methods(
             task,
             geo,
             seeds=range(args.seeds),
             preset=args.preset,
+            methods=methods,
             backend=args.backend,
             progress=_progress(f"Table 1, Q = {target}"),
+            neural_geodesic=neural_geo,
         )
         table[target] = {
             "summary": comp.summary(),
@@ -164,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": time.perf_counter() - t0,
             "effective_neighbours": [float(x) for x in geo.effective_neighbours],
         }
+        if neural_geo is not None:
+            table[target]["a_hat_neural"] = [float(a) for a in neural_geo.a_hat]
+            table[target]["neural_maps"] = list(neural_geo.map_details)
         print(f"Q = {target}: done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     report["table1"] = table
 
@@ -205,14 +227,18 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{args.k}-shot transfer accuracy (%), mean ± std over {args.seeds} seeds; preset "
         f"{args.preset}; N = {args.n} per dataset, {args.n_test} target test samples; {device}\n"
     )
-    head = "| Q | " + " | ".join(f"{m} (paper)" for m in METHODS) + " | a_hat | seconds |"
-    print(head + "\n|" + "---|" * (len(METHODS) + 3))
+    paper_key = {"otdd_neural": "neural"}
+    head = "| Q | " + " | ".join(f"{m} (paper)" for m in methods) + " | a_hat | seconds |"
+    print(head + "\n|" + "---|" * (len(methods) + 3))
     for target, row in table.items():
         by = {r["method"]: r for r in row["summary"]}
         cells = [
-            f"{by[m]['mean']:.1f} ± {by[m]['std']:.1f} ({PAPER[target][m]:.1f})" for m in METHODS
+            f"{by[m]['mean']:.1f} ± {by[m]['std']:.1f} ({PAPER[target][paper_key.get(m, m)]:.1f})"
+            for m in methods
         ]
         a_hat = ", ".join(f"{x:.2f}" for x in row["a_hat"])
+        if "a_hat_neural" in row:
+            a_hat += " (neural: " + ", ".join(f"{x:.2f}" for x in row["a_hat_neural"]) + ")"
         print(f"| {target} | " + " | ".join(cells) + f" | {a_hat} | {row['seconds']:.0f} |")
     if studies:
         print(
