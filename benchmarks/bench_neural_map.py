@@ -154,6 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     ref = BarycentricMap(otdd_cfg, cache=cache).fit(q_out, p)
     timings["reference_plan"] = time.perf_counter() - t0
     ref_x, ref_y = ref.mapped_features_, ref.soft_labels_
+    # a balanced plan from n_out points onto N_P >> n_out points spreads every row over at least
+    # N_P / n_out reference points: the yardstick itself is an average, say how much of one
+    print(
+        f"reference plan: effective neighbours {ref.otdd_.effective_neighbours:.1f} "
+        f"(>= N_P / n_out = {p.n_samples / q_out.n_samples:.0f} by the marginals), "
+        f"label confidence {ref.otdd_.label_confidence:.3f}",
+        flush=True,
+    )
     scale = float((q_out.features - ref_x).square().sum(1).mean())
 
     def row(name: str, x: torch.Tensor, y: torch.Tensor, fit_s: float, map_s: float) -> dict:
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             timings["entropic_transform"],
         ),
         row(
-            "neural (UNet + critic + LeNet)",
+            f"neural ({type(neural.generator_).__name__}, {args.preset} preset)",
             neu_x,
             neu_y,
             timings["neural_fit"],
