@@ -48,6 +48,20 @@ def geodesic(task, tmp_path_factory):
     return fit_geodesic(task.target_train, task.references, config, cache=cache)
 
 
+@pytest.fixture(scope="module")
+def neural_geodesic(task, tmp_path_factory):
+    import dataclasses
+
+    from geoviz.maps.neural import NEURAL_PRESETS
+
+    cache = DiskCache(tmp_path_factory.mktemp("transfer_neural_cache"))
+    neural = dataclasses.replace(
+        NEURAL_PRESETS["tiny"], iterations=10, eval_every=5, classifier_iterations=10
+    )
+    config = GeodesicConfig(otdd=OTDDConfig(epsilon=0.01), method="neural", neural=neural)
+    return fit_geodesic(task.target_train, task.references, config, cache=cache)
+
+
 # --------------------------------------------------------------------------- make_task
 
 
@@ -107,13 +121,15 @@ def test_task_rejects_mismatched_inputs(data, task):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_run_method_all_methods(task, geodesic, method):
+def test_run_method_all_methods(task, geodesic, neural_geodesic, method):
+    if method == "otdd_neural":
+        geodesic = neural_geodesic
     result = run_method(task, method, geodesic=geodesic, weights=None, preset="tiny", seed=0)
     assert isinstance(result, MethodResult)
     assert result.method == method and result.seed == 0
     assert isinstance(result.accuracy, float) and 0.0 <= result.accuracy <= 1.0
     assert isinstance(result.seconds, float) and result.seconds >= 0.0
-    if method in ("otdd", "mixup"):
+    if method in ("otdd", "otdd_neural", "mixup"):
         assert result.weights == pytest.approx(tuple(geodesic.a_hat), abs=1e-12)
         assert all(isinstance(w, float) for w in result.weights)
         assert result.n_pretrain == task.target_train.n_samples

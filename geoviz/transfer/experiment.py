@@ -360,7 +360,7 @@ def run_method(
         wanted = "neural" if method == "otdd_neural" else "barycentric"
         if geodesic is None:
             raise GeovizError(
-                f"method {method!r} needs the geodesic fitted with {wanted} maps "
+                f"method {method!r} needs the fitted geodesic, with {wanted} maps "
                 f"(geoviz.geodesic.fit_geodesic with GeodesicConfig(method={wanted!r}))"
             )
         if geodesic.method != wanted:
