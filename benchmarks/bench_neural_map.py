@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import os
 import sys
 import time
@@ -50,13 +49,6 @@ def _bench_transfer():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _nearest_ratio(mapped: torch.Tensor, reference: torch.Tensor) -> float:
-    d_map = torch.cdist(mapped.double(), reference.double()).min(1).values
-    within = torch.cdist(reference[:2000].double(), reference[:2000].double())
-    within.fill_diagonal_(math.inf)
-    return float(d_map.median() / within.min(1).values.median())
 
 
 def _mosaic(rows: list[torch.Tensor], path: Path, titles: list[str], zoom: int = 2) -> None:
@@ -98,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from geoviz.backend import DiskCache, resolve_device
     from geoviz.data.preprocess import harmonize
     from geoviz.maps.barycentric import BarycentricMap, EntropicMap
+    from geoviz.maps.base import nearest_reference_ratio
     from geoviz.maps.neural import NeuralOTDDMap, get_neural_preset
     from geoviz.ot.otdd import OTDDConfig
 
@@ -172,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             "rel_sq_error": float((x - ref_x).square().sum(1).mean()) / scale,
             "label_agreement": float((y.argmax(1) == ref_y.argmax(1)).float().mean()),
             "label_confidence": float(y.max(1).values.mean()),
-            "nearest_reference": _nearest_ratio(x, p.features),
+            # the statistic every neural fit reports (same subsample sizes and seed)
+            "nearest_reference": nearest_reference_ratio(x, p.features, np.random.default_rng(0)),
             "transport_cost": float((x - q_out.features).square().sum(1).mean()),
         }
 

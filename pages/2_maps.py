@@ -271,19 +271,8 @@ def teaching_panel(model: SessionModel, result) -> None:
         format_func=lambda j: f"T{j + 1}: Q → {names[j]}",
         key="teach_map",
     )
-    n = c2.slider("Target points", 1, services.MAX_TEACHING_POINTS, 3, key="teach_n")
     k = c3.slider("Neighbours shown", 1, k_max, min(6, k_max), key="teach_k")
-    seed = c4.number_input("Random points seed", 0, 10_000, 0, key="teach_seed")
-    text = st.text_input(
-        "…or these target samples (indices of Q, comma-separated)",
-        key="teach_indices",
-        placeholder=f"e.g. 0, 17, 42 (0 … {q.n_samples - 1})",
-    )
-    try:
-        idx = services.teaching_indices(q.n_samples, n, int(seed), text)
-    except GeovizError as err:
-        st.warning(f"{err}; showing random points instead.")
-        idx = services.teaching_indices(q.n_samples, n, int(seed))
+    idx = _pick_points(q, "teach", c2, c4)
     fig = services.plan_neighbours_figure(model, result, int(i), idx, int(k))
     if fig is not None:
         st.plotly_chart(fig, key="teach_fig")
@@ -295,11 +284,11 @@ def teaching_panel(model: SessionModel, result) -> None:
         )
 
 
-def _pick_points(q, prefix: str) -> np.ndarray:
-    """Target points of a panel: random (seeded) or typed indices."""
-    c2, c4 = st.columns(2)
-    n = c2.slider("Target points", 1, services.MAX_TEACHING_POINTS, 3, key=f"{prefix}_n")
-    seed = c4.number_input("Random points seed", 0, 10_000, 0, key=f"{prefix}_seed")
+def _pick_points(q, prefix: str, n_col, seed_col) -> np.ndarray:
+    """Target points of a panel: random (seeded) or typed indices; the count and seed
+    widgets go into the given columns."""
+    n = n_col.slider("Target points", 1, services.MAX_TEACHING_POINTS, 3, key=f"{prefix}_n")
+    seed = seed_col.number_input("Random points seed", 0, 10_000, 0, key=f"{prefix}_seed")
     text = st.text_input(
         "…or these target samples (indices of Q, comma-separated)",
         key=f"{prefix}_indices",
@@ -331,7 +320,7 @@ def nearest_panel(model: SessionModel, result) -> None:
         key="near_map",
     )
     k = c3.slider("Closest samples shown", 1, 8, 4, key="near_k")
-    idx = _pick_points(q, "near")
+    idx = _pick_points(q, "near", *st.columns(2))
     fig = services.nearest_reference_figure(model, result, int(i), idx, int(k))
     if fig is not None:
         st.plotly_chart(fig, key="near_fig")

@@ -992,24 +992,18 @@ def nearest_reference_ratio(result: GeodesicResult, i: int, max_points: int = 20
     the reference samples; much larger: off the data, e.g. blurred averages).
 
     The neural fit reports the same statistic (``map_details[i]["nearest_reference"]``);
-    this computes it for any result (seeded subsample of at most ``max_points``).
+    this computes it for any result (seeded subsample of at most ``max_points``) with
+    :func:`geoviz.maps.base.nearest_reference_ratio`.
     """
-    import torch
+    from geoviz.maps.base import nearest_reference_ratio as ratio
 
-    ref = result.references[int(i)].features.double()
-    rng = np.random.default_rng(0)
-    if ref.shape[0] > max_points:
-        ref = ref[_index(rng.choice(ref.shape[0], max_points, replace=False))]
-    n_q = result.target.n_samples
-    rows = np.arange(n_q)
-    if n_q > max_points:
-        rows = np.sort(rng.choice(n_q, max_points, replace=False))
-    pts = result.mapped_features[int(i)][_index(rows)].double()
-    d_map = torch.cdist(pts, ref).min(dim=1).values
-    within = torch.cdist(ref, ref)
-    within.fill_diagonal_(float("inf"))
-    base = float(within.min(dim=1).values.median())
-    return float(d_map.median()) / base if base > 0 else float("inf")
+    return ratio(
+        result.mapped_features[int(i)],
+        result.references[int(i)].features,
+        np.random.default_rng(0),
+        max_mapped=max_points,
+        max_reference=max_points,
+    )
 
 
 # --------------------------------------------------------------------------- barycentric vs neural
@@ -1086,9 +1080,6 @@ def map_comparison_tables(
             d = details[i]
             held = format_stat(d.get("heldout_ot"), missing="n/a")
             ident = format_stat(d.get("heldout_ot_identity"), missing="n/a")
-            nearest = d.get("nearest_reference")
-            if nearest is None or not np.isfinite(float(nearest)):
-                nearest = nearest_reference_ratio(neural, i)
             rows = [
                 (
                     "OTDD d² (plan) / Monge cost (neural)",
@@ -1104,7 +1095,7 @@ def map_comparison_tables(
                 (
                     "nearest-reference ratio",
                     format_stat(nearest_reference_ratio(bary, i), ".2f"),
-                    format_stat(nearest, ".2f"),
+                    format_stat(d.get("nearest_reference"), ".2f"),
                 ),
                 (
                     "held-out OT (identity map)",

@@ -10,14 +10,16 @@ the app) relies only on :class:`DatasetMap`.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError
 
-__all__ = ["DatasetMap", "apply_map", "check_transform_inputs"]
+__all__ = ["DatasetMap", "apply_map", "check_transform_inputs", "nearest_reference_ratio"]
 
 
 @runtime_checkable
@@ -113,3 +115,46 @@ def apply_map(
         image_shape=dataset.image_shape,
         metadata={"source": dataset.name, "reference": prefix, "map": type(dataset_map).__name__},
     )
+
+
+def nearest_reference_ratio(
+    mapped: torch.Tensor,
+    reference: torch.Tensor,
+    rng: np.random.Generator,
+    *,
+    max_mapped: int = 1000,
+    max_reference: int = 2000,
+) -> float:
+    """Does a map's output look like reference data? A distance ratio, for any map.
+
+    ``median_x min_j ||T(x) - x'_j||`` divided by the median nearest-neighbour
+    distance inside the reference: about 1 when mapped points sit among the
+    reference samples, much larger when they lie off the data (blurred averages,
+    under-trained generators), below 1 when they sit on reference samples.
+
+    Parameters
+    ----------
+    mapped
+        ``(n, D)`` images ``T(x)``.
+    reference
+        ``(N_P, D)`` reference features.
+    rng
+        Draws the subsamples: first ``max_reference`` reference rows (used for
+        both distances), then ``max_mapped`` mapped rows, each only when larger.
+
+    Returns
+    -------
+    float
+        The ratio (``inf`` when the reference has duplicate-only neighbours).
+    """
+    ref = reference
+    if ref.shape[0] > max_reference:
+        ref = ref[torch.from_numpy(rng.choice(ref.shape[0], max_reference, replace=False))]
+    pts = mapped
+    if pts.shape[0] > max_mapped:
+        pts = pts[torch.from_numpy(rng.choice(pts.shape[0], max_mapped, replace=False))]
+    d_map = torch.cdist(pts.double(), ref.double()).min(dim=1).values
+    within = torch.cdist(ref.double(), ref.double())
+    within.fill_diagonal_(math.inf)
+    base = float(within.min(dim=1).values.median())
+    return float(d_map.median()) / base if base > 0 else math.inf

@@ -62,7 +62,7 @@ from torch import nn
 from geoviz.backend import DiskCache, few_cpu_threads, get_cache, jsonable, resolve_device
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.maps.base import apply_map, check_transform_inputs
+from geoviz.maps.base import apply_map, check_transform_inputs, nearest_reference_ratio
 from geoviz.maps.networks import Architecture, build_networks, choose_architecture
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import OTDDConfig, ProgressFn, check_compatible, mean_ground_cost
@@ -471,24 +471,6 @@ def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarra
     return np.sort(perm[n_hold:]), np.sort(perm[:n_hold])
 
 
-def _nearest_ratio(
-    mapped: torch.Tensor, reference: torch.Tensor, rng: np.random.Generator
-) -> float:
-    """Median nearest-reference distance of mapped points / median NN distance inside P."""
-    ref = reference
-    if ref.shape[0] > 2000:
-        ref = ref[torch.from_numpy(rng.choice(ref.shape[0], 2000, replace=False))]
-    pts = mapped
-    if pts.shape[0] > 1000:
-        pts = pts[torch.from_numpy(rng.choice(pts.shape[0], 1000, replace=False))]
-    d_map = torch.cdist(pts.double(), ref.double()).min(dim=1).values
-    within = torch.cdist(ref.double(), ref.double())
-    within.fill_diagonal_(math.inf)
-    d_ref = within.min(dim=1).values
-    base = float(d_ref.median())
-    return float(d_map.median()) / base if base > 0 else math.inf
-
-
 class NeuralOTDDMap:
     """Estimator of the OTDD neural map (paper Sec. 3.1, eq. (max-min); appendix B).
 
@@ -874,7 +856,7 @@ def _train(
     )
     feat_cost = lam_x * (mapped.double() - target.features.double()).square().sum(1)
     lab_term = (m_cost.double().cpu()[target.labels] * soft.double()).sum(1)
-    nearest = _nearest_ratio(mapped, reference.features, rng)
+    nearest = nearest_reference_ratio(mapped, reference.features, rng)
     return {
         "spec": spec,
         "generator": {k: v.detach().cpu() for k, v in ema.state_dict().items()},
