@@ -7,6 +7,14 @@ temporaries are removed, whatever was being replaced is restored, and folders
 created for the write are removed again. Existing paths are replaced only with
 ``overwrite=True``.
 
+A process killed mid-write (``kill -9``, a power cut) cannot clean up: its
+``.<name>.<random>.tmp`` sibling stays behind. Every later successful write into the
+same folder removes such temporaries once they are older than
+:data:`STALE_TEMP_SECONDS` (one hour; a live writer's temporary is younger, since
+writing it updates its modification time). Backups (``.<name>.<random>.old``) are never
+removed automatically: after a crash in the middle of a replacement the backup may be
+the only copy of what was replaced.
+
 Used by :mod:`geoviz.export` (data file + manifest, ImageFolder trees),
 :class:`geoviz.backend.DiskCache` and the ``geoviz grid`` CSV writer.
 """
@@ -16,8 +24,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -25,7 +35,21 @@ from pathlib import Path, PurePosixPath
 #: tree given as ``{"relative/posix/path": bytes}``.
 Content = bytes | Mapping[str, bytes]
 
-__all__ = ["AtomicWriteError", "Content", "atomic_write_bytes", "atomic_write_many"]
+__all__ = [
+    "STALE_TEMP_SECONDS",
+    "AtomicWriteError",
+    "Content",
+    "atomic_write_bytes",
+    "atomic_write_many",
+    "remove_stale_temps",
+]
+
+#: Age (seconds since the last modification) after which a temporary sibling left by a
+#: killed write is removed by the next write into its folder.
+STALE_TEMP_SECONDS = 3600.0
+
+_TEMP_TOKEN_HEX = 12  # secrets.token_hex(6)
+_STALE_TEMP_RE = re.compile(rf"^\..+\.[0-9a-f]{{{_TEMP_TOKEN_HEX}}}\.tmp$")
 
 
 class AtomicWriteError(OSError):
@@ -55,7 +79,60 @@ def _exists_error(path: Path) -> FileExistsError:
 
 
 def _temp_sibling(path: Path, tag: str) -> Path:
-    return path.with_name(f".{path.name}.{secrets.token_hex(6)}.{tag}")
+    return path.with_name(f".{path.name}.{secrets.token_hex(_TEMP_TOKEN_HEX // 2)}.{tag}")
+
+
+def _newest_mtime(path: Path, since: float) -> float:
+    """Latest modification time in ``path`` (a file or a tree), stopping early once a
+    time after ``since`` is seen (then the entry is not stale anyway)."""
+    newest = os.lstat(path).st_mtime
+    if newest > since or not os.path.isdir(path) or os.path.islink(path):
+        return newest
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in (*dirnames, *filenames):
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+                if newest > since:
+                    return newest
+    return newest
+
+
+def remove_stale_temps(folder: str | Path, *, older_than: float = STALE_TEMP_SECONDS) -> int:
+    """Remove the temporaries that killed writes left in ``folder``.
+
+    Only hidden names of the form the writer uses (``.<name>.<12 hex digits>.tmp``,
+    files or trees) whose newest modification is more than ``older_than`` seconds old
+    are removed; backups (``.old``) and every other file are left alone. Failures are
+    ignored (another process may be removing the same entry).
+
+    Parameters
+    ----------
+    folder
+        The folder to sweep (not recursively).
+    older_than
+        Minimum age in seconds; default :data:`STALE_TEMP_SECONDS`.
+
+    Returns
+    -------
+    int
+        How many temporaries were removed.
+    """
+    cutoff = time.time() - older_than
+    removed = 0
+    try:
+        with os.scandir(folder) as it:
+            candidates = [Path(e.path) for e in it if _STALE_TEMP_RE.match(e.name)]
+    except OSError:
+        return 0
+    for path in candidates:
+        try:
+            if _newest_mtime(path, cutoff) > cutoff:
+                continue
+            _remove(path)
+        except OSError:
+            continue
+        removed += 1
+    return removed
 
 
 def _remove(path: Path) -> None:
@@ -163,6 +240,11 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool) -> Non
     OSError
         Any other failure; the old file (if any) is intact and no temporary
         file or newly created folder is left behind.
+
+    Notes
+    -----
+    After a successful write, temporaries of killed writes older than
+    :data:`STALE_TEMP_SECONDS` are removed from the folder (:func:`remove_stale_temps`).
     """
     path = Path(path)
     if not overwrite and os.path.lexists(path):
@@ -182,6 +264,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool) -> Non
     except BaseException:
         _undo([tmp], created_dirs)
         raise
+    remove_stale_temps(path.parent)
 
 
 def atomic_write_many(entries: Sequence[tuple[Path, Content]], *, overwrite: bool) -> None:
@@ -212,6 +295,11 @@ def atomic_write_many(entries: Sequence[tuple[Path, Content]], *, overwrite: boo
     ValueError
         A directory tree names a member path that is absolute or contains
         ``..`` (nothing is left behind).
+
+    Notes
+    -----
+    After a successful write, temporaries of killed writes older than
+    :data:`STALE_TEMP_SECONDS` are removed from the folder (:func:`remove_stale_temps`).
     """
     if not overwrite:
         for target, _ in entries:
@@ -246,3 +334,4 @@ def atomic_write_many(entries: Sequence[tuple[Path, Content]], *, overwrite: boo
             raise AtomicWriteError(current, err) from err
         raise
     _undo([backup for _, backup in backups], [])
+    remove_stale_temps(parent)

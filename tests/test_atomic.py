@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -202,3 +206,79 @@ def test_unsafe_member_paths_are_refused(tmp_path):
         with pytest.raises(ValueError, match="unsafe member path"):
             atomic_write_many([(tmp_path / "tree", {"ok.png": b"x", rel: b"y"})], overwrite=False)
     assert _listing(tmp_path) == {}
+
+
+# ----------------------------------------------------------------------------- stale temporaries
+
+
+def _age(path: Path, seconds: float) -> None:
+    """Set the modification time of ``path`` (and of everything below it) ``seconds`` back."""
+    when = time.time() - seconds
+    for p in [path, *(path.rglob("*") if path.is_dir() else [])]:
+        os.utime(p, (when, when), follow_symlinks=False)
+
+
+def test_next_write_removes_stale_temps_of_killed_writes_only(tmp_path):
+    hour = atomic.STALE_TEMP_SECONDS
+    stale_file = tmp_path / ".f.bin.0123456789ab.tmp"
+    stale_file.write_bytes(b"half a write")
+    stale_tree = tmp_path / ".tree.abcdef012345.tmp"
+    (stale_tree / "cls").mkdir(parents=True)
+    (stale_tree / "cls" / "0.png").write_bytes(b"png")
+    fresh = tmp_path / ".f.bin.fedcba987654.tmp"  # a write in progress in another process
+    fresh.write_bytes(b"being written")
+    live_tree = tmp_path / ".tree.0000000000aa.tmp"  # old folder, but a file written just now
+    (live_tree / "cls").mkdir(parents=True)
+    backup = tmp_path / ".tree.111111111111.old"  # may be the only copy of replaced data
+    backup.write_bytes(b"old data")
+    lookalikes = [tmp_path / ".notes.tmp", tmp_path / "f.bin.0123456789ab.tmp"]
+    for p in lookalikes:
+        p.write_bytes(b"user file")
+    for p in (stale_file, stale_tree, backup, live_tree, *lookalikes):
+        _age(p, hour + 60)
+    (live_tree / "cls" / "1.png").write_bytes(b"new")
+    os.utime(live_tree / "cls", (time.time() - hour - 60,) * 2)
+
+    atomic_write_bytes(tmp_path / "g.bin", b"data", overwrite=False)
+    left = {p.name for p in tmp_path.iterdir()}
+    assert stale_file.name not in left and stale_tree.name not in left
+    assert left == {
+        "g.bin",
+        fresh.name,
+        live_tree.name,
+        backup.name,
+        *(p.name for p in lookalikes),
+    }
+    # the tree writer sweeps its folder too
+    _age(fresh, hour + 60)
+    atomic_write_many([(tmp_path / "t", {"a": b"a"})], overwrite=False)
+    assert not fresh.exists() and backup.exists() and live_tree.exists()
+    assert atomic.remove_stale_temps(tmp_path / "missing-folder") == 0
+
+
+def test_temp_left_by_kill_9_is_removed_by_a_later_write(tmp_path):
+    target = tmp_path / "entry.pt"
+    code = (
+        "import sys, time, geoviz.atomic as a\n"
+        "real = a._write_bytes\n"
+        "def slow(path, data, **kw):\n"
+        "    with open(path, 'xb') as fh:\n"
+        "        fh.write(data[:10]); fh.flush()\n"
+        "        print('writing', flush=True); time.sleep(60)\n"
+        "a._write_bytes = slow\n"
+        f"a.atomic_write_bytes({str(target)!r}, b'x' * 100, overwrite=True)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    (temp,) = tmp_path.iterdir()
+    assert temp.name.startswith(".entry.pt.") and temp.name.endswith(".tmp")
+    assert not target.exists()
+    atomic_write_bytes(target, b"complete", overwrite=True)
+    assert temp.exists()  # younger than an hour: perhaps a live writer, kept
+    _age(temp, atomic.STALE_TEMP_SECONDS + 1)
+    atomic_write_bytes(target, b"again", overwrite=True)
+    assert _listing(tmp_path) == {"entry.pt": b"again"}
