@@ -134,18 +134,20 @@ def scenario_form(model: SessionModel) -> None:
         if target.source == "registry":
             target = dataclasses.replace(target, split=target_split)
         try:
-            model.scenario = Scenario(
-                target=target,
-                references=tuple(options[t] for t in ref_toks),
-                n_target=int(n_target),
-                n_reference=int(n_ref),
-                few_shot=FewShotOptions(enabled=bool(few), k=int(k), n_neighbors=int(nn)),
-                image_size=int(image_size),
-                channels=scenario.channels,
-                epsilon=float(epsilon),
-                seed=int(seed),
-                map_method=method,
-                neural_preset=budget,
+            model.scenario = model.settings.admit(
+                Scenario(
+                    target=target,
+                    references=tuple(options[t] for t in ref_toks),
+                    n_target=int(n_target),
+                    n_reference=int(n_ref),
+                    few_shot=FewShotOptions(enabled=bool(few), k=int(k), n_neighbors=int(nn)),
+                    image_size=int(image_size),
+                    channels=scenario.channels,
+                    epsilon=float(epsilon),
+                    seed=int(seed),
+                    map_method=method,
+                    neural_preset=budget,
+                )
             )
         except GeovizError as err:
             st.error(str(err))
@@ -180,8 +182,8 @@ def upload_box(model: SessionModel) -> None:
         data = up.getvalue()
         try:
             ds = services.check_upload(up.name, data)
-        except GeovizError as err:
-            st.error(str(err))
+        except Exception as err:  # a sentence for the visitor; tracebacks go to the log
+            widgets.show_error(err)
             return
         services.save_upload(model.add_upload(up.name, data))
         shape = f"images {ds.image_shape}" if ds.is_image else f"{ds.n_features} features"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import streamlit as st
 
@@ -131,24 +129,37 @@ def main(model: SessionModel) -> None:
         st.markdown("Load it back with:")
         st.code(load_snippet(fmt, filename), language="python")
 
-    st.subheader("Save to a folder")
-    default_dir = os.environ.get("GEOVIZ_EXPORT_DIR", str(Path.cwd() / "exports"))
-    folder = st.text_input("Folder on the server", default_dir, key="export_dir")
+    st.subheader("Save to a folder on the server")
+    root = model.settings.export_root
+    if root is None:
+        st.caption(
+            "Saving on the server is off: use the download button above. (The server's operator "
+            "can allow it with `GEOVIZ_EXPORT_ROOT`, a folder exports are written under.)"
+        )
+        return
+    sub = st.text_input(
+        "Sub-folder of the server's export folder (optional)",
+        "",
+        key="export_subfolder",
+        help="One folder name; anything else is replaced by '_'. Files are written only "
+        "inside the export folder the operator set.",
+    )
     overwrite = st.checkbox("Overwrite existing files", key="export_overwrite")
     if st.button("Save to folder", key="export_save"):
         try:
             res = services.save_export(
-                pa, Path(folder).expanduser(), fmt, overwrite=overwrite, rule=rule, seed=label_seed
+                pa, root, fmt, subfolder=sub, overwrite=overwrite, rule=rule, seed=label_seed
             )
-        except ExportExistsError as err:
+        except ExportExistsError:
             st.error(
-                f"{err} Tick “Overwrite existing files” to replace it, or choose another folder."
+                "A file of that name is already in the export folder. Tick “Overwrite existing "
+                "files” to replace it, or choose another sub-folder."
             )
         except (GeovizError, OSError) as err:
-            st.error(str(err))
+            widgets.show_error(err, "Could not save")
         else:
-            st.success("Wrote " + ", ".join(str(p) for p in res.paths))
-            st.code(load_snippet(fmt, str(res.paths[0])), language="python")
+            shown = [str(p.relative_to(root)) for p in res.paths]
+            st.success("Wrote " + ", ".join(shown) + " in the server's export folder.")
 
 
 with widgets.app_page("5 · Export") as model:

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,8 @@ def _small_app(tmp_path_factory: pytest.TempPathFactory):
         # no Ray cluster inside the test process (its driver would outlive the module)
         mp.setenv("GEOVIZ_TRANSFER_BACKEND", "sequential")
         mp.setenv("GEOVIZ_CACHE_DIR", str(tmp / "cache"))
-        mp.setenv("GEOVIZ_EXPORT_DIR", str(tmp / "exports"))
+        (tmp / "exports").mkdir()
+        mp.setenv("GEOVIZ_EXPORT_ROOT", str(tmp / "exports"))
         yield tmp
 
 
@@ -364,12 +366,19 @@ def test_export_page_download_bytes_load_back(tmp_path):
     a_hat = np.asarray(ds.metadata["weights"])
     assert a_hat.shape == (3,) and a_hat.sum() == pytest.approx(1.0)
 
-    # save to folder writes data + manifest that load back
-    at.text_input(key="export_dir").set_value(str(tmp_path / "saved")).run()
+    # save to folder writes data + manifest that load back, only inside the export root;
+    # a hostile sub-folder is reduced to one safe name in it
+    root = Path(os.environ["GEOVIZ_EXPORT_ROOT"])
+    outside = tmp_path / "outside"
+    at.text_input(key="export_subfolder").set_value(f"../../{outside}/saved").run()
     at.button(key="export_save").click().run()
     _assert_clean(at, "export save")
     assert at.success and "Wrote" in at.success[0].value
-    written = sorted((tmp_path / "saved").iterdir())
+    assert str(tmp_path) not in at.success[0].value  # names relative to the root only
+    assert not outside.exists()
+    (saved,) = [p for p in root.iterdir() if p.is_dir()]
+    assert saved.name.endswith("saved") and ".." not in saved.name
+    written = sorted(saved.iterdir())
     assert any(p.name.endswith(".manifest.json") for p in written)
     data_file = next(p for p in written if p.suffix == ".npz")
     assert load_export(data_file).n_samples == N

@@ -26,6 +26,7 @@ disk cache): the Maps page compares them (:func:`map_pair`,
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -42,9 +43,12 @@ from geoviz.app.state import (
     Scenario,
     SessionModel,
     Upload,
+    served_datasets,
 )
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
+
+_log = logging.getLogger("geoviz.app")
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -199,11 +203,24 @@ def _load_choice(model: SessionModel, choice: DatasetChoice, n: int, seed: int) 
         if ds.n_samples > n:
             ds = stratified_subsample(ds, n, seed=seed)
         return ds
+    if choice.source == "server":
+        from geoviz.app.state import served_path
+        from geoviz.data.formats import load_path
+
+        ds = load_path(served_path(choice.name, model.settings.data_dirs), split=choice.split)
+        if ds.n_samples > n:
+            ds = stratified_subsample(ds, n, seed=seed)
+        return ds
     from geoviz.data.registry import load_dataset
 
     own_seed = seed if choice.seed is None else int(choice.seed)
     return load_dataset(
-        choice.name, split=choice.split, n=int(n), seed=own_seed, **choice.loader_kwargs()
+        choice.name,
+        split=choice.split,
+        n=int(n),
+        seed=own_seed,
+        allow_paths=False,  # a scenario names registry data; paths come only from served_path
+        **choice.loader_kwargs(),
     )
 
 
@@ -218,18 +235,31 @@ def _unique(datasets: list[LabeledDataset]) -> list[LabeledDataset]:
 
 
 def scenario_data(model: SessionModel) -> ScenarioData:
-    """Load, subsample, harmonise (and few-shot) the scenario's datasets. Cached."""
-    scenario = model.scenario
+    """Load, subsample, harmonise (and few-shot) the scenario's datasets. Cached.
+
+    The scenario is first admitted by the server's settings
+    (:meth:`~geoviz.app.state.AppSettings.admit`: data folders, neural budget, memory per
+    scenario), whichever way it came (form, link, preset).
+    """
+    scenario = model.settings.admit(model.scenario)
 
     def compute() -> ScenarioData:
+        from geoviz.app.state import scenario_feature_bytes
         from geoviz.data.preprocess import few_shot, harmonize
+        from geoviz.memory import check_bytes, memory_guard
 
         start = time.perf_counter()
-        target = _load_choice(model, scenario.target, scenario.n_target, scenario.seed)
-        refs = [
-            _load_choice(model, c, scenario.n_reference, scenario.seed) for c in scenario.references
-        ]
-        datasets = harmonize([target, *refs], size=scenario.image_size, channels=scenario.channels)
+        # loaded, subsampled and harmonised copies live side by side for a moment
+        check_bytes(3 * scenario_feature_bytes(scenario), "loading the scenario's datasets")
+        with memory_guard("loading the scenario's datasets"):
+            target = _load_choice(model, scenario.target, scenario.n_target, scenario.seed)
+            refs = [
+                _load_choice(model, c, scenario.n_reference, scenario.seed)
+                for c in scenario.references
+            ]
+            datasets = harmonize(
+                [target, *refs], size=scenario.image_size, channels=scenario.channels
+            )
         datasets = _unique(datasets)
         target, refs = datasets[0], datasets[1:]
         target_true, labelled, acc = target, None, None
@@ -1342,16 +1372,49 @@ def export_ready(ds: SoftLabeledDataset, fmt: ExportFormat, rule: HardLabelRule,
     return _export_key(ds, fmt, rule, seed) in store()
 
 
+def export_folder(root: Path, subfolder: str = "") -> Path:
+    """The folder of a server-side export: ``root`` or one sanitised sub-folder of it.
+
+    ``subfolder`` is what a visitor typed: reduced to one safe name
+    (:func:`geoviz.export.safe_name`; ``/``, ``..`` and ``~`` cannot survive it), created
+    inside ``root`` if missing, and the resolved folder must still be inside ``root`` (a
+    symlink planted there cannot lead out). Nothing is created anywhere else.
+
+    Raises
+    ------
+    ExportError
+        The folder would be outside ``root``, or ``root`` is not a folder.
+    """
+    from geoviz.errors import ExportError
+    from geoviz.export import safe_name
+
+    base = Path(root).resolve()
+    if not base.is_dir():
+        raise ExportError("the server's export folder does not exist; ask its operator")
+    text = str(subfolder).strip()
+    folder = base / safe_name(text, fallback="exports") if text else base
+    if folder != base and not folder.is_symlink():
+        folder.mkdir(exist_ok=True)  # one level, inside root: base exists
+    if not folder.resolve().is_relative_to(base) or not folder.is_dir():
+        raise ExportError(f"{folder.name!r} is not a folder inside the server's export folder")
+    return folder.resolve()
+
+
 def save_export(
     ds: SoftLabeledDataset,
-    folder: Path,
+    root: Path,
     fmt: ExportFormat,
     *,
+    subfolder: str = "",
     overwrite: bool,
     rule: HardLabelRule,
     seed: int,
 ) -> ExportResult:
-    """Write ``ds`` into ``folder`` as ``<safe name>.<ext>`` with :func:`geoviz.export.export_dataset`.
+    """Write ``ds`` as ``<safe name>.<ext>`` into :func:`export_folder` ``(root, subfolder)``
+    with :func:`geoviz.export.export_dataset`.
+
+    ``root`` is the operator's ``GEOVIZ_EXPORT_ROOT`` (:attr:`AppSettings.export_root`);
+    without one the app offers only the browser download.
 
     Raises
     ------
@@ -1363,8 +1426,7 @@ def save_export(
     from geoviz.export import export_dataset, safe_name
 
     ext = {"npz": ".npz", "pt": ".pt", "parquet": ".parquet", "imagefolder": ".zip"}[fmt]
-    target = Path(folder) / (safe_name(ds.name, fallback="synthetic") + ext)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = export_folder(root, subfolder) / (safe_name(ds.name, fallback="synthetic") + ext)
     return export_dataset(
         ds, target, format=fmt, overwrite=overwrite, hard_label_rule=rule, hard_label_seed=seed
     )
@@ -1408,10 +1470,20 @@ def hard_label_shares(
 
 
 def error_text(err: BaseException) -> str:
-    """What the app shows for an exception: the library's message for input errors."""
+    """What the app shows a visitor for an exception: one sentence, never a traceback.
+
+    Input errors (:class:`~geoviz.errors.GeovizError`) carry the library's message, written
+    for users. Anything else may hold server paths or file contents: the visitor reads only
+    its kind, and the full traceback goes to the server's log (``geoviz.app`` logger).
+    """
     if isinstance(err, GeovizError):
         return str(err)
-    return f"{type(err).__name__}: {err}"
+    if isinstance(err, MemoryError):
+        return "The server ran out of memory for this request; try fewer samples."
+    _log.error("unexpected error shown to a visitor as a sentence", exc_info=err)
+    if isinstance(err, OSError):
+        return "The server could not read or write a file for this request (details in its log)."
+    return f"Something went wrong on the server ({type(err).__name__}); details are in its log."
 
 
 # --------------------------------------------------------------------------- dataset choices and uploads
@@ -1431,6 +1503,9 @@ def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
         out.setdefault(c.token, c)
     for up in model.uploads.values():
         c = DatasetChoice.from_upload(up)
+        out.setdefault(c.token, c)
+    for name in served_datasets(model.settings.data_dirs):  # only with GEOVIZ_DATA_DIRS
+        c = DatasetChoice(name, source="server")
         out.setdefault(c.token, c)
     return out
 

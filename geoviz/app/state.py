@@ -29,16 +29,20 @@ import base64
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from geoviz import limits
+from geoviz.data.registry import DatasetInfo, dataset_info
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.ot.otdd import DEFAULT_EPSILON
 
@@ -67,7 +71,7 @@ __all__ = [
     "weights_to_text",
 ]
 
-SourceKind = Literal["registry", "upload"]
+SourceKind = Literal["registry", "upload", "server"]
 Split = Literal["train", "test"]
 ChannelMode = Literal["auto", "grey", "rgb"]
 MapMethod = Literal["barycentric", "neural"]
@@ -100,6 +104,32 @@ def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) 
     return value
 
 
+def _env_data_dirs(env: Mapping[str, str]) -> tuple[tuple[str, Path], ...]:
+    """``GEOVIZ_DATA_DIRS``: folders (``os.pathsep``-separated) whose datasets a link may
+    name, each as ``<folder name>/<path inside>``; unset, the app reads no server path."""
+    raw = env.get("GEOVIZ_DATA_DIRS", "").strip()
+    out: dict[str, Path] = {}
+    for part in filter(None, (p.strip() for p in raw.split(os.pathsep))):
+        folder = Path(part).expanduser().resolve()
+        if not folder.is_dir():
+            raise GeovizError(f"GEOVIZ_DATA_DIRS names {part!r}, which is not a folder")
+        label = folder.name or "data"
+        while label in out:
+            label += "_"
+        out[label] = folder
+    return tuple(out.items())
+
+
+def _env_folder(env: Mapping[str, str], name: str) -> Path | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    folder = Path(raw).expanduser().resolve()
+    if not folder.is_dir():
+        raise GeovizError(f"environment variable {name} names {raw!r}, which is not a folder")
+    return folder
+
+
 @dataclass(frozen=True)
 class AppSettings:
     """Knobs of the app that are not part of a scenario (display sizes, defaults)."""
@@ -109,6 +139,9 @@ class AppSettings:
     embed_per_dataset: int = 300
     transfer_backend: Literal["auto", "ray", "sequential"] = "auto"
     neural_preset: NeuralPreset = "cpu"
+    data_dirs: tuple[tuple[str, Path], ...] = ()
+    export_root: Path | None = None
+    max_scenario_mb: int = 1024
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
@@ -119,7 +152,39 @@ class AppSettings:
             embed_per_dataset=_env_int(env, "GEOVIZ_APP_EMBED_N", 300, minimum=10),
             transfer_backend=_env_backend(env),
             neural_preset=_env_neural_preset(env),
+            data_dirs=_env_data_dirs(env),
+            export_root=_env_folder(env, "GEOVIZ_EXPORT_ROOT"),
+            max_scenario_mb=_env_int(env, "GEOVIZ_APP_MAX_MB", 1024, minimum=16),
         )
+
+    def admit(self, scenario: Scenario) -> Scenario:
+        """``scenario`` if this server runs it for anyone who asks (a link, the form), else
+        :class:`DatasetError` saying which switch of the operator it would need.
+
+        Beyond the bounds every :class:`Scenario` meets (:mod:`geoviz.limits`): datasets
+        from the server's disk only from the folders in ``GEOVIZ_DATA_DIRS``, neural maps
+        at most at this server's budget (``GEOVIZ_NEURAL_PRESET``: a link cannot start a
+        GPU-scale training), and the features of all datasets together within
+        ``GEOVIZ_APP_MAX_MB`` (:func:`scenario_feature_bytes`).
+        """
+        for choice in scenario.choices:
+            if choice.source == "server":
+                served_path(choice.name, self.data_dirs)
+        if scenario.map_method == "neural" and NEURAL_PRESET_NAMES.index(
+            scenario.neural_preset
+        ) > NEURAL_PRESET_NAMES.index(self.neural_preset):
+            raise DatasetError(
+                f"this server trains neural maps at most at the {self.neural_preset!r} budget "
+                f"(GEOVIZ_NEURAL_PRESET), not {scenario.neural_preset!r}"
+            )
+        need = scenario_feature_bytes(scenario)
+        if need > self.max_scenario_mb * 2**20:
+            raise DatasetError(
+                f"this scenario's datasets take about {need / 2**20:,.0f} MB as float32 features, "
+                f"more than the {self.max_scenario_mb:,} MB this server allows per scenario "
+                "(GEOVIZ_APP_MAX_MB); use fewer samples or a smaller image size"
+            )
+        return scenario
 
 
 def _env_backend(env: Mapping[str, str]) -> Literal["auto", "ray", "sequential"]:
@@ -139,6 +204,123 @@ def _env_neural_preset(env: Mapping[str, str]) -> NeuralPreset:
             f"{', '.join(NEURAL_PRESET_NAMES)}, got {raw!r}"
         )
     return raw  # type: ignore[return-value]
+
+
+#: longest dataset name, option string or class name a scenario (or a link) may carry
+MAX_NAME_CHARS = 200
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters: error texts never echo a whole link."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _number(low: float, high: float) -> Callable[[str, Any], float]:
+    def check(key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DatasetError(f"option {key} must be a number, got {_short(value)}")
+        number = float(value)
+        if not (np.isfinite(number) and low <= number <= high):
+            raise DatasetError(f"option {key} must be between {low:g} and {high:g}, got {number:g}")
+        return number
+
+    return check
+
+
+def _integer(low: int, high: int) -> Callable[[str, Any], int]:
+    def check(key: str, value: Any) -> int:
+        return limits.check_int(value, f"option {key}", low, high, error=DatasetError)
+
+    return check
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 64:
+        raise DatasetError(f"option {key} must be a text of 1 to 64 characters")
+    return value
+
+
+def _texts(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= limits.MAX_CLASSES:
+        raise DatasetError(f"option {key} must be a list of 1 to {limits.MAX_CLASSES} names")
+    return tuple(_text(key, v) for v in value)
+
+
+def _integers(key: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= limits.MAX_CLASSES:
+        raise DatasetError(f"option {key} must be a list of 1 to {limits.MAX_CLASSES} integers")
+    return tuple(
+        limits.check_int(v, f"option {key}", 0, limits.MAX_CLASSES, error=DatasetError)
+        for v in value
+    )
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise DatasetError(f"option {key} must be true or false, got {_short(value)}")
+    return value
+
+
+#: loader options a scenario (and so a link) may set, per registry kind, each with its check.
+#: Options that name server paths or reach the network (torchvision's ``root``,
+#: ``download``) are not here: the server's operator decides those.
+_LINK_OPTIONS: dict[str, dict[str, Callable[[str, Any], Any]]] = {
+    "bundled": {},
+    "download": {},
+    "sklearn": {"standardize": _flag},
+    "chessboard": {
+        "n_per_component": _integer(1, limits.MAX_SYNTHETIC_SAMPLES // 16),
+        "std": _number(1e-3, 10.0),
+        "spacing": _number(1e-3, 100.0),
+        "class_names": _texts,
+        "permutation": _integers,
+        "name": _text,
+    },
+    "gmm": {
+        "n_classes": _integer(2, 100),
+        "n_per_class": _integer(1, limits.MAX_SYNTHETIC_SAMPLES),
+        "spread": _number(0.0, 100.0),
+        "std": _number(1e-3, 10.0),
+        "anisotropy": _number(0.0, 1.0),
+        "class_names": _texts,
+        "name": _text,
+    },
+}
+
+
+def _check_options(info: DatasetInfo, options: dict[Any, Any]) -> dict[str, Any]:
+    """The allowed, bounded loader ``options`` of a registry dataset (normalised)."""
+    group = "chessboard" if info.name == "chessboard" else info.kind
+    if info.kind == "synthetic" and group != "chessboard":
+        group = "gmm"
+    allowed = _LINK_OPTIONS[group]
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        check = allowed.get(key) if isinstance(key, str) else None
+        if check is None:
+            names = ", ".join(allowed) or "none"
+            raise DatasetError(
+                f"dataset {info.name!r} has no option {_short(key)} (options: {names})"
+            )
+        out[key] = check(key, value)
+    if group == "gmm":
+        n = out.get("n_classes", 4) * out.get("n_per_class", 250)
+        if n > limits.MAX_SYNTHETIC_SAMPLES:
+            raise DatasetError(
+                f"n_classes x n_per_class = {n:,} samples, more than "
+                f"{limits.MAX_SYNTHETIC_SAMPLES:,}"
+            )
+    return out
+
+
+def _check_relative(name: str) -> None:
+    """A served dataset is named ``<folder label>/<relative path>``: no absolute path,
+    no ``..``, no ``~`` (checked again after resolving, see :func:`served_path`)."""
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "~")) or any(p in ("", ".", "..") for p in parts) or ":" in parts[0]:
+        raise DatasetError("a server dataset is named '<data folder>/<path inside it>'")
 
 
 @dataclass(frozen=True)
@@ -190,17 +372,39 @@ class DatasetChoice:
     options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        if not str(self.name).strip():
+        # every value may come from a link: check types and bounds, then normalise
+        if not isinstance(self.name, str) or not self.name.strip():
             raise DatasetError("a dataset choice needs a name")
-        if self.source not in ("registry", "upload"):
+        if len(self.name) > MAX_NAME_CHARS:
+            raise DatasetError(f"a dataset name has at most {MAX_NAME_CHARS} characters")
+        if self.source not in ("registry", "upload", "server"):
             raise DatasetError(
-                f"dataset source must be 'registry' or 'upload', got {self.source!r}"
+                f"dataset source must be 'registry', 'upload' or 'server', got {_short(self.source)}"
             )
         if self.split not in ("train", "test"):
-            raise DatasetError(f"split must be 'train' or 'test', got {self.split!r}", self.name)
-        if self.source == "upload" and not self.digest:
-            raise DatasetError("an uploaded dataset needs the digest of its bytes", self.name)
-        opts = tuple((str(k), _freeze(v)) for k, v in dict(self.options).items())
+            raise DatasetError(f"split must be 'train' or 'test', got {_short(self.split)}")
+        if self.source == "upload":
+            if not isinstance(self.digest, str) or not _SHA256.fullmatch(self.digest):
+                raise DatasetError("an uploaded dataset needs the sha256 digest of its bytes")
+        elif self.digest is not None:
+            raise DatasetError("only uploaded datasets have a digest")
+        if self.seed is not None:
+            seed = limits.check_int(
+                self.seed, "dataset seed", 0, limits.MAX_SEED, error=DatasetError
+            )
+            object.__setattr__(self, "seed", seed)
+        try:
+            raw_options = dict(self.options)
+        except (TypeError, ValueError):
+            raise DatasetError("dataset options must be (name, value) pairs") from None
+        if self.source == "registry":
+            info = dataset_info(self.name)  # UnknownDatasetError: never a path (see served_path)
+            raw_options = _check_options(info, raw_options)
+        elif raw_options:
+            raise DatasetError(f"{self.source} datasets take no loader options")
+        elif self.source == "server":
+            _check_relative(self.name)
+        opts = tuple((str(k), _freeze(v)) for k, v in raw_options.items())
         object.__setattr__(self, "options", opts)
 
     @classmethod
@@ -212,6 +416,8 @@ class DatasetChoice:
         """Short display label: ``mnist``, ``mnist (test)``, ``upload: my.npz``."""
         if self.source == "upload":
             return f"upload: {self.name}"
+        if self.source == "server":
+            return f"server: {self.name}"
         shown = dict(self.options).get("name", self.name)
         extras = [] if self.split == "train" else [self.split]
         if self.seed is not None and "name" not in dict(self.options):
@@ -223,6 +429,8 @@ class DatasetChoice:
         """Stable identifier: ``registry:mnist:train`` (plus seed/options when set)."""
         if self.source == "upload":
             return f"upload:{self.digest}"
+        if self.source == "server":
+            return f"server:{self.name}:{self.split}"
         tok = f"registry:{self.name}:{self.split}"
         if self.seed is not None:
             tok += f":seed={self.seed}"
@@ -245,10 +453,18 @@ class FewShotOptions:
     n_neighbors: int = 1
 
     def __post_init__(self) -> None:
-        if int(self.k) < 1:
-            raise DatasetError(f"few-shot k must be >= 1 labelled example per class, got {self.k}")
-        if int(self.n_neighbors) < 1:
-            raise DatasetError(f"few-shot n_neighbors must be >= 1, got {self.n_neighbors}")
+        if not isinstance(self.enabled, bool):
+            raise DatasetError(
+                f"few-shot enabled must be true or false, got {_short(self.enabled)}"
+            )
+        k = limits.check_int(
+            self.k, "few-shot k (labels per class)", 1, limits.MAX_FEW_SHOT_K, error=DatasetError
+        )
+        nn = limits.check_int(
+            self.n_neighbors, "few-shot n_neighbors", 1, limits.MAX_NEIGHBOURS, error=DatasetError
+        )
+        object.__setattr__(self, "k", k)
+        object.__setattr__(self, "n_neighbors", nn)
 
 
 @dataclass(frozen=True)
@@ -306,23 +522,47 @@ class Scenario:
         if len(set(tokens)) != len(tokens):
             dup = sorted({r.label for r in refs if tokens.count(r.token) > 1})
             raise DatasetError(f"each reference can be used once; repeated: {', '.join(dup)}")
-        for what, n in (("n_target", self.n_target), ("n_reference", self.n_reference)):
-            if int(n) < 10:
-                raise DatasetError(f"{what} must be at least 10 samples, got {n}")
-        if int(self.image_size) < 4:
-            raise DatasetError(f"image_size must be at least 4 pixels, got {self.image_size}")
+        if len(refs) > limits.MAX_REFERENCES:
+            raise DatasetError(
+                f"at most {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
+            )
+        if not all(isinstance(c, DatasetChoice) for c in (self.target, *refs)):
+            raise DatasetError("the target and references must be dataset choices")
+        if not isinstance(self.few_shot, FewShotOptions):
+            raise DatasetError("few_shot must be FewShotOptions")
+        for what in ("n_target", "n_reference"):
+            n = limits.check_int(
+                getattr(self, what),
+                what,
+                limits.MIN_SAMPLES,
+                limits.MAX_SAMPLES,
+                error=DatasetError,
+            )
+            object.__setattr__(self, what, n)
+        size = limits.check_int(
+            self.image_size,
+            "image_size",
+            limits.MIN_IMAGE_SIZE,
+            limits.MAX_IMAGE_SIZE,
+            why="pixels per side of the common image size",
+            error=DatasetError,
+        )
+        object.__setattr__(self, "image_size", size)
         if self.channels not in ("auto", "grey", "rgb"):
-            raise DatasetError(f"channels must be 'auto', 'grey' or 'rgb', got {self.channels!r}")
-        if not (float(self.epsilon) > 0 and np.isfinite(self.epsilon)):
-            raise DatasetError(f"epsilon must be a positive number, got {self.epsilon}")
+            raise DatasetError(
+                f"channels must be 'auto', 'grey' or 'rgb', got {_short(self.channels)}"
+            )
+        object.__setattr__(self, "epsilon", limits.check_epsilon(self.epsilon, error=DatasetError))
+        seed = limits.check_int(self.seed, "seed", 0, limits.MAX_SEED, error=DatasetError)
+        object.__setattr__(self, "seed", seed)
         if self.map_method not in MAP_METHODS:
             raise DatasetError(
-                f"map_method must be one of {', '.join(MAP_METHODS)}, got {self.map_method!r}"
+                f"map_method must be one of {', '.join(MAP_METHODS)}, got {_short(self.map_method)}"
             )
         if self.neural_preset not in NEURAL_PRESET_NAMES:
             raise DatasetError(
                 f"neural_preset must be one of {', '.join(NEURAL_PRESET_NAMES)}, "
-                f"got {self.neural_preset!r}"
+                f"got {_short(self.neural_preset)}"
             )
 
     # ------------------------------------------------------------------ views
@@ -349,17 +589,32 @@ class Scenario:
             ``d`` does not describe a valid scenario (unknown or missing fields,
             bad values).
         """
+        if not isinstance(d, Mapping):
+            raise DatasetError("not a scenario description (not a mapping)")
+        values = dict(d)
+        unknown = sorted(str(k) for k in values if k not in _SCENARIO_FIELDS)
+        if unknown:
+            raise DatasetError(f"not a scenario description (unknown field {_short(unknown[0])})")
+        refs = values.get("references")
+        if not isinstance(refs, (list, tuple)):
+            raise DatasetError("not a scenario description (no list of references)")
+        if len(refs) > limits.MAX_REFERENCES:
+            raise DatasetError(
+                f"at most {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
+            )
         try:
-            fields = dict(d)
-            fields["target"] = DatasetChoice(**fields["target"])
-            fields["references"] = tuple(DatasetChoice(**r) for r in fields["references"])
-            if "few_shot" in fields:
-                fields["few_shot"] = FewShotOptions(**fields["few_shot"])
-            return cls(**fields)
+            values["target"] = _choice_from_dict(values["target"])
+            values["references"] = tuple(_choice_from_dict(r) for r in refs)
+            if "few_shot" in values:
+                few = values["few_shot"]
+                if not isinstance(few, Mapping) or set(few) - {"enabled", "k", "n_neighbors"}:
+                    raise DatasetError("not a scenario description (bad few-shot options)")
+                values["few_shot"] = FewShotOptions(**few)
+            return cls(**values)
         except GeovizError:
             raise
-        except (KeyError, TypeError, ValueError) as err:
-            raise DatasetError(f"not a scenario description: {err}") from None
+        except (KeyError, TypeError, ValueError):
+            raise DatasetError("not a scenario description (missing or malformed fields)") from None
 
     def _memo(self, name: str, compute: Callable[[], str]) -> str:
         # a frozen dataclass: hash once per instance (pages ask for the key many times a rerun)
@@ -463,6 +718,86 @@ class Scenario:
     def with_(self, **changes: Any) -> Scenario:
         """A validated copy with ``changes`` applied (``dataclasses.replace``)."""
         return replace(self, **changes)
+
+
+_SCENARIO_FIELDS = frozenset(f.name for f in fields(Scenario))
+_CHOICE_FIELDS = frozenset(f.name for f in fields(DatasetChoice))
+
+
+def _choice_from_dict(d: Any) -> DatasetChoice:
+    if not isinstance(d, Mapping) or not set(d) <= _CHOICE_FIELDS:
+        raise DatasetError("not a scenario description (bad dataset entry)")
+    return DatasetChoice(**d)
+
+
+def served_path(name: str, data_dirs: Sequence[tuple[str, Path]]) -> Path:
+    """The file or folder a ``server`` dataset names, inside one of ``data_dirs``.
+
+    ``name`` is ``<folder label>/<path inside it>`` (see :func:`_env_data_dirs`). The path
+    is resolved (symlinks and ``..``) and must stay inside its folder. Every refusal is the
+    same sentence whether or not the path exists, so a link cannot probe the disk.
+
+    Raises
+    ------
+    DatasetError
+        The server serves no folders, the label is not one of them, or the path leaves it
+        or does not exist there.
+    """
+    if not data_dirs:
+        raise DatasetError(
+            "this server does not load datasets from its disk (its operator can allow folders "
+            "with GEOVIZ_DATA_DIRS); use the listed datasets or upload a file"
+        )
+    _check_relative(name)
+    label, _, inside = name.partition("/")
+    roots = dict(data_dirs)
+    refusal = DatasetError(f"no dataset {_short(name, 80)} in this server's data folders")
+    if label not in roots or not inside:
+        raise refusal
+    root = roots[label]
+    try:
+        target = (root / inside).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise refusal from None
+    if not target.is_relative_to(root):
+        raise refusal
+    return target
+
+
+def served_datasets(data_dirs: Sequence[tuple[str, Path]]) -> list[str]:
+    """Names of the datasets in the operator's folders: each folder's visible entries."""
+    names = []
+    for label, root in data_dirs:
+        try:
+            entries = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+        except OSError:
+            continue
+        names += [f"{label}/{entry}" for entry in entries[:200]]
+    return names
+
+
+def scenario_feature_bytes(scenario: Scenario) -> int:
+    """Upper bound of the float32 features of the scenario's harmonised datasets, bytes.
+
+    Each dataset holds at most its requested N (fewer when the registry says the split is
+    smaller) times ``D`` features: ``image_size^2`` per channel for images (3 channels
+    unless ``channels="grey"``; uploads and server files count as images), the registry's
+    ``n_features`` for vectors.
+    """
+    total = 0
+    pixels = scenario.image_size**2 * (1 if scenario.channels == "grey" else 3)
+    for choice, n in zip(
+        scenario.choices, [scenario.n_target] + [scenario.n_reference] * scenario.m, strict=True
+    ):
+        dim, available = pixels, n
+        if choice.source == "registry":
+            info = dataset_info(choice.name)
+            if info.kind != "synthetic":
+                available = info.n_train if choice.split == "train" else info.n_test
+            if info.image_shape is None:
+                dim = int(info.n_features or pixels)
+        total += min(n, available) * dim * 4
+    return total
 
 
 def epsilon_choices(current: float | None = None) -> tuple[float, ...]:
@@ -673,7 +1008,7 @@ class SessionModel:
         token = params.get(QUERY_SCENARIO)
         if token:
             try:
-                self.scenario = scenario_from_token(token)
+                self.scenario = self.settings.admit(scenario_from_token(token))
             except GeovizError as err:
                 problems.append(
                     f"The link's scenario could not be read ({err}); keeping the current scenario."
@@ -748,10 +1083,27 @@ def scenario_from_token(token: str) -> Scenario:
         The token is truncated, not ours, or describes an invalid scenario.
     """
     text = str(token).strip()
+    if len(text) > limits.MAX_TOKEN_CHARS:
+        raise DatasetError(
+            f"the scenario token has {len(text):,} characters, more than the "
+            f"{limits.MAX_TOKEN_CHARS:,} a scenario needs"
+        )
     try:
-        raw = zlib.decompress(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        packed = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        # inflate at most MAX_TOKEN_INFLATED_BYTES (+1 to notice more): no zip bomb in a link
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(packed, limits.MAX_TOKEN_INFLATED_BYTES + 1)
+        if len(raw) > limits.MAX_TOKEN_INFLATED_BYTES or inflater.unconsumed_tail:
+            raise DatasetError(
+                f"the scenario token inflates to more than {limits.MAX_TOKEN_INFLATED_BYTES:,} "
+                "bytes; a scenario is far smaller"
+            )
+        if not inflater.eof:
+            raise ValueError("truncated")
         d = json.loads(raw)
-    except (ValueError, zlib.error):
+    except GeovizError:
+        raise
+    except (ValueError, zlib.error, RecursionError):
         raise DatasetError("corrupt or truncated scenario token") from None
     if not isinstance(d, dict):
         raise DatasetError("corrupt scenario token (not a mapping)")

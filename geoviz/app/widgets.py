@@ -25,7 +25,6 @@ import streamlit as st
 from geoviz import glossary
 from geoviz.app import services
 from geoviz.app.state import Scenario, SessionModel
-from geoviz.errors import GeovizError
 
 if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicResult
@@ -146,8 +145,8 @@ def data_or_error(model: SessionModel) -> services.ScenarioData | None:
             return services.scenario_data(model)
         with st.spinner("Loading datasets…"):
             return services.scenario_data(model)
-    except GeovizError as err:
-        st.error(f"Could not load the scenario's datasets: {err}")
+    except Exception as err:  # shown as a sentence; tracebacks go to the server log only
+        show_error(err, "Could not load the scenario's datasets")
     return None
 
 
@@ -220,9 +219,7 @@ def geodesic_with_status(
     kind = "Neural OTDD maps" if neural else "OTDD maps"
     if job.error_ is not None:
         status.update(label=f"{kind} failed", state="error", expanded=True)
-        if isinstance(job.error_, GeovizError):
-            st.error(str(job.error_))
-            return None
-        raise job.error_
+        show_error(job.error_)
+        return None
     status.update(label=f"{kind} ready ({job.elapsed:.1f} s)", state="complete", expanded=False)
     return job.result_

@@ -278,11 +278,11 @@ def dataset_info(name: str) -> DatasetInfo:
     """The :class:`DatasetInfo` of a registered name (aliases allowed)."""
     key = _normalize(name)
     if key not in _REGISTRY:
-        raise _unknown(name)
+        raise _unknown(name, paths=False)
     return _REGISTRY[key].info
 
 
-def _unknown(name: str) -> UnknownDatasetError:
+def _unknown(name: str, *, paths: bool = True) -> UnknownDatasetError:
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
     # compare with full names, aliases and the parts of names ("letters" -> emnist_letters)
     candidates: dict[str, str] = {}
@@ -301,8 +301,13 @@ def _unknown(name: str) -> UnknownDatasetError:
     if close:
         resolved = list(dict.fromkeys(candidates[c] for c in close))[:3]
         suggestion = " Did you mean " + " or ".join(repr(c) for c in resolved) + "?"
+    shown = name if len(name) <= 60 else name[:57] + "..."
+    if not paths:
+        return UnknownDatasetError(
+            f"unknown dataset {shown!r}.{suggestion} Available: {', '.join(_REGISTRY)}."
+        )
     return UnknownDatasetError(
-        f"unknown dataset {name!r}, and no file or folder of that name exists.{suggestion} "
+        f"unknown dataset {shown!r}, and no file or folder of that name exists.{suggestion} "
         f"Available: {', '.join(_REGISTRY)}; or pass the path of a dataset file or folder."
     )
 
@@ -358,6 +363,7 @@ def load_dataset(
     split: Split = "train",
     n: int | None = None,
     seed: int = 0,
+    allow_paths: bool = True,
     **options: Any,
 ) -> LabeledDataset:
     """Load a registered dataset, or a dataset file/folder.
@@ -376,6 +382,10 @@ def load_dataset(
         the dataset size returns the whole split.
     seed
         Seed of the subsample and of the synthetic generators.
+    allow_paths
+        Whether a name that is not registered may be a file or folder. The app passes
+        ``False`` (a link names data, never a server path): an unregistered name is then
+        an :class:`~geoviz.errors.UnknownDatasetError` whether or not such a path exists.
     **options
         Loader options: ``standardize`` (iris, wine); ``class_names``,
         ``permutation``, ``std``, ``spacing``, ``n_per_component``
@@ -407,6 +417,8 @@ def load_dataset(
     key = _normalize(raw)
     if not isinstance(name_or_path, Path) and key in _REGISTRY:
         kind, stamp = "registry", None
+    elif not allow_paths:
+        raise _unknown(raw, paths=False)
     else:
         path = Path(raw).expanduser()
         if not path.exists():

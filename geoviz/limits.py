@@ -1,0 +1,143 @@
+"""Bounds on every size a user, a link or a file can ask for: one place, one check each.
+
+The app's form, a shared link (``?scenario=`` token), the CLI and the library all build
+their values through the same constructors (:class:`geoviz.app.state.Scenario`,
+:class:`geoviz.geodesic.pipeline.GeodesicConfig`, :class:`geoviz.ot.otdd.OTDDConfig`,
+the loaders), and those constructors check against the constants below. A value outside
+its range is a :class:`~geoviz.errors.GeovizError` that names the value, the range and
+why the range exists, raised *before* anything is loaded, allocated or fitted.
+
+The ranges are generous for real use (the full MNIST training split, 64x64 RGB images,
+ten reference datasets) and small enough that no single request can take the server's
+memory: memory itself is checked separately against the process's real limit
+(:mod:`geoviz.memory`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from geoviz.errors import GeovizError
+
+__all__ = [
+    "EPSILON_MAX",
+    "EPSILON_MIN",
+    "MAX_CLASSES",
+    "MAX_FEW_SHOT_K",
+    "MAX_GRID_POINTS",
+    "MAX_GRID_RESOLUTION",
+    "MAX_IMAGE_SIZE",
+    "MAX_NEIGHBOURS",
+    "MAX_REFERENCES",
+    "MAX_SAMPLES",
+    "MAX_SEED",
+    "MAX_SYNTHETIC_SAMPLES",
+    "MAX_TOKEN_CHARS",
+    "MAX_TOKEN_INFLATED_BYTES",
+    "MIN_IMAGE_SIZE",
+    "MIN_SAMPLES",
+    "check_epsilon",
+    "check_grid",
+    "check_int",
+]
+
+#: samples drawn from one dataset (the largest *NIST training split is 60,000)
+MIN_SAMPLES = 10
+MAX_SAMPLES = 100_000
+#: side of the common square image size (``harmonize(size=...)``), pixels
+MIN_IMAGE_SIZE = 4
+MAX_IMAGE_SIZE = 128
+#: reference datasets P_1..P_m of one geodesic
+MAX_REFERENCES = 10
+#: classes of one dataset (labels are one-hot (N, C) matrices in several places)
+MAX_CLASSES = 1000
+#: samples one synthetic generator may draw in total (n_classes x n_per_class, 16 x n_per_component)
+MAX_SYNTHETIC_SAMPLES = 200_000
+#: few-shot labels per class and kNN neighbours for the pseudo-labels
+MAX_FEW_SHOT_K = 1000
+MAX_NEIGHBOURS = 50
+#: seeds (numpy and torch accept any 32-bit value)
+MAX_SEED = 2**31 - 1
+#: relative epsilon (``eps_abs = epsilon * mean(C)``). Below EPSILON_MIN the float32 dual
+#: potentials (about 7 significant digits, magnitude up to max(C) ~ a few mean(C)) can no
+#: longer resolve the kernel exponents (f + g - C) / eps_abs to better than ~0.05, so the
+#: plan is rounding noise, and the number of Sinkhorn iterations grows like 1/epsilon.
+EPSILON_MIN = 1e-5
+#: above EPSILON_MAX every plan is the independent coupling to many digits: nothing to see
+EPSILON_MAX = 10.0
+#: simplex grids: resolution R (points i/R) and the number of grid points it gives
+MAX_GRID_RESOLUTION = 500
+MAX_GRID_POINTS = 200_000
+#: a ``?scenario=`` token: characters in the link and bytes once inflated (a scenario with
+#: ten references and preset options is about 1.5 kB of JSON)
+MAX_TOKEN_CHARS = 4096
+MAX_TOKEN_INFLATED_BYTES = 32 * 1024
+
+
+def check_int(
+    value: Any,
+    what: str,
+    low: int,
+    high: int,
+    *,
+    why: str = "",
+    error: type[GeovizError] = GeovizError,
+) -> int:
+    """``int(value)`` if it is an integer in ``[low, high]``, else ``error`` saying so.
+
+    Booleans, floats with a fraction, NaN and strings that are not integers are refused
+    (a link can carry any JSON value).
+    """
+    if isinstance(value, bool):
+        raise error(f"{what} must be an integer, got {value!r}")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        raise error(f"{what} must be an integer, got {value!r}")
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise error(f"{what} must be an integer, got {value!r}") from None
+    if not low <= number <= high:
+        reason = f" ({why})" if why else ""
+        raise error(f"{what} must be between {low:,} and {high:,}, got {number:,}{reason}")
+    return number
+
+
+def check_epsilon(value: Any, *, error: type[GeovizError] = GeovizError) -> float:
+    """A relative epsilon in ``[EPSILON_MIN, EPSILON_MAX]`` as a float, else ``error``."""
+    try:
+        eps = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise error(f"epsilon must be a number, got {value!r}") from None
+    if not math.isfinite(eps) or eps <= 0:
+        raise error(f"epsilon must be a positive number, got {value!r}")
+    if eps < EPSILON_MIN:
+        raise error(
+            f"epsilon {eps:g} is below {EPSILON_MIN:g} (relative to the mean cost): the solver's "
+            "float32 potentials cannot resolve the kernel exp(-C/eps_abs) that finely (the plan "
+            f"would be rounding noise) and Sinkhorn would need ~1/epsilon iterations; use "
+            f"epsilon >= {EPSILON_MIN:g}"
+        )
+    if eps > EPSILON_MAX:
+        raise error(
+            f"epsilon {eps:g} is above {EPSILON_MAX:g} (relative to the mean cost): every plan "
+            "would be the independent coupling (each mapped point the reference mean)"
+        )
+    return eps
+
+
+def grid_points(resolution: int, m: int) -> int:
+    """Points of the simplex grid ``{a : a_i = k_i / R, sum k_i = R}``: C(R + m - 1, m - 1)."""
+    return math.comb(int(resolution) + int(m) - 1, int(m) - 1)
+
+
+def check_grid(resolution: Any, m: int, *, error: type[GeovizError] = GeovizError) -> int:
+    """A simplex-grid resolution whose grid for ``m`` references stays under MAX_GRID_POINTS."""
+    res = check_int(resolution, "grid resolution", 1, MAX_GRID_RESOLUTION, error=error)
+    points = grid_points(res, m)
+    if points > MAX_GRID_POINTS:
+        raise error(
+            f"a grid of resolution {res} on the simplex of m = {m} references has {points:,} "
+            f"points, more than {MAX_GRID_POINTS:,}; use a smaller resolution"
+        )
+    return res

@@ -1,0 +1,295 @@
+"""A shared link is not a key to the server (issue 15): hostile ``?scenario=`` tokens.
+
+Every token here is built the way a visitor could build one (JSON -> zlib -> base64url),
+bypassing the form. Each must be refused with a sentence before anything is loaded,
+allocated or fitted; nothing outside the operator's folders is read.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from geoviz import limits
+from geoviz.app import services
+from geoviz.app.state import (
+    AppSettings,
+    DatasetChoice,
+    Scenario,
+    SessionModel,
+    default_scenario,
+    scenario_from_token,
+    scenario_to_token,
+    served_path,
+)
+from geoviz.errors import DatasetError, GeovizError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _token(d: dict) -> str:
+    raw = json.dumps(d).encode()
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+
+def _default_dict(**changes) -> dict:
+    d = json.loads(json.dumps(default_scenario(AppSettings(n_default=200)).to_dict()))
+    d.update(changes)
+    return d
+
+
+def _with_target(**target) -> dict:
+    d = _default_dict()
+    d["target"] = {**d["target"], **target}
+    return d
+
+
+def _restore(token: str, settings: AppSettings | None = None) -> tuple[SessionModel, list[str]]:
+    model = SessionModel({}, settings or AppSettings(n_default=200))
+    before = model.scenario
+    problems = model.restore({"scenario": token})
+    return model, problems if model.scenario == before else ["<accepted>"]
+
+
+@pytest.fixture
+def secret_npz(tmp_path: Path) -> Path:
+    """A valid dataset file that no visitor should be able to load."""
+    path = tmp_path / "secret" / "data.npz"
+    path.parent.mkdir()
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.random((40, 4), dtype=np.float32), y=np.repeat([0, 1], 20))
+    return path
+
+
+def test_a_link_cannot_name_a_server_path(secret_npz, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path / "secret")
+    relative = os.path.relpath(secret_npz, ROOT)
+    messages = []
+    for name in (
+        str(secret_npz),  # absolute
+        relative,  # ../-relative to the working directory
+        "./data.npz",
+        "~/data.npz",
+        str(tmp_path / "secret" / "missing.npz"),  # does not exist: same answer
+    ):
+        _model, problems = _restore(_token(_with_target(name=name)))
+        assert problems and problems != ["<accepted>"], name
+        assert "unknown dataset" in problems[0]
+        assert "file or folder" not in problems[0]  # never says whether the path exists
+        messages.append(problems[0].replace(name[:57], "<name>"))
+    # the existing and the missing file give the same sentence (no probing of the disk)
+    assert messages[0] == messages[-1]
+    # the library loader refuses too when the app asks it to
+    from geoviz.data.registry import load_dataset
+
+    with pytest.raises(GeovizError, match="unknown dataset") as err:
+        load_dataset(str(secret_npz), allow_paths=False)
+    assert "file or folder" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "match"),
+    [
+        ("torchvision:mnist", {"root": "/etc", "download": True}, "has no option"),
+        ("mnist", {"kind": "npz"}, "has no option"),
+        ("mnist", {"label_column": "password"}, "has no option"),
+        ("gmm2d", {"n_per_class": 10**9}, "between"),
+        ("gmm2d", {"n_classes": 100, "n_per_class": 100_000}, "more than"),
+        ("gmm2d", {"std": float("nan")}, "between"),
+        ("chessboard", {"n_per_component": 10**8}, "between"),
+        ("chessboard", {"class_names": ["x" * 5000]}, "1 to 64 characters"),
+        ("iris", {"standardize": "yes"}, "true or false"),
+    ],
+)
+def test_link_loader_options_are_an_allow_list_with_bounds(name, options, match):
+    with pytest.raises(DatasetError, match=match):
+        scenario_from_token(_token(_with_target(name=name, options=list(options.items()))))
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"image_size": 700}, "image_size must be between"),
+        ({"image_size": 100_000}, "image_size must be between"),
+        ({"image_size": 32.5}, "must be an integer"),
+        ({"n_target": 10**9}, "n_target must be between"),
+        ({"n_reference": "many"}, "must be an integer"),
+        ({"epsilon": 1e-100}, "below"),
+        ({"epsilon": 1e-20}, "below"),
+        ({"epsilon": 1e9}, "above"),
+        ({"seed": -1}, "seed must be between"),
+        ({"few_shot": {"enabled": True, "k": 10**7, "n_neighbors": 1}}, "few-shot k"),
+        ({"few_shot": {"enabled": True, "k": 5, "n_neighbors": 10**6}}, "n_neighbors"),
+        ({"surprise": 1}, "unknown field"),
+    ],
+)
+def test_link_sizes_are_bounded_before_anything_is_loaded(changes, match):
+    with pytest.raises(DatasetError, match=match):
+        scenario_from_token(_token(_default_dict(**changes)))
+
+
+def test_two_hundred_references_are_refused():
+    d = _default_dict()
+    d["references"] = [
+        {**d["references"][0], "name": "gmm2d", "seed": s, "options": []} for s in range(200)
+    ]
+    with pytest.raises(DatasetError, match=f"at most {limits.MAX_REFERENCES} reference"):
+        scenario_from_token(_token(d))
+
+
+def test_token_size_is_bounded_before_and_while_inflating():
+    with pytest.raises(DatasetError, match="characters"):
+        scenario_from_token("A" * (limits.MAX_TOKEN_CHARS + 1))
+    # a zip bomb that fits in the character limit: 3 MB of spaces compress to ~3 kB
+    bomb = base64.urlsafe_b64encode(zlib.compress(b" " * 3_000_000, 9)).decode().rstrip("=")
+    assert len(bomb) <= limits.MAX_TOKEN_CHARS
+    with pytest.raises(DatasetError, match="inflates to more than"):
+        scenario_from_token(bomb)
+    # a valid token still decodes, and the honest scenario round-trips
+    s = default_scenario(AppSettings(n_default=200))
+    assert scenario_from_token(scenario_to_token(s)) == s
+
+
+def test_server_neural_budget_caps_links():
+    s = default_scenario(AppSettings(n_default=200)).with_(
+        map_method="neural", neural_preset="paper"
+    )
+    model, problems = _restore(scenario_to_token(s), AppSettings(n_default=200))
+    assert problems and "at most at the 'cpu' budget" in problems[0]
+    # the same link on a server whose operator allows paper-scale training is accepted
+    model, problems = _restore(scenario_to_token(s), AppSettings(neural_preset="paper"))
+    assert problems == ["<accepted>"] and model.scenario.neural_preset == "paper"
+
+
+def test_scenario_memory_budget_is_checked_before_loading():
+    big = Scenario(
+        target=DatasetChoice("torchvision:mnist"),  # 60,000 images: refused before a download
+        references=(DatasetChoice("torchvision:kmnist"), DatasetChoice("usps")),
+        n_target=100_000,
+        n_reference=100_000,
+        image_size=128,
+    )
+    with pytest.raises(DatasetError, match="GEOVIZ_APP_MAX_MB"):
+        AppSettings().admit(big)
+    model = SessionModel({}, AppSettings())
+    model.scenario = big
+    with pytest.raises(DatasetError, match="GEOVIZ_APP_MAX_MB"):
+        services.scenario_data(model)
+
+
+def test_served_folders_only_with_the_operators_allow_list(secret_npz, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    inside = data / "digits.npz"
+    inside.write_bytes(secret_npz.read_bytes())
+    (data / "other.npz").write_bytes(secret_npz.read_bytes())
+    (data / "escape").symlink_to(secret_npz.parent, target_is_directory=True)
+    dirs = (("data", data.resolve()),)
+
+    choice = DatasetChoice("data/digits.npz", source="server")
+    with pytest.raises(DatasetError, match="GEOVIZ_DATA_DIRS"):
+        AppSettings().admit(Scenario(choice, (DatasetChoice("mnist"), DatasetChoice("usps"))))
+    assert served_path("data/digits.npz", dirs) == inside.resolve()
+    refusals = set()
+    for name in ("data/escape/data.npz", "data/missing.npz", "other/digits.npz"):
+        with pytest.raises(DatasetError, match="in this server's data folders") as err:
+            served_path(name, dirs)
+        refusals.add(str(err.value).replace(name, "<name>"))
+    assert len(refusals) == 1  # a link learns nothing about what exists outside
+    for name in ("data/../secret/data.npz", "/etc/passwd", "~/x", "data/./x"):
+        with pytest.raises(DatasetError, match="<data folder>/<path inside it>"):
+            DatasetChoice(name, source="server")
+
+    # the app loads the allowed file, and only through the allow-list
+    settings = AppSettings(n_default=40, data_dirs=dirs)
+    model = SessionModel({}, settings)
+    model.scenario = Scenario(
+        DatasetChoice("data/digits.npz", source="server"),
+        (DatasetChoice("iris"), DatasetChoice("data/other.npz", source="server")),
+        n_target=40,
+        n_reference=40,
+    )
+    got = services.scenario_data(model)
+    assert got.target.n_samples == 40
+    assert "data/digits.npz" in services.choice_options(model).keys().__str__()
+
+
+def test_errors_shown_to_visitors_are_sentences():
+    text = services.error_text(FileNotFoundError(2, "No such file", "/srv/secret/x.npz"))
+    assert "/srv" not in text and "log" in text
+    assert "KeyError" in services.error_text(KeyError("/home/user/.ssh/id_rsa"))
+    assert "id_rsa" not in services.error_text(KeyError("/home/user/.ssh/id_rsa"))
+    assert services.error_text(DatasetError("bad", "up.npz")) == "up.npz: bad"
+
+
+def test_export_folder_stays_inside_the_root(tmp_path):
+    root = tmp_path / "exports"
+    root.mkdir()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    assert services.export_folder(root) == root.resolve()
+    made = services.export_folder(root, f"../../{outside}/deep")
+    assert made.parent == root.resolve() and ".." not in made.name
+    with pytest.raises(GeovizError, match="not a folder inside"):
+        services.export_folder(root, "link")
+    assert sorted(p.name for p in outside.iterdir()) == []
+    with pytest.raises(GeovizError, match="does not exist"):
+        services.export_folder(tmp_path / "nope")
+
+
+_PEAK = """
+import json, resource, sys
+from geoviz.app import services
+from geoviz.app.state import AppSettings, SessionModel
+settings = AppSettings(n_default=200)
+if sys.argv[1] == "default":
+    model = SessionModel({}, settings)
+    services.scenario_data(model)
+else:
+    for token in json.loads(sys.stdin.read()):
+        model = SessionModel({}, settings)
+        problems = model.restore({"scenario": token})
+        assert problems, "a hostile link was accepted"
+        services.scenario_data(model)  # the default scenario stays in place
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+@pytest.mark.slow
+def test_hostile_links_stay_within_500_mb_of_the_default_scenario(tmp_path):
+    hostile = [
+        _token(_default_dict(image_size=700)),
+        _token(_default_dict(image_size=100_000)),
+        _token(_with_target(name="gmm2d", options=[["n_per_class", 10**9]])),
+        _token(_default_dict(n_target=10**9, n_reference=10**9)),
+        base64.urlsafe_b64encode(zlib.compress(b" " * 3_000_000, 9)).decode().rstrip("="),
+        "A" * 100_000,
+    ]
+    env = {**os.environ, "GEOVIZ_CACHE_DIR": str(tmp_path / "cache")}
+
+    def peak(mode: str) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", _PEAK, mode],
+            input=json.dumps(hostile),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=True,
+        )
+        return int(out.stdout.split()[-1])
+
+    default, attacked = peak("default"), peak("hostile")
+    print(
+        f"peak RSS: default scenario {default / 2**20:.0f} MiB, hostile links {attacked / 2**20:.0f} MiB"
+    )
+    assert attacked < default + 500 * 2**20, (default, attacked)
