@@ -24,13 +24,15 @@ import numpy as np
 import torch
 
 from geoviz.atomic import atomic_write_bytes
+from geoviz.memory import memory_limit_bytes
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 DTypeName = Literal["float32", "float64"]
 
 #: Bumped whenever a cached payload layout or an algorithm changes its output,
-#: so stale entries are never read back.
-CACHE_FORMAT_VERSION = "1"
+#: so stale entries are never read back. "2": entries record their namespace, key and
+#: this version (:class:`DiskCache`).
+CACHE_FORMAT_VERSION = "2"
 
 _device_override: torch.device | None = None
 
@@ -123,18 +125,15 @@ def resolve_dtype(dtype: DTypeName | torch.dtype | None = None) -> torch.dtype:
 
 
 def available_memory_bytes(device: torch.device) -> int | None:
-    """Free memory on ``device`` in bytes, or ``None`` when unknown."""
+    """Memory ``device`` can still give this process, in bytes, or ``None`` when unknown.
+
+    CUDA: the free memory of the GPU. CPU: :func:`geoviz.memory.memory_limit_bytes`, the
+    smallest of the ``RLIMIT_AS`` room, the memory cgroup's room and ``MemAvailable``.
+    """
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return memory_limit_bytes()
 
 
 def check_memory(n_bytes: int, device: torch.device, what: str) -> None:
@@ -227,7 +226,16 @@ class DiskCache:
     (no arbitrary unpickling). The file starts with a 64-byte sha256 of the rest,
     so a truncated or corrupted entry is detected, deleted and recomputed rather
     than crashing the caller. Writes go to a temporary file in the same
-    directory and are renamed into place, so readers never see half a file.
+    directory and are renamed into place, so readers never see half a file; the
+    temporaries of writes that were killed are removed by a later write into the same
+    folder once they are an hour old (:func:`geoviz.atomic.remove_stale_temps`).
+
+    Each entry is bound to its place: the stored object is
+    ``{"namespace": ..., "key": ..., "version": CACHE_FORMAT_VERSION, "payload": {...}}``,
+    and an entry whose recorded namespace, key or version differs from where it is read
+    (a file copied or renamed under another key), or that lacks these fields, is treated
+    like a corrupt one: a ``UserWarning`` says it was ignored, the file is removed and the
+    value is recomputed. Callers see only the payload.
 
     Parameters
     ----------
@@ -265,26 +273,41 @@ class DiskCache:
         except OSError:
             return None
         digest, body = raw[:64], raw[64:]
+        problem = None
         try:
             ok = digest.decode("ascii") == hashlib.sha256(body).hexdigest()
-            payload = torch.load(io.BytesIO(body), weights_only=True) if ok else None
+            stored = torch.load(io.BytesIO(body), weights_only=True) if ok else None
         except Exception:  # any unpickling failure means a corrupt entry
-            payload = None
-        if not isinstance(payload, dict):
+            stored = None
+        if stored is None:
+            problem = "its checksum does not match or it cannot be read"
+        else:
+            problem = _envelope_problem(stored, namespace, key)
+        if problem is not None:
             self.corrupt_ += 1
-            warnings.warn(f"geoviz cache entry {path} is corrupt; recomputing", stacklevel=2)
+            warnings.warn(
+                f"geoviz cache entry {path} is corrupt ({problem}); it was ignored and "
+                "removed, recomputing",
+                stacklevel=2,
+            )
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
-        return payload
+        return stored["payload"]
 
     def store(self, namespace: str, key: str, payload: Payload) -> Path | None:
         """Atomically write ``payload`` (a dict of tensors/arrays/plain values)."""
         if not self.enabled:
             return None
         path = self.path_for(namespace, key)
+        envelope = {
+            "namespace": str(namespace),
+            "key": str(key),
+            "version": CACHE_FORMAT_VERSION,
+            "payload": _to_storable(payload),
+        }
         buf = io.BytesIO()
-        torch.save(_to_storable(payload), buf)
+        torch.save(envelope, buf)
         body = buf.getvalue()
         data = hashlib.sha256(body).hexdigest().encode("ascii") + body
         try:
@@ -319,6 +342,22 @@ class DiskCache:
                     file.unlink()
                     removed += 1
         return removed
+
+
+_ENVELOPE_FIELDS = frozenset({"namespace", "key", "version", "payload"})
+
+
+def _envelope_problem(stored: Any, namespace: str, key: str) -> str | None:
+    """Why ``stored`` is not the entry ``namespace/key`` of this format, or None if it is."""
+    if not isinstance(stored, dict) or set(stored) != _ENVELOPE_FIELDS:
+        return "it is not a geoviz cache entry of this version"
+    if stored["version"] != CACHE_FORMAT_VERSION:
+        return f"it was written by another cache format version (this is {CACHE_FORMAT_VERSION})"
+    if stored["namespace"] != str(namespace) or stored["key"] != str(key):
+        return "it was stored under another namespace or key"
+    if not isinstance(stored["payload"], dict):
+        return "its payload is not a dictionary"
+    return None
 
 
 def _to_storable(obj: Any) -> Any:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
+import shutil
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -315,3 +320,90 @@ def test_few_cpu_threads_limits_and_restores():
     with pytest.raises(RuntimeError), few_cpu_threads(1):
         raise RuntimeError("an error inside the block still restores the pool")
     assert torch.get_num_threads() == original
+
+
+# ----------------------------------------------------------------------------- entries bound to keys
+
+
+def _raw_entry(obj) -> bytes:
+    """An entry file with a valid checksum around ``torch.save(obj)``."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    body = buf.getvalue()
+    return hashlib.sha256(body).hexdigest().encode("ascii") + body
+
+
+def test_entry_copied_under_another_key_is_ignored_removed_and_recomputed(tmp_path):
+    cache = DiskCache(tmp_path)
+    one = cache.get_or_compute("otdd", {"n": 1}, Counter({"value": torch.tensor(1.0)}))
+    two_compute = Counter({"value": torch.tensor(2.0)})
+    cache.get_or_compute("otdd", {"n": 2}, two_compute)
+    path_one = cache.path_for("otdd", cache_key("otdd", {"n": 1}))
+    path_two = cache.path_for("otdd", cache_key("otdd", {"n": 2}))
+    shutil.copyfile(path_one, path_two)  # checksum intact, wrong place
+    with pytest.warns(UserWarning, match=r"corrupt \(it was stored under another .*ignored"):
+        again = cache.get_or_compute("otdd", {"n": 2}, two_compute)
+    assert float(again["value"]) == 2.0 and float(one["value"]) == 1.0
+    assert two_compute.calls == 2 and cache.corrupt_ == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert float(cache.load("otdd", cache_key("otdd", {"n": 2}))["value"]) == 2.0
+    # the same key under another namespace is another entry too
+    other = cache.path_for("maps", cache_key("otdd", {"n": 1}))
+    other.parent.mkdir()
+    shutil.copyfile(path_one, other)
+    with pytest.warns(UserWarning, match="ignored and removed"):
+        assert cache.load("maps", cache_key("otdd", {"n": 1})) is None
+    assert not other.exists() and path_one.exists()
+
+
+@pytest.mark.parametrize(
+    ("stored", "reason"),
+    [
+        ({"value": torch.ones(2)}, "not a geoviz cache entry"),  # a bare payload (format 1)
+        ([1, 2, 3], "not a geoviz cache entry"),
+        (
+            {"namespace": "ns", "key": "k" * 64, "version": "1", "payload": {}},
+            "another cache format",
+        ),
+        (
+            {
+                "namespace": "ns",
+                "key": "k" * 64,
+                "version": backend.CACHE_FORMAT_VERSION,
+                "payload": 5,
+            },
+            "payload is not a dictionary",
+        ),
+    ],
+)
+def test_entry_with_unexpected_content_is_ignored_and_removed(tmp_path, stored, reason):
+    cache = DiskCache(tmp_path)
+    path = cache.path_for("ns", "k" * 64)
+    path.parent.mkdir()
+    path.write_bytes(_raw_entry(stored))
+    with pytest.warns(UserWarning, match=f"corrupt \\(.*{reason}.*ignored and removed"):
+        assert cache.load("ns", "k" * 64) is None
+    assert not path.exists() and cache.corrupt_ == 1
+
+
+def test_store_removes_stale_temps_of_killed_writes(tmp_path):
+    cache = DiskCache(tmp_path)
+    cache.store("ns", "a" * 64, {"x": torch.ones(1)})
+    folder = cache.path_for("ns", "a" * 64).parent
+    stale = folder / f".{'b' * 64}.pt.0123456789ab.tmp"
+    stale.write_bytes(b"half an entry")
+    fresh = folder / f".{'c' * 64}.pt.0123456789ab.tmp"
+    fresh.write_bytes(b"being written")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    cache.store("ns", "d" * 64, {"x": torch.ones(1)})
+    assert not stale.exists() and fresh.exists()
+
+
+def test_cpu_memory_comes_from_the_process_limit(monkeypatch):
+    monkeypatch.setattr(backend, "memory_limit_bytes", lambda: 3 * 2**30)
+    assert backend.available_memory_bytes(torch.device("cpu")) == 3 * 2**30
+    check_memory(2**30, torch.device("cpu"), "one GiB")  # the safety factor 2: 2 <= 3 GiB
+    with pytest.raises(ResourceError, match=r"two GiB needs about 2.00 GiB on cpu.*3.00 GiB"):
+        check_memory(2 * 2**30, torch.device("cpu"), "two GiB")
