@@ -293,3 +293,13 @@ def test_hostile_links_stay_within_500_mb_of_the_default_scenario(tmp_path):
         f"peak RSS: default scenario {default / 2**20:.0f} MiB, hostile links {attacked / 2**20:.0f} MiB"
     )
     assert attacked < default + 500 * 2**20, (default, attacked)
+
+
+def test_link_weights_text_is_bounded():
+    from geoviz.app.state import weights_from_text
+    from geoviz.errors import WeightsError
+
+    with pytest.raises(WeightsError, match="characters"):
+        weights_from_text(",".join(["0.1"] * 100_000))
+    with pytest.raises(WeightsError, match="comma-separated numbers"):
+        weights_from_text("x" * 300)

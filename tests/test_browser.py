@@ -85,9 +85,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterato
         "GEOVIZ_TRANSFER_BACKEND": "sequential",
         "GEOVIZ_NEURAL_PRESET": "tiny",
         "GEOVIZ_CACHE_DIR": str(tmp / "cache"),
-        "GEOVIZ_EXPORT_DIR": str(tmp / "exports"),
+        "GEOVIZ_EXPORT_ROOT": str(tmp / "exports"),
         "PYTHONUNBUFFERED": "1",
     }
+    (tmp / "exports").mkdir()
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed in finally
     cmd = [
         sys.executable,
@@ -543,3 +544,71 @@ def test_maps_page_compares_barycentric_and_neural_maps(page, server):
     shot = _shot_section(pg, "2_maps_side_by_side", "Barycentric vs neural maps")
     DOC_SHOTS.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shot, DOC_SHOTS / shot.name)
+
+
+def _link_token(d: dict) -> str:
+    import base64
+    import json
+    import zlib
+
+    raw = json.dumps(d).encode()
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+
+def test_hostile_links_and_the_export_folder(page, server, tmp_path):
+    """Issue 15 as a visitor does it: links naming a server file or an absurd size get a
+    sentence and the default scenario; the export folder cannot be left."""
+    import json
+
+    from geoviz.app.state import AppSettings, default_scenario
+
+    pg = page
+    secret = tmp_path / "secret.npz"
+    np.savez(secret, x=np.zeros((20, 4), np.float32), y=np.repeat([0, 1], 10))
+    base = json.loads(json.dumps(default_scenario(AppSettings(n_default=200)).to_dict()))
+    hostile = {
+        "server file": {**base, "target": {**base["target"], "name": str(secret)}},
+        "huge images": {**base, "image_size": 100_000},
+        "loader options": {
+            **base,
+            "target": {
+                **base["target"],
+                "name": "torchvision:mnist",
+                "options": [["root", "/etc"], ["download", True]],
+            },
+        },
+    }
+    expected = {
+        "server file": "unknown dataset",
+        "huge images": "image_size must be between",
+        "loader options": "has no option",
+    }
+    for what, d in hostile.items():
+        pg.goto(f"{server['url']}/datasets?scenario={_link_token(d)}")
+        pg.wait_for_selector("h1:has-text('Datasets')")
+        _wait_idle(pg)
+        _assert_no_exception(pg, what)
+        warning = pg.locator("[data-testid='stAlertContentWarning']").first.inner_text()
+        assert "could not be read" in warning and expected[what] in warning, (what, warning)
+        assert str(tmp_path) not in _main_text(pg)
+        assert "Q** (target): mnist" in _sidebar_text(pg) or "mnist" in _sidebar_text(pg)
+        if what == "server file":
+            _shot(pg, "1_datasets_hostile_link")
+
+    # the export folder: a sub-folder name full of path tricks stays inside the root
+    _goto_page(pg, "5 · Export")
+    _assert_no_exception(pg, "export")
+    field = pg.get_by_label("Sub-folder of the server's export folder (optional)")
+    field.fill("../../../tmp/escape")
+    field.press("Enter")
+    _wait_idle(pg)
+    pg.get_by_role("button", name="Save to folder").click()
+    _wait_idle(pg)
+    success = pg.locator("[data-testid='stAlertContentSuccess']").first.inner_text()
+    assert "in the server's export folder" in success, _main_text(pg)
+    root = server["export_dir"]
+    (folder,) = [p for p in root.iterdir() if p.is_dir()]
+    assert folder.name.endswith("escape") and any(folder.glob("*.manifest.json"))
+    assert not Path("/tmp/escape").exists()
+    assert str(root) not in _main_text(pg)
+    _shot(pg, "5_export_server_folder")

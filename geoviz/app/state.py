@@ -1058,10 +1058,13 @@ def weights_to_text(weights: Sequence[float] | np.ndarray) -> str:
 
 def weights_from_text(text: str) -> np.ndarray:
     """Parse :func:`weights_to_text`'s form; :class:`WeightsError` for anything else."""
+    text = str(text)
+    if len(text) > 32 * limits.MAX_REFERENCES:  # a link's weights: at most m numbers
+        raise WeightsError(f"the weights text has {len(text):,} characters; expected m numbers")
     try:
         return np.asarray([float(p) for p in str(text).split(",")], dtype=float)
     except ValueError:
-        raise WeightsError(f"weights must be comma-separated numbers, got {text!r}") from None
+        raise WeightsError(f"weights must be comma-separated numbers, got {_short(text)}") from None
 
 
 def scenario_to_token(scenario: Scenario) -> str:
