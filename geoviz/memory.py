@@ -56,7 +56,11 @@ _V1_UNLIMITED = 2**60
 
 
 def format_bytes(n_bytes: float) -> str:
-    """``n_bytes`` in TiB, GiB or MiB, for messages: ``"3.50 GiB"``."""
+    """``n_bytes`` in TiB, GiB, MiB, KiB or bytes, for messages: ``"3.50 GiB"``."""
+    if n_bytes < 2**10:
+        return f"{int(n_bytes)} bytes"
+    if n_bytes < 2**20:
+        return f"{n_bytes / 2**10:.1f} KiB"
     if n_bytes >= 2**40:
         return f"{n_bytes / 2**40:,.1f} TiB"
     if n_bytes >= 2**30:
@@ -194,7 +198,13 @@ def memory_budget_bytes() -> int | None:
     return None if limit is None else int(HEADROOM * limit)
 
 
-def check_bytes(n_bytes: int, what: str) -> None:
+def check_bytes(
+    n_bytes: int,
+    what: str,
+    *,
+    at_least: bool = False,
+    limit: tuple[int, str] | None = None,
+) -> None:
     """Refuse a request of ``n_bytes`` that would not fit, before allocating it.
 
     Parameters
@@ -203,23 +213,29 @@ def check_bytes(n_bytes: int, what: str) -> None:
         The size about to be allocated (an upper estimate).
     what
         What needs it, as a noun phrase (``"the array 'x' of data.npz (shape (10, 10))"``).
+    at_least
+        ``n_bytes`` is only a lower bound of the need (a stream that is still growing):
+        the message says "needs at least".
+    limit
+        A limit read earlier with :func:`memory_limit` (to compare several sizes with
+        the room there was before any of them was allocated); read now by default.
 
     Raises
     ------
     ResourceError
-        ``n_bytes`` exceeds :data:`HEADROOM` (80 %) of :func:`memory_limit_bytes`; the
-        message names the size, the limit and its source. Nothing is raised when no limit
-        can be read.
+        ``n_bytes`` exceeds :data:`HEADROOM` (80 %) of the limit; the message names the
+        size, the limit and its source. Nothing is raised when no limit can be read.
     """
     n_bytes = int(n_bytes)
-    found = memory_limit()
+    found = limit if limit is not None else memory_limit()
     if found is None:
         return
-    limit, source = found
-    if n_bytes > HEADROOM * limit:
+    room, source = found
+    if n_bytes > HEADROOM * room:
+        needs = "needs at least" if at_least else "needs"
         raise ResourceError(
-            f"{what} needs {format_bytes(n_bytes)} but this process can allocate at most "
-            f"{format_bytes(limit)} (limit: {source}; geoviz uses at most "
+            f"{what} {needs} {format_bytes(n_bytes)} but this process can allocate at most "
+            f"{format_bytes(room)} (limit: {source}; geoviz uses at most "
             f"{HEADROOM:.0%} of it for one request), so it was refused before allocating; "
             "use a smaller input"
         )

@@ -8,11 +8,17 @@ big-endian uint32 sizes, then the values in C order. Images files
 (``*-labels-idx1-ubyte``, magic ``0x00000801``) come in pairs; either may be
 gzipped. This module reads pairs from disk and from uploads, and reads, encodes
 and writes single IDX files.
+
+The header's dimensions are checked against this process's memory before any data is
+decompressed or converted (:func:`geoviz.memory.check_bytes`), and gzip data is never
+decompressed past the size its header declares, so a small ``.gz`` declaring or
+expanding to gigabytes is refused with a sentence, not a ``MemoryError``.
 """
 
 from __future__ import annotations
 
 import gzip
+import math
 import re
 import struct
 from pathlib import Path
@@ -24,16 +30,20 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats._common import (
     PathLike,
     Split,
+    _check_dataset_memory,
     _dir_name,
     _encode_labels,
     _features_from_array,
+    _gunzip_head,
+    _is_gzip,
     _make,
     _maybe_gunzip,
     _pick_by_split,
-    _read_bytes,
+    _read_raw,
     _visible,
 )
 from geoviz.errors import DatasetFormatError, ExportError
+from geoviz.memory import memory_guard
 
 # IDX dtype codes (third byte of the magic number) and their big-endian dtypes.
 _IDX_DTYPES: dict[int, np.dtype] = {
@@ -85,8 +95,8 @@ def load_upload_pair(
     LabeledDataset
         Images scaled to ``[0, 1]`` with ``image_shape=(1, H, W)``.
     """
-    img_arr, img_magic = _decode_idx_bytes(_maybe_gunzip(bytes(images), images_name), images_name)
-    lab_arr, lab_magic = _decode_idx_bytes(_maybe_gunzip(bytes(labels), labels_name), labels_name)
+    img_arr, img_magic = _decode_idx_bytes(_idx_data(bytes(images), images_name), images_name)
+    lab_arr, lab_magic = _decode_idx_bytes(_idx_data(bytes(labels), labels_name), labels_name)
     if img_arr.ndim == 1 and lab_arr.ndim > 1:
         img_arr, lab_arr = lab_arr, img_arr
         img_magic, lab_magic = lab_magic, img_magic
@@ -118,7 +128,7 @@ def read_idx(path: PathLike) -> np.ndarray:
         order, dtype one of uint8, int8, int16, int32, float32, float64.
     """
     p = Path(path)
-    arr, _ = _decode_idx_bytes(_read_bytes(p), p)
+    arr, _ = _decode_idx_bytes(_idx_data(_read_raw(p), p), p)
     return arr if arr.flags.writeable else arr.copy()
 
 
@@ -132,7 +142,7 @@ def decode_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
     source
         Name used in error messages.
     """
-    arr, _ = _decode_idx_bytes(_maybe_gunzip(bytes(data), source), source)
+    arr, _ = _decode_idx_bytes(_idx_data(bytes(data), source), source)
     return arr if arr.flags.writeable else arr.copy()
 
 
@@ -195,14 +205,18 @@ def save_idx(path: PathLike, array: np.ndarray, *, overwrite: bool = False) -> P
 
 
 # ============================================================== decoding and pairing
-def _decode_idx_bytes(data: bytes, source: str | Path) -> tuple[np.ndarray, int]:
-    """Parse IDX bytes; returns the array (native byte order) and the magic number."""
-    if len(data) < 4:
+#: the longest IDX header: the magic number and 255 dimension sizes
+_IDX_MAX_HEADER = 4 + 4 * 255
+
+
+def _idx_header(head: bytes, source: str | Path) -> tuple[tuple[int, ...], np.dtype, int, int]:
+    """Dimensions, dtype, header length and magic number from the first bytes of IDX data."""
+    if len(head) < 4:
         raise DatasetFormatError(
-            f"truncated IDX file: {len(data)} bytes, the magic number alone needs 4", source
+            f"truncated IDX file: {len(head)} bytes, the magic number alone needs 4", source
         )
-    z0, z1, code, ndim = data[0], data[1], data[2], data[3]
-    magic = int.from_bytes(data[:4], "big")
+    z0, z1, code, ndim = head[0], head[1], head[2], head[3]
+    magic = int.from_bytes(head[:4], "big")
     if z0 != 0 or z1 != 0 or code not in _IDX_DTYPES or ndim == 0:
         raise DatasetFormatError(
             f"not an IDX file: wrong magic number 0x{magic:08X} (expected 0x{_IDX_IMAGES_MAGIC:08X} "
@@ -210,18 +224,51 @@ def _decode_idx_bytes(data: bytes, source: str | Path) -> tuple[np.ndarray, int]
             source,
         )
     header = 4 + 4 * ndim
-    if len(data) < header:
+    if len(head) < header:
         raise DatasetFormatError(
             f"truncated IDX file: header declares {ndim} dimensions ({header} bytes) but the file "
-            f"has {len(data)} bytes",
+            f"has {len(head)} bytes",
             source,
         )
-    dims = struct.unpack(f">{ndim}I", data[4:header])
-    dtype = _IDX_DTYPES[code]
-    count = 1
-    for s in dims:
-        count *= s
-    need = count * dtype.itemsize
+    dims = struct.unpack(f">{ndim}I", head[4:header])
+    return dims, _IDX_DTYPES[code], header, magic
+
+
+def _check_idx_memory(
+    dims: tuple[int, ...], dtype: np.dtype, source: str | Path, *, stored: bool
+) -> None:
+    """Refuse IDX data whose dataset would not fit in memory (``stored``: the data itself
+    is still to be allocated, as when it is gzipped)."""
+    count = math.prod(dims)
+    images = len(dims) > 1
+    _check_dataset_memory(
+        count * dtype.itemsize if stored else 0,
+        count if images else 0,
+        0 if images else count,
+        f"loading {source} (IDX dimensions {dims} of {dtype.name})",
+    )
+
+
+def _idx_data(raw: bytes, source: str | Path) -> bytes:
+    """IDX bytes, gunzipped if gzip data; a gzipped file's declared dimensions are checked
+    against memory before anything is decompressed, and decompression stops past them."""
+    if not _is_gzip(raw, source):
+        return raw
+    dims, dtype, header, _ = _idx_header(_gunzip_head(raw, source, _IDX_MAX_HEADER), source)
+    _check_idx_memory(dims, dtype, source, stored=True)
+    need = header + math.prod(dims) * dtype.itemsize
+    return _maybe_gunzip(
+        raw,
+        source,
+        max_bytes=need,
+        max_reason=f"corrupt IDX file: dimensions {dims} declare {need:,} bytes with the header",
+    )
+
+
+def _decode_idx_bytes(data: bytes, source: str | Path) -> tuple[np.ndarray, int]:
+    """Parse IDX bytes; returns the array (native byte order) and the magic number."""
+    dims, dtype, header, magic = _idx_header(data[:_IDX_MAX_HEADER], source)
+    need = math.prod(dims) * dtype.itemsize
     have = len(data) - header
     if have < need:
         raise DatasetFormatError(
@@ -235,8 +282,10 @@ def _decode_idx_bytes(data: bytes, source: str | Path) -> tuple[np.ndarray, int]
             f"declared by dimensions {dims}",
             source,
         )
-    arr = np.frombuffer(data, dtype=dtype, count=count, offset=header).reshape(dims)
-    return arr.astype(dtype.newbyteorder("="), copy=False), magic
+    _check_idx_memory(dims, dtype, source, stored=False)
+    arr = np.frombuffer(data, dtype=dtype, count=math.prod(dims), offset=header).reshape(dims)
+    with memory_guard(f"loading {source}"):
+        return arr.astype(dtype.newbyteorder("="), copy=False), magic
 
 
 def _idx_dataset(
@@ -268,8 +317,9 @@ def _idx_dataset(
             f"{Path(str(labels_src)).name} holds {lab_arr.shape[0]} labels: counts must match",
             images_src,
         )
-    features, shape = _features_from_array(img_arr, images_src, what="images")
-    codes, classes = _encode_labels(lab_arr, labels_src)
+    with memory_guard(f"loading {source}"):
+        features, shape = _features_from_array(img_arr, images_src, what="images")
+        codes, classes = _encode_labels(lab_arr, labels_src)
     return _make(features, codes, classes, name=name, image_shape=shape, source=source)
 
 
@@ -327,13 +377,13 @@ def _load_idx_path(p: Path, *, split: Split, name: str | None, source: str) -> L
     else:
         role = _idx_role(p.name)
         if role is None:  # forced kind="idx" on an unusual name: decode to tell
-            arr, _ = _decode_idx_bytes(_read_bytes(p), p)
+            arr, _ = _decode_idx_bytes(_idx_data(_read_raw(p), p), p)
             role = "labels" if arr.ndim == 1 else "images"
         partner = _idx_partner(p, role)
         images, labels = (p, partner) if role == "images" else (partner, p)
         default_name = _idx_name(images.name, p.parent)
-    img_arr, img_magic = _decode_idx_bytes(_read_bytes(images), images)
-    lab_arr, lab_magic = _decode_idx_bytes(_read_bytes(labels), labels)
+    img_arr, img_magic = _decode_idx_bytes(_idx_data(_read_raw(images), images), images)
+    lab_arr, lab_magic = _decode_idx_bytes(_idx_data(_read_raw(labels), labels), labels)
     return _idx_dataset(
         img_arr,
         img_magic,
