@@ -26,9 +26,10 @@ from typing import IO, Any, Literal, TypeVar
 
 import numpy as np
 
+from geoviz import memory
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.errors import DatasetError, DatasetFormatError
-from geoviz.memory import check_bytes, memory_limit
+from geoviz.memory import check_bytes
 
 Split = Literal["train", "test"]
 
@@ -138,7 +139,7 @@ def _maybe_gunzip(
     """
     if not _is_gzip(raw, source):
         return raw
-    found = memory_limit()  # the room before decompressing: the output doubles when joined
+    found = memory.memory_limit()  # the room before decompressing: the output doubles when joined
     out = io.BytesIO()
     total = 0
     try:

@@ -8,12 +8,22 @@ the caller passes: :data:`MAX_ZIP_MEMBERS` and :data:`MAX_UNCOMPRESSED_BYTES`,
 defined here and read by the dispatcher in :mod:`geoviz.data.formats` at each
 call (so they can be changed on that package). The dispatcher also decides
 which dataset the extracted folder holds.
+
+Nothing is extracted before the members' declared uncompressed sizes
+(``ZipInfo.file_size``) have been added up and checked: against the cap, against the
+free space of the temporary folder, and against this process's memory (the dataset
+inside needs at least its files' size once loaded; :func:`geoviz.memory.check_bytes`).
+The declared sizes are a true bound: :mod:`zipfile` never yields more than a member's
+declared size (and checks its CRC), and the bytes written are counted again while
+extracting. A compression-ratio test is therefore not needed: a highly compressed member
+is harmless once its declared size fits.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 import zipfile
 import zlib
@@ -23,7 +33,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from geoviz.data.formats._common import _hidden
-from geoviz.errors import DatasetError, DatasetFormatError
+from geoviz.errors import DatasetError, DatasetFormatError, GeovizError, ResourceError
+from geoviz.memory import check_bytes, format_bytes
 
 #: Largest total uncompressed size of a zip archive that will be extracted.
 MAX_UNCOMPRESSED_BYTES: int = 2 * 1024**3
@@ -100,6 +111,7 @@ def _extract_zip(
                     label,
                 )
             plan.append((info, parts))
+        _check_room(total, dest, label)
         dest_resolved = dest.resolve()
         written = 0
         for info, parts in plan:
@@ -137,6 +149,21 @@ def _extract_zip(
                 ) from exc
 
 
+def _check_room(total: int, dest: Path, label: str) -> None:
+    """Refuse an archive whose declared contents fit neither the disk nor the memory."""
+    try:
+        free = shutil.disk_usage(dest).free
+    except OSError:
+        free = None
+    if free is not None and total > free:
+        raise ResourceError(
+            f"{label}: extracting the zip archive needs {format_bytes(total)} of disk space but "
+            f"the temporary folder has only {format_bytes(free)} free; free some space or set "
+            "TMPDIR to a larger disk"
+        )
+    check_bytes(total, f"loading the dataset in {label} ({format_bytes(total)} uncompressed)")
+
+
 def _fmt_bytes(n: int) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -147,16 +174,32 @@ def _fmt_bytes(n: int) -> str:
 
 @contextmanager
 def _rebase_errors(tmp: Path, label: str) -> Iterator[None]:
-    """Re-raise dataset errors from an extracted archive naming ``label/<member>``, not the temp dir."""
+    """Re-raise errors from an extracted archive naming ``label/<member>``, not the temp dir.
+
+    Dataset errors keep their type and source; any other :class:`GeovizError` (a
+    :class:`ResourceError` while decoding, say) keeps its type with the message rebased;
+    an ``OSError`` reading the extracted files becomes a :class:`DatasetError` of the
+    archive.
+    """
+    prefixes = sorted({str(tmp), str(tmp.resolve())}, key=len, reverse=True)
+
+    def rebase(text: str) -> str:
+        for pre in prefixes:
+            text = text.replace(pre + os.sep, label + "/").replace(pre, label)
+        return text
+
     try:
         yield
     except DatasetError as err:
-        prefixes = sorted({str(tmp), str(tmp.resolve())}, key=len, reverse=True)
-
-        def rebase(text: str) -> str:
-            for pre in prefixes:
-                text = text.replace(pre + os.sep, label + "/").replace(pre, label)
-            return text
-
         source = label if err.source is None else rebase(err.source)
         raise type(err)(rebase(err.problem), source) from err
+    except GeovizError as err:
+        try:
+            rebased = type(err)(rebase(str(err)))
+        except Exception:  # a subclass with another signature: keep its message
+            rebased = GeovizError(rebase(str(err)))
+        raise rebased from err
+    except OSError as err:
+        raise DatasetError(
+            f"cannot read the extracted archive: {rebase(err.strerror or str(err))}", label
+        ) from err

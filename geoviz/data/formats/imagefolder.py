@@ -6,6 +6,12 @@ webp; read with Pillow) may sit in nested folders below their class folder.
 All images must have one size; grey images give one channel, any colour image
 makes the whole set RGB. The image reader here also serves the MNIST-M layout
 (:mod:`geoviz.data.formats.mnistm`).
+
+Nothing is decoded before every image's header has been read: an image wider or taller
+than :data:`MAX_DECODE_SIDE` pixels is refused, and the pixels of all images together
+are checked against this process's memory (:func:`geoviz.memory.check_bytes`). A folder
+walk visits each real folder once: a symlinked folder that leads back into the walk (a
+loop) or to an ancestor is not followed again.
 """
 
 from __future__ import annotations
@@ -17,11 +23,20 @@ from pathlib import Path
 import numpy as np
 
 from geoviz.data.dataset import ImageShape, LabeledDataset
-from geoviz.data.formats._common import _hidden, _make, _visible
+from geoviz.data.formats._common import _check_dataset_memory, _hidden, _make, _visible
 from geoviz.errors import DatasetFormatError
+from geoviz.memory import memory_guard
 
 #: File extensions read as images in ImageFolder and MNIST-M layouts (lower case).
 IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+#: Largest width or height (pixels) of an image that will be decoded. Far above what the
+#: interpolation uses (images are resized to at most ``geoviz.limits.MAX_IMAGE_SIZE``),
+#: and small enough that one image (4096 x 4096 RGB, 48 MiB) cannot take the memory.
+MAX_DECODE_SIDE = 4096
+
+# Pillow modes read as one channel, and those decoded to float32 rather than uint8
+_GREY_MODES = frozenset({"1", "L", "LA", "La", "I", "F"})
+_FLOAT_MODES = frozenset({"I", "F"})
 
 
 def _is_image_name(name: str) -> bool:
@@ -87,38 +102,122 @@ def _rel(f: Path, root: Path) -> str:
         return str(f)
 
 
+def _image_header(f: Path, root: Path) -> tuple[int, int, str]:
+    """Width, height and Pillow mode of one image, from its header (no pixels decoded)."""
+    from PIL import Image
+
+    try:
+        with Image.open(f) as im:
+            width, height = (int(v) for v in im.size)
+            mode = str(im.mode)
+    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError
+        raise DatasetFormatError(f"cannot read image {_rel(f, root)} ({exc})", f) from exc
+    if width > MAX_DECODE_SIDE or height > MAX_DECODE_SIDE:
+        raise DatasetFormatError(
+            f"image {_rel(f, root)} is {width}x{height} pixels, larger than "
+            f"{MAX_DECODE_SIDE}x{MAX_DECODE_SIDE} (the largest image geoviz decodes); "
+            "resize the images first",
+            f,
+        )
+    return width, height, mode
+
+
+def _check_images_memory(files: Sequence[Path], root: Path) -> None:
+    """Read every header; refuse images too large to decode or to hold together."""
+    decoded = 0
+    pixels = 0
+    colour = False
+    for f in files:
+        width, height, mode = _image_header(f, root)
+        grey = mode in _GREY_MODES or mode.startswith("I;16")
+        wide = mode in _FLOAT_MODES or mode.startswith("I;16")
+        colour = colour or not grey
+        decoded += width * height * (1 if grey else 3) * (4 if wide else 1)
+        pixels += width * height
+    _check_dataset_memory(
+        decoded,
+        pixels * (3 if colour else 1),
+        len(files),
+        f"decoding the {len(files):,} images of {root} ({pixels:,} pixels)",
+    )
+
+
 def _read_images(files: Sequence[Path], root: Path) -> tuple[np.ndarray, ImageShape]:
     """Images of one size -> ``(N, C*H*W)`` float32 in [0, 1] and ``(C, H, W)``.
 
     Greyscale images give ``C = 1``; if any image has colour, every image is
-    read as RGB (``C = 3``, grey replicated).
+    read as RGB (``C = 3``, grey replicated). The headers are checked first
+    (:func:`_check_images_memory`); the pixels then go straight into one float32 array.
     """
-    arrays: list[np.ndarray] = []
-    sizes: dict[tuple[int, int], Path] = {}
-    for f in files:
-        a = _read_image(f, root)
-        sizes.setdefault((int(a.shape[1]), int(a.shape[0])), f)
-        arrays.append(a)
-    if len(sizes) > 1:
-        listing = ", ".join(
-            f"{w}x{h} (e.g. {_rel(f, root)})" for (w, h), f in sorted(sizes.items())
-        )
-        raise DatasetFormatError(
-            f"images have different sizes: {listing}; resize them to one size first", root
-        )
-    if any(a.ndim == 3 for a in arrays):
-        arrays = [np.repeat(a[..., None], 3, axis=2) if a.ndim == 2 else a for a in arrays]
-    if any(a.dtype != np.uint8 for a in arrays):
-        arrays = [
-            a.astype(np.float32) / np.float32(255) if a.dtype == np.uint8 else a for a in arrays
-        ]
-        stack = np.stack(arrays)
-    else:
-        stack = np.stack(arrays).astype(np.float32) / np.float32(255)
-    # (N, H, W) grey or (N, H, W, 3) colour -> (N, C, H, W)
-    stack = stack[:, None] if stack.ndim == 3 else np.ascontiguousarray(stack.transpose(0, 3, 1, 2))
-    shape = (int(stack.shape[1]), int(stack.shape[2]), int(stack.shape[3]))
-    return stack.reshape(stack.shape[0], -1), shape
+    _check_images_memory(files, root)
+    with memory_guard(f"decoding the {len(files):,} images of {root}"):
+        arrays: list[np.ndarray] = []
+        sizes: dict[tuple[int, int], Path] = {}
+        for f in files:
+            a = _read_image(f, root)
+            sizes.setdefault((int(a.shape[1]), int(a.shape[0])), f)
+            arrays.append(a)
+        if len(sizes) > 1:
+            listing = ", ".join(
+                f"{w}x{h} (e.g. {_rel(f, root)})" for (w, h), f in sorted(sizes.items())
+            )
+            raise DatasetFormatError(
+                f"images have different sizes: {listing}; resize them to one size first", root
+            )
+        ((width, height),) = sizes
+        channels = 3 if any(a.ndim == 3 for a in arrays) else 1
+        out = np.empty((len(arrays), channels, height, width), dtype=np.float32)
+        arrays.reverse()  # popped in file order, so each decoded image is freed once copied
+        for i in range(len(out)):
+            a = arrays.pop()
+            if a.dtype == np.uint8:
+                values = a.astype(np.float32)
+                values /= np.float32(255)
+            else:
+                values = a
+            # (H, W) grey (broadcast over the channels) or (H, W, 3) colour -> (C, H, W)
+            out[i] = values if values.ndim == 2 else values.transpose(2, 0, 1)
+    shape = (channels, height, width)
+    return out.reshape(len(out), -1), shape
+
+
+def _image_files(cdir: Path) -> list[Path]:
+    """Image files below ``cdir`` (nested folders too), in ``os.walk`` order.
+
+    Symlinked folders are followed, but each real folder is visited once, and a link to
+    ``cdir`` itself or to one of its ancestors is not followed at all: a symlink loop
+    neither repeats samples nor makes the walk run on.
+    """
+    base_real = Path(os.path.realpath(cdir))
+    seen: set[Path] = set()
+    listed: list[tuple[str, list[str]]] = []
+    stack = [str(cdir)]
+    while stack:
+        folder = stack.pop()
+        real = Path(os.path.realpath(folder))
+        if real in seen or (real != base_real and base_real.is_relative_to(real)):
+            continue
+        seen.add(real)
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:  # unreadable folder: skipped, as os.walk does
+            continue
+        names: list[str] = []
+        for entry in entries:
+            if _hidden(entry.name):
+                continue
+            try:
+                is_dir = entry.is_dir()  # follows a symlink
+            except OSError:
+                is_dir = False
+            if is_dir:
+                stack.append(entry.path)
+            elif _is_image_name(entry.name):
+                names.append(entry.name)
+        listed.append((folder, sorted(names)))
+    listed.sort(key=lambda item: item[0])
+    return [Path(folder) / name for folder, names in listed for name in names]
 
 
 def _load_imagefolder(root: Path, *, name: str, source: str) -> LabeledDataset:
@@ -131,18 +230,11 @@ def _load_imagefolder(root: Path, *, name: str, source: str) -> LabeledDataset:
     codes: list[int] = []
     empty: list[str] = []
     for ci, cname in enumerate(classes):
-        cdir = root / cname
-        n_before = len(files)
-        for dirpath, _, fnames in sorted(os.walk(cdir, followlinks=True)):
-            rel_parts = Path(dirpath).relative_to(cdir).parts
-            if any(_hidden(part) for part in rel_parts):
-                continue
-            for fname in sorted(fnames):
-                if _is_image_name(fname):
-                    files.append(Path(dirpath) / fname)
-                    codes.append(ci)
-        if len(files) == n_before:
+        found = _image_files(root / cname)
+        if not found:
             empty.append(cname)
+        files.extend(found)
+        codes.extend([ci] * len(found))
     if empty:
         raise DatasetFormatError(
             f"class folder(s) {empty} contain no images (supported: {', '.join(IMAGE_EXTENSIONS)})",

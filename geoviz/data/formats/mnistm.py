@@ -21,6 +21,7 @@ from geoviz.data.formats._common import (
     _encode_labels,
     _make,
     _pick_by_split,
+    _read_raw,
     _visible,
 )
 from geoviz.data.formats.imagefolder import _read_images
@@ -75,9 +76,7 @@ def _load_mnistm_path(p: Path, *, split: Split, name: str | None, source: str) -
 
 def _load_mnistm(txt: Path, folder: Path, *, name: str, source: str) -> LabeledDataset:
     try:
-        text = txt.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise DatasetError(f"cannot read file: {exc.strerror or exc}", txt) from exc
+        text = _read_raw(txt).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DatasetFormatError(f"labels file is not UTF-8 text ({exc})", txt) from exc
     folder_resolved = folder.resolve()
