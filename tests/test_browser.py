@@ -598,7 +598,7 @@ def test_hostile_links_and_the_export_folder(page, server, tmp_path):
     # the export folder: a sub-folder name full of path tricks stays inside the root
     _goto_page(pg, "5 · Export")
     _assert_no_exception(pg, "export")
-    field = pg.get_by_label("Sub-folder of the server's export folder (optional)")
+    field = pg.get_by_role("textbox", name="Sub-folder of the server's export folder (optional)")
     field.fill("../../../tmp/escape")
     field.press("Enter")
     _wait_idle(pg)
