@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import time
+import warnings
 
 import numpy as np
 import ot
@@ -10,6 +12,7 @@ import pytest
 import torch
 
 import geoviz.backend as backend
+from geoviz import limits
 from geoviz.backend import DiskCache
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import BlurWarning, DatasetError, GeovizError, ResourceError
@@ -59,8 +62,10 @@ def brute_cost(
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"epsilon": 0.0}, "epsilon must be > 0"),
-        ({"epsilon": -0.1}, "epsilon must be > 0"),
+        ({"epsilon": 0.0}, "epsilon must be a positive number"),
+        ({"epsilon": -0.1}, "epsilon must be a positive number"),
+        ({"epsilon": 11.0}, "above 10"),
+        ({"batch_size": 10**9}, "batch_size must be at most 100,000"),
         ({"epsilon": float("nan")}, "epsilon must be a finite"),
         ({"lambda_x": -1.0}, "lambda"),
         ({"lambda_x": 0.0, "lambda_y": 0.0}, "both be 0"),
@@ -77,6 +82,33 @@ def brute_cost(
 def test_config_validation(kwargs, match):
     with pytest.raises(GeovizError, match=match):
         OTDDConfig(**kwargs)
+
+
+@pytest.mark.parametrize("epsilon", [1e-12, 1e-20, 1e-40, 1e-100, 9.99e-5])
+def test_tiny_epsilon_refused_at_construction(epsilon):
+    """The issue's values (1e-20: LinAlgError, 1e-100: RuntimeError, 1e-40: IndexError after
+    88 s, 1e-12: 3 minutes) are refused by the config itself, before any data is touched."""
+    start = time.perf_counter()
+    with pytest.raises(GeovizError, match=r"below 0\.0001 .*one-to-one.*use epsilon >= 0\.0001"):
+        OTDDConfig(epsilon=epsilon)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_epsilon_floor_runs_on_bundled_nist():
+    """At EPSILON_MIN the bundled MNIST -> Fashion-MNIST problem (n = 200) converges: finite,
+    one-to-one, within the default iteration budget."""
+    from geoviz.data.preprocess import harmonize
+    from geoviz.data.registry import load_dataset
+
+    q, p = harmonize([load_dataset("mnist", n=200), load_dataset("fashion_mnist", n=200)])
+    cfg = OTDDConfig(epsilon=limits.EPSILON_MIN, device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ConvergenceWarning, no BlurWarning
+        res = otdd(q, p, cfg, barycentric=True, keep_coupling=False)
+    assert res.converged and res.marginal_error <= cfg.tol
+    assert res.n_iter < cfg.max_iter
+    assert np.isfinite(res.cost) and torch.isfinite(res.mapped_features).all()
+    assert 1.0 <= res.effective_neighbours < 1.1
 
 
 def test_config_is_frozen_and_cache_params_skip_device():

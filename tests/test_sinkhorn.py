@@ -125,6 +125,37 @@ def test_tiny_epsilon_never_nan_float32():
         assert _marginal_error(plan, res.a, res.b) <= 2e-4
 
 
+@pytest.mark.parametrize(
+    ("dtype", "relative"),
+    [
+        (torch.float32, 1e-8),
+        (torch.float32, 1e-12),
+        (torch.float32, 1e-100),  # was: "value cannot be converted to type float without overflow"
+        (torch.float64, 1e-20),  # was: an infinite marginal error after max_iter iterations
+        (torch.float64, 1e-300),
+    ],
+)
+def test_epsilon_below_cost_resolution_is_refused(dtype, relative):
+    cost, _, _ = _cloud_cost(80, 70, seed=5, dtype=dtype)
+    with pytest.raises(GeovizError, match=f"below what a {str(dtype)[6:]} cost can resolve"):
+        sinkhorn(cost, epsilon_abs=relative * float(cost.mean()), max_iter=50)
+    # a stored matrix and a geometry evaluated by blocks get the same answer
+    with pytest.raises(GeovizError, match="rounding noise"):
+        sinkhorn(DenseCost(cost), epsilon_abs=relative * float(cost.mean()), max_iter=50)
+
+
+def test_float64_cost_resolves_smaller_epsilon_than_float32():
+    """1e-12 x mean cost: refused for a float32 cost, finite for the same cost in float64."""
+    cost, _, _ = _cloud_cost(60, 50, seed=8, dtype=torch.float64)
+    eps = 1e-12 * float(cost.mean())
+    with pytest.raises(GeovizError, match="float32"):
+        sinkhorn(cost.float(), epsilon_abs=eps, max_iter=50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        res = sinkhorn(cost, epsilon_abs=eps, max_iter=300)
+    assert torch.isfinite(res.plan()).all() and math.isfinite(res.marginal_error)
+
+
 def test_max_iter_warns_and_flags():
     cost, _, _ = _cloud_cost(40, 40, seed=6, clusters=True)
     with pytest.warns(ConvergenceWarning, match="max_iter"):

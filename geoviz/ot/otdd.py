@@ -94,6 +94,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from geoviz import limits
 from geoviz.backend import DiskCache, check_memory, resolve_device, resolve_dtype
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import BlurWarning, DatasetError, GeovizError
@@ -137,7 +138,10 @@ class OTDDConfig:
     ----------
     epsilon
         Entropic regularisation **relative to the mean of the ground-cost
-        matrix** (``epsilon_abs = epsilon * mean(C)``, see module docstring); > 0.
+        matrix** (``epsilon_abs = epsilon * mean(C)``, see module docstring), in
+        ``[geoviz.limits.EPSILON_MIN, geoviz.limits.EPSILON_MAX]`` = ``[1e-4, 10]``
+        (below 1e-4 the maps are already one-to-one and Sinkhorn stops converging,
+        see :data:`geoviz.limits.EPSILON_MIN`).
         The default :data:`DEFAULT_EPSILON` (``1e-3``) gives sharp maps (a few
         reference points per mapped point); ``0.05`` averages about half the
         reference set (blur).
@@ -207,10 +211,10 @@ class OTDDConfig:
                 or not math.isfinite(value)
             ):
                 raise bad(f"{name} must be a finite number, got {value!r}")
-        if self.epsilon <= 0:
-            raise bad(
-                f"epsilon must be > 0 (it is relative to the mean ground cost), got {self.epsilon!r}"
-            )
+        try:  # the one range of relative epsilons (geoviz.limits explains the floor)
+            limits.check_epsilon(self.epsilon)
+        except GeovizError as err:
+            raise bad(str(err)) from None
         if self.lambda_x < 0 or self.lambda_y < 0:
             raise bad(
                 f"lambda_x and lambda_y must be >= 0, got {self.lambda_x!r}, {self.lambda_y!r}"
@@ -236,6 +240,11 @@ class OTDDConfig:
             ):
                 raise bad(
                     f"{name} must be a positive integer{'' if name == 'max_iter' else ' or None'}, got {value!r}"
+                )
+            if name != "max_iter" and int(value) > limits.MAX_SAMPLES:
+                raise bad(
+                    f"{name} must be at most {limits.MAX_SAMPLES:,} (samples of one dataset), "
+                    f"got {int(value):,}"
                 )
         if self.dtype not in ("float32", "float64"):
             raise bad(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
