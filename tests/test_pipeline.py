@@ -181,6 +181,49 @@ def test_second_call_hits_the_cache_and_solves_nothing(data, cache, monkeypatch)
         fit_geodesic(target, refs, GeodesicConfig(n_target=30), cache=cache)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_target": 10**9}, r"n_target must be between 2 and 100,000, got 1,000,000,000"),
+        ({"n_reference": 100_001}, r"n_reference must be between 2 and 100,000"),
+        ({"n_reference": 2.0}, "n_reference must be an integer"),
+        ({"subsample_seed": -1}, r"subsample_seed must be between 0 and"),
+        ({"subsample_seed": 2**40}, r"subsample_seed must be between 0 and"),
+    ],
+)
+def test_config_bounds(kwargs, match):
+    with pytest.raises(GeovizError, match=match):
+        GeodesicConfig(**kwargs)
+
+
+@pytest.mark.parametrize("epsilon", [1e-12, 1e-20, 1e-40, 1e-100])
+def test_tiny_epsilon_refused_before_fitting(data, cache, monkeypatch, epsilon):
+    """The issue's epsilons never reach a solver: the config refuses them."""
+    target, refs = data
+
+    def boom(*args, **kwargs):
+        raise AssertionError("fitted")
+
+    monkeypatch.setattr(pipeline, "_fit_map", boom)
+    with pytest.raises(GeovizError, match=r"epsilon .* is below 0\.0001"):
+        fit_geodesic(target, refs, GeodesicConfig(otdd=OTDDConfig(epsilon=epsilon)), cache=cache)
+
+
+def test_reference_count_refused_before_fitting(data, cache, monkeypatch):
+    target, refs = data
+
+    def boom(*args, **kwargs):
+        raise AssertionError("fitted")
+
+    monkeypatch.setattr(pipeline, "_fit_map", boom)
+    monkeypatch.setattr(pipeline, "_subsample", boom)
+    many = [refs[k % 3] for k in range(11)]
+    with pytest.raises(DatasetError, match="at most 10 reference datasets, got 11"):
+        fit_geodesic(target, many, cache=cache)
+    with pytest.raises(DatasetError, match="at least 2 reference"):
+        fit_geodesic(target, [], cache=cache)
+
+
 def test_bad_inputs(data, cache):
     target, refs = data
     with pytest.raises(DatasetError, match="at least 2 reference"):

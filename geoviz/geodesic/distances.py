@@ -27,7 +27,6 @@ is computed in float64.
 from __future__ import annotations
 
 import itertools
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from geoviz.errors import GeovizError, ResourceError, WeightsError
+from geoviz import limits
+from geoviz.errors import GeovizError, WeightsError
 from geoviz.geodesic.weights import check_weights, project_to_simplex
 
 __all__ = [
@@ -51,10 +51,6 @@ __all__ = [
 #: enumeration of the simplex faces (``2^m - 1`` small linear solves).
 MAX_ENUMERATION_M = 14
 
-#: Largest simplex grid :func:`simplex_grid` will build.
-MAX_GRID_POINTS = 5_000_000
-
-
 # --------------------------------------------------------------------------- simplex grid
 
 
@@ -66,8 +62,10 @@ def simplex_grid(m: int, resolution: int) -> np.ndarray:
     m
         Dimension (number of references), ``m >= 1``.
     resolution
-        ``r >= 1``; the grid has ``binom(r + m - 1, m - 1)`` points, including
-        the ``m`` vertices and, for ``r`` even, the edge midpoints.
+        ``1 <= r <= geoviz.limits.MAX_GRID_RESOLUTION``; the grid has
+        ``binom(r + m - 1, m - 1)`` points (at most
+        :data:`geoviz.limits.MAX_GRID_POINTS`), including the ``m`` vertices and, for
+        ``r`` even, the edge midpoints.
 
     Returns
     -------
@@ -78,15 +76,10 @@ def simplex_grid(m: int, resolution: int) -> np.ndarray:
     """
     if int(m) != m or m < 1:
         raise WeightsError(f"simplex_grid needs m >= 1 references, got {m}")
-    if int(resolution) != resolution or resolution < 1:
-        raise WeightsError(f"simplex grid resolution must be a positive integer, got {resolution}")
-    m, r = int(m), int(resolution)
-    count = math.comb(r + m - 1, m - 1)
-    if count > MAX_GRID_POINTS:
-        raise ResourceError(
-            f"a simplex grid with m={m} and resolution={r} has {count} points "
-            f"(limit {MAX_GRID_POINTS}); lower the resolution"
-        )
+    m = int(m)
+    # resolution in [1, MAX_GRID_RESOLUTION] and at most MAX_GRID_POINTS points, checked
+    # before anything is enumerated
+    r = limits.check_grid(resolution, m, error=WeightsError)
     if m == 1:
         return np.ones((1, 1))
     # stars and bars: choose m-1 bar positions among r+m-1 slots

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from geoviz import limits
 from geoviz.backend import DiskCache, get_cache, jsonable
 from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
@@ -89,9 +90,10 @@ class GeodesicConfig:
         ``max_per_class``, ``seed``) as the maps.
     n_target, n_reference
         Optional stratified subsample sizes of the target and of every
-        reference (seed ``subsample_seed``); ``None`` keeps all samples.
+        reference (seed ``subsample_seed``), in ``[2, geoviz.limits.MAX_SAMPLES]``;
+        ``None`` keeps all samples.
     subsample_seed
-        Seed of those subsamples.
+        Seed of those subsamples, in ``[0, geoviz.limits.MAX_SEED]``.
     qp_solver
         ``qpsolvers`` solver for ``a_hat`` (``None``: default; ``"enumerate"``:
         exact face enumeration), see :func:`~geoviz.geodesic.distances.optimal_weights`.
@@ -114,22 +116,29 @@ class GeodesicConfig:
     neural: NeuralMapConfig = field(default_factory=lambda: get_neural_preset("cpu"))
 
     def __post_init__(self) -> None:
-        # OTDDConfig validates its own fields (epsilon > 0, lambdas, ...) on construction
+        # OTDDConfig validates its own fields on construction (epsilon within
+        # [limits.EPSILON_MIN, limits.EPSILON_MAX], lambdas, ...)
         if not isinstance(self.otdd, OTDDConfig):
             raise GeovizError(
                 f"GeodesicConfig.otdd must be an OTDDConfig, got {type(self.otdd).__name__}"
             )
         for name in ("n_target", "n_reference"):
             val = getattr(self, name)
-            if val is not None and (
-                isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 2
-            ):
+            if val is None:
+                continue
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
                 raise GeovizError(
                     f"GeodesicConfig.{name} must be an integer >= 2 or None, got {val!r}"
                 )
+            limits.check_int(
+                val, f"GeodesicConfig.{name}", 2, limits.MAX_SAMPLES, why="samples of one dataset"
+            )
+            object.__setattr__(self, name, int(val))
         seed = self.subsample_seed
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise GeovizError(f"GeodesicConfig.subsample_seed must be an integer, got {seed!r}")
+        limits.check_int(seed, "GeodesicConfig.subsample_seed", 0, limits.MAX_SEED)
+        object.__setattr__(self, "subsample_seed", int(seed))
         if self.method not in MAP_METHODS:
             raise GeovizError(
                 f"GeodesicConfig.method must be one of {list(MAP_METHODS)}, got {self.method!r}"
@@ -490,6 +499,12 @@ def _validate_inputs(
         raise DatasetError(
             f"a generalized geodesic needs at least 2 reference datasets (m >= 2), got {len(refs)}"
         )
+    if len(refs) > limits.MAX_REFERENCES:
+        raise DatasetError(
+            f"a generalized geodesic takes at most {limits.MAX_REFERENCES} reference datasets, "
+            f"got {len(refs)} (one OTDD map and m(m-1)/2 label-distance matrices are fitted "
+            "for m references)"
+        )
     for k, ref in enumerate(refs):
         if not isinstance(ref, LabeledDataset):
             raise DatasetError(f"reference {k} must be a LabeledDataset, got {type(ref).__name__}")
@@ -639,7 +654,8 @@ def fit_geodesic(
     Raises
     ------
     DatasetError
-        Fewer than 2 references, non-dataset inputs, different feature
+        Fewer than 2 or more than :data:`geoviz.limits.MAX_REFERENCES` references
+        (refused before anything is fitted), non-dataset inputs, different feature
         dimensions, or subsample sizes too small.
     GeovizError
         Invalid configuration (e.g. ``epsilon <= 0``).
