@@ -106,6 +106,52 @@ def test_harmonize_vectors_and_errors() -> None:
         harmonize([v1], size=0)
 
 
+@pytest.mark.parametrize("size", [700, 100_000, 129, 3])
+def test_harmonize_refuses_image_sizes_outside_the_limits_before_resizing(
+    size, monkeypatch
+) -> None:
+    """The issue: size=700 at n=200 took 2.45 GB, 100000 tried to allocate 8 TB."""
+    import geoviz.data.preprocess as preprocess
+
+    def boom(*args, **kwargs):
+        raise AssertionError("resized")
+
+    monkeypatch.setattr(preprocess, "_resize_images", boom)
+    with pytest.raises(DatasetError, match=rf"image size must be between 4 and 128, got {size:,}"):
+        harmonize([_images(4, 1, 8, 8), _images(4, 1, 16, 16)], size=size)
+
+
+def test_harmonize_accepts_the_size_limits() -> None:
+    for size in (4, 128):
+        out = harmonize([_images(3, 1, 8, 8), _images(3, 3, 16, 16)], size=size)
+        assert [ds.image_shape for ds in out] == [(3, size, size)] * 2
+
+
+def test_harmonize_checks_memory_before_resizing(monkeypatch) -> None:
+    import geoviz.data.preprocess as preprocess
+    from geoviz.errors import ResourceError
+
+    asked: list[tuple[int, str]] = []
+
+    def refuse(n_bytes: int, what: str, **kwargs) -> None:
+        asked.append((n_bytes, what))
+        raise ResourceError(f"{what} needs {n_bytes} bytes")
+
+    def boom(*args, **kwargs):
+        raise AssertionError("resized")
+
+    monkeypatch.setattr(preprocess.memory, "check_bytes", refuse)
+    monkeypatch.setattr(preprocess, "_resize_images", boom)
+    with pytest.raises(ResourceError, match=r"harmonizing 10 images to 3x128x128"):
+        harmonize([_images(6, 1, 8, 8), _images(4, 3, 8, 8)], size=128)
+    # at least the 10 new float32 feature matrices of 3 x 128 x 128
+    assert asked[0][0] >= 10 * 3 * 128 * 128 * 4
+    # nothing to allocate: no check, the same datasets back
+    asked.clear()
+    same = [_images(3, 1, 8, 8), _images(3, 1, 8, 8, seed=1)]
+    assert harmonize(same, size=8) == same and asked == []
+
+
 # --------------------------------------------------------------------------- PCA
 
 
@@ -270,3 +316,6 @@ def test_few_shot_rejects_bad_k() -> None:
     with pytest.raises(DatasetError, match="n_neighbors"):
         few_shot(ds, 1, n_neighbors=4)
     assert few_shot(ds, 3, n_neighbors=3).dataset.n_samples == 18
+    big = _labelled([60, 60])
+    with pytest.raises(DatasetError, match=r"n_neighbors must be an integer in 1\.\.50"):
+        few_shot(big, 30, n_neighbors=51)

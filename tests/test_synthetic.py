@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
 
+from geoviz import limits
 from geoviz.data.synthetic import (
     CHESSBOARD_CLASSES,
     chessboard_centers,
@@ -126,3 +129,33 @@ def test_gaussian_mixture_determinism_and_splits() -> None:
 def test_gaussian_mixture_rejects_bad_arguments(kwargs: dict) -> None:
     with pytest.raises(DatasetError):
         gaussian_mixture(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("make", "kwargs", "match"),
+    [
+        # the issue: n_per_class = 1e9 took 14.9 GiB before failing
+        (gaussian_mixture, {"n_per_class": 10**9}, r"n_per_class must be at most 200,000"),
+        (gaussian_mixture, {"n_classes": 10**6}, r"n_classes must be at most 1,000"),
+        (
+            gaussian_mixture,
+            {"n_classes": 1000, "n_per_class": 201},
+            r"1,000 x 201 = 201,000 samples, more than the 200,000",
+        ),
+        (gaussian_mixture, {"seed": -1}, r"seed must be between 0 and 2,147,483,647, got -1"),
+        (chessboard_gmm, {"n_per_component": 10**9}, r"n_per_component must be at most 12,500"),
+        (chessboard_gmm, {"seed": 2**40}, r"seed must be between 0 and"),
+    ],
+)
+def test_generators_refuse_sizes_beyond_the_limits_before_drawing(make, kwargs, match) -> None:
+    start = time.perf_counter()
+    with pytest.raises(DatasetError, match=match) as info:
+        make(**kwargs)
+    assert time.perf_counter() - start < 0.5  # refused before any sample is drawn
+    assert str(info.value).count("\n") == 0
+
+
+def test_generators_accept_the_largest_allowed_sizes() -> None:
+    ds = gaussian_mixture(n_classes=1000, n_per_class=2, seed=0)
+    assert ds.n_classes == 1000 and ds.n_samples == 2000
+    assert chessboard_gmm(n_per_component=12_500).n_samples == limits.MAX_SYNTHETIC_SAMPLES

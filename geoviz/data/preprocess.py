@@ -25,6 +25,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from geoviz import limits, memory
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 
@@ -75,8 +76,11 @@ def harmonize(
         One or more datasets, either all images (``image_shape`` set, 1 or 3
         channels) or all vectors.
     size
-        Output height and width of images; ``None`` keeps the sizes, which then
-        must already agree. Ignored for vector datasets.
+        Output height and width of images, in
+        ``[geoviz.limits.MIN_IMAGE_SIZE, geoviz.limits.MAX_IMAGE_SIZE]`` = ``[4, 128]``;
+        ``None`` keeps the sizes, which then must already agree. Ignored for vector
+        datasets. The memory of the new features is checked
+        (:func:`geoviz.memory.check_bytes`) before any image is resized.
     channels
         ``"auto"``: 3 channels if any dataset is colour (grey images are
         repeated), else 1. ``"grey"``: colour images become grey with the luma
@@ -94,16 +98,25 @@ def harmonize(
         Empty input, images mixed with vectors, vectors of different
         dimensions, images with other than 1 or 3 channels, differing image
         sizes with ``size=None``, or an invalid ``size``/``channels``.
+    ResourceError
+        The harmonized features would not fit in this process's memory.
     """
     datasets = list(datasets)
     if not datasets:
         raise DatasetError("harmonize needs at least one dataset")
     if channels not in ("auto", "grey", "rgb"):
         raise DatasetError(f"channels must be 'auto', 'grey' or 'rgb', got {channels!r}")
-    if size is not None and (
-        not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1
-    ):
-        raise DatasetError(f"size must be a positive integer or None, got {size!r}")
+    if size is not None:
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+            raise DatasetError(f"size must be a positive integer or None, got {size!r}")
+        size = limits.check_int(
+            size,
+            "image size",
+            limits.MIN_IMAGE_SIZE,
+            limits.MAX_IMAGE_SIZE,
+            why="pixels per side; the features of N images take N x C x size^2 x 4 bytes",
+            error=DatasetError,
+        )
 
     images = [ds for ds in datasets if ds.is_image]
     if images and len(images) != len(datasets):
@@ -139,10 +152,26 @@ def harmonize(
     else:
         out_c = 3 if any(ds.image_shape[0] == 3 for ds in datasets) else 1
 
+    # every changed dataset gets a new float32 feature matrix, and the resize works on
+    # batches of _RESIZE_BATCH images (input, resized and clamped copies): refuse a
+    # request that cannot fit before allocating any of it
+    needed = temporaries = 0
+    for ds in datasets:
+        c, h, w = ds.image_shape
+        out_pixels = out_c * (h * w if size is None else size * size)
+        if (c, h, w) != (out_c, h, w) or (size is not None and (h, w) != (size, size)):
+            needed += 4 * ds.n_samples * out_pixels
+            batch = min(_RESIZE_BATCH, ds.n_samples)
+            temporaries = max(temporaries, 4 * batch * (ds.n_features + 2 * out_pixels))
+    if needed:
+        total = sum(ds.n_samples for ds in datasets)
+        shape = f"{out_c} channel(s)" if size is None else f"{out_c}x{size}x{size}"
+        memory.check_bytes(needed + temporaries, f"harmonizing {total:,} images to {shape}")
+
     result = []
     for ds in datasets:
         c, h, w = ds.image_shape
-        out_h, out_w = (h, w) if size is None else (int(size), int(size))
+        out_h, out_w = (h, w) if size is None else (size, size)
         if (c, h, w) == (out_c, out_h, out_w):
             result.append(ds)
             continue
@@ -415,7 +444,7 @@ def few_shot(ds: LabeledDataset, k: int, *, seed: int = 0, n_neighbors: int = 1)
         Seed of the choice of labelled examples.
     n_neighbors
         Neighbours of the (Euclidean, majority vote) classifier, at most the
-        number of labelled samples.
+        number of labelled samples and :data:`geoviz.limits.MAX_NEIGHBOURS`.
 
     Raises
     ------
@@ -440,13 +469,15 @@ def few_shot(ds: LabeledDataset, k: int, *, seed: int = 0, n_neighbors: int = 1)
             src,
         )
     n_labelled = k * len(present)
+    most = min(n_labelled, limits.MAX_NEIGHBOURS)
     if (
         isinstance(n_neighbors, bool)
         or not isinstance(n_neighbors, (int, np.integer))
-        or not 1 <= n_neighbors <= n_labelled
+        or not 1 <= n_neighbors <= most
     ):
         raise DatasetError(
-            f"n_neighbors must be an integer in 1..{n_labelled} (the labelled samples), got {n_neighbors!r}",
+            f"n_neighbors must be an integer in 1..{most} (at most the {n_labelled} labelled "
+            f"samples and {limits.MAX_NEIGHBOURS}), got {n_neighbors!r}",
             src,
         )
 

@@ -137,7 +137,7 @@ def load_sklearn(name: str, split: Split = "train", *, standardize: bool = True)
         Class names from scikit-learn's ``target_names`` (``"0"``..``"9"``,
         ``"setosa"``..., ``"class_0"``...).
     """
-    if name not in SKLEARN:
+    if not isinstance(name, str) or name not in SKLEARN:  # a list from a link is unhashable
         raise UnknownDatasetError(
             f"no scikit-learn dataset {name!r}; available: {', '.join(SKLEARN_NAMES)}"
         )

@@ -24,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 
+from geoviz import limits
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError
 
@@ -51,10 +52,27 @@ def _class_names(
     return names
 
 
-def _positive_int(value: object, what: str, source: str, minimum: int = 1) -> int:
+def _positive_int(
+    value: object, what: str, source: str, minimum: int = 1, maximum: int | None = None
+) -> int:
+    """``value`` as an int in ``[minimum, maximum]``, else a :class:`DatasetError`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise DatasetError(f"{what} must be an integer >= {minimum}, got {value!r}", source)
+    if maximum is not None and value > maximum:
+        raise DatasetError(
+            f"{what} must be at most {maximum:,}, got {int(value):,} (a synthetic dataset "
+            f"holds at most {limits.MAX_SYNTHETIC_SAMPLES:,} samples)",
+            source,
+        )
     return int(value)
+
+
+def _seed(value: object, source: str) -> int:
+    """A seed in ``[0, MAX_SEED]`` (numpy refuses negative seeds with its own error)."""
+    try:
+        return limits.check_int(value, "seed", 0, limits.MAX_SEED, error=DatasetError)
+    except DatasetError as err:
+        raise DatasetError(err.problem, source) from None
 
 
 def _positive_float(value: object, what: str, source: str) -> float:
@@ -108,7 +126,8 @@ def chessboard_gmm(
     Parameters
     ----------
     n_per_component
-        Samples drawn from each of the 16 components (``N = 16 * n_per_component``).
+        Samples drawn from each of the 16 components (``N = 16 * n_per_component``),
+        at most ``geoviz.limits.MAX_SYNTHETIC_SAMPLES // 16``.
     std
         Standard deviation of every component (isotropic).
     spacing
@@ -121,7 +140,8 @@ def chessboard_gmm(
         differing only in ``permutation`` have the same features for the same
         seed and a zero-cost OTDD map between them.
     seed, split
-        The samples are a deterministic function of ``(seed, split)``.
+        The samples are a deterministic function of ``(seed, split)``; ``seed`` in
+        ``[0, geoviz.limits.MAX_SEED]``.
     name
         Dataset name.
 
@@ -131,7 +151,10 @@ def chessboard_gmm(
         ``(16 * n_per_component, 2)`` features, ordered component by component
         (row-major over the grid).
     """
-    n = _positive_int(n_per_component, "n_per_component", name)
+    n = _positive_int(
+        n_per_component, "n_per_component", name, maximum=limits.MAX_SYNTHETIC_SAMPLES // 16
+    )
+    seed = _seed(seed, name)
     std = _positive_float(std, "std", name)
     spacing = _positive_float(spacing, "spacing", name)
     names = _class_names(class_names, 4, CHESSBOARD_CLASSES, name)
@@ -199,15 +222,16 @@ def gaussian_mixture(
     Parameters
     ----------
     n_classes
-        Number of classes (>= 2).
+        Number of classes, ``2 <= n_classes <= geoviz.limits.MAX_CLASSES``.
     dim
         2 or 3.
     n_per_class
-        Samples per class (``N = n_classes * n_per_class``).
+        Samples per class (``N = n_classes * n_per_class``, at most
+        :data:`geoviz.limits.MAX_SYNTHETIC_SAMPLES`; checked before anything is drawn).
     spread
         Distance of each class mean from the origin.
     seed
-        Seed of the mixture and the samples.
+        Seed of the mixture and the samples, in ``[0, geoviz.limits.MAX_SEED]``.
     std
         Largest axis standard deviation of a class.
     anisotropy
@@ -227,8 +251,15 @@ def gaussian_mixture(
     name = name or f"gmm{dim}d"
     if dim not in (2, 3) or isinstance(dim, bool):
         raise DatasetError(f"dim must be 2 or 3, got {dim!r}", name)
-    k = _positive_int(n_classes, "n_classes", name, minimum=2)
-    n = _positive_int(n_per_class, "n_per_class", name)
+    k = _positive_int(n_classes, "n_classes", name, minimum=2, maximum=limits.MAX_CLASSES)
+    n = _positive_int(n_per_class, "n_per_class", name, maximum=limits.MAX_SYNTHETIC_SAMPLES)
+    if k * n > limits.MAX_SYNTHETIC_SAMPLES:
+        raise DatasetError(
+            f"n_classes x n_per_class = {k:,} x {n:,} = {k * n:,} samples, more than the "
+            f"{limits.MAX_SYNTHETIC_SAMPLES:,} a synthetic dataset may hold",
+            name,
+        )
+    seed = _seed(seed, name)
     spread = _positive_float(spread, "spread", name)
     std = _positive_float(std, "std", name)
     anisotropy = _positive_float(anisotropy, "anisotropy", name)
