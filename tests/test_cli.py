@@ -92,8 +92,11 @@ def test_bad_input_prints_error_and_returns_2(
     captured = capsys.readouterr()
     assert "needs an image dataset" in captured.err and captured.out == ""
     assert not (tmp_path / "iris.png").exists()
-    assert main(["show", "mnist", "--grid", str(tmp_path / "missing" / "g.png")]) == 2
+    (tmp_path / "a_file").write_text("x")
+    assert main(["show", "mnist", "--grid", str(tmp_path / "a_file" / "g.png")]) == 2
     assert "cannot write grid image" in capsys.readouterr().err
+    assert main(["show", "mnist", "--grid", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
     assert main(["show", "mnist", "--n", "0"]) == 2  # argparse rejects it
     assert main(["frobnicate"]) == 2
     assert main([]) == 2
@@ -170,3 +173,173 @@ def test_glossary_labels_never_crash_a_legacy_encoded_stdout(
     assert main(["distance"]) == 0
     ascii_out.flush()
     assert raw.getvalue().decode("ascii") == "W??,Q(P_i, Q) ?\n"
+
+
+# --------------------------------------------------------------------------- issue 15
+
+
+def _no_loading(monkeypatch: pytest.MonkeyPatch) -> None:
+    import geoviz.data.registry as registry
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a dataset was loaded")
+
+    monkeypatch.setattr(registry, "load_dataset", boom)
+
+
+def test_show_grid_never_replaces_a_file_without_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue: ``--grid notes.txt`` turned a text file into a PNG."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    with monkeypatch.context() as mp:
+        _no_loading(mp)  # refused before the dataset is read
+        assert main(["show", "mnist", "--grid", str(notes)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {notes} already exists; pass --overwrite to replace it\n"
+    assert captured.out == "" and notes.read_text() == "my notes\n"
+    assert main(["show", "mnist", "--n", "20", "--grid", str(notes), "--overwrite"]) == 0
+    with Image.open(notes) as image:
+        assert image.format == "PNG"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no temporaries left
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (
+            ["--n", "1000000000"],
+            "--n must be between 10 and 100,000, got 1,000,000,000 (samples to show)",
+        ),
+        (["--seed", "-1"], "--seed must be between 0 and 2,147,483,647, got -1"),
+        (["--zoom", "100000"], "--zoom must be between 1 and 16, got 100,000"),
+        (["--per-class", "1000000"], "--per-class must be between 1 and 100, got 1,000,000"),
+    ],
+)
+def test_show_options_are_bounded_before_loading(
+    option: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _no_loading(monkeypatch)
+    assert main(["show", "mnist", *option]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_render_grid_checks_memory_before_drawing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import geoviz.cli as cli
+    from geoviz.errors import ResourceError
+
+    def refuse(n_bytes: int, what: str, **kwargs) -> None:
+        raise ResourceError(f"{what} needs {n_bytes} bytes")
+
+    monkeypatch.setattr(cli, "check_bytes", refuse)
+    ds = load_dataset("usps", n=20)
+    with pytest.raises(ResourceError, match=r"a \d+x\d+ sample grid needs \d+ bytes"):
+        render_grid(ds, per_class=3, zoom=2)
+
+
+def _plugin(monkeypatch: pytest.MonkeyPatch, handler) -> None:
+    def register(subparsers):
+        p = subparsers.add_parser("distance", help="plug-in command")
+        p.add_argument("--batch-size", default=None)
+        p.set_defaults(func=handler)
+
+    monkeypatch.setitem(
+        sys.modules, "geoviz.geodesic.cli", types.SimpleNamespace(register=register)
+    )
+
+
+def test_memory_error_is_one_sentence_with_status_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def handler(args):
+        raise MemoryError("Unable to allocate 8.00 TiB for an array with shape (10**12,)")
+
+    _plugin(monkeypatch, handler)
+    assert main(["distance"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: geoviz distance ran out of memory: asked for 8.00 TiB")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+    def torch_oom(args):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 8796093022208 bytes"
+        )
+
+    _plugin(monkeypatch, torch_oom)
+    assert main(["distance"]) == 2
+    assert "ran out of memory" in capsys.readouterr().err
+
+
+def test_library_messages_name_the_cli_flags(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from geoviz.errors import ExportExistsError, ResourceError
+
+    raised: list[Exception] = []
+
+    def handler(args):
+        raise raised[-1]
+
+    _plugin(monkeypatch, handler)
+    raised.append(ExportExistsError("out.npz already exists; pass overwrite=True to replace it"))
+    assert main(["distance"]) == 2
+    assert capsys.readouterr().err == (
+        "error: out.npz already exists; pass --overwrite to replace it\n"
+    )
+    # the memory refusal of the OTDD cost points to the batched mode the CLI can select
+    raised.append(
+        ResourceError(
+            "the OTDD cost matrix (60000 x 60000) needs about 13.41 GiB on cpu, but only "
+            "3.00 GiB is free; use a smaller sample or the batched mode"
+        )
+    )
+    assert main(["distance"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "use a smaller --n, or --batch-size B (e.g. 2000: batches of B target "
+        "points, each against B reference points)\n"
+    )
+    assert "the batched mode" not in err
+
+
+def test_plain_progress_writes_one_line_per_stage_and_tenth() -> None:
+    import io
+
+    from geoviz.cli import PlainProgress, progress_callback
+
+    stream = io.StringIO()
+    with progress_callback(True, stream=stream) as progress:
+        assert isinstance(progress, PlainProgress)  # StringIO is not a terminal
+        for i in range(1001):  # a solver reporting every iteration
+            progress("OTDD map 1/2 (sinkhorn)", 0.5 * i / 1000)
+        progress("OTDD map 2/2 (labels)", 0.5)
+        for i in range(1001):
+            progress("OTDD map 2/2 (sinkhorn)", 0.5 + 0.5 * i / 1000)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == progress.lines <= 13 and "\r" not in stream.getvalue()
+    assert lines[0] == "[  0%] OTDD map 1/2 (sinkhorn)"
+    assert "[ 50%] OTDD map 2/2 (labels)" in lines and lines[-1].startswith("[100%]")
+    with progress_callback(False) as nothing:
+        assert nothing is None
+
+
+def test_progress_on_a_terminal_is_a_bar() -> None:
+    import io
+
+    from geoviz.cli import PlainProgress, progress_callback
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    with progress_callback(True, stream=stream) as progress:
+        assert not isinstance(progress, PlainProgress)
+        for i in range(11):
+            progress("stage", i / 10)
+    assert "\r" in stream.getvalue() and "100%" in stream.getvalue()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
+import time
 
 import numpy as np
 import pytest
@@ -239,3 +240,128 @@ def test_neural_method_prints_the_neural_table_and_exports(tmp_path, capsys):
     assert '"method": "neural"' in text and "heldout_ot" in text
     assert main(["distance", *REFS_2D, "--method", "mlp"]) == 2
     assert "'mlp'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- issue 15
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Fail the test if a dataset is loaded or a map fitted."""
+    import geoviz.geodesic.cli as gcli
+    import geoviz.geodesic.pipeline as pipeline
+
+    def boom(*args, **kwargs):
+        raise AssertionError("loaded or fitted")
+
+    monkeypatch.setattr(gcli, "load_inputs", boom)
+    monkeypatch.setattr(pipeline, "fit_geodesic", boom)
+
+
+@pytest.mark.parametrize("epsilon", ["1e-20", "1e-100", "1e-40", "1e-12"])
+def test_issue_epsilons_are_refused_at_once(epsilon, capsys, no_loading):
+    """1e-20: LinAlgError, 1e-100: RuntimeError, 1e-40: IndexError after 88 s, 1e-12: 3 min."""
+    start = time.perf_counter()
+    assert main(["distance", *REFS_2D, "--epsilon", epsilon]) == 2
+    assert time.perf_counter() - start < 5
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --epsilon {float(epsilon):g} is below 0.0001 (relative to the ")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "message"),
+    [
+        (
+            "distance",
+            ["--n", "1000000000"],
+            "--n must be between 10 and 100,000, got 1,000,000,000",
+        ),
+        ("distance", ["--size", "700"], "--size must be between 4 and 128, got 700"),
+        ("distance", ["--size", "100000"], "--size must be between 4 and 128, got 100,000"),
+        ("distance", ["--seed", "-3"], "--seed must be between 0 and 2,147,483,647, got -3"),
+        ("distance", ["--epsilon", "50"], "--epsilon 50 is above 10"),
+        ("distance", ["--epsilon", "nan"], "--epsilon must be a positive number"),
+        ("distance", ["--batch-size", "1"], "--batch-size must be between 2 and 100,000, got 1"),
+        (
+            "distance",
+            ["--neural-iterations", "1000000000"],
+            "--neural-iterations must be between 1 and 100,000",
+        ),
+        ("project", ["--weights", "0.5,0.6"], "--weights: weights sum to 1.1"),
+        ("project", ["--weights", "1"], "--weights: weights must have 2 entries"),
+        ("project", ["--weights", "nan,1"], "--weights: "),
+        ("project", ["--n-out", "1000000000"], "--n-out must be between 1 and 100,000"),
+        ("grid", ["--resolution", "1000000"], "--resolution: grid resolution must be between 1"),
+    ],
+)
+def test_options_are_checked_before_loading_or_fitting(
+    command, extra, message, tmp_path, capsys, no_loading
+):
+    """The issue: '--weights and grid-size errors come only after the full fit'."""
+    out = ["--out", str(tmp_path / "grid.csv")] if command == "grid" else []
+    assert main([command, *REFS_2D, *out, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_reference_count_and_grid_size_for_m_are_checked_first(tmp_path, capsys, no_loading):
+    eleven = ",".join(["chessboard"] * 11)
+    assert main(["distance", "--target", "gmm2d", "--refs", eleven, "--quiet"]) == 2
+    assert capsys.readouterr().err == "error: --refs takes at most 10 datasets, got 11\n"
+    # resolution 100 is fine for m = 2 but 4e12 points for m = 10
+    ten = ",".join(["chessboard"] * 10)
+    args = ["grid", "--target", "gmm2d", "--refs", ten, "--out", str(tmp_path / "g.csv")]
+    assert main([*args, "--resolution", "100", "--quiet"]) == 2
+    assert "on the simplex of m = 10 references has" in capsys.readouterr().err
+
+
+def test_existing_outputs_are_refused_before_the_fit(tmp_path, capsys, no_loading):
+    for command, name in (("project", "synth.npz"), ("grid", "grid.csv")):
+        path = tmp_path / name
+        path.write_text("keep me")
+        assert main([command, *REFS_2D, "--out", str(path)]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {path} already exists; pass --overwrite to replace it\n"
+        )
+        assert path.read_text() == "keep me"
+
+
+def test_batch_size_selects_the_batched_otdd_mode(capsys):
+    assert main(["distance", *REFS_2D, "--batch-size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "(2,Q) matrix" in out and "neighbours" in out
+
+
+def test_out_of_memory_refusal_names_the_batch_size_flag(capsys, monkeypatch):
+    """The 60000-sample refusal suggested a 'batched mode' the CLI could not select."""
+    import geoviz.backend as backend
+
+    monkeypatch.setattr(backend, "available_memory_bytes", lambda device: 1000)
+    assert main(["distance", *REFS_2D, "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the OTDD cost matrix (48 x 48) needs about")
+    assert "--batch-size B" in err and "batched mode" not in err and err.count("\n") == 1
+
+
+def test_progress_on_a_pipe_is_a_few_plain_lines(tmp_path):
+    """With stderr not a terminal (CI logs, Ray workers) no bar is redrawn."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GEOVIZ_CACHE_DIR": str(tmp_path / "cache"), "GEOVIZ_DEVICE": "cpu"}
+    argv = ["project", "--target", "gmm2d", "--refs", "chessboard,gmm2d,chessboard", "--n", "48"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "geoviz", *argv, "--no-cache"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "\r" not in proc.stderr and 5 <= len(lines) <= 40, proc.stderr
+    assert all(re.match(r"\[\s*\d+%\] ", line) for line in lines), proc.stderr
+    assert lines[-1] == "[100%] done"

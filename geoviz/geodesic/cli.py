@@ -23,6 +23,19 @@ whose effective neighbours exceed :data:`geoviz.ot.otdd.BLUR_NEIGHBOURS`.
 (``eps_abs = epsilon * mean(||x - x'||^2 + W_2^2)``, no 1/2), default
 :data:`geoviz.ot.otdd.DEFAULT_EPSILON`.
 
+Every option is checked by :func:`check_args` right after parsing, *before* any
+dataset is loaded or map fitted, against :mod:`geoviz.limits`: ``--refs`` (2 to
+:data:`~geoviz.limits.MAX_REFERENCES` names), ``--n``, ``--size``, ``--seed``,
+``--epsilon``, ``--batch-size``, ``--neural-iterations``, ``--weights`` (against
+``m``, with :func:`geoviz.geodesic.weights.check_weights`), ``--n-out``,
+``--resolution`` (with the grid size it gives for ``m``) and an existing ``--out``
+without ``--overwrite``.
+
+``--batch-size B`` selects the batched OTDD mode (paper appendix "Complexity"):
+batches of ``B`` target points, each solved against a seeded subsample of ``B``
+reference points, so memory is ``~B^2`` per batch instead of ``N_Q x N_P`` (for the
+full 60,000-sample *NIST splits).
+
 Handlers return the exit status and raise :class:`~geoviz.errors.GeovizError`
 for bad input (printed by ``geoviz.cli.main`` with status 2).
 """
@@ -30,11 +43,9 @@ for bad input (printed by ``geoviz.cli.main`` with status 2).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import dataclasses
 import io
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,9 +53,17 @@ from typing import Any
 
 import numpy as np
 
-from geoviz.atomic import atomic_write_bytes
-from geoviz.cli import _positive_int
-from geoviz.errors import BlurWarning, ExportError, GeovizError, WeightsError
+from geoviz import limits
+from geoviz.cli import (
+    _positive_int,
+    cli_epsilon,
+    cli_int,
+    cli_seed,
+    progress_callback,
+    refuse_existing,
+    write_file,
+)
+from geoviz.errors import BlurWarning, ExportExistsError, GeovizError, WeightsError
 from geoviz.glossary import (
     A_HAT,
     EPSILON_ABS,
@@ -55,7 +74,7 @@ from geoviz.glossary import (
     W_TARGET,
 )
 
-__all__ = ["load_inputs", "register"]
+__all__ = ["check_args", "load_inputs", "register"]
 
 
 # --------------------------------------------------------------------------- argument helpers
@@ -101,14 +120,31 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--n",
         type=_positive_int,
         default=1000,
-        help="stratified samples per dataset (default 1000)",
+        help=(
+            f"stratified samples per dataset (default 1000, {limits.MIN_SAMPLES} to "
+            f"{limits.MAX_SAMPLES:,})"
+        ),
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the subsamples")
     parser.add_argument(
         "--size",
         type=_positive_int,
         default=None,
-        help="common image size when sizes differ (default: the target's height)",
+        help=(
+            "common image size when sizes differ (default: the target's height; "
+            f"{limits.MIN_IMAGE_SIZE} to {limits.MAX_IMAGE_SIZE})"
+        ),
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=None,
+        metavar="B",
+        help=(
+            "batched OTDD (paper appendix 'Complexity'): batches of B target points, each "
+            "solved against B random reference points, so memory is ~B^2 per batch instead "
+            "of N x N (e.g. 2000 for the full 60,000-sample splits); default: one problem"
+        ),
     )
     parser.add_argument(
         "--epsilon",
@@ -118,7 +154,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
             "entropic regularisation relative to the mean ground cost: eps_abs = epsilon x "
             f"mean(||x-x'||^2 + W_2^2). Default {DEFAULT_EPSILON:g} (sharp maps: a few "
             "reference points per mapped point); larger values blur the maps (0.05 averages "
-            "about half the reference)"
+            f"about half the reference); {limits.EPSILON_MIN:g} to {limits.EPSILON_MAX:g}"
         ),
     )
     parser.add_argument("--lambda-x", type=_float, default=None, help="weight of the feature cost")
@@ -147,7 +183,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--neural-iterations",
         type=_positive_int,
         default=None,
-        help="override the preset's maximum number of critic iterations",
+        help=(
+            "override the preset's maximum number of critic iterations (at most "
+            f"{limits.MAX_NEURAL_ITERATIONS:,})"
+        ),
     )
     parser.add_argument(
         "--no-cache", action="store_true", help="do not read or write the on-disk cache"
@@ -156,6 +195,62 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 # --------------------------------------------------------------------------- shared steps
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Check every option of ``distance`` / ``project`` / ``grid`` before any work.
+
+    Sets ``args.checked_weights`` (the ``--weights`` on the simplex, or ``None``).
+
+    Raises
+    ------
+    GeovizError
+        The first option out of its range (:mod:`geoviz.limits`), in one sentence
+        naming the flag; :class:`~geoviz.errors.WeightsError` for ``--weights``;
+        :class:`~geoviz.errors.ExportExistsError` for an existing ``--out``.
+    """
+    m = len(args.refs)
+    if m < 2:
+        raise GeovizError(f"--refs needs at least 2 reference datasets (comma-separated), got {m}")
+    if m > limits.MAX_REFERENCES:
+        raise GeovizError(f"--refs takes at most {limits.MAX_REFERENCES} datasets, got {m}")
+    cli_int(args.n, "--n", limits.MIN_SAMPLES, limits.MAX_SAMPLES, why="samples per dataset")
+    cli_seed(args.seed)
+    if args.size is not None:
+        cli_int(
+            args.size,
+            "--size",
+            limits.MIN_IMAGE_SIZE,
+            limits.MAX_IMAGE_SIZE,
+            why="pixels per side of the common image size",
+        )
+    if args.epsilon is not None:
+        args.epsilon = cli_epsilon(args.epsilon)
+    if args.batch_size is not None:
+        cli_int(args.batch_size, "--batch-size", 2, limits.MAX_SAMPLES)
+    if args.neural_iterations is not None:
+        cli_int(args.neural_iterations, "--neural-iterations", 1, limits.MAX_NEURAL_ITERATIONS)
+    args.checked_weights = None
+    if getattr(args, "weights", None) is not None:
+        from geoviz.geodesic.weights import check_weights
+
+        try:
+            args.checked_weights = check_weights(args.weights, m)
+        except WeightsError as err:
+            raise WeightsError(f"--weights: {err}") from err
+    if getattr(args, "n_out", None) is not None:
+        cli_int(args.n_out, "--n-out", 1, limits.MAX_SAMPLES, why="samples to export")
+    if getattr(args, "resolution", None) is not None:
+        try:
+            limits.check_grid(args.resolution, m)
+        except GeovizError as err:
+            raise GeovizError(f"--resolution: {err}") from None
+    if getattr(args, "out", None) is not None:
+        if args.command == "grid":
+            refuse_existing(args.out, args.overwrite)
+        elif Path(args.out).exists() and not args.overwrite:
+            # an export may be a folder (ImageFolder): export_dataset checks the rest
+            raise ExportExistsError(f"{args.out} already exists; pass --overwrite to replace it")
 
 
 def _otdd_config(args: argparse.Namespace) -> Any:
@@ -171,11 +266,12 @@ def _otdd_config(args: argparse.Namespace) -> Any:
             ("lambda_y", args.lambda_y),
             ("label_method", args.label_method),
             ("device", args.device),
+            # balanced batches: B target points against B reference points each
+            ("batch_size", args.batch_size),
+            ("reference_subsample", args.batch_size),
         )
         if value is not None and key in names
     }
-    if args.epsilon is not None and not (np.isfinite(args.epsilon) and args.epsilon > 0):
-        raise GeovizError(f"--epsilon must be a positive number, got {args.epsilon}")
     return dataclasses.replace(base, **changes)
 
 
@@ -216,42 +312,11 @@ def load_inputs(
     return datasets[0], list(datasets[1:])
 
 
-@contextlib.contextmanager
-def _progress_bar(enabled: bool):
-    """A ``progress(stage, fraction)`` callback drawing a tqdm bar on stderr."""
-    if not enabled:
-        yield None
-        return
-    from tqdm.auto import tqdm
-
-    bar = tqdm(
-        total=1000, file=sys.stderr, bar_format="{desc:<48.48} {percentage:3.0f}%|{bar}| {elapsed}"
-    )
-    state = {"done": 0}
-
-    def update(stage: str, fraction: float) -> None:
-        pos = round(1000 * min(max(float(fraction), 0.0), 1.0))
-        bar.set_description_str(stage, refresh=False)
-        if pos > state["done"]:
-            bar.update(pos - state["done"])
-            state["done"] = pos
-        else:
-            bar.refresh()
-
-    try:
-        yield update
-    finally:
-        bar.close()
-
-
 def _fit(args: argparse.Namespace):
     from geoviz.backend import DiskCache, get_cache
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 
-    if len(args.refs) < 2:
-        raise GeovizError(
-            f"--refs needs at least 2 reference datasets (comma-separated), got {len(args.refs)}"
-        )
+    check_args(args)
     config = GeodesicConfig(
         otdd=_otdd_config(args),
         qp_solver=args.solver,
@@ -262,7 +327,7 @@ def _fit(args: argparse.Namespace):
         args.target, args.refs, split=args.split, n=args.n, seed=args.seed, size=args.size
     )
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
-    with _progress_bar(not args.quiet) as progress, warnings.catch_warnings():
+    with progress_callback(not args.quiet) as progress, warnings.catch_warnings():
         # the commands print their own BLURRY MAP line (also for maps read from the cache)
         warnings.simplefilter("ignore", BlurWarning)
         return fit_geodesic(target, refs, config, progress=progress, cache=cache)
@@ -422,13 +487,8 @@ def _cmd_project(args: argparse.Namespace) -> int:
     )
     _print_maps(result)
     weights = result.a_hat
-    if args.weights is not None:
-        from geoviz.geodesic.weights import check_weights
-
-        try:
-            weights = check_weights(args.weights, result.m)
-        except WeightsError as err:
-            raise WeightsError(f"--weights: {err}") from err
+    if args.checked_weights is not None:  # checked against m before the fit
+        weights = args.checked_weights
         print(
             f"{OBJECTIVE} at --weights {','.join(f'{w:g}' for w in weights)} = {float(result.objective(weights)):.6g}"
         )
@@ -443,19 +503,13 @@ def _cmd_project(args: argparse.Namespace) -> int:
 
 
 def _write_csv_atomic(path: Path, header: Sequence[str], rows: np.ndarray, overwrite: bool) -> None:
-    if path.exists() and not overwrite:
-        raise ExportError(f"{path} already exists; pass --overwrite to replace it")
-    if path.exists() and path.is_dir():
-        raise ExportError(f"{path} is a directory, not a CSV file")
+    refuse_existing(path, overwrite)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     for row in rows:
         writer.writerow([repr(float(v)) for v in row])
-    try:
-        atomic_write_bytes(path, buf.getvalue().encode("utf-8"), overwrite=overwrite)
-    except OSError as err:
-        raise ExportError(f"cannot write {path}: {err}") from err
+    write_file(path, buf.getvalue().encode("utf-8"), overwrite, "CSV file")
 
 
 def _cmd_grid(args: argparse.Namespace) -> int:
@@ -531,7 +585,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             )
         if name == "grid":
             parser.add_argument(
-                "--resolution", type=_positive_int, default=20, help="grid step 1/resolution"
+                "--resolution",
+                type=_positive_int,
+                default=20,
+                help=(
+                    f"grid step 1/resolution (at most {limits.MAX_GRID_RESOLUTION}, and at most "
+                    f"{limits.MAX_GRID_POINTS:,} grid points for the m references)"
+                ),
             )
             parser.add_argument(
                 "--out", required=True, help="CSV file (columns a_<ref>..., objective)"
