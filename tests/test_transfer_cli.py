@@ -108,9 +108,28 @@ def test_transfer_grid_writes_study_and_resumes(tmp_path, capsys) -> None:
         (["--preset", "huge"], "error: unknown transfer preset 'huge'"),
         (["--grid", "1", "--method", "1nn"], "error: --grid trains on P_a"),
         (["--epsilon", "-1"], "error: --epsilon must be a positive number"),
+        # issue 15: bounds checked before any dataset is loaded
+        (["--epsilon", "1e-20"], "error: --epsilon 1e-20 is below 0.0001 (relative to the mean"),
+        (["--epsilon", "1e-100"], "error: --epsilon 1e-100 is below 0.0001"),
+        (["--n", "1000000000"], "error: --n must be between 10 and 100,000, got 1,000,000,000"),
+        (["--n-test", "5"], "error: --n-test must be between 10 and 100,000, got 5"),
+        (["--size", "700"], "error: --size must be between 4 and 128, got 700"),
+        (["--k", "100000"], "error: --k must be between 1 and 1,000, got 100,000"),
+        (["--seed", "-1"], "error: --seed must be between 0 and 2,147,483,647, got -1"),
+        (["--seeds", "0,-5"], "error: --seeds: every seed must be between 0 and"),
+        (["--seeds", ",".join(map(str, range(101)))], "error: --seeds: at most 100 seeds, got 101"),
+        (["--grid", "1000"], "error: --grid: grid resolution must be between 1 and 500, got 1,000"),
+        (["--refs", "usps"], "error: --refs: expected 2 to 10 reference datasets, got 1"),
+        (["--refs", ",".join(["usps"] * 11)], "error: --refs: expected 2 to 10 reference"),
     ],
 )
-def test_bad_options_give_one_line_error_and_status_2(extra, message, capsys) -> None:
+def test_bad_options_give_one_line_error_and_status_2(extra, message, capsys, monkeypatch) -> None:
+    import geoviz.data.registry as registry
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a dataset was loaded")
+
+    monkeypatch.setattr(registry, "load_dataset", boom)  # every check comes first
     assert main(["transfer", *TINY, *extra, *SEQ]) == 2
     captured = capsys.readouterr()
     err_lines = captured.err.strip().splitlines()
@@ -125,3 +144,21 @@ def test_transfer_is_listed_in_help(capsys) -> None:
     help_text = capsys.readouterr().out
     for option in ("--grid", "--backend", "--ray-address", "--weights", "--preset", "--out"):
         assert option in help_text
+
+
+def test_progress_on_a_log_is_plain_lines(capsys) -> None:
+    """stderr captured (not a terminal): one line per stage and per tenth, no redraws."""
+    from geoviz.transfer.cli import _transfer_progress
+
+    with _transfer_progress(True, "simplex study") as (fit, runs):
+        for i in range(1001):
+            fit("OTDD map 1/3: mnist -> usps (sinkhorn)", 0.3 * i / 1000)
+        fit("done", 1.0)
+        for done in range(109):  # 36 grid points x 3 seeds
+            runs(done, 108)
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert "\r" not in err and len(lines) <= 5 + 11, err
+    assert lines[0] == "geodesic: [  0%] OTDD map 1/3: mnist -> usps (sinkhorn)"
+    assert "geodesic: [100%] done" in lines
+    assert lines[-1] == "[100%] simplex study 108/108 runs"

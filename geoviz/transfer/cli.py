@@ -12,6 +12,12 @@ simplex study correlating ``W²(P_a, Q)`` with accuracy
 ``--backend ray`` (:mod:`geoviz.transfer.runner`). The geodesic is fitted only
 when a method needs it (``otdd``, ``mixup`` at ``a_hat``, ``--grid``).
 
+Every option is checked before any dataset is loaded, against :mod:`geoviz.limits`
+(``--refs`` count, ``--n``, ``--n-test``, ``--size``, ``--k``, ``--seed``, ``--seeds``,
+``--epsilon``, ``--grid`` with the grid size it gives for ``m``, ``--weights``).
+Progress goes to stderr: tqdm bars on a terminal, plain lines (at most one per 10 %)
+in a log or a pipe.
+
 The handler returns the exit status and raises
 :class:`~geoviz.errors.GeovizError` for bad input (printed by
 ``geoviz.cli.main`` with status 2).
@@ -29,7 +35,16 @@ from typing import Any
 
 import numpy as np
 
-from geoviz.cli import _format_table, _positive_int
+from geoviz import limits
+from geoviz.cli import (
+    PlainProgress,
+    _format_table,
+    _positive_int,
+    cli_epsilon,
+    cli_int,
+    cli_seed,
+    stderr_is_terminal,
+)
 from geoviz.errors import BlurWarning, ExportError, GeovizError
 from geoviz.transfer.table import ALL_METHODS, METHODS
 
@@ -39,6 +54,10 @@ TRANSFER_TARGET = "mnist"
 TRANSFER_REFS = "fashion_mnist,usps,kmnist"
 
 
+#: training seeds of one ``geoviz transfer`` run (each seed trains every method once)
+MAX_SEEDS = 100
+
+
 def _seeds_arg(text: str) -> list[int]:
     try:
         seeds = [int(part) for part in text.split(",") if part.strip()]
@@ -46,8 +65,12 @@ def _seeds_arg(text: str) -> list[int]:
         raise GeovizError(f"--seeds: expected comma-separated integers, got {text!r}") from None
     if not seeds:
         raise GeovizError("--seeds: expected at least one seed")
+    if len(seeds) > MAX_SEEDS:
+        raise GeovizError(f"--seeds: at most {MAX_SEEDS} seeds, got {len(seeds)}")
     if len(set(seeds)) != len(seeds):
         raise GeovizError(f"--seeds: seeds must be distinct, got {text!r}")
+    for seed in seeds:
+        cli_seed(seed, "--seeds: every seed")
     return seeds
 
 
@@ -74,8 +97,9 @@ def _weights_arg(text: str, m: int) -> np.ndarray | None:
 def _transfer_progress(enabled: bool, what: str):
     """``(fit(stage, fraction), runs(done, total))`` progress callbacks drawing on stderr.
 
-    tqdm bars when tqdm is installed, else plain lines (every 10% of the
-    geodesic fit, every finished run); ``(None, None)`` when disabled.
+    tqdm bars on a terminal; plain lines (:class:`geoviz.cli.PlainProgress`: one per
+    stage and per 10 % of the geodesic fit, one per 10 % of the runs) when stderr is
+    a file or a pipe or tqdm is missing; ``(None, None)`` when disabled.
     """
     if not enabled:
         yield None, None
@@ -84,16 +108,20 @@ def _transfer_progress(enabled: bool, what: str):
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency
         tqdm = None
+    if tqdm is None or not stderr_is_terminal(sys.stderr):
+        # a log or a pipe: plain lines, one per stage and per 10 % (no bar redraws)
+        fit_lines = PlainProgress(sys.stderr, "geodesic: ")
+        run_lines = PlainProgress(sys.stderr)
+
+        def plain_runs(done: int, total: int) -> None:
+            run_lines(what, done / max(total, 1), f"{done}/{total} runs")
+
+        yield fit_lines, plain_runs
+        return
     bars: dict[str, Any] = {}
-    last = {"fit": -1, "runs": -1}
 
     def fit(stage: str, fraction: float) -> None:
         pos = round(100 * min(max(float(fraction), 0.0), 1.0))
-        if tqdm is None:
-            if pos // 10 > last["fit"]:
-                last["fit"] = pos // 10
-                print(f"geodesic: {stage} {pos}%", file=sys.stderr, flush=True)
-            return
         bar = bars.get("fit")
         if bar is None:
             bar = bars["fit"] = tqdm(
@@ -106,11 +134,6 @@ def _transfer_progress(enabled: bool, what: str):
             bar.update(pos - bar.n)
 
     def runs(done: int, total: int) -> None:
-        if tqdm is None:
-            if done > last["runs"]:
-                last["runs"] = done
-                print(f"{what}: {done}/{total} runs", file=sys.stderr, flush=True)
-            return
         bar = bars.get("runs")
         if bar is None:
             if "fit" in bars:
@@ -154,7 +177,6 @@ def _dataset_entry(ds: Any, name: str, split: str) -> dict[str, Any]:
 
 def _cmd_transfer(args: argparse.Namespace) -> int:
     import dataclasses
-    import math
 
     from geoviz import __version__
     from geoviz.backend import DiskCache, get_cache
@@ -171,12 +193,27 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
     refs = [part.strip() for part in args.refs.split(",") if part.strip()]
     if not refs:
         raise GeovizError("--refs: expected comma-separated dataset names")
+    if not 2 <= len(refs) <= limits.MAX_REFERENCES:
+        raise GeovizError(
+            f"--refs: expected 2 to {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
+        )
+    cli_int(args.n, "--n", limits.MIN_SAMPLES, limits.MAX_SAMPLES, why="samples per dataset")
+    if args.n_test is not None:
+        cli_int(args.n_test, "--n-test", limits.MIN_SAMPLES, limits.MAX_SAMPLES)
+    cli_int(
+        args.size, "--size", limits.MIN_IMAGE_SIZE, limits.MAX_IMAGE_SIZE, why="pixels per side"
+    )
+    cli_int(args.k, "--k", 1, limits.MAX_FEW_SHOT_K, why="labelled samples per class")
+    cli_seed(args.seed)
     seeds = _seeds_arg(args.seeds)
     weights = _weights_arg(args.weights, len(refs))
     preset = get_preset(args.preset)
-    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
-        raise GeovizError(f"--epsilon must be a positive number, got {args.epsilon}")
+    epsilon = cli_epsilon(args.epsilon)
     if args.grid is not None:
+        try:
+            limits.check_grid(args.grid, len(refs))
+        except GeovizError as err:
+            raise GeovizError(f"--grid: {err}") from None
         if args.method == "otdd_neural":
             raise GeovizError(
                 "--grid runs the barycentric geodesic; --method otdd_neural is not supported there"
@@ -208,7 +245,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
     needs_geodesic = (
         args.grid is not None or "otdd" in methods or ("mixup" in methods and weights is None)
     )
-    config = GeodesicConfig(otdd=dataclasses.replace(OTDDConfig(), epsilon=float(args.epsilon)))
+    config = GeodesicConfig(otdd=dataclasses.replace(OTDDConfig(), epsilon=epsilon))
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
     what = "simplex study" if args.grid is not None else "transfer"
     geodesic = neural_geodesic = None
