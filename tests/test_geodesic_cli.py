@@ -288,6 +288,8 @@ def test_issue_epsilons_are_refused_at_once(epsilon, capsys, no_loading):
             ["--neural-iterations", "1000000000"],
             "--neural-iterations must be between 1 and 100,000",
         ),
+        ("distance", ["--solver", "nope"], "unknown QP solver 'nope': available are"),
+        ("distance", ["--lambda-x", "-1"], "OTDDConfig: lambda_x and lambda_y must be >= 0"),
         ("project", ["--weights", "0.5,0.6"], "--weights: weights sum to 1.1"),
         ("project", ["--weights", "1"], "--weights: weights must have 2 entries"),
         ("project", ["--weights", "nan,1"], "--weights: "),

@@ -189,6 +189,7 @@ def test_second_call_hits_the_cache_and_solves_nothing(data, cache, monkeypatch)
         ({"n_reference": 2.0}, "n_reference must be an integer"),
         ({"subsample_seed": -1}, r"subsample_seed must be between 0 and"),
         ({"subsample_seed": 2**40}, r"subsample_seed must be between 0 and"),
+        ({"qp_solver": "no_such_qp"}, r"unknown QP solver 'no_such_qp': available are .*enumerate"),
     ],
 )
 def test_config_bounds(kwargs, match):

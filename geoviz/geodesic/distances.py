@@ -41,6 +41,7 @@ from geoviz.geodesic.weights import check_weights, project_to_simplex
 
 __all__ = [
     "TwoQDistances",
+    "check_qp_solver",
     "objective",
     "optimal_weights",
     "simplex_grid",
@@ -50,6 +51,7 @@ __all__ = [
 #: Largest ``m`` for which a non-convex objective is minimised by exact
 #: enumeration of the simplex faces (``2^m - 1`` small linear solves).
 MAX_ENUMERATION_M = 14
+
 
 # --------------------------------------------------------------------------- simplex grid
 
@@ -339,6 +341,30 @@ def _solve_convex_qp(lin: np.ndarray, quad: np.ndarray, solver: str) -> np.ndarr
     return a
 
 
+def check_qp_solver(solver: str | None) -> None:
+    """Refuse a QP solver name for :func:`optimal_weights` that is not installed.
+
+    ``None`` (the default solver) and ``"enumerate"`` are always accepted.
+
+    Raises
+    ------
+    GeovizError
+        ``solver`` is neither of those nor one of ``qpsolvers.available_solvers``.
+    """
+    if solver is None or solver == "enumerate":
+        return
+    try:
+        import qpsolvers
+
+        available = list(qpsolvers.available_solvers)
+    except ImportError:  # pragma: no cover
+        available = []
+    if not isinstance(solver, str) or solver not in available:
+        raise GeovizError(
+            f"unknown QP solver {solver!r}: available are {', '.join([*available, 'enumerate'])}"
+        )
+
+
 def optimal_weights(w_to_target: Any, w_between: Any, solver: str | None = None) -> np.ndarray:
     """``a_hat = argmin_{a in simplex} W^2(P_a, Q)`` (paper eq. (hat_a)).
 
@@ -389,17 +415,7 @@ def optimal_weights(w_to_target: Any, w_between: Any, solver: str | None = None)
     if m == 1:
         return np.ones(1)
     quad = -w_b
-    if solver is not None and solver != "enumerate":
-        try:
-            import qpsolvers
-
-            available = list(qpsolvers.available_solvers)
-        except ImportError:  # pragma: no cover
-            available = []
-        if solver not in available:
-            raise GeovizError(
-                f"unknown QP solver {solver!r}: available are {', '.join([*available, 'enumerate'])}"
-            )
+    check_qp_solver(solver)
     if solver == "enumerate":
         if m > MAX_ENUMERATION_M:
             raise GeovizError(

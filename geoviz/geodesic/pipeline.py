@@ -44,6 +44,7 @@ from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.distances import (
     TwoQDistances,
+    check_qp_solver,
     objective,
     optimal_weights,
     two_q_distances,
@@ -139,6 +140,7 @@ class GeodesicConfig:
             raise GeovizError(f"GeodesicConfig.subsample_seed must be an integer, got {seed!r}")
         limits.check_int(seed, "GeodesicConfig.subsample_seed", 0, limits.MAX_SEED)
         object.__setattr__(self, "subsample_seed", int(seed))
+        check_qp_solver(self.qp_solver)  # an unknown solver fails here, not after the fit
         if self.method not in MAP_METHODS:
             raise GeovizError(
                 f"GeodesicConfig.method must be one of {list(MAP_METHODS)}, got {self.method!r}"
