@@ -97,7 +97,7 @@ def cli_epsilon(value: Any, flag: str = "--epsilon") -> float:
     try:
         return limits.check_epsilon(value)
     except GeovizError as err:
-        text = str(err)
+        text = str(err).replace("use epsilon >=", f"use {flag} >=")
         raise GeovizError(
             flag + text[len("epsilon") :] if text.startswith("epsilon") else f"{flag}: {text}"
         ) from None

@@ -266,6 +266,7 @@ def test_issue_epsilons_are_refused_at_once(epsilon, capsys, no_loading):
     assert time.perf_counter() - start < 5
     err = capsys.readouterr().err
     assert err.startswith(f"error: --epsilon {float(epsilon):g} is below 0.0001 (relative to the ")
+    assert err.endswith("; use --epsilon >= 0.0001\n")
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
@@ -339,11 +340,15 @@ def test_out_of_memory_refusal_names_the_batch_size_flag(capsys, monkeypatch):
     """The 60000-sample refusal suggested a 'batched mode' the CLI could not select."""
     import geoviz.backend as backend
 
-    monkeypatch.setattr(backend, "available_memory_bytes", lambda device: 1000)
+    # room for a 16 x 16 float32 cost block (with check_memory's factor 2), not for 48 x 48
+    monkeypatch.setattr(backend, "available_memory_bytes", lambda device: 2 * 4 * 48 * 48 - 1)
     assert main(["distance", *REFS_2D, "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: the OTDD cost matrix (48 x 48) needs about")
     assert "--batch-size B" in err and "batched mode" not in err and err.count("\n") == 1
+    # and the flag it names is the fix
+    assert main(["distance", *REFS_2D, "--no-cache", "--batch-size", "16"]) == 0
+    assert "(2,Q) matrix" in capsys.readouterr().out
 
 
 def test_progress_on_a_pipe_is_a_few_plain_lines(tmp_path):
