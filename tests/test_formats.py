@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
+import struct
 import zipfile
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from geoviz import memory
 from geoviz.data import formats
 from geoviz.data.formats import (
     decode_idx,
@@ -22,7 +25,10 @@ from geoviz.data.formats import (
     read_idx,
     save_idx,
 )
-from geoviz.errors import DatasetError, DatasetFormatError, ExportError
+from geoviz.data.formats import idx as idx_module
+from geoviz.data.formats import imagefolder as imagefolder_module
+from geoviz.data.formats import npz as npz_module
+from geoviz.errors import DatasetError, DatasetFormatError, ExportError, ResourceError
 
 RNG = np.random.default_rng(0)
 
@@ -749,3 +755,217 @@ def test_forced_kind_reads_unusual_names(tmp_path: Path) -> None:
     assert_features(ds, x.astype(np.float32))
     with pytest.raises(DatasetFormatError, match=r"arrays.bin.*not an IDX"):
         load_path(path, kind="idx")
+
+
+# ================================================================== hostile inputs
+GiB = 2**30
+
+
+def limit_memory(monkeypatch: pytest.MonkeyPatch, n_bytes: int | None) -> None:
+    """Make geoviz.memory report ``n_bytes`` of room (None: unknown) wherever it is read."""
+    found = None if n_bytes is None else (n_bytes, "a test limit")
+    monkeypatch.setattr(memory, "memory_limit", lambda: found)
+
+
+def forbid(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> None:
+    """Fail the test if ``module.name`` is called (it would read or decode data)."""
+
+    def called(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{name} was called: data was read before the refusal")
+
+    monkeypatch.setattr(module, name, called)
+
+
+def npz_declaring(shape: tuple[int, ...], descr: str = "<f8") -> bytes:
+    """An .npz whose 'x' member is only a .npy header declaring ``shape``: no data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
+    labels = io.BytesIO()
+    np.save(labels, np.arange(10) % 2)
+    return zip_bytes({"x.npy": header.getvalue(), "y.npy": labels.getvalue()})
+
+
+def test_npz_forged_header_is_refused_before_any_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "forged.npz"
+    path.write_bytes(npz_declaring((10**12, 10)))
+    assert path.stat().st_size < 600
+    forbid(monkeypatch, npz_module, "_npz_get")
+    # the archive cap (as for zip uploads), on disk and uploaded
+    cap = r"declare 72.8 TiB \('x' \(1000000000000, 10\) float64.*more than the limit of 2.00 GiB"
+    with pytest.raises(DatasetFormatError, match=f"{m(path)}.*{cap}"):
+        load_path(path)
+    with pytest.raises(DatasetFormatError, match=f"forged.npz: the arrays to read {cap}"):
+        load_upload(path.read_bytes(), "forged.npz")
+    # past a raised cap: this process's memory
+    monkeypatch.setattr(formats, "MAX_UNCOMPRESSED_BYTES", 2**80)
+    limit_memory(monkeypatch, 8 * GiB)
+    with pytest.raises(ResourceError, match=f"loading .*{m(path)}.*needs .* TiB but .* 8.00 GiB"):
+        load_path(path)
+    # memory unknown: the header claims more data than its zip member holds
+    limit_memory(monkeypatch, None)
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"array 'x' declares shape \(1000000000000, 10\) of float64 \(80,000,000,000,000 "
+        r"bytes\) but its archive member holds only 0 bytes of data",
+    ):
+        load_path(path)
+
+
+def test_npz_of_zero_images_is_refused_by_memory_before_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "zeros.npz"
+    np.savez_compressed(path, x=np.zeros((20_000, 28, 28), np.uint8), y=cyclic_labels(20_000, 10))
+    assert path.stat().st_size < 100_000  # 15.7 MB of pixels, 188 MB of float32 features
+    limit_memory(monkeypatch, 128 * 2**20)
+    with monkeypatch.context() as patch:
+        forbid(patch, npz_module, "_npz_get")
+        with pytest.raises(
+            ResourceError,
+            match=r"loading .*zeros.npz \('x' \(20000, 28, 28\) uint8 \(15.0 MiB\), 'y' "
+            r"\(20000,\) uint8 \(19.5 KiB\)\) needs 194.7 MiB but this process can allocate "
+            r"at most 128.0 MiB \(limit: a test limit",
+        ):
+            load_path(path)
+    limit_memory(monkeypatch, GiB)  # the same file loads where it fits
+    assert load_path(path).n_samples == 20_000
+
+
+def test_npz_member_that_is_not_a_npy_array_is_not_read(tmp_path: Path) -> None:
+    labels = io.BytesIO()
+    np.save(labels, np.arange(4) % 2)
+    path = tmp_path / "raw.npz"
+    path.write_bytes(zip_bytes({"x.npy": b"\x00" * 4096, "y.npy": labels.getvalue()}))
+    with pytest.raises(DatasetFormatError, match=r"member 'x.npy' is not a .npy array"):
+        load_path(path)
+
+
+def _idx_header(code: int, dims: tuple[int, ...]) -> bytes:
+    return bytes([0, 0, code, len(dims)]) + struct.pack(f">{len(dims)}I", *dims)
+
+
+def test_idx_gz_declaring_huge_dimensions_is_refused_before_decompressing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limit_memory(monkeypatch, 8 * GiB)
+    img = tmp_path / "train-images-idx3-ubyte.gz"
+    img.write_bytes(gzip.compress(_idx_header(0x08, (60_000, 50_000, 50_000))))
+    save_idx(tmp_path / "train-labels-idx1-ubyte.gz", cyclic_labels(6, 2))
+    forbid(monkeypatch, idx_module, "_maybe_gunzip")
+    refused = r"IDX dimensions \(60000, 50000, 50000\) of uint8\) needs .* TiB but"
+    with pytest.raises(ResourceError, match=f"loading .*{m(img)}.*{refused}"):
+        load_path(img)
+    with pytest.raises(ResourceError, match=f"loading up-images.gz.*{refused}"):
+        load_upload_pair(img.read_bytes(), b"", "up-images.gz", "up-labels.gz")
+
+
+def test_idx_gzip_bomb_stops_at_the_declared_size(tmp_path: Path) -> None:
+    # a valid 2x2x2 header followed by 32 MB of zeros (32 kB of gzip)
+    data = gzip.compress(_idx_header(0x08, (2, 2, 2)) + bytes(8) + bytes(32 * 2**20))
+    assert len(data) < 100_000
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"bomb.gz: corrupt IDX file: dimensions \(2, 2, 2\) declare 24 bytes with the "
+        r"header: the gzip data expands to more than 24 bytes",
+    ):
+        decode_idx(data, "bomb.gz")
+
+
+def test_plain_file_larger_than_memory_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    img, _ = _idx_pair(tmp_path, n_img=200)
+    limit_memory(monkeypatch, 1024)
+    with pytest.raises(ResourceError, match=f"reading .*{m(img)} needs 3.1 KiB but"):
+        load_path(img)
+
+
+def test_csv_gzip_bomb_and_large_csv_are_refused_by_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = b"a,b,label\n" + b"0,0,0\n" * (7 * 2**20)  # 44 MB of CSV, 100 kB gzipped
+    bomb = tmp_path / "bomb.csv.gz"
+    bomb.write_bytes(gzip.compress(text))
+    limit_memory(monkeypatch, 32 * 2**20)
+    with pytest.raises(
+        ResourceError, match=r"decompressing .*bomb.csv.gz needs at least 32.0 MiB but"
+    ):
+        load_path(bomb)
+    limit_memory(monkeypatch, 64 * 2**10)
+    with pytest.raises(ResourceError, match=r"parsing small.csv \(3,004 cells\) needs 152.6 KiB"):
+        load_upload(b"a,b,label\n" + b"0,0,0\n" * 1000, "small.csv")
+
+
+def test_huge_declared_image_is_refused_before_decoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = tmp_path / "a" / "big.png"
+    big.parent.mkdir()
+    Image.new("1", (5000, 5000)).save(big)  # 25 megapixels in a few kB
+    assert big.stat().st_size < 10_000
+    write_png(tmp_path / "b" / "0.png", images_u8(1, 4, 4)[0])
+    forbid(monkeypatch, imagefolder_module, "_read_image")
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"big.png: image a/big.png is 5000x5000 pixels, larger than 4096x4096",
+    ):
+        load_path(tmp_path)
+
+
+def test_many_large_images_are_refused_by_memory_before_decoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(6):
+        path = tmp_path / "ab"[i % 2] / f"{i}.png"
+        path.parent.mkdir(exist_ok=True)
+        Image.new("L", (1000, 1000)).save(path)
+    limit_memory(monkeypatch, 32 * 2**20)
+    with monkeypatch.context() as patch:
+        forbid(patch, imagefolder_module, "_read_image")
+        with pytest.raises(
+            ResourceError, match=r"decoding the 6 images of .* \(6,000,000 pixels\) needs 74.4 MiB"
+        ):
+            load_path(tmp_path)
+    limit_memory(monkeypatch, GiB)
+    assert load_path(tmp_path).features.shape == (6, 1_000_000)
+
+
+def test_imagefolder_symlink_loops_neither_repeat_samples_nor_hang(tmp_path: Path) -> None:
+    root, outside = tmp_path / "set", tmp_path / "outside"
+    for cls, n in (("a", 20), ("b", 20)):
+        for i in range(n):
+            write_png(root / cls / f"{i:02d}.png", images_u8(1, 4, 4, seed=i)[0])
+    for i in range(3):
+        write_png(outside / f"x{i}.png", images_u8(1, 4, 4, seed=100 + i)[0])
+    (root / "a" / "root").symlink_to(root, target_is_directory=True)  # an ancestor: a loop
+    (root / "a" / "self").symlink_to(root / "a", target_is_directory=True)
+    (root / "b" / "nested").mkdir()
+    (root / "b" / "nested" / "up").symlink_to(root / "b", target_is_directory=True)
+    (root / "b" / "ext1").symlink_to(outside, target_is_directory=True)  # followed once
+    (root / "b" / "ext2").symlink_to(outside, target_is_directory=True)
+    ds = load_path(root)
+    assert ds.classes == ("a", "b")
+    assert np.bincount(ds.labels.numpy()).tolist() == [20, 23]
+    # the walk used before, os.walk(followlinks=True), repeats the class folders through
+    # the loops (exponentially often: stopped here after 100 files)
+    walked = 0
+    for _, _, files in os.walk(root / "a", followlinks=True):
+        walked += len(files)
+        if walked > 100:
+            break
+    assert walked > 100
+
+
+def test_images_are_decoded_to_the_same_values_as_a_plain_stack(tmp_path: Path) -> None:
+    grey, rgb = images_u8(3, 5, 4, seed=1), images_u8(3, 5, 4, 3, seed=2)
+    for i in range(3):
+        write_png(tmp_path / "a" / f"{i}.png", grey[i])
+        write_png(tmp_path / "b" / f"{i}.png", rgb[i])
+    ds = load_path(tmp_path)
+    expected = np.concatenate([np.repeat(grey[..., None], 3, axis=3), rgb]).transpose(0, 3, 1, 2)
+    assert ds.image_shape == (3, 5, 4)
+    assert_features(ds, as_pixels(expected))

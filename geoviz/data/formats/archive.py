@@ -161,7 +161,9 @@ def _check_room(total: int, dest: Path, label: str) -> None:
             f"the temporary folder has only {format_bytes(free)} free; free some space or set "
             "TMPDIR to a larger disk"
         )
-    check_bytes(total, f"loading the dataset in {label} ({format_bytes(total)} uncompressed)")
+    check_bytes(
+        total, f"loading the dataset in {label} ({format_bytes(total)} uncompressed)", at_least=True
+    )
 
 
 def _fmt_bytes(n: int) -> str:
