@@ -875,13 +875,22 @@ def test_idx_gzip_bomb_stops_at_the_declared_size(tmp_path: Path) -> None:
         decode_idx(data, "bomb.gz")
 
 
-def test_plain_file_larger_than_memory_is_not_read(
+def test_plain_files_larger_than_memory_are_not_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     img, _ = _idx_pair(tmp_path, n_img=200)
+    table = tmp_path / "table.csv"
+    table.write_text("a,b,label\n" + "0,1,0\n1,0,1\n" * 200)
     limit_memory(monkeypatch, 1024)
-    with pytest.raises(ResourceError, match=f"reading .*{m(img)} needs 3.1 KiB but"):
+    forbid(monkeypatch, idx_module, "_read_raw")
+    # an IDX file: its header's dimensions, before the read
+    with pytest.raises(
+        ResourceError, match=f"loading .*{m(img)} \\(IDX dimensions \\(200, 4, 4\\) of uint8\\)"
+    ):
         load_path(img)
+    # any other file: its size, before the read
+    with pytest.raises(ResourceError, match=r"reading .*table.csv needs 2.4 KiB but"):
+        load_path(table)
 
 
 def test_csv_gzip_bomb_and_large_csv_are_refused_by_memory(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import struct
 import tempfile
 import zipfile
 from pathlib import Path
@@ -150,3 +151,30 @@ def test_resource_errors_inside_the_archive_name_it_not_the_temp_folder(
     assert text.startswith("decoding the 4 images of up.zip/set (40,000 pixels) needs")
     assert str(tmp_path) not in text and "geoviz-zip-" not in text
     assert not any(tmp_path.iterdir())  # the extraction folder is gone
+
+
+def test_idx_members_are_checked_from_their_headers_before_extracting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    n = 50_000  # 39 MB of zero pixels, 40 kB zipped; its dataset needs 13 times that
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(
+            "set/train-images-idx3-ubyte",
+            bytes([0, 0, 8, 3]) + struct.pack(">3I", n, 28, 28) + bytes(n * 28 * 28),
+        )
+        zf.writestr(
+            "set/train-labels-idx1-ubyte",
+            bytes([0, 0, 8, 1]) + struct.pack(">I", n) + bytes(range(10)) * (n // 10),
+        )
+    assert len(buf.getvalue()) < 100_000
+    _limit_memory(monkeypatch, 256 * 2**20)  # room for the 39 MB of files, not the dataset
+    monkeypatch.setattr(
+        archive, "open", lambda *a, **k: pytest.fail("a member was extracted"), raising=False
+    )
+    with pytest.raises(
+        ResourceError,
+        match=r"^loading mnist.zip/set/train-images-idx3-ubyte \(IDX dimensions \(50000, 28, 28\) "
+        r"of uint8\) needs 486.0 MiB but",
+    ):
+        load_upload(buf.getvalue(), "mnist.zip")

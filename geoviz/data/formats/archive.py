@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from geoviz.data.formats._common import _hidden
+from geoviz.data.formats.idx import _IDX_MAX_HEADER, _idx_role, check_idx_head
 from geoviz.errors import DatasetError, DatasetFormatError, GeovizError, ResourceError
 from geoviz.memory import check_bytes, format_bytes
 
@@ -112,6 +113,7 @@ def _extract_zip(
                 )
             plan.append((info, parts))
         _check_room(total, dest, label)
+        _check_idx_members(zf, plan, label)
         dest_resolved = dest.resolve()
         written = 0
         for info, parts in plan:
@@ -164,6 +166,28 @@ def _check_room(total: int, dest: Path, label: str) -> None:
     check_bytes(
         total, f"loading the dataset in {label} ({format_bytes(total)} uncompressed)", at_least=True
     )
+
+
+def _check_idx_members(
+    zf: zipfile.ZipFile, plan: list[tuple[zipfile.ZipInfo, tuple[str, ...]]], label: str
+) -> None:
+    """Check the dimensions declared by the archive's IDX members before extracting any.
+
+    An uncompressed IDX file of zeros compresses a thousandfold, and its dataset needs
+    13 times its size (float32 features and their temporaries): its header is read from
+    the archive (the first bytes of the member only) and checked against memory.
+    """
+    for info, parts in plan:
+        if info.is_dir() or _idx_role(parts[-1]) is None or parts[-1].lower().endswith(".gz"):
+            continue
+        try:
+            with zf.open(info) as member:
+                head = member.read(_IDX_MAX_HEADER)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError) as exc:
+            raise DatasetFormatError(
+                f"cannot extract zip member {info.filename!r} ({exc})", label
+            ) from exc
+        check_idx_head(head, f"{label}/{'/'.join(parts)}")
 
 
 def _fmt_bytes(n: int) -> str:

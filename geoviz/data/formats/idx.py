@@ -42,7 +42,7 @@ from geoviz.data.formats._common import (
     _read_raw,
     _visible,
 )
-from geoviz.errors import DatasetFormatError, ExportError
+from geoviz.errors import DatasetError, DatasetFormatError, ExportError
 from geoviz.memory import memory_guard
 
 # IDX dtype codes (third byte of the magic number) and their big-endian dtypes.
@@ -128,7 +128,7 @@ def read_idx(path: PathLike) -> np.ndarray:
         order, dtype one of uint8, int8, int16, int32, float32, float64.
     """
     p = Path(path)
-    arr, _ = _decode_idx_bytes(_idx_data(_read_raw(p), p), p)
+    arr, _ = _decode_idx_bytes(_idx_file_data(p), p)
     return arr if arr.flags.writeable else arr.copy()
 
 
@@ -265,6 +265,32 @@ def _idx_data(raw: bytes, source: str | Path) -> bytes:
     )
 
 
+def check_idx_head(head: bytes, source: str | Path) -> None:
+    """Check the dimensions an uncompressed IDX file declares in its first bytes
+    (``head``, up to :data:`_IDX_MAX_HEADER` of them) against memory, before reading it.
+
+    Used for IDX files on disk and for IDX members of a zip archive before extraction;
+    anything that is not a well-formed IDX header is left to the full decoder.
+    """
+    try:
+        dims, dtype, _, _ = _idx_header(head, source)
+    except DatasetFormatError:  # reported, with the whole file at hand, by the decoder
+        return
+    _check_idx_memory(dims, dtype, source, stored=True)
+
+
+def _idx_file_data(p: Path) -> bytes:
+    """An IDX file's bytes (gunzipped), its declared dimensions checked before the read."""
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(_IDX_MAX_HEADER)
+    except OSError as exc:
+        raise DatasetError(f"cannot read file: {exc.strerror or exc}", p) from exc
+    if head[:2] != b"\x1f\x8b":  # gzip data is checked by _idx_data before decompressing
+        check_idx_head(head, p)
+    return _idx_data(_read_raw(p), p)
+
+
 def _decode_idx_bytes(data: bytes, source: str | Path) -> tuple[np.ndarray, int]:
     """Parse IDX bytes; returns the array (native byte order) and the magic number."""
     dims, dtype, header, magic = _idx_header(data[:_IDX_MAX_HEADER], source)
@@ -377,13 +403,13 @@ def _load_idx_path(p: Path, *, split: Split, name: str | None, source: str) -> L
     else:
         role = _idx_role(p.name)
         if role is None:  # forced kind="idx" on an unusual name: decode to tell
-            arr, _ = _decode_idx_bytes(_idx_data(_read_raw(p), p), p)
+            arr, _ = _decode_idx_bytes(_idx_file_data(p), p)
             role = "labels" if arr.ndim == 1 else "images"
         partner = _idx_partner(p, role)
         images, labels = (p, partner) if role == "images" else (partner, p)
         default_name = _idx_name(images.name, p.parent)
-    img_arr, img_magic = _decode_idx_bytes(_idx_data(_read_raw(images), images), images)
-    lab_arr, lab_magic = _decode_idx_bytes(_idx_data(_read_raw(labels), labels), labels)
+    img_arr, img_magic = _decode_idx_bytes(_idx_file_data(images), images)
+    lab_arr, lab_magic = _decode_idx_bytes(_idx_file_data(labels), labels)
     return _idx_dataset(
         img_arr,
         img_magic,
