@@ -407,3 +407,28 @@ def test_cpu_memory_comes_from_the_process_limit(monkeypatch):
     check_memory(2**30, torch.device("cpu"), "one GiB")  # the safety factor 2: 2 <= 3 GiB
     with pytest.raises(ResourceError, match=r"two GiB needs about 2.00 GiB on cpu.*3.00 GiB"):
         check_memory(2 * 2**30, torch.device("cpu"), "two GiB")
+
+
+def test_concurrent_cold_processes_agree_and_leave_no_temps(tmp_path):
+    code = (
+        "import sys, warnings, torch\n"
+        "warnings.simplefilter('error')\n"
+        "from geoviz.backend import DiskCache\n"
+        "cache = DiskCache(sys.argv[1])\n"
+        "out = cache.get_or_compute('ns', {'n': 1}, lambda: {'x': torch.arange(100000.0)})\n"
+        "print(float(out['x'].sum()), cache.hits_ + cache.misses_)\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    outputs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    expected = str(float(torch.arange(100000.0).sum()))
+    assert outputs == [[expected, "1"]] * 4
+    assert [p.name for p in (tmp_path / "ns").iterdir()] == [f"{cache_key('ns', {'n': 1})}.pt"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert DiskCache(tmp_path).load("ns", cache_key("ns", {"n": 1}))["x"].shape == (100000,)
