@@ -47,6 +47,19 @@ Every problem with the input raises :class:`~geoviz.errors.DatasetFormatError`
 (the file cannot be parsed) or :class:`~geoviz.errors.DatasetError` (it parses
 but is not a usable labelled dataset), with the offending file in the message.
 
+Sizes
+-----
+What a file declares is checked before it is allocated: npz ``.npy`` headers
+(shape x itemsize, against the archive cap, this process's memory and the member's
+real size), IDX dimensions (before a file is read, a gzip stream decompressed or a
+zip extracted), image headers (at most
+:data:`~geoviz.data.formats.imagefolder.MAX_DECODE_SIDE` pixels a side, all pixels
+together against memory), zip members' declared sizes (against the cap, the free
+disk and memory) and CSV cells. A request that does not fit raises
+:class:`~geoviz.errors.ResourceError` naming the size, the limit and its source
+(:mod:`geoviz.memory`); an allocation that fails anyway is turned into one too. An
+ImageFolder walk follows symlinked folders but visits each real folder once.
+
 Modules
 -------
 This package splits the formats into one module each (:mod:`.idx`,
