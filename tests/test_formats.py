@@ -978,3 +978,26 @@ def test_images_are_decoded_to_the_same_values_as_a_plain_stack(tmp_path: Path) 
     expected = np.concatenate([np.repeat(grey[..., None], 3, axis=3), rgb]).transpose(0, 3, 1, 2)
     assert ds.image_shape == (3, 5, 4)
     assert_features(ds, as_pixels(expected))
+
+
+@pytest.mark.parametrize(
+    ("array", "mode"),
+    [
+        (np.zeros((3, 5), np.uint8), "L"),
+        (np.zeros((3, 5), np.uint8), "1"),
+        (np.zeros((3, 5), np.uint16), None),
+        (np.zeros((3, 5, 3), np.uint8), "RGB"),
+        (np.zeros((3, 5, 3), np.uint8), "P"),
+        (np.zeros((3, 5, 3), np.uint8), "LA"),
+        (np.zeros((3, 5, 4), np.uint8), "RGBA"),
+    ],
+)
+def test_png_header_fast_path_agrees_with_pillow(
+    tmp_path: Path, array: np.ndarray, mode: str | None
+) -> None:
+    path = tmp_path / "x.png"
+    write_png(path, array, mode)
+    with Image.open(path) as im:
+        expected = (im.size[0], im.size[1], im.mode)
+    assert imagefolder_module._png_header(path.read_bytes()[:26]) == expected
+    assert imagefolder_module._png_header(b"GIF89a" + bytes(20)) is None
