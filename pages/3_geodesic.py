@@ -7,44 +7,15 @@ import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import services, widgets
+from geoviz.app.explorer.component import geodesic_explorer
 from geoviz.app.state import SessionModel
 from geoviz.errors import GeovizError
-from geoviz.geodesic.weights import WEIGHT_DECIMALS, display_weights, format_weights
+from geoviz.geodesic.weights import format_weights
 from geoviz.viz.compare import side_by_side_scatter
-from geoviz.viz.images import as_display_images, example_indices, image_grid, soft_label_captions
-from geoviz.viz.plots import (
-    PointSet,
-    label_mass_bars,
-    otdd_heatmap,
-    point_set,
-    sample_card,
-    scatter_sets,
-    selected_samples,
-)
-from geoviz.viz.ternary import OBJECTIVE_LABEL, geodesic_line, ternary_heatmap, weights_bar
-from geoviz.viz.weights import sync_weights, weights_from_selection
+from geoviz.viz.plots import PointSet, otdd_heatmap, point_set
+from geoviz.viz.ternary import OBJECTIVE_LABEL
 
-CHART_KEY = "geodesic_chart"
-
-
-def slider_key(i: int) -> str:
-    return f"geodesic_w_{i}"
-
-
-# ---------------------------------------------------------------- callbacks (run before the script)
-
-
-def on_pick(model: SessionModel, m: int, grid: np.ndarray | None) -> None:
-    """A click on the ternary heatmap / line: those weights become the picked ``a``."""
-    w = weights_from_selection(st.session_state.get(CHART_KEY), m, grid)
-    if w is not None:
-        model.set_weights(w)
-
-
-def on_slider(model: SessionModel, i: int, a_hat: np.ndarray) -> None:
-    """Slider ``i`` moved: the others follow so the weights stay on the simplex."""
-    current = model.current_weights(a_hat)
-    model.set_weights(sync_weights(current, i, float(st.session_state[slider_key(i)])))
+EXPLORER_KEY = "geodesic_explorer"
 
 
 def on_reset(model: SessionModel) -> None:
@@ -83,110 +54,26 @@ def two_q_matrix(result) -> None:
         )
 
 
-def weight_picker(model: SessionModel, result, names: list[str], resolution: int) -> np.ndarray:
-    m = result.m
-    weights = model.current_weights(result.a_hat)
-    left, right = st.columns([3, 2])
-    with left:
-        if m in (2, 3):
-            if m == 3:
-                grid, values = services.objective_grid(model, result, resolution)
-                fig = ternary_heatmap(grid, values, names, a_hat=result.a_hat, picked=weights)
-                hint = "Click a point of the triangle to pick its weights. Vertices are the references P_i."
-            else:
-                grid, t = None, np.linspace(0.0, 1.0, 4 * resolution + 1)
-                values = result.objective(np.column_stack([1 - t, t]))
-                fig = geodesic_line(t, values, names, a_hat=result.a_hat, picked=weights)
-                hint = "Click a point of the curve to pick its weights."
-            st.plotly_chart(
-                fig,
-                on_select=lambda: on_pick(model, m, grid),
-                selection_mode="points",
-                key=CHART_KEY,
-            )
-            st.caption(hint)
-        else:
-            st.info(
-                f"m = {m} references: pick the weights with the sliders (they stay on the simplex)."
-            )
-            st.plotly_chart(weights_bar(weights, names, a_hat=result.a_hat), key="weights_bar_main")
-    with right:
-        st.markdown("**Weights a** (moving one slider rescales the others)")
-        # one rounding rule for sliders, text and bar labels (display_weights)
-        shown = display_weights(weights)
-        for i, name in enumerate(names):
-            st.session_state[slider_key(i)] = float(shown[i])
-            st.slider(
-                f"a{i + 1} · {name}",
-                0.0,
-                1.0,
-                step=10.0**-WEIGHT_DECIMALS,
-                format=f"%.{WEIGHT_DECIMALS}f",
-                key=slider_key(i),
-                on_change=on_slider,
-                args=(model, i, result.a_hat),
-            )
-        st.button(
-            f"Reset to {glossary.A_HAT}", on_click=on_reset, args=(model,), key="reset_weights"
+def picked_summary(model: SessionModel, result, weights: np.ndarray, names: list[str]) -> None:
+    """What the server holds after a release (the URL, Export and other pages use it)."""
+    c1, c2 = st.columns([4, 1], vertical_alignment="center")
+    value = float(result.objective(weights))
+    gap = value - result.w2_hat
+    c1.markdown(
+        f"**Picked a** = {format_weights(weights, names)} · {OBJECTIVE_LABEL} = {value:.6g}"
+        + (
+            f" ({gap:+.3g} vs {glossary.A_HAT})"
+            if model.picked_weights(result.m) is not None
+            else ""
         )
-        value = float(result.objective(weights))
-        gap = value - result.w2_hat
-        st.metric(
-            f"{OBJECTIVE_LABEL} at the picked a",
-            f"{value:.4g}",
-            # a_hat itself is shown rounded to 1e-4: no delta until the user picks other weights
-            delta=f"{gap:+.3g} vs {glossary.A_HAT}"
-            if model.picked_weights(m) is not None
-            else None,
-            delta_color="inverse",
-        )
-        st.markdown(
-            f"**{glossary.A_HAT}** = {format_weights(result.a_hat, names)} · "
-            f"{glossary.OBJECTIVE_AT_A_HAT} = {result.w2_hat:.4g}"
-        )
-        if m <= 3:
-            st.plotly_chart(
-                weights_bar(weights, names, a_hat=result.a_hat, height=280), key="weights_bar"
-            )
-    return weights
-
-
-def samples_of_pa(model: SessionModel, result, pa) -> None:
-    st.subheader("Samples of P_a")
-    if pa.image_shape is not None:
-        # the same target samples at every a (3 per class of Q): the grid changes only with a
-        idx = example_indices(result.target.labels, min(30, pa.n_samples), seed=0)
-        st.plotly_chart(
-            image_grid(
-                as_display_images(pa.features[idx], pa.image_shape),
-                soft_label_captions(pa.soft_labels[idx], pa.class_names, two_lines=True),
-                ncols=10,
-                title="P_a = (Σ a_i T_i)#Q of 30 fixed target samples — caption: top soft label and its mass",
-            ),
-            key="pa_grid",
-        )
-    st.plotly_chart(
-        label_mass_bars(
-            pa.soft_labels, pa.class_names, title="Average soft label of P_a (block total = a_i)"
-        ),
-        key="pa_mass",
+        + f" · {glossary.A_HAT} = {format_weights(result.a_hat, names)}"
     )
+    c2.button(f"Reset to {glossary.A_HAT}", on_click=on_reset, args=(model,), key="reset_weights")
 
 
-def low_dim_views(model: SessionModel, result, pa, weights: np.ndarray, names: list[str]) -> None:
-    st.subheader("The datasets themselves")
+def mixup_view(model: SessionModel, result, pa, weights: np.ndarray, names: list[str]) -> None:
     q = result.target
-    color_by = st.radio("Colour by", ["dataset", "label"], horizontal=True, key="geo_color")
     pa_set = point_set(pa, name="P_a")
-    sets = [point_set(q, name="Q", prefix_labels=True)]
-    sets += [
-        point_set(r, name=n, prefix_labels=True)
-        for r, n in zip(result.references, names, strict=True)
-    ]
-    st.plotly_chart(
-        scatter_sets([*sets, pa_set], color_by=color_by, title="Q, every P_i and P_a"),
-        key="geo_scatter",
-    )
     st.subheader("OT maps vs naive mixup")
     naive = services.mixup(model, result, weights)
     refs = [
@@ -222,105 +109,24 @@ def low_dim_views(model: SessionModel, result, pa, weights: np.ndarray, names: l
     )
 
 
-def embedding_view(model: SessionModel, result, pa, weights: np.ndarray, names: list[str]) -> None:
-    st.subheader("Embedding of Q, the references and P_a")
-    data = services.scenario_data(model)
-    with st.spinner("Fitting the embedding (once per scenario, then kept on disk)…"):
-        emb = services.embedding(model, data)
-    if emb.note:
-        st.warning(emb.note)
-    q_idx = emb.indices[emb.names[0]]
-    pts = services.place_points(model, emb, pa.features[q_idx], ("pa", *weights.tolist()))
-    sets = [
-        point_set(
-            ds,
-            emb.points[nm],
-            name="Q" if k == 0 else nm,
-            prefix_labels=True,
-            indices=emb.indices[nm],
-        )
-        for k, (ds, nm) in enumerate(zip(data.datasets, emb.names, strict=True))
-    ]
-    sets.append(point_set(pa, pts, name="P_a", indices=q_idx))
-    by_name = {
-        "Q": data.target,
-        **dict(zip(emb.names[1:], data.references, strict=True)),
-        "P_a": pa,
-    }
-
-    c1, c2, c3, c4 = st.columns([2, 3, 3, 1], vertical_alignment="bottom")
-    color_by = c1.radio("Colour by", ["dataset", "label"], horizontal=True, key="emb_color")
-    highlight_sets = c2.multiselect(
-        "Highlight datasets", [s.name for s in sets], key="emb_sets", placeholder="all"
-    )
-    classes = sorted({label.split("/", 1)[-1] for s in sets for label in s.labels})
-    highlight_classes = c3.multiselect(
-        "Highlight classes",
-        classes,
-        key="emb_classes",
-        placeholder="all",
-        help="A class name matches it in every dataset (e.g. 3 in MNIST, USPS and P_a).",
-    )
-    hide = c4.checkbox("Hide others", key="emb_hide")
-    chart = st.plotly_chart(
-        scatter_sets(
-            sets,
-            color_by=color_by,
-            title=f"{emb.method.upper()} of Q, P_i and P_a (fitted once; P_a placed by its neighbours)",
-            axis_titles=emb.axis_titles,
-            marker_size=5,
-            highlight_sets=highlight_sets,
-            highlight_classes=highlight_classes,
-            hide_others=hide,
-            emphasis="P_a",
-        ),
-        key="geo_embedding",
-        on_select="rerun",
-        selection_mode="points",
-    )
-    st.caption(
-        "Hover a point for its dataset, class and (for P_a) top soft labels; click points "
-        "(shift-click for several) to see their images. P_a is outlined and follows the weights."
-    )
-    picked = selected_samples(chart)[:6]
-    if picked:
-        cols = st.columns(min(len(picked), 3))
-        for k, (name, index) in enumerate(picked):
-            ds = by_name.get(name)
-            if ds is None or not 0 <= index < ds.n_samples:
-                continue
-            image = (
-                as_display_images(ds.features[index : index + 1], ds.image_shape)[0]
-                if ds.image_shape is not None
-                else None
-            )
-            soft = getattr(ds, "soft_labels", None)
-            cols[k % len(cols)].plotly_chart(
-                sample_card(
-                    image,
-                    f"{name} · sample #{index}",
-                    None if soft is None else soft[index],
-                    ds.class_names if soft is not None else [ds.classes[int(ds.labels[index])]],
-                ),
-                key=f"emb_card_{k}",
-            )
-
-
 @st.fragment
 def explorer(model: SessionModel, result) -> None:
-    """Weights, P_a and its views: a click or slider step reruns only this part of the page."""
+    """The browser explorer; a release reruns only this part of the page, once."""
     names = list(result.reference_names)
-    weights = weight_picker(model, result, names, model.settings.grid_resolution)
     try:
-        pa = services.interpolation(model, result, weights)
+        geodesic_explorer(model, result, key=EXPLORER_KEY)
     except GeovizError as err:
         st.error(str(err))
         return
-    samples_of_pa(model, result, pa)
-    if pa.image_shape is None and pa.features.shape[1] in (2, 3):
-        low_dim_views(model, result, pa, weights, names)
-    else:
-        embedding_view(model, result, pa, weights, names)
+    weights = model.current_weights(result.a_hat)
+    picked_summary(model, result, weights, names)
+    if result.image_shape is None and result.target.features.shape[1] in (2, 3):
+        try:
+            pa = services.interpolation(model, result, weights)
+        except GeovizError as err:
+            st.error(str(err))
+            return
+        mixup_view(model, result, pa, weights, names)
     # a fragment rerun does not reach the page frame: keep the URL's weights current here
     widgets.sync_url(model)
 
@@ -332,7 +138,8 @@ def main(model: SessionModel) -> None:
         r"$P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ on the generalized geodesic of the references "
         "with base Q (paper Sec. 3.3). The heatmap shows the objective "
         r"$\mathcal{W}^2(P_a, Q)$; its minimiser $\hat a$ (★) is the projection of Q "
-        "onto the geodesic. Click the triangle or move the sliders to pick $a$."
+        "onto the geodesic. Drag across the triangle (or use the arrow keys): everything below "
+        "the weights follows in your browser; releasing the pointer picks $a$ for the other pages."
     )
     result = widgets.geodesic_with_status(model)
     if result is None:

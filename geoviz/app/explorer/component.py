@@ -1,0 +1,126 @@
+"""The explorer as a Streamlit component (static files in ``frontend/``, no build step).
+
+:func:`geodesic_explorer` draws the weight simplex, ``P_a``'s samples, label mass
+and embedding in the browser and returns the weights only when the pointer is
+released; :func:`mccann_explorer` does the same for McCann's ``t``. The payloads
+are built once per scenario (and map method) and kept in
+:func:`geoviz.app.services.store`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import streamlit as st
+import streamlit.components.v1 as components
+
+from geoviz.app import services
+from geoviz.app.explorer.payload import Payload, build_geodesic, build_mccann
+
+if TYPE_CHECKING:
+    from geoviz.app.state import SessionModel
+    from geoviz.geodesic.pipeline import GeodesicResult
+
+FRONTEND = Path(__file__).resolve().parent / "frontend"
+_component = components.declare_component("geoviz_explorer", path=str(FRONTEND))
+LOG = logging.getLogger(__name__)
+
+__all__ = ["geodesic_explorer", "geodesic_payload", "mccann_explorer", "mccann_payload"]
+
+
+def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
+    """The geodesic explorer's payload for the current scenario. Cached."""
+    key = ("explorer", model.scenario.key(), model.settings.embed_per_dataset)
+
+    def compute() -> Payload:
+        start = time.perf_counter()
+        emb = place = None
+        dim = result.target.features.shape[1]
+        if result.image_shape is not None or dim not in (2, 3):
+            data = services.scenario_data(model)
+            emb = services.embedding(model, data)
+
+            def place(features: np.ndarray) -> np.ndarray:
+                return services.place_points(model, emb, features, ("explorer-grid",))
+
+        payload = build_geodesic(result, emb, place)
+        LOG.info(
+            "explorer payload: %.2f MB in %.2f s (%.2f s with the embedding)",
+            payload.size / 1e6,
+            payload.seconds,
+            time.perf_counter() - start,
+        )
+        return payload
+
+    return services.store().get_or_compute(key, compute)
+
+
+def mccann_payload(model: SessionModel, result: GeodesicResult, i: int) -> Payload:
+    """McCann mode's payload for reference ``i``. Cached."""
+    key = ("explorer-mccann", model.scenario.key(), int(i))
+    return services.store().get_or_compute(key, lambda: build_mccann(result, int(i)))
+
+
+def _new_value(value: Any, key: str) -> dict[str, Any] | None:
+    """The component's value when it is one the page has not handled yet."""
+    if not isinstance(value, dict):
+        return None
+    seq = value.get("seq")
+    seen = f"_{key}_seq"
+    if seq is None or st.session_state.get(seen) == (value.get("id"), seq):
+        return None
+    st.session_state[seen] = (value.get("id"), seq)
+    return value
+
+
+def geodesic_explorer(
+    model: SessionModel, result: GeodesicResult, *, key: str = "geodesic_explorer"
+) -> np.ndarray | None:
+    """Draw the explorer. Weights released in the browser since the last run are stored
+    with ``model.set_weights`` first (so URL, Export and the other pages follow) and
+    returned; ``None`` when nothing new was released."""
+    released = None
+    new = _new_value(st.session_state.get(key), key)
+    if new is not None and "weights" in new:
+        released = model.set_weights(np.asarray(new["weights"], dtype=float))
+    payload = geodesic_payload(model, result)
+    picked = model.picked_weights(result.m)
+    _component(
+        payload=payload.data,
+        payload_id=f"{model.scenario.key()}-geodesic",
+        picked=None if picked is None else [float(x) for x in picked],
+        key=key,
+        default=None,
+    )
+    return released
+
+
+def mccann_explorer(
+    model: SessionModel,
+    result: GeodesicResult,
+    i: int,
+    *,
+    key: str = "mccann_explorer",
+    t_key: str = "mc_t",
+    t_default: float = 0.5,
+) -> float:
+    """McCann mode for reference ``i``; returns ``t`` (``st.session_state[t_key]``), which
+    follows the browser's slider and Play on release."""
+    ckey = f"{key}_{int(i)}"
+    new = _new_value(st.session_state.get(ckey), ckey)
+    if new is not None and "t" in new:
+        st.session_state[t_key] = float(np.clip(float(new["t"]), 0.0, 1.0))
+    t = float(st.session_state.setdefault(t_key, t_default))
+    payload = mccann_payload(model, result, i)
+    _component(
+        payload=payload.data,
+        payload_id=f"{model.scenario.key()}-mccann-{int(i)}",
+        t=t,
+        key=ckey,
+        default=None,
+    )
+    return t

@@ -1,0 +1,714 @@
+/* geoviz explorer: the generalized geodesic (and McCann's interpolation) redrawn in the
+ * browser at frame rate. Plain JS, no build step, no network: Streamlit components v1
+ * protocol by hand (componentReady -> render -> setComponentValue / setFrameHeight).
+ * The payload layout is documented in geoviz/app/explorer/payload.py. */
+(function () {
+  "use strict";
+
+  // ------------------------------------------------------------------ Streamlit protocol
+  function post(type, extra) {
+    window.parent.postMessage(Object.assign({ isStreamlitMessage: true, type: type }, extra || {}), "*");
+  }
+  function setValue(value) {
+    post("streamlit:setComponentValue", { value: value, dataType: "json" });
+    G.valuesSent += 1;
+  }
+  let lastHeight = -1;
+  function fitHeight() {
+    const h = Math.ceil(document.getElementById("root").getBoundingClientRect().height) + 8;
+    if (h !== lastHeight) { lastHeight = h; post("streamlit:setFrameHeight", { height: h }); }
+  }
+
+  // ------------------------------------------------------------------ payload
+  function decode(bytes) {
+    const buf = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+    const dv = new DataView(buf);
+    const magic = String.fromCharCode(dv.getUint8(0), dv.getUint8(1), dv.getUint8(2), dv.getUint8(3));
+    if (magic !== "GVZX") throw new Error("not an explorer payload");
+    const n = dv.getUint32(4, true);
+    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, n)));
+    const base = 8 + n;
+    const types = { float64: Float64Array, float32: Float32Array, uint8: Uint8Array, int64: null };
+    const arrays = {};
+    for (const [name, spec] of Object.entries(header.arrays)) {
+      const T = types[spec.dtype];
+      const count = spec.shape.reduce((p, s) => p * s, 1);
+      arrays[name] = { data: new T(buf, base + spec.offset, count), shape: spec.shape };
+    }
+    return { header, arrays };
+  }
+
+  // ------------------------------------------------------------------ helpers
+  const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                   "#7f7f7f", "#bcbd22", "#17becf"];
+  const SET_COLORS = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3"];
+  // viridis, 9 stops
+  const VIRIDIS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
+                   [39, 173, 129], [92, 200, 99], [170, 220, 50], [253, 231, 37]];
+  function viridis(t) {
+    t = Math.min(1, Math.max(0, t)) * (VIRIDIS.length - 1);
+    const i = Math.min(VIRIDIS.length - 2, Math.floor(t)), f = t - i;
+    const a = VIRIDIS[i], b = VIRIDIS[i + 1];
+    return [a[0] + f * (b[0] - a[0]), a[1] + f * (b[1] - a[1]), a[2] + f * (b[2] - a[2])];
+  }
+  function el(tag, attrs, parent) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "text") e.textContent = v; else if (k === "html") e.innerHTML = v; else e.setAttribute(k, v);
+    }
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function fmt(x, d) { return Number(x).toFixed(d === undefined ? 2 : d); }
+  function sig(x) { return Number(x).toPrecision(7); }
+  function mass2(x) { return x.toFixed(2).replace(/^0\./, "."); }
+
+  /** Largest-remainder rounding on the simplex (geoviz.geodesic.weights.round_to_simplex). */
+  function roundToSimplex(a, decimals) {
+    const scale = Math.pow(10, decimals);
+    let s = 0;
+    const w = a.map((x) => { const v = Math.max(0, x); s += v; return v; }).map((x) => x / s);
+    const raw = w.map((x) => x * scale), fl = raw.map((x) => Math.floor(x + 1e-9));
+    const missing = Math.round(scale - fl.reduce((p, x) => p + x, 0));
+    const order = raw.map((x, i) => i).sort((i, j) => (raw[j] - fl[j]) - (raw[i] - fl[i]) || i - j);
+    for (let k = 0; k < missing; k++) fl[order[k]] += 1;
+    return fl.map((x) => x / scale);
+  }
+  function project(a) {
+    // clip negatives and renormalise (pointer positions outside the triangle)
+    const w = a.map((x) => Math.max(0, x));
+    const s = w.reduce((p, x) => p + x, 0);
+    return s > 0 ? w.map((x) => x / s) : a.map(() => 1 / a.length);
+  }
+  function syncWeights(a, i, v) {
+    v = Math.min(1, Math.max(0, v));
+    const rest = 1 - a[i], out = a.slice();
+    out[i] = v;
+    for (let j = 0; j < a.length; j++) {
+      if (j === i) continue;
+      out[j] = rest > 1e-12 ? a[j] * (1 - v) / rest : (1 - v) / (a.length - 1);
+    }
+    return out;
+  }
+
+  // ------------------------------------------------------------------ state
+  const G = (window.geovizExplorer = {
+    frameTimes: [], valuesSent: 0, renders: 0, playFrames: 0, playFps: null,
+    objective: (a) => objective(a), mix: (a) => Array.from(mixAll(a)),
+    pick: () => S.pick.slice(), t: () => S.t, ready: false,
+  });
+  const S = { payloadId: null, P: null, pick: null, t: 0.5, dragging: false, pending: [],
+              rafQueued: false, seq: 0, hover: null, ui: null };
+
+  function A(name) { return S.P.arrays[name]; }
+  function H() { return S.P.header; }
+
+  function objective(a) {
+    const w = A("w_to_target").data, b = A("w_between").data, m = w.length;
+    let v = 0;
+    for (let i = 0; i < m; i++) {
+      v += a[i] * w[i];
+      for (let j = 0; j < m; j++) if (j !== i) v -= 0.5 * a[i] * a[j] * b[i * m + j];
+    }
+    return v;
+  }
+
+  /** Mixed uint8 pixels of the shown samples: round(sum_i a_i images[i+1]) (McCann: a = [1-t, t]
+   * over [x, T_i(x)]). Returns Uint8ClampedArray (S * D). */
+  function mixRows(coef, offset, rows) {
+    const im = A("images"), D = im.shape[2], Sn = im.shape[1], src = im.data;
+    const acc = new Float64Array(rows * D);
+    for (let i = 0; i < coef.length; i++) {
+      const c = coef[i], base = (i + offset) * Sn * D;
+      if (c === 0) continue;
+      for (let k = 0; k < rows * D; k++) acc[k] += c * src[base + k];
+    }
+    const out = new Uint8ClampedArray(rows * D);
+    for (let k = 0; k < rows * D; k++) out[k] = Math.round(acc[k]);
+    return out;
+  }
+  /** Geodesic: ``a`` the weights; McCann: ``a`` is t (a number). */
+  function mixAll(a) {
+    if (!A("images")) return new Uint8ClampedArray(0);
+    const rows = H().n_shown;
+    if (H().mode === "mccann") { const t = Number(a); return mixRows([1 - t, t], 0, rows); }
+    return mixRows(a, 1, rows);
+  }
+
+  // ------------------------------------------------------------------ layout
+  function build() {
+    const root = document.getElementById("root");
+    root.innerHTML = "";
+    const h = H();
+    const ui = (S.ui = {});
+    const top = el("div", { class: "row" }, root);
+    const left = el("div", { class: "panel" }, top);
+    const right = el("div", { class: "panel readout" }, top);
+    if (h.mode === "mccann") {
+      el("h4", { text: "t: from Q (t = 0) to " + h.ref_name + " (t = 1)" }, left);
+      const line = el("div", {}, left);
+      ui.slider = el("input", { type: "range", min: "0", max: "1", step: "0.01", id: "t-slider" }, line);
+      ui.play = el("button", { id: "play", text: "▶ Play" }, line);
+      ui.slider.value = String(S.t);
+      ui.slider.addEventListener("input", (ev) => { S.t = Number(ui.slider.value); request(ev); });
+      ui.slider.addEventListener("change", () => sendT());
+      ui.play.addEventListener("click", play);
+      ui.value = el("div", { class: "big", id: "value" }, right);
+      ui.caption = el("div", { class: "hint" }, right);
+    } else {
+      el("h4", { text: "Weights a (drag, click or use the arrow keys)" }, left);
+      const m = h.m;
+      const size = m === 3 ? [400, 350] : m === 2 ? [460, 260] : [Math.max(360, 70 * m), 260];
+      ui.simplex = el("canvas", { id: "simplex", width: size[0], height: size[1], tabindex: "0" }, left);
+      el("div", { class: "hint", text: m === 3
+        ? "Colour: W²(P_a, Q) computed here from W_i and W_ij (darker is lower); ★ â, ● the picked a."
+        : m === 2 ? "The geodesic from P1 (t = 0) to P2 (t = 1): W²(P_a, Q) along it; ★ â."
+        : "Linked bars: drag a bar (the others rescale) · arrows: ←/→ choose, ↑/↓ move." }, left);
+      ui.weights = el("div", { id: "weights" }, right);
+      ui.value = el("div", { class: "big", id: "value" }, right);
+      ui.gap = el("div", { class: "gap", id: "gap" }, right);
+      ui.ahat = el("div", { class: "hint" }, right);
+      ui.ahat.textContent = "â = (" + Array.from(A("a_hat").data).map((x) => fmt(x, 3)).join(", ") +
+        ") · W²(P_â, Q) = " + sig(h.w2_hat);
+      bindSimplex(ui.simplex);
+    }
+    el("h4", { text: "Label mass per class (block total = " + (h.mode === "mccann" ? "1 − t | t" : "a_i") + ")" }, right);
+    ui.mass = el("canvas", { id: "mass", width: 420, height: 150 }, right);
+    if (A("images")) {
+      el("h4", { text: (h.mode === "mccann" ? "P^M_t" : "P_a") +
+        " of " + h.n_shown + " fixed target samples — caption: top soft label and its mass" }, root);
+      const [c, hh, ww] = h.image_shape;
+      const cols = 10, rows = Math.ceil(h.n_shown / cols);
+      ui.scale = Math.max(1, Math.floor(56 / Math.max(hh, ww)));
+      ui.tileW = Math.max(ww * ui.scale + 30, 92); ui.tileH = hh * ui.scale + 34;
+      ui.samples = el("canvas", { id: "samples", width: cols * ui.tileW, height: rows * ui.tileH }, root);
+      ui.tile = document.createElement("canvas");
+      ui.tile.width = ww; ui.tile.height = hh;
+    }
+    if (h.view === "embedding" || h.view === "scatter") {
+      el("h4", { text: h.view === "embedding"
+        ? (h.embedding_method || "").toUpperCase() + " of Q and the references (faded) with P_a moving (hover a point for its image)"
+        : "The datasets: references and Q faded, " + (h.mode === "mccann" ? "P^M_t" : "P_a") + " moving point by point" }, root);
+      ui.view = el("canvas", { id: "view", width: 820, height: 460 }, root);
+      setupView();
+      ui.view.addEventListener("pointermove", hoverView);
+      ui.view.addEventListener("pointerleave", () => { document.getElementById("tip").style.display = "none"; });
+    }
+    fitHeight();
+    if (h.mode !== "mccann" && h.m === 3) buildHeatmap();
+  }
+
+  // ------------------------------------------------------------------ simplex widget
+  function triangle() {
+    const c = S.ui.simplex, pad = 28;
+    const side = Math.min(c.width - 2 * pad, (c.height - 2 * pad) * 2 / Math.sqrt(3));
+    const hgt = side * Math.sqrt(3) / 2, cx = c.width / 2, top = (c.height - hgt) / 2 + 4;
+    return [[cx, top], [cx - side / 2, top + hgt], [cx + side / 2, top + hgt]];
+  }
+  function toXY(a) {
+    const V = triangle();
+    return [a[0] * V[0][0] + a[1] * V[1][0] + a[2] * V[2][0], a[0] * V[0][1] + a[1] * V[1][1] + a[2] * V[2][1]];
+  }
+  function toBary(x, y) {
+    const V = triangle();
+    const [x1, y1] = V[0], [x2, y2] = V[1], [x3, y3] = V[2];
+    const det = (y2 - y3) * (x1 - x3) + (x3 - x2) * (y1 - y3);
+    const l1 = ((y2 - y3) * (x - x3) + (x3 - x2) * (y - y3)) / det;
+    const l2 = ((y3 - y1) * (x - x3) + (x1 - x3) * (y - y3)) / det;
+    return [l1, l2, 1 - l1 - l2];
+  }
+  function lineGeom() {
+    const c = S.ui.simplex;
+    return { x0: 50, x1: c.width - 20, y0: 20, y1: c.height - 40 };
+  }
+  function barGeom() {
+    const c = S.ui.simplex, m = H().m;
+    const w = (c.width - 40) / m;
+    return { w, x: (i) => 20 + i * w, y0: 24, y1: c.height - 40 };
+  }
+  function weightsAt(x, y) {
+    const m = H().m;
+    if (m === 3) return project(toBary(x, y));
+    if (m === 2) {
+      const g = lineGeom(), t = Math.min(1, Math.max(0, (x - g.x0) / (g.x1 - g.x0)));
+      return [1 - t, t];
+    }
+    const g = barGeom();
+    const i = Math.min(m - 1, Math.max(0, Math.floor((x - 20) / g.w)));
+    S.activeBar = i;
+    const v = Math.min(1, Math.max(0, (g.y1 - y) / (g.y1 - g.y0)));
+    return syncWeights(S.pick, i, v);
+  }
+
+  function buildHeatmap() {
+    const c = S.ui.simplex, W = c.width, Hh = c.height;
+    const img = new ImageData(W, Hh);
+    const vals = new Float64Array(W * Hh).fill(NaN);
+    let lo = Infinity, hi = -Infinity;
+    for (let y = 0; y < Hh; y++) for (let x = 0; x < W; x++) {
+      const b = toBary(x + 0.5, y + 0.5);
+      if (b[0] < -1e-9 || b[1] < -1e-9 || b[2] < -1e-9) continue;
+      const v = objective(b);
+      vals[y * W + x] = v;
+      if (v < lo) lo = v; if (v > hi) hi = v;
+    }
+    const levels = 12, step = (hi - lo) / levels || 1;
+    for (let y = 0; y < Hh; y++) for (let x = 0; x < W; x++) {
+      const k = y * W + x, v = vals[k];
+      if (Number.isNaN(v)) continue;
+      const col = viridis((v - lo) / (hi - lo || 1));
+      const band = Math.floor((v - lo) / step);
+      const right = x + 1 < W ? vals[k + 1] : NaN, down = y + 1 < Hh ? vals[k + W] : NaN;
+      const edge = (!Number.isNaN(right) && Math.floor((right - lo) / step) !== band) ||
+                   (!Number.isNaN(down) && Math.floor((down - lo) / step) !== band);
+      const f = edge ? 0.55 : 1;
+      img.data[4 * k] = col[0] * f; img.data[4 * k + 1] = col[1] * f; img.data[4 * k + 2] = col[2] * f;
+      img.data[4 * k + 3] = 255;
+    }
+    const off = document.createElement("canvas");
+    off.width = W; off.height = Hh;
+    off.getContext("2d").putImageData(img, 0, 0);
+    S.ui.heat = off; S.ui.range = [lo, hi];
+  }
+
+  function star(ctx, x, y, r, fill) {
+    ctx.beginPath();
+    for (let k = 0; k < 10; k++) {
+      const rr = k % 2 ? r * 0.45 : r, ang = -Math.PI / 2 + k * Math.PI / 5;
+      ctx.lineTo(x + rr * Math.cos(ang), y + rr * Math.sin(ang));
+    }
+    ctx.closePath(); ctx.fillStyle = fill; ctx.fill(); ctx.strokeStyle = "#000"; ctx.lineWidth = 1; ctx.stroke();
+  }
+  function dot(ctx, x, y, r, fill) {
+    ctx.beginPath(); ctx.arc(x, y, r, 0, 2 * Math.PI); ctx.fillStyle = fill; ctx.fill();
+    ctx.strokeStyle = "#000"; ctx.lineWidth = 2; ctx.stroke();
+  }
+
+  function drawSimplex() {
+    const c = S.ui.simplex, ctx = c.getContext("2d"), h = H(), m = h.m, names = h.names;
+    const ahat = Array.from(A("a_hat").data);
+    ctx.clearRect(0, 0, c.width, c.height);
+    ctx.font = "12px sans-serif"; ctx.fillStyle = "#262730";
+    if (m === 3) {
+      ctx.drawImage(S.ui.heat, 0, 0);
+      const V = triangle();
+      ctx.beginPath(); ctx.moveTo(...V[0]); ctx.lineTo(...V[1]); ctx.lineTo(...V[2]); ctx.closePath();
+      ctx.strokeStyle = "#444"; ctx.lineWidth = 1; ctx.stroke();
+      ctx.textAlign = "center";
+      ctx.fillText("P1 · " + names[0], V[0][0], V[0][1] - 8);
+      ctx.textAlign = "left"; ctx.fillText("P2 · " + names[1], 2, V[1][1] + 18);
+      ctx.textAlign = "right"; ctx.fillText("P3 · " + names[2], c.width - 2, V[2][1] + 18);
+      const [sx, sy] = toXY(ahat); star(ctx, sx, sy, 9, "#fff");
+      if (S.hover) { const [hx, hy] = toXY(S.hover); ctx.beginPath(); ctx.arc(hx, hy, 4, 0, 7); ctx.strokeStyle = "#fff"; ctx.stroke(); }
+      const [px, py] = toXY(S.pick); dot(ctx, px, py, 6, "#ff4b4b");
+    } else if (m === 2) {
+      const g = lineGeom(), n = 200, vals = [];
+      let lo = Infinity, hi = -Infinity;
+      for (let k = 0; k <= n; k++) { const v = objective([1 - k / n, k / n]); vals.push(v); lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      const Y = (v) => g.y1 - (v - lo) / (hi - lo || 1) * (g.y1 - g.y0);
+      const X = (t) => g.x0 + t * (g.x1 - g.x0);
+      ctx.strokeStyle = "#ccc"; ctx.beginPath(); ctx.moveTo(g.x0, g.y1); ctx.lineTo(g.x1, g.y1); ctx.stroke();
+      ctx.strokeStyle = "#636efa"; ctx.lineWidth = 2; ctx.beginPath();
+      vals.forEach((v, k) => (k ? ctx.lineTo(X(k / n), Y(v)) : ctx.moveTo(X(0), Y(v)))); ctx.stroke();
+      ctx.textAlign = "left"; ctx.fillText("P1 · " + names[0], g.x0 - 30, g.y1 + 18);
+      ctx.textAlign = "right"; ctx.fillText("P2 · " + names[1], g.x1, g.y1 + 18);
+      ctx.textAlign = "center"; ctx.fillText("t = a2", (g.x0 + g.x1) / 2, g.y1 + 30);
+      star(ctx, X(ahat[1]), Y(objective(ahat)), 9, "#fff");
+      dot(ctx, X(S.pick[1]), Y(objective(S.pick)), 6, "#ff4b4b");
+    } else {
+      const g = barGeom();
+      for (let i = 0; i < m; i++) {
+        const x = g.x(i) + 8, w = g.w - 16, v = S.pick[i];
+        ctx.fillStyle = "#eee"; ctx.fillRect(x, g.y0, w, g.y1 - g.y0);
+        ctx.fillStyle = S.activeBar === i ? "#ff4b4b" : SET_COLORS[i % SET_COLORS.length];
+        ctx.fillRect(x, g.y1 - v * (g.y1 - g.y0), w, v * (g.y1 - g.y0));
+        ctx.strokeStyle = "#000"; ctx.setLineDash([4, 3]); ctx.beginPath();
+        const yh = g.y1 - ahat[i] * (g.y1 - g.y0); ctx.moveTo(x - 3, yh); ctx.lineTo(x + w + 3, yh); ctx.stroke(); ctx.setLineDash([]);
+        ctx.fillStyle = "#262730"; ctx.textAlign = "center";
+        ctx.fillText(fmt(v, 3), x + w / 2, g.y0 - 6);
+        ctx.fillText("P" + (i + 1), x + w / 2, g.y1 + 16);
+        ctx.fillText(String(names[i]).slice(0, 12), x + w / 2, g.y1 + 30);
+      }
+    }
+  }
+
+  function bindSimplex(c) {
+    const pos = (ev) => { const r = c.getBoundingClientRect(); return [ev.clientX - r.left, ev.clientY - r.top]; };
+    c.addEventListener("pointerdown", (ev) => {
+      S.dragging = true; c.setPointerCapture(ev.pointerId); c.focus();
+      S.pick = weightsAt(...pos(ev)); request(ev);
+    });
+    c.addEventListener("pointermove", (ev) => {
+      if (S.dragging) S.pick = weightsAt(...pos(ev));
+      else if (H().m === 3) { const b = toBary(...pos(ev)); S.hover = b.every((x) => x >= 0) ? b : null; }
+      else return;
+      request(ev);
+    });
+    const release = (ev) => {
+      if (!S.dragging) return;
+      S.dragging = false; S.activeBar = undefined;
+      S.pick = weightsAt(...pos(ev)); S.activeBar = undefined;
+      sendWeights();
+    };
+    c.addEventListener("pointerup", release);
+    c.addEventListener("pointercancel", release);
+    c.addEventListener("pointerleave", () => { if (S.hover) { S.hover = null; request(null); } });
+    c.addEventListener("keydown", (ev) => {
+      const m = H().m, step = ev.shiftKey ? 0.1 : 0.02;
+      let a = S.pick.slice();
+      if (m === 3) {
+        const [x, y] = toXY(a), V = triangle(), side = V[2][0] - V[1][0];
+        const d = { ArrowLeft: [-1, 0], ArrowRight: [1, 0], ArrowUp: [0, -1], ArrowDown: [0, 1] }[ev.key];
+        if (!d) return;
+        a = project(toBary(x + d[0] * step * side, y + d[1] * step * side));
+      } else if (m === 2) {
+        const dt = { ArrowLeft: -step, ArrowDown: -step, ArrowRight: step, ArrowUp: step }[ev.key];
+        if (dt === undefined) return;
+        const t = Math.min(1, Math.max(0, a[1] + dt)); a = [1 - t, t];
+      } else {
+        S.activeBar = S.activeBar === undefined ? 0 : S.activeBar;
+        if (ev.key === "ArrowLeft") S.activeBar = (S.activeBar + m - 1) % m;
+        else if (ev.key === "ArrowRight") S.activeBar = (S.activeBar + 1) % m;
+        else if (ev.key === "ArrowUp" || ev.key === "ArrowDown") {
+          const i = S.activeBar; a = syncWeights(a, i, a[i] + (ev.key === "ArrowUp" ? step : -step));
+        } else return;
+      }
+      ev.preventDefault();
+      S.pick = roundToSimplex(a, 4); S.keyMoved = true; request(ev);
+    });
+    c.addEventListener("keyup", (ev) => {
+      if (S.keyMoved && ev.key.startsWith("Arrow")) { S.keyMoved = false; sendWeights(); }
+    });
+  }
+
+  function sendWeights() {
+    S.pick = roundToSimplex(S.pick, 4);
+    S.sentPick = S.pick.slice();
+    S.seq += 1;
+    request(null);
+    setValue({ weights: S.pick, seq: S.seq, id: S.payloadId });
+  }
+  function sendT() {
+    S.t = Math.round(S.t * 100) / 100;
+    S.seq += 1;
+    request(null);
+    setValue({ t: S.t, seq: S.seq, id: S.payloadId });
+  }
+
+  // ------------------------------------------------------------------ drawing per frame
+  function request(ev) {
+    if (ev && ev.timeStamp !== undefined && (ev.type === "pointermove" || ev.type === "input")) S.pending.push(ev.timeStamp);
+    if (S.rafQueued) return;
+    S.rafQueued = true;
+    requestAnimationFrame(() => {
+      S.rafQueued = false;
+      draw();
+      const now = performance.now();
+      for (const ts of S.pending) G.frameTimes.push(now - ts);
+      S.pending = [];
+    });
+  }
+
+  function currentCoef() {
+    return H().mode === "mccann" ? [1 - S.t, S.t] : S.pick;
+  }
+
+  function draw() {
+    const h = H(), ui = S.ui;
+    if (h.mode === "mccann") {
+      ui.slider.value = String(S.t);
+      ui.value.textContent = "t = " + fmt(S.t, 2);
+      ui.caption.textContent = "P^M_t = ((1 − t) Id + t T_" + (h.ref + 1) + ")#Q; the server hears t on release.";
+    } else {
+      drawSimplex();
+      const v = objective(S.pick), gap = v - h.w2_hat;
+      ui.weights.textContent = "a = (" + S.pick.map((x) => fmt(x, 4)).join(", ") + ")";
+      ui.value.textContent = "W²(P_a, Q) = " + sig(v);
+      ui.value.setAttribute("data-value", String(v));
+      ui.gap.textContent = (gap >= 0 ? "+" : "") + Number(gap).toPrecision(3) + " vs â";
+      ui.gap.className = "gap " + (gap > 1e-12 ? "up" : "down");
+      if (S.hover) ui.ahat.dataset.hover = "";
+    }
+    drawMass();
+    if (ui.samples) drawSamples();
+    if (ui.view) drawView();
+  }
+
+  function topLabel(j) {
+    const h = H(), soft = A("soft");
+    if (h.mode === "mccann") {
+      const C = soft.shape[1], t = S.t;
+      let best = 1 - t, name = h.target_name + "/" + h.class_names[0][h.sample_label[j]];
+      for (let c = 0; c < C; c++) {
+        const v = t * soft.data[j * C + c];
+        if (v > best) { best = v; name = h.ref_name + "/" + h.class_names[1][c]; }
+      }
+      return [name, best];
+    }
+    const m = h.m, Sn = soft.shape[1], C = soft.shape[2];
+    let best = -1, name = "";
+    for (let i = 0; i < m; i++) {
+      const names = h.class_names[i];
+      for (let c = 0; c < names.length; c++) {
+        const v = S.pick[i] * soft.data[(i * Sn + j) * C + c];
+        if (v > best) { best = v; name = h.names[i] + "/" + names[c]; }
+      }
+    }
+    return [name, best];
+  }
+
+  function drawSamples() {
+    const h = H(), ui = S.ui, ctx = ui.samples.getContext("2d");
+    const [ch, hh, ww] = h.image_shape, D = ch * hh * ww;
+    const px = mixAll(h.mode === "mccann" ? S.t : S.pick);
+    G.lastMix = px;
+    const tctx = ui.tile.getContext("2d"), img = tctx.createImageData(ww, hh);
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, ui.samples.width, ui.samples.height);
+    ctx.imageSmoothingEnabled = false;
+    ctx.font = "10px sans-serif"; ctx.textAlign = "center";
+    for (let j = 0; j < h.n_shown; j++) {
+      fillImage(img, px, j * D, ch, hh, ww);
+      tctx.putImageData(img, 0, 0);
+      const col = j % 10, row = Math.floor(j / 10);
+      const x = col * ui.tileW + (ui.tileW - ww * ui.scale) / 2, y = row * ui.tileH + 2;
+      ctx.drawImage(ui.tile, x, y, ww * ui.scale, hh * ui.scale);
+      const [name, v] = topLabel(j);
+      ctx.fillStyle = "#262730";
+      const cut = name.indexOf("/"), xc = x + ww * ui.scale / 2, yc = y + hh * ui.scale + 12;
+      ctx.fillText(name.slice(0, cut).slice(0, 16), xc, yc);
+      ctx.fillText(name.slice(cut + 1).slice(0, 12) + " " + mass2(v), xc, yc + 11);
+    }
+  }
+  function fillImage(img, px, off, ch, hh, ww) {
+    const n = hh * ww, d = img.data;
+    for (let k = 0; k < n; k++) {
+      if (ch === 3) { d[4 * k] = px[off + k]; d[4 * k + 1] = px[off + n + k]; d[4 * k + 2] = px[off + 2 * n + k]; }
+      else if (ch === 1) { d[4 * k] = d[4 * k + 1] = d[4 * k + 2] = px[off + k]; }
+      else { let s = 0; for (let c = 0; c < ch; c++) s += px[off + c * n + k]; d[4 * k] = d[4 * k + 1] = d[4 * k + 2] = s / ch; }
+      d[4 * k + 3] = 255;
+    }
+  }
+
+  function drawMass() {
+    const h = H(), c = S.ui.mass, ctx = c.getContext("2d");
+    ctx.clearRect(0, 0, c.width, c.height);
+    const blocks = [];
+    if (h.mode === "mccann") {
+      blocks.push({ name: h.target_name, w: 1 - S.t, vals: Array.from(A("target_mass").data) });
+      blocks.push({ name: h.ref_name, w: S.t, vals: Array.from(A("mass").data) });
+    } else {
+      const mass = A("mass"), C = mass.shape[1];
+      for (let i = 0; i < h.m; i++) {
+        blocks.push({ name: h.names[i], w: S.pick[i], vals: Array.from(mass.data.slice(i * C, i * C + h.class_names[i].length)) });
+      }
+    }
+    const total = blocks.reduce((p, b) => p + b.vals.length, 0) + blocks.length - 1;
+    // scale: the largest class mass any weights can give (a block at weight 1)
+    const top = Math.max(1e-12, ...blocks.flatMap((b) => b.vals));
+    const bw = (c.width - 10) / total, y1 = c.height - 28, y0 = 14;
+    let x = 5;
+    ctx.font = "11px sans-serif"; ctx.textAlign = "center";
+    blocks.forEach((b, i) => {
+      const x0 = x;
+      ctx.fillStyle = SET_COLORS[(h.mode === "mccann" ? (i === 0 ? 5 : h.ref) : i) % SET_COLORS.length];
+      for (const v of b.vals) {
+        const hgt = b.w * v / top * (y1 - y0);
+        ctx.fillRect(x + 1, y1 - hgt, Math.max(1, bw - 2), hgt);
+        x += bw;
+      }
+      ctx.fillStyle = "#262730";
+      ctx.fillText(b.name.slice(0, 14) + " · " + fmt(b.w, 2), (x0 + x) / 2, y1 + 16);
+      x += bw;
+    });
+    ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(0, y1); ctx.lineTo(c.width, y1); ctx.stroke();
+  }
+
+  // ------------------------------------------------------------------ embedding / scatter
+  function setupView() {
+    const h = H(), pts = [];
+    const push = (arr) => { for (let k = 0; k + 1 < arr.data.length; k += arr.shape[arr.shape.length - 1]) pts.push([arr.data[k], arr.data[k + 1]]); };
+    if (h.view === "embedding") { push(A("bg")); push(A("place")); }
+    else { push(A("ref_coords")); push(A("coords")); }
+    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    for (const [x, y] of pts) { x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y); }
+    const c = S.ui.view, pad = 20;
+    const sx = (c.width - 2 * pad) / (x1 - x0 || 1), sy = (c.height - 2 * pad) / (y1 - y0 || 1);
+    S.ui.X = (x) => pad + (x - x0) * sx;
+    S.ui.Y = (y) => c.height - pad - (y - y0) * sy;
+    // the faded background, drawn once
+    const off = document.createElement("canvas");
+    off.width = c.width; off.height = c.height;
+    const ctx = off.getContext("2d");
+    ctx.globalAlpha = 0.18;
+    const bg = h.view === "embedding" ? A("bg") : A("ref_coords"), set = h.view === "embedding" ? A("bg_set") : A("ref_set");
+    const d = bg.shape[1];
+    for (let k = 0; k < bg.shape[0]; k++) {
+      const s = set.data[k];
+      ctx.fillStyle = h.view === "embedding" ? (s === 0 ? "#000" : SET_COLORS[(s - 1) % SET_COLORS.length])
+                                               : SET_COLORS[(h.mode === "mccann" ? h.ref : s) % SET_COLORS.length];
+      ctx.fillRect(S.ui.X(bg.data[k * d]) - 2, S.ui.Y(bg.data[k * d + 1]) - 2, 4, 4);
+    }
+    if (h.view === "scatter") {  // Q itself, faded
+      const co = A("coords"), n = co.shape[1], dd = co.shape[2];
+      ctx.fillStyle = "#000";
+      for (let k = 0; k < n; k++) ctx.fillRect(S.ui.X(co.data[k * dd]) - 1.5, S.ui.Y(co.data[k * dd + 1]) - 1.5, 3, 3);
+    }
+    ctx.globalAlpha = 1;
+    ctx.font = "12px sans-serif"; ctx.fillStyle = "#262730";
+    const legend = h.view === "embedding" ? ["Q (black)", ...h.names.map((n, i) => n)]
+      : h.mode === "mccann" ? ["Q (black)", h.ref_name] : ["Q (black)", ...h.names];
+    legend.forEach((name, i) => {
+      ctx.fillStyle = i === 0 ? "#000" : SET_COLORS[(h.mode === "mccann" && h.view === "scatter" ? h.ref : i - 1) % SET_COLORS.length];
+      ctx.fillRect(8, 8 + 16 * i, 10, 10); ctx.fillStyle = "#262730"; ctx.textAlign = "left"; ctx.fillText(name + " (faded)", 22, 17 + 16 * i);
+    });
+    S.ui.bg = off;
+    if (h.view === "embedding") {
+      const grid = A("grid"), K = grid.shape[0], m = grid.shape[1];
+      S.ui.node = new Map();
+      for (let k = 0; k < K; k++) S.ui.node.set(Array.from(grid.data.slice(k * m, k * m + m)).join(","), k);
+    }
+  }
+
+  /** Barycentric (Kuhn) interpolation weights over the simplex grid of resolution r:
+   * returns [[node index, weight], ...] with the weights summing to 1. */
+  function gridWeights(a) {
+    const r = H().grid_res, m = a.length;
+    const c = [], acc = [0];
+    let s = 0;
+    for (let j = 0; j < m - 1; j++) { s += a[j] * r; c.push(Math.min(r, Math.max(0, s))); }
+    const fl = c.map((x) => Math.min(r, Math.floor(x + 1e-12))), fr = c.map((x, j) => x - fl[j]);
+    // ties: the higher coordinate first keeps the vertices monotone
+    const order = fr.map((x, j) => j).sort((i, j) => fr[j] - fr[i] || j - i);
+    const out = [];
+    const vert = fl.slice();
+    const node = (v) => {
+      const comp = []; let prev = 0;
+      for (let j = 0; j < m - 1; j++) { comp.push(v[j] - prev); prev = v[j]; }
+      comp.push(r - prev);
+      return S.ui.node.get(comp.join(","));
+    };
+    let wPrev = 1;
+    for (let k = 0; k <= m - 1; k++) {
+      const next = k < m - 1 ? fr[order[k]] : 0;
+      const w = wPrev - next;
+      if (w > 1e-12) { const idx = node(vert); if (idx !== undefined) out.push([idx, w]); }
+      if (k < m - 1) { vert[order[k]] += 1; wPrev = next; }
+    }
+    const tot = out.reduce((p, x) => p + x[1], 0);
+    return out.map(([i, w]) => [i, w / tot]);
+  }
+
+  function viewPoints() {
+    const h = H(), out = [];
+    if (h.view === "embedding") {
+      const pl = A("place"), P = pl.shape[1], ws = gridWeights(S.pick);
+      for (let p = 0; p < P; p++) {
+        let x = 0, y = 0;
+        for (const [k, w] of ws) { x += w * pl.data[(k * P + p) * 2]; y += w * pl.data[(k * P + p) * 2 + 1]; }
+        out.push([x, y, h.sample_label[p], p]);
+      }
+    } else {
+      const co = A("coords"), n = co.shape[1], d = co.shape[2], coef = currentCoef(), lab = A("labels").data;
+      for (let p = 0; p < n; p++) {
+        let x = 0, y = 0;
+        for (let i = 0; i < coef.length; i++) {
+          const base = ((h.mode === "mccann" ? i : i + 1) * n + p) * d;
+          x += coef[i] * co.data[base]; y += coef[i] * co.data[base + 1];
+        }
+        out.push([x, y, lab[p], p]);
+      }
+    }
+    return out;
+  }
+
+  function drawView() {
+    const ui = S.ui, c = ui.view, ctx = c.getContext("2d");
+    ctx.clearRect(0, 0, c.width, c.height);
+    ctx.drawImage(ui.bg, 0, 0);
+    const pts = (ui.points = viewPoints());
+    for (const [x, y, lab] of pts) {
+      ctx.beginPath(); ctx.arc(ui.X(x), ui.Y(y), 3.5, 0, 2 * Math.PI);
+      ctx.fillStyle = PALETTE[lab % PALETTE.length]; ctx.fill();
+      ctx.strokeStyle = "#000"; ctx.lineWidth = 0.8; ctx.stroke();
+    }
+    ctx.fillStyle = "#262730"; ctx.textAlign = "right"; ctx.font = "12px sans-serif";
+    ctx.fillText((H().mode === "mccann" ? "P^M_t" : "P_a") + ": coloured by the class of its target sample", c.width - 8, 16);
+  }
+
+  function hoverView(ev) {
+    const ui = S.ui, tip = document.getElementById("tip"), h = H();
+    if (!ui.points) return;
+    const r = ui.view.getBoundingClientRect(), mx = ev.clientX - r.left, my = ev.clientY - r.top;
+    let best = null, bd = 64;
+    for (const p of ui.points) {
+      const d = (ui.X(p[0]) - mx) ** 2 + (ui.Y(p[1]) - my) ** 2;
+      if (d < bd) { bd = d; best = p; }
+    }
+    if (!best) { tip.style.display = "none"; return; }
+    const idx = best[3];
+    tip.innerHTML = "";
+    const what = (h.mode === "mccann" ? "P^M_t" : "P_a") + " of target #" + h.sample_index[Math.min(idx, h.sample_index.length - 1)];
+    el("div", { text: what }, tip);
+    if (A("images") && h.view === "embedding") {
+      const [ch, hh, ww] = h.image_shape, D = ch * hh * ww, im = A("images"), Sn = im.shape[1];
+      const acc = new Uint8ClampedArray(D);
+      const tmp = new Float32Array(D);
+      S.pick.forEach((a, i) => { const base = ((i + 1) * Sn + idx) * D; for (let k = 0; k < D; k++) tmp[k] += a * im.data[base + k]; });
+      for (let k = 0; k < D; k++) acc[k] = Math.round(tmp[k]);
+      const cv = el("canvas", { width: ww, height: hh }, tip);
+      cv.style.width = 3 * ww + "px"; cv.style.imageRendering = "pixelated";
+      const cx = cv.getContext("2d"), img = cx.createImageData(ww, hh);
+      fillImage(img, acc, 0, ch, hh, ww); cx.putImageData(img, 0, 0);
+    } else {
+      el("div", { text: "(" + fmt(best[0], 2) + ", " + fmt(best[1], 2) + ")" }, tip);
+    }
+    tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - 120) + "px";
+    tip.style.top = ev.clientY + 12 + "px";
+    tip.style.display = "block";
+  }
+
+  // ------------------------------------------------------------------ McCann play
+  function play() {
+    const dur = 2000, start = performance.now();
+    let frames = 0;
+    S.playing = true;
+    const step = (now) => {
+      const f = Math.min(1, (now - start) / dur);
+      S.t = f; draw(); frames += 1; G.playFrames += 1;
+      if (f < 1) requestAnimationFrame(step);
+      else { S.playing = false; G.playFps = frames / ((performance.now() - start) / 1000); sendT(); }
+    };
+    requestAnimationFrame(step);
+  }
+
+  // ------------------------------------------------------------------ render
+  function onRender(args) {
+    G.renders += 1;
+    if (args.payload_id !== S.payloadId) {
+      S.P = decode(args.payload);
+      S.payloadId = args.payload_id;
+      S.pick = null;
+      S.ui = null;
+    }
+    const h = H();
+    if (h.mode === "mccann") {
+      if (!S.playing && args.t !== undefined && args.t !== null && S.ui == null) S.t = Number(args.t);
+    } else if (!S.dragging) {
+      const picked = args.picked && args.picked.length === h.m ? args.picked.map(Number) : Array.from(A("a_hat").data);
+      if (!S.pick || !S.sentPick || picked.some((x, i) => Math.abs(x - S.sentPick[i]) > 1e-9)) S.pick = roundToSimplex(picked, 4);
+      S.sentPick = S.pick.slice();
+    }
+    if (!S.ui) build();
+    draw();
+    fitHeight();
+    G.ready = true;
+  }
+
+  window.addEventListener("message", (ev) => {
+    const d = ev.data;
+    if (!d || d.type !== "streamlit:render") return;
+    try { onRender(d.args || {}); }
+    catch (err) { document.getElementById("root").textContent = "explorer error: " + err; fitHeight(); throw err; }
+  });
+  post("streamlit:componentReady", { apiVersion: 1 });
+})();

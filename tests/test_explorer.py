@@ -1,0 +1,155 @@
+"""The explorer's payload (geoviz.app.explorer.payload): decoded as the browser decodes it,
+it gives back GeodesicResult's arrays; sizes; the cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from geoviz.app import services
+from geoviz.app.explorer import payload as xp
+from geoviz.app.state import SessionModel, default_scenario
+
+
+@pytest.fixture
+def fresh_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GEOVIZ_APP_N", "60")
+    monkeypatch.setenv("GEOVIZ_APP_EMBED_N", "40")
+    monkeypatch.setenv("GEOVIZ_EMBEDDING", "pca")
+    services.store().clear()
+    yield tmp_path
+    services.store().clear()
+
+
+@pytest.fixture
+def fitted(fresh_server):
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.ot.otdd import OTDDConfig
+
+    model = SessionModel({})
+    model.scenario = default_scenario().with_(n_target=120, n_reference=60)
+    data = services.scenario_data(model)
+    result = fit_geodesic(
+        data.target, list(data.references), GeodesicConfig(otdd=OTDDConfig(epsilon=0.01))
+    )
+    return model, data, result
+
+
+def mix_like_js(arrays: dict, header: dict, a: np.ndarray) -> np.ndarray:
+    """``round(sum_i a_i images[i + 1])`` of the shown samples, as explorer.js mixes them."""
+    im = arrays["images"][1:, : header["n_shown"]].astype(np.float64)
+    return np.clip(np.floor(np.tensordot(a, im, axes=1) + 0.5), 0, 255).astype(np.uint8)
+
+
+def test_encode_decode_round_trip():
+    arrays = {
+        "f8": np.arange(5, dtype=np.float64) / 3,
+        "u8": np.arange(7, dtype=np.uint8).reshape(7),
+        "f4": np.ones((2, 3, 2), np.float32) * 0.5,
+    }
+    data = xp.encode({"hello": "wörld"}, arrays)
+    assert data[:4] == b"GVZX"
+    header, back = xp.decode(data)
+    assert header["hello"] == "wörld"
+    for name, arr in arrays.items():
+        np.testing.assert_array_equal(back[name], arr)
+        assert header["arrays"][name]["offset"] % 8 == 0
+
+
+def test_simplex_compositions_and_resolution():
+    comps = xp.simplex_compositions(3, 4)
+    assert comps.shape == (15, 3) and (comps.sum(1) == 4).all() and (comps >= 0).all()
+    assert len({tuple(c) for c in comps}) == 15
+    assert xp.simplex_compositions(2, 5).shape == (6, 2)
+    for m in (2, 3, 4, 6):
+        res = xp.grid_resolution(m)
+        assert 1 <= len(xp.simplex_compositions(m, res)) <= xp.MAX_GRID_NODES
+
+
+def test_geodesic_payload_gives_back_the_result(fitted):
+    from geoviz.app.explorer.component import geodesic_payload
+
+    model, data, result = fitted
+    payload = geodesic_payload(model, result)
+    header, arrays = xp.decode(payload.data)
+    m = result.m
+    np.testing.assert_array_equal(arrays["w_to_target"], result.w_to_target)
+    np.testing.assert_array_equal(arrays["w_between"], result.w_between)
+    np.testing.assert_array_equal(arrays["a_hat"], result.a_hat)
+    assert header["m"] == m and header["names"] == list(result.reference_names)
+    shown = np.asarray(header["sample_index"][: header["n_shown"]])
+    assert header["n_shown"] == 30
+    # 3 samples of each of Q's 10 classes
+    assert np.bincount(result.target.labels.numpy()[shown], minlength=10).tolist() == [3] * 10
+    lo, hi = header["pixel_lo"], header["pixel_hi"]
+    placed = np.asarray(header["sample_index"])
+    np.testing.assert_array_equal(
+        arrays["images"][0], xp.quantize(result.target.features.numpy()[placed], lo, hi)
+    )
+    for i in range(m):
+        np.testing.assert_array_equal(
+            arrays["images"][i + 1], xp.quantize(result.mapped_features[i].numpy()[placed], lo, hi)
+        )
+        soft = result.soft_labels[i].numpy()
+        c = soft.shape[1]
+        np.testing.assert_allclose(arrays["soft"][i, :, :c], soft[shown], rtol=1e-6)
+        np.testing.assert_allclose(arrays["mass"][i, :c], soft.mean(0), rtol=1e-5)
+    # the mix of the quantized images is P_a's display image to uint8 rounding
+    rng = np.random.default_rng(0)
+    for a in rng.dirichlet(np.ones(m), size=20):
+        pa = result.interpolate(a)
+        want = xp.quantize(pa.features.numpy()[shown], lo, hi).astype(int)
+        got = mix_like_js(arrays, header, a).astype(int)
+        assert np.abs(want - got).max() <= 1
+    # embedding placements at the grid nodes: P_a placed by the embedding
+    assert header["view"] == "embedding"
+    grid, place = arrays["grid"], arrays["place"]
+    res = header["grid_res"]
+    assert (grid.sum(1) == res).all() and place.shape == (len(grid), len(placed), 2)
+    emb = services.embedding(model, data)
+    k = len(grid) // 2
+    node = grid[k] / res
+    pa = result.interpolate(node)
+    np.testing.assert_allclose(place[k], emb.place(pa.features.numpy()[placed]), atol=1e-3)
+    assert len(arrays["bg"]) == len(arrays["bg_set"]) > 0
+
+
+def test_payload_is_cached_and_small(fitted):
+    from geoviz.app.explorer.component import geodesic_payload, mccann_payload
+
+    model, _, result = fitted
+    first = geodesic_payload(model, result)
+    assert geodesic_payload(model, result) is first  # a cache hit: the same object
+    assert first.size <= 3_000_000
+    mc = mccann_payload(model, result, 1)
+    assert mccann_payload(model, result, 1) is mc
+    header, arrays = xp.decode(mc.data)
+    assert header["mode"] == "mccann" and header["ref"] == 1
+    shown = np.asarray(header["sample_index"])
+    lo, hi = header["pixel_lo"], header["pixel_hi"]
+    t = 0.3
+    ds = result.mccann(1, t)
+    want = xp.quantize(ds.features.numpy()[shown], lo, hi).astype(int)
+    im = arrays["images"].astype(np.float64)
+    got = np.floor((1 - t) * im[0] + t * im[1] + 0.5).astype(int)
+    assert np.abs(want - got).max() <= 1
+
+
+def test_low_dimensional_payload_moves_every_point(fresh_server):
+    from geoviz.app.explorer.component import geodesic_payload
+    from geoviz.app.state import AppSettings, preset_scenarios
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+
+    model = SessionModel({})
+    model.scenario = preset_scenarios(AppSettings(n_default=100))["2-D Gaussian mixtures"]
+    data = services.scenario_data(model)
+    result = fit_geodesic(data.target, list(data.references), GeodesicConfig())
+    header, arrays = xp.decode(geodesic_payload(model, result).data)
+    assert header["view"] == "scatter" and "images" not in arrays
+    coords = arrays["coords"]
+    assert coords.shape == (result.m + 1, result.target.n_samples, 2)
+    a = np.array([0.2, 0.5, 0.3])
+    pa = result.interpolate(a).features.numpy()
+    np.testing.assert_allclose(np.tensordot(a, coords[1:], axes=1), pa, atol=1e-5)
+    np.testing.assert_array_equal(arrays["labels"], result.target.labels.numpy())
