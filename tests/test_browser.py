@@ -612,3 +612,278 @@ def test_hostile_links_and_the_export_folder(page, server, tmp_path):
     assert not Path("/tmp/escape").exists()
     assert str(root) not in _main_text(pg)
     _shot(pg, "5_export_server_folder")
+
+
+# ---------------------------------------------------------------- the explorer (issue 16)
+
+
+def _explorer(pg, timeout_s: float = PAGE_TIMEOUT_MS / 1000):
+    """The explorer component's frame once its payload is drawn."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for frame in pg.frames:
+            if "geoviz_explorer" not in (frame.url or ""):
+                continue
+            with contextlib.suppress(Exception):
+                if frame.evaluate("() => !!(window.geovizExplorer && window.geovizExplorer.ready)"):
+                    return frame
+        pg.wait_for_timeout(250)
+    raise AssertionError(f"the explorer did not render: {_main_text(pg)}")
+
+
+def _count_url_changes(pg) -> None:
+    """Count the page's URL changes from now on in ``window.__urlChanges``."""
+    pg.evaluate(
+        """() => {
+        window.__urlChanges = 0;
+        for (const name of ['pushState', 'replaceState']) {
+          const orig = history[name].bind(history);
+          history[name] = (s, t, u) => {
+            const before = location.href; orig(s, t, u);
+            if (location.href !== before) window.__urlChanges += 1;
+          };
+        }
+      }"""
+    )
+
+
+def _app_result(server, token: str):
+    """The geodesic the server computed for the scenario ``token`` (read from its disk cache)."""
+    from geoviz.app import services
+    from geoviz.app.state import SessionModel, scenario_from_token
+
+    old = os.environ.get("GEOVIZ_CACHE_DIR")
+    os.environ["GEOVIZ_CACHE_DIR"] = str(Path(server["log"]).parent / "cache")
+    try:
+        model = SessionModel({})
+        model.scenario = scenario_from_token(token)
+        data = services.scenario_data(model)
+        job = services.start_geodesic(model, data, model.scenario)
+        job.wait()
+        assert job.error_ is None, job.error_
+        return job.result_
+    finally:
+        if old is None:
+            os.environ.pop("GEOVIZ_CACHE_DIR", None)
+        else:
+            os.environ["GEOVIZ_CACHE_DIR"] = old
+
+
+def _mix(frame, a) -> np.ndarray:
+    import base64
+
+    arg = float(a) if np.ndim(a) == 0 else [float(x) for x in a]
+    raw = frame.evaluate("(a) => geovizExplorer.mix64(a)", arg)
+    return np.frombuffer(base64.b64decode(raw), dtype=np.uint8)
+
+
+def _python_mix(result, header: dict, a) -> np.ndarray:
+    from geoviz.app.explorer.payload import quantize
+
+    shown = np.asarray(header["sample_index"][: header["n_shown"]])
+    pa = result.interpolate(np.asarray(a, dtype=float))
+    return quantize(pa.features.numpy()[shown], header["pixel_lo"], header["pixel_hi"]).ravel()
+
+
+def _drag(pg, frame, path: list[tuple[float, float]], shot: str | None = None) -> None:
+    box = frame.locator("canvas#simplex").bounding_box()
+    assert box is not None
+    x0, y0 = box["x"], box["y"]
+    pg.mouse.move(x0 + path[0][0], y0 + path[0][1])
+    pg.mouse.down()
+    for k, (x, y) in enumerate(path[1:]):
+        pg.mouse.move(x0 + x, y0 + y)
+        if shot and k == len(path) // 2:
+            pg.wait_for_timeout(100)
+            _shot(pg, shot)
+    pg.mouse.up()
+
+
+def test_explorer_drag_across_the_triangle(page, server):
+    """m = 3: a drag redraws P_a in the browser with no rerun; the release sends the
+    weights once, the URL changes once, and browser and Python agree."""
+    pg = page
+    pg.goto(f"{server['url']}/geodesic")
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    _assert_no_exception(pg, "geodesic explorer")
+    header = frame.evaluate("() => geovizExplorer.header()")
+    assert header["m"] == 3 and header["n_shown"] >= 30 and header["view"] == "embedding"
+    before = _mix(frame, frame.evaluate("() => geovizExplorer.pick()"))
+    _count_url_changes(pg)
+    runs_before = frame.evaluate("() => geovizExplorer.renders")
+    # across the triangle, from near P2 to near P3 through the middle
+    path = [(110 + 6 * k, 300 - 4 * k) for k in range(15)] + [
+        (200 + 6 * k, 240 + 3 * k) for k in range(15)
+    ]
+    box = frame.locator("canvas#simplex").bounding_box()
+    pg.mouse.move(box["x"] + path[0][0], box["y"] + path[0][1])
+    pg.mouse.down()
+    mids = []
+    for k, (x, y) in enumerate(path[1:]):
+        pg.mouse.move(box["x"] + x, box["y"] + y)
+        if k in (5, 20):
+            pg.wait_for_timeout(50)
+            mids.append(_mix(frame, frame.evaluate("() => geovizExplorer.pick()")))
+        if k == 15:
+            pg.wait_for_timeout(100)
+            _shot(pg, "3_geodesic_explorer_mid_drag")
+    assert frame.evaluate("() => geovizExplorer.valuesSent") == 0  # nothing sent mid-drag
+    pg.mouse.up()
+    pg.wait_for_function("() => window.location.search.includes('a=')")
+    _wait_idle(pg)
+    _assert_no_exception(pg, "geodesic explorer after release")
+    assert not np.array_equal(mids[0], mids[1]) and not np.array_equal(before, mids[1])
+    stats = frame.evaluate(
+        "() => ({sent: geovizExplorer.valuesSent, pick: geovizExplorer.pick(),"
+        " frames: geovizExplorer.frameTimes.slice(), renders: geovizExplorer.renders,"
+        " shown: document.getElementById('value').textContent})"
+    )
+    assert stats["sent"] == 1
+    assert pg.evaluate("() => window.__urlChanges") == 1
+    assert stats["renders"] - runs_before <= 2  # the single rerun after the release
+    a = np.asarray(stats["pick"])
+    assert _query(pg)["a"] == ",".join(f"{x:.4f}".rstrip("0").rstrip(".") for x in a)
+    result = _app_result(server, _query(pg)["scenario"])
+    shown = float(stats["shown"].split("=")[-1])
+    assert shown == pytest.approx(float(result.objective(a)), rel=1e-6)
+    got = _mix(frame, a).astype(int)
+    want = _python_mix(result, header, a).astype(int)
+    assert np.abs(got - want).max() <= 1
+    frames = np.asarray(stats["frames"])
+    assert len(frames) >= 20
+    with contextlib.suppress(OSError):
+        (SHOTS / "explorer_frame_times.txt").write_text(
+            f"pointer moves: {len(frames)}, median {np.median(frames):.1f} ms, "
+            f"p95 {np.percentile(frames, 95):.1f} ms\n"
+        )
+    # the server's own summary follows the released weights
+    assert "Picked a" in _main_text(pg)
+
+
+def test_explorer_objective_and_mix_at_random_weights(page, server):
+    pg = page
+    pg.goto(f"{server['url']}/geodesic")
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    header = frame.evaluate("() => geovizExplorer.header()")
+    result = _app_result(server, _query(pg)["scenario"])
+    weights = np.random.default_rng(3).dirichlet(np.ones(3), size=100)
+    values = frame.evaluate("(ws) => ws.map((a) => geovizExplorer.objective(a))", weights.tolist())
+    np.testing.assert_allclose(values, result.objective(weights), rtol=1e-9)
+    for a in weights:
+        got = _mix(frame, a).astype(int)
+        assert np.abs(got - _python_mix(result, header, a).astype(int)).max() <= 1
+
+
+def _scenario_link(server, scenario, page_path: str = "geodesic") -> str:
+    from geoviz.app.state import scenario_to_token
+
+    return f"{server['url']}/{page_path}?scenario={scenario_to_token(scenario)}"
+
+
+def test_explorer_two_and_four_references(page, server):
+    """m = 2: the geodesic segment; m = 4: linked bars moved with the keyboard."""
+    from geoviz.app.state import DatasetChoice, Scenario
+
+    pg = page
+    two = Scenario(
+        target=DatasetChoice("mnist"),
+        references=(DatasetChoice("usps"), DatasetChoice("fashion_mnist")),
+        n_target=60,
+        n_reference=60,
+        image_size=16,
+    )
+    pg.goto(_scenario_link(server, two))
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    _assert_no_exception(pg, "m = 2")
+    assert frame.evaluate("() => geovizExplorer.header().m") == 2
+    _count_url_changes(pg)
+    _drag(pg, frame, [(60 + 12 * k, 120) for k in range(25)])
+    pg.wait_for_function("() => window.location.search.includes('a=')")
+    _wait_idle(pg)
+    a = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
+    assert a[1] > 0.5 and pg.evaluate("() => window.__urlChanges") == 1
+    result = _app_result(server, _query(pg)["scenario"])
+    shown = float(frame.locator("#value").inner_text().split("=")[-1])
+    assert shown == pytest.approx(float(result.objective(a)), rel=1e-6)
+    _shot(pg, "3_geodesic_explorer_m2")
+
+    four = Scenario(
+        target=DatasetChoice("gmm2d", seed=0, options=(("name", "Q"),)),
+        references=tuple(
+            DatasetChoice("gmm2d", seed=s, options=(("name", f"P{s}"),)) for s in (1, 2, 3, 4)
+        ),
+        n_target=150,
+        n_reference=150,
+    )
+    pg.goto(_scenario_link(server, four))
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    _assert_no_exception(pg, "m = 4")
+    header = frame.evaluate("() => geovizExplorer.header()")
+    assert header["m"] == 4 and header["view"] == "scatter"
+    start = frame.evaluate("() => geovizExplorer.points()")
+    frame.locator("canvas#simplex").focus()
+    for key in ("ArrowRight", "ArrowUp", "ArrowUp", "ArrowUp"):
+        pg.keyboard.press(key)  # bar 2 (P2) up by 3 x 0.02; each key up sends the weights
+    pg.wait_for_function("() => window.location.search.includes('a=')")
+    _wait_idle(pg)
+    a = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
+    assert a.sum() == pytest.approx(1.0) and len(a) == 4
+    moved = np.asarray(frame.evaluate("() => geovizExplorer.points()"))
+    assert not np.allclose(moved, start)
+    result = _app_result(server, _query(pg)["scenario"])
+    np.testing.assert_allclose(moved, result.interpolate(a).features.numpy(), atol=1e-4)
+    _shot(pg, "3_geodesic_explorer_m4")
+
+
+def test_explorer_teaching_preset_scatter_moves_point_by_point(page, server):
+    from geoviz.app.state import AppSettings, preset_scenarios
+
+    pg = page
+    scenario = preset_scenarios(AppSettings(n_default=200))["2-D Gaussian mixtures"]
+    pg.goto(_scenario_link(server, scenario))
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    _assert_no_exception(pg, "2-D preset")
+    assert frame.evaluate("() => geovizExplorer.header().view") == "scatter"
+    _drag(
+        pg, frame, [(200, 120 + 6 * k) for k in range(25)], shot="3_geodesic_explorer_2d_mid_drag"
+    )
+    pg.wait_for_function("() => window.location.search.includes('a=')")
+    _wait_idle(pg)
+    _assert_no_exception(pg, "2-D preset after release")
+    a = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
+    result = _app_result(server, _query(pg)["scenario"])
+    pts = np.asarray(frame.evaluate("() => geovizExplorer.points()"))
+    np.testing.assert_allclose(pts, result.interpolate(a).features.numpy(), atol=1e-4)
+    pg.wait_for_selector("text=OT maps vs naive mixup")
+
+
+def test_explorer_mccann_play(page, server):
+    pg = page
+    pg.goto(f"{server['url']}/mccann")
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    _assert_no_exception(pg, "McCann")
+    assert frame.evaluate("() => geovizExplorer.header().mode") == "mccann"
+    frame.locator("#play").click()
+    pg.wait_for_timeout(700)
+    _shot(pg, "4_mccann_explorer_mid_play")
+    pg.wait_for_function("() => document.body.innerText.includes('Released t = 1.00')")
+    _wait_idle(pg)
+    stats = frame.evaluate("() => ({fps: geovizExplorer.playFps, sent: geovizExplorer.valuesSent})")
+    assert stats["sent"] == 1 and stats["fps"] >= 30, stats
+    # P^M_t in the browser equals Python's McCann interpolation (to uint8 rounding)
+    from geoviz.app.explorer.payload import quantize
+
+    header = frame.evaluate("() => geovizExplorer.header()")
+    result = _app_result(server, _query(pg)["scenario"])
+    shown = np.asarray(header["sample_index"])
+    for t in (0.0, 0.35, 1.0):
+        ds = result.mccann(header["ref"], t)
+        want = quantize(ds.features.numpy()[shown], header["pixel_lo"], header["pixel_hi"])
+        got = _mix(frame, t)
+        assert np.abs(got.astype(int) - want.ravel().astype(int)).max() <= 1

@@ -96,6 +96,11 @@
     frameTimes: [], valuesSent: 0, renders: 0, playFrames: 0, playFps: null,
     objective: (a) => objective(a), mix: (a) => Array.from(mixAll(a)),
     pick: () => S.pick.slice(), t: () => S.t, ready: false,
+    header: () => { const h = Object.assign({}, S.P.header); delete h.arrays; return h; },
+    /** the P_a (or P^M_t) points the view draws: [[x, y], ...] */
+    points: () => (S.ui && S.ui.view ? viewPoints().map((p) => [p[0], p[1]]) : []),
+    /** mix(a) as base64 (compact for tests) */
+    mix64: (a) => { const px = mixAll(a); let s = ""; for (let k = 0; k < px.length; k += 8192) s += String.fromCharCode.apply(null, px.subarray(k, k + 8192)); return btoa(s); },
   });
   const S = { payloadId: null, P: null, pick: null, t: 0.5, dragging: false, pending: [],
               rafQueued: false, seq: 0, hover: null, ui: null };
