@@ -138,7 +138,8 @@ def main(model: SessionModel) -> None:
         r"$P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ on the generalized geodesic of the references "
         "with base Q (paper Sec. 3.3). The heatmap shows the objective "
         r"$\mathcal{W}^2(P_a, Q)$; its minimiser $\hat a$ (★) is the projection of Q "
-        "onto the geodesic. Drag across the triangle (or use the arrow keys): everything below "
+        "onto the geodesic. Drag across the triangle (the segment for two references, the bars "
+        "for more; or use the arrow keys): everything below "
         "the weights follows in your browser; releasing the pointer picks $a$ for the other pages."
     )
     result = widgets.geodesic_with_status(model)

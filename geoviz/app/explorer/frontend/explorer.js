@@ -340,7 +340,7 @@
   function bindSimplex(c) {
     const pos = (ev) => { const r = c.getBoundingClientRect(); return [ev.clientX - r.left, ev.clientY - r.top]; };
     c.addEventListener("pointerdown", (ev) => {
-      S.dragging = true; c.setPointerCapture(ev.pointerId); c.focus();
+      S.dragging = true; S.hover = null; c.setPointerCapture(ev.pointerId); c.focus();
       S.pick = weightsAt(...pos(ev)); request(ev);
     });
     c.addEventListener("pointermove", (ev) => {
