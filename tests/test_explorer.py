@@ -153,3 +153,45 @@ def test_low_dimensional_payload_moves_every_point(fresh_server):
     pa = result.interpolate(a).features.numpy()
     np.testing.assert_allclose(np.tensordot(a, coords[1:], axes=1), pa, atol=1e-5)
     np.testing.assert_array_equal(arrays["labels"], result.target.labels.numpy())
+
+
+# ---------------------------------------------------------------- the pages (AppTest)
+
+
+def _app_test(page: str):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=600)
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_geodesic_page_stores_the_released_weights_once(fresh_server):
+    at = _app_test("pages/3_geodesic.py")
+    assert any(type(e).__name__ == "UnknownElement" for e in at.main)  # the component
+    assert "a" not in at.query_params
+    at.session_state["geodesic_explorer"] = {"weights": [0.5, 0.3, 0.2], "seq": 1, "id": "x"}
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "0.5,0.3,0.2" in str(at.query_params["a"])
+    assert any("Picked a" in m.value and "0.50" in m.value for m in at.markdown)
+    # reset: the same (already handled) release does not come back
+    at.button(key="reset_weights").click().run()
+    assert "a" not in at.query_params
+    # a new release is stored again
+    at.session_state["geodesic_explorer"] = {"weights": [0.2, 0.2, 0.6], "seq": 2, "id": "x"}
+    at.run()
+    assert "0.2,0.2,0.6" in str(at.query_params["a"])
+
+
+def test_mccann_page_hears_t_on_release(fresh_server):
+    at = _app_test("pages/4_mccann.py")
+    assert any("Released t = 0.50" in c.value for c in at.caption)
+    at.session_state["mccann_explorer_0"] = {"t": 1.0, "seq": 1, "id": "x"}
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Released t = 1.00" in c.value for c in at.caption)
