@@ -115,9 +115,8 @@ def explorer(model: SessionModel, result) -> None:
     names = list(result.reference_names)
     try:
         geodesic_explorer(model, result, key=EXPLORER_KEY)
-    except GeovizError as err:
-        st.error(str(err))
-        return
+    except GeovizError as err:  # e.g. weights off the simplex: the last good pick is kept
+        widgets.show_error(err)
     weights = model.current_weights(result.a_hat)
     picked_summary(model, result, weights, names)
     if result.image_shape is None and result.target.features.shape[1] in (2, 3):

@@ -311,68 +311,30 @@ def test_every_page_weight_change_and_download(page, server):
     timings["geodesic (cold)"] = time.monotonic() - t0
     _assert_no_exception(pg, "geodesic")
     assert "â =" in _sidebar_text(pg)
-    pg.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")  # the ternary heatmap
+    _explorer(pg)  # the in-browser explorer drew its payload (drags: test_explorer_*)
     _shot(pg, "3_geodesic")
 
-    # change a weight: focus the first slider and step it with the keyboard
-    before = pg.locator("[data-testid='stMetricValue']").first.inner_text()
-    slider = pg.locator("[data-testid='stSlider'] input[type='range']").first
-    slider.focus()
-    t0 = time.monotonic()
-    for _ in range(15):
-        pg.keyboard.press("ArrowRight")
-    _wait_idle(pg)
-    timings["weight change"] = time.monotonic() - t0
-    _assert_no_exception(pg, "geodesic after weight change")
-    assert "a" in _query(pg), pg.url  # the picked weights are in the URL
-    after = pg.locator("[data-testid='stMetricValue']").first.inner_text()
-    assert after != before, "W²(P_a, Q) did not change with the weights"
-    values = _slider_values(pg)
-    assert sum(values) == pytest.approx(1.0, abs=0.011), f"sliders left the simplex: {values}"
-    _shot(pg, "3_geodesic_weight_changed")
-
-    # click the heatmap marker at the vertex of the first reference: a = (1, 0, 0)
-    points = pg.locator("[data-testid='stPlotlyChart'] g.ternary g.points").first.locator(
-        "path.point"
-    )
-    box = points.nth(points.count() - 1).bounding_box()  # simplex_grid ends with e_1
-    assert box is not None
-    t0 = time.monotonic()
-    # a few px inside the triangle: the vertex marker's centre is the plot area's very edge,
-    # where plotly's hover hit-test may round to "outside"
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2 + 4
-    pg.mouse.move(x - 15, y + 15)
-    pg.mouse.move(x, y, steps=5)
-    pg.mouse.down()
-    pg.mouse.up()
-    pg.wait_for_function("() => window.location.search.includes('a=1%2C0%2C0')")
-    _wait_idle(pg)
-    timings["ternary click"] = time.monotonic() - t0
-    _assert_no_exception(pg, "geodesic after click")
-    assert _slider_values(pg) == [1.0, 0.0, 0.0]
-    _shot(pg, "3_geodesic_clicked_vertex")
-
-    # a reload is a new session: the URL brings the scenario and the weights back
-    pg.reload()
-    pg.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")
-    _wait_idle(pg)
-    assert _slider_values(pg) == [1.0, 0.0, 0.0]
-    # and a shared link (another tab: a new session) shows the view it names: 0.5/0.3/0.2
-    shared = pg.context.new_page()
-    query = dict(_query(pg), a="0.5,0.3,0.2")
+    # a shared link (another tab: a new session) shows the weights it names: 0.5/0.3/0.2,
+    # and so does a reload of it
     from urllib.parse import urlencode
 
+    query = dict(_query(pg), a="0.5,0.3,0.2")
+    shared = pg.context.new_page()
     shared.goto(f"{server['url']}/geodesic?{urlencode(query)}")
-    shared.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")
+    _explorer(shared)
     _wait_idle(shared)
     _assert_no_exception(shared, "shared link")
-    assert _slider_values(shared) == [0.5, 0.3, 0.2]
+    assert "Picked a = fashion_mnist 0.50 · usps 0.30 · kmnist 0.20" in _main_text(shared)
     assert _query(shared)["scenario"] == query["scenario"]
+    shared.reload()
+    _explorer(shared)
+    _wait_idle(shared)
+    assert "Picked a = fashion_mnist 0.50" in _main_text(shared)
     shared.close()
 
     # the rest of the tour at a = (0.5, 0.3, 0.2): every page keeps the weights in its URL
     pg.goto(f"{server['url']}/geodesic?{urlencode(query)}")
-    pg.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")
+    _explorer(pg)
     _wait_idle(pg)
     for title, shot in (
         ("2 · OTDD maps", "2_maps"),
@@ -381,7 +343,10 @@ def test_every_page_weight_change_and_download(page, server):
     ):
         _goto_page(pg, title)
         _assert_no_exception(pg, title)
-        assert pg.locator("[data-testid='stPlotlyChart']").count() >= 1
+        charts = pg.locator("[data-testid='stPlotlyChart']").count()
+        assert charts >= 1 or title == "4 · McCann", title  # McCann draws in the browser
+        if title == "4 · McCann":
+            _explorer(pg)
         assert _query(pg).get("a") == "0.5,0.3,0.2", (title, pg.url)
         _shot(pg, shot)
 
