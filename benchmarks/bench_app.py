@@ -72,13 +72,40 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+# the weight simplex is drawn: the explorer component's frame says it is ready (issue 16),
+# or, before the component, Plotly's ternary heatmap
+_SIMPLEX_DRAWN = """() => {
+  if (document.querySelector("[data-testid='stPlotlyChart'] g.ternary")) return true;
+  for (const f of document.querySelectorAll("iframe")) {
+    try {
+      const x = f.contentWindow && f.contentWindow.geovizExplorer;
+      if (x && x.ready) return true;
+    } catch (e) {}
+  }
+  return false;
+}"""
+
+
+def _explorer_frame(page):
+    """The explorer component's frame once drawn, or ``None`` (no component on the page)."""
+    for frame in page.frames:
+        if "geoviz_explorer" not in (frame.url or ""):
+            continue
+        try:
+            if frame.evaluate("() => !!(window.geovizExplorer && window.geovizExplorer.ready)"):
+                return frame
+        except Exception:  # a frame being replaced
+            continue
+    return None
+
+
 def _open_geodesic(browser, url: str) -> tuple[object, float, float]:
-    """New page on ``/geodesic``: (page, seconds to the ternary heatmap, seconds to idle)."""
+    """New page on ``/geodesic``: (page, seconds to the drawn simplex, seconds to idle)."""
     page = browser.new_page(viewport={"width": 1500, "height": 1900})
     page.set_default_timeout(600_000)
     t0 = time.monotonic()
     page.goto(f"{url}/geodesic")
-    page.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")
+    page.wait_for_function(_SIMPLEX_DRAWN, polling=50)
     t_ternary = time.monotonic() - t0
     _wait_idle(page, settle_ms=300)
     return page, t_ternary, time.monotonic() - t0 - 0.3
@@ -201,7 +228,7 @@ def _via_landing_page(browser, url: str, think: float) -> tuple[float, float]:
     page.wait_for_timeout(think * 1000)
     t0 = time.monotonic()
     page.locator(NAV_LINK, has_text="3 · Geodesic").first.click()
-    page.wait_for_selector("[data-testid='stPlotlyChart'] g.ternary")
+    page.wait_for_function(_SIMPLEX_DRAWN, polling=50)
     _wait_idle(page, settle_ms=300)
     t_geo = time.monotonic() - t0 - 0.3
     page.close()

@@ -251,3 +251,53 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
     path = fresh_server / filename
     path.write_bytes(payload)
     assert load_export(path).n_samples == pa.n_samples
+
+
+def test_no_umap_warm_up_when_the_embedding_needs_no_fit(fresh_server, monkeypatch):
+    """A restarted server whose disk holds the scenario's embedding never compiles UMAP."""
+    monkeypatch.setenv("GEOVIZ_EMBEDDING", "umap")
+    monkeypatch.setattr(services, "_WARM_UP", {})
+    model = SessionModel({})
+    model.scenario = default_scenario().with_(n_target=60, n_reference=60)
+    assert not services.embedding_on_disk(model)
+    started = []
+    monkeypatch.setattr(services, "_warm_up_in_background", lambda: started.append(1))
+    # on disk (as after a fit in an earlier server process): no warm-up thread
+    from geoviz.backend import cache_key
+
+    disk = services._disk()
+    params = services._embedding_params(model)
+    path = disk.path_for("app-embedding", cache_key("app-embedding", params))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    assert services.embedding_on_disk(model)
+    assert services.start_embedding_warm_up(model) is None
+    assert services._WARM_UP == {}  # a later page with another scenario may still warm up
+    path.unlink()
+    thread = services.start_embedding_warm_up(model)
+    assert thread is not None
+    thread.join(10)
+    assert started == [1]
+    assert services.start_embedding_warm_up(model) is thread  # once per process
+
+
+def test_lower_thread_priority_only_touches_the_calling_thread():
+    import os
+    import threading
+
+    if not hasattr(os, "getpriority"):
+        pytest.skip("no thread priorities here")
+    main_before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen = {}
+
+    def worker() -> None:
+        tid = threading.get_native_id()
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        seen["lowered"] = services.lower_thread_priority(5)
+        seen["delta"] = os.getpriority(os.PRIO_PROCESS, tid) - before
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen["lowered"] and seen["delta"] == min(5, 19 - main_before)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before

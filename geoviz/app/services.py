@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -76,6 +77,7 @@ __all__ = [
     "dataset_projection",
     "distance_caption",
     "embedding",
+    "embedding_on_disk",
     "error_text",
     "evidence_if_ready",
     "evidence_job",
@@ -90,6 +92,7 @@ __all__ = [
     "hard_label_shares",
     "interpolation",
     "label_agreement",
+    "lower_thread_priority",
     "map_comparison_tables",
     "map_pair",
     "map_sharpness",
@@ -561,22 +564,55 @@ def mccann(model: SessionModel, result: GeodesicResult, i: int, t: float) -> Sof
 _WARM_UP: dict[str, threading.Thread | None] = {}
 _WARM_UP_LOCK = threading.Lock()
 
+#: how much nicer (Linux thread niceness) a background fit that no page waits for runs
+BACKGROUND_NICENESS = 10
 
-def start_embedding_warm_up() -> threading.Thread | None:
-    """Compile UMAP in a background thread, once per server process.
+
+def lower_thread_priority(increment: int = BACKGROUND_NICENESS) -> bool:
+    """Make the calling thread (only it, and the threads it starts) nicer by ``increment``.
+
+    On 2 cores the browser drawing the page and the page's own script compete with
+    background fits (UMAP compiling, an embedding nobody looks at yet); a niced
+    thread takes the CPU only when they leave it. Linux sets niceness per thread
+    (``setpriority`` on the thread's id); elsewhere this does nothing. Returns
+    ``True`` when the priority was lowered.
+    """
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, current + int(increment)))
+    except (AttributeError, OSError):  # not Linux, or not allowed
+        return False
+    return True
+
+
+def _warm_up_in_background() -> float | None:
+    from geoviz.viz.embedding import warm_up_umap
+
+    lower_thread_priority()
+    return warm_up_umap()
+
+
+def start_embedding_warm_up(model: SessionModel | None = None) -> threading.Thread | None:
+    """Compile UMAP in a background thread (niced), once per server process, if needed.
 
     Called after a page ran, so that a Geodesic page opened later does not
     pay numba's compilation in its first UMAP fit. Skipped (returns ``None``)
-    when ``GEOVIZ_EMBEDDING=pca``. Returns the started thread.
+    when ``GEOVIZ_EMBEDDING=pca``, and, with ``model``, while the scenario's
+    embedding needs no fit: it is in memory, on disk (a restarted server reads
+    it back without importing UMAP at all) or being fitted by
+    :func:`start_embedding`. Returns the started thread.
     """
-    from geoviz.viz.embedding import auto_method, warm_up_umap
+    from geoviz.viz.embedding import auto_method
 
+    if model is not None and _embedding_needs_no_fit(model):
+        return None
     with _WARM_UP_LOCK:
         if "thread" not in _WARM_UP:
             thread = None
             if auto_method() != "pca":
                 thread = threading.Thread(
-                    target=warm_up_umap, name="geoviz-umap-warm-up", daemon=True
+                    target=_warm_up_in_background, name="geoviz-umap-warm-up", daemon=True
                 )
                 thread.start()
             _WARM_UP["thread"] = thread
@@ -594,17 +630,38 @@ def _embedding_params(model: SessionModel) -> dict[str, Any]:
     }
 
 
+def _embedding_key(params: dict[str, Any]) -> tuple[Hashable, ...]:
+    return ("embedding", *params.values())
+
+
+def embedding_on_disk(model: SessionModel) -> bool:
+    """Whether the scenario's fitted embedding is in the disk cache (nothing is read)."""
+    from geoviz.backend import cache_key
+
+    disk = _disk()
+    if not disk.enabled:
+        return False
+    params = _embedding_params(model)
+    return disk.path_for("app-embedding", cache_key("app-embedding", params)).is_file()
+
+
+def _embedding_needs_no_fit(model: SessionModel) -> bool:
+    key = _embedding_key(_embedding_params(model))
+    return key in store() or store().job(key) is not None or embedding_on_disk(model)
+
+
 def start_embedding(model: SessionModel, data: ScenarioData) -> BackgroundJob | None:
     """Start fitting the scenario's embedding in the background; ``None`` if it is ready.
 
     The embedding depends on the datasets only, not on the maps, so the app
     starts it together with the geodesic fit (:func:`start_geodesic`): UMAP's
-    compilation and fit then overlap with the OTDD couplings.
+    compilation and fit then overlap with the OTDD couplings (the explorer's
+    payload needs both). An embedding on disk is read back (no UMAP import).
     """
     from geoviz.viz.embedding import Embedding, fit_embedding
 
     params = _embedding_params(model)
-    key = ("embedding", *params.values())
+    key = _embedding_key(params)
     if key in store():
         return None
 
@@ -633,7 +690,7 @@ def embedding(model: SessionModel, data: ScenarioData) -> Embedding:
     server reads the embedding back instead of refitting it. Joins the
     background fit of :func:`start_embedding` when one runs.
     """
-    key = ("embedding", *_embedding_params(model).values())
+    key = _embedding_key(_embedding_params(model))
     ready = store().get(key)
     if ready is not None:
         return ready

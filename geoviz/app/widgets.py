@@ -101,7 +101,7 @@ def app_page(title: str) -> Iterator[SessionModel]:
     finally:
         _scenario_sidebar(scenario_box, model)
         sync_url(model)
-        services.start_embedding_warm_up()
+        services.start_embedding_warm_up(model)
 
 
 def sync_url(model: SessionModel) -> None:
