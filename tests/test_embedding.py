@@ -79,3 +79,18 @@ def test_pca_place_equals_transform_equals_principal_components():
     ):
         # principal axes are defined up to sign
         np.testing.assert_allclose(np.abs(placed), np.abs(expected), atol=1e-3)
+
+
+def test_umap_kernels_are_cached_on_disk_across_processes():
+    """umap-learn compiles its kernels without numba's disk cache; geoviz turns it on so a
+    restarted server does not spend ~8 s compiling before its first fit."""
+    pytest.importorskip("umap")
+    from geoviz.viz.embedding import _cache_numba_kernels, _import_umap
+
+    umap = _import_umap()
+    from umap import layouts, umap_
+
+    for kernel in (umap_.smooth_knn_dist, umap_.fast_knn_indices, layouts.clip):
+        assert type(kernel._cache).__name__ != "NullCache", kernel
+    assert _cache_numba_kernels("umap") == 0  # idempotent: nothing left to switch
+    assert umap.UMAP is not None

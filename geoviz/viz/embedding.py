@@ -203,11 +203,55 @@ def auto_method() -> Literal["umap", "pca"]:
     return "pca" if os.environ.get("GEOVIZ_EMBEDDING", "").strip().lower() == "pca" else "umap"
 
 
+def _cache_numba_kernels(prefix: str = "umap") -> int:
+    """Turn on numba's on-disk cache for the compiled functions of ``prefix``'s modules.
+
+    umap-learn compiles most of its kernels without ``cache=True``, so every new
+    server process spent ~8 s (2 cores) compiling them before its first fit.
+    With the cache on, the first fit after installing writes the machine code next
+    to umap's sources (numba's ``__pycache__``, or its user-wide cache dir when that
+    is read-only) and later processes load it in milliseconds. Numba keys each entry
+    by the source file's stamp and the argument types, so an upgraded umap-learn
+    recompiles. Returns how many functions were switched.
+    """
+    import sys
+
+    try:
+        from numba.core.registry import CPUDispatcher
+    except Exception:  # numba missing: nothing to cache
+        return 0
+    switched = 0
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == prefix or name.startswith(prefix + ".")):
+            continue
+        for value in list(vars(module).values()):
+            if (
+                isinstance(value, CPUDispatcher)
+                and getattr(value, "__module__", "").startswith(prefix)
+                and type(getattr(value, "_cache", None)).__name__ == "NullCache"
+            ):
+                try:
+                    value.enable_caching()
+                except Exception:  # e.g. a function numba cannot locate on disk
+                    continue
+                switched += 1
+    return switched
+
+
+def _import_umap() -> Any:
+    """``import umap`` with its numba kernels cached on disk (:func:`_cache_numba_kernels`)."""
+    import umap
+
+    _cache_numba_kernels("umap")
+    return umap
+
+
 def warm_up_umap() -> float | None:
     """Compile UMAP's numba kernels on a tiny problem; returns the seconds spent.
 
-    The first UMAP fit in a process spends ~7 s (2 cores) compiling; the fit
-    itself takes under a second for a few thousand points. Calling this
+    The first UMAP fit after installing spends ~8 s (2 cores) compiling (later
+    processes load the kernels from numba's disk cache, :func:`_cache_numba_kernels`);
+    the fit itself takes under a second for a few thousand points. Calling this
     ahead of time (the app does it in a background thread while the user is
     on its first page) makes the first :func:`fit_embedding` fast. Runs the
     same code path as :func:`fit_embedding` (precomputed distances; the app
@@ -216,8 +260,9 @@ def warm_up_umap() -> float | None:
     """
     start = time.perf_counter()
     try:
-        import umap
         from sklearn.metrics import pairwise_distances
+
+        umap = _import_umap()
     except Exception:  # the embedding falls back to PCA then; nothing to warm up
         return None
     z = np.random.default_rng(0).normal(size=(60, 5)).astype(np.float32)
@@ -308,9 +353,9 @@ def fit_embedding(
     coords = z[:, :2] if z.shape[1] >= 2 else np.column_stack([z[:, 0], np.zeros(len(z))])
     if wanted == "umap":
         try:
-            import umap
             from sklearn.metrics import pairwise_distances
 
+            umap = _import_umap()
             # Up to a few thousand points UMAP computes exact neighbours, and its
             # transform then calls a numba metric from Python once per pair (~2 s for
             # 500 x 2000). Precomputed Euclidean distances give the same neighbours
