@@ -8,33 +8,45 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PORT ?= 8501
 BIN := $(VENV)/bin
+# `make run` installs what the app needs; `make test` adds the dev extras (pytest, ruff,
+# hypothesis, Playwright, Ray) on top
 STAMP := $(VENV)/.geoviz-installed
+DEV_STAMP := $(VENV)/.geoviz-dev-installed
 
-.PHONY: run test install lint bench clean
+.PHONY: run test install install-dev lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# the app: torch first (TORCH_SPEC), then geoviz; then UMAP's kernels are compiled once
+# into numba's disk cache, so the app's first embedding does not wait for the compiler
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e .
+	-$(BIN)/python -c "from geoviz.viz.embedding import warm_up_umap; warm_up_umap()"
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(DEV_STAMP)
+
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 run: $(STAMP)
 	$(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q --timeout 900
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python benchmarks/bench_otdd.py
 
 clean:
