@@ -35,6 +35,7 @@ umap|pca``, ``--repeat 5``, ``--moves 120``). Needs ``/usr/bin/chromium`` and th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -227,8 +228,9 @@ def _mccann_steps(page, n: int) -> list[float]:
     ]
 
 
-def _drag_path(box: dict, n: int) -> list[tuple[float, float]]:
-    """``n`` points inside the simplex drawn in ``box``: a loop near the three vertices."""
+def _drag_path(box: dict, n: int, phase: float = 0.0) -> list[tuple[float, float]]:
+    """``n`` points inside the simplex drawn in ``box``: most of a loop near the three
+    vertices, starting at ``phase`` (a fraction of the loop; drags end at different weights)."""
     import math
 
     w, h = box["width"], box["height"]
@@ -236,7 +238,7 @@ def _drag_path(box: dict, n: int) -> list[tuple[float, float]]:
     cx, cy = sum(v[0] for v in verts) / 3, sum(v[1] for v in verts) / 3
     out = []
     for k in range(n):
-        th = 2 * math.pi * k / n
+        th = 2 * math.pi * (phase + 0.8 * k / max(1, n - 1))
         a = [max(0.0, math.cos(th - 2 * math.pi * i / 3)) + 0.05 for i in range(3)]
         s = sum(a)
         x = sum(ai / s * v[0] for ai, v in zip(a, verts, strict=True))
@@ -245,7 +247,7 @@ def _drag_path(box: dict, n: int) -> list[tuple[float, float]]:
     return out
 
 
-def _explorer_drag(page, frame, moves: int) -> dict[str, float]:
+def _explorer_drag(page, frame, moves: int, phase: float = 0.0) -> dict[str, float]:
     """Drag across the explorer's simplex with ``moves`` pointer moves, then release.
 
     Returns the frame times (ms from each ``pointermove``'s ``event.timeStamp`` to the
@@ -254,7 +256,7 @@ def _explorer_drag(page, frame, moves: int) -> dict[str, float]:
     the release until the page was idle again.
     """
     box = frame.locator("canvas#simplex").bounding_box()
-    path = _drag_path(box, moves + 1)
+    path = _drag_path(box, moves + 1, phase)
     n_before = frame.evaluate("() => geovizExplorer.frameTimes.length")
     page.mouse.move(*path[0])
     page.evaluate(_WATCH_DOM)  # counts script runs from here
@@ -267,8 +269,10 @@ def _explorer_drag(page, frame, moves: int) -> dict[str, float]:
     t_up = page.evaluate(_WATCH_DOM)
     before = page.evaluate("() => window.location.search")
     page.mouse.up()
-    page.wait_for_function(_URL_CHANGED, arg=before)
-    page.wait_for_function(_RUN_DONE)
+    with contextlib.suppress(Exception):  # the same weights as before leave the URL alone
+        page.wait_for_function(_URL_CHANGED, arg=before, timeout=10_000)
+    with contextlib.suppress(Exception):
+        page.wait_for_function(_RUN_DONE, timeout=30_000)
     _wait_idle(page, settle_ms=1000)
     after, last = page.evaluate("() => [window.__geovizRuns, window.__geovizLastMutation]")
     times = frame.evaluate(f"() => geovizExplorer.frameTimes.slice({n_before})")
