@@ -53,7 +53,7 @@ def main(model: SessionModel) -> None:
         "The maps of the current scenario are computed; the Geodesic page opens at once."
         if ready is not None
         else "Start on 1 · Datasets, or open 3 · Geodesic to compute the default scenario "
-        "(about 20 s on 2 cores at N = 2000)."
+        "(about 12 s on 2 cores at N = 2000)."
     )
 
 
