@@ -7,8 +7,9 @@ URL such as ``/geodesic`` is the first visit to a fresh server), so each one
 opens with :func:`app_page`, which draws everything the pages share: page
 config, navigation links, the scenario in the sidebar, and the URL state.
 
-This is the only module of the package that imports Streamlit; computations
-live in :mod:`geoviz.app.services`.
+This module and the explorer component's wrapper
+(:mod:`geoviz.app.explorer.component`) are the only ones that import Streamlit;
+computations live in :mod:`geoviz.app.services`.
 """
 
 from __future__ import annotations
