@@ -102,7 +102,6 @@ __all__ = [
     "nearest_reference_figure",
     "nearest_reference_ratio",
     "nearest_reference_table",
-    "objective_grid",
     "pairwise_otdd",
     "pairwise_otdd_if_ready",
     "place_points",
@@ -495,19 +494,6 @@ def map_table(result: GeodesicResult) -> pd.DataFrame:
 def _details(result: GeodesicResult) -> list[dict[str, Any]]:
     details = list(getattr(result, "map_details", ()) or ())
     return details if len(details) == result.m else [{} for _ in range(result.m)]
-
-
-def objective_grid(
-    model: SessionModel, result: GeodesicResult, resolution: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(grid (K, m), W^2(P_a, Q) (K,))`` on ``simplex_grid(m, resolution)``. Cached."""
-    from geoviz.geodesic.distances import simplex_grid
-
-    def compute() -> tuple[np.ndarray, np.ndarray]:
-        grid = simplex_grid(result.m, int(resolution))
-        return grid, np.asarray(result.objective(grid), dtype=float)
-
-    return store().get_or_compute(("grid", model.scenario.key(), int(resolution)), compute)
 
 
 def _small_step(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
