@@ -1,0 +1,345 @@
+"""Why does pretraining transfer so little here? An ablation of the transfer protocol (issue 18).
+
+For each target Q (default MNIST and KMNIST; references: the other *NIST sets) and seed, this
+script builds the paper's ``k``-shot task (Sec. 5.2; ``k`` = 5 labels per class, the rest of
+Q's pool pseudo-labelled by 1-NN), fits the generalized geodesic on the pool and pretrains a
+LeNet-5 on each *pretraining set*:
+
+* ``none``: no pretraining (train from scratch on the few-shot set, fine-tuning budget);
+* ``real``: one real reference alone, the yardstick (USPS for digit targets: the same task in
+  another hand; otherwise the reference with the smallest OTDD to Q);
+* ``otdd``: ``P_a_hat``, the product's recommendation (soft labels);
+* ``otdd_oracle``: ``P_a_hat`` with maps computed from the pool's *true* labels, a diagnostic
+  bound on what better pseudo-labels could give (never a method);
+
+then fine-tunes every pretrained model with every *fine-tuning protocol* (learning rate,
+iterations, which layers adapt) and measures accuracy on a **validation split** of Q's
+training data (disjoint from the pool; the only split any choice is made on) and on Q's test
+split (reported, never used to choose).
+
+Everything is checkpointed under ``--out``: pretrained weights in ``models/``, one JSON line
+per fine-tuned run in ``results.jsonl``; a stopped run resumes where it was. Units (one target,
+seed and pretraining set) run as Ray tasks when Ray is installed (``--backend``), else one
+after another, through :func:`geoviz.transfer.runner.run_tasks`.
+
+Run: ``.venv/bin/python benchmarks/ablation_transfer.py --out ablation-out`` (data from
+``../shared/data/nist``, ``GEOVIZ_NIST_DIR``); ``--report`` prints the table of what is stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_transfer import DATA_DIR
+
+#: fine-tuning protocols: name -> (lr, iterations, body_lr_scale, head_only_iterations).
+#: "paper" is the appendix's protocol at the cpu budget (all layers, Adam 1e-3).
+PROTOCOLS: dict[str, tuple[float, int, float, int]] = {
+    "paper (lr 1e-3, 300 it, all layers)": (1e-3, 300, 1.0, 0),
+    "lr 1e-4, 300 it": (1e-4, 300, 1.0, 0),
+    "lr 3e-4, 1000 it": (3e-4, 1000, 1.0, 0),
+    "lr 1e-3, 100 it": (1e-3, 100, 1.0, 0),
+    "lr 1e-3, 1000 it": (1e-3, 1000, 1.0, 0),
+    "body lr x0.1": (1e-3, 300, 0.1, 0),
+    "frozen body (linear probe)": (1e-3, 300, 0.0, 0),
+    "head 100 it, then all": (1e-3, 300, 1.0, 100),
+}
+PRETRAIN_SETS = ("none", "real", "otdd", "otdd_oracle")
+NAMES = ("mnist", "fashion_mnist", "usps", "kmnist")
+DIGITS = {"mnist", "usps"}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One pretraining: target, seed, pretraining set (its fine-tunings follow it)."""
+
+    target: str
+    seed: int
+    pretrain_set: str
+
+
+def _load_split(name: str, split: str):
+    from geoviz.data.dataset import LabeledDataset
+
+    with np.load(DATA_DIR / f"{name}.npz") as data:
+        x, y = data[f"x_{split}"], data[f"y_{split}"]
+        classes = tuple(str(c) for c in data["classes"])
+    h, w = x.shape[1:]
+    return LabeledDataset(
+        x.reshape(len(x), -1).astype(np.float32) / 255.0,
+        y,
+        classes,
+        name=name,
+        image_shape=(1, h, w),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _datasets_cached(target: str, n: int, n_val: int, n_test: int, data_seed: int):
+    return _build_datasets(target, n, n_val, n_test, data_seed)
+
+
+def _datasets(target: str, args: argparse.Namespace):
+    return _datasets_cached(target, args.n, args.n_val, args.n_test, args.data_seed)
+
+
+def _build_datasets(target: str, n: int, n_val: int, n_test: int, data_seed: int):
+    """``(pool, validation, test, references)`` harmonised to 32x32 grey; pool and validation
+    are disjoint random parts of Q's training split (seeded by ``--data-seed``)."""
+    from geoviz.data.preprocess import harmonize, stratified_subsample
+
+    full = _load_split(target, "train")
+    order = np.random.default_rng(data_seed).permutation(full.n_samples)
+    val = full.subset(order[:n_val])
+    pool = full.subset(order[n_val : n_val + n])
+    test = stratified_subsample(_load_split(target, "test"), n_test, seed=data_seed)
+    refs = [
+        stratified_subsample(_load_split(r, "train"), n, seed=data_seed)
+        for r in NAMES
+        if r != target
+    ]
+    sets = harmonize([pool, val, test, *refs], size=32, channels="grey")
+    return sets[0], sets[1], sets[2], tuple(sets[3:])
+
+
+def _task(target: str, seed: int, args: argparse.Namespace):
+    from geoviz.transfer.experiment import make_task
+
+    pool, val, test, refs = _datasets(target, args)
+    return make_task(pool, test, refs, args.k, seed=seed), val
+
+
+def _geodesic(pool, refs, args: argparse.Namespace, seed: int):
+    from geoviz.backend import get_cache
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.ot.otdd import OTDDConfig
+
+    config = GeodesicConfig(otdd=OTDDConfig(epsilon=args.epsilon, seed=seed))
+    return fit_geodesic(pool, list(refs), config, cache=get_cache())
+
+
+def _real_reference(target: str, refs, geodesic) -> Any:
+    """USPS for a digit target, else the reference with the smallest OTDD to Q."""
+    names = [r.name for r in refs]
+    if target in DIGITS:
+        return refs[names.index(next(n for n in names if n in DIGITS))]
+    return refs[int(np.argmin(np.asarray(geodesic.otdd)))]
+
+
+def _pretraining_set(unit: Unit, args: argparse.Namespace):
+    """The unit's pretraining dataset (``None`` for ``none``) and a description."""
+    task, _ = _task(unit.target, unit.seed, args)
+    if unit.pretrain_set == "none":
+        return None, {}
+    if unit.pretrain_set == "real":
+        geo = _geodesic(task.target_train, task.references, args, unit.seed)
+        ref = _real_reference(unit.target, task.references, geo)
+        return ref, {"reference": ref.name}
+    pool = task.target_train
+    info: dict[str, Any] = {}
+    if unit.pretrain_set == "otdd_oracle":
+        truth, _, _, _ = _datasets(unit.target, args)
+        pool = truth  # the same samples with their true labels: a diagnostic bound only
+    else:
+        truth, _, _, _ = _datasets(unit.target, args)
+        info["pseudo_label_accuracy"] = float((pool.labels.numpy() == truth.labels.numpy()).mean())
+    geo = _geodesic(pool, task.references, args, unit.seed)
+    info["a_hat"] = [float(v) for v in geo.a_hat]
+    info["w2_hat"] = float(geo.w2_hat)
+    return geo.interpolate(geo.a_hat), info
+
+
+def _key(*parts: Any) -> str:
+    return "|".join(str(p) for p in parts)
+
+
+def _done(out: Path) -> set[str]:
+    path = out / "results.jsonl"
+    if not path.exists():
+        return set()
+    return {json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()}
+
+
+def run_unit(unit: Unit, args: argparse.Namespace) -> int:
+    """Pretrain (or load the checkpoint), fine-tune with every protocol, append the results."""
+    import torch
+
+    from geoviz.transfer.models import make_model
+    from geoviz.transfer.training import (
+        TrainConfig,
+        evaluate,
+        finetune,
+        get_preset,
+        pretrain,
+        train_from_scratch,
+    )
+
+    out: Path = args.out
+    done = _done(out)
+    protocols = {n: p for n, p in PROTOCOLS.items() if n in args.protocols}
+    todo = [n for n in protocols if _key(unit.target, unit.seed, unit.pretrain_set, n) not in done]
+    if not todo:
+        return 0
+    preset = get_preset(args.preset)
+    task, val = _task(unit.target, unit.seed, args)
+    knobs = set(inspect.signature(finetune).parameters)
+    written = 0
+    start = time.perf_counter()
+    data, info = _pretraining_set(unit, args)
+    model = None
+    pretrain_seconds = 0.0
+    if data is not None:
+        ckpt = out / "models" / f"{unit.target}-{unit.seed}-{unit.pretrain_set}-{args.preset}.pt"
+        model = make_model(
+            data, int(data.soft_labels.shape[1]) if hasattr(data, "soft_labels") else data.n_classes
+        )
+        if ckpt.exists():
+            model.load_state_dict(torch.load(ckpt, weights_only=True))
+            model.eval()
+        else:
+            t0 = time.perf_counter()
+            model = pretrain(data, preset.pretrain, seed=unit.seed)
+            pretrain_seconds = time.perf_counter() - t0
+            ckpt.parent.mkdir(parents=True, exist_ok=True)
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save(model.state_dict(), tmp)
+            tmp.replace(ckpt)
+    for name in todo:
+        lr, iterations, body_scale, head_only = protocols[name]
+        config = TrainConfig(iterations=iterations, batch_size=preset.finetune.batch_size, lr=lr)
+        extra: dict[str, Any] = {}
+        if body_scale != 1.0 or head_only:
+            if not {"body_lr_scale", "head_only_iterations"} <= knobs or model is None:
+                continue  # this library version cannot run the protocol (or nothing to adapt)
+            extra = {"body_lr_scale": body_scale, "head_only_iterations": head_only}
+        t0 = time.perf_counter()
+        if model is None:
+            tuned = train_from_scratch(task.target_fewshot, config, seed=unit.seed)
+        else:
+            tuned = finetune(model, task.target_fewshot, config, seed=unit.seed, **extra)
+        row = {
+            "key": _key(unit.target, unit.seed, unit.pretrain_set, name),
+            "target": unit.target,
+            "seed": unit.seed,
+            "pretrain_set": unit.pretrain_set,
+            "protocol": name,
+            "val_accuracy": float(evaluate(tuned, val)),
+            "test_accuracy": float(evaluate(tuned, task.target_test)),
+            "finetune_seconds": time.perf_counter() - t0,
+            "pretrain_seconds": pretrain_seconds,
+            "preset": args.preset,
+            "pretrain_config": [
+                preset.pretrain.iterations,
+                preset.pretrain.batch_size,
+                preset.pretrain.lr,
+            ],
+            "n": args.n,
+            "k": args.k,
+            **info,
+        }
+        with open(out / "results.jsonl", "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        written += 1
+    print(
+        f"  {unit}: {written} runs in {time.perf_counter() - start:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return written
+
+
+def report(out: Path) -> str:
+    """Markdown table of the stored runs: mean +- sd over seeds of test (validation) accuracy."""
+    path = out / "results.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = []
+    for target in dict.fromkeys(r["target"] for r in rows):
+        sets = [s for s in PRETRAIN_SETS if any(r["pretrain_set"] == s for r in rows)]
+        lines += [
+            f"\n**Q = {target}**, {rows[0]['k']}-shot, N = {rows[0]['n']}, preset {rows[0]['preset']}: "
+            "test accuracy % (validation %), mean ± sd over seeds\n",
+            "| fine-tuning protocol | " + " | ".join(sets) + " |",
+            "|---|" + "---:|" * len(sets),
+        ]
+        for protocol in PROTOCOLS:
+            cells = []
+            for s in sets:
+                got = [
+                    r
+                    for r in rows
+                    if r["target"] == target
+                    and r["pretrain_set"] == s
+                    and r["protocol"] == protocol
+                ]
+                if not got:
+                    cells.append("")
+                    continue
+                test = 100 * np.array([r["test_accuracy"] for r in got])
+                val = 100 * np.array([r["val_accuracy"] for r in got])
+                sd = test.std(ddof=1) if len(test) > 1 else 0.0
+                cells.append(f"{test.mean():.1f} ± {sd:.1f} ({val.mean():.1f}), n={len(got)}")
+            if any(cells):
+                lines.append(f"| {protocol} | " + " | ".join(cells) + " |")
+        extra = [r for r in rows if r["target"] == target and "pseudo_label_accuracy" in r]
+        if extra:
+            acc = np.mean([r["pseudo_label_accuracy"] for r in extra])
+            lines.append(f"\npool pseudo-label accuracy (1-NN): {100 * acc:.1f}%")
+        secs = [
+            r["pretrain_seconds"] for r in rows if r["target"] == target and r["pretrain_seconds"]
+        ]
+        if secs:
+            lines.append(f"pretraining: {np.mean(secs):.0f} s per run (mean of {len(secs)})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from geoviz.ot.otdd import DEFAULT_EPSILON
+    from geoviz.transfer.runner import run_tasks
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--targets", default="mnist,kmnist")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--sets", default=",".join(PRETRAIN_SETS))
+    p.add_argument("--protocols", default="all", help="comma-separated names, or all")
+    p.add_argument("--n", type=int, default=5000, help="pool and reference samples")
+    p.add_argument("--n-val", type=int, default=1000, help="validation samples of Q's train split")
+    p.add_argument("--n-test", type=int, default=5000)
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--preset", default="cpu")
+    p.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON)
+    p.add_argument("--data-seed", type=int, default=0)
+    p.add_argument("--backend", default="sequential", choices=["auto", "ray", "sequential"])
+    p.add_argument("--out", type=Path, default=Path("ablation-out"))
+    p.add_argument("--report", action="store_true", help="only print the stored results")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        print(report(args.out))
+        return 0
+    args.protocols = list(PROTOCOLS) if args.protocols == "all" else args.protocols.split(",")
+    units = [
+        Unit(t, int(s), ps)
+        for t in args.targets.split(",")
+        for s in args.seeds.split(",")
+        for ps in args.sets.split(",")
+    ]
+    start = time.perf_counter()
+    run_tasks(lambda u: run_unit(u, args), units, backend=args.backend)
+    print(f"done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    print(report(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
