@@ -85,16 +85,59 @@ def _load_split(name: str, split: str):
     )
 
 
+def box_normalise(ds, box: int = 20, canvas: int = 28):
+    """MNIST's own normalisation applied to any image set: each image's ink (pixels above
+    10% of its maximum) is cropped to its bounding box, scaled so its longer side is ``box``
+    pixels (aspect kept) and centred by its centre of mass on a ``canvas``-pixel square.
+
+    USPS digits fill their 16x16 frame while MNIST digits sit in a 20x20 box of 28x28, so
+    after resizing to 32x32 a USPS digit is ~40% larger than an MNIST one; this removes that
+    difference (and the same for Fashion-MNIST and KMNIST).
+    """
+    from PIL import Image
+
+    from geoviz.data.dataset import LabeledDataset
+
+    _, h, w = ds.image_shape
+    images = ds.features.numpy().reshape(-1, h, w)
+    out = np.zeros((len(images), canvas, canvas), dtype=np.float32)
+    for i, img in enumerate(images):
+        ink = img > 0.1 * max(float(img.max()), 1e-6)
+        rows, cols = np.flatnonzero(ink.any(1)), np.flatnonzero(ink.any(0))
+        if rows.size == 0:
+            continue
+        crop = img[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+        scale = box / max(crop.shape)
+        size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
+        small = np.asarray(Image.fromarray(crop).resize(size, Image.BILINEAR), dtype=np.float32)
+        mass = small.sum()
+        cy, cx = (np.indices(small.shape) * small).reshape(2, -1).sum(1) / max(mass, 1e-6)
+        top = int(np.clip(round(canvas / 2 - cy), 0, canvas - small.shape[0]))
+        left = int(np.clip(round(canvas / 2 - cx), 0, canvas - small.shape[1]))
+        out[i, top : top + small.shape[0], left : left + small.shape[1]] = small
+    return LabeledDataset(
+        np.clip(out.reshape(len(out), -1), 0.0, 1.0),
+        ds.labels.numpy(),
+        ds.classes,
+        name=ds.name,
+        image_shape=(1, canvas, canvas),
+    )
+
+
 @functools.lru_cache(maxsize=4)
-def _datasets_cached(target: str, n: int, n_val: int, n_test: int, data_seed: int):
-    return _build_datasets(target, n, n_val, n_test, data_seed)
+def _datasets_cached(target: str, n: int, n_val: int, n_test: int, data_seed: int, preprocess: str):
+    return _build_datasets(target, n, n_val, n_test, data_seed, preprocess)
 
 
 def _datasets(target: str, args: argparse.Namespace):
-    return _datasets_cached(target, args.n, args.n_val, args.n_test, args.data_seed)
+    return _datasets_cached(
+        target, args.n, args.n_val, args.n_test, args.data_seed, args.preprocess
+    )
 
 
-def _build_datasets(target: str, n: int, n_val: int, n_test: int, data_seed: int):
+def _build_datasets(
+    target: str, n: int, n_val: int, n_test: int, data_seed: int, preprocess: str = "resize"
+):
     """``(pool, validation, test, references)`` harmonised to 32x32 grey; pool and validation
     are disjoint random parts of Q's training split (seeded by ``--data-seed``)."""
     from geoviz.data.preprocess import harmonize, stratified_subsample
@@ -109,7 +152,10 @@ def _build_datasets(target: str, n: int, n_val: int, n_test: int, data_seed: int
         for r in NAMES
         if r != target
     ]
-    sets = harmonize([pool, val, test, *refs], size=32, channels="grey")
+    raw = [pool, val, test, *refs]
+    if preprocess == "box":
+        raw = [box_normalise(ds) for ds in raw]
+    sets = harmonize(raw, size=32, channels="grey")
     return sets[0], sets[1], sets[2], tuple(sets[3:])
 
 
@@ -117,7 +163,7 @@ def _task(target: str, seed: int, args: argparse.Namespace):
     from geoviz.transfer.experiment import make_task
 
     pool, val, test, refs = _datasets(target, args)
-    return make_task(pool, test, refs, args.k, seed=seed), val
+    return make_task(pool, test, refs, args.k, seed=seed, n_neighbors=args.pseudo_knn), val
 
 
 def _geodesic(pool, refs, args: argparse.Namespace, seed: int):
@@ -239,6 +285,8 @@ def run_unit(unit: Unit, args: argparse.Namespace) -> int:
             "finetune_seconds": time.perf_counter() - t0,
             "pretrain_seconds": pretrain_seconds,
             "preset": args.preset,
+            "preprocess": args.preprocess,
+            "pseudo_knn": args.pseudo_knn,
             "pretrain_config": [
                 preset.pretrain.iterations,
                 preset.pretrain.batch_size,
@@ -321,6 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--backend", default="sequential", choices=["auto", "ray", "sequential"])
     p.add_argument("--out", type=Path, default=Path("ablation-out"))
+    p.add_argument(
+        "--preprocess",
+        default="resize",
+        choices=["resize", "box"],
+        help="resize: every set resized to 32x32 as is; box: MNIST's digit-box normalisation first",
+    )
+    p.add_argument("--pseudo-knn", type=int, default=1, help="neighbours of the pool's kNN labels")
     p.add_argument("--report", action="store_true", help="only print the stored results")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
