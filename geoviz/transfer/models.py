@@ -52,6 +52,9 @@ class LeNet5(nn.Module):
     """LeNet-5: conv 6@5x5 -> ReLU -> maxpool 2 -> conv 16@5x5 -> ReLU -> maxpool 2
     -> fc 120 -> ReLU -> fc 84 -> ReLU -> fc ``n_classes``.
 
+    (Each ReLU is applied after its max-pool, which computes the same function
+    with the same gradients, more cheaply.)
+
     The "5-layer LeNet" of the paper's *NIST experiments (Sec. 5.2). The
     flatten size is computed from ``image_size`` (400 for 32x32 input, 256 for
     28x28, 16 for 16x16), so the same class serves every harmonised size.
@@ -89,13 +92,18 @@ class LeNet5(nn.Module):
             )
         self.image_shape = (in_channels, h, w)
         self.n_features = in_channels * h * w
+        # Each max-pool runs before its ReLU: relu(maxpool(z)) == maxpool(relu(z)) exactly
+        # (ReLU is monotone) and the gradients are bit-identical too (a window whose max is
+        # <= 0 passes no gradient either way), but the ReLU and its backward pass then touch
+        # 4x fewer values (a cheaper training step on CPU). The state-dict keys are unchanged
+        # (the convolutions stay at features.0 and features.3).
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 6, kernel_size=5),
-            nn.ReLU(),
             nn.MaxPool2d(2),
+            nn.ReLU(),
             nn.Conv2d(6, 16, kernel_size=5),
-            nn.ReLU(),
             nn.MaxPool2d(2),
+            nn.ReLU(),
         )
         flat = 16 * _conv_out(h) * _conv_out(w)
         self.body = nn.Sequential(

@@ -286,6 +286,29 @@ def _threads(device: torch.device) -> contextlib.AbstractContextManager[Any]:
     return few_cpu_threads(CPU_TRAIN_THREADS) if device.type == "cpu" else contextlib.nullcontext()
 
 
+def _prepare_inputs(model: nn.Module, features: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``features`` laid out once for every step: on ``device``, image-shaped for a model
+    with an ``image_shape`` (LeNet5) and channels-last on CPU, so that a step only gathers rows.
+    """
+    x = features.to(device, dtype=torch.float32)
+    shape = getattr(model, "image_shape", None)
+    if shape is not None and int(np.prod(shape)) == x.shape[1]:
+        x = x.reshape(x.shape[0], *shape)
+        if device.type == "cpu":
+            x = x.contiguous(memory_format=torch.channels_last)
+    return x.contiguous() if x.ndim == 2 else x
+
+
+def _head_parameter_ids(model: nn.Module) -> set[int]:
+    head = getattr(model, "head", None)
+    if not isinstance(head, nn.Module):
+        raise GeovizError(
+            f"{type(model).__name__} has no 'head' layer, so it cannot be fine-tuned with a "
+            "separate body learning rate or a head-only phase"
+        )
+    return {id(p) for p in head.parameters()}
+
+
 def _fit(
     model: nn.Module,
     features: torch.Tensor,
@@ -296,36 +319,80 @@ def _fit(
     device: torch.device,
     stage: str,
     progress: ProgressCallback | None,
+    body_lr_scale: float = 1.0,
+    head_only_iterations: int = 0,
 ) -> nn.Module:
-    """Train ``model`` (in place) with Adam on the soft cross-entropy; returns it on CPU, eval mode."""
+    """Train ``model`` (in place) with Adam on the soft cross-entropy; returns it on CPU, eval mode.
+
+    The fast path: inputs and targets are moved, reshaped and laid out once
+    (:func:`_prepare_inputs`); a step gathers its rows with ``index_select``
+    and reads the loss back (``loss.item()``) only at the ~50 progress check
+    points. Numbers equal those of the plain loop ``zero_grad; soft CE;
+    backward; Adam step`` over :func:`_batch_indices` (a test checks it).
+
+    ``head_only_iterations`` steps train only ``model.head`` (a fresh Adam),
+    then ``config.iterations`` steps train every layer (another fresh Adam);
+    there the layers other than the head use ``lr * body_lr_scale`` and are
+    frozen (``requires_grad`` off, bit-identical) when it is 0. One seeded
+    generator draws the batches of both phases.
+    """
     model = model.to(device)
     if device.type == "cpu":
-        # ~25% faster convolution backward passes on CPU (LeNet5 converts its input to match)
+        # ~25% faster convolution backward passes on CPU (LeNet5 keeps its input in that layout)
         model = model.to(memory_format=torch.channels_last)
     model.train()
-    x = features.to(device)
-    y = targets.to(device)
-    optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
+    x = _prepare_inputs(model, features, device)
+    y = targets.to(device, dtype=torch.float32).contiguous()
+    params = list(model.parameters())
+    if body_lr_scale != 1.0 or head_only_iterations > 0:
+        head_ids = _head_parameter_ids(model)
+        head = [p for p in params if id(p) in head_ids]
+        body = [p for p in params if id(p) not in head_ids]
+    else:
+        head, body = params, []
+    phases: list[tuple[int, list[dict[str, Any]]]] = []
+    if head_only_iterations > 0:
+        phases.append((head_only_iterations, [{"params": head, "lr": config.lr}]))
+    groups: list[dict[str, Any]] = [{"params": head, "lr": config.lr}]
+    if body and body_lr_scale > 0:
+        groups.append({"params": body, "lr": config.lr * body_lr_scale})
+    phases.append((config.iterations, groups))
+
     generator = torch.Generator().manual_seed(seed)
-    n_steps = config.iterations
-    every = max(1, n_steps // 50)
-    batches = _batch_indices(x.shape[0], config.batch_size, n_steps, generator)
+    n_total = sum(n for n, _ in phases)
+    every = max(1, n_total // 50)
+    batches = _batch_indices(x.shape[0], config.batch_size, n_total, generator)
+    done = 0
     with _threads(device):
-        for step, idx in enumerate(batches):
-            idx = idx.to(device)
-            optimiser.zero_grad(set_to_none=True)
-            loss = soft_cross_entropy(model(x[idx]), y[idx])
-            loss.backward()
-            optimiser.step()
-            if (step + 1) % every == 0 or step + 1 == n_steps:
-                if not math.isfinite(loss.item()):
-                    raise GeovizError(
-                        f"{stage}: the loss became {loss.item()} at iteration {step + 1}; "
-                        f"training diverged (lower the learning rate, now {config.lr:g}, or "
-                        "check the feature scale)"
-                    )
-                if progress is not None and step + 1 < n_steps:
-                    progress(stage, (step + 1) / n_steps)
+        for n_steps, phase_groups in phases:
+            trained = {id(p) for g in phase_groups for p in g["params"]}
+            for p in params:
+                p.requires_grad_(id(p) in trained)
+            # foreach=False: the same arithmetic as the per-parameter loop (fused/foreach
+            # kernels round differently and saved <10% of a LeNet step here)
+            optimiser = torch.optim.Adam(phase_groups, lr=config.lr, foreach=False)
+            for _ in range(n_steps):
+                idx = next(batches)
+                if idx.device != device:
+                    idx = idx.to(device)
+                optimiser.zero_grad(set_to_none=True)
+                logits = model(x.index_select(0, idx))
+                loss = -(y.index_select(0, idx) * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
+                loss.backward()
+                optimiser.step()
+                done += 1
+                if done % every == 0 or done == n_total:
+                    value = loss.item()
+                    if not math.isfinite(value):
+                        raise GeovizError(
+                            f"{stage}: the loss became {value} at iteration {done}; "
+                            f"training diverged (lower the learning rate, now {config.lr:g}, or "
+                            "check the feature scale)"
+                        )
+                    if progress is not None and done < n_total:
+                        progress(stage, done / n_total)
+    for p in params:
+        p.requires_grad_(True)
     if progress is not None:
         progress(stage, 1.0)
     return model.to("cpu", memory_format=torch.contiguous_format).eval()
@@ -409,6 +476,8 @@ def finetune(
     seed: int,
     device: DeviceLike = None,
     progress: ProgressCallback | None = None,
+    body_lr_scale: float = 1.0,
+    head_only_iterations: int = 0,
 ) -> nn.Module:
     """Fine-tune a pretrained model on the labelled target (paper Sec. 5.2, step 2).
 
@@ -416,6 +485,7 @@ def finetune(
     (:func:`~geoviz.transfer.models.replace_head`, initialised from ``seed``)
     and *all* layers are trained with Adam on the cross-entropy, as in the
     paper's appendix ("During fine-tuning, we still let the whole network tunable").
+    The two keyword options vary that protocol (defaults: the paper's).
 
     Parameters
     ----------
@@ -425,7 +495,17 @@ def finetune(
     dataset
         The few-shot labelled target (true labels).
     config, seed, device, progress
-        As in :func:`pretrain` (stage ``"finetune"``).
+        As in :func:`pretrain` (stage ``"finetune"``; the progress fraction
+        counts the head-only iterations too).
+    body_lr_scale
+        Adam learning rate of every layer except the new head, as a multiple
+        of ``config.lr`` (the head always uses ``config.lr``). ``0`` freezes
+        the pretrained layers: their weights come back bit-identical.
+    head_only_iterations
+        First train only the new head for this many iterations (its own Adam),
+        then every layer for ``config.iterations`` (a fresh Adam, with
+        ``body_lr_scale``). The batches of both phases come from one
+        generator seeded with ``seed``.
 
     Returns
     -------
@@ -437,9 +517,27 @@ def finetune(
     DatasetError
         ``dataset`` is not a :class:`LabeledDataset` or its feature dimension
         differs from the model's input.
+    GeovizError
+        ``body_lr_scale`` is not a finite number >= 0, or
+        ``head_only_iterations`` is not an integer >= 0.
     """
     config = _check_config(config, "finetune")
     seed = _check_seed(seed)
+    if (
+        isinstance(body_lr_scale, (bool, np.bool_))
+        or not isinstance(body_lr_scale, (int, float, np.integer, np.floating))
+        or not math.isfinite(float(body_lr_scale))
+        or float(body_lr_scale) < 0
+    ):
+        raise GeovizError(
+            f"finetune: body_lr_scale must be a finite number >= 0 (1 trains the pretrained "
+            f"layers at the head's rate, 0 freezes them), got {body_lr_scale!r}"
+        )
+    if not _is_int(head_only_iterations) or head_only_iterations < 0:
+        raise GeovizError(
+            "finetune: head_only_iterations must be an integer >= 0 (the number of steps that "
+            f"train only the new head before every layer trains), got {head_only_iterations!r}"
+        )
     if not isinstance(dataset, LabeledDataset):
         raise DatasetError(
             f"finetune needs a LabeledDataset (the labelled target), got {type(dataset).__name__}"
@@ -460,6 +558,8 @@ def finetune(
         device=dev,
         stage="finetune",
         progress=progress,
+        body_lr_scale=float(body_lr_scale),
+        head_only_iterations=int(head_only_iterations),
     )
 
 
@@ -506,15 +606,18 @@ def train_from_scratch(
     )
 
 
-@torch.no_grad()
 def evaluate(model: nn.Module, dataset: LabeledDataset, *, device: DeviceLike = None) -> float:
     """Accuracy of ``model`` on ``dataset`` (paper Table 1 reports it in percent).
+
+    Runs a copy of the model in eval mode under :func:`torch.inference_mode`,
+    in batches of 1024 laid out once (image-shaped and channels-last on CPU
+    for a LeNet5): about 1.5x the samples/s of a plain ``no_grad`` loop.
 
     Parameters
     ----------
     model
         A classifier with ``dataset.n_classes`` outputs (e.g. from :func:`finetune`).
-        Evaluated in eval mode; its mode and device are restored afterwards.
+        It is not modified (its mode and device stay as they are).
     dataset
         Labelled test data.
     device
@@ -537,24 +640,20 @@ def evaluate(model: nn.Module, dataset: LabeledDataset, *, device: DeviceLike = 
         raise GeovizError(f"evaluate needs a torch.nn.Module, got {type(model).__name__}")
     _check_input_dim(model, dataset)
     dev = resolve_device(device)
-    params = list(model.parameters())
-    old_device = params[0].device if params else torch.device("cpu")
-    was_training = model.training
-    model.to(dev).eval()
+    net = copy.deepcopy(model).to(dev)
+    if dev.type == "cpu":
+        net = net.to(memory_format=torch.channels_last)
+    net.eval()
     correct = 0
-    try:
-        with _threads(dev):
-            for start in range(0, dataset.n_samples, _EVAL_BATCH):
-                x = dataset.features[start : start + _EVAL_BATCH].to(dev)
-                logits = model(x)
-                if logits.ndim != 2 or logits.shape[1] != dataset.n_classes:
-                    raise DatasetError(
-                        f"the model has {logits.shape[-1]} outputs but {dataset.name!r} has "
-                        f"{dataset.n_classes} classes; fine-tune it on this label set first"
-                    )
-                pred = logits.argmax(dim=1).cpu()
-                correct += int((pred == dataset.labels[start : start + _EVAL_BATCH]).sum())
-    finally:
-        model.to(old_device)
-        model.train(was_training)
+    with _threads(dev), torch.inference_mode():
+        x = _prepare_inputs(net, dataset.features, dev)
+        labels = dataset.labels.to(dev)
+        for start in range(0, dataset.n_samples, _EVAL_BATCH):
+            logits = net(x[start : start + _EVAL_BATCH])
+            if logits.ndim != 2 or logits.shape[1] != dataset.n_classes:
+                raise DatasetError(
+                    f"the model has {logits.shape[-1]} outputs but {dataset.name!r} has "
+                    f"{dataset.n_classes} classes; fine-tune it on this label set first"
+                )
+            correct += int((logits.argmax(dim=1) == labels[start : start + _EVAL_BATCH]).sum())
     return float(correct / dataset.n_samples)
