@@ -11,10 +11,12 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from geoviz.backend import few_cpu_threads
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.transfer.models import LeNet5, MLPNet
 from geoviz.transfer.training import (
+    CPU_TRAIN_THREADS,
     PRESETS,
     TrainConfig,
     TransferPreset,
@@ -301,3 +303,165 @@ def test_divergence_is_a_clear_error():
     )
     with pytest.raises(GeovizError, match="diverged"):
         train_from_scratch(huge, TrainConfig(iterations=3, batch_size=4), seed=0)
+
+
+# --------------------------------------------------------------------------- fast path
+
+
+def _reference_fit(
+    model: torch.nn.Module, data: LabeledDataset, config: TrainConfig, seed: int
+) -> torch.nn.Module:
+    """The plain loop the fast path must equal: flat features gathered per step, soft CE, Adam."""
+    model.train()
+    x, y = data.features, data.one_hot(torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=config.lr)
+    gen = torch.Generator().manual_seed(seed)
+    with few_cpu_threads(CPU_TRAIN_THREADS):  # a thread pool would sum in another order
+        for idx in _batch_indices(x.shape[0], config.batch_size, config.iterations, gen):
+            opt.zero_grad()
+            soft_cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+    return model.eval()
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_fast_path_equals_a_plain_loop_on_lenet(channels):
+    # the plain loop runs a LeNet5 with ReLU *before* max-pool (the textbook order) and
+    # gathers flat rows at every step; the library's pool-then-ReLU path with inputs laid
+    # out once computes the same math and, in the same (channels-last) layout, the same bits
+    rng = np.random.default_rng(0)
+    n = 40
+    data = LabeledDataset(
+        features=rng.random((n, channels * 16 * 16)),
+        labels=np.arange(n) % 3,
+        classes=("a", "b", "c"),
+        image_shape=(channels, 16, 16),
+    )
+    config = TrainConfig(iterations=12, batch_size=16, lr=1e-2)
+    fast = train_from_scratch(data, config, seed=4)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        ref = LeNet5(channels, 3, image_size=16)
+    f = ref.features
+    ref.features = torch.nn.Sequential(f[0], f[2], f[1], f[3], f[5], f[4])  # conv, ReLU, pool
+    assert isinstance(ref.features[1], torch.nn.ReLU)
+    ref = _reference_fit(ref.to(memory_format=torch.channels_last), data, config, seed=4)
+    assert _same(_state(fast), _state(ref))
+    assert all(p.is_contiguous() for p in fast.parameters())  # handed back in plain layout
+
+
+def test_fast_path_equals_a_plain_loop_on_mlp():
+    data = _gaussians(30, seed=2)
+    config = TrainConfig(iterations=15, batch_size=8, lr=1e-2)
+    fast = train_from_scratch(data, config, seed=1)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        ref = MLPNet(2, 2)
+    assert _same(_state(fast), _state(_reference_fit(ref, data, config, seed=1)))
+
+
+def test_lenet_training_is_deterministic():
+    data = _bars(48, seed=0)
+    config = TrainConfig(iterations=10, batch_size=16)
+    a = _state(train_from_scratch(data, config, seed=3))
+    b = _state(train_from_scratch(data, config, seed=3))
+    c = _state(train_from_scratch(data, config, seed=4))
+    assert _same(a, b) and not _same(a, c)
+
+
+def test_evaluate_leaves_the_model_alone_and_matches_a_plain_count():
+    model = train_from_scratch(_bars(64, seed=0), TrainConfig(iterations=20, batch_size=16), seed=0)
+    test = _bars(50, seed=1)
+    model.train()
+    before = _state(model)
+    acc = evaluate(model, test)
+    assert model.training and _same(_state(model), before)
+    assert all(p.is_contiguous() for p in model.parameters())
+    with torch.no_grad():
+        pred = model.eval()(test.features).argmax(1)
+    assert acc == pytest.approx(float((pred == test.labels).float().mean()))
+
+
+# --------------------------------------------------------------------------- finetune options
+
+
+def _pretrained_lenet() -> torch.nn.Module:
+    return pretrain(_bars(48, seed=0), TrainConfig(iterations=10, batch_size=16), seed=0)
+
+
+def test_finetune_options_are_deterministic_and_default_to_the_plain_protocol():
+    base, target = _pretrained_lenet(), _bars(12, seed=2)
+    cfg = TrainConfig(iterations=8, batch_size=8, lr=1e-2)
+    plain = _state(finetune(base, target, cfg, seed=1))
+    assert _same(plain, _state(finetune(base, target, cfg, seed=1, body_lr_scale=1.0)))
+    for kwargs in ({"body_lr_scale": 0.1}, {"head_only_iterations": 5}):
+        one = _state(finetune(base, target, cfg, seed=1, **kwargs))
+        two = _state(finetune(base, target, cfg, seed=1, **kwargs))
+        assert _same(one, two), kwargs
+        assert not _same(one, plain), kwargs
+
+
+def test_body_lr_scale_zero_freezes_the_body_bit_identically():
+    base, target = _pretrained_lenet(), _bars(12, seed=2)
+    cfg = TrainConfig(iterations=10, batch_size=8, lr=1e-2)
+    tuned = finetune(base, target, cfg, seed=0, body_lr_scale=0.0)
+    before, after = _state(base), _state(tuned)
+    body = [k for k in before if not k.startswith("head.")]
+    assert body and all(torch.equal(before[k], after[k]) for k in body)
+    assert all(p.requires_grad for p in tuned.parameters())  # frozen only while training
+    # a small scale moves the body a little, a full one more
+    small = _state(finetune(base, target, cfg, seed=0, body_lr_scale=0.01))
+    full = _state(finetune(base, target, cfg, seed=0))
+    step = {
+        name: (s[k] - before[k]).abs().max()
+        for name, s in (("small", small), ("full", full))
+        for k in body[:1]
+    }
+    assert 0 < step["small"] < step["full"]
+
+
+def test_head_only_phase_changes_only_the_head():
+    base, target = _pretrained_lenet(), _bars(12, seed=2)
+    before = _state(base)
+    body = [k for k in before if not k.startswith("head.")]
+    # a one-iteration second phase at a zero body rate: everything the body could
+    # have learnt would come from the head-only phase
+    cfg = TrainConfig(iterations=1, batch_size=8, lr=1e-2)
+    tuned = _state(finetune(base, target, cfg, seed=0, head_only_iterations=6, body_lr_scale=0.0))
+    assert all(torch.equal(before[k], tuned[k]) for k in body)
+    # the head-only phase did train the head: it differs from a run without it
+    no_phase = _state(finetune(base, target, cfg, seed=0, body_lr_scale=0.0))
+    assert not torch.equal(tuned["head.weight"], no_phase["head.weight"])
+    # with the body trained afterwards, the body moves
+    both = _state(finetune(base, target, cfg, seed=0, head_only_iterations=6))
+    assert any(not torch.equal(before[k], both[k]) for k in body)
+
+
+def test_head_only_iterations_count_in_the_progress():
+    seen: list[float] = []
+    finetune(
+        _pretrained_lenet(),
+        _bars(12, seed=2),
+        TrainConfig(iterations=50, batch_size=8),
+        seed=0,
+        head_only_iterations=50,
+        progress=lambda _s, f: seen.append(f),
+    )
+    assert seen == sorted(seen) and seen[-1] == 1.0
+    assert any(abs(f - 0.5) < 0.03 for f in seen)  # the head-only half is half of the run
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"body_lr_scale": -0.5}, "body_lr_scale must be a finite number >= 0"),
+        ({"body_lr_scale": float("inf")}, "body_lr_scale"),
+        ({"body_lr_scale": True}, "body_lr_scale"),
+        ({"body_lr_scale": "1"}, "body_lr_scale"),
+        ({"head_only_iterations": -1}, "head_only_iterations must be an integer >= 0"),
+        ({"head_only_iterations": 2.5}, "head_only_iterations"),
+    ],
+)
+def test_finetune_option_validation(kwargs, match):
+    with pytest.raises(GeovizError, match=match):
+        finetune(_pretrained_lenet(), _bars(8, seed=1), FAST, seed=0, **kwargs)
