@@ -15,7 +15,7 @@ Measures, in one run and on the same machine, samples per second of
 The methods are run in interleaved rounds (``--rounds``) and the median is
 reported, so a neighbour's load on a shared machine hits all of them alike.
 ``--accuracy`` also trains from scratch on bundled MNIST at each batch size
-(same epochs, learning rate scaled by sqrt(batch / 64)) and prints the test
+(same epochs, learning rate scaled by sqrt(batch / 64), or linearly with ``--lr-scaling``) and prints the test
 accuracy, the check for a preset that changes the batch size.
 
 Run: ``.venv/bin/python benchmarks/bench_training.py`` (about a minute).
@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--accuracy", action="store_true", help="also the MNIST accuracy check")
     p.add_argument("--acc-epochs", type=float, default=6.0)
     p.add_argument("--acc-seeds", type=int, default=3)
+    p.add_argument("--lr-scaling", default="sqrt", choices=["sqrt", "linear"])
     args = p.parse_args(argv)
 
     torch.set_num_threads(CPU_TRAIN_THREADS)
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     if args.accuracy:
-        _accuracy(batches, args.acc_epochs, args.acc_seeds)
+        _accuracy(batches, args.acc_epochs, args.acc_seeds, args.lr_scaling)
     return 0
 
 
@@ -268,8 +269,8 @@ def _timed(fn: Callable[[], object]) -> Seconds:
     return clock.stop()
 
 
-def _accuracy(batches: list[int], epochs: float, seeds: int) -> None:
-    """Train from scratch on bundled MNIST at each batch size (same epochs, lr ~ sqrt(batch))."""
+def _accuracy(batches: list[int], epochs: float, seeds: int, scaling: str) -> None:
+    """Train from scratch on bundled MNIST at each batch size (same epochs, lr scaled with it)."""
     from geoviz.transfer.training import train_from_scratch
 
     train, test = _mnist("train", 5000), _mnist("test", 2000)
@@ -279,7 +280,7 @@ def _accuracy(batches: list[int], epochs: float, seeds: int) -> None:
     print("| batch | lr | iterations | accuracy % (mean +- std over seeds) | wall s |")
     print("|---:|---:|---:|---|---:|")
     for b in batches:
-        lr = 1e-3 * (b / 64) ** 0.5
+        lr = 1e-3 * (b / 64) ** (0.5 if scaling == "sqrt" else 1.0)
         its = round(epochs * train.n_samples / b)
         accs, start = [], time.perf_counter()
         for seed in range(seeds):
