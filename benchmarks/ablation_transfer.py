@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", default="mnist,kmnist")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--sets", default=",".join(PRETRAIN_SETS))
-    p.add_argument("--protocols", default="all", help="comma-separated names, or all")
+    p.add_argument("--protocols", default="all", help="names separated by ';', or all")
     p.add_argument("--n", type=int, default=5000, help="pool and reference samples")
     p.add_argument("--n-val", type=int, default=1000, help="validation samples of Q's train split")
     p.add_argument("--n-test", type=int, default=5000)
@@ -382,7 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         print(report(args.out))
         return 0
-    args.protocols = list(PROTOCOLS) if args.protocols == "all" else args.protocols.split(",")
+    args.protocols = list(PROTOCOLS) if args.protocols == "all" else args.protocols.split(";")
+    unknown = [name for name in args.protocols if name not in PROTOCOLS]
+    if unknown:
+        p.error(f"unknown protocol(s) {unknown}; choose from {list(PROTOCOLS)}")
     units = [
         Unit(t, int(s), ps)
         for t in args.targets.split(",")
