@@ -9,6 +9,7 @@ LeNet-5 on each *pretraining set*:
 * ``real``: one real reference alone, the yardstick (USPS for digit targets: the same task in
   another hand; otherwise the reference with the smallest OTDD to Q);
 * ``otdd``: ``P_a_hat``, the product's recommendation (soft labels);
+* ``otdd_hard``: the same samples with the one-hot of their largest soft label;
 * ``otdd_oracle``: ``P_a_hat`` with maps computed from the pool's *true* labels, a diagnostic
   bound on what better pseudo-labels could give (never a method);
 
@@ -55,7 +56,7 @@ PROTOCOLS: dict[str, tuple[float, int, float, int]] = {
     "frozen body (linear probe)": (1e-3, 300, 0.0, 0),
     "head 100 it, then all": (1e-3, 300, 1.0, 100),
 }
-PRETRAIN_SETS = ("none", "real", "otdd", "otdd_oracle")
+PRETRAIN_SETS = ("none", "real", "otdd", "otdd_hard", "otdd_oracle")
 NAMES = ("mnist", "fashion_mnist", "usps", "kmnist")
 DIGITS = {"mnist", "usps"}
 
@@ -203,7 +204,16 @@ def _pretraining_set(unit: Unit, args: argparse.Namespace):
     geo = _geodesic(pool, task.references, args, unit.seed)
     info["a_hat"] = [float(v) for v in geo.a_hat]
     info["w2_hat"] = float(geo.w2_hat)
-    return geo.interpolate(geo.a_hat), info
+    pa = geo.interpolate(geo.a_hat)
+    if unit.pretrain_set == "otdd_hard":
+        # the same samples, each with the one-hot of its largest soft label
+        import dataclasses
+
+        import torch
+
+        hard = torch.nn.functional.one_hot(pa.soft_labels.argmax(1), pa.soft_labels.shape[1])
+        pa = dataclasses.replace(pa, soft_labels=hard.to(pa.soft_labels.dtype))
+    return pa, info
 
 
 def _key(*parts: Any) -> str:
