@@ -86,45 +86,6 @@ def _load_split(name: str, split: str):
     )
 
 
-def box_normalise(ds, box: int = 20, canvas: int = 28):
-    """MNIST's own normalisation applied to any image set: each image's ink (pixels above
-    10% of its maximum) is cropped to its bounding box, scaled so its longer side is ``box``
-    pixels (aspect kept) and centred by its centre of mass on a ``canvas``-pixel square.
-
-    USPS digits fill their 16x16 frame while MNIST digits sit in a 20x20 box of 28x28, so
-    after resizing to 32x32 a USPS digit is ~40% larger than an MNIST one; this removes that
-    difference (and the same for Fashion-MNIST and KMNIST).
-    """
-    from PIL import Image
-
-    from geoviz.data.dataset import LabeledDataset
-
-    _, h, w = ds.image_shape
-    images = ds.features.numpy().reshape(-1, h, w)
-    out = np.zeros((len(images), canvas, canvas), dtype=np.float32)
-    for i, img in enumerate(images):
-        ink = img > 0.1 * max(float(img.max()), 1e-6)
-        rows, cols = np.flatnonzero(ink.any(1)), np.flatnonzero(ink.any(0))
-        if rows.size == 0:
-            continue
-        crop = img[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
-        scale = box / max(crop.shape)
-        size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
-        small = np.asarray(Image.fromarray(crop).resize(size, Image.BILINEAR), dtype=np.float32)
-        mass = small.sum()
-        cy, cx = (np.indices(small.shape) * small).reshape(2, -1).sum(1) / max(mass, 1e-6)
-        top = int(np.clip(round(canvas / 2 - cy), 0, canvas - small.shape[0]))
-        left = int(np.clip(round(canvas / 2 - cx), 0, canvas - small.shape[1]))
-        out[i, top : top + small.shape[0], left : left + small.shape[1]] = small
-    return LabeledDataset(
-        np.clip(out.reshape(len(out), -1), 0.0, 1.0),
-        ds.labels.numpy(),
-        ds.classes,
-        name=ds.name,
-        image_shape=(1, canvas, canvas),
-    )
-
-
 @functools.lru_cache(maxsize=4)
 def _datasets_cached(target: str, n: int, n_val: int, n_test: int, data_seed: int, preprocess: str):
     return _build_datasets(target, n, n_val, n_test, data_seed, preprocess)
@@ -141,7 +102,7 @@ def _build_datasets(
 ):
     """``(pool, validation, test, references)`` harmonised to 32x32 grey; pool and validation
     are disjoint random parts of Q's training split (seeded by ``--data-seed``)."""
-    from geoviz.data.preprocess import harmonize, stratified_subsample
+    from geoviz.data.preprocess import box_normalise, harmonize, stratified_subsample
 
     full = _load_split(target, "train")
     order = np.random.default_rng(data_seed).permutation(full.n_samples)

@@ -319,3 +319,35 @@ def test_few_shot_rejects_bad_k() -> None:
     big = _labelled([60, 60])
     with pytest.raises(DatasetError, match=r"n_neighbors must be an integer in 1\.\.50"):
         few_shot(big, 30, n_neighbors=51)
+
+
+def test_box_normalise_scales_and_centres_the_ink():
+    from geoviz.data.preprocess import box_normalise
+
+    # a 4x8 bar of ink in the corner of a 16x16 frame (like a USPS digit filling its frame)
+    img = np.zeros((2, 16, 16), np.float32)
+    img[0, 0:8, 0:4] = 1.0
+    ds = LabeledDataset(img.reshape(2, -1), [0, 1], ("a", "b"), image_shape=(1, 16, 16))
+    out = box_normalise(ds, box=20, canvas=28)
+    assert out.image_shape == (1, 28, 28) and out.labels.tolist() == [0, 1]
+    bar = out.features.numpy().reshape(2, 28, 28)[0]
+    rows, cols = np.flatnonzero(bar.any(1)), np.flatnonzero(bar.any(0))
+    assert rows.size == 20 and cols.size == 10  # longer side -> 20 px, aspect kept
+    cy, cx = (np.indices(bar.shape) * bar).reshape(2, -1).sum(1) / bar.sum()
+    assert abs(cy - 14) <= 0.5 and abs(cx - 14) <= 0.5  # centre of mass at (14, 14), as MNIST
+    assert out.features.numpy()[1].max() == 0.0  # a blank image stays blank
+    assert ds.image_shape == (1, 16, 16)  # input untouched
+
+
+def test_box_normalise_is_near_identity_on_mnist_like_digits():
+    from geoviz.data.preprocess import box_normalise
+    from geoviz.data.registry import load_dataset
+
+    mnist = load_dataset("mnist", n=50)
+    again = box_normalise(mnist)
+    # MNIST is already box-normalised: most ink stays where it was
+    a, b = mnist.features.numpy(), again.features.numpy()
+    overlap = (np.minimum(a, b).sum(1) / np.maximum(a, b).sum(1)).mean()
+    assert overlap > 0.6, overlap
+    with pytest.raises(DatasetError, match="grey images"):
+        box_normalise(load_dataset("iris"))
