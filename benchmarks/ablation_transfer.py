@@ -94,9 +94,12 @@ def _datasets_cached(target: str, n: int, n_val: int, n_test: int, data_seed: in
 
 
 def _datasets(target: str, args: argparse.Namespace):
-    return _datasets_cached(
+    pool, val, test, refs = _datasets_cached(
         target, args.n, args.n_val, args.n_test, args.data_seed, args.preprocess
     )
+    if args.with_mnistm_proxy:
+        refs = (*refs, _mnistm_proxy(target, args))
+    return pool, val, test, refs
 
 
 def _build_datasets(
@@ -294,6 +297,7 @@ def run_unit(unit: Unit, args: argparse.Namespace) -> int:
             "preset": args.preset,
             "preprocess": args.preprocess,
             "pseudo_knn": args.pseudo_knn,
+            "references": [r.name for r in task.references],
             "pretrain_config": [
                 preset.pretrain.iterations,
                 preset.pretrain.batch_size,
@@ -381,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         default="resize",
         choices=["resize", "box"],
         help="resize: every set resized to 32x32 as is; box: MNIST's digit-box normalisation first",
+    )
+    p.add_argument(
+        "--with-mnistm-proxy",
+        action="store_true",
+        help="add the MNIST-M proxy to the references of the geodesic (MNIST target)",
     )
     p.add_argument("--pseudo-knn", type=int, default=1, help="neighbours of the pool's kNN labels")
     p.add_argument("--report", action="store_true", help="only print the stored results")
