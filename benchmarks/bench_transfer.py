@@ -82,6 +82,10 @@ def _task(target: str, k: int, args: argparse.Namespace):
     raw = [_load(target, "train", args.n, args.data_seed)]
     raw += [_load(r, "train", args.n, args.data_seed) for r in refs]
     raw.append(_load(target, "test", args.n_test, args.data_seed))
+    if args.preprocess == "box":
+        from geoviz.data.preprocess import box_normalise
+
+        raw = [box_normalise(ds) for ds in raw]
     sets = harmonize(raw, size=32, channels="grey")
     train, references, test = sets[0], sets[1:-1], sets[-1]
     return make_task(train, test, references, k, seed=args.data_seed)
@@ -137,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         help="add the 'OTDD neural map' column (neural geodesic, --neural-preset)",
     )
     p.add_argument("--neural-preset", default="cpu")
+    p.add_argument(
+        "--preprocess",
+        default="resize",
+        choices=["resize", "box"],
+        help="box: MNIST's digit-box normalisation of every set before resizing "
+        "(geoviz.data.preprocess.box_normalise; see the ablation in benchmarks/README.md)",
+    )
     args = p.parse_args(argv)
     if not (DATA_DIR / "mnist.npz").exists():
         print(f"data not found in {DATA_DIR} (set GEOVIZ_NIST_DIR)", file=sys.stderr)
