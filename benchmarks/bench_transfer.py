@@ -55,22 +55,28 @@ PAPER = {
 NAMES = ("mnist", "fashion_mnist", "usps", "kmnist")
 
 
-def _load(name: str, split: str, n: int, seed: int):
+def load_split(name: str, split: str):
+    """The whole ``split`` of ``DATA_DIR/<name>.npz`` as grey images in ``[0, 1]``."""
     from geoviz.data.dataset import LabeledDataset
-    from geoviz.data.preprocess import stratified_subsample
 
     with np.load(DATA_DIR / f"{name}.npz") as data:
         x = data[f"x_{split}"]
         y = data[f"y_{split}"]
         classes = tuple(str(c) for c in data["classes"])
     h, w = x.shape[1:]
-    ds = LabeledDataset(
+    return LabeledDataset(
         x.reshape(len(x), -1).astype(np.float32) / 255.0,
         y,
         classes,
         name=name,
         image_shape=(1, h, w),
     )
+
+
+def _load(name: str, split: str, n: int, seed: int):
+    from geoviz.data.preprocess import stratified_subsample
+
+    ds = load_split(name, split)
     return stratified_subsample(ds, n, seed=seed) if ds.n_samples > n else ds
 
 

@@ -10,18 +10,6 @@ from geoviz.app.state import DatasetChoice, SessionModel, Upload, default_scenar
 from geoviz.data.formats import load_upload
 
 
-@pytest.fixture
-def fresh_server(tmp_path, monkeypatch):
-    """An empty disk cache and an empty in-memory store (as after a server restart)."""
-    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("GEOVIZ_APP_N", "60")
-    monkeypatch.setenv("GEOVIZ_APP_EMBED_N", "40")
-    monkeypatch.setenv("GEOVIZ_EMBEDDING", "pca")
-    services.store().clear()
-    yield tmp_path
-    services.store().clear()
-
-
 def _npz_bytes(n: int = 40, seed: int = 0) -> bytes:
     import io
 

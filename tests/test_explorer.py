@@ -12,17 +12,6 @@ from geoviz.app.state import SessionModel, default_scenario
 
 
 @pytest.fixture
-def fresh_server(tmp_path, monkeypatch):
-    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("GEOVIZ_APP_N", "60")
-    monkeypatch.setenv("GEOVIZ_APP_EMBED_N", "40")
-    monkeypatch.setenv("GEOVIZ_EMBEDDING", "pca")
-    services.store().clear()
-    yield tmp_path
-    services.store().clear()
-
-
-@pytest.fixture
 def fitted(fresh_server):
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
     from geoviz.ot.otdd import OTDDConfig
