@@ -200,12 +200,12 @@ def test_restore_from_url_keeps_state_on_bad_params_and_reports_why():
 
 
 def test_scenario_key_is_computed_once_and_changes_with_the_scenario(monkeypatch):
-    from geoviz.app import state
+    from geoviz.app import scenario as scenarios
 
-    scenario = state.default_scenario()
+    scenario = scenarios.default_scenario()
     calls = []
-    real = state._hash
-    monkeypatch.setattr(state, "_hash", lambda obj: calls.append(1) or real(obj))
+    real = scenarios._hash
+    monkeypatch.setattr(scenarios, "_hash", lambda obj: calls.append(1) or real(obj))
     keys = {scenario.key() for _ in range(10)}
     assert len(keys) == 1 and len(calls) == 1
     assert scenario.with_(seed=1).key() != scenario.key()
@@ -282,6 +282,7 @@ def test_old_token_without_the_map_method_decodes_to_the_defaults_and_the_old_ke
     import json
     import zlib
 
+    from geoviz.app import scenario as scenarios
     from geoviz.app import state
 
     scenario = _scenario(seed=4)
@@ -293,7 +294,7 @@ def test_old_token_without_the_map_method_decodes_to_the_defaults_and_the_old_ke
     assert back == scenario
     assert (back.map_method, back.neural_preset) == ("barycentric", "cpu")
     # barycentric keys are those of before: cached placements and checkpoints still match
-    assert back.key() == state._hash(old)
+    assert back.key() == scenarios._hash(old)
 
 
 @pytest.mark.parametrize(

@@ -307,6 +307,10 @@ def test_simplex_weights_are_todays_validation_and_rounding(values):
     # already valid: check_weights hands back the same numbers without a second rounding
     assert check_weights(a, len(w)).tolist() == expected.tolist()
     assert SimplexWeights.from_input(a, len(w)) is a
+    # unrounded: exactly check_weights' numbers, and its text form is exact as well
+    exact = SimplexWeights.from_input(w, len(w), decimals=None)
+    assert exact.tolist() == check_weights(w, len(w)).tolist()
+    assert SimplexWeights.from_text(exact.to_text(), len(w), decimals=None) == exact
     # the displayed form is display_weights' rule, so sliders, text and labels agree
     assert a.display().tolist() == display_weights(expected).tolist()
     assert display_weights(a).tolist() == display_weights(expected).tolist()

@@ -271,11 +271,12 @@ class SimplexWeights:
     values
         ``(a_1, ..., a_m)``: non-negative, multiples of ``10**-decimals``, summing to 1.
     decimals
-        Decimal places of ``values``.
+        Decimal places of ``values``; ``None``: validated but not rounded (e.g. ``a_hat``
+        exactly as the solver found it).
     """
 
     values: tuple[float, ...]
-    decimals: int = ENTRY_DECIMALS
+    decimals: int | None = ENTRY_DECIMALS
 
     def __post_init__(self) -> None:
         # an invariant of the type, not a second validation: cheap checks on m floats
@@ -287,9 +288,12 @@ class SimplexWeights:
             raise WeightsError(f"SimplexWeights must sum to 1, got {sum(values):.6g}")
 
     @classmethod
-    def from_input(cls, weights: Any, m: int, decimals: int = ENTRY_DECIMALS) -> SimplexWeights:
+    def from_input(
+        cls, weights: Any, m: int, decimals: int | None = ENTRY_DECIMALS
+    ) -> SimplexWeights:
         """Validate ``weights`` for ``m`` references (:func:`check_weights`) and round them
-        on the simplex to ``decimals`` places (:func:`round_to_simplex`).
+        on the simplex to ``decimals`` places (:func:`round_to_simplex`; ``None``: no
+        rounding).
 
         Raises
         ------
@@ -299,11 +303,13 @@ class SimplexWeights:
         if isinstance(weights, SimplexWeights) and weights.decimals == decimals:
             check_weights(weights, m)  # the length only
             return weights
-        rounded = round_to_simplex(check_weights(weights, m), decimals)
-        return cls(tuple(rounded.tolist()), int(decimals))
+        valid = check_weights(weights, m)
+        if decimals is None:
+            return cls(tuple(valid.tolist()), None)
+        return cls(tuple(round_to_simplex(valid, decimals).tolist()), int(decimals))
 
     @classmethod
-    def from_text(cls, text: str, m: int, decimals: int = ENTRY_DECIMALS) -> SimplexWeights:
+    def from_text(cls, text: str, m: int, decimals: int | None = ENTRY_DECIMALS) -> SimplexWeights:
         """Parse :meth:`to_text`'s form (``"0.5,0.3,0.2"``) and validate it like
         :meth:`from_input`.
 
@@ -316,6 +322,9 @@ class SimplexWeights:
             values = [float(p) for p in str(text).split(",")]
         except ValueError:
             raise WeightsError(f"weights must be comma-separated numbers, got {text!r}") from None
+        if decimals is None:  # the text's numbers exactly (check_weights would renormalise)
+            check_weights(values, m)
+            return cls(tuple(values), None)
         return cls.from_input(values, m, decimals)
 
     @property
@@ -326,6 +335,10 @@ class SimplexWeights:
     def to_array(self) -> np.ndarray:
         """``(m,)`` float64, a new array (the caller may modify it)."""
         return np.array(self.values, dtype=np.float64)
+
+    def tolist(self) -> list[float]:
+        """``[a_1, ..., a_m]`` as Python floats (as ``ndarray.tolist``)."""
+        return list(self.values)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         out = self.to_array()
@@ -349,7 +362,10 @@ class SimplexWeights:
         return self.values
 
     def to_text(self) -> str:
-        """The URL form, ``"0.5,0.3,0.2"`` (:func:`weights_text`); :meth:`from_text` reads it."""
+        """The URL form, ``"0.5,0.3,0.2"`` (:func:`weights_text`; unrounded weights: every
+        digit of each float); :meth:`from_text` reads it back exactly."""
+        if self.decimals is None:
+            return ",".join(repr(x) for x in self.values)
         return weights_text(self.values, self.decimals)
 
     def display(self, digits: int = WEIGHT_DECIMALS) -> np.ndarray:
