@@ -295,3 +295,43 @@ def test_lower_thread_priority_only_touches_the_calling_thread():
     t.join()
     assert seen["lowered"] and seen["delta"] == min(5, 19 - main_before)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
+
+
+def test_weights_moved_many_times_keep_the_fit_in_memory(fresh_server):
+    """The app's own store: P_a at far more weights than the derived tier holds never
+    evicts the scenario's datasets or geodesic (the fits tier)."""
+    model = SessionModel({})
+    scenario = model.scenario
+    calls = []
+
+    class Fitted:  # stands for a GeodesicResult: P_a is all the services ask of it here
+        def interpolate(self, weights, n=None, seed=0):
+            calls.append(np.asarray(weights))
+            return tuple(weights)
+
+    fit = Fitted()
+    services.store().put(("geodesic", scenario.key()), fit, tier="fit")
+    services.store().put(("data", scenario.data_key()), "datasets", tier="fit")
+    for i in range(3 * services.MAX_DERIVED):
+        a = SimplexWeights.from_input([i / 1000, 0.5 - i / 1000, 0.5], 3)
+        assert services.interpolation(scenario, fit, a) == a.values
+    assert len(calls) == 3 * services.MAX_DERIVED  # every one computed once
+    assert services.geodesic_if_ready(scenario) is fit
+    assert services.scenario_data_if_ready(scenario) == "datasets"
+    assert len(services.store().derived) == services.MAX_DERIVED
+
+
+def test_torch_threads_are_set_once_per_process(monkeypatch):
+    import torch
+
+    from geoviz.app.services import caches
+
+    monkeypatch.setattr(caches, "_TORCH_CONFIGURED", [])
+    before = torch.get_num_threads()
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
+    assert caches.configure_torch(1) is True and seen == [1]
+    assert caches.configure_torch(3) is False and seen == [1]  # later pages change nothing
+    monkeypatch.setattr(caches, "_TORCH_CONFIGURED", [])
+    assert caches.configure_torch(0) is True and seen == [1]  # 0: torch's default kept
+    assert torch.get_num_threads() == before
