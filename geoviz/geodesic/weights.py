@@ -204,7 +204,7 @@ def _largest_remainder(w: np.ndarray, decimals: int) -> np.ndarray:
 
 
 def display_weights(
-    weights: Sequence[float] | np.ndarray, digits: int = WEIGHT_DECIMALS
+    weights: Sequence[float] | np.ndarray | SimplexWeights, digits: int = WEIGHT_DECIMALS
 ) -> np.ndarray:
     """The values shown for ``weights``: :func:`round_to_simplex` when they lie on
     the simplex (by :func:`check_weights`), so sliders, text and bar labels agree
@@ -220,7 +220,7 @@ def display_weights(
 
 
 def format_weights(
-    weights: Sequence[float] | np.ndarray,
+    weights: Sequence[float] | np.ndarray | SimplexWeights,
     names: Sequence[str] | None = None,
     digits: int = WEIGHT_DECIMALS,
 ) -> str:

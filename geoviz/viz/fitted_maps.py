@@ -53,6 +53,21 @@ def _axis_titles(dim: int) -> tuple[str, str]:
     return ("x₁", "x₂") if dim == 2 else (f"x₁ (of {dim})", f"x₂ (of {dim})")
 
 
+def _target_points(x: np.ndarray, idx: np.ndarray, name: str, size: int) -> go.Scatter:
+    """The chosen target points ``x`` (``(n, 2)``) as black crosses labelled ``#index``."""
+    import plotly.graph_objects as go
+
+    return go.Scatter(
+        x=x[:, 0],
+        y=x[:, 1],
+        mode="markers+text",
+        name=name,
+        marker={"size": size, "color": "#222", "symbol": "x"},
+        text=[f"#{int(t)}" for t in idx],
+        textposition="top center",
+    )
+
+
 def distance_caption(d: float) -> str:
     """``"d 1.23"``: distance of a mapped point to a reference sample (3 significant digits)."""
     return f"d {float(d):.3g}"
@@ -210,17 +225,7 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
             hovertemplate="%{text}<extra></extra>",
         )
     )
-    fig.add_trace(
-        go.Scatter(
-            x=x[:, 0],
-            y=x[:, 1],
-            mode="markers+text",
-            name="x ∈ Q",
-            marker={"size": 9, "color": "#222", "symbol": "x"},
-            text=[f"#{int(t_)}" for t_ in idx],
-            textposition="top center",
-        )
-    )
+    fig.add_trace(_target_points(x, idx, "x ∈ Q", size=9))
     fig.add_trace(
         go.Scatter(
             x=t[:, 0],
@@ -352,17 +357,7 @@ def side_by_side_scatter(
                 hoverinfo="skip",
             )
         )
-        fig.add_trace(
-            go.Scatter(
-                x=x[:, 0],
-                y=x[:, 1],
-                mode="markers+text",
-                name="chosen x ∈ Q",
-                marker={"size": 10, "color": "#222", "symbol": "x"},
-                text=[f"#{int(t)}" for t in idx],
-                textposition="top center",
-            )
-        )
+        fig.add_trace(_target_points(x, idx, "chosen x ∈ Q", size=10))
         fig.update_layout(
             title=f"P{i + 1}: {_name(bary, i)}",
             height=420,
