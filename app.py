@@ -48,7 +48,7 @@ def main(model: SessionModel) -> None:
         with left:
             st.page_link(page.script, label=page.label, icon=page.icon)
         right.markdown(text)
-    ready = services.geodesic_if_ready(model)
+    ready = services.geodesic_if_ready(model.scenario)
     st.info(
         "The maps of the current scenario are computed; the Geodesic page opens at once."
         if ready is not None

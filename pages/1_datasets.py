@@ -230,7 +230,7 @@ def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
             axis = ("x₁", "x₂", "x₃")
             note = None
         else:
-            emb = services.dataset_projection(model, data)
+            emb = services.dataset_projection(data)
             sets = [
                 point_set(ds, emb.points[nm], name=nm, prefix_labels=True, indices=emb.indices[nm])
                 for ds, nm in zip(data.datasets, emb.names, strict=True)
@@ -254,7 +254,7 @@ def pairwise_section(model: SessionModel, data: services.ScenarioData) -> None:
         "Optimal-transport dataset distance d²_OT (features and labels, entropic, "
         f"ε = {model.scenario.epsilon} × mean cost) between every pair of Q, P_1, …, P_m."
     )
-    mat = services.pairwise_otdd_if_ready(model)
+    mat = services.pairwise_otdd_if_ready(model.scenario)
     if mat is None:
         n = len(data.datasets)
         if st.button(f"Compute OTDD for all {n * (n - 1) // 2} pairs", key="pairwise_btn"):

@@ -273,7 +273,7 @@ def teaching_panel(model: SessionModel, result) -> None:
     )
     k = c3.slider("Neighbours shown", 1, k_max, min(6, k_max), key="teach_k")
     idx = _pick_points(q, "teach", c2, c4)
-    fig = services.plan_neighbours_figure(model, result, int(i), idx, int(k))
+    fig = services.plan_neighbours_figure(model.scenario, result, int(i), idx, int(k))
     if fig is not None:
         st.plotly_chart(fig, key="teach_fig")
     with st.expander("Plan weights as a table", expanded=fig is None):
@@ -321,7 +321,7 @@ def nearest_panel(model: SessionModel, result) -> None:
     )
     k = c3.slider("Closest samples shown", 1, 8, 4, key="near_k")
     idx = _pick_points(q, "near", *st.columns(2))
-    fig = services.nearest_reference_figure(model, result, int(i), idx, int(k))
+    fig = services.nearest_reference_figure(model.scenario, result, int(i), idx, int(k))
     if fig is not None:
         st.plotly_chart(fig, key="near_fig")
     with st.expander("Closest reference samples as a table", expanded=fig is None):
@@ -371,7 +371,7 @@ def transitions(result) -> None:
 def comparison(model: SessionModel, result) -> None:
     """Barycentric and neural maps of the same data side by side (or a button to fit the other)."""
     st.subheader("Barycentric vs neural maps")
-    bary, neural = services.map_pair(model)
+    bary, neural = services.map_pair(model.scenario)
     if bary is None or neural is None:
         other = services.companion_scenario(model.scenario)
         have = METHOD_LABELS[result.method]
@@ -381,7 +381,7 @@ def comparison(model: SessionModel, result) -> None:
             "target points (neural budget: the one chosen above). The fit runs in the background: "
             "you can leave the page and come back."
         )
-        running = services.geodesic_job(model, other) is not None
+        running = services.geodesic_job(other) is not None
         if not running and not st.button("Fit the other map (background)", key="maps_fit_other"):
             return
         if widgets.geodesic_with_status(model, scenario=other) is None:
@@ -405,9 +405,9 @@ def side_by_side(model: SessionModel, bary, neural) -> None:
     idx = services.comparison_indices(bary, int(n), int(seed))
     per_row = min(bary.m, 3 if q.is_image else 2)
     figs = services.side_by_side_figures(
-        model, bary, neural, idx, tile_px=130 if per_row <= 2 else 96
+        model.scenario, bary, neural, idx, tile_px=130 if per_row <= 2 else 96
     )
-    tables = services.map_comparison_tables(model, bary, neural)
+    tables = services.map_comparison_tables(model.scenario, bary, neural)
     for start in range(0, bary.m, per_row):
         cols = st.columns(per_row)
         for col, i in zip(cols, range(start, min(start + per_row, bary.m)), strict=False):

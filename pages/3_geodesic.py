@@ -10,7 +10,7 @@ from geoviz.app import services, widgets
 from geoviz.app.explorer.component import geodesic_explorer
 from geoviz.app.state import SessionModel
 from geoviz.errors import GeovizError
-from geoviz.geodesic.weights import format_weights
+from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.compare import side_by_side_scatter
 from geoviz.viz.plots import PointSet, otdd_heatmap, point_set
 from geoviz.viz.ternary import OBJECTIVE_LABEL
@@ -54,13 +54,13 @@ def two_q_matrix(result) -> None:
         )
 
 
-def picked_summary(model: SessionModel, result, weights: np.ndarray, names: list[str]) -> None:
+def picked_summary(model: SessionModel, result, weights: SimplexWeights, names: list[str]) -> None:
     """What the server holds after a release (the URL, Export and other pages use it)."""
     c1, c2 = st.columns([4, 1], vertical_alignment="center")
     value = float(result.objective(weights))
     gap = value - result.w2_hat
     c1.markdown(
-        f"**Picked a** = {format_weights(weights, names)} · {OBJECTIVE_LABEL} = {value:.6g}"
+        f"**Picked a** = {weights.format(names)} · {OBJECTIVE_LABEL} = {value:.6g}"
         + (
             f" ({gap:+.3g} vs {glossary.A_HAT})"
             if model.picked_weights(result.m) is not None
@@ -71,11 +71,11 @@ def picked_summary(model: SessionModel, result, weights: np.ndarray, names: list
     c2.button(f"Reset to {glossary.A_HAT}", on_click=on_reset, args=(model,), key="reset_weights")
 
 
-def mixup_view(model: SessionModel, result, pa, weights: np.ndarray, names: list[str]) -> None:
+def mixup_view(model: SessionModel, result, pa, weights: SimplexWeights, names: list[str]) -> None:
     q = result.target
     pa_set = point_set(pa, name="P_a")
     st.subheader("OT maps vs naive mixup")
-    naive = services.mixup(model, result, weights)
+    naive = services.mixup(model.scenario, result, weights)
     refs = [
         point_set(r, name=f"{n} samples") for r, n in zip(result.references, names, strict=True)
     ]
@@ -100,7 +100,7 @@ def mixup_view(model: SessionModel, result, pa, weights: np.ndarray, names: list
             ("naive mixup (random couplings)", [*refs, naive_set]),
         ],
         faded=[s.name for s in refs],
-        title=f"Same weights a = {format_weights(weights)}, different couplings (paper Fig. 3b)",
+        title=f"Same weights a = {weights.format()}, different couplings (paper Fig. 3b)",
     )
     st.plotly_chart(fig, key="geo_compare")
     st.caption(
@@ -121,7 +121,7 @@ def explorer(model: SessionModel, result) -> None:
     picked_summary(model, result, weights, names)
     if result.image_shape is None and result.target.features.shape[1] in (2, 3):
         try:
-            pa = services.interpolation(model, result, weights)
+            pa = services.interpolation(model.scenario, result, weights)
         except GeovizError as err:
             st.error(str(err))
             return

@@ -17,7 +17,7 @@ from geoviz.export import (
     format_description,
     load_snippet,
 )
-from geoviz.geodesic.weights import format_weights
+from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
 
 RULE_HELP = {
@@ -48,7 +48,11 @@ def main(model: SessionModel) -> None:
     )
     if source == options[1] and picked is None:
         st.info(f"No weights picked on page 3 yet: using {glossary.A_HAT}.")
-    weights = picked if (source == options[1] and picked is not None) else result.a_hat
+    weights = (
+        picked
+        if (source == options[1] and picked is not None)
+        else SimplexWeights.from_input(result.a_hat, result.m, decimals=None)  # a_hat exactly
+    )
     st.markdown(
         f"a = {format_weights(weights, names)} · {glossary.OBJECTIVE} = "
         f"{float(result.objective(weights)):.4g}"
@@ -84,7 +88,9 @@ def main(model: SessionModel) -> None:
     )
     label_seed = int(r2.number_input("Hard-label seed", 0, 10_000, 0, key="export_label_seed"))
     try:
-        pa = services.interpolation(model, result, weights, n=None if n >= n_max else n, seed=seed)
+        pa = services.interpolation(
+            model.scenario, result, weights, n=None if n >= n_max else n, seed=seed
+        )
     except GeovizError as err:
         st.error(str(err))
         return

@@ -49,7 +49,7 @@ def request_form(model: SessionModel) -> tuple[services.EvidenceRequest | None, 
 @st.fragment(run_every=1.0)
 def watch(model: SessionModel, request: services.EvidenceRequest) -> None:
     """Progress of the background job, polled every second; the page reruns when it is done."""
-    job = services.evidence_job(model, request)
+    job = services.evidence_job(model.scenario, request)
     if job is None:
         return
     stage, fraction, log = job.snapshot()
@@ -125,10 +125,10 @@ def main(model: SessionModel) -> None:
     if request is None:
         st.info("Choose k, the training budget and the grid, then run the experiments.")
         return
-    ready = services.evidence_if_ready(model, request)
-    job = services.evidence_job(model, request)
+    ready = services.evidence_if_ready(model.scenario, request)
+    job = services.evidence_job(model.scenario, request)
     if ready is None and job is not None and job.done():
-        services.finish_evidence(model, request)
+        services.finish_evidence(model.scenario, request)
         if job.error_ is not None:
             widgets.show_error(job.error_, "The transfer experiments failed")
             return

@@ -314,7 +314,7 @@ def test_export_page_download_bytes_load_back(tmp_path):
     # the bytes the download button serves, from the app's cache
     entries = [
         v
-        for k, v in app_compute.store()._data.items()
+        for k, v in app_compute.store().derived.items()
         if isinstance(k, tuple) and k[0] == "export" and k[3] == "npz"
     ]
     assert entries, "no export payload cached"

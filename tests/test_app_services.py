@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from geoviz.app import services
+from geoviz.app.services import embeddings
 from geoviz.app.state import DatasetChoice, SessionModel, Upload, default_scenario
 from geoviz.data.formats import load_upload
+from geoviz.geodesic.weights import SimplexWeights
 
 
 def _npz_bytes(n: int = 40, seed: int = 0) -> bytes:
@@ -63,7 +65,7 @@ def test_embedding_and_placement_come_back_from_disk_after_a_restart(fresh_serve
     placed = services.place_points(model, emb, features, ("pa", 0.2, 0.3, 0.5))
 
     services.store().clear()  # the restart: memory gone, disk kept
-    disk = services._disk()
+    disk = services.disk_cache()
     hits = disk.hits_
     emb2 = services.embedding(model, data)
     placed2 = services.place_points(model, emb2, features, ("pa", 0.2, 0.3, 0.5))
@@ -88,7 +90,7 @@ def test_hard_label_shares_follow_the_weights(fresh_server):
         data.target, list(data.references), GeodesicConfig(otdd=OTDDConfig(epsilon=0.01))
     )
     weights = np.array([0.5, 0.3, 0.2])
-    pa = services.interpolation(model, result, weights)
+    pa = services.interpolation(model.scenario, result, SimplexWeights.from_input(weights, 3))
     table = services.hard_label_shares(result, pa, "block-sample", 0)
     n = pa.n_samples
     sigma = np.sqrt(weights * (1 - weights) / n)
@@ -124,12 +126,12 @@ def fast_neural(monkeypatch):
 
 def _fit(model: SessionModel, data, scenario) -> tuple[object, set[str]]:
     """Fit ``scenario``'s geodesic as the app does (background job); the stages seen."""
-    job = services.start_geodesic(model, data, scenario)
+    job = services.start_geodesic(scenario, data)
     stages = set()
     while not job.wait(0.005):
         stages.add(job.snapshot()[0])
     assert job.error_ is None, job.error_
-    services.finish_geodesic(model, scenario)
+    services.finish_geodesic(scenario)
     return job.result_, stages | {line for _, line in job.snapshot()[2]}
 
 
@@ -142,12 +144,12 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
     settings = AppSettings(n_default=60, neural_preset="tiny")
     model = SessionModel({}, settings)
     model.scenario = preset_scenarios(settings)["2-D Gaussian mixtures"].with_(map_method="neural")
-    config = services._geodesic_config(model.scenario)
+    config = services.geodesic_config(model.scenario)
     assert config.method == "neural" and config.neural == fast_neural
-    assert services._geodesic_config(model.scenario.with_method("barycentric")).method == (
+    assert services.geodesic_config(model.scenario.with_method("barycentric")).method == (
         "barycentric"
     )
-    assert services.map_pair(model) == (None, None)
+    assert services.map_pair(model.scenario) == (None, None)
     data = services.scenario_data(model)
 
     neural, stages = _fit(model, data, model.scenario)
@@ -155,7 +157,8 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
     assert any(s.startswith("neural OTDD map 1/3: Q -> P1") for s in stages), stages
     # the stage text says which part of the training runs
     assert any(s.endswith("(classifier)") or s.endswith("(adversarial)") for s in stages), stages
-    assert services.map_pair(model)[1] is neural and services.map_pair(model)[0] is None
+    assert services.map_pair(model.scenario)[1] is neural
+    assert services.map_pair(model.scenario)[0] is None
 
     # page tables: no NaN anywhere, "n/a (generated, no plan)" for the plan statistics
     table = services.map_table(neural)
@@ -163,7 +166,7 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
     assert (table["effective neighbours"] == services.NO_PLAN).all()
     assert list(table["stopped early"]) == list(neural.converged)
     with pytest.raises(GeovizError, match="no plan neighbours"):
-        services.plan_neighbours_figure(model, neural, 0, np.array([0, 1]), 3)
+        services.plan_neighbours_figure(model.scenario, neural, 0, np.array([0, 1]), 3)
 
     # the closest real reference samples replace the plan neighbours
     idx = np.array([3, 0, 7])
@@ -172,14 +175,14 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
     assert (near.groupby("target #")["distance"].apply(lambda d: d.is_monotonic_increasing)).all()
     ref_idx, _ = neural.nearest_references(1, idx, k=4)
     assert list(near["reference #"]) == ref_idx.ravel().tolist()
-    fig = services.nearest_reference_figure(model, neural, 1, idx, 4)
+    fig = services.nearest_reference_figure(model.scenario, neural, 1, idx, 4)
     assert fig.layout.title.text.startswith("T2(x) next to real data: the 4 closest")
 
     # fit the other method on the same data: "Fit the other map (background)"
     other = services.companion_scenario(model.scenario)
     assert other.map_method == "barycentric" and other.data_key() == model.scenario.data_key()
     bary, _ = _fit(model, data, other)
-    pair = services.map_pair(model)
+    pair = services.map_pair(model.scenario)
     assert pair[0] is bary and pair[1] is neural
 
     agree = services.label_agreement(bary, neural)
@@ -188,7 +191,7 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
         for b, n in zip(bary.soft_labels, neural.soft_labels, strict=True)
     ]
     np.testing.assert_allclose(agree, expected)
-    tables = services.map_comparison_tables(model, bary, neural)
+    tables = services.map_comparison_tables(model.scenario, bary, neural)
     assert len(tables) == 3
     for i, t in enumerate(tables):
         assert list(t.columns) == ["quantity", "barycentric", "neural"]
@@ -208,7 +211,7 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
 
     # side by side on the SAME target points: both images of every chosen x
     idx = services.comparison_indices(bary, 4, seed=1)
-    figs = services.side_by_side_figures(model, bary, neural, idx)
+    figs = services.side_by_side_figures(model.scenario, bary, neural, idx)
     assert len(figs) == 3 and figs[0].layout.title.text == "P1: P1"
     for i, f in enumerate(figs):
         traces = {t.name: t for t in f.data}
@@ -218,22 +221,25 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
         np.testing.assert_allclose(
             traces[f"neural T{i + 1}#Q"].x, neural.mapped_features[i][:, 0].numpy(), rtol=1e-6
         )
-    assert services.side_by_side_figures(model, bary, neural, idx) is figs  # cached
+    assert services.side_by_side_figures(model.scenario, bary, neural, idx) is figs  # cached
 
     # switching the method back and forth never refits: both come from the store
     assert services.set_map_method(model, "barycentric")
     assert not services.set_map_method(model, "barycentric")
-    assert services.geodesic_if_ready(model) is bary and services.geodesic_job(model) is None
+    assert services.geodesic_if_ready(model.scenario) is bary
+    assert services.geodesic_job(model.scenario) is None
     assert services.set_map_method(model, "neural", "tiny")
-    assert services.geodesic_if_ready(model) is neural and services.geodesic_job(model) is None
+    assert services.geodesic_if_ready(model.scenario) is neural
+    assert services.geodesic_job(model.scenario) is None
 
     # the geodesic pages' services work unchanged on a neural result: P_a, McCann, export
     from geoviz.export import load_export
 
-    pa = services.interpolation(model, neural, neural.a_hat)
+    a_hat = SimplexWeights.from_input(neural.a_hat, neural.m, decimals=None)
+    pa = services.interpolation(model.scenario, neural, a_hat)
     mixed = sum(a * x for a, x in zip(neural.a_hat, neural.mapped_features, strict=True))
     torch.testing.assert_close(pa.features, mixed.float(), atol=1e-5, rtol=0)
-    mc = services.mccann(model, neural, 0, 1.0)
+    mc = services.mccann(model.scenario, neural, 0, 1.0)
     torch.testing.assert_close(mc.features, neural.mapped_features[0])
     payload, filename, _ = services.export_payload(pa, "npz")
     path = fresh_server / filename
@@ -244,23 +250,23 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
 def test_no_umap_warm_up_when_the_embedding_needs_no_fit(fresh_server, monkeypatch):
     """A restarted server whose disk holds the scenario's embedding never compiles UMAP."""
     monkeypatch.setenv("GEOVIZ_EMBEDDING", "umap")
-    monkeypatch.setattr(services, "_WARM_UP", {})
+    monkeypatch.setattr(embeddings, "_WARM_UP", {})
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=60, n_reference=60)
     assert not services.embedding_on_disk(model)
     started = []
-    monkeypatch.setattr(services, "_warm_up_in_background", lambda: started.append(1))
+    monkeypatch.setattr(embeddings, "_warm_up_in_background", lambda: started.append(1))
     # on disk (as after a fit in an earlier server process): no warm-up thread
     from geoviz.backend import cache_key
 
-    disk = services._disk()
-    params = services._embedding_params(model)
+    disk = services.disk_cache()
+    params = embeddings._embedding_params(model)
     path = disk.path_for("app-embedding", cache_key("app-embedding", params))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"x")
     assert services.embedding_on_disk(model)
     assert services.start_embedding_warm_up(model) is None
-    assert services._WARM_UP == {}  # a later page with another scenario may still warm up
+    assert embeddings._WARM_UP == {}  # a later page with another scenario may still warm up
     path.unlink()
     thread = services.start_embedding_warm_up(model)
     assert thread is not None
@@ -289,3 +295,43 @@ def test_lower_thread_priority_only_touches_the_calling_thread():
     t.join()
     assert seen["lowered"] and seen["delta"] == min(5, 19 - main_before)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
+
+
+def test_weights_moved_many_times_keep_the_fit_in_memory(fresh_server):
+    """The app's own store: P_a at far more weights than the derived tier holds never
+    evicts the scenario's datasets or geodesic (the fits tier)."""
+    model = SessionModel({})
+    scenario = model.scenario
+    calls = []
+
+    class Fitted:  # stands for a GeodesicResult: P_a is all the services ask of it here
+        def interpolate(self, weights, n=None, seed=0):
+            calls.append(np.asarray(weights))
+            return tuple(weights)
+
+    fit = Fitted()
+    services.store().put(("geodesic", scenario.key()), fit, tier="fit")
+    services.store().put(("data", scenario.data_key()), "datasets", tier="fit")
+    for i in range(3 * services.MAX_DERIVED):
+        a = SimplexWeights.from_input([i / 1000, 0.5 - i / 1000, 0.5], 3)
+        assert services.interpolation(scenario, fit, a) == a.values
+    assert len(calls) == 3 * services.MAX_DERIVED  # every one computed once
+    assert services.geodesic_if_ready(scenario) is fit
+    assert services.scenario_data_if_ready(scenario) == "datasets"
+    assert len(services.store().derived) == services.MAX_DERIVED
+
+
+def test_torch_threads_are_set_once_per_process(monkeypatch):
+    import torch
+
+    from geoviz.app.services import caches
+
+    monkeypatch.setattr(caches, "_TORCH_CONFIGURED", [])
+    before = torch.get_num_threads()
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
+    assert caches.configure_torch(1) is True and seen == [1]
+    assert caches.configure_torch(3) is False and seen == [1]  # later pages change nothing
+    monkeypatch.setattr(caches, "_TORCH_CONFIGURED", [])
+    assert caches.configure_torch(0) is True and seen == [1]  # 0: torch's default kept
+    assert torch.get_num_threads() == before

@@ -200,12 +200,12 @@ def test_restore_from_url_keeps_state_on_bad_params_and_reports_why():
 
 
 def test_scenario_key_is_computed_once_and_changes_with_the_scenario(monkeypatch):
-    from geoviz.app import state
+    from geoviz.app import scenario as scenarios
 
-    scenario = state.default_scenario()
+    scenario = scenarios.default_scenario()
     calls = []
-    real = state._hash
-    monkeypatch.setattr(state, "_hash", lambda obj: calls.append(1) or real(obj))
+    real = scenarios._hash
+    monkeypatch.setattr(scenarios, "_hash", lambda obj: calls.append(1) or real(obj))
     keys = {scenario.key() for _ in range(10)}
     assert len(keys) == 1 and len(calls) == 1
     assert scenario.with_(seed=1).key() != scenario.key()
@@ -282,6 +282,7 @@ def test_old_token_without_the_map_method_decodes_to_the_defaults_and_the_old_ke
     import json
     import zlib
 
+    from geoviz.app import scenario as scenarios
     from geoviz.app import state
 
     scenario = _scenario(seed=4)
@@ -293,7 +294,7 @@ def test_old_token_without_the_map_method_decodes_to_the_defaults_and_the_old_ke
     assert back == scenario
     assert (back.map_method, back.neural_preset) == ("barycentric", "cpu")
     # barycentric keys are those of before: cached placements and checkpoints still match
-    assert back.key() == state._hash(old)
+    assert back.key() == scenarios._hash(old)
 
 
 @pytest.mark.parametrize(
@@ -318,3 +319,31 @@ def test_neural_budget_from_the_environment():
     assert default_scenario(settings).map_method == "barycentric"
     with pytest.raises(GeovizError, match="GEOVIZ_NEURAL_PRESET"):
         AppSettings.from_env({"GEOVIZ_NEURAL_PRESET": "fast"})
+
+
+# ---------------------------------------------------------------- cache tiers
+
+
+def test_deriving_values_never_evicts_a_fit():
+    """Fill the derived tier far past its size: the fits (and a claimed job) stay."""
+    store = ResultStore(max_fits=2, max_derived=4)
+    store.get_or_compute(("data", "s"), lambda: "datasets", tier="fit")
+    job = store.start_job(("geodesic", "s"), lambda progress: "maps")
+    assert job.wait(10) and store.claim_job(("geodesic", "s")) is job
+    for i in range(1000):  # a slider moved a thousand times
+        store.get_or_compute(("interp", "s", i), lambda i=i: i, tier="derived")
+    assert store.get(("data", "s")) == "datasets" and store.get(("geodesic", "s")) == "maps"
+    assert len(store.derived) == 4 and len(store.fits) == 2 and len(store) == 6
+    # the derived tier is an LRU of its own: only the latest values are kept
+    assert ("interp", "s", 999) in store and ("interp", "s", 995) not in store
+    # fits evict only fits
+    store.get_or_compute(("data", "t"), lambda: "other datasets", tier="fit")
+    assert ("data", "s") not in store and store.get(("interp", "s", 999)) == 999
+    store.clear()
+    assert len(store) == 0
+
+
+def test_a_cache_tier_is_named():
+    store = ResultStore()
+    with pytest.raises(ValueError, match="tier"):
+        store.get_or_compute("k", lambda: 1, tier="cheap")  # type: ignore[arg-type]

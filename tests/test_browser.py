@@ -623,7 +623,7 @@ def _app_result(server, token: str):
         model = SessionModel({})
         model.scenario = scenario_from_token(token)
         data = services.scenario_data(model)
-        job = services.start_geodesic(model, data, model.scenario)
+        job = services.start_geodesic(model.scenario, data)
         job.wait()
         assert job.error_ is None, job.error_
         return job.result_

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from geoviz.errors import WeightsError
 from geoviz.geodesic.weights import (
+    ENTRY_DECIMALS,
+    SimplexWeights,
     check_weights,
     display_weights,
     format_weights,
@@ -16,6 +18,7 @@ from geoviz.geodesic.weights import (
     round_to_simplex,
     uniform_weights,
     weights_tag,
+    weights_text,
 )
 from geoviz.viz.weights import (
     selection_signature,
@@ -283,3 +286,78 @@ def test_selection_attribute_objects_and_signature():
     s1 = selection_signature({"points": [{"point_index": 3, "a": 0.2, "b": 0.3, "c": 0.5}]})
     s2 = selection_signature({"points": [{"point_index": 4, "a": 0.2, "b": 0.3, "c": 0.5}]})
     assert s1 and s2 and s1 != s2
+
+
+# ---------------------------------------------------------------- SimplexWeights
+
+
+simplex_points = st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=1, max_size=7).filter(
+    lambda v: sum(v) > 1e-3
+)
+
+
+@given(simplex_points)
+def test_simplex_weights_are_todays_validation_and_rounding(values):
+    w = np.asarray(values) / np.sum(values)
+    a = SimplexWeights.from_input(w, len(w))
+    expected = round_to_simplex(check_weights(w, len(w)), ENTRY_DECIMALS)
+    assert np.asarray(a).tolist() == expected.tolist() and a.key() == tuple(expected.tolist())
+    assert len(a) == a.m == len(w) and list(a) == expected.tolist() and a[0] == expected[0]
+    assert np.asarray(a, dtype=np.float32).dtype == np.float32
+    # already valid: check_weights hands back the same numbers without a second rounding
+    assert check_weights(a, len(w)).tolist() == expected.tolist()
+    assert SimplexWeights.from_input(a, len(w)) is a
+    # unrounded: exactly check_weights' numbers, and its text form is exact as well
+    exact = SimplexWeights.from_input(w, len(w), decimals=None)
+    assert exact.tolist() == check_weights(w, len(w)).tolist()
+    assert SimplexWeights.from_text(exact.to_text(), len(w), decimals=None) == exact
+    # the displayed form is display_weights' rule, so sliders, text and labels agree
+    assert a.display().tolist() == display_weights(expected).tolist()
+    assert display_weights(a).tolist() == display_weights(expected).tolist()
+    assert a.format(None) == format_weights(expected)
+
+
+@given(simplex_points)
+def test_simplex_weights_text_round_trip_is_exact(values):
+    w = np.asarray(values) / np.sum(values)
+    a = SimplexWeights.from_input(w, len(w))
+    text = a.to_text()
+    assert text == weights_text(a) and " " not in text
+    back = SimplexWeights.from_text(text, len(w))
+    assert back == a and back.key() == a.key() and hash(back) == hash(a)
+
+
+def test_simplex_weights_closed_form_and_library_use():
+    a = SimplexWeights.from_input([0.6, 0.25, 0.15], 3)
+    assert a.values == (0.6, 0.25, 0.15) and a.to_text() == "0.6,0.25,0.15"
+    assert a.format(["x", "y", "z"]) == "x 0.60 · y 0.25 · z 0.15"
+    assert weights_tag(a) == "0.6,0.25,0.15"
+    # 1/3 each at 4 places: largest remainder keeps the sum exactly 1
+    third = SimplexWeights.from_input(np.full(3, 1 / 3), 3)
+    assert third.values == (0.3334, 0.3333, 0.3333) and sum(third) == pytest.approx(1.0)
+    arr = np.asarray(a)
+    arr[0] = 9.0  # a copy: the value object cannot be changed through its array
+    assert a.values[0] == 0.6
+
+
+@pytest.mark.parametrize(
+    ("weights", "m"),
+    [([0.5, 0.5], 3), ([0.5, float("nan"), 0.5], 3), ([0.7, 0.6, -0.3], 3), ([0.2, 0.2, 0.2], 3)],
+)
+def test_simplex_weights_refuse_what_check_weights_refuses(weights, m):
+    with pytest.raises(WeightsError):
+        SimplexWeights.from_input(weights, m)
+    with pytest.raises(WeightsError):
+        check_weights(weights, m)
+
+
+def test_simplex_weights_wrong_length_and_bad_text_and_direct_construction():
+    a = SimplexWeights.from_input([0.5, 0.5], 2)
+    with pytest.raises(WeightsError, match="3 entries"):
+        check_weights(a, 3)
+    with pytest.raises(WeightsError, match="comma-separated"):
+        SimplexWeights.from_text("0.5;0.5", 2)
+    with pytest.raises(WeightsError):
+        SimplexWeights((0.7, 0.6))  # off the simplex even when built directly
+    with pytest.raises(WeightsError):
+        SimplexWeights((1.5, -0.5))

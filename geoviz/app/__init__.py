@@ -3,8 +3,12 @@
 Layers (each imports only the ones below it)::
 
     app.py, pages/*.py        widgets and plots only
-    geoviz.app.widgets        Streamlit parts the pages share (the only Streamlit import here)
-    geoviz.app.services       every computation a page needs, cached; no Streamlit
-    geoviz.app.state          scenario, session model, URL state, result store; no Streamlit
-    geoviz (library)          data, OT, geodesics, export, viz; never imports the app
+    geoviz.app.widgets,       Streamlit parts the pages share (the only Streamlit imports
+    geoviz.app.explorer       here: widgets.py and explorer/component.py)
+    geoviz.app.services       every computation a page needs, one module per page, cached
+                              in two tiers (fits, derived values); no Streamlit
+    geoviz.app.state          re-exports scenario, settings, links (URL state), session and
+                              jobs (background jobs, the tiered result store); no Streamlit
+    geoviz (library)          data, OT, geodesics, export, viz (figures; tables in
+                              geoviz.viz.report); never imports the app
 """

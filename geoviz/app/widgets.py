@@ -89,6 +89,7 @@ def app_page(title: str) -> Iterator[SessionModel]:
     """
     st.set_page_config(page_title=f"{title} · geoviz", page_icon=PAGE_ICON, layout="wide")
     model = SessionModel(st.session_state)
+    services.configure_torch(model.settings.torch_threads)  # once per process
     if not st.session_state.get(_URL_RESTORED):
         st.session_state[_URL_RESTORED] = True
         for problem in model.restore(st.query_params.to_dict()):
@@ -124,7 +125,7 @@ def _scenario_sidebar(box: Any, model: SessionModel) -> None:
             is_image=None if data is None else data.is_image, n_samples=counts
         ):
             st.markdown(line)
-        result = services.geodesic_if_ready(model)
+        result = services.geodesic_if_ready(model.scenario)
         if result is not None:
             names = list(result.reference_names)
             st.markdown(f"**{glossary.A_HAT}** = {format_weights(result.a_hat, names)}")
@@ -179,7 +180,7 @@ def geodesic_with_status(
 ) -> GeodesicResult | None:
     """The scenario's geodesic, computed in the background with an ``st.status`` box.
 
-    The fit runs in a :class:`~geoviz.app.state.BackgroundJob` shared by every
+    The fit runs in a :class:`~geoviz.app.jobs.BackgroundJob` shared by every
     page and session of the process (:func:`services.start_geodesic`); this
     function shows its stages and progress until it is done (neural maps: the
     classifier and adversarial training of each map). Leaving the page stops only
@@ -189,13 +190,13 @@ def geodesic_with_status(
     ``None`` (after showing the error inline) when the inputs are invalid.
     """
     scenario = model.scenario if scenario is None else scenario
-    ready = services.geodesic_if_ready(model, scenario)
+    ready = services.geodesic_if_ready(scenario)
     if ready is not None:
         return ready
     data = data_or_error(model)
     if data is None:
         return None
-    job = services.start_geodesic(model, data, scenario)
+    job = services.start_geodesic(scenario, data)
     # the embedding needs only the datasets: fit it alongside the maps
     services.start_embedding(model, data)
     neural = scenario.map_method == "neural"
@@ -216,7 +217,7 @@ def geodesic_with_status(
                 log_box.markdown("  \n".join(f"`{t:5.1f} s` · {line}" for t, line in log))
             if finished:
                 break
-    services.finish_geodesic(model, scenario)
+    services.finish_geodesic(scenario)
     kind = "Neural OTDD maps" if neural else "OTDD maps"
     if job.error_ is not None:
         status.update(label=f"{kind} failed", state="error", expanded=True)

@@ -13,6 +13,9 @@ is one. This module is the one place for the weight vector:
 * :func:`round_to_simplex`, :func:`display_weights`, :func:`format_weights` —
   the one rounding rule for showing weights (app, CLI, figure labels).
 * :func:`weights_tag` — compact ``"0.5,0.3,0.2"`` for dataset and file names.
+* :class:`SimplexWeights` — a weight vector validated and rounded *once*, where it enters
+  (a slider release, a link, ``a_hat``); it is array-like, so every function above accepts
+  it, and :func:`check_weights` passes it through without checking it again.
 
 :func:`geoviz.geodesic.distances.simplex_grid` enumerates grid points of the
 simplex. (A *measure*, the marginal of a coupling, is something else:
@@ -21,8 +24,9 @@ simplex. (A *measure*, the marginal of a coupling, is something else:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -30,8 +34,10 @@ import torch
 from geoviz.errors import WeightsError
 
 __all__ = [
+    "ENTRY_DECIMALS",
     "WEIGHT_ATOL",
     "WEIGHT_DECIMALS",
+    "SimplexWeights",
     "check_weights",
     "display_weights",
     "format_weights",
@@ -39,6 +45,7 @@ __all__ = [
     "round_to_simplex",
     "uniform_weights",
     "weights_tag",
+    "weights_text",
 ]
 
 #: Tolerance of :func:`check_weights` on negative entries and on ``|sum - 1|``.
@@ -46,6 +53,10 @@ WEIGHT_ATOL = 1e-6
 
 #: Decimals used for every displayed weight (sliders, text, bar labels): one rule everywhere.
 WEIGHT_DECIMALS = 2
+
+#: Decimals of a :class:`SimplexWeights` built from user input: the numbers ``P_a`` is
+#: computed with and cached under (finer than :data:`WEIGHT_DECIMALS`, the displayed ones).
+ENTRY_DECIMALS = 4
 
 
 def check_weights(weights: Any, m: int, atol: float = WEIGHT_ATOL) -> np.ndarray:
@@ -75,6 +86,12 @@ def check_weights(weights: Any, m: int, atol: float = WEIGHT_ATOL) -> np.ndarray
         Non-numeric input, wrong length, NaN/inf, a negative entry or a sum
         different from 1; the message names the offending entry / row and value.
     """
+    if isinstance(weights, SimplexWeights):  # validated when it was built: only the length
+        if weights.m != m:
+            raise WeightsError(
+                f"weights must have {m} entries (one per reference dataset), got {weights.m} entries"
+            )
+        return weights.to_array()
     if isinstance(weights, torch.Tensor):
         weights = weights.detach().cpu().numpy()
     try:
@@ -171,7 +188,11 @@ def round_to_simplex(weights: Sequence[float] | np.ndarray, decimals: int = 2) -
     of distributing leftover units to the largest fractional parts), so slider
     widgets with ``step = 10**-decimals`` can display it without drifting off.
     """
-    w = project_to_simplex(weights)
+    return _largest_remainder(project_to_simplex(weights), decimals)
+
+
+def _largest_remainder(w: np.ndarray, decimals: int) -> np.ndarray:
+    """Round ``(m,)`` simplex weights ``w`` to ``decimals`` places, keeping the sum 1."""
     scale = 10 ** int(decimals)
     raw = w * scale
     floor = np.floor(raw + 1e-9)
@@ -183,11 +204,13 @@ def round_to_simplex(weights: Sequence[float] | np.ndarray, decimals: int = 2) -
 
 
 def display_weights(
-    weights: Sequence[float] | np.ndarray, digits: int = WEIGHT_DECIMALS
+    weights: Sequence[float] | np.ndarray | SimplexWeights, digits: int = WEIGHT_DECIMALS
 ) -> np.ndarray:
     """The values shown for ``weights``: :func:`round_to_simplex` when they lie on
     the simplex (by :func:`check_weights`), so sliders, text and bar labels agree
     and sum to 1; plain rounding otherwise."""
+    if isinstance(weights, SimplexWeights):
+        return weights.display(digits)
     w = np.asarray(weights, dtype=float).ravel()
     try:
         a = check_weights(w, w.size)
@@ -197,7 +220,7 @@ def display_weights(
 
 
 def format_weights(
-    weights: Sequence[float] | np.ndarray,
+    weights: Sequence[float] | np.ndarray | SimplexWeights,
     names: Sequence[str] | None = None,
     digits: int = WEIGHT_DECIMALS,
 ) -> str:
@@ -221,3 +244,135 @@ def weights_tag(weights: Sequence[float] | np.ndarray, digits: int = 3) -> str:
     spaces and is stable for names such as ``"P_a(0.5,0.3,0.2)"``.
     """
     return ",".join(f"{float(w):.{digits}g}" for w in np.asarray(weights, dtype=np.float64).ravel())
+
+
+def weights_text(weights: Sequence[float] | np.ndarray, decimals: int = ENTRY_DECIMALS) -> str:
+    """``"0.5,0.3,0.2"``: each weight to ``decimals`` places, trailing zeros dropped.
+
+    The URL form of weights rounded to ``decimals`` places: exact, so parsing it gives
+    back the same numbers (unlike :func:`weights_tag`, which keeps significant digits).
+    """
+    return ",".join(f"{float(x):.{int(decimals)}f}".rstrip("0").rstrip(".") or "0" for x in weights)
+
+
+@dataclass(frozen=True)
+class SimplexWeights:
+    """Interpolation weights ``a`` on the simplex ``Delta_{m-1}``, validated once.
+
+    Build it with :meth:`from_input` where weights enter (a slider release, a link,
+    ``a_hat``): :func:`check_weights`, then :func:`round_to_simplex` to ``decimals``
+    places, so the value, its cache key and its URL form are the same numbers. It then
+    travels as is: it is array-like (``np.asarray(a)`` is the ``(m,)`` float64 vector; it
+    has a length and iterates over floats), and :func:`check_weights` returns it without
+    checking it again, so the library's functions take it unchanged.
+
+    Attributes
+    ----------
+    values
+        ``(a_1, ..., a_m)``: non-negative, multiples of ``10**-decimals``, summing to 1.
+    decimals
+        Decimal places of ``values``; ``None``: validated but not rounded (e.g. ``a_hat``
+        exactly as the solver found it).
+    """
+
+    values: tuple[float, ...]
+    decimals: int | None = ENTRY_DECIMALS
+
+    def __post_init__(self) -> None:
+        # an invariant of the type, not a second validation: cheap checks on m floats
+        values = tuple(float(x) for x in self.values)
+        object.__setattr__(self, "values", values)
+        if not values or not all(np.isfinite(x) and x >= 0.0 for x in values):
+            raise WeightsError(f"SimplexWeights needs non-negative finite numbers, got {values}")
+        if abs(sum(values) - 1.0) > WEIGHT_ATOL:
+            raise WeightsError(f"SimplexWeights must sum to 1, got {sum(values):.6g}")
+
+    @classmethod
+    def from_input(
+        cls, weights: Any, m: int, decimals: int | None = ENTRY_DECIMALS
+    ) -> SimplexWeights:
+        """Validate ``weights`` for ``m`` references (:func:`check_weights`) and round them
+        on the simplex to ``decimals`` places (:func:`round_to_simplex`; ``None``: no
+        rounding).
+
+        Raises
+        ------
+        WeightsError
+            Wrong length, NaN/inf, a negative entry or a sum other than 1.
+        """
+        if isinstance(weights, SimplexWeights) and weights.decimals == decimals:
+            check_weights(weights, m)  # the length only
+            return weights
+        valid = check_weights(weights, m)
+        if decimals is None:
+            return cls(tuple(valid.tolist()), None)
+        return cls(tuple(round_to_simplex(valid, decimals).tolist()), int(decimals))
+
+    @classmethod
+    def from_text(cls, text: str, m: int, decimals: int | None = ENTRY_DECIMALS) -> SimplexWeights:
+        """Parse :meth:`to_text`'s form (``"0.5,0.3,0.2"``) and validate it like
+        :meth:`from_input`.
+
+        Raises
+        ------
+        WeightsError
+            Not comma-separated numbers, or numbers that are not weights for ``m``.
+        """
+        try:
+            values = [float(p) for p in str(text).split(",")]
+        except ValueError:
+            raise WeightsError(f"weights must be comma-separated numbers, got {text!r}") from None
+        if decimals is None:  # the text's numbers exactly (check_weights would renormalise)
+            check_weights(values, m)
+            return cls(tuple(values), None)
+        return cls.from_input(values, m, decimals)
+
+    @property
+    def m(self) -> int:
+        """Number of references."""
+        return len(self.values)
+
+    def to_array(self) -> np.ndarray:
+        """``(m,)`` float64, a new array (the caller may modify it)."""
+        return np.array(self.values, dtype=np.float64)
+
+    def tolist(self) -> list[float]:
+        """``[a_1, ..., a_m]`` as Python floats (as ``ndarray.tolist``)."""
+        return list(self.values)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self.to_array()
+        return out if dtype is None else out.astype(dtype)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self.values)
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[float, ...]: ...
+    def __getitem__(self, index: int | slice) -> float | tuple[float, ...]:
+        return self.values[index]
+
+    def key(self) -> tuple[float, ...]:
+        """The cache-key form: the exact rounded numbers ``P_a`` is computed with."""
+        return self.values
+
+    def to_text(self) -> str:
+        """The URL form, ``"0.5,0.3,0.2"`` (:func:`weights_text`; unrounded weights: every
+        digit of each float); :meth:`from_text` reads it back exactly."""
+        if self.decimals is None:
+            return ",".join(repr(x) for x in self.values)
+        return weights_text(self.values, self.decimals)
+
+    def display(self, digits: int = WEIGHT_DECIMALS) -> np.ndarray:
+        """``(m,)`` the values shown for these weights: rounded to ``digits`` places on the
+        simplex, the rule of :func:`display_weights` (no validation: they are valid)."""
+        return _largest_remainder(self.to_array(), digits)
+
+    def format(self, names: Sequence[str] | None = None, digits: int = WEIGHT_DECIMALS) -> str:
+        """What a person reads, as :func:`format_weights` (``"usps 0.50 · kmnist 0.50"``)."""
+        return format_weights(self, names, digits)

@@ -22,8 +22,9 @@ from geoviz.app import services
 from geoviz.app.explorer.payload import Payload, build_geodesic, build_mccann
 
 if TYPE_CHECKING:
-    from geoviz.app.state import SessionModel
+    from geoviz.app.session import SessionModel
     from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.weights import SimplexWeights
 
 FRONTEND = Path(__file__).resolve().parent / "frontend"
 _component = components.declare_component("geoviz_explorer", path=str(FRONTEND))
@@ -56,13 +57,16 @@ def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
         )
         return payload
 
-    return services.store().get_or_compute(key, compute)
+    # a fit-sized computation (the embedding's grid placement): kept with the fits
+    return services.store().get_or_compute(key, compute, tier="fit")
 
 
 def mccann_payload(model: SessionModel, result: GeodesicResult, i: int) -> Payload:
     """McCann mode's payload for reference ``i``. Cached."""
     key = ("explorer-mccann", model.scenario.key(), int(i))
-    return services.store().get_or_compute(key, lambda: build_mccann(result, int(i)))
+    return services.store().get_or_compute(
+        key, lambda: build_mccann(result, int(i)), tier="derived"
+    )
 
 
 def _new_value(value: Any, key: str) -> dict[str, Any] | None:
@@ -79,20 +83,20 @@ def _new_value(value: Any, key: str) -> dict[str, Any] | None:
 
 def geodesic_explorer(
     model: SessionModel, result: GeodesicResult, *, key: str = "geodesic_explorer"
-) -> np.ndarray | None:
-    """Draw the explorer. Weights released in the browser since the last run are stored
-    with ``model.set_weights`` first (so URL, Export and the other pages follow) and
-    returned; ``None`` when nothing new was released."""
+) -> SimplexWeights | None:
+    """Draw the explorer. Weights released in the browser since the last run are validated
+    and stored once with ``model.set_weights`` first (so URL, Export and the other pages
+    follow) and returned; ``None`` when nothing new was released."""
     released = None
     new = _new_value(st.session_state.get(key), key)
     if new is not None and "weights" in new:
-        released = model.set_weights(np.asarray(new["weights"], dtype=float))
+        released = model.set_weights(new["weights"])
     payload = geodesic_payload(model, result)
     picked = model.picked_weights(result.m)
     _component(
         payload=payload.data,
         payload_id=f"{model.scenario.key()}-geodesic",
-        picked=None if picked is None else [float(x) for x in picked],
+        picked=None if picked is None else picked.tolist(),
         key=key,
         default=None,
     )

@@ -1,0 +1,102 @@
+"""URL state: a scenario as a token, weights as text, and where weights enter the app."""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from geoviz import limits
+from geoviz.app.scenario import Scenario, _short
+from geoviz.errors import DatasetError, GeovizError, WeightsError
+from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights, weights_text
+
+#: decimals of the weights the app computes with (the cache key uses the same numbers)
+WEIGHT_KEY_DECIMALS = ENTRY_DECIMALS
+
+#: URL query parameter names
+QUERY_SCENARIO = "scenario"
+QUERY_WEIGHTS = "a"
+
+
+def entry_weights(weights: Sequence[float] | np.ndarray, m: int) -> np.ndarray:
+    """Validate a weight vector for ``m`` references and round it on the simplex.
+
+    :meth:`SimplexWeights.from_input <geoviz.geodesic.weights.SimplexWeights.from_input>`
+    as an array: :func:`geoviz.geodesic.weights.check_weights` (length, NaN, negatives,
+    sum 1 within 1e-6), then :func:`~geoviz.geodesic.weights.round_to_simplex` to
+    :data:`WEIGHT_KEY_DECIMALS` places (the rounded vector still sums to exactly 1). The
+    app itself keeps the :class:`~geoviz.geodesic.weights.SimplexWeights`
+    (:meth:`geoviz.app.session.SessionModel.set_weights`).
+
+    Returns
+    -------
+    np.ndarray
+        ``(m,)`` float64.
+    """
+    return SimplexWeights.from_input(weights, m, WEIGHT_KEY_DECIMALS).to_array()
+
+
+def weights_to_text(weights: Sequence[float] | np.ndarray) -> str:
+    """``"0.5,0.3,0.2"``: the URL form of rounded weights (shortest exact decimals)."""
+    return weights_text(weights, WEIGHT_KEY_DECIMALS)
+
+
+def weights_from_text(text: str) -> np.ndarray:
+    """Parse :func:`weights_to_text`'s form; :class:`WeightsError` for anything else."""
+    text = str(text)
+    if len(text) > 32 * limits.MAX_REFERENCES:  # a link's weights: at most m numbers
+        raise WeightsError(f"the weights text has {len(text):,} characters; expected m numbers")
+    try:
+        return np.asarray([float(p) for p in str(text).split(",")], dtype=float)
+    except ValueError:
+        raise WeightsError(f"weights must be comma-separated numbers, got {_short(text)}") from None
+
+
+def scenario_to_token(scenario: Scenario) -> str:
+    """A URL-safe token holding the whole scenario (zlib-compressed JSON, base64url).
+
+    Exact: :func:`scenario_from_token` gives back an equal scenario, including
+    preset options and uploads (by the sha256 of their bytes).
+    """
+    raw = json.dumps(scenario.to_dict(), sort_keys=True, separators=(",", ":"), default=list)
+    return base64.urlsafe_b64encode(zlib.compress(raw.encode(), 9)).decode().rstrip("=")
+
+
+def scenario_from_token(token: str) -> Scenario:
+    """Inverse of :func:`scenario_to_token`.
+
+    Raises
+    ------
+    DatasetError
+        The token is truncated, not ours, or describes an invalid scenario.
+    """
+    text = str(token).strip()
+    if len(text) > limits.MAX_TOKEN_CHARS:
+        raise DatasetError(
+            f"the scenario token has {len(text):,} characters, more than the "
+            f"{limits.MAX_TOKEN_CHARS:,} a scenario needs"
+        )
+    try:
+        packed = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        # inflate at most MAX_TOKEN_INFLATED_BYTES (+1 to notice more): no zip bomb in a link
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(packed, limits.MAX_TOKEN_INFLATED_BYTES + 1)
+        if len(raw) > limits.MAX_TOKEN_INFLATED_BYTES or inflater.unconsumed_tail:
+            raise DatasetError(
+                f"the scenario token inflates to more than {limits.MAX_TOKEN_INFLATED_BYTES:,} "
+                "bytes; a scenario is far smaller"
+            )
+        if not inflater.eof:
+            raise ValueError("truncated")
+        d = json.loads(raw)
+    except GeovizError:
+        raise
+    except (ValueError, zlib.error, RecursionError):
+        raise DatasetError("corrupt or truncated scenario token") from None
+    if not isinstance(d, dict):
+        raise DatasetError("corrupt scenario token (not a mapping)")
+    return Scenario.from_dict(d)

@@ -1,0 +1,732 @@
+"""What a scenario is: the datasets, sample sizes and options behind every computation.
+
+A *scenario* is everything that determines the expensive computations: the
+target ``Q``, the references ``P_1..P_m``, sample sizes, few-shot options,
+preprocessing and the map method. Every field may come from a link, so the
+constructors check types and bounds (:mod:`geoviz.limits`) and normalise;
+:meth:`Scenario.key` (computed once per scenario) keys every cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from geoviz import limits
+from geoviz.data.registry import DatasetInfo, dataset_info
+from geoviz.errors import DatasetError, GeovizError
+from geoviz.ot.otdd import DEFAULT_EPSILON
+
+if TYPE_CHECKING:
+    from geoviz.app.settings import AppSettings
+
+
+SourceKind = Literal["registry", "upload", "server"]
+
+
+Split = Literal["train", "test"]
+
+
+ChannelMode = Literal["auto", "grey", "rgb"]
+
+
+MapMethod = Literal["barycentric", "neural"]
+
+
+NeuralPreset = Literal["tiny", "cpu", "paper"]
+
+
+#: how the OTDD maps are computed (:attr:`geoviz.geodesic.pipeline.GeodesicConfig.method`)
+MAP_METHODS: tuple[MapMethod, ...] = ("barycentric", "neural")
+
+
+#: training budgets of neural maps (:data:`geoviz.maps.neural.NEURAL_PRESETS`), small to large
+NEURAL_PRESET_NAMES: tuple[NeuralPreset, ...] = ("tiny", "cpu", "paper")
+
+
+DEFAULT_TARGET = "mnist"
+
+
+DEFAULT_REFERENCES = ("fashion_mnist", "usps", "kmnist")
+
+
+#: relative epsilons offered by the Maps page (``eps_abs = epsilon * mean(C)``), sharp to blurry
+EPSILON_CHOICES = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
+
+
+#: longest dataset name, option string or class name a scenario (or a link) may carry
+MAX_NAME_CHARS = 200
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters: error texts never echo a whole link."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _number(low: float, high: float) -> Callable[[str, Any], float]:
+    def check(key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DatasetError(f"option {key} must be a number, got {_short(value)}")
+        number = float(value)
+        if not (np.isfinite(number) and low <= number <= high):
+            raise DatasetError(f"option {key} must be between {low:g} and {high:g}, got {number:g}")
+        return number
+
+    return check
+
+
+def _integer(low: int, high: int) -> Callable[[str, Any], int]:
+    def check(key: str, value: Any) -> int:
+        return limits.check_int(value, f"option {key}", low, high, error=DatasetError)
+
+    return check
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 64:
+        raise DatasetError(f"option {key} must be a text of 1 to 64 characters")
+    return value
+
+
+def _texts(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= limits.MAX_CLASSES:
+        raise DatasetError(f"option {key} must be a list of 1 to {limits.MAX_CLASSES} names")
+    return tuple(_text(key, v) for v in value)
+
+
+def _integers(key: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= limits.MAX_CLASSES:
+        raise DatasetError(f"option {key} must be a list of 1 to {limits.MAX_CLASSES} integers")
+    return tuple(
+        limits.check_int(v, f"option {key}", 0, limits.MAX_CLASSES, error=DatasetError)
+        for v in value
+    )
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise DatasetError(f"option {key} must be true or false, got {_short(value)}")
+    return value
+
+
+#: loader options a scenario (and so a link) may set, per registry kind, each with its check.
+#: Options that name server paths or reach the network (torchvision's ``root``,
+#: ``download``) are not here: the server's operator decides those.
+_LINK_OPTIONS: dict[str, dict[str, Callable[[str, Any], Any]]] = {
+    "bundled": {},
+    "download": {},
+    "sklearn": {"standardize": _flag},
+    "chessboard": {
+        "n_per_component": _integer(1, limits.MAX_SYNTHETIC_SAMPLES // 16),
+        "std": _number(1e-3, 10.0),
+        "spacing": _number(1e-3, 100.0),
+        "class_names": _texts,
+        "permutation": _integers,
+        "name": _text,
+    },
+    "gmm": {
+        "n_classes": _integer(2, 100),
+        "n_per_class": _integer(1, limits.MAX_SYNTHETIC_SAMPLES),
+        "spread": _number(0.0, 100.0),
+        "std": _number(1e-3, 10.0),
+        "anisotropy": _number(0.0, 1.0),
+        "class_names": _texts,
+        "name": _text,
+    },
+}
+
+
+def _check_options(info: DatasetInfo, options: dict[Any, Any]) -> dict[str, Any]:
+    """The allowed, bounded loader ``options`` of a registry dataset (normalised)."""
+    group = "chessboard" if info.name == "chessboard" else info.kind
+    if info.kind == "synthetic" and group != "chessboard":
+        group = "gmm"
+    allowed = _LINK_OPTIONS[group]
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        check = allowed.get(key) if isinstance(key, str) else None
+        if check is None:
+            names = ", ".join(allowed) or "none"
+            raise DatasetError(
+                f"dataset {info.name!r} has no option {_short(key)} (options: {names})"
+            )
+        out[key] = check(key, value)
+    if group == "gmm":
+        n = out.get("n_classes", 4) * out.get("n_per_class", 250)
+        if n > limits.MAX_SYNTHETIC_SAMPLES:
+            raise DatasetError(
+                f"n_classes x n_per_class = {n:,} samples, more than "
+                f"{limits.MAX_SYNTHETIC_SAMPLES:,}"
+            )
+    return out
+
+
+def _check_relative(name: str) -> None:
+    """A served dataset is named ``<folder label>/<relative path>``: no absolute path,
+    no ``..``, no ``~`` (checked again after resolving, see :func:`served_path`)."""
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "~")) or any(p in ("", ".", "..") for p in parts) or ":" in parts[0]:
+        raise DatasetError("a server dataset is named '<data folder>/<path inside it>'")
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An uploaded file kept in the session: name, raw bytes and their sha256."""
+
+    filename: str
+    data: bytes = field(repr=False)
+    digest: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            object.__setattr__(self, "digest", hashlib.sha256(self.data).hexdigest())
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True)
+class DatasetChoice:
+    """Where one dataset of a scenario comes from.
+
+    Attributes
+    ----------
+    name
+        Registry name (``"mnist"``) or the uploaded file's name.
+    source
+        ``"registry"`` or ``"upload"``.
+    split
+        ``"train"`` or ``"test"`` (registry datasets; uploads are one split).
+    digest
+        sha256 of the uploaded bytes (uploads only): part of the cache key, so
+        re-uploading a changed file with the same name recomputes.
+    seed
+        Seed passed to the registry loader instead of the scenario's seed;
+        for synthetic sets it picks *another mixture* (``gmm2d`` with seeds 1,
+        2, 3 are three different datasets).
+    options
+        Extra loader options as ``(key, value)`` pairs (e.g.
+        ``(("name", "gmm2d_a"),)``, ``(("permutation", (1, 0, 3, 2)),)``).
+    """
+
+    name: str
+    source: SourceKind = "registry"
+    split: Split = "train"
+    digest: str | None = None
+    seed: int | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        # every value may come from a link: check types and bounds, then normalise
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise DatasetError("a dataset choice needs a name")
+        if len(self.name) > MAX_NAME_CHARS:
+            raise DatasetError(f"a dataset name has at most {MAX_NAME_CHARS} characters")
+        if self.source not in ("registry", "upload", "server"):
+            raise DatasetError(
+                f"dataset source must be 'registry', 'upload' or 'server', got {_short(self.source)}"
+            )
+        if self.split not in ("train", "test"):
+            raise DatasetError(f"split must be 'train' or 'test', got {_short(self.split)}")
+        if self.source == "upload":
+            if not isinstance(self.digest, str) or not _SHA256.fullmatch(self.digest):
+                raise DatasetError("an uploaded dataset needs the sha256 digest of its bytes")
+        elif self.digest is not None:
+            raise DatasetError("only uploaded datasets have a digest")
+        if self.seed is not None:
+            seed = limits.check_int(
+                self.seed, "dataset seed", 0, limits.MAX_SEED, error=DatasetError
+            )
+            object.__setattr__(self, "seed", seed)
+        try:
+            raw_options = dict(self.options)
+        except (TypeError, ValueError):
+            raise DatasetError("dataset options must be (name, value) pairs") from None
+        if self.source == "registry":
+            info = dataset_info(self.name)  # UnknownDatasetError: never a path (see served_path)
+            raw_options = _check_options(info, raw_options)
+        elif raw_options:
+            raise DatasetError(f"{self.source} datasets take no loader options")
+        elif self.source == "server":
+            _check_relative(self.name)
+        opts = tuple((str(k), _freeze(v)) for k, v in raw_options.items())
+        object.__setattr__(self, "options", opts)
+
+    @classmethod
+    def from_upload(cls, upload: Upload) -> DatasetChoice:
+        return cls(name=upload.filename, source="upload", digest=upload.digest)
+
+    @property
+    def label(self) -> str:
+        """Short display label: ``mnist``, ``mnist (test)``, ``upload: my.npz``."""
+        if self.source == "upload":
+            return f"upload: {self.name}"
+        if self.source == "server":
+            return f"server: {self.name}"
+        shown = dict(self.options).get("name", self.name)
+        extras = [] if self.split == "train" else [self.split]
+        if self.seed is not None and "name" not in dict(self.options):
+            extras.append(f"seed {self.seed}")
+        return f"{shown} ({', '.join(extras)})" if extras else str(shown)
+
+    @property
+    def token(self) -> str:
+        """Stable identifier: ``registry:mnist:train`` (plus seed/options when set)."""
+        if self.source == "upload":
+            return f"upload:{self.digest}"
+        if self.source == "server":
+            return f"server:{self.name}:{self.split}"
+        tok = f"registry:{self.name}:{self.split}"
+        if self.seed is not None:
+            tok += f":seed={self.seed}"
+        if self.options:
+            tok += ":" + json.dumps(self.options, default=str)
+        return tok
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """Options for ``load_dataset`` (lists restored from tuples)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.options}
+
+
+@dataclass(frozen=True)
+class FewShotOptions:
+    """Few-shot target (paper Sec. 3.2 figure, Sec. 5): keep ``k`` labels per
+    class and pseudo-label the rest of ``Q`` with a ``n_neighbors``-NN classifier."""
+
+    enabled: bool = False
+    k: int = 10
+    n_neighbors: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise DatasetError(
+                f"few-shot enabled must be true or false, got {_short(self.enabled)}"
+            )
+        k = limits.check_int(
+            self.k, "few-shot k (labels per class)", 1, limits.MAX_FEW_SHOT_K, error=DatasetError
+        )
+        nn = limits.check_int(
+            self.n_neighbors, "few-shot n_neighbors", 1, limits.MAX_NEIGHBOURS, error=DatasetError
+        )
+        object.__setattr__(self, "k", k)
+        object.__setattr__(self, "n_neighbors", nn)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Target, references and every option that changes the computed geodesic.
+
+    Attributes
+    ----------
+    target
+        ``Q``.
+    references
+        ``P_1..P_m`` with ``m >= 2``.
+    n_target, n_reference
+        Samples drawn (stratified, seeded) from ``Q`` and from each ``P_i``;
+        datasets with fewer samples are used whole.
+    few_shot
+        Few-shot target options.
+    image_size, channels
+        Common image format (``geoviz.data.preprocess.harmonize``).
+    epsilon
+        Entropic regularisation of the OTDD couplings, **relative** to the
+        mean ground cost (``eps_abs = epsilon * mean(C)``, ``C = ||x - x'||^2 +
+        W_2^2`` with no 1/2); default :data:`geoviz.ot.otdd.DEFAULT_EPSILON`
+        (sharp maps). Larger values blur the maps.
+    seed
+        Seed of subsampling and of every randomised step.
+    map_method
+        ``"barycentric"`` (projection of the entropic plan, default) or ``"neural"``
+        (generator trained on the OTDD cost, :class:`geoviz.maps.neural.NeuralOTDDMap`).
+    neural_preset
+        Training budget of neural maps (``"tiny"``, ``"cpu"``, ``"paper"``); only part
+        of :meth:`key` for ``map_method="neural"``.
+    """
+
+    target: DatasetChoice
+    references: tuple[DatasetChoice, ...]
+    n_target: int = 2000
+    n_reference: int = 2000
+    few_shot: FewShotOptions = FewShotOptions()
+    image_size: int = 32
+    channels: ChannelMode = "auto"
+    epsilon: float = DEFAULT_EPSILON
+    seed: int = 0
+    map_method: MapMethod = "barycentric"
+    neural_preset: NeuralPreset = "cpu"
+
+    def __post_init__(self) -> None:
+        refs = tuple(self.references)
+        object.__setattr__(self, "references", refs)
+        if len(refs) < 2:
+            raise DatasetError(
+                f"choose at least 2 reference datasets P_i (got {len(refs)}): a geodesic needs m >= 2"
+            )
+        tokens = [r.token for r in refs]
+        if len(set(tokens)) != len(tokens):
+            dup = sorted({r.label for r in refs if tokens.count(r.token) > 1})
+            raise DatasetError(f"each reference can be used once; repeated: {', '.join(dup)}")
+        if len(refs) > limits.MAX_REFERENCES:
+            raise DatasetError(
+                f"at most {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
+            )
+        if not all(isinstance(c, DatasetChoice) for c in (self.target, *refs)):
+            raise DatasetError("the target and references must be dataset choices")
+        if not isinstance(self.few_shot, FewShotOptions):
+            raise DatasetError("few_shot must be FewShotOptions")
+        for what in ("n_target", "n_reference"):
+            n = limits.check_int(
+                getattr(self, what),
+                what,
+                limits.MIN_SAMPLES,
+                limits.MAX_SAMPLES,
+                error=DatasetError,
+            )
+            object.__setattr__(self, what, n)
+        size = limits.check_int(
+            self.image_size,
+            "image_size",
+            limits.MIN_IMAGE_SIZE,
+            limits.MAX_IMAGE_SIZE,
+            why="pixels per side of the common image size",
+            error=DatasetError,
+        )
+        object.__setattr__(self, "image_size", size)
+        if self.channels not in ("auto", "grey", "rgb"):
+            raise DatasetError(
+                f"channels must be 'auto', 'grey' or 'rgb', got {_short(self.channels)}"
+            )
+        object.__setattr__(self, "epsilon", limits.check_epsilon(self.epsilon, error=DatasetError))
+        seed = limits.check_int(self.seed, "seed", 0, limits.MAX_SEED, error=DatasetError)
+        object.__setattr__(self, "seed", seed)
+        if self.map_method not in MAP_METHODS:
+            raise DatasetError(
+                f"map_method must be one of {', '.join(MAP_METHODS)}, got {_short(self.map_method)}"
+            )
+        if self.neural_preset not in NEURAL_PRESET_NAMES:
+            raise DatasetError(
+                f"neural_preset must be one of {', '.join(NEURAL_PRESET_NAMES)}, "
+                f"got {_short(self.neural_preset)}"
+            )
+
+    # ------------------------------------------------------------------ views
+    @property
+    def m(self) -> int:
+        return len(self.references)
+
+    @property
+    def choices(self) -> tuple[DatasetChoice, ...]:
+        """``(Q, P_1, ..., P_m)``."""
+        return (self.target, *self.references)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able description (used for the cache key and manifests)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Scenario:
+        """Inverse of :meth:`to_dict` (validated like any new scenario).
+
+        Raises
+        ------
+        DatasetError
+            ``d`` does not describe a valid scenario (unknown or missing fields,
+            bad values).
+        """
+        if not isinstance(d, Mapping):
+            raise DatasetError("not a scenario description (not a mapping)")
+        values = dict(d)
+        unknown = sorted(str(k) for k in values if k not in _SCENARIO_FIELDS)
+        if unknown:
+            raise DatasetError(f"not a scenario description (unknown field {_short(unknown[0])})")
+        refs = values.get("references")
+        if not isinstance(refs, (list, tuple)):
+            raise DatasetError("not a scenario description (no list of references)")
+        if len(refs) > limits.MAX_REFERENCES:
+            raise DatasetError(
+                f"at most {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
+            )
+        try:
+            values["target"] = _choice_from_dict(values["target"])
+            values["references"] = tuple(_choice_from_dict(r) for r in refs)
+            if "few_shot" in values:
+                few = values["few_shot"]
+                if not isinstance(few, Mapping) or set(few) - {"enabled", "k", "n_neighbors"}:
+                    raise DatasetError("not a scenario description (bad few-shot options)")
+                values["few_shot"] = FewShotOptions(**few)
+            return cls(**values)
+        except GeovizError:
+            raise
+        except (KeyError, TypeError, ValueError):
+            raise DatasetError("not a scenario description (missing or malformed fields)") from None
+
+    def _memo(self, name: str, compute: Callable[[], str]) -> str:
+        # a frozen dataclass: hash once per instance (pages ask for the key many times a rerun)
+        value = self.__dict__.get(name)
+        if value is None:
+            value = compute()
+            object.__setattr__(self, name, value)
+        return value
+
+    def data_key(self) -> str:
+        """Hash of what determines the *loaded datasets* (not the OT options); computed once."""
+
+        def compute() -> str:
+            d = self.to_dict()
+            for name in ("epsilon", "map_method", "neural_preset"):
+                d.pop(name)
+            return _hash(d)
+
+        return self._memo("_data_key", compute)
+
+    def _key_dict(self) -> dict[str, Any]:
+        d = self.to_dict()
+        if self.map_method == "barycentric":
+            # the neural budget does not change barycentric maps, and barycentric keys stay
+            # those of scenarios from before the map method existed (disk placements, links)
+            d.pop("map_method")
+            d.pop("neural_preset")
+        return d
+
+    def key(self) -> str:
+        """Hash of the whole scenario (computed once): equal keys give the same geodesic.
+
+        The map method is part of it (and the neural budget for neural maps), so the
+        barycentric and the neural geodesic of the same data are cached side by side.
+        """
+        return self._memo("_key", lambda: _hash(self._key_dict()))
+
+    def otdd_key(self) -> str:
+        """Hash of the datasets and the OTDD options, not of the map method (computed once).
+
+        Equal for the barycentric and the neural scenario of the same data: OTDD values
+        between the datasets themselves (pairwise page) are shared by both.
+        """
+        return self._memo(
+            "_otdd_key", lambda: self.with_(map_method="barycentric", neural_preset="cpu").key()
+        )
+
+    def with_method(self, method: MapMethod) -> Scenario:
+        """The same data and OTDD options with the maps computed by ``method``."""
+        return self if method == self.map_method else self.with_(map_method=method)
+
+    @property
+    def map_label(self) -> str:
+        """``"barycentric"`` or ``"neural (tiny budget)"``."""
+        if self.map_method == "neural":
+            return f"neural ({self.neural_preset} budget)"
+        return "barycentric"
+
+    def describe(
+        self, is_image: bool | None = None, n_samples: Sequence[int] | None = None
+    ) -> list[str]:
+        """Markdown lines for the sidebar.
+
+        ``n_samples`` are the sample counts of the loaded ``(Q, P_1, ..., P_m)`` when known:
+        the lines then show them instead of the requested N, with a note for every dataset
+        that has fewer samples than requested (it is used whole).
+        """
+
+        def ref(i: int, r: DatasetChoice) -> str:
+            return r.label if r.label == f"P{i + 1}" else f"P{i + 1} = {r.label}"
+
+        size = f" · images {self.image_size}×{self.image_size}" if is_image is not False else ""
+        counts = None if n_samples is None else [int(n) for n in n_samples]
+        if counts is not None and len(counts) != 1 + self.m:
+            raise DatasetError(f"{len(counts)} sample counts for {1 + self.m} datasets")
+        if counts is None:
+            n_q, ref_n = self.n_target, f"N = {self.n_reference} per reference"
+        else:
+            n_q = counts[0]
+            if all(n == self.n_reference for n in counts[1:]):
+                ref_n = f"N = {self.n_reference} per reference"
+            else:
+                ref_n = "N = " + ", ".join(f"{n} (P{i + 1})" for i, n in enumerate(counts[1:]))
+        lines = [
+            f"**Q** (target): {self.target.label}, N = {n_q}",
+            "**References**: " + ", ".join(ref(i, r) for i, r in enumerate(self.references)),
+            f"{ref_n}{size}",
+        ]
+        if counts is not None:
+            requested = [self.n_target] + [self.n_reference] * self.m
+            for choice, n, want in zip(self.choices, counts, requested, strict=True):
+                if n < want:
+                    lines.append(f"N capped at {n} for {choice.label} (it has only {n} samples)")
+        if self.few_shot.enabled:
+            lines.append(
+                f"few-shot: {self.few_shot.k} labels per class + {self.few_shot.n_neighbors}-NN pseudo-labels"
+            )
+        lines.append(f"OTDD maps: {self.map_label}")
+        return lines
+
+    def with_(self, **changes: Any) -> Scenario:
+        """A validated copy with ``changes`` applied (``dataclasses.replace``)."""
+        return replace(self, **changes)
+
+
+_SCENARIO_FIELDS = frozenset(f.name for f in fields(Scenario))
+
+
+_CHOICE_FIELDS = frozenset(f.name for f in fields(DatasetChoice))
+
+
+def _choice_from_dict(d: Any) -> DatasetChoice:
+    if not isinstance(d, Mapping) or not set(d) <= _CHOICE_FIELDS:
+        raise DatasetError("not a scenario description (bad dataset entry)")
+    return DatasetChoice(**d)
+
+
+def served_path(name: str, data_dirs: Sequence[tuple[str, Path]]) -> Path:
+    """The file or folder a ``server`` dataset names, inside one of ``data_dirs``.
+
+    ``name`` is ``<folder label>/<path inside it>`` (see :func:`_env_data_dirs`). The path
+    is resolved (symlinks and ``..``) and must stay inside its folder. Every refusal is the
+    same sentence whether or not the path exists, so a link cannot probe the disk.
+
+    Raises
+    ------
+    DatasetError
+        The server serves no folders, the label is not one of them, or the path leaves it
+        or does not exist there.
+    """
+    if not data_dirs:
+        raise DatasetError(
+            "this server does not load datasets from its disk (its operator can allow folders "
+            "with GEOVIZ_DATA_DIRS); use the listed datasets or upload a file"
+        )
+    _check_relative(name)
+    label, _, inside = name.partition("/")
+    roots = dict(data_dirs)
+    refusal = DatasetError(f"no dataset {_short(name, 80)} in this server's data folders")
+    if label not in roots or not inside:
+        raise refusal
+    root = roots[label]
+    try:
+        target = (root / inside).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise refusal from None
+    if not target.is_relative_to(root):
+        raise refusal
+    return target
+
+
+def served_datasets(data_dirs: Sequence[tuple[str, Path]]) -> list[str]:
+    """Names of the datasets in the operator's folders: each folder's visible entries."""
+    names = []
+    for label, root in data_dirs:
+        try:
+            entries = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+        except OSError:
+            continue
+        names += [f"{label}/{entry}" for entry in entries[:200]]
+    return names
+
+
+def scenario_feature_bytes(scenario: Scenario) -> int:
+    """Upper bound of the float32 features of the scenario's harmonised datasets, bytes.
+
+    Each dataset holds at most its requested N (fewer when the registry says the split is
+    smaller) times ``D`` features: ``image_size^2`` per channel for images (3 channels
+    unless ``channels="grey"``; uploads and server files count as images), the registry's
+    ``n_features`` for vectors.
+    """
+    total = 0
+    pixels = scenario.image_size**2 * (1 if scenario.channels == "grey" else 3)
+    for choice, n in zip(
+        scenario.choices, [scenario.n_target] + [scenario.n_reference] * scenario.m, strict=True
+    ):
+        dim, available = pixels, n
+        if choice.source == "registry":
+            info = dataset_info(choice.name)
+            if info.kind != "synthetic":
+                available = info.n_train if choice.split == "train" else info.n_test
+            if info.image_shape is None:
+                dim = int(info.n_features or pixels)
+        total += min(n, available) * dim * 4
+    return total
+
+
+def epsilon_choices(current: float | None = None) -> tuple[float, ...]:
+    """:data:`EPSILON_CHOICES` plus ``current`` (e.g. typed on the Datasets page), ascending."""
+    values = set(EPSILON_CHOICES)
+    if current is not None and float(current) > 0 and np.isfinite(current):
+        values.add(float(current))
+    return tuple(sorted(values))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def default_scenario(settings: AppSettings | None = None) -> Scenario:
+    """Target MNIST sample, references Fashion-MNIST, USPS and KMNIST (bundled, offline)."""
+    from geoviz.app.settings import AppSettings  # settings admit scenarios: imported late
+
+    settings = settings or AppSettings.from_env()
+    return Scenario(
+        target=DatasetChoice(DEFAULT_TARGET),
+        references=tuple(DatasetChoice(n) for n in DEFAULT_REFERENCES),
+        n_target=settings.n_default,
+        n_reference=settings.n_default,
+        neural_preset=settings.neural_preset,
+    )
+
+
+def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]:
+    """Ready-made scenarios for the datasets page (all offline).
+
+    * ``*NIST`` — the default: Q = MNIST, P = Fashion-MNIST, USPS, KMNIST
+      (paper Sec. 5.1 uses the *NIST family the same way).
+    * ``2-D Gaussian mixtures`` / ``3-D Gaussian mixtures`` — Q and three
+      references drawn from different random mixtures (paper Fig. 3b style).
+    * ``Chess-board`` — the 16-Gaussian chess board with the classes
+      permuted differently in each reference (paper appendix, OTDD maps).
+    """
+    from geoviz.app.settings import AppSettings  # settings admit scenarios: imported late
+
+    settings = settings or AppSettings.from_env()
+    out = {"*NIST (MNIST ← Fashion-MNIST, USPS, KMNIST)": default_scenario(settings)}
+    for dim in (2, 3):
+        base = f"gmm{dim}d"
+        out[f"{dim}-D Gaussian mixtures"] = Scenario(
+            target=DatasetChoice(base, seed=0, options=(("name", "Q"),)),
+            references=tuple(
+                DatasetChoice(base, seed=s, options=(("name", f"P{s}"),)) for s in (1, 2, 3)
+            ),
+            n_target=min(settings.n_default, 800),
+            n_reference=min(settings.n_default, 800),
+            neural_preset=settings.neural_preset,
+        )
+    perms = ((0, 1, 2, 3), (1, 0, 3, 2), (2, 3, 0, 1))
+    out["Chess-board (permuted classes)"] = Scenario(
+        target=DatasetChoice("chessboard", seed=0, options=(("name", "Q"),)),
+        references=tuple(
+            DatasetChoice(
+                "chessboard", seed=i + 1, options=(("name", f"P{i + 1}"), ("permutation", p))
+            )
+            for i, p in enumerate(perms)
+        ),
+        n_target=min(settings.n_default, 800),
+        n_reference=min(settings.n_default, 800),
+        neural_preset=settings.neural_preset,
+    )
+    return out

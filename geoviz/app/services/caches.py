@@ -1,0 +1,80 @@
+"""What every service shares, once per server process: the job runner with its two cache
+tiers (:func:`store`), the disk cache, the torch settings and background thread priority."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from geoviz.app.jobs import ResultStore
+
+if TYPE_CHECKING:
+    from geoviz.backend import DiskCache
+
+
+Progress = Callable[[str, float], None]
+
+
+#: fits kept in memory (datasets, geodesics of both map kinds, embeddings, payloads, ...)
+MAX_FITS = 32
+#: derived values kept in memory (P_a at so many weights, McCann steps, figures, tables)
+MAX_DERIVED = 64
+
+_STORE = ResultStore(max_fits=MAX_FITS, max_derived=MAX_DERIVED)
+_TORCH_CONFIGURED: list[int] = []
+_TORCH_LOCK = threading.Lock()
+
+
+def store() -> ResultStore:
+    """The process-wide job runner and in-memory caches (a fit tier and a derived tier)."""
+    return _STORE
+
+
+def configure_torch(threads: int) -> bool:
+    """Set torch's intra-op CPU threads for the whole process, once, before any computation.
+
+    Called by every page's frame (:func:`geoviz.app.widgets.app_page`) with
+    :attr:`~geoviz.app.settings.AppSettings.torch_threads`; only the first call does
+    anything, so no request or job thread changes torch's global state afterwards (a
+    per-request ``set_num_threads`` would change it under a fit running in another
+    thread). ``threads = 0`` keeps torch's default. Returns ``True`` on the first call.
+    """
+    with _TORCH_LOCK:
+        if _TORCH_CONFIGURED:
+            return False
+        _TORCH_CONFIGURED.append(int(threads))
+    if int(threads) > 0:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    return True
+
+
+def disk_cache() -> DiskCache:
+    from geoviz.backend import get_cache
+
+    return get_cache()
+
+
+#: how much nicer (Linux thread niceness) a background fit that no page waits for runs
+BACKGROUND_NICENESS = 10
+
+
+def lower_thread_priority(increment: int = BACKGROUND_NICENESS) -> bool:
+    """Make the calling thread (only it, and the threads it starts) nicer by ``increment``.
+
+    On 2 cores the browser drawing the page and the page's own script compete with
+    background fits (UMAP compiling, an embedding nobody looks at yet); a niced
+    thread takes the CPU only when they leave it. Linux sets niceness per thread
+    (``setpriority`` on the thread's id); elsewhere this does nothing. Returns
+    ``True`` when the priority was lowered.
+    """
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, current + int(increment)))
+    except (AttributeError, OSError):  # not Linux, or not allowed
+        return False
+    return True

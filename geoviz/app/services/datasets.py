@@ -1,0 +1,308 @@
+"""Datasets page: the scenario's datasets, dataset choices, uploads and pairwise OTDD."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from geoviz.app.scenario import DatasetChoice, Scenario, Upload, served_datasets
+from geoviz.app.services.caches import Progress, disk_cache, store
+from geoviz.app.session import SessionModel
+from geoviz.data.dataset import LabeledDataset
+from geoviz.errors import DatasetError, GeovizError
+
+if TYPE_CHECKING:
+    from geoviz.viz.embedding import Embedding
+
+
+@dataclass(frozen=True)
+class ScenarioData:
+    """The datasets of a scenario, loaded, subsampled and harmonised.
+
+    Attributes
+    ----------
+    target
+        ``Q`` as used by the geodesic (pseudo-labelled when few-shot).
+    references
+        ``P_1..P_m`` in the same feature space as ``target``.
+    target_true
+        ``Q`` with its true labels (equal to ``target`` unless few-shot).
+    labelled_indices
+        Few-shot: indices of ``Q`` whose label was kept; else ``None``.
+    pseudo_label_accuracy
+        Few-shot: accuracy of the kNN pseudo-labels on the other samples.
+    load_seconds
+        Time spent loading.
+    data_key
+        :meth:`Scenario.data_key` of the scenario these datasets were loaded for.
+    """
+
+    target: LabeledDataset
+    references: tuple[LabeledDataset, ...]
+    target_true: LabeledDataset
+    labelled_indices: np.ndarray | None
+    pseudo_label_accuracy: float | None
+    load_seconds: float
+    data_key: str
+
+    @property
+    def datasets(self) -> tuple[LabeledDataset, ...]:
+        return (self.target, *self.references)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(ds.name for ds in self.datasets)
+
+    @property
+    def reference_names(self) -> tuple[str, ...]:
+        return tuple(ds.name for ds in self.references)
+
+    @property
+    def is_image(self) -> bool:
+        return self.target.is_image
+
+    @property
+    def dim(self) -> int:
+        return self.target.n_features
+
+
+def load_choice(model: SessionModel, choice: DatasetChoice, n: int, seed: int) -> LabeledDataset:
+    from geoviz.data.preprocess import stratified_subsample
+
+    if choice.source == "upload":
+        from geoviz.data.formats import load_upload
+
+        up = model.uploads.get(str(choice.digest)) or stored_upload(str(choice.digest))
+        if up is None:
+            raise DatasetError(
+                "the uploaded file is neither in this session nor in this server's cache; "
+                "upload it again",
+                choice.name,
+            )
+        ds = load_upload(up.data, up.filename)
+        if ds.n_samples > n:
+            ds = stratified_subsample(ds, n, seed=seed)
+        return ds
+    if choice.source == "server":
+        from geoviz.app.state import served_path
+        from geoviz.data.formats import load_path
+
+        ds = load_path(served_path(choice.name, model.settings.data_dirs), split=choice.split)
+        if ds.n_samples > n:
+            ds = stratified_subsample(ds, n, seed=seed)
+        return ds
+    from geoviz.data.registry import load_dataset
+
+    own_seed = seed if choice.seed is None else int(choice.seed)
+    return load_dataset(
+        choice.name,
+        split=choice.split,
+        n=int(n),
+        seed=own_seed,
+        allow_paths=False,  # a scenario names registry data; paths come only from served_path
+        **choice.loader_kwargs(),
+    )
+
+
+def _unique(datasets: list[LabeledDataset]) -> list[LabeledDataset]:
+    from geoviz.geodesic.labels import unique_names
+
+    names = unique_names([ds.name for ds in datasets])
+    return [
+        ds if ds.name == nm else dataclasses.replace(ds, name=nm)
+        for ds, nm in zip(datasets, names, strict=True)
+    ]
+
+
+def scenario_data(model: SessionModel) -> ScenarioData:
+    """Load, subsample, harmonise (and few-shot) the scenario's datasets. Cached.
+
+    The scenario is first admitted by the server's settings
+    (:meth:`~geoviz.app.state.AppSettings.admit`: data folders, neural budget, memory per
+    scenario), whichever way it came (form, link, preset).
+    """
+    scenario = model.settings.admit(model.scenario)
+
+    def compute() -> ScenarioData:
+        from geoviz.app.state import scenario_feature_bytes
+        from geoviz.data.preprocess import few_shot, harmonize
+        from geoviz.memory import check_bytes, memory_guard
+
+        start = time.perf_counter()
+        # loaded, subsampled and harmonised copies live side by side for a moment
+        check_bytes(3 * scenario_feature_bytes(scenario), "loading the scenario's datasets")
+        with memory_guard("loading the scenario's datasets"):
+            target = load_choice(model, scenario.target, scenario.n_target, scenario.seed)
+            refs = [
+                load_choice(model, c, scenario.n_reference, scenario.seed)
+                for c in scenario.references
+            ]
+            datasets = harmonize(
+                [target, *refs], size=scenario.image_size, channels=scenario.channels
+            )
+        datasets = _unique(datasets)
+        target, refs = datasets[0], datasets[1:]
+        target_true, labelled, acc = target, None, None
+        if scenario.few_shot.enabled:
+            fs = few_shot(
+                target,
+                scenario.few_shot.k,
+                seed=scenario.seed,
+                n_neighbors=scenario.few_shot.n_neighbors,
+            )
+            target, labelled, acc = fs.dataset, fs.labelled_indices, fs.pseudo_label_accuracy
+        return ScenarioData(
+            target=target,
+            references=tuple(refs),
+            target_true=target_true,
+            labelled_indices=labelled,
+            pseudo_label_accuracy=acc,
+            load_seconds=time.perf_counter() - start,
+            data_key=scenario.data_key(),
+        )
+
+    # the datasets do not depend on epsilon: moving the Maps page's epsilon reloads nothing
+    return store().get_or_compute(("data", scenario.data_key()), compute, tier="fit")
+
+
+def scenario_data_if_ready(scenario: Scenario) -> ScenarioData | None:
+    """The loaded datasets of ``scenario`` if already in memory, else ``None`` (never loads)."""
+    return store().get(("data", scenario.data_key()))
+
+
+def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
+    """Datasets a user can pick, ``token -> choice``: the scenario's own choices
+    first (presets may use seeds/options), then every registry dataset (train
+    split), then the session's uploads."""
+    from geoviz.data.registry import list_datasets
+
+    out: dict[str, DatasetChoice] = {}
+    for c in model.scenario.choices:
+        out.setdefault(c.token, c)
+    for info in list_datasets():
+        c = DatasetChoice(info.name)
+        out.setdefault(c.token, c)
+    for up in model.uploads.values():
+        c = DatasetChoice.from_upload(up)
+        out.setdefault(c.token, c)
+    for name in served_datasets(model.settings.data_dirs):  # only with GEOVIZ_DATA_DIRS
+        c = DatasetChoice(name, source="server")
+        out.setdefault(c.token, c)
+    return out
+
+
+def choice_caption(choice: DatasetChoice) -> str:
+    """Label for select boxes, flagging datasets that need a download.
+
+    Registry entries with ``offline=False`` (torchvision downloads) are marked
+    ``"(needs internet: download fails offline)"`` so nobody picks them on an
+    offline machine expecting them to load.
+    """
+    if choice.source == "upload":
+        return choice.label
+    from geoviz.data.registry import dataset_info
+
+    try:
+        info = dataset_info(choice.name)
+    except GeovizError:
+        return choice.label
+    if info.offline:
+        return choice.label
+    return f"{choice.label} (needs internet: download fails offline)"
+
+
+def check_upload(filename: str, data: bytes) -> LabeledDataset:
+    """Parse an upload with :func:`geoviz.data.formats.load_upload` (cached by content).
+
+    Raises the library's :class:`~geoviz.errors.GeovizError` for invalid files.
+    """
+    import hashlib
+
+    from geoviz.data.formats import load_upload
+
+    key = ("upload", hashlib.sha256(data).hexdigest(), filename)
+    return store().get_or_compute(key, lambda: load_upload(data, filename), tier="fit")
+
+
+def save_upload(upload: Upload) -> None:
+    """Keep an uploaded file on this server's disk cache, by the sha256 of its bytes.
+
+    A URL naming the upload (:func:`~geoviz.app.state.scenario_to_token`) then
+    works in any later session on the same server, after a restart too.
+    """
+    import torch
+
+    key = _upload_key(upload.digest)
+    if disk_cache().load("app-upload", key) is None:
+        data = torch.frombuffer(bytearray(upload.data), dtype=torch.uint8)
+        disk_cache().store("app-upload", key, {"filename": upload.filename, "data": data})
+
+
+def _upload_key(digest: str) -> str:
+    from geoviz.backend import cache_key
+
+    return cache_key("app-upload", {"digest": str(digest)})
+
+
+def stored_upload(digest: str) -> Upload | None:
+    """The upload with this sha256 from the disk cache (:func:`save_upload`), or ``None``."""
+    payload = disk_cache().load("app-upload", _upload_key(digest))
+    if payload is None:
+        return None
+    data = bytes(payload["data"].numpy().tobytes())
+    up = Upload(filename=str(payload["filename"]), data=data)
+    return up if up.digest == digest else None
+
+
+def dataset_projection(data: ScenarioData) -> Embedding:
+    """PCA of ``Q`` and every ``P_i`` (1000 points each) for the Datasets page. Cached."""
+    from geoviz.viz.embedding import fit_embedding
+
+    return store().get_or_compute(
+        ("projection", data.data_key),
+        lambda: fit_embedding(list(data.datasets), method="pca", max_per_dataset=1000),
+        tier="fit",
+    )
+
+
+def pairwise_otdd_if_ready(scenario: Scenario) -> np.ndarray | None:
+    """:func:`pairwise_otdd` of ``scenario`` if already in memory, else ``None``."""
+    return store().get(("pairwise", scenario.otdd_key()))
+
+
+def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.ndarray:
+    """Symmetric ``(m+1, m+1)`` OTDD ``d^2`` between ``Q, P_1, ..., P_m``. Cached.
+
+    ``progress(pair description, fraction done)`` is called before each pair.
+    """
+    scenario = model.scenario
+    data = scenario_data(model)
+
+    def compute() -> np.ndarray:
+        from geoviz.ot.otdd import OTDDConfig, otdd
+
+        config = OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed))
+        ds = data.datasets
+        n = len(ds)
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        mat = np.zeros((n, n))
+        for k, (i, j) in enumerate(pairs):
+            stage = f"OTDD {ds[i].name} ↔ {ds[j].name}"
+
+            def sub(inner: str, fraction: float, k: int = k, stage: str = stage) -> None:
+                if progress is not None:
+                    progress(f"{stage} ({inner})", (k + float(fraction)) / len(pairs))
+
+            sub("start", 0.0)
+            res = otdd(ds[i], ds[j], config, sub, keep_coupling=False, cache=disk_cache())
+            mat[i, j] = mat[j, i] = float(res.cost)
+        if progress is not None:
+            progress("done", 1.0)
+        return mat
+
+    # OTDD between the datasets themselves: the same for barycentric and neural maps
+    return store().get_or_compute(("pairwise", scenario.otdd_key()), compute, tier="fit")

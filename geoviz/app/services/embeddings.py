@@ -1,0 +1,156 @@
+"""The embedding (UMAP or PCA) of the scenario's datasets, fitted in the background."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from geoviz.app.jobs import BackgroundJob
+from geoviz.app.services.caches import Progress, disk_cache, lower_thread_priority, store
+from geoviz.app.services.datasets import ScenarioData
+from geoviz.app.session import SessionModel
+
+if TYPE_CHECKING:
+    from geoviz.viz.embedding import Embedding
+
+
+_WARM_UP: dict[str, threading.Thread | None] = {}
+
+
+_WARM_UP_LOCK = threading.Lock()
+
+
+def _warm_up_in_background() -> float | None:
+    from geoviz.viz.embedding import warm_up_umap
+
+    lower_thread_priority()
+    return warm_up_umap()
+
+
+def start_embedding_warm_up(model: SessionModel | None = None) -> threading.Thread | None:
+    """Compile UMAP in a background thread (niced), once per server process, if needed.
+
+    Called after a page ran, so that a Geodesic page opened later does not
+    pay numba's compilation in its first UMAP fit. Skipped (returns ``None``)
+    when ``GEOVIZ_EMBEDDING=pca``, and, with ``model``, while the scenario's
+    embedding needs no fit: it is in memory, on disk (a restarted server reads
+    it back without importing UMAP at all) or being fitted by
+    :func:`start_embedding`. Returns the started thread.
+    """
+    from geoviz.viz.embedding import auto_method
+
+    if model is not None and _embedding_needs_no_fit(model):
+        return None
+    with _WARM_UP_LOCK:
+        if "thread" not in _WARM_UP:
+            thread = None
+            if auto_method() != "pca":
+                thread = threading.Thread(
+                    target=_warm_up_in_background, name="geoviz-umap-warm-up", daemon=True
+                )
+                thread.start()
+            _WARM_UP["thread"] = thread
+        return _WARM_UP["thread"]
+
+
+def _embedding_params(model: SessionModel) -> dict[str, Any]:
+    from geoviz.viz.embedding import auto_method
+
+    return {
+        "data": model.scenario.data_key(),
+        "per_dataset": int(model.settings.embed_per_dataset),
+        "seed": int(model.scenario.seed),
+        "method": auto_method(),
+    }
+
+
+def _embedding_key(params: dict[str, Any]) -> tuple[Hashable, ...]:
+    return ("embedding", *params.values())
+
+
+def embedding_on_disk(model: SessionModel) -> bool:
+    """Whether the scenario's fitted embedding is in the disk cache (nothing is read)."""
+    from geoviz.backend import cache_key
+
+    disk = disk_cache()
+    if not disk.enabled:
+        return False
+    params = _embedding_params(model)
+    return disk.path_for("app-embedding", cache_key("app-embedding", params)).is_file()
+
+
+def _embedding_needs_no_fit(model: SessionModel) -> bool:
+    key = _embedding_key(_embedding_params(model))
+    return key in store() or store().job(key) is not None or embedding_on_disk(model)
+
+
+def start_embedding(model: SessionModel, data: ScenarioData) -> BackgroundJob | None:
+    """Start fitting the scenario's embedding in the background; ``None`` if it is ready.
+
+    The embedding depends on the datasets only, not on the maps, so the app
+    starts it together with the geodesic fit (:func:`start_geodesic`): UMAP's
+    compilation and fit then overlap with the OTDD couplings (the explorer's
+    payload needs both). An embedding on disk is read back (no UMAP import).
+    """
+    from geoviz.viz.embedding import Embedding, fit_embedding
+
+    params = _embedding_params(model)
+    key = _embedding_key(params)
+    if key in store():
+        return None
+
+    def run(progress: Progress) -> Embedding:
+        progress("embedding", 0.0)
+        payload = disk_cache().get_or_compute(
+            "app-embedding",
+            params,
+            lambda: fit_embedding(
+                list(data.datasets),
+                max_per_dataset=params["per_dataset"],
+                seed=params["seed"],
+                method=params["method"],
+            ).to_payload(),
+        )
+        return Embedding.from_payload(payload)
+
+    return store().start_job(key, run)
+
+
+def embedding(model: SessionModel, data: ScenarioData) -> Embedding:
+    """UMAP (or PCA) of ``Q`` and every ``P_i``: fitted once per scenario, kept on disk.
+
+    The disk cache key is the scenario's *data* key (epsilon does not move the
+    datasets), the points per dataset, the seed and the method; a restarted
+    server reads the embedding back instead of refitting it. Joins the
+    background fit of :func:`start_embedding` when one runs.
+    """
+    key = _embedding_key(_embedding_params(model))
+    ready = store().get(key)
+    if ready is not None:
+        return ready
+    job = start_embedding(model, data)
+    if job is None:  # stored meanwhile
+        return store().get(key)
+    job.wait()
+    store().claim_job(key)
+    if job.error_ is not None:
+        raise job.error_
+    return job.result_
+
+
+def place_points(
+    model: SessionModel, emb: Embedding, features: Any, tag: tuple[Hashable, ...]
+) -> np.ndarray:
+    """``emb.place(features)`` cached in memory and on disk under ``tag`` (e.g. the weights of ``P_a``)."""
+    params = {**_embedding_params(model), "scenario": model.scenario.key(), "tag": list(tag)}
+
+    def compute() -> np.ndarray:
+        payload = disk_cache().get_or_compute(
+            "app-placement", params, lambda: {"points": emb.place(features)}
+        )
+        return np.asarray(payload["points"], dtype=np.float64)
+
+    return store().get_or_compute(("place", model.scenario.key(), *tag), compute, tier="derived")

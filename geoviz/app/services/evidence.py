@@ -1,0 +1,189 @@
+"""Evidence page: the transfer experiments of a scenario, as one background job."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from geoviz.app.jobs import BackgroundJob
+from geoviz.app.scenario import Scenario
+from geoviz.app.services.caches import Progress, disk_cache, store
+from geoviz.app.services.datasets import ScenarioData, load_choice, scenario_data
+from geoviz.app.services.geodesic import geodesic_config, geodesic_if_ready, geodesic_key
+from geoviz.app.session import SessionModel
+from geoviz.data.dataset import LabeledDataset
+from geoviz.errors import DatasetError
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass(frozen=True)
+class EvidenceRequest:
+    """What the Evidence page runs: ``k``-shot target, training preset, grid and seeds."""
+
+    k: int = 5
+    preset: str = "cpu"
+    resolution: int = 3
+    seeds: tuple[int, ...] = (0, 1, 2)
+    backend: str = "auto"
+
+
+@dataclass(frozen=True)
+class EvidenceResult:
+    """Table-1 comparison at ``a_hat`` and the simplex study for one scenario.
+
+    Attributes
+    ----------
+    comparison
+        :class:`~geoviz.transfer.table.MethodComparison` (every method, every seed).
+    study
+        :class:`~geoviz.transfer.grid.GridStudy` (``W^2(P_a, Q)`` and accuracy per grid point).
+    reference_names
+        Names of ``P_1..P_m``.
+    n_test
+        Target test samples the accuracies are measured on.
+    seconds
+        Wall time of the whole job.
+    """
+
+    comparison: Any
+    study: Any
+    reference_names: tuple[str, ...]
+    n_test: int
+    seconds: float
+
+
+def evidence_scenario(scenario: Scenario, k: int) -> Scenario:
+    """The scenario with a ``k``-shot target: the maps only see ``k`` labels per class of Q
+    (the others are kNN pseudo-labels), as in the paper's transfer experiments."""
+    from geoviz.app.state import FewShotOptions
+
+    few = scenario.few_shot
+    return scenario.with_(
+        few_shot=FewShotOptions(enabled=True, k=int(k), n_neighbors=int(few.n_neighbors))
+    )
+
+
+def _evidence_key(scenario: Scenario, request: EvidenceRequest) -> tuple[Hashable, ...]:
+    return ("evidence", scenario.key(), dataclasses.astuple(request))
+
+
+def evidence_if_ready(scenario: Scenario, request: EvidenceRequest) -> EvidenceResult | None:
+    """The collected evidence for the scenario and ``request``, else ``None`` (never computes)."""
+    return store().get(_evidence_key(evidence_scenario(scenario, request.k), request))
+
+
+def finish_evidence(scenario: Scenario, request: EvidenceRequest) -> BackgroundJob | None:
+    """Collect the finished job (its result goes to the store; an error stays on the job)."""
+    return store().claim_job(_evidence_key(evidence_scenario(scenario, request.k), request))
+
+
+def evidence_job(scenario: Scenario, request: EvidenceRequest) -> BackgroundJob | None:
+    """The running (or finished, unclaimed) evidence job, if any."""
+    return store().job(_evidence_key(evidence_scenario(scenario, request.k), request))
+
+
+def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJob:
+    """Run the transfer experiments of the scenario in the background (one job per request).
+
+    Steps: the ``k``-shot scenario's datasets and geodesic (from the caches when
+    fitted before), the target's test split, then every method and seed at
+    ``a_hat`` (:func:`geoviz.transfer.table.compare_methods`) and the simplex
+    study (:func:`geoviz.transfer.grid.run_grid`, checkpointed per grid point in
+    the disk cache folder, so an interrupted job resumes). Runs as Ray tasks when
+    Ray is installed (``request.backend``), else sequentially.
+    """
+    from geoviz.app.state import SessionModel as _Model
+
+    scenario = evidence_scenario(model.scenario, request.k)
+    sub = _Model({}, model.settings)
+    sub.uploads.update(model.uploads)
+    sub.scenario = scenario
+    key = _evidence_key(scenario, request)
+
+    def run(progress: Progress) -> EvidenceResult:
+        from geoviz.backend import default_cache_dir
+        from geoviz.geodesic.pipeline import fit_geodesic
+        from geoviz.transfer.experiment import make_task
+        from geoviz.transfer.grid import run_grid
+        from geoviz.transfer.table import compare_methods
+
+        start = time.perf_counter()
+        progress("loading datasets", 0.0)
+        data = scenario_data(sub)
+        geodesic = geodesic_if_ready(scenario)
+        if geodesic is None:
+            geodesic = fit_geodesic(
+                data.target,
+                list(data.references),
+                geodesic_config(scenario),
+                progress=lambda stage, f: progress(f"maps ({stage})", 0.25 * f),
+                cache=disk_cache(),
+            )
+            store().put(geodesic_key(scenario), geodesic, tier="fit")
+        test = _target_test_split(sub, data)
+        task = make_task(
+            data.target_true,
+            test,
+            list(data.references),
+            request.k,
+            seed=scenario.seed,
+            n_neighbors=scenario.few_shot.n_neighbors,
+        )
+
+        def runs(stage: str, start: float, span: float) -> Callable[[int, int], None]:
+            return lambda done, n: progress(f"{stage} ({done}/{n} runs)", start + span * done / n)
+
+        # the same task, preset, seeds and backend for the table and the simplex study
+        common = {"seeds": request.seeds, "preset": request.preset, "backend": request.backend}
+        comparison = compare_methods(
+            task, geodesic, progress=runs("Table 1 at a_hat", 0.25, 0.25), **common
+        )
+        study = run_grid(
+            task,
+            geodesic,
+            resolution=request.resolution,
+            checkpoint_dir=default_cache_dir() / "transfer" / scenario.key(),
+            progress=runs("simplex study", 0.5, 0.5),
+            **common,
+        )
+        progress("done", 1.0)
+        return EvidenceResult(
+            comparison=comparison,
+            study=study,
+            reference_names=tuple(geodesic.reference_names),
+            n_test=int(test.n_samples),
+            seconds=time.perf_counter() - start,
+        )
+
+    return store().start_job(key, run)
+
+
+def _target_test_split(model: SessionModel, data: ScenarioData) -> LabeledDataset:
+    """The scenario target's test split, in the same feature space as ``data``.
+
+    Raises
+    ------
+    DatasetError
+        The target is an upload (one split only): transfer accuracy needs held-out data.
+    """
+    from geoviz.data.preprocess import harmonize
+
+    scenario = model.scenario
+    choice = scenario.target
+    if choice.source == "upload":
+        raise DatasetError(
+            "transfer experiments need the target's test split; an uploaded target has only "
+            "one split (choose a registry dataset as Q)",
+            choice.name,
+        )
+    test_choice = dataclasses.replace(choice, split="test")
+    test = load_choice(model, test_choice, scenario.n_target, scenario.seed)
+    test = harmonize(
+        [data.target_true, test], size=scenario.image_size, channels=scenario.channels
+    )[1]
+    return dataclasses.replace(test, name=f"{data.target_true.name} (test)")

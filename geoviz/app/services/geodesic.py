@@ -1,0 +1,112 @@
+"""Geodesic page: the background fit of the maps, ``P_a`` and the mixup baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+from geoviz.app.jobs import BackgroundJob
+from geoviz.app.scenario import Scenario
+from geoviz.app.services.caches import Progress, disk_cache, store
+from geoviz.app.services.datasets import ScenarioData
+from geoviz.data.dataset import SoftLabeledDataset
+from geoviz.errors import GeovizError
+from geoviz.geodesic.weights import SimplexWeights
+
+if TYPE_CHECKING:
+    from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult
+
+
+def geodesic_config(scenario: Scenario) -> GeodesicConfig:
+    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.ot.otdd import OTDDConfig
+
+    return GeodesicConfig(
+        otdd=OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed)),
+        method=scenario.map_method,
+        neural=scenario.neural_preset,
+    )
+
+
+def geodesic_key(scenario: Scenario) -> tuple[Hashable, ...]:
+    return ("geodesic", scenario.key())
+
+
+def geodesic_if_ready(scenario: Scenario) -> GeodesicResult | None:
+    """The fitted :class:`GeodesicResult` of ``scenario`` if already in memory, else ``None``
+    (never computes). A background fit that finished while no page was watching is
+    collected here."""
+    key = geodesic_key(scenario)
+    ready = store().get(key)
+    if ready is None:
+        job = store().claim_job(key)
+        if job is not None and job.error_ is None:
+            ready = job.result_
+    return ready
+
+
+def start_geodesic(scenario: Scenario, data: ScenarioData) -> BackgroundJob:
+    """Start (or join) the background fit of the scenario's geodesic.
+
+    One job per scenario and process: every page and session asking for the
+    same scenario watches the same job. Collect the result with
+    :func:`finish_geodesic`. ``scenario`` must describe the datasets loaded in ``data``
+    (e.g. :func:`~geoviz.app.services.maps.companion_scenario`: the other map method on
+    the same data). Neural maps report ``"... (classifier)"`` and ``"... (adversarial)"``
+    stages while they train.
+    """
+    if scenario.data_key() != data.data_key:
+        raise GeovizError("start_geodesic: the scenario's datasets differ from the loaded ones")
+    config = geodesic_config(scenario)
+
+    def run(progress: Progress) -> GeodesicResult:
+        from geoviz.geodesic.pipeline import fit_geodesic
+
+        return fit_geodesic(
+            data.target, list(data.references), config, progress=progress, cache=disk_cache()
+        )
+
+    return store().start_job(geodesic_key(scenario), run)
+
+
+def geodesic_job(scenario: Scenario) -> BackgroundJob | None:
+    """The running or finished (unclaimed) fit of the scenario, if any."""
+    return store().job(geodesic_key(scenario))
+
+
+def finish_geodesic(scenario: Scenario) -> BackgroundJob | None:
+    """Move the finished job's result into the fit tier; the job, or ``None`` while it runs."""
+    return store().claim_job(geodesic_key(scenario))
+
+
+def interpolation(
+    scenario: Scenario,
+    result: GeodesicResult,
+    weights: SimplexWeights,
+    n: int | None = None,
+    seed: int = 0,
+) -> SoftLabeledDataset:
+    """``P_a = (sum_i a_i T_i)#Q`` (paper Sec. 3.3) at ``weights``, validated once where
+    they entered (:meth:`SimplexWeights.from_input`). Cached by the exact weights
+    (derived tier: many weights never evict the fit they come from)."""
+    key = ("interp", scenario.key(), weights.key(), n, seed)
+    return store().get_or_compute(
+        key, lambda: result.interpolate(weights, n=n, seed=seed), tier="derived"
+    )
+
+
+def mixup(
+    scenario: Scenario, result: GeodesicResult, weights: SimplexWeights
+) -> SoftLabeledDataset:
+    """The Mixup baseline at ``weights``: references combined through random pairings
+    instead of the OTDD maps (same ``N_Q`` samples as ``P_a``). Cached (derived tier)."""
+    from geoviz.geodesic.mixup import mixup_interpolation
+
+    key = ("mixup", scenario.key(), weights.key())
+    return store().get_or_compute(
+        key,
+        lambda: mixup_interpolation(
+            result.target, list(result.references), weights, seed=scenario.seed
+        ),
+        tier="derived",
+    )

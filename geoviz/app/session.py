@@ -1,0 +1,181 @@
+"""One visitor's session: the scenario, uploads and picked weights over a mapping.
+
+Pages keep one :class:`~geoviz.app.scenario.Scenario` in ``st.session_state`` (through
+:class:`SessionModel`, which only needs a mutable mapping) so every page works on the
+same choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from geoviz.app.links import (
+    QUERY_SCENARIO,
+    QUERY_WEIGHTS,
+    WEIGHT_KEY_DECIMALS,
+    scenario_from_token,
+    scenario_to_token,
+    weights_from_text,
+)
+from geoviz.app.scenario import DatasetChoice, Scenario, Upload, default_scenario
+from geoviz.app.settings import AppSettings
+from geoviz.errors import DatasetError, GeovizError
+from geoviz.geodesic.weights import SimplexWeights
+
+
+def sync_form_state(
+    state: MutableMapping[str, Any],
+    scenario: Scenario,
+    values: Mapping[str, Any],
+    marker: str = "geoviz_form_synced",
+) -> bool:
+    """Write a form's widget ``values`` (widget key -> value shown for ``scenario``) into ``state``.
+
+    Call before the widgets are created. When the scenario changed since the form was last
+    synced (a preset was loaded, another page changed epsilon, ...) every value is written, so
+    the widgets show the active scenario instead of the browser's stale values; otherwise only
+    missing keys are filled and the user's unsubmitted edits are kept. Returns ``True`` when
+    the whole form was rewritten. Deleting ``state[marker]`` forces the next call to rewrite.
+    """
+    changed = state.get(marker) != scenario.key()
+    for key, value in values.items():
+        if changed or key not in state:
+            state[key] = value
+    state[marker] = scenario.key()
+    return changed
+
+
+class SessionModel:
+    """Typed access to the app's entries of a session-state mapping.
+
+    Parameters
+    ----------
+    state
+        ``st.session_state`` in the app, a plain ``dict`` in tests.
+
+    The model keeps: the current :class:`Scenario`, the uploaded files
+    (``digest -> Upload``), and the weights picked by the user per scenario
+    key (so changing the scenario starts again from ``a_hat``).
+    """
+
+    SCENARIO = "geoviz_scenario"
+    UPLOADS = "geoviz_uploads"
+    WEIGHTS = "geoviz_weights"
+    SETTINGS = "geoviz_settings"
+
+    def __init__(
+        self, state: MutableMapping[str, Any], settings: AppSettings | None = None
+    ) -> None:
+        self.state = state
+        if self.SETTINGS not in state:
+            state[self.SETTINGS] = settings or AppSettings.from_env()
+        if self.UPLOADS not in state:
+            state[self.UPLOADS] = {}
+        if self.WEIGHTS not in state:
+            state[self.WEIGHTS] = {}
+        if self.SCENARIO not in state:
+            state[self.SCENARIO] = default_scenario(state[self.SETTINGS])
+
+    @property
+    def settings(self) -> AppSettings:
+        return self.state[self.SETTINGS]
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.state[self.SCENARIO]
+
+    @scenario.setter
+    def scenario(self, value: Scenario) -> None:
+        if not isinstance(value, Scenario):
+            raise TypeError(f"expected a Scenario, got {type(value).__name__}")
+        self.state[self.SCENARIO] = value
+
+    @property
+    def uploads(self) -> dict[str, Upload]:
+        return self.state[self.UPLOADS]
+
+    def add_upload(self, filename: str, data: bytes) -> Upload:
+        up = Upload(filename=filename, data=bytes(data))
+        self.uploads[up.digest] = up
+        return up
+
+    def upload_for(self, choice: DatasetChoice) -> Upload:
+        if choice.source != "upload":
+            raise DatasetError(f"{choice.label} is not an upload")
+        try:
+            return self.uploads[str(choice.digest)]
+        except KeyError:
+            raise DatasetError(
+                "the uploaded file is no longer in this session; upload it again", choice.name
+            ) from None
+
+    def picked_weights(self, m: int) -> SimplexWeights | None:
+        """Weights the user picked for the current scenario (validated and rounded once,
+        by :meth:`set_weights`), or ``None``."""
+        w = self.state[self.WEIGHTS].get(self.scenario.key())
+        if not isinstance(w, SimplexWeights) or w.m != m:
+            return None
+        return w
+
+    def set_weights(self, weights: Sequence[float] | np.ndarray) -> SimplexWeights:
+        """Validate ``weights`` once, where they enter the app, and keep them rounded.
+
+        The stored value is :meth:`SimplexWeights.from_input
+        <geoviz.geodesic.weights.SimplexWeights.from_input>` of the input (what
+        :func:`~geoviz.app.links.entry_weights` returns as an array): on the simplex and
+        rounded to :data:`WEIGHT_KEY_DECIMALS` places, so the cache key, the URL and the
+        computed ``P_a`` use the very same numbers, and nothing downstream checks them again.
+
+        Raises
+        ------
+        WeightsError
+            Wrong length, NaN, negative entries or a sum other than 1.
+        """
+        w = SimplexWeights.from_input(weights, self.scenario.m, WEIGHT_KEY_DECIMALS)
+        self.state[self.WEIGHTS][self.scenario.key()] = w
+        return w
+
+    def clear_weights(self) -> None:
+        self.state[self.WEIGHTS].pop(self.scenario.key(), None)
+
+    def current_weights(self, a_hat: SimplexWeights | np.ndarray) -> SimplexWeights:
+        """The picked weights, or ``a_hat`` (rounded like picked ones) when none were picked."""
+        w = self.picked_weights(len(a_hat))
+        return SimplexWeights.from_input(a_hat, len(a_hat), WEIGHT_KEY_DECIMALS) if w is None else w
+
+    # ------------------------------------------------------------------ URL state
+    def query_state(self) -> dict[str, str]:
+        """The session as URL query parameters: ``{"scenario": token}`` plus ``{"a": "0.5,0.3,0.2"}``
+        when weights were picked (see :func:`scenario_to_token`)."""
+        out = {QUERY_SCENARIO: scenario_to_token(self.scenario)}
+        picked = self.picked_weights(self.scenario.m)
+        if picked is not None:
+            out[QUERY_WEIGHTS] = picked.to_text()
+        return out
+
+    def restore(self, params: Mapping[str, str]) -> list[str]:
+        """Take the scenario and picked weights from URL query ``params``.
+
+        A missing parameter keeps the session's value. Returns the problems
+        found (a corrupt scenario token, weights that do not fit), each as a
+        sentence for the user; the session keeps its values for those.
+        """
+        problems: list[str] = []
+        token = params.get(QUERY_SCENARIO)
+        if token:
+            try:
+                self.scenario = self.settings.admit(scenario_from_token(token))
+            except GeovizError as err:
+                problems.append(
+                    f"The link's scenario could not be read ({err}); keeping the current scenario."
+                )
+        text = params.get(QUERY_WEIGHTS)
+        if text:
+            try:
+                self.set_weights(weights_from_text(text))
+            except GeovizError as err:
+                problems.append(f"The link's weights were ignored: {err}")
+        return problems

@@ -1,0 +1,157 @@
+"""The server's settings: what its operator decides, read once from the environment.
+
+Environment variables (read by :func:`AppSettings.from_env`):
+
+``GEOVIZ_APP_N``
+    Samples per dataset of the default scenario (default 2000; tests use ~200).
+``GEOVIZ_APP_GRID``
+    Resolution of the ternary heatmap grid (default 30).
+``GEOVIZ_APP_EMBED_N``
+    Points per dataset in the UMAP embedding (default 300; placing P_a costs time per point).
+``GEOVIZ_TRANSFER_BACKEND``
+    How the Evidence page runs its trainings: ``auto`` (Ray when installed and able to
+    start, else sequential; default), ``ray`` or ``sequential``.
+``GEOVIZ_NEURAL_PRESET``
+    Training budget of neural OTDD maps in new scenarios: ``tiny`` (seconds on small data;
+    tests), ``cpu`` (default, minutes per map at 32x32) or ``paper`` (GPU scale).
+``GEOVIZ_TORCH_THREADS``
+    torch's CPU threads for the whole server process, set once when the first page runs
+    (default 0: torch's own default).
+``GEOVIZ_DATA_DIRS``, ``GEOVIZ_EXPORT_ROOT``, ``GEOVIZ_APP_MAX_MB``
+    Server folders a link may name, the server-side export folder, and the memory one
+    scenario's datasets may take.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from geoviz.app.scenario import (
+    NEURAL_PRESET_NAMES,
+    NeuralPreset,
+    Scenario,
+    scenario_feature_bytes,
+    served_path,
+)
+from geoviz.errors import DatasetError, GeovizError
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as err:
+        raise GeovizError(f"environment variable {name} must be an integer, got {raw!r}") from err
+    if value < minimum:
+        raise GeovizError(f"environment variable {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _env_data_dirs(env: Mapping[str, str]) -> tuple[tuple[str, Path], ...]:
+    """``GEOVIZ_DATA_DIRS``: folders (``os.pathsep``-separated) whose datasets a link may
+    name, each as ``<folder name>/<path inside>``; unset, the app reads no server path."""
+    raw = env.get("GEOVIZ_DATA_DIRS", "").strip()
+    out: dict[str, Path] = {}
+    for part in filter(None, (p.strip() for p in raw.split(os.pathsep))):
+        folder = Path(part).expanduser().resolve()
+        if not folder.is_dir():
+            raise GeovizError(f"GEOVIZ_DATA_DIRS names {part!r}, which is not a folder")
+        label = folder.name or "data"
+        while label in out:
+            label += "_"
+        out[label] = folder
+    return tuple(out.items())
+
+
+def _env_folder(env: Mapping[str, str], name: str) -> Path | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    folder = Path(raw).expanduser().resolve()
+    if not folder.is_dir():
+        raise GeovizError(f"environment variable {name} names {raw!r}, which is not a folder")
+    return folder
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """Knobs of the app that are not part of a scenario (display sizes, defaults)."""
+
+    n_default: int = 2000
+    grid_resolution: int = 30
+    embed_per_dataset: int = 300
+    transfer_backend: Literal["auto", "ray", "sequential"] = "auto"
+    neural_preset: NeuralPreset = "cpu"
+    data_dirs: tuple[tuple[str, Path], ...] = ()
+    export_root: Path | None = None
+    max_scenario_mb: int = 1024
+    torch_threads: int = 0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
+        env = os.environ if env is None else env
+        return cls(
+            n_default=_env_int(env, "GEOVIZ_APP_N", 2000, minimum=10),
+            grid_resolution=_env_int(env, "GEOVIZ_APP_GRID", 30, minimum=2),
+            embed_per_dataset=_env_int(env, "GEOVIZ_APP_EMBED_N", 300, minimum=10),
+            transfer_backend=_env_backend(env),
+            neural_preset=_env_neural_preset(env),
+            data_dirs=_env_data_dirs(env),
+            export_root=_env_folder(env, "GEOVIZ_EXPORT_ROOT"),
+            max_scenario_mb=_env_int(env, "GEOVIZ_APP_MAX_MB", 1024, minimum=16),
+            torch_threads=_env_int(env, "GEOVIZ_TORCH_THREADS", 0, minimum=0),
+        )
+
+    def admit(self, scenario: Scenario) -> Scenario:
+        """``scenario`` if this server runs it for anyone who asks (a link, the form), else
+        :class:`DatasetError` saying which switch of the operator it would need.
+
+        Beyond the bounds every :class:`Scenario` meets (:mod:`geoviz.limits`): datasets
+        from the server's disk only from the folders in ``GEOVIZ_DATA_DIRS``, neural maps
+        at most at this server's budget (``GEOVIZ_NEURAL_PRESET``: a link cannot start a
+        GPU-scale training), and the features of all datasets together within
+        ``GEOVIZ_APP_MAX_MB`` (:func:`scenario_feature_bytes`).
+        """
+        for choice in scenario.choices:
+            if choice.source == "server":
+                served_path(choice.name, self.data_dirs)
+        if scenario.map_method == "neural" and NEURAL_PRESET_NAMES.index(
+            scenario.neural_preset
+        ) > NEURAL_PRESET_NAMES.index(self.neural_preset):
+            raise DatasetError(
+                f"this server trains neural maps at most at the {self.neural_preset!r} budget "
+                f"(GEOVIZ_NEURAL_PRESET), not {scenario.neural_preset!r}"
+            )
+        need = scenario_feature_bytes(scenario)
+        if need > self.max_scenario_mb * 2**20:
+            raise DatasetError(
+                f"this scenario's datasets take about {need / 2**20:,.0f} MB as float32 features, "
+                f"more than the {self.max_scenario_mb:,} MB this server allows per scenario "
+                "(GEOVIZ_APP_MAX_MB); use fewer samples or a smaller image size"
+            )
+        return scenario
+
+
+def _env_backend(env: Mapping[str, str]) -> Literal["auto", "ray", "sequential"]:
+    raw = env.get("GEOVIZ_TRANSFER_BACKEND", "").strip().lower() or "auto"
+    if raw not in ("auto", "ray", "sequential"):
+        raise GeovizError(
+            f"environment variable GEOVIZ_TRANSFER_BACKEND must be auto, ray or sequential, got {raw!r}"
+        )
+    return raw  # type: ignore[return-value]
+
+
+def _env_neural_preset(env: Mapping[str, str]) -> NeuralPreset:
+    raw = env.get("GEOVIZ_NEURAL_PRESET", "").strip().lower() or "cpu"
+    if raw not in NEURAL_PRESET_NAMES:
+        raise GeovizError(
+            "environment variable GEOVIZ_NEURAL_PRESET must be one of "
+            f"{', '.join(NEURAL_PRESET_NAMES)}, got {raw!r}"
+        )
+    return raw  # type: ignore[return-value]
