@@ -353,9 +353,10 @@ class FittedMap(ABC, Generic[EstimatorT]):
         plan = self.plan_neighbours()
         if plan is None:
             raise GeovizError(
-                f"{self.kind} maps generate their points instead of averaging reference points, "
-                "so they have no plan neighbours; use nearest_references(i) to compare a mapped "
-                "point with the closest reference samples"
+                f"the {self.kind} map {self.target_name!r} -> {self.reference_name!r} has no plan "
+                "neighbours (neural maps generate their points instead of averaging reference "
+                "points); use nearest_references(i) to compare a mapped point with the closest "
+                "reference samples"
             )
         return plan
 
