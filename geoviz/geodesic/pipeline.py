@@ -343,7 +343,7 @@ class GeodesicResult:
 
     @property
     def blurry(self) -> np.ndarray:
-        """``(m,)`` bool: ``effective_neighbours > BLUR_NEIGHBOURS`` (the map averages many points)."""
+        """``(m,)`` bool: ``effective_neighbours > BLUR_NEIGHBOURS`` (averages many points)."""
         return np.asarray(self.effective_neighbours, dtype=float) > BLUR_NEIGHBOURS
 
     def neighbours(self, i: int, indices: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

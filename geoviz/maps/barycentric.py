@@ -122,7 +122,7 @@ class FittedBarycentricMap(FittedMap["BarycentricMap"]):
         return self.mapped_features_, self.soft_labels_
 
     def diagnostics(self) -> PlanDiagnostics:
-        """Sharpness and convergence of the plan (see :class:`~geoviz.maps.base.PlanDiagnostics`)."""
+        """Sharpness and convergence of the plan (:class:`~geoviz.maps.base.PlanDiagnostics`)."""
         return plan_diagnostics(self.otdd_)
 
     def plan_neighbours(self) -> PlanNeighbours | None:

@@ -327,7 +327,10 @@ class FittedMap(ABC, Generic[EstimatorT]):
 
     @abstractmethod
     def to_payload(self) -> dict[str, Any]:
-        """Tensors and plain scalars for :class:`~geoviz.backend.DiskCache` (inverse: :meth:`from_payload`)."""
+        """Tensors and plain scalars for :class:`~geoviz.backend.DiskCache`.
+
+        The inverse is :meth:`from_payload`; what the disk cache stores for the map.
+        """
 
     @classmethod
     @abstractmethod
@@ -338,7 +341,7 @@ class FittedMap(ABC, Generic[EstimatorT]):
         reference: LabeledDataset,
         estimator: EstimatorT,
     ) -> FittedMap[EstimatorT]:
-        """Rebuild a map stored with :meth:`to_payload`, fitted by ``estimator`` on these datasets."""
+        """Rebuild a map stored with :meth:`to_payload`, fitted by ``estimator`` on these data."""
 
     def plan_neighbours(self) -> PlanNeighbours | None:
         """The plan entries behind every mapped point; ``None`` for maps without a plan."""
@@ -349,7 +352,7 @@ class FittedMap(ABC, Generic[EstimatorT]):
         return self.diagnostics().as_dict()
 
     def check_plan_neighbours(self) -> PlanNeighbours:
-        """:meth:`plan_neighbours`, or a :class:`~geoviz.errors.GeovizError` saying why there are none."""
+        """:meth:`plan_neighbours`, or a :class:`~geoviz.errors.GeovizError` saying why none."""
         plan = self.plan_neighbours()
         if plan is None:
             raise GeovizError(
