@@ -51,7 +51,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -77,6 +77,7 @@ from geoviz.glossary import (
 )
 
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
+    from geoviz.geodesic.pipeline import GeodesicResult
     from geoviz.maps.base import MapDiagnostics, NeuralDiagnostics, PlanDiagnostics
 
 __all__ = ["check_args", "load_inputs", "register"]
@@ -296,7 +297,7 @@ def load_inputs(
     target: str,
     refs: Sequence[str],
     *,
-    split: str = "train",
+    split: Literal["train", "test"] = "train",
     n: int | None = None,
     seed: int = 0,
     size: int | None = None,
@@ -312,12 +313,12 @@ def load_inputs(
     shapes = {ds.image_shape for ds in datasets}
     if any(ds.is_image for ds in datasets) and (len(shapes) > 1 or size is not None):
         tgt = datasets[0]
-        common = size if size is not None else (tgt.image_shape[1] if tgt.is_image else None)
+        common = size if size is not None or tgt.image_shape is None else tgt.image_shape[1]
         datasets = harmonize(datasets, size=common)
     return datasets[0], list(datasets[1:])
 
 
-def _fit(args: argparse.Namespace):
+def _fit(args: argparse.Namespace) -> GeodesicResult:
     from geoviz.backend import DiskCache, get_cache
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 
@@ -354,11 +355,11 @@ def _num(x: float) -> str:
     return f"{x:.6g}"
 
 
-def _names_of(result) -> list[str]:
+def _names_of(result: GeodesicResult) -> list[str]:
     return list(result.label_space.dataset_names)
 
 
-def _blur_lines(result) -> list[str]:
+def _blur_lines(result: GeodesicResult) -> list[str]:
     """One ``BLURRY MAP`` line per map whose effective neighbours exceed ``BLUR_NEIGHBOURS``."""
     from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
 
@@ -385,13 +386,13 @@ def _blur_lines(result) -> list[str]:
 class _MapTable:
     """How the CLI prints one kind of map diagnostics: heading, columns, cells, legend."""
 
-    heading: Callable[[Any, bool], str]
+    heading: Callable[[GeodesicResult, bool], str]
     columns: tuple[str, ...]
     cells: Callable[[Any], list[str]]
     legend: str
 
 
-def _plan_heading(result: Any, two_q: bool) -> str:
+def _plan_heading(result: GeodesicResult, two_q: bool) -> str:
     what = "OTDD, (2,Q) distance to Q and sharpness" if two_q else "OTDD and sharpness"
     eps = float(result.config.otdd.epsilon)
     return f"{what} of each map T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):"
@@ -407,7 +408,7 @@ def _plan_cells(d: PlanDiagnostics) -> list[str]:
     ]
 
 
-def _neural_heading(result: Any, two_q: bool) -> str:
+def _neural_heading(result: GeodesicResult, two_q: bool) -> str:
     what = "Monge cost, (2,Q) distance to Q and fit" if two_q else "Monge cost and fit"
     return f"{what} of each neural map T_i: Q -> P_i:"
 
@@ -424,7 +425,7 @@ def _neural_cells(d: NeuralDiagnostics) -> list[str]:
     ]
 
 
-def _generic_heading(result: Any, two_q: bool) -> str:
+def _generic_heading(result: GeodesicResult, two_q: bool) -> str:
     return f"{'OTDD and (2,Q) distance to Q' if two_q else 'OTDD'} of each map T_i: Q -> P_i:"
 
 
@@ -472,7 +473,7 @@ def _table_for(diagnostics: MapDiagnostics) -> _MapTable:
     )
 
 
-def _print_maps(result: Any, *, two_q: bool = False) -> None:
+def _print_maps(result: GeodesicResult, *, two_q: bool = False) -> None:
     """The per-map table (OTDD, sharpness or fit diagnostics of each map) and blur warnings."""
     diagnostics = result.diagnostics
     table = _table_for(diagnostics[0])
@@ -588,7 +589,7 @@ def _cmd_grid(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- registration
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``distance``, ``project`` and ``grid`` to the ``geoviz`` CLI."""
     commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
         (

@@ -166,7 +166,8 @@ class GeodesicConfig:
         out = dataclasses.asdict(self)
         if self.method not in TRAINED_MAP_METHODS:
             out.pop("neural")
-        return jsonable(out)
+        plain: dict[str, Any] = jsonable(out)
+        return plain
 
 
 @dataclass(frozen=True, eq=False)
@@ -686,7 +687,8 @@ def fit_geodesic(
                 )
             },
         )
-        return payload["distances"].to(torch.float64)
+        distances: torch.Tensor = payload["distances"]
+        return distances.to(torch.float64)
 
     # the maps' own label distances (same datasets, method and seed as labels_between)
     to_target = [fitted.label_cost_.to(torch.float64) for fitted in maps]

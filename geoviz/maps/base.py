@@ -67,7 +67,8 @@ class DatasetMap(Protocol):
         Name of the reference dataset (used to prefix class names).
     """
 
-    supports_out_of_sample: bool
+    @property
+    def supports_out_of_sample(self) -> bool: ...
 
     @property
     def reference_classes(self) -> tuple[str, ...]: ...

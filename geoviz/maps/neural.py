@@ -229,7 +229,8 @@ class NeuralMapConfig:
         params = dataclasses.asdict(self)
         params.pop("device")
         params.pop("cpu_threads")
-        return jsonable(params)
+        plain: dict[str, Any] = jsonable(params)
+        return plain
 
 
 #: Named budgets: ``tiny`` for tests and demos (seconds on 2-D data); ``cpu``
@@ -506,14 +507,12 @@ def _apply(
     n = feats.shape[0]
     out_x = torch.empty_like(feats)
     out_y: list[torch.Tensor] = []
-    lo = hi = None
-    if feature_range is not None:
-        lo, hi = (t.to(device) for t in feature_range)
+    bounds = None if feature_range is None else tuple(t.to(device) for t in feature_range)
     for r0 in range(0, n, _TRANSFORM_BATCH):
         x = feats[r0 : r0 + _TRANSFORM_BATCH].to(device)
         gx = generator(x, labs[r0 : r0 + _TRANSFORM_BATCH].to(device))
-        if lo is not None:
-            gx = torch.maximum(torch.minimum(gx, hi), lo)
+        if bounds is not None:
+            gx = torch.maximum(torch.minimum(gx, bounds[1]), bounds[0])
         out_x[r0 : r0 + x.shape[0]] = gx.float().cpu()
         out_y.append(torch.softmax(classifier(gx).float(), dim=1).cpu())
     soft = torch.cat(out_y) if out_y else torch.zeros((0, 0))
