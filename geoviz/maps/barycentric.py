@@ -151,13 +151,7 @@ class FittedBarycentricMap(FittedMap["BarycentricMap"]):
             label_cost_=torch.as_tensor(res.label_distances).to("cpu", torch.float64),
             otdd_=res,
             config=estimator.config,
-            reference_classes=reference.classes,
-            reference_name=reference.name,
-            target_classes=target.classes,
-            target_name=target.name,
-            image_shape=reference.image_shape,
-            target_fingerprint_=target.fingerprint,
-            reference_fingerprint_=reference.fingerprint,
+            **cls.fitted_on(target, reference),
             _target_features=target.features,
         )
 
@@ -382,13 +376,7 @@ class FittedEntropicMap(FittedMap["EntropicMap"]):
             train_index_=torch.as_tensor(payload["train_index"]).long(),
             reference_index_=ridx,
             config=estimator.config,
-            reference_classes=reference.classes,
-            reference_name=reference.name,
-            target_classes=target.classes,
-            target_name=target.name,
-            image_shape=reference.image_shape,
-            target_fingerprint_=target.fingerprint,
-            reference_fingerprint_=reference.fingerprint,
+            **cls.fitted_on(target, reference),
         )
 
     def _dataset_metadata(self) -> dict[str, Any]:

@@ -79,22 +79,7 @@ class DatasetMap(Protocol):
     def transform(
         self, features: torch.Tensor, labels: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Map target points.
-
-        Parameters
-        ----------
-        features
-            ``(n, D)`` target features.
-        labels
-            ``(n,)`` target label indices (into the target's classes), or
-            ``None`` where the map does not need them.
-
-        Returns
-        -------
-        (torch.Tensor, torch.Tensor)
-            Mapped features ``(n, D)`` float32 CPU and soft labels ``(n, C_P)``
-            float32 CPU with rows summing to 1.
-        """
+        """Map target points; the contract is :meth:`FittedMap.transform`."""
         ...
 
 
@@ -343,6 +328,19 @@ class FittedMap(ABC, Generic[EstimatorT]):
         estimator: EstimatorT,
     ) -> FittedMap[EstimatorT]:
         """Rebuild a map stored with :meth:`to_payload`, fitted by ``estimator`` on these data."""
+
+    @staticmethod
+    def fitted_on(target: LabeledDataset, reference: LabeledDataset) -> dict[str, Any]:
+        """The base's dataset fields (names, classes, image shape, fingerprints) of a fit."""
+        return {
+            "reference_classes": reference.classes,
+            "reference_name": reference.name,
+            "target_classes": target.classes,
+            "target_name": target.name,
+            "image_shape": reference.image_shape,
+            "target_fingerprint_": target.fingerprint,
+            "reference_fingerprint_": reference.fingerprint,
+        }
 
     def plan_neighbours(self) -> PlanNeighbours | None:
         """The plan entries behind every mapped point; ``None`` for maps without a plan."""

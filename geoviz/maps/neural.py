@@ -351,20 +351,9 @@ class FittedNeuralMap(FittedMap["NeuralOTDDMap"]):
     def transform(
         self, features: torch.Tensor, labels: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Map any labelled target points (out-of-sample).
+        """Map any labelled target points (out-of-sample), see :meth:`FittedMap.transform`.
 
-        Parameters
-        ----------
-        features
-            ``(n, D)`` features in the target's space.
-        labels
-            ``(n,)`` indices into the target's classes (required: ``G`` is
-            conditioned on the label, eq. (map)).
-
-        Returns
-        -------
-        (torch.Tensor, torch.Tensor)
-            ``(n, D)`` mapped features and ``(n, C_P)`` soft labels, float32 CPU.
+        ``labels`` are required: ``G`` is conditioned on the label (eq. (map)).
         """
         d = self.mapped_features_.shape[1]
         feats, labs = check_transform_inputs(features, labels, d, len(self.target_classes))
@@ -428,18 +417,9 @@ class FittedNeuralMap(FittedMap["NeuralOTDDMap"]):
             "soft_labels": self.soft_labels_,
             "feature_range": None if self._feature_range is None else list(self._feature_range),
             "history": {k: list(v) for k, v in self.history_.items()},
+            # the summary without the derived OTDD (transport_cost + label_term), plus s
             "scalars": {
-                "transport_cost": self.transport_cost_,
-                "label_term": self.label_term_,
-                "heldout_ot": self.heldout_ot_,
-                "heldout_ot_identity": self.heldout_ot_identity_,
-                "label_confidence": self.label_confidence_,
-                "classifier_accuracy": self.classifier_accuracy_,
-                "nearest_reference": self.nearest_reference_,
-                "best_iteration": self.best_iteration_,
-                "iterations_run": self.iterations_run_,
-                "stopped_early": self.stopped_early_,
-                "fit_seconds": self.fit_seconds_,
+                **{k: v for k, v in self.summary().items() if k != "otdd"},
                 "cost_scale": self.cost_scale_,
             },
         }
@@ -482,13 +462,7 @@ class FittedNeuralMap(FittedMap["NeuralOTDDMap"]):
             network_spec_=dict(payload["spec"]),
             config=estimator.config,
             otdd_config=estimator.otdd,
-            reference_classes=reference.classes,
-            reference_name=reference.name,
-            target_classes=target.classes,
-            target_name=target.name,
-            image_shape=reference.image_shape,
-            target_fingerprint_=target.fingerprint,
-            reference_fingerprint_=reference.fingerprint,
+            **cls.fitted_on(target, reference),
             _feature_range=None if rng is None else (rng[0].float(), rng[1].float()),
         )
 
