@@ -205,7 +205,7 @@ def test_tiny_epsilon_refused_before_fitting(data, cache, monkeypatch, epsilon):
     def boom(*args, **kwargs):
         raise AssertionError("fitted")
 
-    monkeypatch.setattr(pipeline, "_fit_map", boom)
+    monkeypatch.setattr(pipeline, "map_estimator", boom)
     with pytest.raises(GeovizError, match=r"epsilon .* is below 0\.0001"):
         fit_geodesic(target, refs, GeodesicConfig(otdd=OTDDConfig(epsilon=epsilon)), cache=cache)
 
@@ -216,7 +216,7 @@ def test_reference_count_refused_before_fitting(data, cache, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("fitted")
 
-    monkeypatch.setattr(pipeline, "_fit_map", boom)
+    monkeypatch.setattr(pipeline, "map_estimator", boom)
     monkeypatch.setattr(pipeline, "_subsample", boom)
     many = [refs[k % 3] for k in range(11)]
     with pytest.raises(DatasetError, match="at most 10 reference datasets, got 11"):

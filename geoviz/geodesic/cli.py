@@ -45,11 +45,13 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import io
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -73,6 +75,10 @@ from geoviz.glossary import (
     W_BETWEEN,
     W_TARGET,
 )
+
+if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
+    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.maps.base import MapDiagnostics, NeuralDiagnostics, PlanDiagnostics
 
 __all__ = ["check_args", "load_inputs", "register"]
 
@@ -291,7 +297,7 @@ def load_inputs(
     target: str,
     refs: Sequence[str],
     *,
-    split: str = "train",
+    split: Literal["train", "test"] = "train",
     n: int | None = None,
     seed: int = 0,
     size: int | None = None,
@@ -307,12 +313,12 @@ def load_inputs(
     shapes = {ds.image_shape for ds in datasets}
     if any(ds.is_image for ds in datasets) and (len(shapes) > 1 or size is not None):
         tgt = datasets[0]
-        common = size if size is not None else (tgt.image_shape[1] if tgt.is_image else None)
+        common = size if size is not None or tgt.image_shape is None else tgt.image_shape[1]
         datasets = harmonize(datasets, size=common)
     return datasets[0], list(datasets[1:])
 
 
-def _fit(args: argparse.Namespace):
+def _fit(args: argparse.Namespace) -> GeodesicResult:
     from geoviz.backend import DiskCache, get_cache
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 
@@ -349,11 +355,11 @@ def _num(x: float) -> str:
     return f"{x:.6g}"
 
 
-def _names_of(result) -> list[str]:
+def _names_of(result: GeodesicResult) -> list[str]:
     return list(result.label_space.dataset_names)
 
 
-def _blur_lines(result) -> list[str]:
+def _blur_lines(result: GeodesicResult) -> list[str]:
     """One ``BLURRY MAP`` line per map whose effective neighbours exceed ``BLUR_NEIGHBOURS``."""
     from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
 
@@ -376,76 +382,115 @@ def _blur_lines(result) -> list[str]:
     return lines
 
 
-def _print_neural_maps(result, *, two_q: bool = False) -> None:
-    """The per-map table of neural maps: Monge cost, held-out fit, label confidence, realism."""
-    names = _names_of(result)
-    what = "Monge cost, (2,Q) distance to Q and fit" if two_q else "Monge cost and fit"
-    print(f"\n{what} of each neural map T_i: Q -> P_i:")
-    header = ["reference", OTDD]
-    if two_q:
-        header.append(W_TARGET)
-    header += ["held-out OT", "(identity)", "confidence", "nearest ref", "classifier", "iters", "s"]
-    rows = []
-    for i, name in enumerate(names):
-        d = result.map_details[i] if len(result.map_details) == result.m else {}
-        row = [name, _num(result.otdd[i])]
-        if two_q:
-            row.append(_num(result.w_to_target[i]))
-        row += [
-            _num(d.get("heldout_ot", float("nan"))),
-            _num(d.get("heldout_ot_identity", float("nan"))),
-            f"{result.label_confidence[i]:.3f}",
-            f"{d.get('nearest_reference', float('nan')):.2f}",
-            f"{d.get('classifier_accuracy', float('nan')):.3f}",
-            f"{d.get('best_iteration', 0)}/{d.get('iterations_run', 0)}"
-            + (" stop" if result.converged[i] else ""),
-            f"{d.get('fit_seconds', float('nan')):.0f}",
-        ]
-        rows.append(row)
-    print(_table(header, rows))
-    print(
-        f"{OTDD}: Monge cost of the map, mean ||x - G(x,y)||^2 + y^T M l(G(x,y))\n"
-        "held-out OT: exact W_2^2 between the mapped held-out target points and held-out "
-        "reference points (identity: before training)\n"
-        "nearest ref: median distance of a mapped point to its nearest reference sample / "
-        "median nearest-neighbour distance inside P_i (about 1: looks like reference data)\n"
-        "classifier: held-out accuracy of the label model l on P_i; iters: kept/run "
-        "(stop: early stopping)"
-    )
+@dataclass(frozen=True)
+class _MapTable:
+    """How the CLI prints one kind of map diagnostics: heading, columns, cells, legend."""
+
+    heading: Callable[[GeodesicResult, bool], str]
+    columns: tuple[str, ...]
+    cells: Callable[[Any], list[str]]
+    legend: str
 
 
-def _print_maps(result, *, two_q: bool = False) -> None:
-    """The per-map table (OTDD, effective neighbours, label confidence) and blur warnings."""
-    if getattr(result, "method", "barycentric") == "neural":
-        _print_neural_maps(result, two_q=two_q)
-        return
-    names = _names_of(result)
-    eps = float(result.config.otdd.epsilon)
+def _plan_heading(result: GeodesicResult, two_q: bool) -> str:
     what = "OTDD, (2,Q) distance to Q and sharpness" if two_q else "OTDD and sharpness"
-    print(f"\n{what} of each map T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):")
+    eps = float(result.config.otdd.epsilon)
+    return f"{what} of each map T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):"
+
+
+def _plan_cells(d: PlanDiagnostics) -> list[str]:
+    return [
+        f"{d.epsilon_abs:.3g}",
+        f"{d.effective_neighbours:.2f}",
+        f"{d.label_confidence:.3f}",
+        "yes" if d.converged else "NO",
+        f"{d.marginal_error:.2e}",
+    ]
+
+
+def _neural_heading(result: GeodesicResult, two_q: bool) -> str:
+    what = "Monge cost, (2,Q) distance to Q and fit" if two_q else "Monge cost and fit"
+    return f"{what} of each neural map T_i: Q -> P_i:"
+
+
+def _neural_cells(d: NeuralDiagnostics) -> list[str]:
+    return [
+        _num(d.heldout_ot),
+        _num(d.heldout_ot_identity),
+        f"{d.label_confidence:.3f}",
+        f"{d.nearest_reference:.2f}",
+        f"{d.classifier_accuracy:.3f}",
+        f"{d.best_iteration}/{d.iterations}" + (" stop" if d.converged else ""),
+        f"{d.fit_seconds:.0f}",
+    ]
+
+
+def _generic_heading(result: GeodesicResult, two_q: bool) -> str:
+    return f"{'OTDD and (2,Q) distance to Q' if two_q else 'OTDD'} of each map T_i: Q -> P_i:"
+
+
+@functools.cache
+def _map_tables() -> dict[type[MapDiagnostics], _MapTable]:
+    """One table per diagnostics type; a map kind without an entry prints its
+    diagnostics' own fields (``MapDiagnostics.as_dict``)."""
+    from geoviz.maps.base import NeuralDiagnostics, PlanDiagnostics
+
+    return {
+        PlanDiagnostics: _MapTable(
+            _plan_heading,
+            (EPSILON_ABS, "neighbours", "confidence", "converged", "marg.err"),
+            _plan_cells,
+            "neighbours: effective number of reference points a mapped point averages (median "
+            "plan-row perplexity; 1 = one-to-one map)\n"
+            "confidence: mean largest soft-label entry of T_i(x) "
+            "(1 = one reference class per point)",
+        ),
+        NeuralDiagnostics: _MapTable(
+            _neural_heading,
+            ("held-out OT", "(identity)", "confidence", "nearest ref", "classifier", "iters", "s"),
+            _neural_cells,
+            f"{OTDD}: Monge cost of the map, mean ||x - G(x,y)||^2 + y^T M l(G(x,y))\n"
+            "held-out OT: exact W_2^2 between the mapped held-out target points and held-out "
+            "reference points (identity: before training)\n"
+            "nearest ref: median distance of a mapped point to its nearest reference sample / "
+            "median nearest-neighbour distance inside P_i (about 1: looks like reference data)\n"
+            "classifier: held-out accuracy of the label model l on P_i; iters: kept/run "
+            "(stop: early stopping)",
+        ),
+    }
+
+
+def _table_for(diagnostics: MapDiagnostics) -> _MapTable:
+    known = _map_tables().get(type(diagnostics))
+    if known is not None:
+        return known
+    keys = tuple(k for k in diagnostics.as_dict() if k != "otdd")
+    return _MapTable(
+        _generic_heading,
+        keys,
+        lambda d: [str(d.as_dict().get(k, "")) for k in keys],
+        "",
+    )
+
+
+def _print_maps(result: GeodesicResult, *, two_q: bool = False) -> None:
+    """The per-map table (OTDD, sharpness or fit diagnostics of each map) and blur warnings."""
+    diagnostics = result.diagnostics
+    table = _table_for(diagnostics[0])
+    print(f"\n{table.heading(result, two_q)}")
     header = ["reference", OTDD]
     if two_q:
         header.append(W_TARGET)
-    header += [EPSILON_ABS, "neighbours", "confidence", "converged", "marg.err"]
+    header += list(table.columns)
     rows = []
-    for i, name in enumerate(names):
-        row = [name, _num(result.otdd[i])]
+    for i, (name, diag) in enumerate(zip(_names_of(result), diagnostics, strict=True)):
+        row = [name, _num(diag.otdd)]
         if two_q:
             row.append(_num(result.w_to_target[i]))
-        row += [
-            f"{result.epsilon_abs[i]:.3g}",
-            f"{result.effective_neighbours[i]:.2f}",
-            f"{result.label_confidence[i]:.3f}",
-            "yes" if result.converged[i] else "NO",
-            f"{result.marginal_errors[i]:.2e}",
-        ]
-        rows.append(row)
+        rows.append(row + table.cells(diag))
     print(_table(header, rows))
-    print(
-        "neighbours: effective number of reference points a mapped point averages (median "
-        "plan-row perplexity; 1 = one-to-one map)\n"
-        "confidence: mean largest soft-label entry of T_i(x) (1 = one reference class per point)"
-    )
+    if table.legend:
+        print(table.legend)
     for line in _blur_lines(result):
         print(line)
 
@@ -544,7 +589,7 @@ def _cmd_grid(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- registration
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``distance``, ``project`` and ``grid`` to the ``geoviz`` CLI."""
     commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
         (

@@ -149,7 +149,8 @@ def objective(weights: Any, w_to_target: Any, w_between: Any) -> np.ndarray:
     """
     w_t, w_b = _check_two_q(w_to_target, w_between)
     a = check_weights(weights, w_t.shape[0])
-    return a @ w_t - 0.5 * np.einsum("...i,ij,...j->...", a, w_b, a)
+    value: np.ndarray = a @ w_t - 0.5 * np.einsum("...i,ij,...j->...", a, w_b, a)
+    return value
 
 
 # --------------------------------------------------------------------------- minimiser
@@ -270,7 +271,7 @@ def _polish(a: np.ndarray, lin: np.ndarray, quad: np.ndarray) -> np.ndarray:
     best, best_v = a, _value(a, lin, quad)
     for tau in (1e-9, 1e-7, 1e-5, 1e-3):
         support = np.nonzero(a > tau * a.max())[0]
-        cand = _face_minimiser(lin, quad, support, tol=1e-12)
+        cand = _face_minimiser(lin, quad, support.tolist(), tol=1e-12)
         if cand is not None:
             v = _value(cand, lin, quad)
             if v <= best_v + 1e-13 * max(1.0, abs(best_v)):
@@ -421,13 +422,12 @@ def optimal_weights(w_to_target: Any, w_between: Any, solver: str | None = None)
             raise GeovizError(
                 f"solver='enumerate' supports m <= {MAX_ENUMERATION_M} references, got {m}"
             )
-        a = _enumerate_faces(lin, quad)
-        return a
+        return _enumerate_faces(lin, quad)
 
     _, hess, _ = _reduced(lin, quad)
     eig = np.linalg.eigvalsh(hess)
     convex = eig[0] >= -1e-9 * max(1.0, float(np.abs(eig).max()))
-    a: np.ndarray | None = None
+    a: np.ndarray | None = None  # the solver's answer, None until one is trusted
     if convex:
         name = solver or _default_solver()
         if name is not None:
@@ -453,7 +453,8 @@ def optimal_weights(w_to_target: Any, w_between: Any, solver: str | None = None)
     if lin[vertex] < _value(a, lin, quad):
         a = np.eye(m)[vertex]
     a = np.clip(a, 0.0, None)
-    return a / a.sum()
+    weights: np.ndarray = a / a.sum()
+    return weights
 
 
 # --------------------------------------------------------------------------- Def. 2

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +52,14 @@ from geoviz.geodesic.distances import (
 from geoviz.geodesic.interpolate import generalized_geodesic_dataset, mccann_dataset
 from geoviz.geodesic.labels import LabelSpace, label_space
 from geoviz.geodesic.weights import check_weights
+from geoviz.maps.base import FittedMap, MapDiagnostics, PlanNeighbours
+from geoviz.maps.methods import (
+    MAP_METHODS,
+    TRAINED_MAP_METHODS,
+    MapMethod,
+    map_estimator,
+    map_method_label,
+)
 from geoviz.maps.neural import NeuralMapConfig, get_neural_preset
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, OTDDConfig
@@ -64,11 +72,6 @@ __all__ = [
     "Progress",
     "fit_geodesic",
 ]
-
-#: How the OTDD maps ``T_i`` are computed (paper Sec. 3.1): the barycentric
-#: projection of the entropic plan, or the neural map of eq. (max-min).
-MapMethod = Literal["barycentric", "neural"]
-MAP_METHODS: tuple[MapMethod, ...] = ("barycentric", "neural")
 
 Progress = Callable[[str, float], None]
 
@@ -156,18 +159,27 @@ class GeodesicConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able parameters (for cache keys and metadata).
 
-        The neural budget only appears for ``method="neural"``, so barycentric
-        keys do not change when it does.
+        The neural budget only appears for methods that train networks
+        (:data:`~geoviz.maps.methods.TRAINED_MAP_METHODS`), so barycentric keys
+        do not change when it does.
         """
         out = dataclasses.asdict(self)
-        if self.method == "barycentric":
+        if self.method not in TRAINED_MAP_METHODS:
             out.pop("neural")
-        return jsonable(out)
+        plain: dict[str, Any] = jsonable(out)
+        return plain
 
 
 @dataclass(frozen=True, eq=False)
 class GeodesicResult:
     """Target ``Q`` projected onto the generalized geodesic of ``m`` references.
+
+    The result is the ``m`` fitted maps ``T_i: Q -> P_i`` (Sec. 3.1), the (2,Q)
+    distances between their pushforwards (Def. 2, Sec. 3.3) and the minimiser
+    ``a_hat`` of eq. (hat_a). Every per-map number (OTDD, sharpness,
+    convergence, ...) is read off the maps' own
+    :meth:`~geoviz.maps.base.FittedMap.diagnostics`: see :attr:`diagnostics` and
+    the per-map column properties below.
 
     Attributes
     ----------
@@ -177,94 +189,27 @@ class GeodesicResult:
         The ``m`` references ``P_i`` as used.
     config
         The configuration.
-    mapped_features
-        ``m`` tensors ``(N_Q, D)``: ``T_i(x)`` for every target sample.
-    soft_labels
-        ``m`` tensors ``(N_Q, C_i)``: labels of ``T_i(z)`` (rows sum to 1).
-    otdd
-        ``(m,)`` OTDD ``d^2(Q, P_i)`` (entropic cost of the fitted coupling).
-    marginal_errors
-        ``(m,)`` Sinkhorn marginal violations.
-    converged
-        ``m`` flags.
-    w_to_target
-        ``(m,)`` ``W_i = W^2_{2,Q}(P_i, Q)`` (Def. 2; shown as
-        :data:`geoviz.glossary.W_TARGET`).
-    w_between
-        ``(m, m)`` ``W_ij = W^2_{2,Q}(P_i, P_j)``, symmetric, zero diagonal
-        (:data:`geoviz.glossary.W_BETWEEN`).
+    maps
+        The ``m`` fitted maps ``T_i`` (:class:`~geoviz.maps.base.FittedMap`; one
+        kind per result, :attr:`GeodesicConfig.method`).
+    distances
+        The (2,Q) distances ``W_i = W^2_{2,Q}(P_i, Q)`` and
+        ``W_ij = W^2_{2,Q}(P_i, P_j)``, split into feature and label terms.
     a_hat
         ``(m,)`` minimiser of :meth:`objective` on the simplex (eq. (hat_a)).
-    class_names
-        ``K = sum_i C_i`` names ``"ref_name/class"`` (names made unique).
-    block_slices
-        ``m`` slices: reference ``i``'s classes are ``class_names[block_slices[i]]``.
-    reference_names
-        The ``m`` unique reference names used as prefixes.
-    distances
-        The (2,Q) distances split into feature and label terms.
-    label_distances_to_target
-        ``m`` tensors ``(C_Q, C_i)`` class-conditional ``W_2^2``.
-    effective_neighbours
-        ``(m,)`` sharpness of each map: median over the target points of the
-        plan-row perplexity ``exp(H(pi_i. / sum_j pi_ij))``, i.e. how many
-        reference points a mapped point averages (1: one-to-one; ``N_i``: every
-        point maps to the mean of ``P_i``). Above
-        :data:`~geoviz.ot.otdd.BLUR_NEIGHBOURS` the map is blurry (:attr:`blurry`).
-    label_confidence
-        ``(m,)`` mean over the target points of the largest soft-label entry
-        (1: every ``T_i(x)`` gets a single class of ``P_i``; ``1/C_i``: uniform).
-    epsilon_abs
-        ``(m,)`` absolute entropic regularisation of each coupling,
-        ``config.otdd.epsilon * mean(C_i)`` (cost ``||x - x'||^2 + W_2^2``, no 1/2).
-    row_perplexity
-        ``m`` float32 tensors ``(N_Q,)``: the per-point perplexity behind
-        ``effective_neighbours`` (in ``[1, N_i]``).
-    neighbour_index
-        ``m`` int64 tensors ``(N_Q, k)`` (``k = 8``): indices into
-        ``references[i]`` of the largest plan entries of every row, by
-        decreasing weight; ``-1`` pads rows with fewer entries.
-    neighbour_weight
-        ``m`` float32 tensors ``(N_Q, k)``: those plan entries divided by their
-        row sum (descending, each row sums to ``<= 1``; 0 where padded), so
-        ``T_i(x_n) ~ sum_j neighbour_weight[n, j] * X_i[neighbour_index[n, j]]``.
-    method
-        ``"barycentric"`` or ``"neural"`` (:attr:`GeodesicConfig.method`). Neural
-        maps have no plan: ``effective_neighbours``, ``epsilon_abs`` and
-        ``marginal_errors`` are NaN, the plan-neighbour tuples are empty, and
-        ``converged`` says whether the held-out OT cost stopped improving
-        (early stopping) within the budget.
-    map_details
-        ``m`` dicts of method-specific fit diagnostics (for neural maps: the
-        Monge ``transport_cost`` and ``label_term``, ``heldout_ot`` vs
-        ``heldout_ot_identity``, ``nearest_reference``, ``classifier_accuracy``,
-        iterations and ``fit_seconds``; see :class:`~geoviz.maps.neural.FittedNeuralMap`).
+    label_space
+        The joint label space: unique reference names (prefixes), the ``K =
+        sum_i C_i`` class names ``"ref_name/class"`` and reference ``i``'s block
+        of columns.
     """
 
     target: LabeledDataset
     references: tuple[LabeledDataset, ...]
     config: GeodesicConfig
-    mapped_features: tuple[torch.Tensor, ...]
-    soft_labels: tuple[torch.Tensor, ...]
-    otdd: np.ndarray
-    marginal_errors: np.ndarray
-    converged: tuple[bool, ...]
-    w_to_target: np.ndarray
-    w_between: np.ndarray
+    maps: tuple[FittedMap[Any], ...]
+    distances: TwoQDistances
     a_hat: np.ndarray
-    class_names: tuple[str, ...]
-    block_slices: tuple[slice, ...]
-    reference_names: tuple[str, ...] = ()
-    distances: TwoQDistances | None = None
-    label_distances_to_target: tuple[torch.Tensor, ...] = ()
-    effective_neighbours: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    label_confidence: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    epsilon_abs: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    row_perplexity: tuple[torch.Tensor, ...] = ()
-    neighbour_index: tuple[torch.Tensor, ...] = ()
-    neighbour_weight: tuple[torch.Tensor, ...] = ()
-    method: MapMethod = "barycentric"
-    map_details: tuple[dict[str, Any], ...] = ()
+    label_space: LabelSpace
 
     # ------------------------------------------------------------------ derived
     @property
@@ -273,9 +218,123 @@ class GeodesicResult:
         return len(self.references)
 
     @property
-    def label_space(self) -> LabelSpace:
-        names = self.reference_names or tuple(ref.name for ref in self.references)
-        return LabelSpace(tuple(names), self.class_names, self.block_slices)
+    def method(self) -> MapMethod:
+        """How the maps were computed (:attr:`GeodesicConfig.method`)."""
+        return self.config.method
+
+    @property
+    def reference_names(self) -> tuple[str, ...]:
+        """The ``m`` unique reference names used as prefixes."""
+        return self.label_space.dataset_names
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """``K = sum_i C_i`` names ``"ref_name/class"`` (names made unique)."""
+        return self.label_space.class_names
+
+    @property
+    def block_slices(self) -> tuple[slice, ...]:
+        """``m`` slices: reference ``i``'s classes are ``class_names[block_slices[i]]``."""
+        return self.label_space.block_slices
+
+    @property
+    def mapped_features(self) -> tuple[torch.Tensor, ...]:
+        """``m`` tensors ``(N_Q, D)`` float32: ``T_i(x)`` for every target sample."""
+        return tuple(t.mapped_features_ for t in self.maps)
+
+    @property
+    def soft_labels(self) -> tuple[torch.Tensor, ...]:
+        """``m`` tensors ``(N_Q, C_i)`` float32: labels of ``T_i(z)`` (rows sum to 1)."""
+        return tuple(t.soft_labels_ for t in self.maps)
+
+    @property
+    def label_distances_to_target(self) -> tuple[torch.Tensor, ...]:
+        """``m`` tensors ``(C_Q, C_i)`` float64 class-conditional ``W_2^2`` of the maps' fits."""
+        return tuple(t.label_cost_ for t in self.maps)
+
+    @property
+    def w_to_target(self) -> np.ndarray:
+        """``(m,)`` ``W_i = W^2_{2,Q}(P_i, Q)`` (Def. 2; :data:`geoviz.glossary.W_TARGET`)."""
+        return self.distances.w_to_target
+
+    @property
+    def w_between(self) -> np.ndarray:
+        """``(m, m)`` ``W_ij = W^2_{2,Q}(P_i, P_j)``, symmetric, zero diagonal."""
+        return self.distances.w_between
+
+    @property
+    def diagnostics(self) -> tuple[MapDiagnostics, ...]:
+        """The ``m`` maps' typed diagnostics (:class:`~geoviz.maps.base.PlanDiagnostics`
+        or :class:`~geoviz.maps.base.NeuralDiagnostics`)."""
+        return tuple(t.diagnostics() for t in self.maps)
+
+    def _column(self, name: str) -> np.ndarray:
+        """``(m,)`` float column of one diagnostic; NaN for maps that do not have it.
+
+        The NaN only exists in these array views (kept for the app's tables);
+        the diagnostics themselves say ``None`` or lack the field.
+        """
+        values = [getattr(d, name, None) for d in self.diagnostics]
+        return np.array([np.nan if v is None else float(v) for v in values])
+
+    @property
+    def otdd(self) -> np.ndarray:
+        """``(m,)`` each map's estimate of ``d^2(Q, P_i)`` (plan cost or Monge cost)."""
+        return self._column("otdd")
+
+    @property
+    def marginal_errors(self) -> np.ndarray:
+        """``(m,)`` Sinkhorn marginal violations (NaN for maps without a plan)."""
+        return self._column("marginal_error")
+
+    @property
+    def converged(self) -> tuple[bool, ...]:
+        """``m`` flags: Sinkhorn converged, or a neural fit stopped early on its own."""
+        return tuple(d.converged for d in self.diagnostics)
+
+    @property
+    def effective_neighbours(self) -> np.ndarray:
+        """``(m,)`` median plan-row perplexity of each map (NaN: no plan).
+
+        How many reference points a mapped point averages (1: one-to-one;
+        ``N_i``: every point maps to the mean of ``P_i``). Above
+        :data:`~geoviz.ot.otdd.BLUR_NEIGHBOURS` the map is blurry (:attr:`blurry`).
+        """
+        return self._column("effective_neighbours")
+
+    @property
+    def label_confidence(self) -> np.ndarray:
+        """``(m,)`` mean largest soft-label entry of each map (1: one class; ``1/C_i``: uniform)."""
+        return self._column("label_confidence")
+
+    @property
+    def epsilon_abs(self) -> np.ndarray:
+        """``(m,)`` absolute entropic regularisation ``epsilon * mean(C_i)`` (NaN: no plan)."""
+        return self._column("epsilon_abs")
+
+    def _plans(self) -> tuple[PlanNeighbours, ...]:
+        plans = tuple(t.plan_neighbours() for t in self.maps)
+        return tuple(p for p in plans if p is not None) if all(plans) else ()
+
+    @property
+    def row_perplexity(self) -> tuple[torch.Tensor, ...]:
+        """``m`` float32 ``(N_Q,)`` per-point perplexities, or ``()`` without plans."""
+        return tuple(p.row_perplexity for p in self._plans())
+
+    @property
+    def neighbour_index(self) -> tuple[torch.Tensor, ...]:
+        """``m`` int64 ``(N_Q, k)`` largest-plan-entry indices, or ``()`` without plans."""
+        return tuple(p.index for p in self._plans())
+
+    @property
+    def neighbour_weight(self) -> tuple[torch.Tensor, ...]:
+        """``m`` float32 ``(N_Q, k)`` row-normalised plan weights, or ``()`` without plans."""
+        return tuple(p.weight for p in self._plans())
+
+    @property
+    def map_details(self) -> tuple[dict[str, Any], ...]:
+        """``m`` dicts: each map's :meth:`~geoviz.maps.base.FittedMap.summary`."""
+        return tuple(t.summary() for t in self.maps)
 
     @property
     def image_shape(self) -> ImageShape | None:
@@ -285,7 +344,7 @@ class GeodesicResult:
 
     @property
     def blurry(self) -> np.ndarray:
-        """``(m,)`` bool: ``effective_neighbours > BLUR_NEIGHBOURS`` (the map averages many points)."""
+        """``(m,)`` bool: ``effective_neighbours > BLUR_NEIGHBOURS`` (averages many points)."""
         return np.asarray(self.effective_neighbours, dtype=float) > BLUR_NEIGHBOURS
 
     def neighbours(self, i: int, indices: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -309,25 +368,13 @@ class GeodesicResult:
         """
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= int(i) < self.m:
             raise GeovizError(f"reference index must be an integer in 0..{self.m - 1}, got {i!r}")
-        if self.method == "neural":
-            raise GeovizError(
-                "neural maps generate their points instead of averaging reference points, so "
-                "they have no plan neighbours; use nearest_references(i) to compare a mapped "
-                "point with the closest reference samples"
-            )
-        if len(self.neighbour_index) != self.m:
-            raise GeovizError("this result carries no plan neighbours (fitted by an older geoviz)")
-        i = int(i)
+        plan = self.maps[int(i)].check_plan_neighbours()
         n_q = self.target.n_samples
         rows = np.arange(n_q) if indices is None else np.asarray(indices, dtype=np.int64).ravel()
         if rows.size and (rows.min() < 0 or rows.max() >= n_q):
             raise GeovizError(f"target indices must be in 0..{n_q - 1}, got {rows.tolist()}")
         t = torch.from_numpy(rows)
-        return (
-            self.neighbour_index[i][t].numpy(),
-            self.neighbour_weight[i][t].numpy(),
-            self.row_perplexity[i][t].numpy(),
-        )
+        return plan.index[t].numpy(), plan.weight[t].numpy(), plan.row_perplexity[t].numpy()
 
     def nearest_references(
         self, i: int, indices: Any = None, k: int = 4
@@ -367,25 +414,20 @@ class GeodesicResult:
         return objective(weights, self.w_to_target, self.w_between)
 
     def map_summaries(self) -> list[dict[str, Any]]:
-        """One plain dict per map: OTDD, ``epsilon_abs``, effective neighbours, label confidence."""
-        out = []
-        for i, name in enumerate(self.label_space.dataset_names):
-            entry: dict[str, Any] = {
+        """One plain dict per map: reference, method, OTDD, the map's summary and ``blurry``."""
+        blurry = self.blurry
+        return [
+            {
                 "reference": name,
                 "method": self.method,
                 "otdd": float(self.otdd[i]),
+                **fitted.summary(),
+                "blurry": bool(blurry[i]),
             }
-            if len(self.map_details) == self.m:
-                entry.update(self.map_details[i])
-            if len(self.effective_neighbours) == self.m:
-                entry.update(
-                    epsilon_abs=float(self.epsilon_abs[i]),
-                    effective_neighbours=float(self.effective_neighbours[i]),
-                    label_confidence=float(self.label_confidence[i]),
-                    blurry=bool(self.blurry[i]),
-                )
-            out.append(entry)
-        return out
+            for i, (name, fitted) in enumerate(
+                zip(self.label_space.dataset_names, self.maps, strict=True)
+            )
+        ]
 
     def _provenance(self) -> dict[str, Any]:
         return {
@@ -541,89 +583,6 @@ _MAP_STAGES = {
 }
 
 
-def _fit_map(
-    target: LabeledDataset,
-    reference: LabeledDataset,
-    config: GeodesicConfig,
-    cache: DiskCache,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Fit (or read from ``cache``) one barycentric OTDD map; plain payload.
-
-    Returns
-    -------
-    dict
-        ``mapped_features`` ``(N_Q, D)`` float32, ``soft_labels`` ``(N_Q, C_P)``
-        float32, ``otdd``, ``marginal_error``, ``converged``, ``epsilon_abs``,
-        ``effective_neighbours``, ``label_confidence`` (Python scalars),
-        ``label_distances`` ``(C_Q, C_P)`` float64, ``row_perplexity``
-        ``(N_Q,)`` float32, ``neighbour_index`` ``(N_Q, k)`` int64 and
-        ``neighbour_weight`` ``(N_Q, k)`` float32 (all CPU tensors).
-    """
-    if config.method == "neural":
-        return _fit_neural_map(target, reference, config, cache, progress)
-    from geoviz.maps.barycentric import BarycentricMap
-
-    fitted = BarycentricMap(config.otdd, cache=cache).fit(target, reference, progress=progress)
-    res = fitted.otdd_
-    if res.row_perplexity is None or res.neighbour_index is None or res.neighbour_weight is None:
-        raise GeovizError(
-            f"the OTDD map {target.name!r} -> {reference.name!r} carries no plan neighbours"
-        )
-    return {
-        "mapped_features": torch.as_tensor(fitted.mapped_features_)
-        .detach()
-        .to("cpu", torch.float32),
-        "soft_labels": torch.as_tensor(fitted.soft_labels_).detach().to("cpu", torch.float32),
-        "otdd": float(res.cost),
-        "marginal_error": float(res.marginal_error),
-        "converged": bool(res.converged),
-        "label_distances": torch.as_tensor(res.label_distances).to("cpu", torch.float64),
-        "epsilon_abs": float(res.epsilon_abs),
-        "effective_neighbours": float(res.effective_neighbours),
-        "label_confidence": float(res.label_confidence),
-        "row_perplexity": torch.as_tensor(res.row_perplexity).to("cpu", torch.float32),
-        "neighbour_index": torch.as_tensor(res.neighbour_index).to("cpu", torch.int64),
-        "neighbour_weight": torch.as_tensor(res.neighbour_weight).to("cpu", torch.float32),
-    }
-
-
-def _fit_neural_map(
-    target: LabeledDataset,
-    reference: LabeledDataset,
-    config: GeodesicConfig,
-    cache: DiskCache,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Fit (or read from ``cache``) one neural OTDD map; the payload of :func:`_fit_map`.
-
-    No plan: ``epsilon_abs``, ``effective_neighbours`` and ``marginal_error``
-    are NaN and the neighbour entries are ``None``; ``details`` carries the
-    neural diagnostics.
-    """
-    from geoviz.maps.neural import NeuralOTDDMap
-
-    fitted = NeuralOTDDMap(config.neural, config.otdd, cache=cache).fit(
-        target, reference, progress=progress
-    )
-    nan = float("nan")
-    return {
-        "mapped_features": fitted.mapped_features_.to("cpu", torch.float32),
-        "soft_labels": fitted.soft_labels_.to("cpu", torch.float32),
-        "otdd": float(fitted.otdd_),
-        "marginal_error": nan,
-        "converged": bool(fitted.stopped_early_),
-        "label_distances": fitted.label_cost_.to("cpu", torch.float64),
-        "epsilon_abs": nan,
-        "effective_neighbours": nan,
-        "label_confidence": float(fitted.label_confidence_),
-        "row_perplexity": None,
-        "neighbour_index": None,
-        "neighbour_weight": None,
-        "details": fitted.summary(),
-    }
-
-
 def fit_geodesic(
     target: LabeledDataset,
     references: Sequence[LabeledDataset],
@@ -685,9 +644,10 @@ def fit_geodesic(
 
     # 1. one OTDD map per reference (paper Sec. 3.1), barycentric or neural; both
     #    estimators cache every fitted map in `cache` under both fingerprints + config
-    payloads = []
+    estimator = map_estimator(config.method, otdd_cfg, config.neural, cache)
+    kind = map_method_label(config.method)
+    maps: list[FittedMap[Any]] = []
     for i, ref in enumerate(refs):
-        kind = "neural OTDD map" if config.method == "neural" else "OTDD map"
         stage = f"{kind} {i + 1}/{m}: {target.name} -> {space.dataset_names[i]}"
         report(stage, map_share * i / m)
 
@@ -696,7 +656,7 @@ def fit_geodesic(
             within = lo + (hi - lo) * min(max(float(fraction), 0.0), 1.0)
             report(f"{stage} ({sub})", map_share * (i + within) / m)
 
-        payloads.append(_fit_map(target, ref, config, cache, sub_progress))
+        maps.append(estimator.fit(target, ref, sub_progress))
     report("OTDD maps done", map_share)
 
     # 2. class-conditional label distances, target-reference and reference-reference
@@ -727,14 +687,17 @@ def fit_geodesic(
                 )
             },
         )
-        return payload["distances"].to(torch.float64)
+        distances: torch.Tensor = payload["distances"]
+        return distances.to(torch.float64)
 
-    to_target = []
-    for i, ref in enumerate(refs):
-        lab = payloads[i]["label_distances"]
-        if lab is None or tuple(lab.shape) != (target.n_classes, ref.n_classes):
-            lab = labels_between(target, ref)
-        to_target.append(lab.to(torch.float64))
+    # the maps' own label distances (same datasets, method and seed as labels_between)
+    to_target = [fitted.label_cost_.to(torch.float64) for fitted in maps]
+    for lab, ref in zip(to_target, refs, strict=True):
+        if tuple(lab.shape) != (target.n_classes, ref.n_classes):
+            raise GeovizError(
+                f"the map {target.name!r} -> {ref.name!r} has label distances of shape "
+                f"{tuple(lab.shape)}, expected {(target.n_classes, ref.n_classes)}"
+            )
     between: dict[tuple[int, int], torch.Tensor] = {}
     done = 0
     for i in range(m):
@@ -751,8 +714,8 @@ def fit_geodesic(
     dist = two_q_distances(
         target.features,
         target.labels,
-        [p["mapped_features"] for p in payloads],
-        [p["soft_labels"] for p in payloads],
+        [fitted.mapped_features_ for fitted in maps],
+        [fitted.soft_labels_ for fitted in maps],
         to_target,
         between,
         lambda_x=float(otdd_cfg.lambda_x),
@@ -763,33 +726,10 @@ def fit_geodesic(
         target=target,
         references=refs,
         config=config,
-        mapped_features=tuple(p["mapped_features"].to(torch.float32) for p in payloads),
-        soft_labels=tuple(p["soft_labels"].to(torch.float32) for p in payloads),
-        otdd=np.array([float(p["otdd"]) for p in payloads]),
-        marginal_errors=np.array([float(p["marginal_error"]) for p in payloads]),
-        converged=tuple(bool(p["converged"]) for p in payloads),
-        w_to_target=dist.w_to_target,
-        w_between=dist.w_between,
-        a_hat=a_hat,
-        class_names=space.class_names,
-        block_slices=space.block_slices,
-        reference_names=space.dataset_names,
+        maps=tuple(maps),
         distances=dist,
-        label_distances_to_target=tuple(to_target),
-        effective_neighbours=np.array([float(p["effective_neighbours"]) for p in payloads]),
-        label_confidence=np.array([float(p["label_confidence"]) for p in payloads]),
-        epsilon_abs=np.array([float(p["epsilon_abs"]) for p in payloads]),
-        row_perplexity=_plan_tuple(payloads, "row_perplexity"),
-        neighbour_index=_plan_tuple(payloads, "neighbour_index"),
-        neighbour_weight=_plan_tuple(payloads, "neighbour_weight"),
-        method=config.method,
-        map_details=tuple(dict(p.get("details") or {}) for p in payloads),
+        a_hat=a_hat,
+        label_space=space,
     )
     report("done", 1.0)
     return result
-
-
-def _plan_tuple(payloads: list[dict[str, Any]], key: str) -> tuple[torch.Tensor, ...]:
-    """Per-map plan arrays, or ``()`` when the maps have none (neural maps)."""
-    values = [p[key] for p in payloads]
-    return () if any(v is None for v in values) else tuple(values)

@@ -33,6 +33,7 @@ switch caching off.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -40,9 +41,15 @@ import numpy as np
 import torch
 
 from geoviz.backend import DiskCache, get_cache, resolve_device, resolve_dtype
-from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.maps.base import apply_map, check_transform_inputs
+from geoviz.maps.base import (
+    FittedMap,
+    MapKind,
+    PlanDiagnostics,
+    PlanNeighbours,
+    check_transform_inputs,
+)
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import (
     OTDDConfig,
@@ -65,8 +72,8 @@ def _check_config(config: Any) -> OTDDConfig:
 # --------------------------------------------------------------------------- barycentric
 
 
-@dataclass(frozen=True, eq=False)
-class FittedBarycentricMap:
+@dataclass(frozen=True, eq=False, kw_only=True)
+class FittedBarycentricMap(FittedMap["BarycentricMap"]):
     """A fitted OTDD barycentric projection of a target onto a reference.
 
     Attributes
@@ -79,25 +86,16 @@ class FittedBarycentricMap:
         The :class:`~geoviz.ot.otdd.OTDDResult` (coupling only if kept).
     config
         The configuration used.
-    reference_classes, reference_name
-        The reference's class names and name (soft-label columns).
-    target_fingerprint_, reference_fingerprint_
-        Fingerprints of the fitted datasets.
+
+    The other attributes are those of :class:`~geoviz.maps.base.FittedMap`.
     """
 
+    kind: ClassVar[MapKind] = "barycentric"
     supports_out_of_sample: ClassVar[bool] = False
 
-    mapped_features_: torch.Tensor
-    soft_labels_: torch.Tensor
     otdd_: OTDDResult
     config: OTDDConfig
-    reference_classes: tuple[str, ...]
-    reference_name: str
-    target_fingerprint_: str
-    reference_fingerprint_: str
     _target_features: torch.Tensor = field(repr=False)
-    _target_name: str = field(default="target", repr=False)
-    _image_shape: tuple[int, int, int] | None = field(default=None, repr=False)
 
     @property
     def coupling_(self) -> torch.Tensor | None:
@@ -111,6 +109,7 @@ class FittedBarycentricMap:
 
         ``features`` must be the fitted target's features (same rows, same
         order); ``labels`` are ignored. Use :class:`EntropicMap` for new points.
+        See :meth:`FittedMap.transform <geoviz.maps.base.FittedMap.transform>`.
         """
         feats, _ = check_transform_inputs(features, None, self.mapped_features_.shape[1], None)
         if feats.shape != self._target_features.shape or not torch.equal(
@@ -122,21 +121,66 @@ class FittedBarycentricMap:
             )
         return self.mapped_features_, self.soft_labels_
 
-    def to_dataset(self, name: str | None = None) -> SoftLabeledDataset:
-        """The pushed-forward target ``T_B # Q`` as a :class:`SoftLabeledDataset`."""
-        return SoftLabeledDataset(
-            features=self.mapped_features_,
-            soft_labels=self.soft_labels_,
-            class_names=tuple(f"{self.reference_name}/{c}" for c in self.reference_classes),
-            name=name or f"T({self._target_name}->{self.reference_name})",
-            image_shape=self._image_shape,
-            metadata={
-                "map": "barycentric",
-                "target_fingerprint": self.target_fingerprint_,
-                "reference_fingerprint": self.reference_fingerprint_,
-                "otdd": self.otdd_.summary(),
-            },
+    def diagnostics(self) -> PlanDiagnostics:
+        """Sharpness and convergence of the plan (:class:`~geoviz.maps.base.PlanDiagnostics`)."""
+        return plan_diagnostics(self.otdd_)
+
+    def plan_neighbours(self) -> PlanNeighbours | None:
+        """The largest plan entries of every row (``None`` when the solve kept none)."""
+        return plan_neighbours_of(self.otdd_)
+
+    def to_payload(self) -> dict[str, Any]:
+        """The :class:`~geoviz.ot.otdd.OTDDResult` payload (what the disk cache stores)."""
+        return self.otdd_.to_payload()
+
+    @classmethod
+    def from_payload(
+        cls,
+        payload: Mapping[str, Any],
+        target: LabeledDataset,
+        reference: LabeledDataset,
+        estimator: BarycentricMap,
+    ) -> FittedBarycentricMap:
+        """Rebuild the map that ``estimator`` fitted on ``target -> reference``."""
+        res = OTDDResult.from_payload(dict(payload))
+        if res.mapped_features is None or res.soft_labels is None:
+            raise GeovizError("this OTDD payload carries no barycentric projection")
+        return cls(
+            mapped_features_=torch.as_tensor(res.mapped_features).detach().to("cpu", torch.float32),
+            soft_labels_=torch.as_tensor(res.soft_labels).detach().to("cpu", torch.float32),
+            label_cost_=torch.as_tensor(res.label_distances).to("cpu", torch.float64),
+            otdd_=res,
+            config=estimator.config,
+            **cls.fitted_on(target, reference),
+            _target_features=target.features,
         )
+
+    def _dataset_metadata(self) -> dict[str, Any]:
+        return {"otdd": self.otdd_.summary()}
+
+
+def plan_diagnostics(res: OTDDResult) -> PlanDiagnostics:
+    """:class:`~geoviz.maps.base.PlanDiagnostics` of an OTDD solve."""
+    return PlanDiagnostics(
+        otdd=float(res.cost),
+        label_confidence=float(res.label_confidence),
+        effective_neighbours=float(res.effective_neighbours),
+        converged=bool(res.converged),
+        iterations=int(res.n_iter),
+        epsilon_abs=float(res.epsilon_abs),
+        marginal_error=float(res.marginal_error),
+    )
+
+
+def plan_neighbours_of(res: OTDDResult) -> PlanNeighbours | None:
+    """The plan neighbours an OTDD solve kept, as CPU tensors; ``None`` if it kept none."""
+    if res.row_perplexity is None or res.neighbour_index is None or res.neighbour_weight is None:
+        return None
+    return PlanNeighbours(
+        row_perplexity=torch.as_tensor(res.row_perplexity).to("cpu", torch.float32),
+        index=torch.as_tensor(res.neighbour_index).to("cpu", torch.int64),
+        weight=torch.as_tensor(res.neighbour_weight).to("cpu", torch.float32),
+    )
 
 
 class BarycentricMap:
@@ -196,32 +240,21 @@ class BarycentricMap:
             )
             return res.to_payload()
 
-        res = OTDDResult.from_payload(cache.get_or_compute("barycentric_map", params, compute))
-        assert res.mapped_features is not None and res.soft_labels is not None
-        return FittedBarycentricMap(
-            mapped_features_=res.mapped_features,
-            soft_labels_=res.soft_labels,
-            otdd_=res,
-            config=self.config,
-            reference_classes=reference.classes,
-            reference_name=reference.name,
-            target_fingerprint_=target.fingerprint,
-            reference_fingerprint_=reference.fingerprint,
-            _target_features=target.features,
-            _target_name=target.name,
-            _image_shape=reference.image_shape,
-        )
+        payload = cache.get_or_compute("barycentric_map", params, compute)
+        return FittedBarycentricMap.from_payload(payload, target, reference, self)
 
 
 # --------------------------------------------------------------------------- entropic
 
 
-@dataclass(frozen=True, eq=False)
-class FittedEntropicMap:
+@dataclass(frozen=True, eq=False, kw_only=True)
+class FittedEntropicMap(FittedMap["EntropicMap"]):
     """Entropic OTDD map, defined for any labelled point (out-of-sample).
 
     Attributes
     ----------
+    mapped_features_, soft_labels_
+        Images of the target points the map was fitted on (``train_index_``).
     reference_features_, reference_labels_
         ``(N_R, D)`` float32 and ``(N_R,)`` int64: the reference points used.
     g_
@@ -236,22 +269,21 @@ class FittedEntropicMap:
         the training points included, no coupling).
     train_index_, reference_index_
         Indices of the target / reference points used for fitting.
+
+    The other attributes are those of :class:`~geoviz.maps.base.FittedMap`.
     """
 
+    kind: ClassVar[MapKind] = "entropic"
     supports_out_of_sample: ClassVar[bool] = True
 
     reference_features_: torch.Tensor
     reference_labels_: torch.Tensor
     g_: torch.Tensor
-    label_cost_: torch.Tensor
     epsilon_abs_: float
     otdd_: OTDDResult
     train_index_: torch.Tensor
     reference_index_: torch.Tensor
     config: OTDDConfig
-    reference_classes: tuple[str, ...]
-    reference_name: str
-    target_classes: tuple[str, ...]
 
     def transform(
         self, features: torch.Tensor, labels: torch.Tensor | None = None
@@ -304,16 +336,51 @@ class FittedEntropicMap:
             out_y[r0:r1] = (soft / soft.sum(1, keepdim=True)).float().cpu()
         return out_x, out_y
 
-    def transform_dataset(
-        self, dataset: LabeledDataset, name: str | None = None
-    ) -> SoftLabeledDataset:
-        """Push a labelled dataset (same classes as the fitted target) through the map."""
-        if tuple(dataset.classes) != tuple(self.target_classes):
-            raise DatasetError(
-                f"dataset {dataset.name!r} has classes {list(dataset.classes)[:5]}..., but the map was "
-                f"fitted on a target with classes {list(self.target_classes)[:5]}..."
-            )
-        return apply_map(self, dataset, name)
+    def diagnostics(self) -> PlanDiagnostics:
+        """Sharpness and convergence of the fitting plan (training points only)."""
+        return plan_diagnostics(self.otdd_)
+
+    def plan_neighbours(self) -> PlanNeighbours | None:
+        """The fitting plan's largest entries, rows of ``train_index_`` (``None`` if none kept)."""
+        return plan_neighbours_of(self.otdd_)
+
+    def to_payload(self) -> dict[str, Any]:
+        """The fitting OTDD payload plus ``train_index`` and ``reference_index``."""
+        payload = self.otdd_.to_payload()
+        payload["train_index"] = self.train_index_
+        payload["reference_index"] = self.reference_index_
+        return payload
+
+    @classmethod
+    def from_payload(
+        cls,
+        payload: Mapping[str, Any],
+        target: LabeledDataset,
+        reference: LabeledDataset,
+        estimator: EntropicMap,
+    ) -> FittedEntropicMap:
+        """Rebuild the map that ``estimator`` fitted on ``target -> reference``."""
+        res = OTDDResult.from_payload(dict(payload))
+        if res.potentials is None or res.mapped_features is None or res.soft_labels is None:
+            raise GeovizError("this OTDD payload carries no potentials or barycentric projection")
+        ridx = torch.as_tensor(payload["reference_index"]).long()
+        return cls(
+            mapped_features_=torch.as_tensor(res.mapped_features).detach().to("cpu", torch.float32),
+            soft_labels_=torch.as_tensor(res.soft_labels).detach().to("cpu", torch.float32),
+            label_cost_=res.label_distances.double(),
+            reference_features_=reference.features[ridx],
+            reference_labels_=reference.labels[ridx],
+            g_=res.potentials[1].double(),
+            epsilon_abs_=res.epsilon_abs,
+            otdd_=res,
+            train_index_=torch.as_tensor(payload["train_index"]).long(),
+            reference_index_=ridx,
+            config=estimator.config,
+            **cls.fitted_on(target, reference),
+        )
+
+    def _dataset_metadata(self) -> dict[str, Any]:
+        return {"otdd": self.otdd_.summary()}
 
 
 class EntropicMap:
@@ -401,20 +468,4 @@ class EntropicMap:
             return payload
 
         payload = cache.get_or_compute("entropic_map", params, compute)
-        res = OTDDResult.from_payload(payload)
-        assert res.potentials is not None
-        ridx_t = payload["reference_index"].long()
-        return FittedEntropicMap(
-            reference_features_=reference.features[ridx_t],
-            reference_labels_=reference.labels[ridx_t],
-            g_=res.potentials[1].double(),
-            label_cost_=res.label_distances.double(),
-            epsilon_abs_=res.epsilon_abs,
-            otdd_=res,
-            train_index_=payload["train_index"].long(),
-            reference_index_=ridx_t,
-            config=cfg,
-            reference_classes=reference.classes,
-            reference_name=reference.name,
-            target_classes=target.classes,
-        )
+        return FittedEntropicMap.from_payload(payload, target, reference, self)

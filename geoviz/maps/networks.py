@@ -65,7 +65,8 @@ class ResidualMLP(nn.Module):
         h = self.inp(x)
         for block in self.blocks:
             h = h + block(h)
-        return self.out(F.silu(h))
+        out: torch.Tensor = self.out(F.silu(h))
+        return out
 
 
 def _zero(layer: nn.Module) -> nn.Module:
@@ -85,7 +86,8 @@ class VectorGenerator(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         onehot = F.one_hot(y, self.n_classes).to(x.dtype)
-        return x + self.body(torch.cat([x, onehot], dim=1))
+        step: torch.Tensor = self.body(torch.cat([x, onehot], dim=1))
+        return x + step
 
 
 class VectorCritic(nn.Module):
@@ -96,7 +98,8 @@ class VectorCritic(nn.Module):
         self.body = ResidualMLP(n_features, 1, hidden, n_blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x).squeeze(1)
+        out: torch.Tensor = self.body(x)
+        return out.squeeze(1)
 
 
 class UNetGenerator(nn.Module):
@@ -151,7 +154,7 @@ class UNetGenerator(nn.Module):
         d2 = F.silu(self.dec2(torch.cat([d2, e1], dim=1)))
         d1 = F.silu(self.up1(F.interpolate(d2, scale_factor=2.0, mode="nearest")))
         d1 = F.silu(self.dec1(torch.cat([d1, e0], dim=1)))
-        res = self.out(d1)[:, :, :h, :w]
+        res: torch.Tensor = self.out(d1)[:, :, :h, :w]
         return x + res.reshape(x.shape[0], -1)
 
 
@@ -163,8 +166,9 @@ class _ResBlock(nn.Module):
         self.skip = nn.Conv2d(c_in, c_out, 1) if c_in != c_out else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.conv2(F.silu(self.conv1(F.silu(x))))
-        return self.skip(x) + h
+        h: torch.Tensor = self.conv2(F.silu(self.conv1(F.silu(x))))
+        skip: torch.Tensor = self.skip(x)
+        return skip + h
 
 
 class ConvCritic(nn.Module):
@@ -190,7 +194,8 @@ class ConvCritic(nn.Module):
         h = self.block1(F.avg_pool2d(self.inp(img), 2))
         h = self.block2(F.avg_pool2d(h, 2))
         h = self.block3(F.avg_pool2d(h, 2))
-        return self.head(F.silu(h).mean(dim=(2, 3))).squeeze(1)
+        out: torch.Tensor = self.head(F.silu(h).mean(dim=(2, 3)))
+        return out.squeeze(1)
 
 
 def choose_architecture(

@@ -52,6 +52,7 @@ import copy
 import dataclasses
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -60,9 +61,15 @@ import torch
 from torch import nn
 
 from geoviz.backend import DiskCache, few_cpu_threads, get_cache, jsonable, resolve_device
-from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
-from geoviz.errors import DatasetError, GeovizError
-from geoviz.maps.base import apply_map, check_transform_inputs, nearest_reference_ratio
+from geoviz.data.dataset import LabeledDataset
+from geoviz.errors import GeovizError
+from geoviz.maps.base import (
+    FittedMap,
+    MapKind,
+    NeuralDiagnostics,
+    check_transform_inputs,
+    nearest_reference_ratio,
+)
 from geoviz.maps.networks import Architecture, build_networks, choose_architecture
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import OTDDConfig, ProgressFn, check_compatible, mean_ground_cost
@@ -222,7 +229,8 @@ class NeuralMapConfig:
         params = dataclasses.asdict(self)
         params.pop("device")
         params.pop("cpu_threads")
-        return jsonable(params)
+        plain: dict[str, Any] = jsonable(params)
+        return plain
 
 
 #: Named budgets: ``tiny`` for tests and demos (seconds on 2-D data); ``cpu``
@@ -266,8 +274,8 @@ def get_neural_preset(preset: NeuralMapConfig | str) -> NeuralMapConfig:
 # --------------------------------------------------------------------------- fitted map
 
 
-@dataclass(frozen=True, eq=False)
-class FittedNeuralMap:
+@dataclass(frozen=True, eq=False, kw_only=True)
+class FittedNeuralMap(FittedMap["NeuralOTDDMap"]):
     """A trained OTDD neural map ``T_N(x, y) = [G(x, y); l(G(x, y))]``.
 
     Attributes
@@ -309,15 +317,18 @@ class FittedNeuralMap:
         Training time (0 when read from the cache... the time of the original fit).
     cost_scale_
         ``s``, the mean ground cost the objective was divided by.
+    network_spec_
+        The networks' description (:func:`~geoviz.maps.networks.build_networks`).
+
+    The other attributes are those of :class:`~geoviz.maps.base.FittedMap`.
     """
 
+    kind: ClassVar[MapKind] = "neural"
     supports_out_of_sample: ClassVar[bool] = True
+    symbol: ClassVar[str] = "T_N"
 
     generator_: nn.Module
     classifier_: nn.Module
-    label_cost_: torch.Tensor
-    mapped_features_: torch.Tensor
-    soft_labels_: torch.Tensor
     transport_cost_: float
     label_term_: float
     otdd_: float
@@ -332,34 +343,17 @@ class FittedNeuralMap:
     stopped_early_: bool
     fit_seconds_: float
     cost_scale_: float
+    network_spec_: dict[str, Any]
     config: NeuralMapConfig
     otdd_config: OTDDConfig
-    reference_classes: tuple[str, ...]
-    reference_name: str
-    target_classes: tuple[str, ...]
-    target_fingerprint_: str
-    reference_fingerprint_: str
     _feature_range: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
-    _target_name: str = field(default="target", repr=False)
-    _image_shape: tuple[int, int, int] | None = field(default=None, repr=False)
 
     def transform(
         self, features: torch.Tensor, labels: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Map any labelled target points (out-of-sample).
+        """Map any labelled target points (out-of-sample), see :meth:`FittedMap.transform`.
 
-        Parameters
-        ----------
-        features
-            ``(n, D)`` features in the target's space.
-        labels
-            ``(n,)`` indices into the target's classes (required: ``G`` is
-            conditioned on the label, eq. (map)).
-
-        Returns
-        -------
-        (torch.Tensor, torch.Tensor)
-            ``(n, D)`` mapped features and ``(n, C_P)`` soft labels, float32 CPU.
+        ``labels`` are required: ``G`` is conditioned on the label (eq. (map)).
         """
         d = self.mapped_features_.shape[1]
         feats, labs = check_transform_inputs(features, labels, d, len(self.target_classes))
@@ -377,31 +371,22 @@ class FittedNeuralMap:
             resolve_device(self.config.device),
         )
 
-    def transform_dataset(
-        self, dataset: LabeledDataset, name: str | None = None
-    ) -> SoftLabeledDataset:
-        """Push a labelled dataset (same classes as the fitted target) through the map."""
-        if tuple(dataset.classes) != tuple(self.target_classes):
-            raise DatasetError(
-                f"dataset {dataset.name!r} has classes {list(dataset.classes)[:5]}..., but the map "
-                f"was fitted on a target with classes {list(self.target_classes)[:5]}..."
-            )
-        return apply_map(self, dataset, name)
-
-    def to_dataset(self, name: str | None = None) -> SoftLabeledDataset:
-        """``T_N # Q`` for the fitted target points."""
-        return SoftLabeledDataset(
-            features=self.mapped_features_,
-            soft_labels=self.soft_labels_,
-            class_names=tuple(f"{self.reference_name}/{c}" for c in self.reference_classes),
-            name=name or f"T_N({self._target_name}->{self.reference_name})",
-            image_shape=self._image_shape,
-            metadata={
-                "map": "neural",
-                "target_fingerprint": self.target_fingerprint_,
-                "reference_fingerprint": self.reference_fingerprint_,
-                **self.summary(),
-            },
+    def diagnostics(self) -> NeuralDiagnostics:
+        """The fit's diagnostics (see :class:`~geoviz.maps.base.NeuralDiagnostics`)."""
+        return NeuralDiagnostics(
+            otdd=self.otdd_,
+            label_confidence=self.label_confidence_,
+            effective_neighbours=None,
+            converged=self.stopped_early_,
+            iterations=self.iterations_run_,
+            transport_cost=self.transport_cost_,
+            label_term=self.label_term_,
+            heldout_ot=self.heldout_ot_,
+            heldout_ot_identity=self.heldout_ot_identity_,
+            classifier_accuracy=self.classifier_accuracy_,
+            nearest_reference=self.nearest_reference_,
+            best_iteration=self.best_iteration_,
+            fit_seconds=self.fit_seconds_,
         )
 
     def summary(self) -> dict[str, Any]:
@@ -421,6 +406,66 @@ class FittedNeuralMap:
             "fit_seconds": self.fit_seconds_,
         }
 
+    def to_payload(self) -> dict[str, Any]:
+        """Networks, history, images of the fitted points and scalars (what the cache stores)."""
+        return {
+            "spec": dict(self.network_spec_),
+            "generator": {k: v.detach().cpu() for k, v in self.generator_.state_dict().items()},
+            "classifier": {k: v.detach().cpu() for k, v in self.classifier_.state_dict().items()},
+            "label_cost": self.label_cost_,
+            "mapped_features": self.mapped_features_,
+            "soft_labels": self.soft_labels_,
+            "feature_range": None if self._feature_range is None else list(self._feature_range),
+            "history": {k: list(v) for k, v in self.history_.items()},
+            # the summary without the derived OTDD (transport_cost + label_term), plus s
+            "scalars": {
+                **{k: v for k, v in self.summary().items() if k != "otdd"},
+                "cost_scale": self.cost_scale_,
+            },
+        }
+
+    @classmethod
+    def from_payload(
+        cls,
+        payload: Mapping[str, Any],
+        target: LabeledDataset,
+        reference: LabeledDataset,
+        estimator: NeuralOTDDMap,
+    ) -> FittedNeuralMap:
+        """Rebuild the map that ``estimator`` trained on ``target -> reference``."""
+        generator, _ = build_networks(payload["spec"])
+        generator.load_state_dict(payload["generator"])
+        classifier = _classifier_for(reference)
+        classifier.load_state_dict(payload["classifier"])
+        rng = payload.get("feature_range")
+        s = payload["scalars"]
+        return cls(
+            generator_=generator.eval(),
+            classifier_=classifier.eval(),
+            label_cost_=payload["label_cost"].double(),
+            mapped_features_=payload["mapped_features"].float(),
+            soft_labels_=payload["soft_labels"].float(),
+            transport_cost_=float(s["transport_cost"]),
+            label_term_=float(s["label_term"]),
+            otdd_=float(s["transport_cost"]) + float(s["label_term"]),
+            heldout_ot_=float(s["heldout_ot"]),
+            heldout_ot_identity_=float(s["heldout_ot_identity"]),
+            label_confidence_=float(s["label_confidence"]),
+            classifier_accuracy_=float(s["classifier_accuracy"]),
+            nearest_reference_=float(s["nearest_reference"]),
+            history_={k: [float(v) for v in vals] for k, vals in payload["history"].items()},
+            best_iteration_=int(s["best_iteration"]),
+            iterations_run_=int(s["iterations_run"]),
+            stopped_early_=bool(s["stopped_early"]),
+            fit_seconds_=float(s["fit_seconds"]),
+            cost_scale_=float(s["cost_scale"]),
+            network_spec_=dict(payload["spec"]),
+            config=estimator.config,
+            otdd_config=estimator.otdd,
+            **cls.fitted_on(target, reference),
+            _feature_range=None if rng is None else (rng[0].float(), rng[1].float()),
+        )
+
 
 @torch.no_grad()
 def _apply(
@@ -436,14 +481,12 @@ def _apply(
     n = feats.shape[0]
     out_x = torch.empty_like(feats)
     out_y: list[torch.Tensor] = []
-    lo = hi = None
-    if feature_range is not None:
-        lo, hi = (t.to(device) for t in feature_range)
+    bounds = None if feature_range is None else tuple(t.to(device) for t in feature_range)
     for r0 in range(0, n, _TRANSFORM_BATCH):
         x = feats[r0 : r0 + _TRANSFORM_BATCH].to(device)
         gx = generator(x, labs[r0 : r0 + _TRANSFORM_BATCH].to(device))
-        if lo is not None:
-            gx = torch.maximum(torch.minimum(gx, hi), lo)
+        if bounds is not None:
+            gx = torch.maximum(torch.minimum(gx, bounds[1]), bounds[0])
         out_x[r0 : r0 + x.shape[0]] = gx.float().cpu()
         out_y.append(torch.softmax(classifier(gx).float(), dim=1).cpu())
     soft = torch.cat(out_y) if out_y else torch.zeros((0, 0))
@@ -557,59 +600,13 @@ class NeuralOTDDMap:
         payload = cache.get_or_compute(_NAMESPACE, self.cache_params(target, reference), compute)
         if progress is not None:
             progress("done", 1.0)
-        return _from_payload(payload, target, reference, self.config, self.otdd)
+        return FittedNeuralMap.from_payload(payload, target, reference, self)
 
 
 def _classifier_for(reference: LabeledDataset) -> nn.Module:
     from geoviz.transfer.models import make_model
 
     return make_model(reference, reference.n_classes)
-
-
-def _from_payload(
-    payload: dict[str, Any],
-    target: LabeledDataset,
-    reference: LabeledDataset,
-    config: NeuralMapConfig,
-    otdd: OTDDConfig,
-) -> FittedNeuralMap:
-    generator, _ = build_networks(payload["spec"])
-    generator.load_state_dict(payload["generator"])
-    classifier = _classifier_for(reference)
-    classifier.load_state_dict(payload["classifier"])
-    rng = payload.get("feature_range")
-    s = payload["scalars"]
-    return FittedNeuralMap(
-        generator_=generator.eval(),
-        classifier_=classifier.eval(),
-        label_cost_=payload["label_cost"].double(),
-        mapped_features_=payload["mapped_features"].float(),
-        soft_labels_=payload["soft_labels"].float(),
-        transport_cost_=float(s["transport_cost"]),
-        label_term_=float(s["label_term"]),
-        otdd_=float(s["transport_cost"]) + float(s["label_term"]),
-        heldout_ot_=float(s["heldout_ot"]),
-        heldout_ot_identity_=float(s["heldout_ot_identity"]),
-        label_confidence_=float(s["label_confidence"]),
-        classifier_accuracy_=float(s["classifier_accuracy"]),
-        nearest_reference_=float(s["nearest_reference"]),
-        history_={k: [float(v) for v in vals] for k, vals in payload["history"].items()},
-        best_iteration_=int(s["best_iteration"]),
-        iterations_run_=int(s["iterations_run"]),
-        stopped_early_=bool(s["stopped_early"]),
-        fit_seconds_=float(s["fit_seconds"]),
-        cost_scale_=float(s["cost_scale"]),
-        config=config,
-        otdd_config=otdd,
-        reference_classes=reference.classes,
-        reference_name=reference.name,
-        target_classes=target.classes,
-        target_fingerprint_=target.fingerprint,
-        reference_fingerprint_=reference.fingerprint,
-        _feature_range=None if rng is None else (rng[0].float(), rng[1].float()),
-        _target_name=target.name,
-        _image_shape=reference.image_shape,
-    )
 
 
 def _batches(n: int, batch: int, generator: torch.Generator) -> Any:

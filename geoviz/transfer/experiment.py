@@ -58,6 +58,9 @@ Method = Literal["otdd", "otdd_neural", "mixup", "fewshot", "1nn"]
 #: Every :data:`Method`, in the row order of the paper's Table 1.
 METHODS: tuple[Method, ...] = get_args(Method)
 
+#: The map method of the geodesic that each OTDD column pretrains on.
+_MAP_METHOD_OF: dict[Method, str] = {"otdd": "barycentric", "otdd_neural": "neural"}
+
 
 def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
@@ -357,7 +360,7 @@ def run_method(
 
     # "otdd" / "otdd_neural" / "mixup": build the pretraining set, pretrain, fine-tune, evaluate
     if method in ("otdd", "otdd_neural"):
-        wanted = "neural" if method == "otdd_neural" else "barycentric"
+        wanted = _MAP_METHOD_OF[method]
         if geodesic is None:
             raise GeovizError(
                 f"method {method!r} needs the fitted geodesic, with {wanted} maps "
