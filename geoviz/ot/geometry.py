@@ -140,9 +140,7 @@ class CostGeometry:
         """
         if self._epsilon_abs is None:
             if self.epsilon is None:
-                raise GeovizError(
-                    "the cost geometry has no epsilon; give one (with_epsilon) first"
-                )
+                raise GeovizError("the cost geometry has no epsilon; give one (with_epsilon) first")
             mean = self.mean()
             if self.relative_epsilon:
                 if not mean > 0:

@@ -1121,9 +1121,7 @@ class KernelPolicy:
         if not (self.truncation > 0):
             raise GeovizError(f"sinkhorn: truncation must be > 0, got {self.truncation!r}")
         if not (0.0 < self.max_density <= 1.0):
-            raise GeovizError(
-                f"sinkhorn: max_density must be in (0, 1], got {self.max_density!r}"
-            )
+            raise GeovizError(f"sinkhorn: max_density must be in (0, 1], got {self.max_density!r}")
 
 
 @dataclass(frozen=True)
@@ -1146,7 +1144,9 @@ class EpsilonScaling:
 
     def __post_init__(self) -> None:
         if not (0.0 < self.ratio < 1.0):
-            raise GeovizError(f"sinkhorn: eps_scaling must be in (0, 1) or None, got {self.ratio!r}")
+            raise GeovizError(
+                f"sinkhorn: eps_scaling must be in (0, 1) or None, got {self.ratio!r}"
+            )
         if int(self.stage_iter) < 1:
             raise GeovizError(f"sinkhorn: stage_iter must be >= 1, got {self.stage_iter!r}")
 
