@@ -965,7 +965,8 @@ def _otdd(
         neighbour_weight[rows_t, :k] = out.neighbour_weight
         truncated = max(truncated, out.truncated_mass)
         modes.add(out.mode)
-        if mapped is not None and soft is not None:
+        if out.mapped is not None and out.soft is not None:
+            assert mapped is not None and soft is not None
             mapped[rows_t] = out.mapped
             soft[rows_t] = out.soft
         if n_b == 1 and cols_t is None:

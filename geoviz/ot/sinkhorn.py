@@ -510,7 +510,7 @@ class _AbsorbedKernel(_Kernel):
 
     def row_lse(self, G: torch.Tensor) -> torch.Tensor:
         v = self._scaling(G, self.G0)
-        if v is not None:
+        if v is not None and self.F0 is not None:
             kv = self._mv(v)
             if bool((kv > 0).all()) and bool(torch.isfinite(kv).all()):
                 return kv.log() - self.F0 / self.eps
@@ -518,7 +518,7 @@ class _AbsorbedKernel(_Kernel):
 
     def col_lse(self, F: torch.Tensor) -> torch.Tensor:
         u = self._scaling(F, self.F0)
-        if u is not None:
+        if u is not None and self.G0 is not None:
             ktu = self._mv_t(u)
             if bool((ktu > 0).all()) and bool(torch.isfinite(ktu).all()):
                 return ktu.log() - self.G0 / self.eps
@@ -600,8 +600,10 @@ class _DenseKernel(_AbsorbedKernel):
         if u is None or v is None:
             self._rebuild_rows(G)
             u, v = self._scaling(F, self.F0), self._scaling(G, self.G0)
-            if u is None:  # F far from a row update of G: exact pass
-                return _OnlineKernel.aggregate(self, F, G, onehot_cols)
+            if u is None or v is None:  # F far from a row update of G: exact pass
+                exact = _OnlineKernel(self.geom, self.log_a, self.log_b, self.tau)
+                exact.set_eps(self.eps)
+                return exact.aggregate(F, G, onehot_cols)
         dt = self.kernel.dtype
         kv = (self.kernel @ (v[:, None] * onehot_cols).to(dt)).double()
         return u[:, None] * kv
@@ -769,7 +771,8 @@ def _select_support(
     dt = geom.dtype
     g_s = (G / eps).to(dt)
     balanced = F is not None
-    if balanced:
+    f_s: torch.Tensor | None = None
+    if F is not None:
         assert log_a is not None and log_b is not None
         f_s = (F / eps).to(dt)
         uniform = bool((log_a == log_a[0]).all()) and bool((log_b == log_b[0]).all())
@@ -784,12 +787,13 @@ def _select_support(
     rows_l, cols_l, cost_l = [], [], []
     total = 0
     if measure:  # the measured error must not carry float32 rounding of (F + G - C)/eps
+        assert F is not None
         g_s, f_s = G / eps, F / eps
         if not uniform:
             la, lb = la.double(), lb.double()
     for r0, r1, c in geom.row_blocks(_PASS_ROWS(geom)):
         z = torch.add(g_s[None, :], c.to(g_s.dtype), alpha=-1.0 / eps)
-        if balanced:
+        if f_s is not None:
             z.add_(f_s[r0:r1, None])
             keep = z >= thr if uniform else z >= torch.minimum(la[r0:r1, None], lb[None, :])
         else:
@@ -1014,6 +1018,7 @@ class _Loop:
                     best, since_best = err, 0
             elif (
                 omega > 1.0
+                and relaxed_at is not None
                 and len(history) - relaxed_at > _GRACE
                 and (err > 5.0 * best or since_best > 100)
             ):
