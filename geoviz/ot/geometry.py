@@ -1,6 +1,6 @@
 """Cost geometries: what the Sinkhorn solver needs to know about a cost matrix.
 
-The solver (:func:`geoviz.ot.sinkhorn.sinkhorn`) never asks for a whole
+The solver (:class:`geoviz.ot.sinkhorn.Sinkhorn`) never asks for a whole
 ``(n, m)`` cost matrix. It reads the cost through a geometry, in the style of
 OTT-JAX's ``Geometry``/``PointCloud``:
 

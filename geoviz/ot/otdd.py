@@ -8,7 +8,7 @@ uniform weights, the ground cost is::
 
 (squared Euclidean, **no** factor 1/2; the label term comes from
 :func:`geoviz.ot.labels.label_distances`). We solve the entropic problem with
-:func:`geoviz.ot.sinkhorn.sinkhorn`.
+:class:`geoviz.ot.sinkhorn.Sinkhorn` on a :class:`~geoviz.ot.sinkhorn.TransportProblem`.
 
 Relative epsilon, and why the default is 1e-3
 ---------------------------------------------
@@ -21,7 +21,10 @@ over all target x reference pairs::
 (``p_Q``, ``p_P`` class frequencies). The mean is computed in closed form in
 float64 (``mean||x||^2 + mean||x'||^2 - 2 xbar . xbar'``) over the *full*
 datasets, so it does not depend on the mode (full, batched, streamed) and
-batched mode uses the same ``epsilon_abs`` as full mode. A relative epsilon
+batched mode uses the same ``epsilon_abs`` as full mode: the whole problem's cost
+(:meth:`OTDDConfig.cost_geometry`, a :class:`~geoviz.ot.geometry.PointCloudCost`
+holding the relative epsilon) resolves it once, and every batch is a part of that
+geometry that keeps its absolute value. A relative epsilon
 keeps one default meaningful across datasets and image sizes; its value decides
 how sharp the maps are. Measured on the bundled MNIST -> Fashion-MNIST pair
 (N = 2000 per side): ``epsilon`` = 0.05 / 0.01 / 0.002 / **0.001** / 0.0005 gives a
@@ -36,7 +39,7 @@ figures, are sharp); above :data:`BLUR_NEIGHBOURS` neighbours :func:`otdd` warns
 Modes and memory
 ----------------
 The cost is a geometry (:mod:`geoviz.ot.geometry`) read by the one Sinkhorn
-loop of :func:`geoviz.ot.sinkhorn.sinkhorn`; ``OTDDConfig.solver`` picks its
+loop of :class:`geoviz.ot.sinkhorn.Sinkhorn`; ``OTDDConfig.solver`` picks its
 kernel (``"auto"``: dense while the plan is dense, a truncated sparse kernel
 once it is sparse, which at the default epsilon keeps ~150 entries per row).
 
@@ -64,7 +67,7 @@ once it is sparse, which at the default epsilon keeps ~150 entries per row).
   one GEMM each. Memory is ``O(block + (B + N_ref) D)`` plus the sparse support.
 
 The solver receives the class labels as ``groups`` (class-level coarse
-correction, see :func:`geoviz.ot.sinkhorn.sinkhorn`), which removes the slow
+correction, see :class:`geoviz.ot.sinkhorn.Sinkhorn`), which removes the slow
 inter-class mode caused by unequal class proportions.
 
 Every size is checked with :func:`geoviz.backend.check_memory` before any large
@@ -177,7 +180,7 @@ class OTDDConfig:
     solver
         Sinkhorn kernel: ``"auto"`` (dense while the plan is dense, truncated
         sparse kernel once it is sparse), ``"dense"``, ``"sparse"`` or
-        ``"online"`` (see :func:`geoviz.ot.sinkhorn.sinkhorn`).
+        ``"online"`` (see :class:`geoviz.ot.sinkhorn.KernelPolicy`).
     truncation
         Sparse kernel: drop plan entries below ``exp(-truncation)`` times their
         row's largest (the dropped mass is measured and reported).
