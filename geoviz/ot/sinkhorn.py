@@ -1385,7 +1385,8 @@ class Sinkhorn:
         max_iter = int(self.max_iter)
         scaling = self.scaling if cold else None
         schedule = [eps] if scaling is None else scaling.stages(eps, geom, max_iter)
-        stage_iter = EpsilonScaling().stage_iter if scaling is None else int(scaling.stage_iter)
+        # without scaling the schedule is [eps]: no intermediate stage needs a budget
+        stage_iter = 0 if scaling is None else int(scaling.stage_iter)
         cost_mean = geom.mean() if policy.mode == "auto" else math.nan
         if policy.mode == "sparse":
             max_nnz = n * m + m
