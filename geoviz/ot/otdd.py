@@ -296,26 +296,48 @@ class OTDDConfig:
         closed form of :func:`mean_ground_cost`, computed when not given).
         """
         dev = resolve_device(self.device if device is None else device)
-        dt = resolve_dtype(self.dtype)
         n_points = target.n_samples + reference.n_samples
-        check_memory(n_points * target.n_features * _itemsize(dt), dev, "the OTDD point clouds")
+        itemsize = _itemsize(resolve_dtype(self.dtype))
+        check_memory(n_points * target.n_features * itemsize, dev, "the OTDD point clouds")
         if mean is None:
             mean = mean_ground_cost(
                 target, reference, label_cost, lambda_x=self.lambda_x, lambda_y=self.lambda_y
             )
-        return PointCloudCost(
-            target.features,
-            reference.features,
-            labels=target.labels,
-            labels_ref=reference.labels,
-            label_cost=label_cost,
-            lambda_x=self.lambda_x,
-            lambda_y=self.lambda_y,
-            dtype=dt,
-            device=dev,
+        return self._cloud(
+            (target.features, target.labels),
+            (reference.features, reference.labels),
+            label_cost,
+            dev,
             mean=mean,
             epsilon=self.epsilon,
             relative_epsilon=True,
+        )
+
+    def _cloud(
+        self,
+        points: tuple[torch.Tensor, torch.Tensor],
+        points_ref: tuple[torch.Tensor, torch.Tensor],
+        label_cost: torch.Tensor,
+        device: torch.device,
+        *,
+        epsilon: float,
+        relative_epsilon: bool,
+        mean: float | None = None,
+    ) -> PointCloudCost:
+        """The ground cost between ``(features, labels)`` pairs with this config's weights."""
+        return PointCloudCost(
+            points[0],
+            points_ref[0],
+            labels=points[1],
+            labels_ref=points_ref[1],
+            label_cost=label_cost,
+            lambda_x=self.lambda_x,
+            lambda_y=self.lambda_y,
+            dtype=resolve_dtype(self.dtype),
+            device=device,
+            mean=mean,
+            epsilon=epsilon,
+            relative_epsilon=relative_epsilon,
         )
 
     def sinkhorn_solver(self, *, keep_plan: bool = False) -> Sinkhorn:
@@ -732,18 +754,8 @@ def _self_value(
     device: torch.device,
 ) -> SinkhornResult:
     """``OT_eps`` of a point cloud with itself (debiasing term), averaged symmetric solver."""
-    cloud = PointCloudCost(
-        x,
-        x,
-        labels=y,
-        labels_ref=y,
-        label_cost=label_cost,
-        lambda_x=config.lambda_x,
-        lambda_y=config.lambda_y,
-        dtype=resolve_dtype(config.dtype),
-        device=device,
-        epsilon=epsilon_abs,
-        relative_epsilon=False,
+    cloud = config._cloud(
+        (x, y), (x, y), label_cost, device, epsilon=epsilon_abs, relative_epsilon=False
     )
     geom = _block_cost(
         cloud, stream=config.stream_reference, what="OTDD self-cost matrix for debiasing"
