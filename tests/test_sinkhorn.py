@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 
 from geoviz.errors import ConvergenceWarning, GeovizError
 from geoviz.ot.geometry import DenseCost, PointCloudCost
-from geoviz.ot.sinkhorn import sinkhorn, uniform_measure
+from geoviz.ot.sinkhorn import (
+    EpsilonScaling,
+    KernelPolicy,
+    Sinkhorn,
+    TransportProblem,
+    sinkhorn,
+    uniform_measure,
+)
 
 CUDA = pytest.param(
     "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
@@ -177,13 +184,16 @@ def test_options_do_not_change_the_solution():
     cost, _, _ = _cloud_cost(50, 40, seed=8, clusters=True)
     eps = 0.01 * float(cost.mean())
     ref = sinkhorn(cost, epsilon_abs=eps, tol=1e-10, eps_scaling=None, overrelax=False).plan()
+    problem = TransportProblem(
+        DenseCost(cost, epsilon=eps), uniform_measure(50), uniform_measure(40)
+    )
     for kw in (
         {},
-        {"eps_scaling": 0.5, "stage_iter": 3},
+        {"scaling": EpsilonScaling(ratio=0.5, stage_iter=3)},
         {"overrelax": False},
-        {"absorb_threshold": 2.0},
+        {"kernel": KernelPolicy(absorb_threshold=2.0)},
     ):
-        plan = sinkhorn(cost, epsilon_abs=eps, tol=1e-10, **kw).plan()
+        plan = Sinkhorn(tol=1e-10, **kw)(problem).plan()
         np.testing.assert_allclose(plan.numpy(), ref.numpy(), atol=1e-9)
 
 
@@ -255,7 +265,9 @@ def test_point_cloud_geometry_blocks_equal_the_matrix():
     brute = 0.5 * torch.cdist(x.double(), y.double()).square() + 2.0 * lab[labels][:, labels_ref]
     np.testing.assert_allclose(geom.dense().numpy(), brute.numpy(), atol=1e-9)
     assert geom.mean() == pytest.approx(float(brute.mean()))
-    assert geom.epsilon_abs(0.1) == pytest.approx(0.1 * float(brute.mean()))
+    assert geom.with_epsilon(0.1, relative=True).epsilon_abs == pytest.approx(
+        0.1 * float(brute.mean())
+    )
     rows, cols = torch.tensor([2, 5, 29]), torch.tensor([0, 24])
     np.testing.assert_allclose(
         geom.subset(rows, cols).dense().numpy(), brute[rows][:, cols].numpy(), atol=1e-9

@@ -4,14 +4,18 @@
   feature laws (Bures-Wasserstein or exact), paper Sec. 2.2.
 * :class:`DenseCost`, :class:`PointCloudCost` — cost geometries (stored, or
   evaluated by row blocks).
-* :func:`sinkhorn` — stabilised entropic OT with a marginal-error tolerance, one
-  loop over a dense, truncated-sparse or online kernel.
+* :class:`TransportProblem` -> :class:`Sinkhorn` -> :class:`SinkhornResult` —
+  stabilised entropic OT with a marginal-error tolerance, one loop over a dense,
+  truncated-sparse or online kernel (strategies :class:`KernelPolicy`,
+  :class:`EpsilonScaling`, :class:`MultiscaleStart`); :func:`sinkhorn` is the
+  functional shortcut.
 * :func:`otdd` with :class:`OTDDConfig` / :class:`OTDDResult` — the OTDD
   coupling, cost and barycentric outputs (full, batched, streamed).
 
 Conventions: squared Euclidean ground cost without 1/2; ``OTDDConfig.epsilon`` is
-relative to the mean of the ground-cost matrix; ``sinkhorn`` takes an absolute
-``epsilon_abs``.
+relative to the mean of the ground-cost matrix; a cost geometry holds epsilon
+(relative or absolute) and resolves ``epsilon_abs`` once; ``sinkhorn`` takes an
+absolute ``epsilon_abs``.
 """
 
 from geoviz.ot.geometry import CostGeometry, DenseCost, PointCloudCost
@@ -25,18 +29,35 @@ from geoviz.ot.otdd import (
     mean_ground_cost,
     otdd,
 )
-from geoviz.ot.sinkhorn import SinkhornMode, SinkhornResult, sinkhorn, uniform_measure
+from geoviz.ot.sinkhorn import (
+    EpsilonScaling,
+    KernelPolicy,
+    MultiscaleStart,
+    Sinkhorn,
+    SinkhornCallback,
+    SinkhornMode,
+    SinkhornResult,
+    TransportProblem,
+    sinkhorn,
+    uniform_measure,
+)
 
 __all__ = [
     "CostGeometry",
     "DenseCost",
+    "EpsilonScaling",
+    "KernelPolicy",
     "LabelMethod",
+    "MultiscaleStart",
     "OTDDConfig",
     "OTDDResult",
     "PointCloudCost",
     "ProgressFn",
+    "Sinkhorn",
+    "SinkhornCallback",
     "SinkhornMode",
     "SinkhornResult",
+    "TransportProblem",
     "check_compatible",
     "class_samples",
     "gaussian_w2",

@@ -1,6 +1,6 @@
 """Cost geometries: what the Sinkhorn solver needs to know about a cost matrix.
 
-The solver (:func:`geoviz.ot.sinkhorn.sinkhorn`) never asks for a whole
+The solver (:class:`geoviz.ot.sinkhorn.Sinkhorn`) never asks for a whole
 ``(n, m)`` cost matrix. It reads the cost through a geometry, in the style of
 OTT-JAX's ``Geometry``/``PointCloud``:
 
@@ -9,9 +9,16 @@ OTT-JAX's ``Geometry``/``PointCloud``:
   kernel or a measurement of the marginals of the dense plan needs;
 * :attr:`CostGeometry.matrix` is the stored matrix when there is one (then the
   solver may keep a dense stabilised kernel beside it);
-* :meth:`CostGeometry.epsilon_abs` turns a **relative** regularisation into an
-  absolute one, ``eps_abs = epsilon * mean(C)`` (the convention of
-  :class:`geoviz.ot.otdd.OTDDConfig`).
+* the geometry holds the entropic regularisation (as OTT's ``relative_epsilon``):
+  :attr:`CostGeometry.epsilon` and whether it is relative to the mean cost, and
+  :attr:`CostGeometry.epsilon_abs` resolves the absolute value **once** (cached),
+  ``eps_abs = epsilon * mean(C)`` for a relative epsilon (the convention of
+  :class:`geoviz.ot.otdd.OTDDConfig`), ``epsilon`` itself for an absolute one. The
+  scale is that of the cost: ``C = ||x - x'||^2 + W_2^2`` with **no** factor 1/2,
+  so ``eps_abs`` is in squared feature units. This is the only place where a
+  relative epsilon becomes an absolute one and where an epsilon is validated
+  (relative: :func:`geoviz.limits.check_epsilon`; absolute: finite, ``> 0`` and
+  resolvable in the cost's floating-point type).
 
 Two geometries are provided:
 
@@ -30,21 +37,45 @@ Two geometries are provided:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator
+from typing import TypeVar
 
 import torch
 
+from geoviz import limits
 from geoviz.errors import GeovizError
 
-__all__ = ["CostGeometry", "DenseCost", "PointCloudCost", "as_geometry"]
+__all__ = ["CostGeometry", "DenseCost", "PointCloudCost", "as_geometry", "check_epsilon_abs"]
 
 #: bytes of one cost row block handed out by :meth:`CostGeometry.row_blocks`
 _BLOCK_BYTES = 64 * 2**20
 
+#: an absolute epsilon must be at least this many machine epsilons of the cost's dtype
+#: times the mean cost (see :meth:`CostGeometry.epsilon_abs`)
+_RESOLUTION_FACTOR = 4.0
+
+_Geometry = TypeVar("_Geometry", bound="CostGeometry")
+
+
+def check_epsilon_abs(value: object) -> float:
+    """An absolute regularisation as a float: a finite number ``> 0``, else :class:`GeovizError`.
+
+    (A relative one is checked by :func:`geoviz.limits.check_epsilon`, which adds its range.)
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise GeovizError(f"sinkhorn: epsilon_abs must be a finite number > 0, got {value!r}")
+    return float(value)
+
 
 class CostGeometry:
-    """Base class: an ``(n, m)`` cost readable by row blocks.
+    """Base class: an ``(n, m)`` cost readable by row blocks, with its regularisation.
 
     Attributes
     ----------
@@ -52,11 +83,102 @@ class CostGeometry:
         ``(n, m)``.
     device, dtype
         Where and in which precision blocks are produced.
+    epsilon
+        The entropic regularisation as given (``None``: not set yet, see
+        :meth:`with_epsilon`).
+    relative_epsilon
+        Whether :attr:`epsilon` is relative to the mean cost.
     """
 
     shape: tuple[int, int]
     device: torch.device
     dtype: torch.dtype
+    epsilon: float | None = None
+    relative_epsilon: bool = False
+    _mean: float | None = None
+    _epsilon_abs: float | None = None
+
+    def _set_epsilon(self, epsilon: float | None, relative: bool) -> None:
+        """Validate and store the regularisation (constructors and :meth:`with_epsilon` only)."""
+        if epsilon is None:
+            self.epsilon, self.relative_epsilon = None, bool(relative)
+        elif relative:
+            self.epsilon, self.relative_epsilon = limits.check_epsilon(epsilon), True
+        else:
+            self.epsilon, self.relative_epsilon = check_epsilon_abs(epsilon), False
+        self._epsilon_abs = None
+
+    def with_epsilon(self: _Geometry, epsilon: float, *, relative: bool) -> _Geometry:
+        """The same cost (tensors shared, not copied) with regularisation ``epsilon``.
+
+        Parameters
+        ----------
+        epsilon
+            Relative (``eps_abs = epsilon * mean(C)``, checked by
+            :func:`geoviz.limits.check_epsilon`) or absolute (same units as the cost).
+        relative
+            Which of the two ``epsilon`` is.
+        """
+        out = copy.copy(self)
+        out._set_epsilon(epsilon, relative)
+        return out
+
+    @property
+    def epsilon_abs(self) -> float:
+        """The absolute regularisation, resolved once and cached.
+
+        ``epsilon * mean(C)`` for a relative epsilon, else ``epsilon``, where
+        ``C = lambda_x ||x - x'||^2 + lambda_y W_2^2`` (no factor 1/2) for the OTDD
+        cost. Raises :class:`~geoviz.errors.GeovizError` when no epsilon is set, when a
+        relative one meets a zero mean cost, or when the value is below what the
+        cost's dtype resolves: the kernel exponents ``(f + g - C) / eps`` carry the
+        rounding error of ``C``, about ``machine_eps * |C|``, so below
+        ``_RESOLUTION_FACTOR * machine_eps * mean(C)`` (about ``5e-7 mean(C)`` in
+        float32, ``9e-16 mean(C)`` in float64) the plan is rounding noise and the
+        iteration overflows (measured on 200 x 150 Gaussian clouds: a float32 cost at
+        ``eps = 1e-12 mean(C)`` gave an infinite marginal error).
+        """
+        if self._epsilon_abs is None:
+            if self.epsilon is None:
+                raise GeovizError("the cost geometry has no epsilon; give one (with_epsilon) first")
+            mean = self.mean()
+            if self.relative_epsilon:
+                if not mean > 0:
+                    raise GeovizError(
+                        "the mean ground cost is 0 (identical single-point datasets?), so a "
+                        "relative epsilon is undefined; give an absolute one"
+                    )
+                eps = self.epsilon * mean
+            else:
+                eps = self.epsilon
+            self._check_resolution(eps, mean)
+            self._epsilon_abs = eps
+        return self._epsilon_abs
+
+    def _check_resolution(self, eps: float, mean: float) -> None:
+        if not (math.isfinite(mean) and mean > 0):
+            return
+        machine = float(torch.finfo(self.dtype).eps)
+        floor = _RESOLUTION_FACTOR * machine * mean
+        if eps < floor:
+            dtype = str(self.dtype).replace("torch.", "")
+            raise GeovizError(
+                f"sinkhorn: epsilon_abs {eps:.3g} is below what a {dtype} cost can resolve "
+                f"({_RESOLUTION_FACTOR:g} x machine epsilon {machine:.2g} x mean cost {mean:.4g} = "
+                f"{floor:.3g}), so exp(-C/epsilon_abs) would be rounding noise; use a larger "
+                "epsilon_abs or a float64 cost"
+            )
+
+    def _carry_epsilon(self, sub: CostGeometry) -> None:
+        """A part of this cost keeps the **absolute** value resolved on the whole.
+
+        (Batches of an OTDD problem use the ``eps_abs`` of the full problem, whose
+        mean is known in closed form, not ``epsilon`` times their own mean.)
+        """
+        if self.epsilon is None:
+            sub._set_epsilon(None, False)
+        else:
+            sub._set_epsilon(self.epsilon_abs, False)
 
     @property
     def matrix(self) -> torch.Tensor | None:
@@ -81,31 +203,31 @@ class CostGeometry:
             yield r0, r1, self.row_block(r0, r1)
 
     def mean(self) -> float:
-        """Mean of all entries (float64 accumulation)."""
-        total = 0.0
-        for _, _, blk in self.row_blocks():
-            total += float(blk.double().sum())
-        return total / (self.shape[0] * self.shape[1])
-
-    def epsilon_abs(self, epsilon: float, *, relative: bool = True) -> float:
-        """Absolute regularisation: ``epsilon * mean(C)`` if ``relative`` else ``epsilon``."""
-        if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-            raise GeovizError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-        if not relative:
-            return float(epsilon)
-        mean = self.mean()
-        if not mean > 0:
-            raise GeovizError(
-                "the mean cost is 0, so a relative epsilon is undefined; give an absolute one"
-            )
-        return float(epsilon) * mean
+        """Mean of all entries (float64 accumulation), computed once."""
+        if self._mean is None:
+            total = 0.0
+            for _, _, blk in self.row_blocks():
+                total += float(blk.double().sum())
+            self._mean = total / (self.shape[0] * self.shape[1])
+        return self._mean
 
     def dense(self) -> torch.Tensor:
         """The whole ``(n, m)`` matrix (callers check memory first)."""
         return torch.cat([blk for _, _, blk in self.row_blocks()])
 
+    def stored(self) -> DenseCost:
+        """This cost as a :class:`DenseCost` (same mean and regularisation; memory checked by callers)."""
+        self.check_finite()
+        out = DenseCost(self.dense(), mean=self._mean, assume_finite=True)
+        out._set_epsilon(self.epsilon, self.relative_epsilon)
+        out._epsilon_abs = self._epsilon_abs
+        return out
+
     def subset(self, rows: torch.Tensor | None, cols: torch.Tensor | None) -> CostGeometry:
-        """The cost restricted to ``rows`` x ``cols`` (index tensors; ``None`` = all)."""
+        """The cost restricted to ``rows`` x ``cols`` (index tensors; ``None`` = all).
+
+        The part has its own mean and the whole's absolute regularisation.
+        """
         raise NotImplementedError
 
     def check_finite(self) -> None:
@@ -126,10 +248,18 @@ class DenseCost(CostGeometry):
         Optional known mean (skips a pass).
     assume_finite
         Skip the NaN/inf check (the caller built the matrix from validated data).
+    epsilon, relative_epsilon
+        Optional regularisation (see :class:`CostGeometry`).
     """
 
     def __init__(
-        self, matrix: torch.Tensor, *, mean: float | None = None, assume_finite: bool = False
+        self,
+        matrix: torch.Tensor,
+        *,
+        mean: float | None = None,
+        assume_finite: bool = False,
+        epsilon: float | None = None,
+        relative_epsilon: bool = False,
     ) -> None:
         if (
             not isinstance(matrix, torch.Tensor)
@@ -149,6 +279,7 @@ class DenseCost(CostGeometry):
         self.device = matrix.device
         self.dtype = matrix.dtype
         self._mean = mean
+        self._set_epsilon(epsilon, relative_epsilon)
 
     @property
     def matrix(self) -> torch.Tensor:
@@ -157,25 +288,25 @@ class DenseCost(CostGeometry):
     def row_block(self, r0: int, r1: int) -> torch.Tensor:
         return self._matrix[r0:r1]
 
-    def mean(self) -> float:
-        if self._mean is None:
-            self._mean = super().mean()
-        return self._mean
-
     def dense(self) -> torch.Tensor:
         return self._matrix
+
+    def stored(self) -> DenseCost:
+        return self
 
     def check_finite(self) -> None:
         if not self._assume_finite:
             super().check_finite()
 
-    def subset(self, rows, cols) -> DenseCost:
+    def subset(self, rows: torch.Tensor | None, cols: torch.Tensor | None) -> DenseCost:
         sub = self._matrix
         if rows is not None:
             sub = sub[rows.to(sub.device)]
         if cols is not None:
             sub = sub[:, cols.to(sub.device)]
-        return DenseCost(sub, assume_finite=self._assume_finite)
+        out = DenseCost(sub, assume_finite=self._assume_finite)
+        self._carry_epsilon(out)
+        return out
 
 
 class PointCloudCost(CostGeometry):
@@ -199,7 +330,13 @@ class PointCloudCost(CostGeometry):
         :func:`geoviz.ot.otdd.mean_ground_cost`).
     block_bytes
         Size of one row block (default 64 MiB).
+    epsilon, relative_epsilon
+        Optional regularisation (see :class:`CostGeometry`).
     """
+
+    labels: torch.Tensor
+    labels_ref: torch.Tensor
+    label_rows: torch.Tensor
 
     def __init__(
         self,
@@ -215,6 +352,8 @@ class PointCloudCost(CostGeometry):
         device: torch.device | str = "cpu",
         mean: float | None = None,
         block_bytes: int = _BLOCK_BYTES,
+        epsilon: float | None = None,
+        relative_epsilon: bool = False,
     ) -> None:
         dev = torch.device(device)
         if x.ndim != 2 or x_ref.ndim != 2 or x.shape[1] != x_ref.shape[1]:
@@ -244,30 +383,23 @@ class PointCloudCost(CostGeometry):
         self.dtype = dtype
         self._mean = mean
         self._block_bytes = int(block_bytes)
+        self._set_epsilon(epsilon, relative_epsilon)
 
     def block_rows(self) -> int:
         itemsize = torch.empty((), dtype=self.dtype).element_size()
         return max(1, min(self.shape[0], self._block_bytes // max(1, self.shape[1] * itemsize)))
 
-    def row_block(
-        self, r0: int, r1: int, cols: slice | None = None, out: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        cols = slice(None) if cols is None else cols
-        xr = self.x_ref[cols]
+    def row_block(self, r0: int, r1: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows ``r0:r1`` of the cost, one GEMM: ``||x||^2 + ||x'||^2 - 2 x.x'`` clamped at 0."""
         blk = torch.addmm(
-            self.sq_ref[cols][None, :], self.x[r0:r1], xr.T, beta=1.0, alpha=-2.0, out=out
+            self.sq_ref[None, :], self.x[r0:r1], self.x_ref.T, beta=1.0, alpha=-2.0, out=out
         )
         blk.add_(self.sq[r0:r1, None]).clamp_min_(0.0)
         if self.lambda_x != 1.0:
             blk.mul_(self.lambda_x)
         if self.use_labels:
-            blk.add_(self.label_rows[self.labels[r0:r1]][:, cols])
+            blk.add_(self.label_rows[self.labels[r0:r1]])
         return blk
-
-    def mean(self) -> float:
-        if self._mean is None:
-            self._mean = super().mean()
-        return self._mean
 
     def check_finite(self) -> None:
         """Finite features and label costs give a finite cost: check those (cheap)."""
@@ -275,24 +407,27 @@ class PointCloudCost(CostGeometry):
         if not all(bool(torch.isfinite(t).all()) for t in parts):
             raise GeovizError("sinkhorn: cost contains NaN or infinite values")
 
-    def subset(self, rows, cols) -> PointCloudCost:
-        rows = slice(None) if rows is None else rows.to(self.device)
-        cols = slice(None) if cols is None else cols.to(self.device)
-        out = PointCloudCost.__new__(PointCloudCost)
-        out.x, out.x_ref = self.x[rows], self.x_ref[cols]
-        out.sq, out.sq_ref = self.sq[rows], self.sq_ref[cols]
-        out.lambda_x, out.lambda_y, out.use_labels = self.lambda_x, self.lambda_y, self.use_labels
-        if self.use_labels:
-            out.labels, out.labels_ref = self.labels[rows], self.labels_ref[cols]
-            out.label_rows = self.label_rows[:, cols]
+    def subset(self, rows: torch.Tensor | None, cols: torch.Tensor | None) -> PointCloudCost:
+        out = copy.copy(self)
+        if rows is not None:
+            r = rows.to(self.device)
+            out.x, out.sq = self.x[r], self.sq[r]
+            if self.use_labels:
+                out.labels = self.labels[r]
+        if cols is not None:
+            c = cols.to(self.device)
+            out.x_ref, out.sq_ref = self.x_ref[c], self.sq_ref[c]
+            if self.use_labels:
+                out.labels_ref, out.label_rows = self.labels_ref[c], self.label_rows[:, c]
         out.shape = (int(out.x.shape[0]), int(out.x_ref.shape[0]))
-        out.device, out.dtype = self.device, self.dtype
-        out._mean, out._block_bytes = None, self._block_bytes
+        out._mean = self._mean if rows is None and cols is None else None
+        self._carry_epsilon(out)
         return out
 
-    def dense(self) -> torch.Tensor:
-        """Materialise the whole ``(n, m)`` matrix (callers check memory first)."""
-        out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+    def dense(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Materialise the whole ``(n, m)`` matrix (into ``out`` if given; memory checked by callers)."""
+        if out is None:
+            out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         step = self.block_rows()
         for r0 in range(0, self.shape[0], step):
             r1 = min(self.shape[0], r0 + step)

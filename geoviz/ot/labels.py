@@ -143,7 +143,7 @@ def class_samples(
     return out
 
 
-def _single_threaded_blas() -> contextlib.AbstractContextManager:
+def _single_threaded_blas() -> contextlib.AbstractContextManager[object]:
     """Limit NumPy's BLAS/LAPACK to one thread (when threadpoolctl is available).
 
     The small dense decompositions below gain nothing from threads, and a second
@@ -154,7 +154,8 @@ def _single_threaded_blas() -> contextlib.AbstractContextManager:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
         return contextlib.nullcontext()
-    return threadpool_limits(1, user_api="blas")
+    limits: contextlib.AbstractContextManager[object] = threadpool_limits(1, user_api="blas")
+    return limits
 
 
 # The three decompositions below always run in float64 with NumPy's LAPACK on the
@@ -255,7 +256,9 @@ def _nuclear_cross(
     pos = {j: k for k, j in enumerate(ib)}
     pb = torch.zeros((len(ib), dim, rb), dtype=torch.float64, device=device)
     for j in ib:
-        pb[pos[j], :, : fb[j].shape[1]] = fb[j]  # type: ignore[index,union-attr]
+        factor = fb[j]
+        assert factor is not None  # every class in pairs has samples
+        pb[pos[j], :, : factor.shape[1]] = factor
     for i, cols in pairs.items():
         left = fa[i].T  # type: ignore[union-attr]  # (r_i, D)
         chunk = max(1, _BLOCK_BYTES // max(1, left.shape[0] * rb * 8))
@@ -396,10 +399,10 @@ def _exact_w2(
     )
     if workers is None:
         workers = _cpu_workers(n_jobs, largest)
-    pending: deque[tuple[int, int, Future]] = deque()
+    pending: deque[tuple[int, int, Future[tuple[float, str | None]]]] = deque()
     problems: list[tuple[int, int, str]] = []
 
-    def collect(i: int, j: int, fut: Future) -> None:
+    def collect(i: int, j: int, fut: Future[tuple[float, str | None]]) -> None:
         value, warning = fut.result()
         out[i, j] = value
         if warning is not None:

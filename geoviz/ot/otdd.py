@@ -8,7 +8,7 @@ uniform weights, the ground cost is::
 
 (squared Euclidean, **no** factor 1/2; the label term comes from
 :func:`geoviz.ot.labels.label_distances`). We solve the entropic problem with
-:func:`geoviz.ot.sinkhorn.sinkhorn`.
+:class:`geoviz.ot.sinkhorn.Sinkhorn` on a :class:`~geoviz.ot.sinkhorn.TransportProblem`.
 
 Relative epsilon, and why the default is 1e-3
 ---------------------------------------------
@@ -21,7 +21,10 @@ over all target x reference pairs::
 (``p_Q``, ``p_P`` class frequencies). The mean is computed in closed form in
 float64 (``mean||x||^2 + mean||x'||^2 - 2 xbar . xbar'``) over the *full*
 datasets, so it does not depend on the mode (full, batched, streamed) and
-batched mode uses the same ``epsilon_abs`` as full mode. A relative epsilon
+batched mode uses the same ``epsilon_abs`` as full mode: the whole problem's cost
+(:meth:`OTDDConfig.cost_geometry`, a :class:`~geoviz.ot.geometry.PointCloudCost`
+holding the relative epsilon) resolves it once, and every batch is a part of that
+geometry that keeps its absolute value. A relative epsilon
 keeps one default meaningful across datasets and image sizes; its value decides
 how sharp the maps are. Measured on the bundled MNIST -> Fashion-MNIST pair
 (N = 2000 per side): ``epsilon`` = 0.05 / 0.01 / 0.002 / **0.001** / 0.0005 gives a
@@ -36,7 +39,7 @@ figures, are sharp); above :data:`BLUR_NEIGHBOURS` neighbours :func:`otdd` warns
 Modes and memory
 ----------------
 The cost is a geometry (:mod:`geoviz.ot.geometry`) read by the one Sinkhorn
-loop of :func:`geoviz.ot.sinkhorn.sinkhorn`; ``OTDDConfig.solver`` picks its
+loop of :class:`geoviz.ot.sinkhorn.Sinkhorn`; ``OTDDConfig.solver`` picks its
 kernel (``"auto"``: dense while the plan is dense, a truncated sparse kernel
 once it is sparse, which at the default epsilon keeps ~150 entries per row).
 
@@ -64,7 +67,7 @@ once it is sparse, which at the default epsilon keeps ~150 entries per row).
   one GEMM each. Memory is ``O(block + (B + N_ref) D)`` plus the sparse support.
 
 The solver receives the class labels as ``groups`` (class-level coarse
-correction, see :func:`geoviz.ot.sinkhorn.sinkhorn`), which removes the slow
+correction, see :class:`geoviz.ot.sinkhorn.Sinkhorn`), which removes the slow
 inter-class mode caused by unequal class proportions.
 
 Every size is checked with :func:`geoviz.backend.check_memory` before any large
@@ -98,9 +101,17 @@ from geoviz import limits
 from geoviz.backend import DiskCache, check_memory, resolve_device, resolve_dtype
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import BlurWarning, DatasetError, GeovizError
-from geoviz.ot.geometry import CostGeometry, DenseCost, PointCloudCost
+from geoviz.ot.geometry import CostGeometry, PointCloudCost
 from geoviz.ot.labels import LabelMethod, label_distances
-from geoviz.ot.sinkhorn import SinkhornMode, SinkhornResult, sinkhorn
+from geoviz.ot.sinkhorn import (
+    KernelPolicy,
+    Sinkhorn,
+    SinkhornCallback,
+    SinkhornMode,
+    SinkhornResult,
+    TransportProblem,
+    uniform_measure,
+)
 
 __all__ = [
     "BLUR_NEIGHBOURS",
@@ -169,7 +180,7 @@ class OTDDConfig:
     solver
         Sinkhorn kernel: ``"auto"`` (dense while the plan is dense, truncated
         sparse kernel once it is sparse), ``"dense"``, ``"sparse"`` or
-        ``"online"`` (see :func:`geoviz.ot.sinkhorn.sinkhorn`).
+        ``"online"`` (see :class:`geoviz.ot.sinkhorn.KernelPolicy`).
     truncation
         Sparse kernel: drop plan entries below ``exp(-truncation)`` times their
         row's largest (the dropped mass is measured and reported).
@@ -266,6 +277,77 @@ class OTDDConfig:
         params.pop("device")
         params["algo"] = OTDD_ALGO_VERSION
         return params
+
+    def cost_geometry(
+        self,
+        target: LabeledDataset,
+        reference: LabeledDataset,
+        label_cost: torch.Tensor,
+        *,
+        mean: float | None = None,
+        device: torch.device | str | None = None,
+    ) -> PointCloudCost:
+        """The OTDD ground cost between ``target`` and ``reference`` with this epsilon.
+
+        A :class:`~geoviz.ot.geometry.PointCloudCost` (evaluated by row blocks, never
+        stored) of ``lambda_x ||x - x'||^2 + lambda_y label_cost[y, y']`` (no 1/2) in
+        :attr:`dtype` on ``device`` (default :attr:`device`), holding the relative
+        :attr:`epsilon`: its ``epsilon_abs`` is ``epsilon * mean`` (``mean``: the
+        closed form of :func:`mean_ground_cost`, computed when not given).
+        """
+        dev = resolve_device(self.device if device is None else device)
+        n_points = target.n_samples + reference.n_samples
+        itemsize = _itemsize(resolve_dtype(self.dtype))
+        check_memory(n_points * target.n_features * itemsize, dev, "the OTDD point clouds")
+        if mean is None:
+            mean = mean_ground_cost(
+                target, reference, label_cost, lambda_x=self.lambda_x, lambda_y=self.lambda_y
+            )
+        return self._cloud(
+            (target.features, target.labels),
+            (reference.features, reference.labels),
+            label_cost,
+            dev,
+            mean=mean,
+            epsilon=self.epsilon,
+            relative_epsilon=True,
+        )
+
+    def _cloud(
+        self,
+        points: tuple[torch.Tensor, torch.Tensor],
+        points_ref: tuple[torch.Tensor, torch.Tensor],
+        label_cost: torch.Tensor,
+        device: torch.device,
+        *,
+        epsilon: float,
+        relative_epsilon: bool,
+        mean: float | None = None,
+    ) -> PointCloudCost:
+        """The ground cost between ``(features, labels)`` pairs with this config's weights."""
+        return PointCloudCost(
+            points[0],
+            points_ref[0],
+            labels=points[1],
+            labels_ref=points_ref[1],
+            label_cost=label_cost,
+            lambda_x=self.lambda_x,
+            lambda_y=self.lambda_y,
+            dtype=resolve_dtype(self.dtype),
+            device=device,
+            mean=mean,
+            epsilon=epsilon,
+            relative_epsilon=relative_epsilon,
+        )
+
+    def sinkhorn_solver(self, *, keep_plan: bool = False) -> Sinkhorn:
+        """The :class:`~geoviz.ot.sinkhorn.Sinkhorn` settings of this configuration."""
+        return Sinkhorn(
+            tol=self.tol,
+            max_iter=self.max_iter,
+            kernel=KernelPolicy(mode=self.solver, truncation=self.truncation),
+            keep_plan=keep_plan,
+        )
 
 
 _SCALARS = (
@@ -533,37 +615,34 @@ def ground_cost(
     torch.Tensor
         ``(n, m)``.
     """
-    dev = resolve_device(device)
-    xq = xq.to(device=dev, dtype=dtype)
-    xp = xp.to(device=dev, dtype=dtype)
-    yq = yq.to(device=dev)
-    yp = yp.to(device=dev)
-    n, m = xq.shape[0], xp.shape[0]
-    if out is None:
-        out = torch.empty((n, m), dtype=dtype, device=dev)
-    sq_q = xq.square().sum(1)
-    sq_p = xp.square().sum(1)
-    lab = (
-        torch.nan_to_num(label_cost.to(device=dev, dtype=torch.float64), nan=0.0)
-        .mul(lambda_y)
-        .to(dtype)
+    cloud = PointCloudCost(
+        xq,
+        xp,
+        labels=yq,
+        labels_ref=yp,
+        label_cost=label_cost,
+        lambda_x=lambda_x,
+        lambda_y=lambda_y,
+        dtype=dtype,
+        device=resolve_device(device),
     )
-    use_labels = lambda_y != 0
-    rows = max(1, min(n, (16 * 2**20) // max(m, 1)))
-    for r0 in range(0, n, rows):
-        r1 = min(n, r0 + rows)
-        blk = out[r0:r1]
-        torch.addmm(sq_p[None, :], xq[r0:r1], xp.T, beta=1.0, alpha=-2.0, out=blk)
-        blk.add_(sq_q[r0:r1, None]).clamp_min_(0.0)
-        if lambda_x != 1.0:
-            blk.mul_(lambda_x)
-        if use_labels:
-            blk.add_(torch.index_select(lab[yq[r0:r1]], 1, yp))
-    return out
+    return cloud.dense(out)
 
 
 def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+def _block_cost(cloud: PointCloudCost, *, stream: bool, what: str) -> CostGeometry:
+    """The OTDD cost of one block: ``cloud`` itself (streamed) or stored, memory checked first."""
+    n, m = cloud.shape
+    item = _itemsize(cloud.dtype)
+    if stream:
+        block = min(64 * 2**20, n * m * item)  # one row block of the cost
+        check_memory(block, cloud.device, f"the streamed {what}")
+        return cloud
+    check_memory(n * m * item, cloud.device, f"the {what} ({n} x {m})")
+    return cloud.stored()
 
 
 class _Progress:
@@ -581,7 +660,7 @@ class _Progress:
 
     def sinkhorn_callback(
         self, stage: str, lo: float, hi: float, tol: float
-    ) -> Callable[[int, float], None] | None:
+    ) -> SinkhornCallback | None:
         if self.fn is None:
             return None
         first: list[float] = []
@@ -599,7 +678,7 @@ class _Progress:
         return cb
 
 
-@dataclass
+@dataclass(frozen=True)
 class _BlockOut:
     """What one target batch contributes (every tensor on the CPU)."""
 
@@ -620,77 +699,33 @@ class _BlockOut:
     mode: str
 
 
-def _geometry(
-    xq, yq, xp, yp, lab, cfg: OTDDConfig, dev, dt, what: str, mean: float | None = None
-) -> CostGeometry:
-    """The OTDD cost of one block: stored (dense) or evaluated by row blocks (streamed)."""
-    n, m = xq.shape[0], xp.shape[0]
-    if cfg.stream_reference:
-        block = min(64 * 2**20, n * m * _itemsize(dt))  # one row block of the cost
-        check_memory((n + m) * xq.shape[1] * _itemsize(dt) + block, dev, f"the streamed {what}")
-        return PointCloudCost(
-            xq,
-            xp,
-            labels=yq,
-            labels_ref=yp,
-            label_cost=lab,
-            lambda_x=cfg.lambda_x,
-            lambda_y=cfg.lambda_y,
-            dtype=dt,
-            device=dev,
-            mean=mean,
-        )
-    check_memory(n * m * _itemsize(dt), dev, f"the {what} ({n} x {m})")
-    cost = ground_cost(
-        xq, yq, xp, yp, lab, lambda_x=cfg.lambda_x, lambda_y=cfg.lambda_y, dtype=dt, device=dev
-    )
-    # features are validated (finite) LabeledDataset tensors, so the cost is finite
-    return DenseCost(cost, mean=mean, assume_finite=True)
-
-
 def _solve_block(
-    xq,
-    yq,
-    xp,
-    yp,
-    lab,
-    cfg: OTDDConfig,
-    eps_abs,
-    dev,
-    dt,
+    problem: TransportProblem,
+    solver: Sinkhorn,
+    callback: SinkhornCallback | None,
     *,
-    want_plan,
-    want_map,
-    n_classes_p,
-    cb,
-    mean: float | None = None,
+    map_onto: tuple[torch.Tensor, torch.Tensor, int] | None,
 ) -> _BlockOut:
-    """Entropic OTDD of one target block against the reference (paper eq. (otdd))."""
-    # the mean of a block equals the closed-form mean only for the whole problem
-    geom = _geometry(xq, yq, xp, yp, lab, cfg, dev, dt, "OTDD cost matrix", mean=mean)
-    res: SinkhornResult = sinkhorn(
-        geom,
-        epsilon_abs=eps_abs,
-        tol=cfg.tol,
-        max_iter=cfg.max_iter,
-        mode=cfg.solver,
-        truncation=cfg.truncation,
-        keep_plan=want_plan,
-        callback=cb,
-        groups=(yq, yp),
-    )
+    """Entropic OTDD of one target block against the reference (paper eq. (otdd)).
+
+    ``map_onto``: ``(reference features (m, D), reference labels (m,), n_classes)`` for
+    the barycentric outputs (eq. (bary_map)), or ``None``.
+    """
+    res = solver(problem, callback=callback)
     mapped = soft = None
-    if want_map:
+    if map_onto is not None:
         # barycentric projection, eq. (bary_map): rows of the plan renormalised
-        onehot = torch.nn.functional.one_hot(yp.to(dev), n_classes_p)
-        values = torch.cat([xp.to(device=dev, dtype=dt), onehot.to(dt)], dim=1)
+        xp, yp, n_classes = map_onto
+        geom = problem.geometry
+        onehot = torch.nn.functional.one_hot(yp.to(geom.device), n_classes)
+        values = torch.cat([xp.to(device=geom.device, dtype=geom.dtype), onehot.to(geom.dtype)], 1)
         bary = res.apply(values)
         d = xp.shape[1]
         mapped = bary[:, :d].float().cpu()
         soft = bary[:, d:]
         soft = (soft / soft.sum(1, keepdim=True)).float().cpu()
     idx, wts = res.top_neighbours(N_NEIGHBOURS)
-    out_plan = res.plan().to(device="cpu", dtype=torch.float32) if want_plan else None
+    out_plan = res.plan().to(device="cpu", dtype=torch.float32) if solver.keep_plan else None
     return _BlockOut(
         transport=res.transport_cost(),
         regularized=res.dual_value(),
@@ -711,12 +746,24 @@ def _solve_block(
 
 
 def _self_value(
-    x, y, lab_self, cfg: OTDDConfig, eps_abs, dev, dt
-) -> tuple[float, float, bool, int]:
+    x: torch.Tensor,
+    y: torch.Tensor,
+    label_cost: torch.Tensor,
+    config: OTDDConfig,
+    epsilon_abs: float,
+    device: torch.device,
+) -> SinkhornResult:
     """``OT_eps`` of a point cloud with itself (debiasing term), averaged symmetric solver."""
-    geom = _geometry(x, y, x, y, lab_self, cfg, dev, dt, "OTDD self-cost matrix for debiasing")
-    res = sinkhorn(geom, epsilon_abs=eps_abs, tol=cfg.tol, max_iter=cfg.max_iter, symmetric=True)
-    return res.dual_value(), res.marginal_error, res.converged, res.n_iter
+    cloud = config._cloud(
+        (x, y), (x, y), label_cost, device, epsilon=epsilon_abs, relative_epsilon=False
+    )
+    geom = _block_cost(
+        cloud, stream=config.stream_reference, what="OTDD self-cost matrix for debiasing"
+    )
+    n = geom.shape[0]
+    weights = uniform_measure(n, geom.device)
+    problem = TransportProblem(geom, weights, weights, symmetric=True)
+    return config.sinkhorn_solver()(problem)
 
 
 # --------------------------------------------------------------------------- main entry
@@ -785,19 +832,39 @@ def otdd(
             "otdd",
             params,
             lambda: _otdd(
-                target, reference, config, progress, barycentric, keep_coupling, label_cost
+                target,
+                reference,
+                config,
+                progress,
+                barycentric=barycentric,
+                keep_coupling=keep_coupling,
+                label_cost=label_cost,
             ).to_payload(),
         )
         return OTDDResult.from_payload(payload)
-    return _otdd(target, reference, config, progress, barycentric, keep_coupling, label_cost)
+    return _otdd(
+        target,
+        reference,
+        config,
+        progress,
+        barycentric=barycentric,
+        keep_coupling=keep_coupling,
+        label_cost=label_cost,
+    )
 
 
 def _otdd(
-    target, reference, config, progress, barycentric, keep_coupling, label_cost
+    target: LabeledDataset,
+    reference: LabeledDataset,
+    config: OTDDConfig,
+    progress: ProgressFn | None,
+    *,
+    barycentric: bool,
+    keep_coupling: bool,
+    label_cost: torch.Tensor | None,
 ) -> OTDDResult:
     prog = _Progress(progress)
     dev = resolve_device(config.device)
-    dt = resolve_dtype(config.dtype)
     prog("labels", 0.0)
     if label_cost is None:
         lab = label_distances(
@@ -819,12 +886,10 @@ def _otdd(
     mean_c = mean_ground_cost(
         target, reference, lab, lambda_x=config.lambda_x, lambda_y=config.lambda_y
     )
-    if not (mean_c > 0):
-        raise GeovizError(
-            "otdd: the mean ground cost is 0 (identical single-point datasets?), so the relative "
-            "epsilon is undefined"
-        )
-    eps_abs = config.epsilon * mean_c
+    # the whole problem's cost: epsilon is resolved on it once, with the closed-form mean,
+    # and every batch (a part of it) solves at that absolute value
+    whole = config.cost_geometry(target, reference, lab, mean=mean_c, device=dev)
+    eps_abs = whole.epsilon_abs
     n_q, n_p = target.n_samples, reference.n_samples
     xq, yq, xp, yp = target.features, target.labels, reference.features, reference.labels
     n_classes_p = reference.n_classes
@@ -849,48 +914,58 @@ def _otdd(
     perplexity = torch.empty(n_q, dtype=torch.float32)
     neighbour_index = torch.full((n_q, N_NEIGHBOURS), -1, dtype=torch.long)
     neighbour_weight = torch.zeros((n_q, N_NEIGHBOURS), dtype=torch.float32)
-    truncated, modes = 0.0, set()
+    truncated, modes = 0.0, set[str]()
     lab_qq = lab_pp = None
     if config.debiased:
-        kw = {
-            "method": config.label_method,
-            "max_per_class": config.max_per_class,
-            "seed": config.seed,
-            "device": dev,
-        }
-        lab_qq = label_distances(target, target, **kw)
-        lab_pp = label_distances(reference, reference, **kw)
+        lab_qq, lab_pp = (
+            label_distances(
+                ds,
+                ds,
+                method=config.label_method,
+                max_per_class=config.max_per_class,
+                seed=config.seed,
+                device=dev,
+            )
+            for ds in (target, reference)
+        )
 
+    solver = config.sinkhorn_solver(
+        keep_plan=keep_coupling and not config.batched and not config.stream_reference
+    )
     for bi, rows in enumerate(batches):
         rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        cols_t: torch.Tensor | None = None
         if (
             config.batched
             and config.reference_subsample is not None
             and config.reference_subsample < n_p
         ):
-            cols = np.sort(
-                np.random.default_rng((config.seed, 2, bi)).choice(
-                    n_p, size=config.reference_subsample, replace=False
-                )
+            cols = np.random.default_rng((config.seed, 2, bi)).choice(
+                n_p, size=config.reference_subsample, replace=False
             )
-            cols_t = torch.from_numpy(cols)
-            bxp, byp = xp[cols_t], yp[cols_t]
-        else:
-            cols_t = None
-            bxp, byp = xp, yp
-        bxq, byq = (xq, yq) if n_b == 1 and len(rows) == n_q else (xq[rows_t], yq[rows_t])
-        weight = len(rows) / n_q
+            cols_t = torch.from_numpy(np.sort(cols))
+        whole_target = n_b == 1 and len(rows) == n_q
+        bxq, byq = (xq, yq) if whole_target else (xq[rows_t], yq[rows_t])
+        bxp, byp = (xp, yp) if cols_t is None else (xp[cols_t], yp[cols_t])
+        # a part has its own mean (for the schedule) and the whole's epsilon_abs
+        part = (
+            whole
+            if whole_target and cols_t is None
+            else whole.subset(None if whole_target else rows_t, cols_t)
+        )
+        geom = _block_cost(part, stream=config.stream_reference, what="OTDD cost matrix")
+        problem = TransportProblem(
+            geom,
+            uniform_measure(geom.shape[0], geom.device),
+            uniform_measure(geom.shape[1], geom.device),
+            groups=(byq, byp),
+        )
         cb = prog.sinkhorn_callback("sinkhorn", bi / n_b, (bi + 1) / n_b, config.tol)
-        problem = (bxq, byq, bxp, byp, lab, config, eps_abs, dev, dt)
-        common = {
-            "want_map": barycentric,
-            "n_classes_p": n_classes_p,
-            "cb": cb,
-            "mean": mean_c if n_b == 1 and bxp is xp else None,
-        }
-        want_plan = keep_coupling and not config.batched and not config.stream_reference
-        out = _solve_block(*problem, want_plan=want_plan, **common)
+        out = _solve_block(
+            problem, solver, cb, map_onto=(bxp, byp, n_classes_p) if barycentric else None
+        )
         prog("sinkhorn", (bi + 1) / n_b)
+        weight = len(rows) / n_q
         transport += weight * out.transport
         regularized += weight * out.regularized
         max_err = max(max_err, out.error)
@@ -905,20 +980,21 @@ def _otdd(
         neighbour_weight[rows_t, :k] = out.neighbour_weight
         truncated = max(truncated, out.truncated_mass)
         modes.add(out.mode)
-        if barycentric:
-            mapped[rows_t] = out.mapped  # type: ignore[index]
-            soft[rows_t] = out.soft  # type: ignore[index]
-        if n_b == 1 and bxp is xp:
+        if out.mapped is not None and out.soft is not None:
+            assert mapped is not None and soft is not None
+            mapped[rows_t] = out.mapped
+            soft[rows_t] = out.soft
+        if n_b == 1 and cols_t is None:
             plan = out.plan
             pots = (out.f, out.g)
-        if config.debiased:
+        if lab_qq is not None and lab_pp is not None:
             prog("debias", bi / n_b)
-            vq, eq, cq, iq = _self_value(bxq, byq, lab_qq, config, eps_abs, dev, dt)
-            vp, ep, cp, ip = _self_value(bxp, byp, lab_pp, config, eps_abs, dev, dt)
-            debias += weight * 0.5 * (vq + vp)
-            max_err = max(max_err, eq, ep)
-            all_conv = all_conv and cq and cp
-            iters += iq + ip
+            self_q = _self_value(bxq, byq, lab_qq, config, eps_abs, dev)
+            self_p = _self_value(bxp, byp, lab_pp, config, eps_abs, dev)
+            debias += weight * 0.5 * (self_q.dual_value() + self_p.dual_value())
+            max_err = max(max_err, self_q.marginal_error, self_p.marginal_error)
+            all_conv = all_conv and self_q.converged and self_p.converged
+            iters += self_q.n_iter + self_p.n_iter
         del out
     prog("done", 1.0)
     cost = regularized - debias if config.debiased else transport

@@ -69,6 +69,22 @@ kernel when it fits, else ``online``.
 Symmetric problems (``symmetric=True``) use the averaged update
 ``f <- (f + T(f)) / 2`` of Feydy et al. (2019) over row blocks.
 
+Problem -> solver -> output
+---------------------------
+As in OTT-JAX and GeomLoss, the pieces are separate values:
+
+* :class:`TransportProblem` (frozen): the cost geometry, which holds epsilon and
+  resolves the absolute value once (:attr:`~geoviz.ot.geometry.CostGeometry.epsilon_abs`),
+  the marginals and optional class groups; validated at construction;
+* :class:`Sinkhorn` (frozen settings) with its strategies :class:`KernelPolicy`,
+  :class:`EpsilonScaling` and :class:`MultiscaleStart`, called as
+  ``Sinkhorn(...)(problem, init=(f, g))`` (``init``: warm-start potentials);
+* :class:`SinkhornResult` (frozen): potentials, measured error, iterations, and
+  views of the plan.
+
+:func:`sinkhorn` is the functional convenience entry (like POT's ``ot.sinkhorn``)
+that builds the problem and the solver from keyword options.
+
 Limits: a regularisation far below the cost gaps on a near-degenerate problem
 can still need many iterations; the error is always measured, never assumed.
 """
@@ -88,9 +104,23 @@ from geoviz.backend import check_memory
 from geoviz.errors import ConvergenceWarning, GeovizError
 from geoviz.ot.geometry import CostGeometry, DenseCost, as_geometry
 
-__all__ = ["SinkhornMode", "SinkhornResult", "sinkhorn", "uniform_measure"]
+__all__ = [
+    "EpsilonScaling",
+    "KernelPolicy",
+    "MultiscaleStart",
+    "Sinkhorn",
+    "SinkhornCallback",
+    "SinkhornMode",
+    "SinkhornResult",
+    "TransportProblem",
+    "sinkhorn",
+    "uniform_measure",
+]
 
 SinkhornMode = Literal["auto", "dense", "sparse", "online"]
+
+#: ``callback(iteration, marginal_error)``, called at every check of the final stage
+SinkhornCallback = Callable[[int, float], None]
 
 _RELAX_BELOW = 0.05
 _GRACE = 30
@@ -138,7 +168,7 @@ def uniform_measure(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
 
 @dataclass(frozen=True)
 class SinkhornResult:
-    """Outcome of :func:`sinkhorn`: potentials, measured error and the plan's views.
+    """Outcome of :class:`Sinkhorn`: potentials, measured error and the plan's views.
 
     The (dense) plan is ``pi = (a (x) b) * exp((f (+) g - C) / epsilon_abs)``; in
     sparse mode the *truncated* plan (the same formula on the kept support,
@@ -368,7 +398,9 @@ class _Kernel:
 
     mode = "base"
 
-    def __init__(self, geom: CostGeometry, log_a: torch.Tensor, log_b: torch.Tensor, tau: float):
+    def __init__(
+        self, geom: CostGeometry, log_a: torch.Tensor, log_b: torch.Tensor, tau: float
+    ) -> None:
         self.geom, self.log_a, self.log_b, self.tau = geom, log_a, log_b, float(tau)
         self.eps = math.nan
 
@@ -420,7 +452,9 @@ class _OnlineKernel(_Kernel):
             run_max = new
         return run_max + run_sum.log()
 
-    def aggregate(self, F, G, onehot_cols):
+    def aggregate(
+        self, F: torch.Tensor, G: torch.Tensor, onehot_cols: torch.Tensor
+    ) -> torch.Tensor:
         eps, geom = self.eps, self.geom
         out = torch.empty(
             (geom.shape[0], onehot_cols.shape[1]), dtype=torch.float64, device=F.device
@@ -446,7 +480,23 @@ class _AbsorbedKernel(_Kernel):
     F0: torch.Tensor | None = None
     G0: torch.Tensor | None = None
 
-    def set_eps(self, eps):
+    def _rebuild_rows(self, G: torch.Tensor) -> torch.Tensor:
+        """Exact row LSE at ``G``; rebuild the kernel around it."""
+        raise NotImplementedError
+
+    def _rebuild_cols(self, F: torch.Tensor) -> torch.Tensor:
+        """Exact column LSE at ``F``; rebuild the kernel around it."""
+        raise NotImplementedError
+
+    def _mv(self, v: torch.Tensor) -> torch.Tensor:
+        """``K v`` in float64."""
+        raise NotImplementedError
+
+    def _mv_t(self, u: torch.Tensor) -> torch.Tensor:
+        """``K^T u`` in float64."""
+        raise NotImplementedError
+
+    def set_eps(self, eps: float) -> None:
         super().set_eps(eps)
         self.F0 = self.G0 = None  # kernel invalid at a new regularisation
 
@@ -458,17 +508,17 @@ class _AbsorbedKernel(_Kernel):
             return None
         return d.exp()
 
-    def row_lse(self, G):
+    def row_lse(self, G: torch.Tensor) -> torch.Tensor:
         v = self._scaling(G, self.G0)
-        if v is not None:
+        if v is not None and self.F0 is not None:
             kv = self._mv(v)
             if bool((kv > 0).all()) and bool(torch.isfinite(kv).all()):
                 return kv.log() - self.F0 / self.eps
         return self._rebuild_rows(G)
 
-    def col_lse(self, F):
+    def col_lse(self, F: torch.Tensor) -> torch.Tensor:
         u = self._scaling(F, self.F0)
-        if u is not None:
+        if u is not None and self.G0 is not None:
             ktu = self._mv_t(u)
             if bool((ktu > 0).all()) and bool(torch.isfinite(ktu).all()):
                 return ktu.log() - self.G0 / self.eps
@@ -480,7 +530,14 @@ class _DenseKernel(_AbsorbedKernel):
 
     mode = "dense"
 
-    def __init__(self, geom, log_a, log_b, tau, buffer: torch.Tensor):
+    def __init__(
+        self,
+        geom: CostGeometry,
+        log_a: torch.Tensor,
+        log_b: torch.Tensor,
+        tau: float,
+        buffer: torch.Tensor,
+    ) -> None:
         super().__init__(geom, log_a, log_b, tau)
         assert geom.matrix is not None
         self.cost = geom.matrix
@@ -535,14 +592,18 @@ class _DenseKernel(_AbsorbedKernel):
     def _mv_t(self, u: torch.Tensor) -> torch.Tensor:
         return (u.to(self.kernel.dtype) @ self.kernel).double()
 
-    def aggregate(self, F, G, onehot_cols):
+    def aggregate(
+        self, F: torch.Tensor, G: torch.Tensor, onehot_cols: torch.Tensor
+    ) -> torch.Tensor:
         v = self._scaling(G, self.G0)
         u = self._scaling(F, self.F0)
         if u is None or v is None:
             self._rebuild_rows(G)
             u, v = self._scaling(F, self.F0), self._scaling(G, self.G0)
-            if u is None:  # F far from a row update of G: exact pass
-                return _OnlineKernel.aggregate(self, F, G, onehot_cols)
+            if u is None or v is None:  # F far from a row update of G: exact pass
+                exact = _OnlineKernel(self.geom, self.log_a, self.log_b, self.tau)
+                exact.set_eps(self.eps)
+                return exact.aggregate(F, G, onehot_cols)
         dt = self.kernel.dtype
         kv = (self.kernel @ (v[:, None] * onehot_cols).to(dt)).double()
         return u[:, None] * kv
@@ -592,7 +653,14 @@ class _SparseKernel(_AbsorbedKernel):
 
     mode = "sparse"
 
-    def __init__(self, geom, log_a, log_b, tau, support: _Support):
+    def __init__(
+        self,
+        geom: CostGeometry,
+        log_a: torch.Tensor,
+        log_b: torch.Tensor,
+        tau: float,
+        support: _Support,
+    ) -> None:
         super().__init__(geom, log_a, log_b, tau)
         n, m = support.shape
         dev = support.rows.device
@@ -629,7 +697,7 @@ class _SparseKernel(_AbsorbedKernel):
         )
         return mx + s.log()
 
-    def _rebuild_rows(self, G):
+    def _rebuild_rows(self, G: torch.Tensor) -> torch.Tensor:
         z = (G[self.cols] - self.cvals) / self.eps
         lse = self._segment_lse(z, self.rows, self.support.shape[0])
         self.F0 = self.eps * (self.log_a - lse)
@@ -637,7 +705,7 @@ class _SparseKernel(_AbsorbedKernel):
         self._store(z + self.F0[self.rows] / self.eps)
         return lse
 
-    def _rebuild_cols(self, F):
+    def _rebuild_cols(self, F: torch.Tensor) -> torch.Tensor:
         z = (F[self.rows] - self.cvals) / self.eps
         lse = self._segment_lse(z, self.cols, self.support.shape[1])
         self.G0 = self.eps * (self.log_b - lse)
@@ -651,18 +719,20 @@ class _SparseKernel(_AbsorbedKernel):
     def _mv_t(self, u: torch.Tensor) -> torch.Tensor:
         return self.csc_t @ u
 
-    def aggregate(self, F, G, onehot_cols):
+    def aggregate(
+        self, F: torch.Tensor, G: torch.Tensor, onehot_cols: torch.Tensor
+    ) -> torch.Tensor:
         logp = (F[self.rows] + G[self.cols] - self.cvals) / self.eps
         out = torch.zeros(
             (self.support.shape[0], onehot_cols.shape[1]), dtype=torch.float64, device=F.device
         )
         return out.index_add_(0, self.rows, logp.exp()[:, None] * onehot_cols[self.cols])
 
-    def plan_values(self, F, G) -> torch.Tensor:
+    def plan_values(self, F: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
         """Entries ``exp((F_i + G_j - C_ij)/eps)`` of the truncated plan, CSR order."""
         return ((F[self.rows] + G[self.cols] - self.cvals) / self.eps).exp()
 
-    def plan_csr(self, F, G) -> torch.Tensor:
+    def plan_csr(self, F: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             return torch.sparse_csr_tensor(
@@ -701,7 +771,8 @@ def _select_support(
     dt = geom.dtype
     g_s = (G / eps).to(dt)
     balanced = F is not None
-    if balanced:
+    f_s: torch.Tensor | None = None
+    if F is not None:
         assert log_a is not None and log_b is not None
         f_s = (F / eps).to(dt)
         uniform = bool((log_a == log_a[0]).all()) and bool((log_b == log_b[0]).all())
@@ -716,12 +787,13 @@ def _select_support(
     rows_l, cols_l, cost_l = [], [], []
     total = 0
     if measure:  # the measured error must not carry float32 rounding of (F + G - C)/eps
+        assert F is not None
         g_s, f_s = G / eps, F / eps
         if not uniform:
             la, lb = la.double(), lb.double()
     for r0, r1, c in geom.row_blocks(_PASS_ROWS(geom)):
         z = torch.add(g_s[None, :], c.to(g_s.dtype), alpha=-1.0 / eps)
-        if balanced:
+        if f_s is not None:
             z.add_(f_s[r0:r1, None])
             keep = z >= thr if uniform else z >= torch.minimum(la[r0:r1, None], lb[None, :])
         else:
@@ -793,59 +865,6 @@ def _check_weights(
     return out[0], out[1]
 
 
-def _check_scalars(epsilon_abs, tol, max_iter, eps_scaling, omega_max, truncation, max_density):
-    if not (
-        isinstance(epsilon_abs, (int, float))
-        and not isinstance(epsilon_abs, bool)
-        and math.isfinite(epsilon_abs)
-        and epsilon_abs > 0
-    ):
-        raise GeovizError(f"sinkhorn: epsilon_abs must be a finite number > 0, got {epsilon_abs!r}")
-    if not (tol > 0):
-        raise GeovizError(f"sinkhorn: tol must be > 0, got {tol!r}")
-    if int(max_iter) < 1:
-        raise GeovizError(f"sinkhorn: max_iter must be >= 1, got {max_iter!r}")
-    if eps_scaling is not None and not (0.0 < eps_scaling < 1.0):
-        raise GeovizError(f"sinkhorn: eps_scaling must be in (0, 1) or None, got {eps_scaling!r}")
-    if not (1.0 <= omega_max < 2.0):
-        raise GeovizError(f"sinkhorn: omega_max must be in [1, 2), got {omega_max!r}")
-    if not (truncation > 0):
-        raise GeovizError(f"sinkhorn: truncation must be > 0, got {truncation!r}")
-    if not (0.0 < max_density <= 1.0):
-        raise GeovizError(f"sinkhorn: max_density must be in (0, 1], got {max_density!r}")
-
-
-#: ``epsilon_abs`` must be at least this many machine epsilons of the cost's dtype times
-#: the mean cost (see :func:`_check_resolution`)
-_RESOLUTION_FACTOR = 4.0
-
-
-def _check_resolution(geom: CostGeometry, eps: float) -> None:
-    """Refuse an ``epsilon_abs`` the cost's floating-point type cannot resolve.
-
-    The kernel exponents ``(f + g - C) / eps`` carry the rounding error of ``C``, about
-    ``machine_eps * |C|``; once ``eps`` is of that order the plan is rounding noise and
-    the iteration overflows (measured on 200 x 150 Gaussian clouds: a float32 cost at
-    ``eps = 1e-12 mean(C)`` gave an infinite marginal error, ``1e-100 mean(C)`` an
-    overflow error; float64 from ``1e-20 mean(C)``). The floor,
-    ``_RESOLUTION_FACTOR * machine_eps * mean(C)`` (about ``5e-7 mean(C)`` in float32,
-    ``9e-16 mean(C)`` in float64), uses the mean, which the solver reads anyway.
-    """
-    mean = geom.mean()
-    if not (math.isfinite(mean) and mean > 0):
-        return
-    machine = float(torch.finfo(geom.dtype).eps)
-    floor = _RESOLUTION_FACTOR * machine * mean
-    if eps < floor:
-        dtype = str(geom.dtype).replace("torch.", "")
-        raise GeovizError(
-            f"sinkhorn: epsilon_abs {eps:.3g} is below what a {dtype} cost can resolve "
-            f"({_RESOLUTION_FACTOR:g} x machine epsilon {machine:.2g} x mean cost {mean:.4g} = "
-            f"{floor:.3g}), so exp(-C/epsilon_abs) would be rounding noise; use a larger "
-            "epsilon_abs or a float64 cost"
-        )
-
-
 # --------------------------------------------------------------------------- the loop
 
 
@@ -858,7 +877,13 @@ class _Groups:
     every: int
 
 
-def _make_groups(groups, n: int, m: int, dev, every: int) -> _Groups | None:
+def _make_groups(
+    groups: tuple[torch.Tensor, torch.Tensor] | None,
+    n: int,
+    m: int,
+    dev: torch.device,
+    every: int,
+) -> _Groups | None:
     if groups is None:
         return None
     rows = torch.as_tensor(groups[0]).to(dev).long().reshape(-1)
@@ -879,7 +904,16 @@ def _make_groups(groups, n: int, m: int, dev, every: int) -> _Groups | None:
 class _Loop:
     """State of the one Sinkhorn loop: potentials ``(F, G)`` and the current kernel."""
 
-    def __init__(self, a, b, F, G, groups: _Groups | None, callback, check_every: int):
+    def __init__(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        F: torch.Tensor,
+        G: torch.Tensor,
+        groups: _Groups | None,
+        callback: SinkhornCallback | None,
+        check_every: int,
+    ) -> None:
         self.a, self.b = a, b
         self.log_a, self.log_b = a.log(), b.log()
         self.F, self.G = F, G
@@ -984,6 +1018,7 @@ class _Loop:
                     best, since_best = err, 0
             elif (
                 omega > 1.0
+                and relaxed_at is not None
                 and len(history) - relaxed_at > _GRACE
                 and (err > 5.0 * best or since_best > 100)
             ):
@@ -1002,17 +1037,552 @@ class _Loop:
         return err
 
 
-def _schedule(eps: float, start: float, ratio: float | None, max_iter: int) -> list[float]:
-    schedule = [eps]
-    if ratio is not None:
+# --------------------------------------------------------------------------- problem
+
+
+@dataclass(frozen=True)
+class TransportProblem:
+    """An entropic OT problem: cost geometry (holding epsilon) and marginals.
+
+    Solves ``min <pi, C> + eps KL(pi | a (x) b)`` over ``pi 1 = a``, ``pi^T 1 = b``
+    with ``eps = geometry.epsilon_abs`` (module docstring). Validated once, at
+    construction: equal-mass positive weights, a finite cost, a resolvable epsilon.
+
+    Attributes
+    ----------
+    geometry
+        The cost (:class:`~geoviz.ot.geometry.CostGeometry`) with its regularisation
+        set (:meth:`~geoviz.ot.geometry.CostGeometry.with_epsilon`).
+    a, b
+        ``(n,)``, ``(m,)`` positive weights of equal mass; stored as float64 on the
+        geometry's device (see :func:`uniform_measure` for uniform ones).
+    groups
+        Optional ``(row_groups (n,), col_groups (m,))`` integer group ids (for OTDD:
+        the class labels), used by the class-level coarse correction.
+    symmetric
+        ``C = C^T`` and ``a = b``: solved with the averaged update of Feydy et al.
+    """
+
+    geometry: CostGeometry
+    a: torch.Tensor
+    b: torch.Tensor
+    groups: tuple[torch.Tensor, torch.Tensor] | None = None
+    symmetric: bool = False
+
+    def __post_init__(self) -> None:
+        geom = self.geometry
+        if not isinstance(geom, CostGeometry):
+            raise GeovizError(
+                f"sinkhorn: the problem needs a CostGeometry, got {type(geom).__name__}"
+            )
+        a, b = _check_weights(geom, self.a, self.b)
+        object.__setattr__(self, "a", a)
+        object.__setattr__(self, "b", b)
+        geom.check_finite()
+        _ = geom.epsilon_abs  # resolved (and checked) once, here
+        if self.symmetric:
+            if geom.shape[0] != geom.shape[1] or not torch.allclose(a, b):
+                raise GeovizError("sinkhorn: symmetric=True needs a square cost and a == b")
+            _check_symmetric(geom)
+
+    @property
+    def epsilon_abs(self) -> float:
+        """The absolute regularisation (resolved on the geometry)."""
+        return self.geometry.epsilon_abs
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@dataclass(frozen=True)
+class KernelPolicy:
+    """Which kernel evaluates the log-sum-exps (module docstring, "One loop").
+
+    Attributes
+    ----------
+    mode
+        ``"auto"``, ``"dense"``, ``"sparse"`` or ``"online"``.
+    truncation
+        Sparse kernel: keep entries within ``truncation`` (in units of ``eps``) of
+        their row's best, i.e. drop entries carrying less than ``exp(-truncation)``
+        of the row's largest entry.
+    max_density
+        Auto mode: use the sparse kernel when the support keeps at most this
+        fraction of the ``n m`` entries.
+    absorb_threshold
+        Absorb scalings into the kernel when ``|log u|`` or ``|log v|`` exceeds it.
+    """
+
+    mode: SinkhornMode = "auto"
+    truncation: float = 20.0
+    max_density: float = 0.1
+    absorb_threshold: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("auto", "dense", "sparse", "online"):
+            raise GeovizError(
+                f"sinkhorn: mode must be 'auto', 'dense', 'sparse' or 'online', got {self.mode!r}"
+            )
+        if not (self.truncation > 0):
+            raise GeovizError(f"sinkhorn: truncation must be > 0, got {self.truncation!r}")
+        if not (0.0 < self.max_density <= 1.0):
+            raise GeovizError(f"sinkhorn: max_density must be in (0, 1], got {self.max_density!r}")
+
+
+@dataclass(frozen=True)
+class EpsilonScaling:
+    """Annealing: a geometric schedule of regularisations down to ``eps``.
+
+    Attributes
+    ----------
+    ratio
+        Ratio in ``(0, 1)`` between successive regularisations.
+    start
+        First regularisation (default: the mean cost).
+    stage_iter
+        Iteration budget of each intermediate regularisation.
+    """
+
+    ratio: float = 0.25
+    start: float | None = None
+    stage_iter: int = 30
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.ratio < 1.0):
+            raise GeovizError(
+                f"sinkhorn: eps_scaling must be in (0, 1) or None, got {self.ratio!r}"
+            )
+        if int(self.stage_iter) < 1:
+            raise GeovizError(f"sinkhorn: stage_iter must be >= 1, got {self.stage_iter!r}")
+
+    def stages(self, eps: float, geom: CostGeometry, max_iter: int) -> list[float]:
+        """``[start, ..., eps]`` with ratio :attr:`ratio`; ``[eps]`` if ``max_iter`` is too small."""
+        start = float(self.start) if self.start is not None else geom.mean()
+        schedule = [eps]
         e = eps
-        while e / ratio < start:
-            e = e / ratio
+        while e / self.ratio < start:
+            e = e / self.ratio
             schedule.append(e)
         schedule = schedule[::-1]
-        if int(max_iter) < 2 * len(schedule):
+        if max_iter < 2 * len(schedule):
             schedule = [eps]  # too small a budget to anneal: every stage but the last would eat it
-    return schedule
+        return schedule
+
+
+@dataclass(frozen=True)
+class MultiscaleStart:
+    """Coarse-to-fine start (auto and sparse modes, with epsilon scaling).
+
+    When both sides have more than twice :attr:`size` points, all but the last
+    two regularisations of the schedule are solved on a seeded random subsample
+    of :attr:`size` points per side, and the full problem starts from the
+    c-transform of its potentials (one pass over :attr:`size` rows of the cost).
+    """
+
+    size: int = 2000
+
+    def applies(self, problem: TransportProblem, mode: SinkhornMode, n_stages: int) -> bool:
+        n, m = problem.geometry.shape
+        return mode in ("auto", "sparse") and n_stages > _FULL_STAGES and min(n, m) > 2 * self.size
+
+    def start(
+        self,
+        problem: TransportProblem,
+        schedule: list[float],
+        stage_iter: int,
+        absorb_threshold: float,
+    ) -> torch.Tensor:
+        """Solve ``schedule`` on the subsample; return a full column potential ``G`` (m,).
+
+        The subsample's row potential is extended to every column by the
+        c-transform ``G_j = eps (log b_j - LSE_{i in I}((F_i - C_ij)/eps))`` at the
+        last coarse regularisation (with the subsample's normalised row weights).
+        """
+        geom, a, b = problem.geometry, problem.a, problem.b
+        n, m = geom.shape
+        gen = torch.Generator().manual_seed(0)
+        rows = torch.randperm(n, generator=gen)[: self.size].sort().values.to(geom.device)
+        cols = torch.randperm(m, generator=gen)[: self.size].sort().values.to(geom.device)
+        a_sub, b_sub = a[rows] / a[rows].sum(), b[cols] / b[cols].sum()
+        eps = schedule[-1]
+        coarse = Sinkhorn(
+            tol=_STAGE_TOL,
+            max_iter=max(2, stage_iter * len(schedule)),
+            kernel=KernelPolicy(mode="dense" if geom.matrix is not None else "online"),
+            scaling=(
+                EpsilonScaling(schedule[-1] / schedule[-2], schedule[0], stage_iter)
+                if len(schedule) > 1
+                else None
+            ),
+            multiscale=None,
+        )
+        sub_problem = TransportProblem(
+            geom.subset(rows, cols).with_epsilon(eps, relative=False), a_sub, b_sub
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # a warm start only
+            sub = coarse(sub_problem)
+        F_sub = sub.f + eps * a_sub.log()
+        extend = _OnlineKernel(geom.subset(rows, None), a_sub.log(), b.log(), absorb_threshold)
+        extend.set_eps(eps)
+        return eps * (b.log() - extend.col_lse(F_sub))
+
+
+class _DensePool:
+    """At most one dense kernel buffer per solve, allocated on first use."""
+
+    def __init__(
+        self, geom: CostGeometry, log_a: torch.Tensor, log_b: torch.Tensor, tau: float
+    ) -> None:
+        self.geom, self.log_a, self.log_b, self.tau = geom, log_a, log_b, tau
+        self.kernel: _DenseKernel | None = None
+
+    def get(self) -> _DenseKernel:
+        if self.kernel is None:
+            n, m = self.geom.shape
+            itemsize = torch.empty((), dtype=self.geom.dtype).element_size()
+            check_memory(n * m * itemsize, self.geom.device, "the Sinkhorn kernel buffer")
+            buffer = torch.empty((n, m), dtype=self.geom.dtype, device=self.geom.device)
+            self.kernel = _DenseKernel(self.geom, self.log_a, self.log_b, self.tau, buffer)
+        return self.kernel
+
+
+# --------------------------------------------------------------------------- solver
+
+
+@dataclass(frozen=True)
+class Sinkhorn:
+    """Settings of the stabilised Sinkhorn solver; call it on a :class:`TransportProblem`.
+
+    ``Sinkhorn(tol=1e-6)(problem, init=(f, g))`` returns a :class:`SinkhornResult`
+    (problem -> solver -> output, as OTT-JAX's ``Sinkhorn`` on a ``LinearProblem``).
+
+    Attributes
+    ----------
+    tol
+        Stop when the L1 marginal error of the returned plan is ``<= tol``.
+    max_iter
+        Iteration budget (all stages together); exceeding it warns with
+        :class:`~geoviz.errors.ConvergenceWarning` and sets ``converged=False``.
+    kernel
+        :class:`KernelPolicy` (mode, truncation, density, absorption).
+    scaling
+        :class:`EpsilonScaling`, or ``None`` for none.
+    multiscale
+        :class:`MultiscaleStart`, or ``None`` for none.
+    overrelax, omega_max
+        Adaptive over-relaxation and its upper bound (``< 2``).
+    check_every
+        Evaluate the stopping rule every ``check_every`` iterations.
+    coarse_every
+        Minimum number of iterations between two group corrections (problems with
+        ``groups``: when the group-aggregated marginal error makes up more than 80%
+        of the error, the potentials are shifted by one constant per group so that
+        the aggregated marginals match exactly, by damped Newton on the small
+        aggregated dual; this removes the slow inter-class mode of Sinkhorn on
+        label-structured costs with unequal class proportions).
+    keep_plan
+        Dense kernel: build the plan in place of the kernel buffer at the end
+        (no extra memory); :meth:`SinkhornResult.plan` then returns it.
+    """
+
+    tol: float = 1e-4
+    max_iter: int = 5000
+    kernel: KernelPolicy = KernelPolicy()
+    scaling: EpsilonScaling | None = EpsilonScaling()
+    multiscale: MultiscaleStart | None = MultiscaleStart()
+    overrelax: bool = True
+    omega_max: float = 1.9
+    check_every: int = 1
+    coarse_every: int = 10
+    keep_plan: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.tol > 0):
+            raise GeovizError(f"sinkhorn: tol must be > 0, got {self.tol!r}")
+        if int(self.max_iter) < 1:
+            raise GeovizError(f"sinkhorn: max_iter must be >= 1, got {self.max_iter!r}")
+        if not (1.0 <= self.omega_max < 2.0):
+            raise GeovizError(f"sinkhorn: omega_max must be in [1, 2), got {self.omega_max!r}")
+
+    def __call__(
+        self,
+        problem: TransportProblem,
+        init: tuple[torch.Tensor, torch.Tensor] | None = None,
+        callback: SinkhornCallback | None = None,
+    ) -> SinkhornResult:
+        """Solve ``problem``.
+
+        Parameters
+        ----------
+        problem
+            The validated problem (cost geometry with epsilon, marginals).
+        init
+            Warm start ``(f, g)`` in the convention of :class:`SinkhornResult`
+            (disables epsilon scaling).
+        callback
+            ``callback(iteration, marginal_error)`` at every check of the final stage.
+        """
+        geom, eps = problem.geometry, problem.epsilon_abs
+        log_a, log_b = problem.a.log(), problem.b.log()
+        if init is not None:
+            F = torch.as_tensor(init[0]).to(device=geom.device, dtype=torch.float64) + eps * log_a
+            G = torch.as_tensor(init[1]).to(device=geom.device, dtype=torch.float64) + eps * log_b
+        else:
+            F, G = torch.zeros_like(log_a), torch.zeros_like(log_b)
+        if problem.symmetric:
+            return self._solve_symmetric(problem, F, callback)
+        if self.kernel.mode == "dense" and geom.matrix is None:
+            raise GeovizError(
+                "sinkhorn: mode='dense' needs a stored cost matrix (use 'sparse' or 'online')"
+            )
+        n, m = geom.shape
+        groups = _make_groups(problem.groups, n, m, geom.device, self.coarse_every)
+        loop = _Loop(problem.a, problem.b, F, G, groups, callback, max(1, int(self.check_every)))
+        kernel, err = self._anneal(problem, loop, init is None)
+        truncated_mass, sparse_plan = 0.0, None
+        if isinstance(kernel, _SparseKernel):
+            kernel, err, truncated_mass = self._verify_sparse(problem, kernel, loop, err)
+            sparse_plan = kernel.plan_csr(loop.F, loop.G)
+        converged = err <= self.tol
+        if not converged:
+            warnings.warn(
+                f"Sinkhorn stopped after {loop.n_iter} iterations (max_iter={self.max_iter}) "
+                f"with marginal error {err:.3g} > tol={self.tol:g}; increase max_iter or epsilon",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        plan = None
+        if self.keep_plan and isinstance(kernel, _DenseKernel):
+            plan = kernel.plan_inplace(loop.F, loop.G)
+        nnz, sparse_cost = n * m, math.nan
+        if isinstance(kernel, _SparseKernel) and sparse_plan is not None:
+            nnz = kernel.support.nnz
+            sparse_cost = float((sparse_plan.values() * kernel.cvals).sum())
+        return SinkhornResult(
+            f=loop.F - eps * log_a,
+            g=loop.G - eps * log_b,
+            a=problem.a,
+            b=problem.b,
+            epsilon_abs=eps,
+            n_iter=loop.n_iter,
+            marginal_error=float(err),
+            converged=bool(converged),
+            mode=kernel.mode,
+            truncated_mass=float(truncated_mass),
+            nnz=int(nnz),
+            geometry=geom,
+            _plan=plan,
+            _sparse=sparse_plan,
+            _sparse_cost=sparse_cost,
+        )
+
+    # -- stages
+    def _anneal(self, problem: TransportProblem, loop: _Loop, cold: bool) -> tuple[_Kernel, float]:
+        """Run the epsilon schedule down to ``eps``; return the last kernel and its error."""
+        geom, eps, policy = problem.geometry, problem.epsilon_abs, self.kernel
+        n, m = geom.shape
+        max_iter = int(self.max_iter)
+        scaling = self.scaling if cold else None
+        schedule = [eps] if scaling is None else scaling.stages(eps, geom, max_iter)
+        # without scaling the schedule is [eps]: no intermediate stage needs a budget
+        stage_iter = 0 if scaling is None else int(scaling.stage_iter)
+        cost_mean = geom.mean() if policy.mode == "auto" else math.nan
+        if policy.mode == "sparse":
+            max_nnz = n * m + m
+        else:
+            max_nnz = int(max(n, m) + policy.max_density * n * m)
+        pool = _DensePool(geom, loop.log_a, loop.log_b, policy.absorb_threshold)
+        if self.multiscale is not None and self.multiscale.applies(
+            problem, policy.mode, len(schedule)
+        ):
+            # coarse-to-fine: the blurry stages on a random subsample, then one c-transform
+            loop.G = self.multiscale.start(
+                problem, schedule[:-_FULL_STAGES], stage_iter, policy.absorb_threshold
+            )
+            schedule = schedule[-_FULL_STAGES:]
+        kernel: _Kernel | None = None
+        err = math.inf
+        for stage, e in enumerate(schedule):
+            final = stage == len(schedule) - 1
+            left = max_iter - loop.n_iter
+            budget = left if final else min(stage_iter, left - 1)
+            if budget <= 0:
+                continue
+            kernel = None
+            want_sparse = policy.mode == "sparse" or (
+                policy.mode == "auto" and (geom.matrix is None or e <= _SPARSE_BELOW * cost_mean)
+            )
+            if want_sparse:
+                # intermediate stages only warm-start the next: a thinner support is enough
+                trunc = policy.truncation if final else min(policy.truncation, _STAGE_TRUNCATION)
+                support, _ = _select_support(geom, loop.G, e, trunc, max_nnz)
+                if support is not None:
+                    _check_sparse_memory(support.nnz, geom.device)
+                    kernel = _SparseKernel(
+                        geom, loop.log_a, loop.log_b, policy.absorb_threshold, support
+                    )
+            if kernel is None:  # too dense to truncate (or asked for)
+                kernel = (
+                    pool.get()
+                    if geom.matrix is not None and policy.mode != "online"
+                    else _OnlineKernel(geom, loop.log_a, loop.log_b, policy.absorb_threshold)
+                )
+            kernel.set_eps(e)
+            if not final:
+                err = loop.run(kernel, max(self.tol, _STAGE_TOL), budget, False, 1.0, False)
+            elif isinstance(kernel, _SparseKernel):
+                # leave room for the dense plan's extra error, measured at verification
+                kernel, err = self._final_sparse_stage(
+                    kernel, loop, geom, e, self.tol * _SPARSE_TOL_FRACTION, budget
+                )
+            else:
+                err = loop.run(kernel, self.tol, budget, self.overrelax, self.omega_max, True)
+        assert kernel is not None
+        return kernel, err
+
+    def _verify_sparse(
+        self, problem: TransportProblem, kernel: _SparseKernel, loop: _Loop, err: float
+    ) -> tuple[_SparseKernel, float, float]:
+        """Measure the dense plan of the returned potentials; re-select the support if needed.
+
+        Returns the final kernel, the error (the larger of the dense and the
+        truncated plan's) and the dense plan's mass outside the support.
+        """
+        geom, eps, policy = problem.geometry, problem.epsilon_abs, self.kernel
+        n, m = geom.shape
+        truncated_mass = 0.0
+        for _ in range(_MAX_VERIFY):
+            new_support, stats = _select_support(
+                geom,
+                loop.G,
+                eps,
+                policy.truncation,
+                n * m + m,
+                F=loop.F,
+                log_a=loop.log_a,
+                log_b=loop.log_b,
+                measure=True,
+            )
+            assert stats is not None and new_support is not None
+            dense_err = float(
+                (stats["rows"] - problem.a).abs().sum() + (stats["cols"] - problem.b).abs().sum()
+            )
+            inside = float(kernel.plan_values(loop.F, loop.G).sum())
+            truncated_mass = max(0.0, float(stats["rows"].sum()) - inside)
+            err = max(err, dense_err)
+            left = int(self.max_iter) - loop.n_iter
+            if err <= self.tol or left <= 0:
+                break
+            support = kernel.support.union(new_support)
+            _check_sparse_memory(support.nnz, geom.device)
+            kernel = _SparseKernel(geom, loop.log_a, loop.log_b, policy.absorb_threshold, support)
+            kernel.set_eps(eps)
+            kernel, err = self._final_sparse_stage(
+                kernel, loop, geom, eps, self.tol * _SPARSE_TOL_FRACTION, left
+            )
+        return kernel, err, truncated_mass
+
+    def _final_sparse_stage(
+        self,
+        kernel: _SparseKernel,
+        loop: _Loop,
+        geom: CostGeometry,
+        eps: float,
+        stage_tol: float,
+        budget: int,
+    ) -> tuple[_SparseKernel, float]:
+        """Iterate on the truncated kernel, re-selecting its support when it is stale or too thin.
+
+        The support was chosen with the previous stage's potentials: once the error is
+        below ``_RESELECT_TOL`` it is chosen again around the balanced potentials. A
+        support too thin to carry the marginals shows as a stall (the error does not
+        halve in ``_STALL`` iterations): it is then grown the same way; when it did not
+        grow (the problem is merely slow) the stall window doubles.
+        """
+        phase_tol = max(stage_tol, _RESELECT_TOL)
+        window = _STALL
+        err = math.inf
+        while budget > 0:
+            used0 = loop.n_iter
+            err = loop.run(
+                kernel, phase_tol, budget, self.overrelax, self.omega_max, True, stall=window
+            )
+            budget -= loop.n_iter - used0
+            if budget <= 0 or err <= stage_tol:
+                break
+            grown = self._resupport(kernel, geom, loop, eps)
+            if err <= phase_tol:
+                phase_tol = stage_tol  # the planned re-selection
+            elif grown.support.nnz == kernel.support.nnz:
+                window *= 2  # complete support, slow convergence: check less often
+            kernel = grown
+        return kernel, err
+
+    def _resupport(
+        self, kernel: _SparseKernel, geom: CostGeometry, loop: _Loop, eps: float
+    ) -> _SparseKernel:
+        """A sparse kernel on the old support plus the entries significant for ``(F, G)``."""
+        n, m = geom.shape
+        support, _ = _select_support(
+            geom,
+            loop.G,
+            eps,
+            self.kernel.truncation,
+            n * m + m,
+            F=loop.F,
+            log_a=loop.log_a,
+            log_b=loop.log_b,
+        )
+        assert support is not None
+        merged = kernel.support.union(support)
+        _check_sparse_memory(merged.nnz, merged.rows.device)
+        out = _SparseKernel(geom, loop.log_a, loop.log_b, self.kernel.absorb_threshold, merged)
+        out.set_eps(eps)
+        return out
+
+    def _solve_symmetric(
+        self, problem: TransportProblem, f0: torch.Tensor, callback: SinkhornCallback | None
+    ) -> SinkhornResult:
+        """Averaged log-domain iterations for a symmetric problem (potential ``f = g``)."""
+        geom, a, eps, tol = problem.geometry, problem.a, problem.epsilon_abs, self.tol
+        log_a = a.log()
+        kernel = _OnlineKernel(geom, log_a, log_a, 30.0)
+        kernel.set_eps(eps)
+        f = f0.clone()  # internal convention: pi = exp((F_i + F_j - C_ij)/eps)
+        err = math.inf
+        n_iter = 0
+        for n_iter in range(1, int(self.max_iter) + 1):
+            t = eps * log_a - eps * kernel.row_lse(f)
+            # row marginal of the current plan: a * exp((F - T(F))/eps)
+            err = 2.0 * float((a * torch.expm1((f - t) / eps)).abs().sum())
+            if callback is not None:
+                callback(n_iter, err)
+            if err <= tol:
+                break
+            f = 0.5 * (f + t)
+        converged = err <= tol
+        if not converged:
+            warnings.warn(
+                f"symmetric Sinkhorn stopped after {n_iter} iterations with marginal error "
+                f"{err:.3g} > tol={tol:g}",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+        g = f - eps * log_a
+        return SinkhornResult(
+            f=g,
+            g=g.clone(),
+            a=a,
+            b=a.clone(),
+            epsilon_abs=eps,
+            n_iter=n_iter,
+            marginal_error=float(err),
+            converged=bool(converged),
+            mode="online",
+            nnz=geom.shape[0] ** 2,
+            geometry=geom,
+        )
 
 
 def sinkhorn(
@@ -1025,23 +1595,20 @@ def sinkhorn(
     max_iter: int = 5000,
     mode: SinkhornMode = "auto",
     truncation: float = 20.0,
-    max_density: float = 0.1,
-    check_every: int = 1,
     eps_scaling: float | None = 0.25,
-    eps_start: float | None = None,
-    stage_iter: int = 30,
     overrelax: bool = True,
-    omega_max: float = 1.9,
-    absorb_threshold: float = 30.0,
-    init: tuple[torch.Tensor, torch.Tensor] | None = None,
-    symmetric: bool = False,
-    keep_plan: bool = False,
-    callback: Callable[[int, float], None] | None = None,
-    groups: tuple[torch.Tensor, torch.Tensor] | None = None,
-    coarse_every: int = 10,
     multiscale: int | None = 2000,
+    keep_plan: bool = False,
+    symmetric: bool = False,
+    groups: tuple[torch.Tensor, torch.Tensor] | None = None,
+    init: tuple[torch.Tensor, torch.Tensor] | None = None,
+    callback: SinkhornCallback | None = None,
 ) -> SinkhornResult:
-    """Solve entropic OT between ``a`` and ``b`` for ``cost`` (see module docstring).
+    """Convenience entry (as POT's ``ot.sinkhorn``): build the problem and the solver, solve.
+
+    ``sinkhorn(C, a, b, epsilon_abs=eps, **options)`` is
+    ``Sinkhorn(...)(TransportProblem(as_geometry(C).with_epsilon(eps, relative=False), a, b))``;
+    build :class:`Sinkhorn` directly for the settings not listed here.
 
     Parameters
     ----------
@@ -1052,368 +1619,46 @@ def sinkhorn(
     a, b
         ``(n,)``, ``(m,)`` positive weights of equal mass (default uniform).
     epsilon_abs
-        Absolute entropic regularisation ``eps > 0`` (same units as ``cost``;
-        :meth:`CostGeometry.epsilon_abs` converts a relative one).
-    tol
-        Stop when the L1 marginal error of the returned plan is ``<= tol``.
-    max_iter
-        Iteration budget (all stages together); exceeding it warns with
-        :class:`~geoviz.errors.ConvergenceWarning` and sets ``converged=False``.
-    mode
-        ``"auto"``, ``"dense"``, ``"sparse"`` or ``"online"`` (module docstring).
-    truncation
-        Sparse kernel: keep entries within ``truncation`` (in units of ``eps``)
-        of their row's best, i.e. drop entries carrying less than
-        ``exp(-truncation)`` of the row's largest entry.
-    max_density
-        Auto mode: use the sparse kernel when the support keeps at most this
-        fraction of the ``n m`` entries.
-    check_every
-        Evaluate the stopping rule every ``check_every`` iterations.
+        Absolute entropic regularisation ``eps > 0`` (same units as ``cost``; a
+        relative one: ``geometry.with_epsilon(epsilon, relative=True)``).
+    tol, max_iter, keep_plan
+        See :class:`Sinkhorn`.
+    mode, truncation
+        See :class:`KernelPolicy`.
     eps_scaling
-        Ratio in ``(0, 1)`` between successive regularisations of the annealing
-        schedule, or ``None`` for none.
-    eps_start
-        First regularisation of the schedule (default: the mean cost).
-    stage_iter
-        Iteration budget of each intermediate regularisation.
-    overrelax, omega_max
-        Adaptive over-relaxation and its upper bound (``< 2``).
-    absorb_threshold
-        Absorb scalings into the kernel when ``|log u|`` or ``|log v|`` exceeds it.
-    init
-        Warm start ``(f, g)`` in the convention of :class:`SinkhornResult`
-        (disables epsilon scaling).
-    symmetric
-        Solve a symmetric problem (``C = C^T``, ``a = b``) with averaged updates.
-    keep_plan
-        Dense kernel: build the plan in place of the kernel buffer at the end
-        (no extra memory); :meth:`SinkhornResult.plan` then returns it.
-    callback
-        ``callback(iteration, marginal_error)`` at every check of the final stage.
-    groups
-        Optional ``(row_groups (n,), col_groups (m,))`` integer group ids (for
-        OTDD: the class labels). When the group-aggregated marginal error makes
-        up more than 80% of the error, the potentials are shifted by one
-        constant per group so that the aggregated marginals match exactly
-        (damped Newton on the small aggregated dual). This removes the slow
-        inter-class mode of Sinkhorn on label-structured costs with unequal
-        class proportions.
-    coarse_every
-        Minimum number of iterations between two group corrections.
+        :attr:`EpsilonScaling.ratio`, or ``None`` for no annealing.
+    overrelax
+        Adaptive over-relaxation.
     multiscale
-        Coarse-to-fine start (auto and sparse modes, with epsilon scaling):
-        when both sides have more than twice this many points, all but the
-        last two regularisations of the schedule are solved on a seeded random
-        subsample of this many points per side, and the full problem starts
-        from the c-transform of its potentials (one pass over ``multiscale``
-        rows of the cost). ``None`` disables it.
+        :attr:`MultiscaleStart.size`, or ``None`` for no multiscale start.
+    symmetric, groups
+        See :class:`TransportProblem`.
+    init, callback
+        See :meth:`Sinkhorn.__call__`.
 
     Returns
     -------
     SinkhornResult
     """
-    geom = as_geometry(cost)
-    _check_scalars(epsilon_abs, tol, max_iter, eps_scaling, omega_max, truncation, max_density)
-    if mode not in ("auto", "dense", "sparse", "online"):
-        raise GeovizError(
-            f"sinkhorn: mode must be 'auto', 'dense', 'sparse' or 'online', got {mode!r}"
-        )
-    a, b = _check_weights(geom, a, b)
-    geom.check_finite()
-    eps = float(epsilon_abs)
-    _check_resolution(geom, eps)
-    n, m = geom.shape
-    dev = geom.device
-    log_a, log_b = a.log(), b.log()
-    if init is not None:
-        F = torch.as_tensor(init[0]).to(device=dev, dtype=torch.float64) + eps * log_a
-        G = torch.as_tensor(init[1]).to(device=dev, dtype=torch.float64) + eps * log_b
-    else:
-        F = torch.zeros_like(log_a)
-        G = torch.zeros_like(log_b)
-
-    if symmetric:
-        if n != m or not torch.allclose(a, b):
-            raise GeovizError("sinkhorn: symmetric=True needs a square cost and a == b")
-        _check_symmetric(geom)
-        return _solve_symmetric(geom, a, eps, tol, int(max_iter), F, callback)
-
-    if mode == "dense" and geom.matrix is None:
-        raise GeovizError(
-            "sinkhorn: mode='dense' needs a stored cost matrix (use 'sparse' or 'online')"
-        )
-    check_every = max(1, int(check_every))
-    mean = None
-    if init is None and eps_scaling is not None:
-        mean = float(eps_start) if eps_start is not None else geom.mean()
-    schedule = [eps] if mean is None else _schedule(eps, mean, eps_scaling, int(max_iter))
-    cost_mean = geom.mean() if mode == "auto" else math.nan
-    itemsize = torch.empty((), dtype=geom.dtype).element_size()
-    max_nnz = int(max(n, m) + max_density * n * m) if mode != "sparse" else n * m + m
-
-    loop = _Loop(a, b, F, G, _make_groups(groups, n, m, dev, coarse_every), callback, check_every)
-    dense_kernel: _DenseKernel | None = None
-
-    def get_dense() -> _DenseKernel:
-        nonlocal dense_kernel
-        if dense_kernel is None:
-            check_memory(n * m * itemsize, dev, "the Sinkhorn kernel buffer")
-            dense_kernel = _DenseKernel(
-                geom,
-                log_a,
-                log_b,
-                absorb_threshold,
-                torch.empty((n, m), dtype=geom.dtype, device=dev),
-            )
-        return dense_kernel
-
-    if (
-        multiscale is not None
-        and mode in ("auto", "sparse")
-        and len(schedule) > _FULL_STAGES
-        and min(n, m) > 2 * int(multiscale)
-    ):
-        # coarse-to-fine: the blurry stages on a random subsample, then one c-transform
-        loop.G = _multiscale_start(
-            geom, a, b, schedule[:-_FULL_STAGES], int(multiscale), stage_iter, absorb_threshold
-        )
-        schedule = schedule[-_FULL_STAGES:]
-
-    kernel: _Kernel | None = None
-    err = math.inf
-    for stage, e in enumerate(schedule):
-        final = stage == len(schedule) - 1
-        budget = (
-            int(max_iter) - loop.n_iter
-            if final
-            else min(stage_iter, int(max_iter) - loop.n_iter - 1)
-        )
-        if budget <= 0:
-            continue
-        kernel = None
-        want_sparse = mode == "sparse" or (
-            mode == "auto" and (geom.matrix is None or e <= _SPARSE_BELOW * cost_mean)
-        )
-        if want_sparse:
-            # intermediate stages only warm-start the next: a thinner support is enough
-            trunc = truncation if final else min(truncation, _STAGE_TRUNCATION)
-            support, _ = _select_support(geom, loop.G, e, trunc, max_nnz)
-            if support is not None:
-                _check_sparse_memory(support.nnz, dev)
-                kernel = _SparseKernel(geom, log_a, log_b, absorb_threshold, support)
-        if kernel is None:  # too dense to truncate (or asked for)
-            kernel = (
-                get_dense()
-                if geom.matrix is not None and mode != "online"
-                else _OnlineKernel(geom, log_a, log_b, absorb_threshold)
-            )
-        kernel.set_eps(e)
-        if not final:
-            stage_tol = max(tol, _STAGE_TOL)
-        else:  # leave room for the dense plan's extra error, measured below
-            stage_tol = tol * _SPARSE_TOL_FRACTION if isinstance(kernel, _SparseKernel) else tol
-        if final and isinstance(kernel, _SparseKernel):
-            kernel, err = _final_sparse_stage(
-                kernel,
-                loop,
-                geom,
-                e,
-                stage_tol,
-                budget,
-                truncation,
-                overrelax,
-                omega_max,
-                absorb_threshold,
-            )
-        else:
-            err = loop.run(kernel, stage_tol, budget, overrelax and final, omega_max, final)
-    assert kernel is not None
-
-    truncated_mass = 0.0
-    sparse_plan = None
-    if isinstance(kernel, _SparseKernel):
-        # verification: measure the dense plan of the returned potentials, re-select if needed
-        for _ in range(_MAX_VERIFY):
-            new_support, stats = _select_support(
-                geom,
-                loop.G,
-                eps,
-                truncation,
-                n * m + m,
-                F=loop.F,
-                log_a=log_a,
-                log_b=log_b,
-                measure=True,
-            )
-            assert stats is not None and new_support is not None
-            dense_err = float((stats["rows"] - a).abs().sum() + (stats["cols"] - b).abs().sum())
-            inside = float(kernel.plan_values(loop.F, loop.G).sum())
-            truncated_mass = max(0.0, float(stats["rows"].sum()) - inside)
-            err = max(err, dense_err)
-            left = int(max_iter) - loop.n_iter
-            if err <= tol or left <= 0:
-                break
-            support = kernel.support.union(new_support)
-            _check_sparse_memory(support.nnz, dev)
-            kernel = _SparseKernel(geom, log_a, log_b, absorb_threshold, support)
-            kernel.set_eps(eps)
-            kernel, err = _final_sparse_stage(
-                kernel,
-                loop,
-                geom,
-                eps,
-                tol * _SPARSE_TOL_FRACTION,
-                left,
-                truncation,
-                overrelax,
-                omega_max,
-                absorb_threshold,
-            )
-        sparse_plan = kernel.plan_csr(loop.F, loop.G)
-    F, G = loop.F, loop.G
-    converged = err <= tol
-    if not converged:
-        warnings.warn(
-            f"Sinkhorn stopped after {loop.n_iter} iterations (max_iter={max_iter}) with marginal error "
-            f"{err:.3g} > tol={tol:g}; increase max_iter or epsilon",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    plan = None
-    if keep_plan and isinstance(kernel, _DenseKernel):
-        plan = kernel.plan_inplace(F, G)
-    if isinstance(kernel, _SparseKernel):
-        nnz = kernel.support.nnz
-        sparse_cost = float((sparse_plan.values() * kernel.cvals).sum())
-    else:
-        nnz, sparse_cost = n * m, math.nan
-    return SinkhornResult(
-        f=F - eps * log_a,
-        g=G - eps * log_b,
-        a=a,
-        b=b,
-        epsilon_abs=eps,
-        n_iter=loop.n_iter,
-        marginal_error=float(err),
-        converged=bool(converged),
-        mode=kernel.mode,
-        truncated_mass=float(truncated_mass),
-        nnz=int(nnz),
-        geometry=geom,
-        _plan=plan,
-        _sparse=sparse_plan,
-        _sparse_cost=sparse_cost,
+    geom = as_geometry(cost).with_epsilon(epsilon_abs, relative=False)
+    solver = Sinkhorn(
+        tol=tol,
+        max_iter=max_iter,
+        kernel=KernelPolicy(mode=mode, truncation=truncation),
+        scaling=None if eps_scaling is None else EpsilonScaling(ratio=eps_scaling),
+        multiscale=None if multiscale is None else MultiscaleStart(int(multiscale)),
+        overrelax=overrelax,
+        keep_plan=keep_plan,
     )
-
-
-def _multiscale_start(
-    geom: CostGeometry,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    schedule: list[float],
-    size: int,
-    stage_iter: int,
-    absorb_threshold: float,
-) -> torch.Tensor:
-    """Solve ``schedule`` on a random ``size x size`` subsample; return a full ``G`` (m,).
-
-    The subsample's row potential is extended to every column by the
-    c-transform ``G_j = eps (log b_j - LSE_{i in I}((F_i - C_ij)/eps))`` at the
-    last coarse regularisation (with the subsample's normalised row weights).
-    """
     n, m = geom.shape
-    gen = torch.Generator().manual_seed(0)
-    rows = torch.randperm(n, generator=gen)[:size].sort().values.to(geom.device)
-    cols = torch.randperm(m, generator=gen)[:size].sort().values.to(geom.device)
-    a_sub, b_sub = a[rows] / a[rows].sum(), b[cols] / b[cols].sum()
-    eps = schedule[-1]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # a warm start only
-        sub = sinkhorn(
-            geom.subset(rows, cols),
-            a_sub,
-            b_sub,
-            epsilon_abs=eps,
-            tol=_STAGE_TOL,
-            max_iter=max(2, stage_iter * len(schedule)),
-            eps_scaling=schedule[-1] / schedule[-2] if len(schedule) > 1 else None,
-            eps_start=schedule[0],
-            stage_iter=stage_iter,
-            mode="dense" if geom.matrix is not None else "online",
-            multiscale=None,
-        )
-    F_sub = sub.f + eps * a_sub.log()
-    extend = _OnlineKernel(geom.subset(rows, None), a_sub.log(), b.log(), absorb_threshold)
-    extend.set_eps(eps)
-    return eps * (b.log() - extend.col_lse(F_sub))
-
-
-def _final_sparse_stage(
-    kernel: _SparseKernel,
-    loop: _Loop,
-    geom: CostGeometry,
-    eps: float,
-    stage_tol: float,
-    budget: int,
-    truncation: float,
-    overrelax: bool,
-    omega_max: float,
-    absorb_threshold: float,
-) -> tuple[_SparseKernel, float]:
-    """Iterate on the truncated kernel, re-selecting its support when it is stale or too thin.
-
-    The support was chosen with the previous stage's potentials: once the error is
-    below ``_RESELECT_TOL`` it is chosen again around the balanced potentials. A
-    support too thin to carry the marginals shows as a stall (the error does not
-    halve in ``_STALL`` iterations): it is then grown the same way; when it did not
-    grow (the problem is merely slow) the stall window doubles.
-    """
-    phase_tol = max(stage_tol, _RESELECT_TOL)
-    window = _STALL
-    err = math.inf
-    while budget > 0:
-        used0 = loop.n_iter
-        err = loop.run(kernel, phase_tol, budget, overrelax, omega_max, True, stall=window)
-        budget -= loop.n_iter - used0
-        if budget <= 0 or err <= stage_tol:
-            break
-        grown = _resupport(
-            kernel, geom, loop, eps, truncation, kernel.support.rows.device, absorb_threshold
-        )
-        if err <= phase_tol:
-            phase_tol = stage_tol  # the planned re-selection
-        elif grown.support.nnz == kernel.support.nnz:
-            window *= 2  # complete support, slow convergence: check less often
-        kernel = grown
-    return kernel, err
-
-
-def _resupport(
-    kernel: _SparseKernel,
-    geom: CostGeometry,
-    loop: _Loop,
-    eps: float,
-    truncation: float,
-    dev,
-    absorb_threshold: float,
-) -> _SparseKernel:
-    """A sparse kernel on the old support plus the entries significant for ``(F, G)``."""
-    support, _ = _select_support(
+    problem = TransportProblem(
         geom,
-        loop.G,
-        eps,
-        truncation,
-        geom.shape[0] * geom.shape[1] + geom.shape[1],
-        F=loop.F,
-        log_a=loop.log_a,
-        log_b=loop.log_b,
+        uniform_measure(n, geom.device) if a is None else a,
+        uniform_measure(m, geom.device) if b is None else b,
+        groups=groups,
+        symmetric=symmetric,
     )
-    support = kernel.support.union(support)
-    _check_sparse_memory(support.nnz, dev)
-    out = _SparseKernel(geom, loop.log_a, loop.log_b, absorb_threshold, support)
-    out.set_eps(eps)
-    return out
+    return solver(problem, init=init, callback=callback)
 
 
 def _check_sparse_memory(nnz: int, dev: torch.device) -> None:
@@ -1488,43 +1733,3 @@ def _coarse_newton(
         s, t, current = s_new, t_new, new
     centre = 0.5 * (float(s.mean()) - float(t.mean()))  # split the free constant evenly
     return torch.from_numpy(s - centre), torch.from_numpy(t + centre)
-
-
-def _solve_symmetric(geom: CostGeometry, a, eps, tol, max_iter, f0, callback) -> SinkhornResult:
-    """Averaged log-domain iterations for a symmetric problem (potential ``f = g``)."""
-    log_a = a.log()
-    kernel = _OnlineKernel(geom, log_a, log_a, 30.0)
-    kernel.set_eps(eps)
-    f = f0.clone()  # internal convention: pi = exp((F_i + F_j - C_ij)/eps)
-    err = math.inf
-    n_iter = 0
-    for n_iter in range(1, max_iter + 1):
-        t = eps * log_a - eps * kernel.row_lse(f)
-        # row marginal of the current plan: a * exp((F - T(F))/eps)
-        err = 2.0 * float((a * torch.expm1((f - t) / eps)).abs().sum())
-        if callback is not None:
-            callback(n_iter, err)
-        if err <= tol:
-            break
-        f = 0.5 * (f + t)
-    converged = err <= tol
-    if not converged:
-        warnings.warn(
-            f"symmetric Sinkhorn stopped after {n_iter} iterations with marginal error {err:.3g} > tol={tol:g}",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
-    g = f - eps * log_a
-    return SinkhornResult(
-        f=g,
-        g=g.clone(),
-        a=a,
-        b=a.clone(),
-        epsilon_abs=eps,
-        n_iter=n_iter,
-        marginal_error=float(err),
-        converged=bool(converged),
-        mode="online",
-        nnz=geom.shape[0] ** 2,
-        geometry=geom,
-    )
