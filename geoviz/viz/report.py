@@ -185,10 +185,12 @@ def field_format(diagnostics_type: type[MapDiagnostics], name: str) -> FieldForm
     return FieldFormat(name.replace("_", " "))
 
 
-def diagnostic_fields(diagnostics: Sequence[MapDiagnostics]) -> list[str]:
-    """Field names of all ``diagnostics`` (union), in :data:`FIELD_FORMATS` order, then
-    fields of unknown types in their dataclass order."""
-    names: dict[str, None] = {}
+def diagnostic_fields(
+    diagnostics: Sequence[MapDiagnostics], extra: Sequence[str] = ()
+) -> list[str]:
+    """Field names of all ``diagnostics`` (union) and ``extra``, in :data:`FIELD_FORMATS`
+    order, then fields of unknown types in their dataclass order."""
+    names: dict[str, None] = dict.fromkeys(extra)
     for d in diagnostics:
         names.update(dict.fromkeys(f.name for f in dataclasses.fields(d)))
     unknown = len(_FIELD_ORDER)
@@ -433,9 +435,9 @@ def map_comparison_tables(first: GeodesicResult, second: GeodesicResult) -> list
 
     Rows: the diagnostics fields marked ``compare`` in :data:`FIELD_FORMATS` that
     either map has (OTDD, effective neighbours, label confidence, held-out OT and
-    its identity-map baseline, nearest-reference ratio; :data:`COMPUTED_FIELDS`
-    fill in what a map does not report), and the share of target points whose hard
-    labels agree under both maps.
+    its identity-map baseline), the :data:`COMPUTED_FIELDS` (nearest-reference
+    ratio: a map's own value, else computed from its mapped points), and the share
+    of target points whose hard labels agree under both maps.
     """
     import pandas as pd
 
@@ -446,7 +448,7 @@ def map_comparison_tables(first: GeodesicResult, second: GeodesicResult) -> list
     for i in range(first.m):
         diagnostics = [r.diagnostics[i] for r in results]
         rows = []
-        for name in diagnostic_fields(diagnostics):
+        for name in diagnostic_fields(diagnostics, extra=list(COMPUTED_FIELDS)):
             base = field_format(MapDiagnostics, name)
             if not base.compare:
                 continue
