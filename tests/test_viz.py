@@ -794,7 +794,7 @@ def test_sample_card_image_and_top_soft_labels():
 # --------------------------------------------------------------------------- map tables
 
 
-def _blobs(n: int, seed: int, n_classes: int, name: str, shift: float = 0.0) -> LabeledDataset:
+def _map_blobs(n: int, seed: int, n_classes: int, name: str, shift: float = 0.0) -> LabeledDataset:
     rng = np.random.default_rng(seed)
     y = np.arange(n) % n_classes
     centres = 3.0 * np.stack([np.cos(np.arange(n_classes)), np.sin(np.arange(n_classes))], 1)
@@ -806,7 +806,10 @@ def _blobs(n: int, seed: int, n_classes: int, name: str, shift: float = 0.0) -> 
 
 @pytest.fixture
 def map_data() -> tuple[LabeledDataset, list[LabeledDataset]]:
-    return _blobs(36, 0, 3, "Q"), [_blobs(30, 1, 4, "P", 1.0), _blobs(30, 2, 2, "P2", -1.0)]
+    return _map_blobs(36, 0, 3, "Q"), [
+        _map_blobs(30, 1, 4, "P", 1.0),
+        _map_blobs(30, 2, 2, "P2", -1.0),
+    ]
 
 
 def test_field_formats_follow_the_diagnostics_type_not_the_method():
