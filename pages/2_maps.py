@@ -85,7 +85,7 @@ def method_control(model: SessionModel) -> None:
     c1.radio(
         "Map",
         list(MAP_METHODS),
-        format_func=lambda m: METHOD_LABELS[m],
+        format_func=lambda m: METHOD_LABELS.get(m, m),
         horizontal=True,
         key=METHOD_KEY,
         on_change=_on_method_change,
@@ -351,10 +351,11 @@ def comparison(model: SessionModel, result) -> None:
     pair = services.map_pair(model.scenario)
     if any(r is None for r in pair):
         other = services.companion_scenario(model.scenario)
-        have = METHOD_LABELS[result.method]
+        have = METHOD_LABELS.get(result.method, result.method)
+        missing = METHOD_LABELS.get(other.map_method, other.map_method)
         st.caption(
             f"Only the {have} maps of this scenario are fitted. Fit the "
-            f"{METHOD_LABELS[other.map_method]} maps of the same data to compare both on the same "
+            f"{missing} maps of the same data to compare both on the same "
             "target points (neural budget: the one chosen above). The fit runs in the background: "
             "you can leave the page and come back."
         )
