@@ -41,8 +41,8 @@ def set_epsilon(model: SessionModel, epsilon: float) -> bool:
 
 
 def set_map_method(model: SessionModel, method: str, preset: str | None = None) -> bool:
-    """Make ``method`` (one of :data:`~geoviz.app.scenario.MAP_METHODS`) and, if given, the neural budget
-    ``preset`` the scenario's; ``True`` if the scenario changed.
+    """Make ``method`` (one of :data:`~geoviz.app.scenario.MAP_METHODS`) and, if given,
+    the neural budget ``preset`` the scenario's; ``True`` if the scenario changed.
 
     Like :func:`set_epsilon`: the new scenario has its own key, so its geodesic is
     fitted in the background once (or read back from the store / disk cache).
