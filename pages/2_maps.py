@@ -280,8 +280,9 @@ def nearest_panel(model: SessionModel, result) -> None:
     st.caption(
         "These maps generate T_i(x) (a neural map: T_i(x) = G(x, y)) instead of averaging "
         "reference samples, so there are no plan weights to show. Each row shows a target "
-        "sample x, its image T_i(x) and the closest real samples of P_i (Euclidean distance d under each). Close, "
-        "similar-looking neighbours: the generator produces points like the reference data."
+        "sample x, its image T_i(x) and the closest real samples of P_i (Euclidean distance "
+        "d under each). Close, similar-looking neighbours: the generator produces points like "
+        "the reference data."
     )
     names = list(result.reference_names)
     c1, c3 = st.columns(2)
