@@ -201,7 +201,7 @@ def geodesic_with_status(
     services.start_embedding(model, data)
     # the scenario's configuration names the maps ("barycentric", "neural (tiny budget)")
     status = st.status(
-        f"Fitting OTDD maps ({scenario.map_label}) and (2,Q) distances…", expanded=True
+        f"Fitting {scenario.map_label} OTDD maps and (2,Q) distances…", expanded=True
     )
     with status:
         bar = st.progress(0.0, text="starting")
@@ -217,7 +217,7 @@ def geodesic_with_status(
             if finished:
                 break
     services.finish_geodesic(scenario)
-    maps = f"OTDD maps ({scenario.map_label})"
+    maps = f"{scenario.map_label[:1].upper()}{scenario.map_label[1:]} OTDD maps"
     if job.error_ is not None:
         status.update(label=f"{maps} failed", state="error", expanded=True)
         show_error(job.error_)
