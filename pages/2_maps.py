@@ -85,7 +85,7 @@ def method_control(model: SessionModel) -> None:
     c1.radio(
         "Map",
         list(MAP_METHODS),
-        format_func=lambda m: METHOD_LABELS[m],
+        format_func=lambda m: METHOD_LABELS.get(m, m),
         horizontal=True,
         key=METHOD_KEY,
         on_change=_on_method_change,
@@ -107,65 +107,37 @@ def method_control(model: SessionModel) -> None:
 
 
 def sharpness(result) -> None:
-    """Effective neighbours and label confidence of every map, with a warning when blurry."""
-    if result.method == "neural":
-        neural_quality(result)
-        return
+    """Each map's headline diagnostics as metrics (a value the map does not have as a
+    caption), with a warning when a map is blurry or did not beat the identity map."""
     cols = st.columns(result.m)
-    for i, (col, info) in enumerate(zip(cols, services.map_sharpness(result), strict=True)):
+    for i, (col, diag) in enumerate(zip(cols, result.diagnostics, strict=True)):
+        ref, name = result.references[i], result.reference_names[i]
+        context = {"reference": name, "n_reference": ref.n_samples, "n_classes": ref.n_classes}
         with col:
-            st.markdown(f"**T{i + 1}: Q → {info['reference']}**")
-            st.metric(
-                "effective neighbours",
-                f"{info['effective_neighbours']:.1f}",
-                help=(
-                    "How many reference samples a mapped point T(x) averages: the median over x "
-                    "of exp(entropy of x's normalised plan row). 1 = a one-to-one map; "
-                    f"N_P = {result.references[i].n_samples} = every x maps to the mean image."
-                ),
-            )
-            st.metric(
-                "label confidence",
-                f"{info['label_confidence']:.2f}",
-                help=(
-                    "Mean over x of the largest entry of T(x)'s soft label: 1 = each mapped point "
-                    f"gets one class of {info['reference']}; "
-                    f"1/{result.references[i].n_classes} = uniform labels."
-                ),
-            )
-            if info["blurry"]:
+            st.markdown(f"**T{i + 1}: Q → {name}**")
+            absent = []
+            for field in services.diagnostic_fields([diag]):
+                fmt = services.field_format(type(diag), field)
+                if not fmt.headline:
+                    continue
+                text = services.field_text(diag, field)
+                if services.field_value(diag, field) is None:
+                    absent.append(f"{fmt.label}: {text}")
+                else:
+                    st.metric(fmt.label, text, help=fmt.help.format(**context) or None)
+            for line in absent:
+                st.caption(line)
+            if result.blurry[i]:
                 st.warning(
                     f"**Blurry map.** Each T{i + 1}(x) averages a median of "
-                    f"{info['effective_neighbours']:.0f} reference samples (more than "
+                    f"{diag.effective_neighbours:.0f} reference samples (more than "
                     f"{BLUR_NEIGHBOURS:g}), so mapped images look like a blurred mean and their "
-                    f"labels mix classes (confidence {info['label_confidence']:.2f}). "
+                    f"labels mix classes (confidence {diag.label_confidence:.2f}). "
                     f"Lower ε above (default {DEFAULT_EPSILON:g}) for a sharp map."
                 )
-
-
-def neural_quality(result) -> None:
-    """Neural maps have no plan: label confidence, nearest-reference ratio, held-out OT."""
-    cols = st.columns(result.m)
-    for i, (col, info) in enumerate(zip(cols, services.map_sharpness(result), strict=True)):
-        with col:
-            st.markdown(f"**T{i + 1}: Q → {info['reference']}** (neural)")
-            st.metric(
-                "label confidence",
-                f"{info['label_confidence']:.2f}",
-                help="Mean over x of the largest entry of T(x)'s soft label (classifier l).",
-            )
-            st.metric(
-                "nearest-reference ratio",
-                services.format_stat(info.get("nearest_reference"), ".2f", missing="n/a"),
-                help=(
-                    "Median distance from T(x) to its closest reference sample, divided by the "
-                    "median nearest-neighbour distance inside P_i: about 1 = generated points sit "
-                    "among real ones; much larger = off the data."
-                ),
-            )
-            st.caption(f"effective neighbours: {services.NO_PLAN}")
-            held, ident = info.get("heldout_ot"), info.get("heldout_ot_identity")
-            if held is not None and ident is not None and not float(held) < float(ident):
+            held = services.field_value(diag, "heldout_ot")
+            identity = services.field_value(diag, "heldout_ot_identity")
+            if held is not None and identity is not None and not held < identity:
                 st.info(
                     f"T{i + 1} did not improve the held-out OT cost on the identity map within "
                     "its budget: choose a larger neural budget above."
@@ -173,15 +145,14 @@ def neural_quality(result) -> None:
 
 
 def summary_table(result) -> None:
+    """One row per map, one column per diagnostics field; what the columns mean below."""
     st.dataframe(services.map_table(result), hide_index=True, width="stretch")
-    if result.method == "neural":
-        st.caption(
-            "Neural maps: OTDD is the Monge cost of the trained map (same cost, no entropy); "
-            "held-out OT is W₂² between G#Q and P_i on held-out samples (identity map in the "
-            "next column, for scale); 'stopped early' = the held-out cost stopped improving."
-        )
-    elif not all(result.converged):
-        st.warning("Some Sinkhorn solves stopped before their tolerance: see the marginal errors.")
+    captions, warnings = services.map_table_notes(result)
+    if captions:
+        text = "; ".join(captions)
+        st.caption(f"{text[0].upper()}{text[1:]}.")
+    for warning in warnings:
+        st.warning(warning)
 
 
 def mapped_samples(result) -> None:
@@ -250,7 +221,7 @@ def mapped_samples(result) -> None:
 @st.fragment
 def teaching_panel(model: SessionModel, result) -> None:
     """A few target points, the reference points they are averaged from, and T_i(x)."""
-    if result.method == "neural":
+    if not services.has_plan_neighbours(result):
         nearest_panel(model, result)
         return
     q = result.target
@@ -302,14 +273,16 @@ def _pick_points(q, prefix: str, n_col, seed_col) -> np.ndarray:
 
 
 def nearest_panel(model: SessionModel, result) -> None:
-    """Neural maps: each generated T_i(x) next to the closest real samples of P_i."""
+    """Maps without a plan (neural): each generated T_i(x) next to the closest real samples
+    of P_i."""
     q = result.target
     st.subheader("What does a generated point look like?")
     st.caption(
-        "A neural map generates T_i(x) = G(x, y) instead of averaging reference samples, so "
-        "there are no plan weights to show. Each row shows a target sample x, its image T_i(x) "
-        "and the closest real samples of P_i (Euclidean distance d under each). Close, "
-        "similar-looking neighbours: the generator produces points like the reference data."
+        "These maps generate T_i(x) (a neural map: T_i(x) = G(x, y)) instead of averaging "
+        "reference samples, so there are no plan weights to show. Each row shows a target "
+        "sample x, its image T_i(x) and the closest real samples of P_i (Euclidean distance "
+        "d under each). Close, similar-looking neighbours: the generator produces points like "
+        "the reference data."
     )
     names = list(result.reference_names)
     c1, c3 = st.columns(2)
@@ -353,31 +326,37 @@ def transitions(result) -> None:
                 ),
                 key=f"maps_transition_{i}",
             )
+            diag = result.diagnostics[i]
             name = result.reference_names[i]
-            if result.method == "neural":
-                st.markdown(
-                    f"{glossary.OTDD_SHORT}(Q, {name}) = **{result.otdd[i]:.4g}** (Monge cost of "
-                    f"the neural map) · marginal error {services.NO_PLAN} · "
-                    f"{'stopped early' if result.converged[i] else 'ran its whole budget'}"
-                )
-            else:
-                st.markdown(
-                    f"{glossary.OTDD_SHORT}(Q, {name}) = **{result.otdd[i]:.4g}** · "
-                    f"marginal error **{result.marginal_errors[i]:.2e}** · "
-                    f"{'converged' if result.converged[i] else 'not converged'}"
-                )
+            st.markdown(
+                f"{glossary.OTDD_SHORT}(Q, {name}) = {_stat(diag, 'otdd')} · "
+                f"marginal error {_stat(diag, 'marginal_error')} · "
+                f"{services.field_text(diag, 'converged')}"
+            )
+
+
+def _stat(diag, field: str) -> str:
+    """A diagnostics value in bold with its note (``**0.51** (Monge cost)``), or the
+    field's text for a value the map does not have."""
+    text = services.field_text(diag, field)
+    if services.field_value(diag, field) is None:
+        return text
+    note = services.field_format(type(diag), field).note
+    return f"**{text}**" + (f" ({note})" if note else "")
 
 
 def comparison(model: SessionModel, result) -> None:
-    """Barycentric and neural maps of the same data side by side (or a button to fit the other)."""
-    st.subheader("Barycentric vs neural maps")
-    bary, neural = services.map_pair(model.scenario)
-    if bary is None or neural is None:
+    """The maps of every method on the same data side by side (or a button to fit the other)."""
+    title = " vs ".join(MAP_METHODS)
+    st.subheader(f"{title[0].upper()}{title[1:]} maps")
+    pair = services.map_pair(model.scenario)
+    if any(r is None for r in pair):
         other = services.companion_scenario(model.scenario)
-        have = METHOD_LABELS[result.method]
+        have = METHOD_LABELS.get(result.method, result.method)
+        missing = METHOD_LABELS.get(other.map_method, other.map_method)
         st.caption(
             f"Only the {have} maps of this scenario are fitted. Fit the "
-            f"{METHOD_LABELS[other.map_method]} maps of the same data to compare both on the same "
+            f"{missing} maps of the same data to compare both on the same "
             "target points (neural budget: the one chosen above). The fit runs in the background: "
             "you can leave the page and come back."
         )
@@ -387,30 +366,30 @@ def comparison(model: SessionModel, result) -> None:
         if widgets.geodesic_with_status(model, scenario=other) is None:
             return
         st.rerun()  # redraw the section without the button and the progress box
-    side_by_side(model, bary, neural)
+    side_by_side(model, *pair)
 
 
 @st.fragment
-def side_by_side(model: SessionModel, bary, neural) -> None:
+def side_by_side(model: SessionModel, first, second) -> None:
     st.caption(
-        "The same target points x under both maps T_i: the barycentric image averages reference "
-        "samples (entropic plan), the neural one is generated. Caption under each image: its "
+        "The same target points x under both maps T_i: a barycentric image averages reference "
+        "samples (entropic plan), a neural one is generated. Caption under each image: its "
         "top soft label. Tables: the cost of each map, label confidence, how close the mapped "
         "points are to real reference data, and how often both maps give x the same hard label."
     )
-    q = bary.target
+    q = first.target
     c1, c2 = st.columns(2)
     n = c1.slider("Target points", 1, services.MAX_TEACHING_POINTS, 4, key="cmp_n")
     seed = c2.number_input("Sample seed", 0, 10_000, 0, key="cmp_seed")
-    idx = services.comparison_indices(bary, int(n), int(seed))
-    per_row = min(bary.m, 3 if q.is_image else 2)
+    idx = services.comparison_indices(first, int(n), int(seed))
+    per_row = min(first.m, 3 if q.is_image else 2)
     figs = services.side_by_side_figures(
-        model.scenario, bary, neural, idx, tile_px=130 if per_row <= 2 else 96
+        model.scenario, first, second, idx, tile_px=130 if per_row <= 2 else 96
     )
-    tables = services.map_comparison_tables(model.scenario, bary, neural)
-    for start in range(0, bary.m, per_row):
+    tables = services.map_comparison_tables(model.scenario, first, second)
+    for start in range(0, first.m, per_row):
         cols = st.columns(per_row)
-        for col, i in zip(cols, range(start, min(start + per_row, bary.m)), strict=False):
+        for col, i in zip(cols, range(start, min(start + per_row, first.m)), strict=False):
             with col:
                 st.plotly_chart(figs[i], key=f"cmp_fig_{i}")
                 # a static table: every cell's text in full (no scrolling grid)

@@ -789,3 +789,174 @@ def test_sample_card_image_and_top_soft_labels():
         sample_card(None, "t", soft[:3], names)
     with pytest.raises(DatasetError):
         sample_card(None, "t", None, names)
+
+
+# --------------------------------------------------------------------------- map tables
+
+
+def _map_blobs(n: int, seed: int, n_classes: int, name: str, shift: float = 0.0) -> LabeledDataset:
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % n_classes
+    centres = 3.0 * np.stack([np.cos(np.arange(n_classes)), np.sin(np.arange(n_classes))], 1)
+    x = centres[y] + shift + 0.5 * rng.normal(size=(n, 2))
+    return LabeledDataset(
+        x.astype(np.float32), y, tuple(f"c{k}" for k in range(n_classes)), name=name
+    )
+
+
+@pytest.fixture
+def map_data() -> tuple[LabeledDataset, list[LabeledDataset]]:
+    return _map_blobs(36, 0, 3, "Q"), [
+        _map_blobs(30, 1, 4, "P", 1.0),
+        _map_blobs(30, 2, 2, "P2", -1.0),
+    ]
+
+
+def test_field_formats_follow_the_diagnostics_type_not_the_method():
+    from geoviz import glossary
+    from geoviz.maps.base import MapDiagnostics, NeuralDiagnostics, PlanDiagnostics
+    from geoviz.viz.report import NO_PLAN, field_format, field_text
+
+    # a subclass overrides its base's entry; otherwise it inherits it
+    assert field_format(PlanDiagnostics, "converged").label == "converged"
+    assert field_format(NeuralDiagnostics, "converged").label == "stopped early"
+    assert field_format(PlanDiagnostics, "converged").warn_when_false
+    assert not field_format(NeuralDiagnostics, "converged").warn_when_false
+    assert field_format(PlanDiagnostics, "otdd").label == glossary.OTDD
+    assert field_format(NeuralDiagnostics, "otdd").note == "Monge cost"
+    # a field the type lacks reads its declaring type's "missing" text
+    assert field_format(NeuralDiagnostics, "marginal_error").missing == NO_PLAN
+    assert field_format(PlanDiagnostics, "heldout_ot").missing == "n/a (not trained)"
+    # a field nobody knows reads by its own name
+    assert field_format(MapDiagnostics, "mean_displacement").label == "mean displacement"
+
+    plan = PlanDiagnostics(1.23456, 0.9, 2.25, False, 7, epsilon_abs=0.01, marginal_error=3e-6)
+    assert field_text(plan, "otdd") == "1.235"
+    assert field_text(plan, "effective_neighbours") == "2.2"  # ".1f", round half to even
+    assert field_text(plan, "marginal_error") == "3.00e-06"
+    assert field_text(plan, "converged") == "not converged"
+    assert field_text(plan, "heldout_ot") == "n/a (not trained)"
+    neural = NeuralDiagnostics(0.5, 0.75, None, True, 20, 0.1, 0.4, 0.3, 0.6, 0.875, 1.5, 10, 2.0)
+    assert field_text(neural, "effective_neighbours") == NO_PLAN
+    assert field_text(neural, "converged") == "stopped early"
+    assert field_text(neural, "classifier_accuracy") == "87.5%"
+    assert field_text(neural, "otdd", with_note=True) == "0.5 (Monge cost)"
+    assert field_text(neural, "epsilon_abs") == NO_PLAN
+
+
+def test_plan_map_table_keeps_the_numbers_of_the_diagnostics(map_data, tmp_path):
+    from geoviz import glossary
+    from geoviz.backend import DiskCache
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.viz.fitted_maps import has_plan_neighbours
+    from geoviz.viz.report import map_table, map_table_notes
+
+    q, refs = map_data
+    res = fit_geodesic(q, refs, cache=DiskCache(tmp_path))
+    table = map_table(res)
+    assert list(table.columns) == [
+        "reference P_i",
+        glossary.OTDD,
+        glossary.W_TARGET,
+        "effective neighbours",
+        "label confidence",
+        "ε_abs",
+        "marginal error",
+        "converged",
+        "iterations",
+    ]
+    assert list(table["reference P_i"]) == ["P", "P2"]
+    np.testing.assert_array_equal(table[glossary.OTDD], res.otdd)
+    np.testing.assert_array_equal(table["effective neighbours"], res.effective_neighbours)
+    np.testing.assert_array_equal(table[glossary.W_TARGET], res.w_to_target)
+    assert list(table["converged"]) == list(res.converged)
+    assert has_plan_neighbours(res)
+    captions, warnings = map_table_notes(res)
+    assert captions == [] and bool(warnings) == (not all(res.converged))
+
+
+def test_a_new_map_kind_needs_no_change_in_the_app_tables(map_data, tmp_path, monkeypatch):
+    """A third kind of map with its own diagnostics: columns, rows and texts follow them."""
+    import dataclasses
+
+    from geoviz.backend import DiskCache
+    from geoviz.errors import GeovizError
+    from geoviz.geodesic import pipeline
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.maps.base import FittedMap, MapDiagnostics
+    from geoviz.viz.fitted_maps import has_plan_neighbours, require_plan
+    from geoviz.viz.report import (
+        NO_PLAN,
+        check_pair,
+        map_comparison_tables,
+        map_table,
+        map_table_notes,
+        nearest_reference_ratio,
+    )
+
+    @dataclasses.dataclass(frozen=True)
+    class IdentityDiagnostics(MapDiagnostics):
+        mean_displacement: float
+
+    @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+    class FittedIdentity(FittedMap[None]):
+        kind = "entropic"  # any kind name: nothing outside geoviz.maps reads it
+        supports_out_of_sample = True
+
+        def transform(self, features, labels=None):
+            return features, self.soft_labels_[: features.shape[0]]
+
+        def diagnostics(self):
+            return IdentityDiagnostics(1.0, 0.5, None, False, 0, mean_displacement=0.25)
+
+        def to_payload(self):
+            return {"x": self.mapped_features_}
+
+        @classmethod
+        def from_payload(cls, payload, target, reference, estimator):
+            raise GeovizError("not stored")
+
+    class Identity:
+        def fit(self, target, reference, progress=None):
+            uniform = torch.full((target.n_samples, reference.n_classes), 1 / reference.n_classes)
+            return FittedIdentity(
+                mapped_features_=target.features,
+                soft_labels_=uniform,
+                label_cost_=torch.ones(target.n_classes, reference.n_classes, dtype=torch.float64),
+                reference_classes=reference.classes,
+                reference_name=reference.name,
+                target_classes=target.classes,
+            )
+
+    q, refs = map_data
+    plan = fit_geodesic(q, refs, cache=DiskCache(tmp_path))
+    monkeypatch.setattr(pipeline, "map_estimator", lambda *args: Identity())
+    third = fit_geodesic(q, refs, GeodesicConfig(method="neural"), cache=DiskCache(tmp_path))
+
+    table = map_table(third)
+    assert list(table.columns)[-1] == "mean displacement"
+    assert list(table["mean displacement"]) == [0.25, 0.25]
+    assert (table["effective neighbours"] == NO_PLAN).all()
+    assert "ε_abs" not in table and "nan" not in table.to_string().lower()
+    assert list(table["converged"]) == [False, False]
+    # no warning: the base type's "converged" has none (only Sinkhorn's does)
+    assert map_table_notes(third) == ([], [])
+    assert not has_plan_neighbours(third)
+    with pytest.raises(GeovizError, match="no plan neighbours"):
+        require_plan(third)
+
+    tables = map_comparison_tables(plan, third)
+    assert len(tables) == 2
+    for i, t in enumerate(tables):
+        rows = {r[0]: r[1:] for r in t.itertuples(index=False)}
+        assert list(t.columns) == ["quantity", "barycentric", "neural"]
+        assert rows["effective neighbours"][1] == NO_PLAN
+        assert "held-out OT" not in rows  # neither map has it
+        assert "mean displacement" not in rows  # not a comparison row
+        # computed for both maps, since neither reports it
+        assert rows["nearest-reference ratio"] == tuple(
+            f"{nearest_reference_ratio(r, i):.2f}" for r in (plan, third)
+        )
+        assert "nan" not in t.to_string().lower()
+    with pytest.raises(GeovizError, match="two different map methods"):
+        check_pair(plan, plan)

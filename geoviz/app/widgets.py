@@ -199,11 +199,10 @@ def geodesic_with_status(
     job = services.start_geodesic(scenario, data)
     # the embedding needs only the datasets: fit it alongside the maps
     services.start_embedding(model, data)
-    neural = scenario.map_method == "neural"
-    what = "Computing OTDD maps"
-    if neural:
-        what = f"Training neural OTDD maps ({scenario.neural_preset} budget)"
-    status = st.status(f"{what} and (2,Q) distances…", expanded=True)
+    # the scenario's configuration names the maps ("barycentric", "neural (tiny budget)")
+    status = st.status(
+        f"Fitting {scenario.map_label} OTDD maps and (2,Q) distances…", expanded=True
+    )
     with status:
         bar = st.progress(0.0, text="starting")
         log_box = st.empty()
@@ -218,10 +217,10 @@ def geodesic_with_status(
             if finished:
                 break
     services.finish_geodesic(scenario)
-    kind = "Neural OTDD maps" if neural else "OTDD maps"
+    maps = f"{scenario.map_label[:1].upper()}{scenario.map_label[1:]} OTDD maps"
     if job.error_ is not None:
-        status.update(label=f"{kind} failed", state="error", expanded=True)
+        status.update(label=f"{maps} failed", state="error", expanded=True)
         show_error(job.error_)
         return None
-    status.update(label=f"{kind} ready ({job.elapsed:.1f} s)", state="complete", expanded=False)
+    status.update(label=f"{maps} ready ({job.elapsed:.1f} s)", state="complete", expanded=False)
     return job.result_

@@ -15,6 +15,7 @@ from geoviz.errors import GeovizError
 __all__ = [
     "as_index",
     "distance_caption",
+    "has_plan_neighbours",
     "nearest_reference_figure",
     "plan_neighbours_figure",
     "require_plan",
@@ -37,10 +38,18 @@ def as_index(a: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(np.asarray(a, dtype=np.int64))
 
 
+def has_plan_neighbours(result: GeodesicResult) -> bool:
+    """Whether every map of ``result`` has plan neighbours
+    (:meth:`~geoviz.maps.base.FittedMap.plan_neighbours`): maps read off a plan do,
+    maps that generate their points (neural) do not."""
+    return bool(result.neighbour_index)
+
+
 def require_plan(result: GeodesicResult) -> None:
-    if result.method == "neural":
+    """Raise :class:`~geoviz.errors.GeovizError` unless :func:`has_plan_neighbours`."""
+    if not has_plan_neighbours(result):
         raise GeovizError(
-            "neural maps have no plan neighbours; use nearest_reference_figure / "
+            f"the {result.method} maps have no plan neighbours; use nearest_reference_figure / "
             "nearest_reference_table (the closest real reference samples) instead"
         )
 
@@ -243,7 +252,7 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
 
 
 def side_by_side_images(
-    bary: GeodesicResult, neural: GeodesicResult, idx: np.ndarray, tile_px: int
+    first: GeodesicResult, second: GeodesicResult, idx: np.ndarray, tile_px: int
 ) -> list[go.Figure]:
     from geoviz.viz.images import (
         as_display_images,
@@ -252,7 +261,7 @@ def side_by_side_images(
         soft_label_captions,
     )
 
-    q = bary.target
+    q = first.target
     rows = as_index(idx)
     shape = q.image_shape
     x_img = as_display_images(q.features[rows], shape)
@@ -261,13 +270,13 @@ def side_by_side_images(
         for t, c in zip(idx, sample_captions(q.labels[rows], q.classes, 9), strict=True)
     ]
     figs = []
-    for i in range(bary.m):
-        ref = bary.references[i]
+    for i in range(first.m):
+        ref = first.references[i]
         columns = []
-        for label, res in (("barycentric", bary), ("neural", neural)):
+        for res in (first, second):
             columns.append(
                 (
-                    f"{label}<br>T{i + 1}(x)",
+                    f"{res.method}<br>T{i + 1}(x)",
                     as_display_images(res.mapped_features[i][rows], shape),
                     soft_label_captions(res.soft_labels[i][rows], ref.classes, width=10),
                 )
@@ -277,7 +286,7 @@ def side_by_side_images(
                 x_img,
                 x_caps,
                 columns,
-                title=f"P{i + 1}: {_name(bary, i)}",
+                title=f"P{i + 1}: {_name(first, i)}",
                 tile_px=tile_px,
             )
         )
@@ -285,21 +294,24 @@ def side_by_side_images(
 
 
 def side_by_side_scatter(
-    bary: GeodesicResult, neural: GeodesicResult, idx: np.ndarray
+    first: GeodesicResult, second: GeodesicResult, idx: np.ndarray
 ) -> list[go.Figure]:
     import plotly.graph_objects as go
 
-    q = bary.target
+    q = first.target
     rows = as_index(idx)
     x = q.features[rows, :2].numpy().astype(float)
     ax = _axis_titles(q.n_features)
     figs = []
-    styles = (
-        ("barycentric", bary, "#1f77b4", "circle"),
-        ("neural", neural, "#ff7f0e", "diamond"),
+    # one colour and marker per result, by position (the first result's map in blue)
+    styles = tuple(
+        (res.method, res, color, symbol)
+        for res, color, symbol in zip(
+            (first, second), ("#1f77b4", "#ff7f0e"), ("circle", "diamond"), strict=True
+        )
     )
-    for i in range(bary.m):
-        ref = bary.references[i]
+    for i in range(first.m):
+        ref = first.references[i]
         refs = ref.features[:, :2].numpy().astype(float)
         fig = go.Figure()
         fig.add_trace(
@@ -307,7 +319,7 @@ def side_by_side_scatter(
                 x=refs[:, 0],
                 y=refs[:, 1],
                 mode="markers",
-                name=f"{_name(bary, i)} samples",
+                name=f"{_name(first, i)} samples",
                 marker={"size": 4, "color": "rgba(150,150,150,0.35)"},
                 hoverinfo="skip",
             )
@@ -359,7 +371,7 @@ def side_by_side_scatter(
         )
         fig.add_trace(_target_points(x, idx, "chosen x ∈ Q", size=10))
         fig.update_layout(
-            title=f"P{i + 1}: {_name(bary, i)}",
+            title=f"P{i + 1}: {_name(first, i)}",
             height=420,
             xaxis_title=ax[0],
             yaxis_title=ax[1],
@@ -371,13 +383,14 @@ def side_by_side_scatter(
 
 
 def side_by_side_figures(
-    bary: GeodesicResult, neural: GeodesicResult, idx: np.ndarray, tile_px: int = 96
+    first: GeodesicResult, second: GeodesicResult, idx: np.ndarray, tile_px: int = 96
 ) -> list[go.Figure]:
-    """One figure per reference ``P_i`` comparing both maps on the SAME target points.
+    """One figure per reference ``P_i`` comparing two results' maps on the SAME target points.
 
-    Images: rows ``[x | barycentric T_i(x) | neural T_i(x)]`` (:func:`side_by_side_images`);
+    Images: rows ``[x | first T_i(x) | second T_i(x)]``, headed by each result's method
+    (:func:`side_by_side_images`);
     vectors: a scatter of the first two coordinates (:func:`side_by_side_scatter`).
     """
-    if bary.target.is_image:
-        return side_by_side_images(bary, neural, idx, int(tile_px))
-    return side_by_side_scatter(bary, neural, idx)
+    if first.target.is_image:
+        return side_by_side_images(first, second, idx, int(tile_px))
+    return side_by_side_scatter(first, second, idx)

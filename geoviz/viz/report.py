@@ -1,16 +1,26 @@
 """The app's tables of fitted maps and exports, as ``pandas.DataFrame``.
 
-Library code (no Streamlit). A statistic a map kind does not have reads
-:data:`NO_PLAN` or ``"n/a"``, never NaN.
+Library code (no Streamlit). What a map can tell comes from its typed
+diagnostics (:meth:`geoviz.maps.base.FittedMap.diagnostics`): the fields of the
+diagnostics dataclass decide which columns and rows exist, and
+:data:`FIELD_FORMATS` (keyed by diagnostics *type* and field, never by map
+method) how each reads. A value the map does not have (``None``, or a field its
+diagnostics type lacks) reads as the field's ``missing`` text, never NaN; a new
+map kind with its own diagnostics type needs no change here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from geoviz import glossary
 from geoviz.errors import GeovizError
+from geoviz.maps.base import MapDiagnostics, NeuralDiagnostics, PlanDiagnostics
 from geoviz.viz.fitted_maps import as_index, require_plan
 
 if TYPE_CHECKING:
@@ -20,80 +30,250 @@ if TYPE_CHECKING:
     from geoviz.export import HardLabelRule
     from geoviz.geodesic.pipeline import GeodesicResult
 
-
-#: what the app shows instead of a plan statistic (effective neighbours, epsilon, marginal
-#: error) for neural maps, which generate their points instead of averaging reference points
+#: what a plan statistic (effective neighbours, epsilon, marginal error) reads for a map
+#: without a plan: it generates its points instead of averaging reference points
 NO_PLAN = "n/a (generated, no plan)"
+#: what any other statistic reads where a map does not have it
+NOT_AVAILABLE = "n/a"
 
 
-def format_stat(value: Any, spec: str = ".4g", missing: str = NO_PLAN) -> str:
-    """``value`` formatted by ``spec``, or ``missing`` for ``None``/NaN (never ``"nan"``)."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
+@dataclass(frozen=True)
+class FieldFormat:
+    """How the app shows one field of a map's diagnostics.
+
+    Attributes
+    ----------
+    label
+        Column header / row name / metric label.
+    spec
+        :func:`format` spec of a number (``".4g"``, ``".2e"``, ``".1%"``).
+    missing
+        Text where the map has no value: the field is ``None`` or its
+        diagnostics type lacks it.
+    bool_texts
+        ``(when False, when True)`` for a boolean field.
+    note
+        Short qualifier after a value (``"Monge cost"``) and in the column header.
+    caption
+        Sentence under the map table explaining the column ("" for none).
+    warn_when_false
+        Warning shown when the (boolean) field is ``False`` for some map ("" for none).
+    help
+        Tooltip of the page's metric; ``{reference}``, ``{n_reference}`` and
+        ``{n_classes}`` are filled in with the map's reference.
+    headline
+        The Maps page shows the field as a metric per map.
+    compare
+        A row of the side-by-side comparison of two maps.
+    """
+
+    label: str
+    spec: str = ".4g"
+    missing: str = NOT_AVAILABLE
+    bool_texts: tuple[str, str] = ("no", "yes")
+    note: str = ""
+    caption: str = ""
+    warn_when_false: str = ""
+    help: str = ""
+    headline: bool = False
+    compare: bool = False
+
+
+_NOT_TRAINED = "n/a (not trained)"
+
+#: Presentation of the diagnostics fields, keyed by ``(diagnostics type, field name)``.
+#: :func:`field_format` resolves a type along its MRO (a subclass inherits its base's
+#: entries and may override them); fields of unknown types read by their own name.
+#: The order of first appearance of a field name is the order of columns and rows.
+FIELD_FORMATS: Mapping[tuple[type[MapDiagnostics], str], FieldFormat] = {
+    (MapDiagnostics, "otdd"): FieldFormat(glossary.OTDD, compare=True),
+    (NeuralDiagnostics, "otdd"): FieldFormat(
+        glossary.OTDD,
+        note="Monge cost",
+        caption="OTDD is the Monge cost of the trained map (same cost, no entropy)",
+        compare=True,
+    ),
+    (MapDiagnostics, "effective_neighbours"): FieldFormat(
+        "effective neighbours",
+        ".1f",
+        missing=NO_PLAN,
+        help=(
+            "How many reference samples a mapped point T(x) averages: the median over x "
+            "of exp(entropy of x's normalised plan row). 1 = a one-to-one map; "
+            "N_P = {n_reference} = every x maps to the mean image."
+        ),
+        headline=True,
+        compare=True,
+    ),
+    (MapDiagnostics, "label_confidence"): FieldFormat(
+        "label confidence",
+        ".2f",
+        help=(
+            "Mean over x of the largest entry of T(x)'s soft label: 1 = each mapped point "
+            "gets one class of {reference}; 1/{n_classes} = uniform labels."
+        ),
+        headline=True,
+        compare=True,
+    ),
+    (PlanDiagnostics, "epsilon_abs"): FieldFormat("ε_abs", missing=NO_PLAN),
+    (PlanDiagnostics, "marginal_error"): FieldFormat("marginal error", ".2e", missing=NO_PLAN),
+    (MapDiagnostics, "converged"): FieldFormat(
+        "converged", bool_texts=("not converged", "converged")
+    ),
+    (PlanDiagnostics, "converged"): FieldFormat(
+        "converged",
+        bool_texts=("not converged", "converged"),
+        warn_when_false=(
+            "Some Sinkhorn solves stopped before their tolerance: see the marginal errors."
+        ),
+    ),
+    (NeuralDiagnostics, "converged"): FieldFormat(
+        "stopped early",
+        bool_texts=("ran its whole budget", "stopped early"),
+        caption="'stopped early' = the held-out cost stopped improving",
+    ),
+    (MapDiagnostics, "iterations"): FieldFormat("iterations", "d"),
+    (NeuralDiagnostics, "transport_cost"): FieldFormat("transport cost"),
+    (NeuralDiagnostics, "label_term"): FieldFormat("label term"),
+    (NeuralDiagnostics, "heldout_ot"): FieldFormat(
+        "held-out OT",
+        missing=_NOT_TRAINED,
+        caption=(
+            "held-out OT is W₂² between T#Q and P_i on held-out samples (identity map in the "
+            "next column, for scale)"
+        ),
+        compare=True,
+    ),
+    (NeuralDiagnostics, "heldout_ot_identity"): FieldFormat(
+        "held-out OT, identity", missing=_NOT_TRAINED, compare=True
+    ),
+    (NeuralDiagnostics, "nearest_reference"): FieldFormat(
+        "nearest-reference ratio",
+        ".2f",
+        help=(
+            "Median distance from T(x) to its closest reference sample, divided by the "
+            "median nearest-neighbour distance inside P_i: about 1 = mapped points sit "
+            "among real ones; much larger = off the data."
+        ),
+        headline=True,
+        compare=True,
+    ),
+    (NeuralDiagnostics, "classifier_accuracy"): FieldFormat("classifier accuracy", ".1%"),
+    (NeuralDiagnostics, "best_iteration"): FieldFormat("best iteration", "d"),
+    (NeuralDiagnostics, "fit_seconds"): FieldFormat("fit time (s)", ".1f"),
+}
+
+_FIELD_ORDER: dict[str, int] = {}
+for _type, _name in FIELD_FORMATS:
+    _FIELD_ORDER.setdefault(_name, len(_FIELD_ORDER))
+
+
+def field_format(diagnostics_type: type[MapDiagnostics], name: str) -> FieldFormat:
+    """How field ``name`` of ``diagnostics_type`` reads.
+
+    The entry of the nearest class in the type's MRO; for a field the type lacks,
+    the entry of the first type that declares it (its ``missing`` text is what a
+    map without the field shows); otherwise the field's own name.
+    """
+    for cls in diagnostics_type.__mro__:
+        found = FIELD_FORMATS.get((cls, name))  # type: ignore[call-overload]
+        if found is not None:
+            return found
+    for (_, field_name), found in FIELD_FORMATS.items():
+        if field_name == name:
+            return found
+    return FieldFormat(name.replace("_", " "))
+
+
+def diagnostic_fields(
+    diagnostics: Sequence[MapDiagnostics], extra: Sequence[str] = ()
+) -> list[str]:
+    """Field names of all ``diagnostics`` (union) and ``extra``, in :data:`FIELD_FORMATS`
+    order, then fields of unknown types in their dataclass order."""
+    names: dict[str, None] = dict.fromkeys(extra)
+    for d in diagnostics:
+        names.update(dict.fromkeys(f.name for f in dataclasses.fields(d)))
+    unknown = len(_FIELD_ORDER)
+    return sorted(names, key=lambda n: _FIELD_ORDER.get(n, unknown))
+
+
+def field_value(diagnostics: MapDiagnostics, name: str) -> Any:
+    """The field's value, ``None`` where the map does not have it (``None`` or no such field)."""
+    names = {f.name for f in dataclasses.fields(diagnostics)}
+    return getattr(diagnostics, name) if name in names else None
+
+
+def format_stat(value: Any, spec: str = ".4g", missing: str = NOT_AVAILABLE) -> str:
+    """``value`` formatted by ``spec`` (booleans and text as they are), ``missing`` for ``None``."""
+    if value is None:
         return missing
-    return missing if not np.isfinite(x) else format(x, spec)
+    if isinstance(value, (bool, str)):
+        return str(value)
+    return format(value, spec)
+
+
+def field_text(diagnostics: MapDiagnostics, name: str, *, with_note: bool = False) -> str:
+    """Field ``name`` of ``diagnostics`` as text, by :func:`field_format` of its type.
+
+    ``None`` and absent fields read the format's ``missing`` text; booleans its
+    ``bool_texts``; ``with_note`` appends the format's note (``"0.51 (Monge cost)"``).
+    """
+    fmt = field_format(type(diagnostics), name)
+    value = field_value(diagnostics, name)
+    if value is None:
+        return fmt.missing
+    if isinstance(value, bool):
+        return fmt.bool_texts[int(value)]
+    text = format_stat(value, fmt.spec)
+    return f"{text} ({fmt.note})" if with_note and fmt.note else text
+
+
+def _header(diagnostics: Sequence[MapDiagnostics], name: str) -> str:
+    # one header per column: the maps of a result share a diagnostics type, else the
+    # first declaring type's label
+    types = {type(d) for d in diagnostics}
+    fmt = field_format(types.pop(), name) if len(types) == 1 else field_format(MapDiagnostics, name)
+    return f"{fmt.label} ({fmt.note})" if fmt.note else fmt.label
 
 
 def map_table(result: GeodesicResult) -> pd.DataFrame:
-    """The Maps page's table: one row per map ``T_i``.
+    """The Maps page's table: one row per map ``T_i``, one column per diagnostics field.
 
-    Barycentric maps: OTDD, ``W^2``, effective neighbours, label confidence,
-    ``epsilon_abs``, marginal error and convergence (numbers). Neural maps have no
-    plan: those plan columns say :data:`NO_PLAN`, and the fit's own diagnostics
-    follow (Monge cost, held-out OT against the identity map, nearest-reference
-    ratio, classifier accuracy, iterations, early stopping).
+    Columns: ``reference P_i``, then every field of the maps' diagnostics
+    (:func:`diagnostic_fields`) headed by :func:`field_format`, with
+    :data:`~geoviz.glossary.W_TARGET` after the OTDD. A column keeps its numbers
+    (and booleans) where every map has a value; otherwise it is text, a missing
+    value reading the field's ``missing`` text (e.g. :data:`NO_PLAN` for the
+    effective neighbours of a map without a plan), never NaN.
     """
     import pandas as pd
 
-    from geoviz import glossary
-
-    names = list(result.reference_names)
-    if result.method != "neural":
-        return pd.DataFrame(
-            {
-                "reference P_i": names,
-                glossary.OTDD: result.otdd,
-                glossary.W_TARGET: result.w_to_target,
-                "effective neighbours": result.effective_neighbours,
-                "label confidence": result.label_confidence,
-                "ε_abs": result.epsilon_abs,
-                "marginal error": result.marginal_errors,
-                "converged": list(result.converged),
-            }
+    diagnostics = result.diagnostics
+    columns: dict[str, list[Any]] = {"reference P_i": list(result.reference_names)}
+    for name in diagnostic_fields(diagnostics):
+        values = [field_value(d, name) for d in diagnostics]
+        complete = all(v is not None for v in values)
+        columns[_header(diagnostics, name)] = (
+            values if complete else [field_text(d, name) for d in diagnostics]
         )
-    details = _details(result)
-    return pd.DataFrame(
-        {
-            "reference P_i": names,
-            f"{glossary.OTDD} (Monge cost)": result.otdd,
-            glossary.W_TARGET: result.w_to_target,
-            "label confidence": result.label_confidence,
-            "held-out OT": [format_stat(d.get("heldout_ot"), missing="n/a") for d in details],
-            "held-out OT, identity": [
-                format_stat(d.get("heldout_ot_identity"), missing="n/a") for d in details
-            ],
-            "nearest-reference ratio": [
-                format_stat(d.get("nearest_reference"), ".2f", missing="n/a") for d in details
-            ],
-            "classifier accuracy": [
-                format_stat(d.get("classifier_accuracy"), ".1%", missing="n/a") for d in details
-            ],
-            "iterations (best)": [
-                f"{int(d.get('iterations_run', 0))} ({int(d.get('best_iteration', 0))})"
-                for d in details
-            ],
-            "stopped early": list(result.converged),
-            "effective neighbours": [NO_PLAN] * result.m,
-            "ε_abs": [NO_PLAN] * result.m,
-            "marginal error": [NO_PLAN] * result.m,
-        }
-    )
+        if name == "otdd":
+            columns[glossary.W_TARGET] = list(result.w_to_target)
+    return pd.DataFrame(columns)
 
 
-def _details(result: GeodesicResult) -> list[dict[str, Any]]:
-    details = list(getattr(result, "map_details", ()) or ())
-    return details if len(details) == result.m else [{} for _ in range(result.m)]
+def map_table_notes(result: GeodesicResult) -> tuple[list[str], list[str]]:
+    """``(captions, warnings)`` under :func:`map_table`: the fields' ``caption`` texts, and
+    the ``warn_when_false`` text of every boolean field that is ``False`` for some map."""
+    captions: dict[str, None] = {}
+    warnings: dict[str, None] = {}
+    for d in result.diagnostics:
+        for name in diagnostic_fields([d]):
+            fmt = field_format(type(d), name)
+            if fmt.caption:
+                captions[fmt.caption] = None
+            if fmt.warn_when_false and field_value(d, name) is False:
+                warnings[fmt.warn_when_false] = None
+    return list(captions), list(warnings)
 
 
 def plan_neighbours_table(
@@ -166,7 +346,7 @@ def nearest_reference_ratio(result: GeodesicResult, i: int, max_points: int = 20
     median nearest-neighbour distance inside ``P_i`` (about 1: mapped points sit among
     the reference samples; much larger: off the data, e.g. blurred averages).
 
-    The neural fit reports the same statistic (``map_details[i]["nearest_reference"]``);
+    Maps may report the same statistic in their diagnostics (``nearest_reference``);
     this computes it for any result (seeded subsample of at most ``max_points``) with
     :func:`geoviz.maps.base.nearest_reference_ratio`.
     """
@@ -181,23 +361,25 @@ def nearest_reference_ratio(result: GeodesicResult, i: int, max_points: int = 20
     )
 
 
-def check_pair(bary: GeodesicResult, neural: GeodesicResult) -> None:
-    if bary.method != "barycentric" or neural.method != "neural":
-        raise GeovizError("expected a barycentric and a neural result, in this order")
-    if bary.target.fingerprint != neural.target.fingerprint or [
-        r.fingerprint for r in bary.references
-    ] != [r.fingerprint for r in neural.references]:
+def check_pair(first: GeodesicResult, second: GeodesicResult) -> None:
+    """Raise :class:`~geoviz.errors.GeovizError` unless the two results are two map
+    methods (the comparison's two columns) fitted on the same datasets."""
+    if first.method == second.method:
+        raise GeovizError(f"expected two different map methods, got {first.method} twice")
+    if first.target.fingerprint != second.target.fingerprint or [
+        r.fingerprint for r in first.references
+    ] != [r.fingerprint for r in second.references]:
         raise GeovizError("the two results were fitted on different datasets")
 
 
-def label_agreement(bary: GeodesicResult, neural: GeodesicResult) -> np.ndarray:
+def label_agreement(first: GeodesicResult, second: GeodesicResult) -> np.ndarray:
     """``(m,)``: share of target points whose hard label (argmax of the soft label over
-    ``P_i``'s classes) is the same under the barycentric and the neural ``T_i``."""
-    check_pair(bary, neural)
+    ``P_i``'s classes) is the same under both results' ``T_i``."""
+    check_pair(first, second)
     return np.array(
         [
-            float((b.argmax(dim=1) == n.argmax(dim=1)).float().mean())
-            for b, n in zip(bary.soft_labels, neural.soft_labels, strict=True)
+            float((a.argmax(dim=1) == b.argmax(dim=1)).float().mean())
+            for a, b in zip(first.soft_labels, second.soft_labels, strict=True)
         ]
     )
 
@@ -239,48 +421,45 @@ def hard_label_shares(
     return pd.DataFrame(rows)
 
 
-def map_comparison_tables(bary: GeodesicResult, neural: GeodesicResult) -> list[pd.DataFrame]:
-    """One small table per map ``T_i``: rows ``quantity``, columns ``barycentric`` and
-    ``neural`` (text, so a missing value reads :data:`NO_PLAN` or ``n/a``, never NaN).
+#: Statistics the app computes for any map whose diagnostics lack them (or say ``None``):
+#: field name -> ``f(result, i)``.
+COMPUTED_FIELDS: Mapping[str, Callable[[GeodesicResult, int], float]] = {
+    "nearest_reference": nearest_reference_ratio,
+}
 
-    Rows: OTDD (entropic plan) / Monge cost of the trained map, label confidence,
-    effective neighbours (barycentric only), nearest-reference ratio, held-out OT
-    (neural: trained map vs identity), and the share of target points whose hard
-    labels agree under both maps.
+
+def map_comparison_tables(first: GeodesicResult, second: GeodesicResult) -> list[pd.DataFrame]:
+    """One small table per map ``T_i``: rows ``quantity``, one text column per result
+    (headed by its method), so a missing value reads the field's ``missing`` text
+    (e.g. :data:`NO_PLAN`), never NaN.
+
+    Rows: the diagnostics fields marked ``compare`` in :data:`FIELD_FORMATS` that
+    either map has (OTDD, effective neighbours, label confidence, held-out OT and
+    its identity-map baseline), the :data:`COMPUTED_FIELDS` (nearest-reference
+    ratio: a map's own value, else computed from its mapped points), and the share
+    of target points whose hard labels agree under both maps.
     """
     import pandas as pd
 
-    check_pair(bary, neural)
-    agree = label_agreement(bary, neural)
-    details = _details(neural)
+    check_pair(first, second)
+    agree = label_agreement(first, second)
+    results = (first, second)
     out = []
-    for i in range(bary.m):
-        d = details[i]
-        held = format_stat(d.get("heldout_ot"), missing="n/a")
-        ident = format_stat(d.get("heldout_ot_identity"), missing="n/a")
-        rows = [
-            (
-                "OTDD d² (plan) / Monge cost (neural)",
-                format_stat(bary.otdd[i]),
-                format_stat(neural.otdd[i]),
-            ),
-            (
-                "label confidence",
-                format_stat(bary.label_confidence[i], ".2f"),
-                format_stat(neural.label_confidence[i], ".2f"),
-            ),
-            ("effective neighbours", format_stat(bary.effective_neighbours[i], ".1f"), NO_PLAN),
-            (
-                "nearest-reference ratio",
-                format_stat(nearest_reference_ratio(bary, i), ".2f"),
-                format_stat(d.get("nearest_reference"), ".2f"),
-            ),
-            (
-                "held-out OT (identity map)",
-                "n/a (not trained)",
-                f"{held} ({ident})",
-            ),
-            ("hard labels agree", f"{agree[i]:.0%}", f"{agree[i]:.0%}"),
-        ]
-        out.append(pd.DataFrame(rows, columns=["quantity", "barycentric", "neural"]))
+    for i in range(first.m):
+        diagnostics = [r.diagnostics[i] for r in results]
+        rows = []
+        for name in diagnostic_fields(diagnostics, extra=list(COMPUTED_FIELDS)):
+            base = field_format(MapDiagnostics, name)
+            if not base.compare:
+                continue
+            cells = []
+            for r, d in zip(results, diagnostics, strict=True):
+                compute = COMPUTED_FIELDS.get(name)
+                if field_value(d, name) is None and compute is not None:
+                    cells.append(format_stat(compute(r, i), field_format(type(d), name).spec))
+                else:
+                    cells.append(field_text(d, name, with_note=True))
+            rows.append((base.label, *cells))
+        rows.append(("hard labels agree", *[f"{agree[i]:.0%}"] * len(results)))
+        out.append(pd.DataFrame(rows, columns=["quantity", *(r.method for r in results)]))
     return out

@@ -33,7 +33,9 @@ The geodesic fit runs as a :class:`~geoviz.app.jobs.BackgroundJob` in the store
 its progress. The scenario's map method (barycentric or neural) is part of its key, so
 both geodesics of the same data live side by side in the store (and the maps in the disk
 cache): the Maps page compares them (:func:`map_pair`, :func:`side_by_side_figures`,
-:func:`map_comparison_tables`).
+:func:`map_comparison_tables`). What a map can tell is read off its typed diagnostics
+(:func:`map_table`, :func:`field_text`; formats keyed by diagnostics type and field in
+:data:`geoviz.viz.report.FIELD_FORMATS`), never by its method's name.
 """
 
 from __future__ import annotations
@@ -111,13 +113,18 @@ from geoviz.app.services.maps import (
 from geoviz.app.services.mccann_path import (
     mccann,
 )
-from geoviz.viz.fitted_maps import distance_caption
+from geoviz.viz.fitted_maps import distance_caption, has_plan_neighbours
 from geoviz.viz.report import (
     NO_PLAN,
+    diagnostic_fields,
+    field_format,
+    field_text,
+    field_value,
     format_stat,
     hard_label_shares,
     label_agreement,
     map_table,
+    map_table_notes,
     nearest_reference_ratio,
     nearest_reference_table,
     plan_neighbours_table,
@@ -139,6 +146,7 @@ __all__ = [
     "comparison_indices",
     "configure_torch",
     "dataset_projection",
+    "diagnostic_fields",
     "disk_cache",
     "distance_caption",
     "embedding",
@@ -150,6 +158,9 @@ __all__ = [
     "export_folder",
     "export_payload",
     "export_ready",
+    "field_format",
+    "field_text",
+    "field_value",
     "finish_evidence",
     "finish_geodesic",
     "format_stat",
@@ -157,6 +168,7 @@ __all__ = [
     "geodesic_if_ready",
     "geodesic_job",
     "hard_label_shares",
+    "has_plan_neighbours",
     "interpolation",
     "label_agreement",
     "lower_thread_priority",
@@ -164,6 +176,7 @@ __all__ = [
     "map_pair",
     "map_sharpness",
     "map_table",
+    "map_table_notes",
     "mccann",
     "mixup",
     "nearest_reference_figure",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from geoviz.app.scenario import Scenario
+from geoviz.app.scenario import MAP_METHODS, Scenario
 from geoviz.app.services.caches import store
 from geoviz.app.services.geodesic import geodesic_if_ready
 from geoviz.app.session import SessionModel
@@ -41,8 +41,8 @@ def set_epsilon(model: SessionModel, epsilon: float) -> bool:
 
 
 def set_map_method(model: SessionModel, method: str, preset: str | None = None) -> bool:
-    """Make ``method`` (``"barycentric"``/``"neural"``) and, if given, the neural budget
-    ``preset`` the scenario's; ``True`` if the scenario changed.
+    """Make ``method`` (one of :data:`~geoviz.app.scenario.MAP_METHODS`) and, if given,
+    the neural budget ``preset`` the scenario's; ``True`` if the scenario changed.
 
     Like :func:`set_epsilon`: the new scenario has its own key, so its geodesic is
     fitted in the background once (or read back from the store / disk cache).
@@ -63,15 +63,16 @@ def set_map_method(model: SessionModel, method: str, preset: str | None = None) 
 
 
 def companion_scenario(scenario: Scenario) -> Scenario:
-    """The scenario with the *other* map method (same data, OTDD options and neural budget)."""
-    other = "neural" if scenario.map_method == "barycentric" else "barycentric"
-    return scenario.with_method(other)  # type: ignore[arg-type]
+    """The scenario with the next map method of :data:`~geoviz.app.scenario.MAP_METHODS`
+    (the *other* one of two; same data, OTDD options and neural budget)."""
+    at = MAP_METHODS.index(scenario.map_method)
+    return scenario.with_method(MAP_METHODS[(at + 1) % len(MAP_METHODS)])
 
 
 def map_sharpness(result: GeodesicResult) -> list[dict[str, Any]]:
-    """Per map: ``reference``, ``otdd``, ``epsilon_abs``, ``effective_neighbours``,
-    ``label_confidence`` and ``blurry`` (see :meth:`GeodesicResult.map_summaries`);
-    neural maps add their fit details (``heldout_ot``, ``nearest_reference``, ...)."""
+    """Per map: ``reference``, ``method``, ``otdd``, the map's
+    :meth:`~geoviz.maps.base.FittedMap.summary` and ``blurry``
+    (:meth:`GeodesicResult.map_summaries`)."""
     return result.map_summaries()
 
 
@@ -160,14 +161,12 @@ def nearest_reference_figure(
     )
 
 
-def map_pair(scenario: Scenario) -> tuple[GeodesicResult | None, GeodesicResult | None]:
-    """``(barycentric, neural)`` geodesics of the scenario's data and OTDD options, each
-    the one in memory or ``None`` (never computes). The neural one uses the scenario's
-    neural budget."""
-    return (
-        geodesic_if_ready(scenario.with_method("barycentric")),
-        geodesic_if_ready(scenario.with_method("neural")),
-    )
+def map_pair(scenario: Scenario) -> tuple[GeodesicResult | None, ...]:
+    """The geodesics of the scenario's data and OTDD options, one per map method of
+    :data:`~geoviz.app.scenario.MAP_METHODS` in that order (``(barycentric, neural)``),
+    each the one in memory or ``None`` (never computes). The neural one uses the
+    scenario's neural budget."""
+    return tuple(geodesic_if_ready(scenario.with_method(method)) for method in MAP_METHODS)
 
 
 def comparison_indices(result: GeodesicResult, n: int, seed: int = 0) -> np.ndarray:
@@ -180,38 +179,40 @@ def comparison_indices(result: GeodesicResult, n: int, seed: int = 0) -> np.ndar
 
 
 def _pair_key(scenario: Scenario, what: str, *extra: Hashable) -> tuple[Hashable, ...]:
-    s = scenario
-    return (what, s.with_method("barycentric").key(), s.with_method("neural").key(), *extra)
+    keys = tuple(scenario.with_method(method).key() for method in MAP_METHODS)
+    return (what, *keys, *extra)
 
 
 def map_comparison_tables(
-    scenario: Scenario, bary: GeodesicResult, neural: GeodesicResult
+    scenario: Scenario, first: GeodesicResult, second: GeodesicResult
 ) -> list[pd.DataFrame]:
     """:func:`geoviz.viz.report.map_comparison_tables` of the scenario's two geodesics
-    (one table per map ``T_i``). Cached per pair of scenarios (derived tier)."""
-    report.check_pair(bary, neural)
+    (:func:`map_pair`; one table per map ``T_i``). Cached per pair (derived tier)."""
+    report.check_pair(first, second)
     return store().get_or_compute(
-        _pair_key(scenario, "compare-tables"),
-        lambda: report.map_comparison_tables(bary, neural),
+        _pair_key(scenario, "compare-tables", first.method, second.method),
+        lambda: report.map_comparison_tables(first, second),
         tier="derived",
     )
 
 
 def side_by_side_figures(
     scenario: Scenario,
-    bary: GeodesicResult,
-    neural: GeodesicResult,
+    first: GeodesicResult,
+    second: GeodesicResult,
     indices: np.ndarray,
     tile_px: int = 96,
 ) -> list[go.Figure]:
     """:func:`geoviz.viz.fitted_maps.side_by_side_figures`: one figure per reference ``P_i``
     comparing both maps on the SAME target points. Cached by the pair, the indices and
     ``tile_px`` (derived tier)."""
-    report.check_pair(bary, neural)
+    report.check_pair(first, second)
     idx = np.asarray(indices, dtype=np.int64).ravel()
-    key = _pair_key(scenario, "compare-figs", tuple(idx.tolist()), int(tile_px))
+    key = _pair_key(
+        scenario, "compare-figs", first.method, second.method, tuple(idx.tolist()), int(tile_px)
+    )
     return store().get_or_compute(
         key,
-        lambda: fitted_maps.side_by_side_figures(bary, neural, idx, int(tile_px)),
+        lambda: fitted_maps.side_by_side_figures(first, second, idx, int(tile_px)),
         tier="derived",
     )
