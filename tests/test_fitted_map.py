@@ -13,7 +13,7 @@ from geoviz.backend import DiskCache
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic import pipeline
-from geoviz.geodesic.cli import _print_maps
+from geoviz.cli.geodesic import _print_maps
 from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
 from geoviz.maps import (
     MAP_METHODS,

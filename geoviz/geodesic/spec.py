@@ -134,8 +134,7 @@ class SpecDatasets:
     target
         ``Q`` as the geodesic uses it (pseudo-labelled when few-shot).
     references
-        ``P_1..P_m`` in the feature space of ``target``, with unique names
-        (:func:`geoviz.geodesic.labels.unique_names`).
+        ``P_1..P_m`` in the feature space of ``target``.
     target_true
         ``Q`` with its true labels (``target`` itself unless few-shot).
     labelled_indices
@@ -176,14 +175,14 @@ def load_spec_datasets(
     *,
     allow_paths: bool = True,
     resolve: ChoiceResolver | None = None,
+    distinct_names: bool = False,
 ) -> SpecDatasets:
     """Load, subsample, harmonise (and few-shot) the datasets of ``spec``.
 
     Each choice is loaded by :func:`geoviz.data.choice.load_choice` (``n_target`` samples
     of ``Q``, ``n_reference`` of each ``P_i``, ``n_test`` of ``target_test``, seed
     ``spec.seed``), all are brought to one format (:attr:`GeodesicSpec.image_size`,
-    :attr:`GeodesicSpec.channels`), the geodesic's datasets get unique names, and with
-    ``spec.few_shot`` the target keeps ``k`` labels per class and is pseudo-labelled.
+    :attr:`GeodesicSpec.channels`), and with ``spec.few_shot`` the target keeps ``k`` labels per class and is pseudo-labelled.
 
     Parameters
     ----------
@@ -193,6 +192,10 @@ def load_spec_datasets(
         ``False``: a ``"path"`` choice is refused (the app).
     resolve
         The raw dataset of an ``"upload"`` or ``"server"`` choice (the app's store).
+    distinct_names
+        Rename ``Q`` and the ``P_i`` apart (:func:`~geoviz.geodesic.labels.unique_names`:
+        ``mnist``, ``mnist#2``) for a display that names each of them; the datasets keep
+        their own names otherwise (the geodesic's label space tells references apart).
 
     Raises
     ------
@@ -213,11 +216,12 @@ def load_spec_datasets(
     datasets = _harmonised(loaded, spec.image_size, spec.channels)
     test = datasets[1 + spec.m] if spec.target_test is not None else None
     geodesic_sets = datasets[: 1 + spec.m]
-    names = unique_names([ds.name for ds in geodesic_sets])
-    geodesic_sets = [
-        ds if ds.name == name else dataclasses.replace(ds, name=name)
-        for ds, name in zip(geodesic_sets, names, strict=True)
-    ]
+    if distinct_names:
+        names = unique_names([ds.name for ds in geodesic_sets])
+        geodesic_sets = [
+            ds if ds.name == name else dataclasses.replace(ds, name=name)
+            for ds, name in zip(geodesic_sets, names, strict=True)
+        ]
     target, refs = geodesic_sets[0], tuple(geodesic_sets[1:])
     if spec.few_shot is None:
         return SpecDatasets(target=target, references=refs, target_true=target, target_test=test)

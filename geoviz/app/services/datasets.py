@@ -122,7 +122,7 @@ def scenario_data(model: SessionModel) -> ScenarioData:
         check_bytes(3 * scenario_feature_bytes(scenario), "loading the scenario's datasets")
         with memory_guard("loading the scenario's datasets"):
             loaded = load_spec_datasets(
-                scenario.spec(), allow_paths=False, resolve=_resolver(model)
+                scenario.spec(), allow_paths=False, resolve=_resolver(model), distinct_names=True
             )
         return ScenarioData(
             target=loaded.target,
