@@ -18,6 +18,11 @@ commands, with a warning. Each command a plug-in adds must set
 handlers may raise :class:`~geoviz.errors.GeovizError` for bad input, which
 ``main`` prints as ``error: <message>`` on stderr with exit status 2.
 
+The environment (``GEOVIZ_DEVICE``, ``GEOVIZ_CACHE_DIR``, ``GEOVIZ_NO_CACHE``,
+``GEOVIZ_ASSETS_DIR``, ``GEOVIZ_EMBEDDING``) is read once per command by :func:`main`
+(:meth:`geoviz.backend.RuntimeSettings.from_env`) and installed for the command's run
+(:func:`geoviz.backend.configured`).
+
 Every option a user gives is checked right after parsing, before any dataset is
 loaded or map fitted, against the shared bounds of :mod:`geoviz.limits`
 (:mod:`geoviz.cli.args`). ``main`` runs the handler inside
@@ -133,9 +138,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return 2
+    from geoviz.backend import RuntimeSettings, configured
+
     try:
-        # MemoryError / allocator failures anywhere in a command become a ResourceError
-        with memory_guard(f"geoviz {args.command}"):
+        # the environment is read here, once per command (GEOVIZ_DEVICE, GEOVIZ_CACHE_DIR,
+        # ...); MemoryError / allocator failures anywhere in a command become a ResourceError
+        with (
+            configured(RuntimeSettings.from_env()),
+            memory_guard(f"geoviz {args.command}"),
+        ):
             return int(func(args) or 0)
     except GeovizError as err:
         print(f"error: {cli_message(err, args)}", file=sys.stderr)
