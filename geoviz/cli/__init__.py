@@ -98,8 +98,10 @@ def _tolerant_streams() -> None:
     """Never fail on a Unicode label (``W²₂,Q``, ``â``) written to a legacy-encoded stream."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError, OSError):
-            if (getattr(stream, "encoding", None) or "").lower().replace("-", "") != "utf8":
-                stream.reconfigure(errors="replace")
+            reconfigure = getattr(stream, "reconfigure", None)  # io.TextIOWrapper's
+            encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+            if callable(reconfigure) and encoding != "utf8":
+                reconfigure(errors="replace")
 
 
 _BATCHED_HINT = "use a smaller sample or the batched mode"

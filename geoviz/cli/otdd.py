@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import io
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from geoviz.cli.output import format_table, refuse_existing, write_file
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.memory import check_bytes
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 __all__ = ["GRID_BACKGROUND", "GRID_PAD", "register", "render_grid"]
 
@@ -43,7 +47,7 @@ def _shape_text(image_shape: Sequence[int] | None, n_features: int | None) -> st
 
 def render_grid(
     ds: LabeledDataset, per_class: int = 8, *, seed: int = 0, zoom: int = 1, pad: int = GRID_PAD
-):
+) -> Image.Image:
     """A PIL image of samples: one row per class, ``per_class`` columns.
 
     Row ``c`` shows up to ``per_class`` randomly chosen (``seed``) samples of

@@ -32,7 +32,7 @@ import argparse
 import contextlib
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,9 @@ def _weights_arg(text: str, m: int) -> np.ndarray | None:
 
 
 @contextlib.contextmanager
-def _transfer_progress(enabled: bool, what: str):
+def _transfer_progress(
+    enabled: bool, what: str
+) -> Iterator[tuple[Callable[[str, float], None] | None, Callable[[int, int], None] | None]]:
     """``(fit(stage, fraction), runs(done, total))`` progress callbacks drawing on stderr.
 
     tqdm bars on a terminal; plain lines (:class:`geoviz.cli.PlainProgress`: one per
@@ -485,7 +487,7 @@ def _print_grid_study(study: Any, names: Sequence[str], seeds: Sequence[int]) ->
         print(f"note: {study.note}")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``transfer`` to the ``geoviz`` CLI."""
     from geoviz.ot.otdd import DEFAULT_EPSILON
 

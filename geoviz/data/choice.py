@@ -134,7 +134,7 @@ _LINK_OPTIONS: dict[str, dict[str, Callable[[str, Any], Any]]] = {
 
 def _check_options(info: DatasetInfo, options: dict[Any, Any]) -> dict[str, Any]:
     """The allowed, bounded loader ``options`` of a registry dataset (normalised)."""
-    group = "chessboard" if info.name == "chessboard" else info.kind
+    group: str = "chessboard" if info.name == "chessboard" else info.kind
     if info.kind == "synthetic" and group != "chessboard":
         group = "gmm"
     allowed = _LINK_OPTIONS[group]
@@ -278,7 +278,7 @@ class DatasetChoice:
         if self.source in ("server", "path"):
             return f"{self.source}: {self.name}"
         shown = dict(self.options).get("name", self.name)
-        extras = [] if self.split == "train" else [self.split]
+        extras: list[str] = [] if self.split == "train" else [self.split]
         if self.seed is not None and "name" not in dict(self.options):
             extras.append(f"seed {self.seed}")
         return f"{shown} ({', '.join(extras)})" if extras else str(shown)
