@@ -56,10 +56,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=12, help="target points in the PNG")
     args = parser.parse_args(argv)
 
-    from geoviz.geodesic.cli import load_inputs
+    from geoviz.data.choice import DatasetChoice
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
 
-    q, refs = load_inputs("mnist", ["fashion_mnist", "usps", "kmnist"], n=args.n, size=32)
+    spec = GeodesicSpec(
+        target=DatasetChoice("mnist"),
+        references=tuple(DatasetChoice(n) for n in ("fashion_mnist", "usps", "kmnist")),
+        n_target=args.n,
+        n_reference=args.n,
+        image_size=32,
+    )
+    data = load_spec_datasets(spec)
+    q, refs = data.target, list(data.references)
     results = {}
     last = [0.0]
 

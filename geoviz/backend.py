@@ -1,10 +1,20 @@
-"""Torch device/dtype selection and the content-addressed on-disk cache.
+"""Torch device/dtype selection, the content-addressed on-disk cache and the process settings.
 
 All heavy compute in geoviz goes through :func:`get_device`, so one switch
 (the ``GEOVIZ_DEVICE`` environment variable or ``set_device``) moves every
 solver between CUDA and CPU. Results that are expensive to recompute
 (couplings, maps, label distances) are stored by :class:`DiskCache`, keyed by
-dataset fingerprints, parameters and a format version.
+:func:`fingerprint` (dataset fingerprints, parameters and a format version).
+
+Environment variables
+---------------------
+:class:`RuntimeSettings` holds the process-wide knobs that users set in the environment
+(``GEOVIZ_DEVICE``, ``GEOVIZ_CACHE_DIR``, ``GEOVIZ_NO_CACHE``, ``GEOVIZ_ASSETS_DIR``,
+``GEOVIZ_EMBEDDING``); :meth:`RuntimeSettings.from_env` is the one function of the library
+that reads them. Entry points (``geoviz`` commands, the app, benchmark scripts) read them
+once and install them with :func:`configure` / :func:`configured`; library modules ask
+:func:`runtime_settings`, which falls back to reading the environment when no entry point
+configured anything (geoviz used as a plain Python library).
 """
 
 from __future__ import annotations
@@ -16,7 +26,8 @@ import json
 import os
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +48,90 @@ CACHE_FORMAT_VERSION = "2"
 _device_override: torch.device | None = None
 
 
+# --------------------------------------------------------------------------- settings
+
+EmbeddingMethod = Literal["umap", "pca"]
+
+
+def _env_flag(raw: str) -> bool:
+    return raw in ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """Process-wide settings of the library, each with its environment variable.
+
+    Attributes
+    ----------
+    device
+        ``GEOVIZ_DEVICE``: what ``"auto"`` means (``"auto"``: CUDA when available, else
+        CPU; ``"cpu"``, ``"cuda"``), checked when a device is resolved.
+    cache_dir
+        ``GEOVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/geoviz``, else ``~/.cache/geoviz``:
+        the folder of the default :class:`DiskCache`.
+    no_cache
+        ``GEOVIZ_NO_CACHE`` in ``1``/``true``/``yes``: the default cache computes every time.
+    assets_dir
+        ``GEOVIZ_ASSETS_DIR``: folder of the bundled datasets (``None``: the repository's
+        ``assets``), see :func:`geoviz.data.bundled.assets_dir`.
+    embedding
+        ``GEOVIZ_EMBEDDING=pca``: ``"pca"``, else ``"umap"``: what
+        :func:`geoviz.viz.embedding.auto_method` means by ``"auto"``.
+    """
+
+    device: str = "auto"
+    cache_dir: Path = Path.home() / ".cache" / "geoviz"
+    no_cache: bool = False
+    assets_dir: Path | None = None
+    embedding: EmbeddingMethod = "umap"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RuntimeSettings:
+        """The settings the environment ``env`` (default ``os.environ``) asks for."""
+        env = os.environ if env is None else env
+        cache_env = env.get("GEOVIZ_CACHE_DIR")
+        if cache_env:
+            cache_dir = Path(cache_env).expanduser()
+        else:
+            xdg = env.get("XDG_CACHE_HOME")
+            cache_dir = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "geoviz"
+        assets = env.get("GEOVIZ_ASSETS_DIR")
+        pca = env.get("GEOVIZ_EMBEDDING", "").strip().lower() == "pca"
+        return cls(
+            device=env.get("GEOVIZ_DEVICE", "").strip().lower() or "auto",
+            cache_dir=cache_dir,
+            no_cache=_env_flag(env.get("GEOVIZ_NO_CACHE", "")),
+            assets_dir=Path(assets).expanduser() if assets else None,
+            embedding="pca" if pca else "umap",
+        )
+
+
+_configured: RuntimeSettings | None = None
+
+
+def runtime_settings() -> RuntimeSettings:
+    """The settings an entry point installed (:func:`configure`), else the environment's."""
+    return _configured if _configured is not None else RuntimeSettings.from_env()
+
+
+def configure(settings: RuntimeSettings | None) -> RuntimeSettings | None:
+    """Install ``settings`` for this process (``None``: read the environment again);
+    returns the settings installed before."""
+    global _configured
+    previous, _configured = _configured, settings
+    return previous
+
+
+@contextlib.contextmanager
+def configured(settings: RuntimeSettings) -> Iterator[RuntimeSettings]:
+    """``settings`` installed inside the block (a command's run), the previous ones after."""
+    previous = configure(settings)
+    try:
+        yield settings
+    finally:
+        configure(previous)
+
+
 def resolve_device(device: DeviceName | str | torch.device | None = None) -> torch.device:
     """Return the torch device to compute on.
 
@@ -44,17 +139,18 @@ def resolve_device(device: DeviceName | str | torch.device | None = None) -> tor
     ----------
     device
         ``"auto"``/``None`` picks CUDA when available, else CPU; the
-        environment variable ``GEOVIZ_DEVICE`` or :func:`set_device` overrides
-        ``"auto"``. ``"cuda"`` without a GPU raises a clear error.
+        setting ``device`` (``GEOVIZ_DEVICE``, :class:`RuntimeSettings`) or
+        :func:`set_device` overrides ``"auto"``. ``"cuda"`` without a GPU raises a clear
+        error.
     """
     if isinstance(device, torch.device):
         chosen = device
     elif device in (None, "auto"):
         if _device_override is not None:
             return _device_override
-        env = os.environ.get("GEOVIZ_DEVICE", "").strip().lower()
-        if env and env != "auto":
-            return resolve_device(env)
+        configured_device = runtime_settings().device
+        if configured_device != "auto":
+            return resolve_device(configured_device)
         chosen = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:
         try:
@@ -155,13 +251,9 @@ def check_memory(n_bytes: int, device: torch.device, what: str) -> None:
 
 
 def default_cache_dir() -> Path:
-    """``$GEOVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/geoviz``, else ``~/.cache/geoviz``."""
-    env = os.environ.get("GEOVIZ_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "geoviz"
+    """``$GEOVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/geoviz``, else ``~/.cache/geoviz``
+    (:attr:`RuntimeSettings.cache_dir`)."""
+    return runtime_settings().cache_dir
 
 
 def _canonical(obj: Any) -> Any:
@@ -205,14 +297,46 @@ def jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def cache_key(namespace: str, params: Mapping[str, Any]) -> str:
-    """Hex sha256 of ``namespace`` + canonical JSON of ``params`` + format version."""
+def fingerprint(
+    namespace: str, params: Mapping[str, Any], *, version: str = CACHE_FORMAT_VERSION
+) -> str:
+    """The key of a computation: hex sha256 of ``namespace``, ``params`` and ``version``.
+
+    The hashed text is the compact JSON (sorted keys, separators ``,`` and ``:``) of
+    ``{"ns": namespace, "v": version, "params": canonical(params)}``, where the canonical
+    form turns mappings into key-sorted objects, tuples into lists, NumPy scalars into
+    numbers, paths/devices/dtypes into strings, and arrays and tensors into
+    ``{"__array_sha256__", "dtype", "shape"}`` (so large inputs are hashed by content, and
+    the same bytes as ``(2, 3)`` and ``(3, 2)`` differ). Every key of the
+    :class:`DiskCache` is one (:func:`cache_key`), so a stored entry is found again by the
+    same namespace and parameters, and :data:`CACHE_FORMAT_VERSION` retires old entries.
+
+    Parameters
+    ----------
+    namespace
+        What is computed (``"otdd"``, ``"barycentric_map"``, ``"app-upload"``, ...).
+    params
+        Everything the result depends on: dataset fingerprints, configurations, seeds.
+    version
+        Format version of the stored result (default :data:`CACHE_FORMAT_VERSION`).
+
+    Raises
+    ------
+    TypeError
+        A value that has no canonical form (e.g. an arbitrary object).
+    """
     payload = json.dumps(
-        {"ns": namespace, "v": CACHE_FORMAT_VERSION, "params": _canonical(params)},
+        {"ns": namespace, "v": version, "params": _canonical(params)},
         sort_keys=True,
         separators=(",", ":"),
     )
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def cache_key(namespace: str, params: Mapping[str, Any]) -> str:
+    """The :class:`DiskCache` key of ``(namespace, params)``: :func:`fingerprint` at
+    :data:`CACHE_FORMAT_VERSION`."""
+    return fingerprint(namespace, params)
 
 
 Payload = dict[str, Any]
@@ -389,9 +513,10 @@ _default_cache: DiskCache | None = None
 
 
 def get_cache() -> DiskCache:
-    """The process-wide default cache (directory from :func:`default_cache_dir`)."""
+    """The process-wide default cache (:attr:`RuntimeSettings.cache_dir`, off with
+    :attr:`RuntimeSettings.no_cache`); a new one when the configured folder changes."""
     global _default_cache
-    if _default_cache is None or _default_cache.directory != default_cache_dir():
-        enabled = os.environ.get("GEOVIZ_NO_CACHE", "") not in ("1", "true", "yes")
-        _default_cache = DiskCache(default_cache_dir(), enabled=enabled)
+    settings = runtime_settings()
+    if _default_cache is None or _default_cache.directory != settings.cache_dir:
+        _default_cache = DiskCache(settings.cache_dir, enabled=not settings.no_cache)
     return _default_cache

@@ -11,7 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from geoviz.cli import GRID_BACKGROUND, GRID_PAD, main, render_grid
+from geoviz.cli import main
+from geoviz.cli.otdd import GRID_BACKGROUND, GRID_PAD, render_grid
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.registry import load_dataset
 from geoviz.errors import GeovizError
@@ -121,7 +122,7 @@ def test_plugin_commands_are_registered(
         p.set_defaults(func=handler)
 
     monkeypatch.setitem(
-        sys.modules, "geoviz.geodesic.cli", types.SimpleNamespace(register=register)
+        sys.modules, "geoviz.cli.geodesic", types.SimpleNamespace(register=register)
     )
     assert main(["distance", "mnist"]) == 0 and seen == ["mnist"]
     assert main(["distance", "bad"]) == 2
@@ -132,7 +133,7 @@ def test_plugin_commands_are_registered(
 def test_missing_plugin_is_silent(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "geoviz.geodesic.cli", None)  # import -> ModuleNotFoundError
+    monkeypatch.setitem(sys.modules, "geoviz.cli.geodesic", None)  # import -> ModuleNotFoundError
     assert main(["datasets", "--offline"]) == 0
     assert capsys.readouterr().err == ""
     assert main(["distance", "x"]) == 2  # unknown command without the plug-in
@@ -149,7 +150,7 @@ def test_broken_plugin_warns_but_builtin_commands_work(
     monkeypatch.setattr(cli.importlib, "import_module", failing_import)
     assert main(["datasets", "--offline"]) == 0
     err = capsys.readouterr().err
-    assert "warning: commands from geoviz.geodesic.cli unavailable" in err and "qpsolvers" in err
+    assert "warning: commands from geoviz.cli.geodesic unavailable" in err and "qpsolvers" in err
 
 
 def test_glossary_labels_never_crash_a_legacy_encoded_stdout(
@@ -165,7 +166,7 @@ def test_glossary_labels_never_crash_a_legacy_encoded_stdout(
         p.set_defaults(func=lambda args: print(f"{W_TARGET} {A_HAT}") or 0)
 
     monkeypatch.setitem(
-        sys.modules, "geoviz.geodesic.cli", types.SimpleNamespace(register=register)
+        sys.modules, "geoviz.cli.geodesic", types.SimpleNamespace(register=register)
     )
     raw = io.BytesIO()
     ascii_out = io.TextIOWrapper(raw, encoding="ascii", write_through=True)
@@ -229,7 +230,7 @@ def test_show_options_are_bounded_before_loading(
 
 
 def test_render_grid_checks_memory_before_drawing(monkeypatch: pytest.MonkeyPatch) -> None:
-    import geoviz.cli as cli
+    import geoviz.cli.otdd as cli
     from geoviz.errors import ResourceError
 
     def refuse(n_bytes: int, what: str, **kwargs) -> None:
@@ -248,7 +249,7 @@ def _plugin(monkeypatch: pytest.MonkeyPatch, handler) -> None:
         p.set_defaults(func=handler)
 
     monkeypatch.setitem(
-        sys.modules, "geoviz.geodesic.cli", types.SimpleNamespace(register=register)
+        sys.modules, "geoviz.cli.geodesic", types.SimpleNamespace(register=register)
     )
 
 
@@ -310,7 +311,7 @@ def test_library_messages_name_the_cli_flags(
 def test_plain_progress_writes_one_line_per_stage_and_tenth() -> None:
     import io
 
-    from geoviz.cli import PlainProgress, progress_callback
+    from geoviz.cli.output import PlainProgress, progress_callback
 
     stream = io.StringIO()
     with progress_callback(True, stream=stream) as progress:
@@ -331,7 +332,7 @@ def test_plain_progress_writes_one_line_per_stage_and_tenth() -> None:
 def test_progress_on_a_terminal_is_a_bar() -> None:
     import io
 
-    from geoviz.cli import PlainProgress, progress_callback
+    from geoviz.cli.output import PlainProgress, progress_callback
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from geoviz.backend import DiskCache
+from geoviz.cli.geodesic import _print_maps
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic import pipeline
-from geoviz.geodesic.cli import _print_maps
 from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
 from geoviz.maps import (
     MAP_METHODS,

@@ -248,13 +248,13 @@ def test_neural_method_prints_the_neural_table_and_exports(tmp_path, capsys):
 @pytest.fixture
 def no_loading(monkeypatch):
     """Fail the test if a dataset is loaded or a map fitted."""
-    import geoviz.geodesic.cli as gcli
     import geoviz.geodesic.pipeline as pipeline
+    import geoviz.geodesic.spec as spec
 
     def boom(*args, **kwargs):
         raise AssertionError("loaded or fitted")
 
-    monkeypatch.setattr(gcli, "load_inputs", boom)
+    monkeypatch.setattr(spec, "load_spec_datasets", boom)
     monkeypatch.setattr(pipeline, "fit_geodesic", boom)
 
 

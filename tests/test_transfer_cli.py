@@ -148,7 +148,7 @@ def test_transfer_is_listed_in_help(capsys) -> None:
 
 def test_progress_on_a_log_is_plain_lines(capsys) -> None:
     """stderr captured (not a terminal): one line per stage and per tenth, no redraws."""
-    from geoviz.transfer.cli import _transfer_progress
+    from geoviz.cli.transfer import _transfer_progress
 
     with _transfer_progress(True, "simplex study") as (fit, runs):
         for i in range(1001):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -20,18 +19,37 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from geoviz import limits
-from geoviz.data.registry import DatasetInfo, dataset_info
+from geoviz.data.choice import (
+    MAX_NAME_CHARS,
+    DatasetChoice,
+    FewShotOptions,
+    SourceKind,
+    Split,
+    Upload,
+    check_relative_name,
+    short_repr,
+)
+from geoviz.data.registry import dataset_info
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.ot.otdd import DEFAULT_EPSILON
 
 if TYPE_CHECKING:
     from geoviz.app.settings import AppSettings
+    from geoviz.geodesic.spec import GeodesicSpec
 
+# the dataset choice is a library value (geoviz.data.choice); the app re-exports it
+__all__ = [
+    "MAX_NAME_CHARS",
+    "DatasetChoice",
+    "FewShotOptions",
+    "Scenario",
+    "SourceKind",
+    "Split",
+    "Upload",
+]
 
-SourceKind = Literal["registry", "upload", "server"]
-
-
-Split = Literal["train", "test"]
+#: ``repr`` cut short for error texts (a link's values are never echoed whole)
+_short = short_repr
 
 
 ChannelMode = Literal["auto", "grey", "rgb"]
@@ -59,269 +77,6 @@ DEFAULT_REFERENCES = ("fashion_mnist", "usps", "kmnist")
 
 #: relative epsilons offered by the Maps page (``eps_abs = epsilon * mean(C)``), sharp to blurry
 EPSILON_CHOICES = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
-
-
-#: longest dataset name, option string or class name a scenario (or a link) may carry
-MAX_NAME_CHARS = 200
-
-
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    """``repr(value)`` cut to ``limit`` characters: error texts never echo a whole link."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _number(low: float, high: float) -> Callable[[str, Any], float]:
-    def check(key: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DatasetError(f"option {key} must be a number, got {_short(value)}")
-        number = float(value)
-        if not (np.isfinite(number) and low <= number <= high):
-            raise DatasetError(f"option {key} must be between {low:g} and {high:g}, got {number:g}")
-        return number
-
-    return check
-
-
-def _integer(low: int, high: int) -> Callable[[str, Any], int]:
-    def check(key: str, value: Any) -> int:
-        return limits.check_int(value, f"option {key}", low, high, error=DatasetError)
-
-    return check
-
-
-def _text(key: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > 64:
-        raise DatasetError(f"option {key} must be a text of 1 to 64 characters")
-    return value
-
-
-def _texts(key: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= limits.MAX_CLASSES:
-        raise DatasetError(f"option {key} must be a list of 1 to {limits.MAX_CLASSES} names")
-    return tuple(_text(key, v) for v in value)
-
-
-def _integers(key: str, value: Any) -> tuple[int, ...]:
-    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= limits.MAX_CLASSES:
-        raise DatasetError(f"option {key} must be a list of 1 to {limits.MAX_CLASSES} integers")
-    return tuple(
-        limits.check_int(v, f"option {key}", 0, limits.MAX_CLASSES, error=DatasetError)
-        for v in value
-    )
-
-
-def _flag(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise DatasetError(f"option {key} must be true or false, got {_short(value)}")
-    return value
-
-
-#: loader options a scenario (and so a link) may set, per registry kind, each with its check.
-#: Options that name server paths or reach the network (torchvision's ``root``,
-#: ``download``) are not here: the server's operator decides those.
-_LINK_OPTIONS: dict[str, dict[str, Callable[[str, Any], Any]]] = {
-    "bundled": {},
-    "download": {},
-    "sklearn": {"standardize": _flag},
-    "chessboard": {
-        "n_per_component": _integer(1, limits.MAX_SYNTHETIC_SAMPLES // 16),
-        "std": _number(1e-3, 10.0),
-        "spacing": _number(1e-3, 100.0),
-        "class_names": _texts,
-        "permutation": _integers,
-        "name": _text,
-    },
-    "gmm": {
-        "n_classes": _integer(2, 100),
-        "n_per_class": _integer(1, limits.MAX_SYNTHETIC_SAMPLES),
-        "spread": _number(0.0, 100.0),
-        "std": _number(1e-3, 10.0),
-        "anisotropy": _number(0.0, 1.0),
-        "class_names": _texts,
-        "name": _text,
-    },
-}
-
-
-def _check_options(info: DatasetInfo, options: dict[Any, Any]) -> dict[str, Any]:
-    """The allowed, bounded loader ``options`` of a registry dataset (normalised)."""
-    group = "chessboard" if info.name == "chessboard" else info.kind
-    if info.kind == "synthetic" and group != "chessboard":
-        group = "gmm"
-    allowed = _LINK_OPTIONS[group]
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        check = allowed.get(key) if isinstance(key, str) else None
-        if check is None:
-            names = ", ".join(allowed) or "none"
-            raise DatasetError(
-                f"dataset {info.name!r} has no option {_short(key)} (options: {names})"
-            )
-        out[key] = check(key, value)
-    if group == "gmm":
-        n = out.get("n_classes", 4) * out.get("n_per_class", 250)
-        if n > limits.MAX_SYNTHETIC_SAMPLES:
-            raise DatasetError(
-                f"n_classes x n_per_class = {n:,} samples, more than "
-                f"{limits.MAX_SYNTHETIC_SAMPLES:,}"
-            )
-    return out
-
-
-def _check_relative(name: str) -> None:
-    """A served dataset is named ``<folder label>/<relative path>``: no absolute path,
-    no ``..``, no ``~`` (checked again after resolving, see :func:`served_path`)."""
-    parts = name.replace("\\", "/").split("/")
-    if name.startswith(("/", "~")) or any(p in ("", ".", "..") for p in parts) or ":" in parts[0]:
-        raise DatasetError("a server dataset is named '<data folder>/<path inside it>'")
-
-
-@dataclass(frozen=True)
-class Upload:
-    """An uploaded file kept in the session: name, raw bytes and their sha256."""
-
-    filename: str
-    data: bytes = field(repr=False)
-    digest: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.digest:
-            object.__setattr__(self, "digest", hashlib.sha256(self.data).hexdigest())
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-
-@dataclass(frozen=True)
-class DatasetChoice:
-    """Where one dataset of a scenario comes from.
-
-    Attributes
-    ----------
-    name
-        Registry name (``"mnist"``) or the uploaded file's name.
-    source
-        ``"registry"`` or ``"upload"``.
-    split
-        ``"train"`` or ``"test"`` (registry datasets; uploads are one split).
-    digest
-        sha256 of the uploaded bytes (uploads only): part of the cache key, so
-        re-uploading a changed file with the same name recomputes.
-    seed
-        Seed passed to the registry loader instead of the scenario's seed;
-        for synthetic sets it picks *another mixture* (``gmm2d`` with seeds 1,
-        2, 3 are three different datasets).
-    options
-        Extra loader options as ``(key, value)`` pairs (e.g.
-        ``(("name", "gmm2d_a"),)``, ``(("permutation", (1, 0, 3, 2)),)``).
-    """
-
-    name: str
-    source: SourceKind = "registry"
-    split: Split = "train"
-    digest: str | None = None
-    seed: int | None = None
-    options: tuple[tuple[str, Any], ...] = ()
-
-    def __post_init__(self) -> None:
-        # every value may come from a link: check types and bounds, then normalise
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise DatasetError("a dataset choice needs a name")
-        if len(self.name) > MAX_NAME_CHARS:
-            raise DatasetError(f"a dataset name has at most {MAX_NAME_CHARS} characters")
-        if self.source not in ("registry", "upload", "server"):
-            raise DatasetError(
-                f"dataset source must be 'registry', 'upload' or 'server', got {_short(self.source)}"
-            )
-        if self.split not in ("train", "test"):
-            raise DatasetError(f"split must be 'train' or 'test', got {_short(self.split)}")
-        if self.source == "upload":
-            if not isinstance(self.digest, str) or not _SHA256.fullmatch(self.digest):
-                raise DatasetError("an uploaded dataset needs the sha256 digest of its bytes")
-        elif self.digest is not None:
-            raise DatasetError("only uploaded datasets have a digest")
-        if self.seed is not None:
-            seed = limits.check_int(
-                self.seed, "dataset seed", 0, limits.MAX_SEED, error=DatasetError
-            )
-            object.__setattr__(self, "seed", seed)
-        try:
-            raw_options = dict(self.options)
-        except (TypeError, ValueError):
-            raise DatasetError("dataset options must be (name, value) pairs") from None
-        if self.source == "registry":
-            info = dataset_info(self.name)  # UnknownDatasetError: never a path (see served_path)
-            raw_options = _check_options(info, raw_options)
-        elif raw_options:
-            raise DatasetError(f"{self.source} datasets take no loader options")
-        elif self.source == "server":
-            _check_relative(self.name)
-        opts = tuple((str(k), _freeze(v)) for k, v in raw_options.items())
-        object.__setattr__(self, "options", opts)
-
-    @classmethod
-    def from_upload(cls, upload: Upload) -> DatasetChoice:
-        return cls(name=upload.filename, source="upload", digest=upload.digest)
-
-    @property
-    def label(self) -> str:
-        """Short display label: ``mnist``, ``mnist (test)``, ``upload: my.npz``."""
-        if self.source == "upload":
-            return f"upload: {self.name}"
-        if self.source == "server":
-            return f"server: {self.name}"
-        shown = dict(self.options).get("name", self.name)
-        extras = [] if self.split == "train" else [self.split]
-        if self.seed is not None and "name" not in dict(self.options):
-            extras.append(f"seed {self.seed}")
-        return f"{shown} ({', '.join(extras)})" if extras else str(shown)
-
-    @property
-    def token(self) -> str:
-        """Stable identifier: ``registry:mnist:train`` (plus seed/options when set)."""
-        if self.source == "upload":
-            return f"upload:{self.digest}"
-        if self.source == "server":
-            return f"server:{self.name}:{self.split}"
-        tok = f"registry:{self.name}:{self.split}"
-        if self.seed is not None:
-            tok += f":seed={self.seed}"
-        if self.options:
-            tok += ":" + json.dumps(self.options, default=str)
-        return tok
-
-    def loader_kwargs(self) -> dict[str, Any]:
-        """Options for ``load_dataset`` (lists restored from tuples)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.options}
-
-
-@dataclass(frozen=True)
-class FewShotOptions:
-    """Few-shot target (paper Sec. 3.2 figure, Sec. 5): keep ``k`` labels per
-    class and pseudo-label the rest of ``Q`` with a ``n_neighbors``-NN classifier."""
-
-    enabled: bool = False
-    k: int = 10
-    n_neighbors: int = 1
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise DatasetError(
-                f"few-shot enabled must be true or false, got {_short(self.enabled)}"
-            )
-        k = limits.check_int(
-            self.k, "few-shot k (labels per class)", 1, limits.MAX_FEW_SHOT_K, error=DatasetError
-        )
-        nn = limits.check_int(
-            self.n_neighbors, "few-shot n_neighbors", 1, limits.MAX_NEIGHBOURS, error=DatasetError
-        )
-        object.__setattr__(self, "k", k)
-        object.__setattr__(self, "n_neighbors", nn)
 
 
 @dataclass(frozen=True)
@@ -360,7 +115,7 @@ class Scenario:
     references: tuple[DatasetChoice, ...]
     n_target: int = 2000
     n_reference: int = 2000
-    few_shot: FewShotOptions = FewShotOptions()
+    few_shot: FewShotOptions = field(default_factory=FewShotOptions)
     image_size: int = 32
     channels: ChannelMode = "auto"
     epsilon: float = DEFAULT_EPSILON
@@ -385,6 +140,11 @@ class Scenario:
             )
         if not all(isinstance(c, DatasetChoice) for c in (self.target, *refs)):
             raise DatasetError("the target and references must be dataset choices")
+        if any(c.source == "path" for c in (self.target, *refs)):
+            # a scenario may come from a link: it names data, never a path on the server
+            raise DatasetError(
+                "a scenario names registry, uploaded or server datasets, not local paths"
+            )
         if not isinstance(self.few_shot, FewShotOptions):
             raise DatasetError("few_shot must be FewShotOptions")
         for what in ("n_target", "n_reference"):
@@ -572,6 +332,39 @@ class Scenario:
         lines.append(f"OTDD maps: {self.map_label}")
         return lines
 
+    def spec(self) -> GeodesicSpec:
+        """The library's description of this scenario's problem, computed once.
+
+        The one place where the app's scenario becomes the library's
+        :class:`~geoviz.geodesic.spec.GeodesicSpec`: the datasets with their sample sizes,
+        seed, image format and few-shot options, and the :class:`GeodesicConfig
+        <geoviz.geodesic.pipeline.GeodesicConfig>` (relative ``epsilon`` and ``seed`` of the
+        OTDD, map method, neural budget).
+        """
+        cached = self.__dict__.get("_spec")
+        if cached is None:
+            from geoviz.geodesic.pipeline import GeodesicConfig
+            from geoviz.geodesic.spec import GeodesicSpec
+            from geoviz.ot.otdd import OTDDConfig
+
+            cached = GeodesicSpec(
+                target=self.target,
+                references=self.references,
+                n_target=self.n_target,
+                n_reference=self.n_reference,
+                seed=self.seed,
+                image_size=self.image_size,
+                channels=self.channels,
+                few_shot=self.few_shot if self.few_shot.enabled else None,
+                config=GeodesicConfig(
+                    otdd=OTDDConfig(epsilon=float(self.epsilon), seed=int(self.seed)),
+                    method=self.map_method,
+                    neural=self.neural_preset,
+                ),
+            )
+            object.__setattr__(self, "_spec", cached)
+        return cached
+
     def with_(self, **changes: Any) -> Scenario:
         """A validated copy with ``changes`` applied (``dataclasses.replace``)."""
         return replace(self, **changes)
@@ -607,7 +400,7 @@ def served_path(name: str, data_dirs: Sequence[tuple[str, Path]]) -> Path:
             "this server does not load datasets from its disk (its operator can allow folders "
             "with GEOVIZ_DATA_DIRS); use the listed datasets or upload a file"
         )
-    _check_relative(name)
+    check_relative_name(name)
     label, _, inside = name.partition("/")
     roots = dict(data_dirs)
     refusal = DatasetError(f"no dataset {_short(name, 80)} in this server's data folders")
@@ -665,12 +458,6 @@ def epsilon_choices(current: float | None = None) -> tuple[float, ...]:
     if current is not None and float(current) > 0 and np.isfinite(current):
         values.add(float(current))
     return tuple(sorted(values))
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
 
 
 def _hash(obj: Any) -> str:

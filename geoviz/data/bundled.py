@@ -16,7 +16,6 @@ The assets folder is ``<repository root>/assets``; set the environment variable
 
 from __future__ import annotations
 
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,11 +90,15 @@ _KEYS = ("x_train", "y_train", "x_test", "y_test", "classes")
 
 
 def assets_dir() -> Path:
-    """The assets folder: ``$GEOVIZ_ASSETS_DIR`` if set, else ``<repo>/assets``."""
-    env = os.environ.get("GEOVIZ_ASSETS_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2] / "assets"
+    """The assets folder: ``$GEOVIZ_ASSETS_DIR`` if set, else ``<repo>/assets``.
+
+    The variable is read by the entry point, or by :func:`geoviz.backend.runtime_settings`
+    when none configured the process (:attr:`~geoviz.backend.RuntimeSettings.assets_dir`).
+    """
+    from geoviz.backend import runtime_settings
+
+    configured = runtime_settings().assets_dir
+    return configured if configured is not None else Path(__file__).resolve().parents[2] / "assets"
 
 
 def bundled_path(name: str) -> Path:

@@ -8,7 +8,10 @@
 * :mod:`~geoviz.geodesic.distances` — (2,Q) distances (Def. 2), the objective
   ``W^2(P_a, Q)`` (eq. (ds_eq)), ``a_hat`` (eq. (hat_a)), simplex grids.
 * :mod:`~geoviz.geodesic.pipeline` — :func:`fit_geodesic` and :class:`GeodesicResult`.
-* :mod:`~geoviz.geodesic.cli` — ``geoviz distance | project | grid``.
+* :mod:`~geoviz.geodesic.spec` — :class:`GeodesicSpec` (datasets and options of one
+  problem, built by every front-end) and :func:`load_spec_datasets`.
+
+The commands ``geoviz distance | project | grid`` are in :mod:`geoviz.cli.geodesic`.
 
 The pipeline names are imported lazily so that the pure-math parts do not pull
 in the OT engine.
@@ -37,17 +40,21 @@ from geoviz.geodesic.weights import (
 
 if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
+    from geoviz.geodesic.spec import GeodesicSpec, SpecDatasets, load_spec_datasets
 
 __all__ = [
     "GeodesicConfig",
     "GeodesicResult",
+    "GeodesicSpec",
     "LabelSpace",
+    "SpecDatasets",
     "TwoQDistances",
     "check_weights",
     "fit_geodesic",
     "format_weights",
     "generalized_geodesic_dataset",
     "label_space",
+    "load_spec_datasets",
     "mccann_dataset",
     "mixup_interpolation",
     "objective",
@@ -61,6 +68,7 @@ __all__ = [
 ]
 
 _LAZY = {"GeodesicConfig", "GeodesicResult", "fit_geodesic"}
+_LAZY_SPEC = {"GeodesicSpec", "SpecDatasets", "load_spec_datasets"}
 
 
 def __getattr__(name: str) -> Any:
@@ -68,4 +76,8 @@ def __getattr__(name: str) -> Any:
         from geoviz.geodesic import pipeline
 
         return getattr(pipeline, name)
+    if name in _LAZY_SPEC:
+        from geoviz.geodesic import spec
+
+        return getattr(spec, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

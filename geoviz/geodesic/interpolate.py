@@ -31,7 +31,7 @@ import torch
 from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.errors import GeovizError, WeightsError
 from geoviz.geodesic.labels import LabelSpace, label_space
-from geoviz.geodesic.weights import check_weights, weights_tag
+from geoviz.geodesic.weights import as_simplex_weights, check_weights, weights_tag
 
 __all__ = [
     "check_t",
@@ -164,7 +164,8 @@ def generalized_geodesic_dataset(
             f"got {m} mapped feature sets, {len(soft_labels)} soft-label sets and a label space "
             f"of {space.n_blocks} datasets: they must match"
         )
-    a = check_weights(weights, m)
+    # one check (a SimplexWeights passes through): the two calls below take it unchecked
+    a = as_simplex_weights(weights, m)
     idx = subsample_indices(int(mapped_features[0].shape[0]), n, seed)
     if idx is not None:
         mapped_features = [t[idx] for t in mapped_features]
@@ -185,7 +186,7 @@ def generalized_geodesic_dataset(
         features=feats,
         soft_labels=labels,
         class_names=space.class_names,
-        name=name or f"P_a({weights_tag(a)})",
+        name=name or f"P_a({weights_tag(a.to_array())})",
         image_shape=image_shape,
         metadata=meta,
     )

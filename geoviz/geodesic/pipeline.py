@@ -51,7 +51,7 @@ from geoviz.geodesic.distances import (
 )
 from geoviz.geodesic.interpolate import generalized_geodesic_dataset, mccann_dataset
 from geoviz.geodesic.labels import LabelSpace, label_space
-from geoviz.geodesic.weights import check_weights
+from geoviz.geodesic.weights import as_simplex_weights
 from geoviz.maps.base import FittedMap, MapDiagnostics, PlanNeighbours
 from geoviz.maps.methods import (
     MAP_METHODS,
@@ -458,7 +458,9 @@ class GeodesicResult:
             and the provenance (target/reference names and fingerprints, config).
         """
         meta = self._provenance()
-        a = check_weights(weights, self.m)
+        # checked once here (a SimplexWeights passes through): the objective and the
+        # interpolation below take it without checking it again
+        a = as_simplex_weights(weights, self.m)
         meta["objective"] = float(self.objective(a))
         meta["a_hat"] = self.a_hat.tolist()
         return generalized_geodesic_dataset(

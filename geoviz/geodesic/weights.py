@@ -38,6 +38,7 @@ __all__ = [
     "WEIGHT_ATOL",
     "WEIGHT_DECIMALS",
     "SimplexWeights",
+    "as_simplex_weights",
     "check_weights",
     "display_weights",
     "format_weights",
@@ -132,9 +133,9 @@ def check_weights(weights: Any, m: int, atol: float = WEIGHT_ATOL) -> np.ndarray
             f"weights sum to {sums[row]:.6g}{where(row)}, not 1: weights must lie on the "
             f"probability simplex (all >= 0, sum = 1)"
         )
-    clean = np.clip(flat, 0.0, None)
+    clean: np.ndarray = np.clip(flat, 0.0, None)
     clean = clean / clean.sum(axis=1, keepdims=True)
-    return clean.reshape(arr.shape)
+    return np.asarray(clean.reshape(arr.shape), dtype=np.float64)
 
 
 def uniform_weights(m: int) -> np.ndarray:
@@ -175,9 +176,9 @@ def project_to_simplex(values: Sequence[float] | np.ndarray) -> np.ndarray:
     # rho: last index where cond holds (cond[..., 0] is always true)
     rho = m - 1 - np.argmax(cond[..., ::-1], axis=-1)
     theta = np.take_along_axis(css, rho[..., None], axis=-1) / (rho[..., None] + 1.0)
-    out = np.maximum(v - theta, 0.0)
+    out: np.ndarray = np.maximum(v - theta, 0.0)
     # remove rounding drift so the rows sum to 1 to machine precision
-    return out / out.sum(axis=-1, keepdims=True)
+    return np.asarray(out / out.sum(axis=-1, keepdims=True), dtype=np.float64)
 
 
 def round_to_simplex(weights: Sequence[float] | np.ndarray, decimals: int = 2) -> np.ndarray:
@@ -200,7 +201,7 @@ def _largest_remainder(w: np.ndarray, decimals: int) -> np.ndarray:
     if missing > 0:
         order = np.argsort(-(raw - floor), kind="stable")
         floor[order[:missing]] += 1
-    return floor / scale
+    return np.asarray(floor / scale, dtype=np.float64)
 
 
 def display_weights(
@@ -376,3 +377,26 @@ class SimplexWeights:
     def format(self, names: Sequence[str] | None = None, digits: int = WEIGHT_DECIMALS) -> str:
         """What a person reads, as :func:`format_weights` (``"usps 0.50 · kmnist 0.50"``)."""
         return format_weights(self, names, digits)
+
+
+def as_simplex_weights(weights: Any, m: int) -> SimplexWeights:
+    """One ``(m,)`` weight vector as :class:`SimplexWeights`, checked at most once.
+
+    A :class:`SimplexWeights` passes through (only its length is compared with ``m``,
+    its rounding is kept); anything else is validated by :func:`check_weights` and kept
+    unrounded (``decimals=None``). Functions that hand weights on to other validating
+    functions call this first, so the inner :func:`check_weights` calls are
+    pass-throughs: one full check per weight vector, wherever it entered.
+
+    Raises
+    ------
+    WeightsError
+        Wrong length, NaN/inf, a negative entry, a sum other than 1, or a batch.
+    """
+    if isinstance(weights, SimplexWeights):
+        check_weights(weights, m)  # the length only
+        return weights
+    valid = check_weights(weights, m)
+    if valid.ndim != 1:
+        raise WeightsError(f"expected one weight vector of {m} entries, got shape {valid.shape}")
+    return SimplexWeights(tuple(valid.tolist()), None)

@@ -12,7 +12,6 @@ If umap-learn is missing or fails, a PCA projection is used instead and
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -199,8 +198,11 @@ def _first_two(z: np.ndarray) -> np.ndarray:
 
 
 def auto_method() -> Literal["umap", "pca"]:
-    """What ``method="auto"`` means: ``"pca"`` when ``GEOVIZ_EMBEDDING=pca``, else ``"umap"``."""
-    return "pca" if os.environ.get("GEOVIZ_EMBEDDING", "").strip().lower() == "pca" else "umap"
+    """What ``method="auto"`` means: ``"pca"`` when ``GEOVIZ_EMBEDDING=pca``, else ``"umap"``
+    (:attr:`geoviz.backend.RuntimeSettings.embedding`, read at the entry point)."""
+    from geoviz.backend import runtime_settings
+
+    return runtime_settings().embedding
 
 
 def _cache_numba_kernels(prefix: str = "umap") -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -70,52 +70,35 @@ class ScenarioData:
         return self.target.n_features
 
 
-def load_choice(model: SessionModel, choice: DatasetChoice, n: int, seed: int) -> LabeledDataset:
-    from geoviz.data.preprocess import stratified_subsample
+def _resolver(model: SessionModel) -> Callable[[DatasetChoice], LabeledDataset]:
+    """The raw dataset of an uploaded or served choice: the session's uploads (else this
+    server's upload cache) and the operator's data folders (:func:`served_path`)."""
 
-    if choice.source == "upload":
-        from geoviz.data.formats import load_upload
+    def resolve(choice: DatasetChoice) -> LabeledDataset:
+        if choice.source == "upload":
+            from geoviz.data.formats import load_upload
 
-        up = model.uploads.get(str(choice.digest)) or stored_upload(str(choice.digest))
-        if up is None:
-            raise DatasetError(
-                "the uploaded file is neither in this session nor in this server's cache; "
-                "upload it again",
-                choice.name,
-            )
-        ds = load_upload(up.data, up.filename)
-        if ds.n_samples > n:
-            ds = stratified_subsample(ds, n, seed=seed)
-        return ds
-    if choice.source == "server":
+            up = model.uploads.get(str(choice.digest)) or stored_upload(str(choice.digest))
+            if up is None:
+                raise DatasetError(
+                    "the uploaded file is neither in this session nor in this server's cache; "
+                    "upload it again",
+                    choice.name,
+                )
+            return load_upload(up.data, up.filename)
         from geoviz.app.state import served_path
         from geoviz.data.formats import load_path
 
-        ds = load_path(served_path(choice.name, model.settings.data_dirs), split=choice.split)
-        if ds.n_samples > n:
-            ds = stratified_subsample(ds, n, seed=seed)
-        return ds
-    from geoviz.data.registry import load_dataset
+        return load_path(served_path(choice.name, model.settings.data_dirs), split=choice.split)
 
-    own_seed = seed if choice.seed is None else int(choice.seed)
-    return load_dataset(
-        choice.name,
-        split=choice.split,
-        n=int(n),
-        seed=own_seed,
-        allow_paths=False,  # a scenario names registry data; paths come only from served_path
-        **choice.loader_kwargs(),
-    )
+    return resolve
 
 
-def _unique(datasets: list[LabeledDataset]) -> list[LabeledDataset]:
-    from geoviz.geodesic.labels import unique_names
+def load_choice(model: SessionModel, choice: DatasetChoice, n: int, seed: int) -> LabeledDataset:
+    """One dataset of the session's scenario (:func:`geoviz.data.choice.load_choice`, no paths)."""
+    from geoviz.data import choice as library
 
-    names = unique_names([ds.name for ds in datasets])
-    return [
-        ds if ds.name == nm else dataclasses.replace(ds, name=nm)
-        for ds, nm in zip(datasets, names, strict=True)
-    ]
+    return library.load_choice(choice, int(n), seed, allow_paths=False, resolve=_resolver(model))
 
 
 def scenario_data(model: SessionModel) -> ScenarioData:
@@ -123,44 +106,30 @@ def scenario_data(model: SessionModel) -> ScenarioData:
 
     The scenario is first admitted by the server's settings
     (:meth:`~geoviz.app.state.AppSettings.admit`: data folders, neural budget, memory per
-    scenario), whichever way it came (form, link, preset).
+    scenario), whichever way it came (form, link, preset); the datasets are then those of
+    its :class:`~geoviz.geodesic.spec.GeodesicSpec`
+    (:func:`geoviz.geodesic.spec.load_spec_datasets`, without local paths).
     """
     scenario = model.settings.admit(model.scenario)
 
     def compute() -> ScenarioData:
         from geoviz.app.state import scenario_feature_bytes
-        from geoviz.data.preprocess import few_shot, harmonize
+        from geoviz.geodesic.spec import load_spec_datasets
         from geoviz.memory import check_bytes, memory_guard
 
         start = time.perf_counter()
         # loaded, subsampled and harmonised copies live side by side for a moment
         check_bytes(3 * scenario_feature_bytes(scenario), "loading the scenario's datasets")
         with memory_guard("loading the scenario's datasets"):
-            target = load_choice(model, scenario.target, scenario.n_target, scenario.seed)
-            refs = [
-                load_choice(model, c, scenario.n_reference, scenario.seed)
-                for c in scenario.references
-            ]
-            datasets = harmonize(
-                [target, *refs], size=scenario.image_size, channels=scenario.channels
+            loaded = load_spec_datasets(
+                scenario.spec(), allow_paths=False, resolve=_resolver(model), distinct_names=True
             )
-        datasets = _unique(datasets)
-        target, refs = datasets[0], datasets[1:]
-        target_true, labelled, acc = target, None, None
-        if scenario.few_shot.enabled:
-            fs = few_shot(
-                target,
-                scenario.few_shot.k,
-                seed=scenario.seed,
-                n_neighbors=scenario.few_shot.n_neighbors,
-            )
-            target, labelled, acc = fs.dataset, fs.labelled_indices, fs.pseudo_label_accuracy
         return ScenarioData(
-            target=target,
-            references=tuple(refs),
-            target_true=target_true,
-            labelled_indices=labelled,
-            pseudo_label_accuracy=acc,
+            target=loaded.target,
+            references=loaded.references,
+            target_true=loaded.target_true,
+            labelled_indices=loaded.labelled_indices,
+            pseudo_label_accuracy=loaded.pseudo_label_accuracy,
             load_seconds=time.perf_counter() - start,
             data_key=scenario.data_key(),
         )

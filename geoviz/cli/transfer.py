@@ -1,7 +1,7 @@
 """``geoviz transfer``: the transfer-experiment command of the CLI.
 
-:func:`register` is called by :mod:`geoviz.cli` (it is one of its
-``PLUGIN_MODULES``) with its ``argparse`` sub-parsers.
+:func:`register` is called by :func:`geoviz.cli.build_parser` (this module is one of
+:data:`geoviz.cli.PLUGIN_MODULES`) with its ``argparse`` sub-parsers.
 
 ``geoviz transfer [--target T --refs A,B,C] [--method all] [--grid R] [--out DIR] ...``
 runs the paper's transfer experiments (Sec. 5.2, Table 1): pretrain on ``P_a``,
@@ -9,8 +9,11 @@ fine-tune on ``k`` labelled target samples per class, test
 (:func:`geoviz.transfer.table.compare_methods`); or, with ``--grid R``, the
 simplex study correlating ``W²(P_a, Q)`` with accuracy
 (:func:`geoviz.transfer.grid.run_grid`). Runs are Ray tasks with
-``--backend ray`` (:mod:`geoviz.transfer.runner`). The geodesic is fitted only
-when a method needs it (``otdd``, ``mixup`` at ``a_hat``, ``--grid``).
+``--backend ray`` (:mod:`geoviz.transfer.runner`). The datasets are those of a
+:class:`~geoviz.geodesic.spec.GeodesicSpec` (the target's train split, the references
+and the target's test split, all at ``--size``), loaded by
+:func:`~geoviz.geodesic.spec.load_spec_datasets`; the geodesic is fitted only when a
+method needs it (``otdd``, ``mixup`` at ``a_hat``, ``--grid``).
 
 Every option is checked before any dataset is loaded, against :mod:`geoviz.limits`
 (``--refs`` count, ``--n``, ``--n-test``, ``--size``, ``--k``, ``--seed``, ``--seeds``,
@@ -20,7 +23,7 @@ in a log or a pipe.
 
 The handler returns the exit status and raises
 :class:`~geoviz.errors.GeovizError` for bad input (printed by
-``geoviz.cli.main`` with status 2).
+:func:`geoviz.cli.main` with status 2).
 """
 
 from __future__ import annotations
@@ -29,22 +32,15 @@ import argparse
 import contextlib
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from geoviz import limits
-from geoviz.cli import (
-    PlainProgress,
-    _format_table,
-    _positive_int,
-    cli_epsilon,
-    cli_int,
-    cli_seed,
-    stderr_is_terminal,
-)
+from geoviz.cli.args import cli_epsilon, cli_int, cli_seed, cli_seeds, positive_int
+from geoviz.cli.output import PlainProgress, format_table, stderr_is_terminal
 from geoviz.errors import BlurWarning, ExportError, GeovizError
 from geoviz.transfer.table import ALL_METHODS, METHODS
 
@@ -52,26 +48,6 @@ __all__ = ["TRANSFER_REFS", "TRANSFER_TARGET", "register"]
 
 TRANSFER_TARGET = "mnist"
 TRANSFER_REFS = "fashion_mnist,usps,kmnist"
-
-
-#: training seeds of one ``geoviz transfer`` run (each seed trains every method once)
-MAX_SEEDS = 100
-
-
-def _seeds_arg(text: str) -> list[int]:
-    try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise GeovizError(f"--seeds: expected comma-separated integers, got {text!r}") from None
-    if not seeds:
-        raise GeovizError("--seeds: expected at least one seed")
-    if len(seeds) > MAX_SEEDS:
-        raise GeovizError(f"--seeds: at most {MAX_SEEDS} seeds, got {len(seeds)}")
-    if len(set(seeds)) != len(seeds):
-        raise GeovizError(f"--seeds: seeds must be distinct, got {text!r}")
-    for seed in seeds:
-        cli_seed(seed, "--seeds: every seed")
-    return seeds
 
 
 def _weights_arg(text: str, m: int) -> np.ndarray | None:
@@ -94,7 +70,9 @@ def _weights_arg(text: str, m: int) -> np.ndarray | None:
 
 
 @contextlib.contextmanager
-def _transfer_progress(enabled: bool, what: str):
+def _transfer_progress(
+    enabled: bool, what: str
+) -> Iterator[tuple[Callable[[str, float], None] | None, Callable[[int, int], None] | None]]:
     """``(fit(stage, fraction), runs(done, total))`` progress callbacks drawing on stderr.
 
     tqdm bars on a terminal; plain lines (:class:`geoviz.cli.PlainProgress`: one per
@@ -180,9 +158,9 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
 
     from geoviz import __version__
     from geoviz.backend import DiskCache, get_cache
-    from geoviz.data.preprocess import harmonize
-    from geoviz.data.registry import load_dataset
+    from geoviz.data.choice import DatasetChoice
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
     from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT
     from geoviz.ot.otdd import OTDDConfig
     from geoviz.transfer.experiment import make_task
@@ -205,7 +183,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
     )
     cli_int(args.k, "--k", 1, limits.MAX_FEW_SHOT_K, why="labelled samples per class")
     cli_seed(args.seed)
-    seeds = _seeds_arg(args.seeds)
+    seeds = cli_seeds(args.seeds)
     weights = _weights_arg(args.weights, len(refs))
     preset = get_preset(args.preset)
     epsilon = cli_epsilon(args.epsilon)
@@ -236,16 +214,26 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
 
     # ---- data and task
     names = [args.target, *refs]
-    train = [load_dataset(name, split="train", n=args.n, seed=args.seed) for name in names]
-    test = load_dataset(args.target, split="test", n=args.n_test, seed=args.seed)
-    datasets = harmonize([*train, test], size=args.size)
-    target_train, references, target_test = datasets[0], datasets[1:-1], datasets[-1]
+    spec = GeodesicSpec(
+        target=DatasetChoice.named(args.target),
+        references=tuple(DatasetChoice.named(name) for name in refs),
+        n_target=args.n,
+        n_reference=args.n,
+        seed=args.seed,
+        image_size=args.size,
+        target_test=DatasetChoice.named(args.target, "test"),
+        n_test=args.n_test,
+        config=GeodesicConfig(otdd=dataclasses.replace(OTDDConfig(), epsilon=epsilon)),
+    )
+    data = load_spec_datasets(spec)
+    assert data.target_test is not None  # the spec names the test split
+    target_train, references, target_test = data.target, list(data.references), data.target_test
     task = make_task(target_train, target_test, references, args.k, seed=args.seed)
 
     needs_geodesic = (
         args.grid is not None or "otdd" in methods or ("mixup" in methods and weights is None)
     )
-    config = GeodesicConfig(otdd=dataclasses.replace(OTDDConfig(), epsilon=epsilon))
+    config = spec.config
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
     what = "simplex study" if args.grid is not None else "transfer"
     geodesic = neural_geodesic = None
@@ -435,7 +423,7 @@ def _report_comparison(
             ]
         )
     print()
-    print(_format_table(header, rows, right=set(range(1, len(header)))))
+    print(format_table(header, rows, right=set(range(1, len(header)))))
     print(f"std: sample standard deviation over the {len(seeds)} seed(s) (0 for one seed)")
     if out_dir is None:
         return
@@ -486,7 +474,7 @@ def _print_grid_study(study: Any, names: Sequence[str], seeds: Sequence[int]) ->
         f"{len(seeds)} seed(s), method {study.method}; {study.n_computed} runs trained, "
         f"{study.n_loaded} loaded from checkpoints"
     )
-    print(_format_table(header, rows, right=set(range(1, len(header)))))
+    print(format_table(header, rows, right=set(range(1, len(header)))))
 
     def fmt(x: float) -> str:
         return f"{x:.3f}" if math.isfinite(x) else "nan"
@@ -499,7 +487,7 @@ def _print_grid_study(study: Any, names: Sequence[str], seeds: Sequence[int]) ->
         print(f"note: {study.note}")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``transfer`` to the ``geoviz`` CLI."""
     from geoviz.ot.otdd import DEFAULT_EPSILON
 
@@ -517,17 +505,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma-separated pretraining datasets P_1..P_m (default {TRANSFER_REFS})",
     )
     p.add_argument(
-        "--n", type=_positive_int, default=1000, help="training samples per dataset (default 1000)"
+        "--n", type=positive_int, default=1000, help="training samples per dataset (default 1000)"
     )
     p.add_argument(
         "--n-test",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="test samples of the target (default: the whole test split)",
     )
-    p.add_argument("--size", type=_positive_int, default=32, help="image size (default 32)")
+    p.add_argument("--size", type=positive_int, default=32, help="image size (default 32)")
     p.add_argument(
-        "--k", type=_positive_int, default=5, help="labelled target samples per class (default 5)"
+        "--k", type=positive_int, default=5, help="labelled target samples per class (default 5)"
     )
     p.add_argument(
         "--seed",
@@ -576,7 +564,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--grid",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="R",
         help="run the simplex study on simplex_grid(m, R) instead (R=7: the paper's 36 points)",

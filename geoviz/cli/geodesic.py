@@ -1,10 +1,12 @@
 """``geoviz distance | project | grid``: generalized-geodesic commands of the CLI.
 
-:func:`register` is called by :mod:`geoviz.cli` with its ``argparse``
-sub-parsers. All three commands load a target and references (registry names
-or paths, :func:`geoviz.data.registry.load_dataset`), harmonise image sizes
-when they differ (:func:`geoviz.data.preprocess.harmonize`; USPS is 16x16,
-MNIST 28x28), fit the OTDD maps (cached on disk) and then:
+:func:`register` is called by :func:`geoviz.cli.build_parser` with its ``argparse``
+sub-parsers. All three commands describe their problem as a
+:class:`~geoviz.geodesic.spec.GeodesicSpec` (:func:`spec_from_args`: a target and
+references, registry names or paths, with ``--split``, ``--n``, ``--seed``, ``--size``
+and the map options), load its datasets with
+:func:`~geoviz.geodesic.spec.load_spec_datasets` (image sizes harmonised when they
+differ; USPS is 16x16, MNIST 28x28), fit the OTDD maps (cached on disk) and then:
 
 * ``distance`` prints the OTDD values ``d^2_OT(Q, P_i)`` and the (2,Q) matrix
   (``W_i = W^2_{2,Q}(P_i, Q)`` and ``W_ij = W^2_{2,Q}(P_i, P_j)``, paper Def. 2);
@@ -37,7 +39,7 @@ reference points, so memory is ``~B^2`` per batch instead of ``N_Q x N_P`` (for 
 full 60,000-sample *NIST splits).
 
 Handlers return the exit status and raise :class:`~geoviz.errors.GeovizError`
-for bad input (printed by ``geoviz.cli.main`` with status 2).
+for bad input (printed by :func:`geoviz.cli.main` with status 2).
 """
 
 from __future__ import annotations
@@ -51,20 +53,21 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from geoviz import limits
-from geoviz.cli import (
-    _positive_int,
+from geoviz.cli.args import (
     cli_epsilon,
     cli_int,
     cli_seed,
-    progress_callback,
-    refuse_existing,
-    write_file,
+    names,
+    number,
+    number_list,
+    positive_int,
 )
+from geoviz.cli.output import progress_callback, refuse_existing, write_file
 from geoviz.errors import BlurWarning, ExportExistsError, GeovizError, WeightsError
 from geoviz.glossary import (
     A_HAT,
@@ -78,35 +81,10 @@ from geoviz.glossary import (
 
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
     from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.spec import GeodesicSpec
     from geoviz.maps.base import MapDiagnostics, NeuralDiagnostics, PlanDiagnostics
 
-__all__ = ["check_args", "load_inputs", "register"]
-
-
-# --------------------------------------------------------------------------- argument helpers
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def _names(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("expected comma-separated dataset names, got nothing")
-    return names
-
-
-def _weights(text: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}"
-        ) from None
+__all__ = ["check_args", "register", "spec_from_args"]
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -116,7 +94,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--refs",
         required=True,
-        type=_names,
+        type=names,
         help="comma-separated reference datasets P_1,...,P_m (m >= 2)",
     )
     parser.add_argument(
@@ -124,7 +102,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--n",
-        type=_positive_int,
+        type=positive_int,
         default=1000,
         help=(
             f"stratified samples per dataset (default 1000, {limits.MIN_SAMPLES} to "
@@ -134,7 +112,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the subsamples")
     parser.add_argument(
         "--size",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=(
             "common image size when sizes differ (default: the target's height; "
@@ -143,7 +121,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="B",
         help=(
@@ -154,7 +132,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--epsilon",
-        type=_float,
+        type=number,
         default=None,
         help=(
             "entropic regularisation relative to the mean ground cost: eps_abs = epsilon x "
@@ -163,8 +141,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
             f"about half the reference); {limits.EPSILON_MIN:g} to {limits.EPSILON_MAX:g}"
         ),
     )
-    parser.add_argument("--lambda-x", type=_float, default=None, help="weight of the feature cost")
-    parser.add_argument("--lambda-y", type=_float, default=None, help="weight of the label cost")
+    parser.add_argument("--lambda-x", type=number, default=None, help="weight of the feature cost")
+    parser.add_argument("--lambda-y", type=number, default=None, help="weight of the label cost")
     parser.add_argument("--label-method", choices=("gaussian", "exact"), default=None)
     parser.add_argument("--device", default=None, help="auto (default), cpu or cuda")
     parser.add_argument(
@@ -187,7 +165,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--neural-iterations",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=(
             "override the preset's maximum number of critic iterations (at most "
@@ -293,50 +271,49 @@ def _neural_config(args: argparse.Namespace) -> Any:
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
-def load_inputs(
-    target: str,
-    refs: Sequence[str],
-    *,
-    split: Literal["train", "test"] = "train",
-    n: int | None = None,
-    seed: int = 0,
-    size: int | None = None,
-) -> tuple[Any, list[Any]]:
-    """Load target and references and bring images to one size when needed.
+def spec_from_args(args: argparse.Namespace) -> GeodesicSpec:
+    """The :class:`~geoviz.geodesic.spec.GeodesicSpec` of checked options (:func:`check_args`).
 
-    Returns ``(target, [references...])`` as :class:`~geoviz.data.dataset.LabeledDataset`.
+    ``--target`` and every name of ``--refs`` is a registry name or a path
+    (:meth:`DatasetChoice.named <geoviz.data.choice.DatasetChoice.named>`), all of split
+    ``--split``, ``--n`` samples each (seed ``--seed``); ``--size`` is the common image
+    size (default: sizes kept, resized to the target's height when they differ).
     """
-    from geoviz.data.preprocess import harmonize
-    from geoviz.data.registry import load_dataset
+    from geoviz.data.choice import DatasetChoice
+    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.geodesic.spec import GeodesicSpec
 
-    datasets = [load_dataset(name, split=split, n=n, seed=seed) for name in [target, *refs]]
-    shapes = {ds.image_shape for ds in datasets}
-    if any(ds.is_image for ds in datasets) and (len(shapes) > 1 or size is not None):
-        tgt = datasets[0]
-        common = size if size is not None or tgt.image_shape is None else tgt.image_shape[1]
-        datasets = harmonize(datasets, size=common)
-    return datasets[0], list(datasets[1:])
+    return GeodesicSpec(
+        target=DatasetChoice.named(args.target, args.split),
+        references=tuple(DatasetChoice.named(name, args.split) for name in args.refs),
+        n_target=args.n,
+        n_reference=args.n,
+        seed=args.seed,
+        image_size=args.size,
+        config=GeodesicConfig(
+            otdd=_otdd_config(args),
+            qp_solver=args.solver,
+            method=getattr(args, "method", "barycentric"),
+            neural=_neural_config(args),
+        ),
+    )
 
 
 def _fit(args: argparse.Namespace) -> GeodesicResult:
     from geoviz.backend import DiskCache, get_cache
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic import spec as geodesic_spec
+    from geoviz.geodesic.pipeline import fit_geodesic
 
     check_args(args)
-    config = GeodesicConfig(
-        otdd=_otdd_config(args),
-        qp_solver=args.solver,
-        method=getattr(args, "method", "barycentric"),
-        neural=_neural_config(args),
-    )
-    target, refs = load_inputs(
-        args.target, args.refs, split=args.split, n=args.n, seed=args.seed, size=args.size
-    )
+    spec = spec_from_args(args)
+    data = geodesic_spec.load_spec_datasets(spec)
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
     with progress_callback(not args.quiet) as progress, warnings.catch_warnings():
         # the commands print their own BLURRY MAP line (also for maps read from the cache)
         warnings.simplefilter("ignore", BlurWarning)
-        return fit_geodesic(target, refs, config, progress=progress, cache=cache)
+        return fit_geodesic(
+            data.target, list(data.references), spec.config, progress=progress, cache=cache
+        )
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -621,17 +598,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             )
             parser.add_argument(
                 "--weights",
-                type=_weights,
+                type=number_list,
                 default=None,
                 help="export P_a at these weights instead of a_hat",
             )
             parser.add_argument(
-                "--n-out", type=_positive_int, default=None, help="samples to export (default all)"
+                "--n-out", type=positive_int, default=None, help="samples to export (default all)"
             )
         if name == "grid":
             parser.add_argument(
                 "--resolution",
-                type=_positive_int,
+                type=positive_int,
                 default=20,
                 help=(
                     f"grid step 1/resolution (at most {limits.MAX_GRID_RESOLUTION}, and at most "

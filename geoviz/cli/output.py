@@ -1,0 +1,157 @@
+"""Output helpers of the ``geoviz`` commands: tables, files written safely, progress on stderr.
+
+* :func:`format_table` — a plain-text table.
+* :func:`refuse_existing`, :func:`write_file` — an output file refused before any work when
+  it exists without ``--overwrite``, then written atomically.
+* :func:`progress_callback`, :class:`PlainProgress` — progress on stderr: a redrawn tqdm
+  bar on a terminal; when stderr is a file or a pipe (CI logs, Ray workers) plain lines
+  instead, one per stage and at most one per 10 % of the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from geoviz.errors import ExportError, ExportExistsError
+
+__all__ = [
+    "PLAIN_PROGRESS_STEP",
+    "PlainProgress",
+    "format_table",
+    "progress_callback",
+    "refuse_existing",
+    "stderr_is_terminal",
+    "write_file",
+]
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """``header``, a dashed rule and ``rows``, columns padded; columns in ``right`` right-aligned."""
+    widths = [max(len(str(cell)) for cell in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            str(c).rjust(w) if i in right else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def refuse_existing(path: str | Path, overwrite: bool, flag: str = "--out") -> Path:
+    """``Path(path)``, refused *before any work* when it exists and ``--overwrite`` is not given.
+
+    Raises
+    ------
+    ExportExistsError
+        The path exists and ``overwrite`` is false.
+    ExportError
+        The path is a folder (a file is written there).
+    """
+    out = Path(path)
+    if out.is_dir():
+        raise ExportError(f"{flag} {out} is a folder; give a file name")
+    if out.exists() and not overwrite:
+        raise ExportExistsError(f"{out} already exists; pass --overwrite to replace it")
+    return out
+
+
+def write_file(path: Path, data: bytes, overwrite: bool, what: str) -> None:
+    """Write ``data`` atomically (:func:`geoviz.atomic.atomic_write_bytes`), CLI messages."""
+    from geoviz.atomic import atomic_write_bytes
+
+    try:
+        atomic_write_bytes(path, data, overwrite=overwrite)
+    except OSError as err:
+        if isinstance(err, FileExistsError) and Path(path).exists():  # appeared meanwhile
+            raise ExportExistsError(
+                f"{path} already exists; pass --overwrite to replace it"
+            ) from None
+        # e.g. a parent "folder" that is a file (mkdir's FileExistsError names the parent)
+        raise ExportError(f"cannot write {what} {path}: {err.strerror or err}") from err
+
+
+def stderr_is_terminal(stream: TextIO | None = None) -> bool:
+    """Whether ``stream`` (default ``sys.stderr``) is an interactive terminal."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+#: plain progress lines: one whenever the overall fraction passes another tenth
+PLAIN_PROGRESS_STEP = 10
+
+
+class PlainProgress:
+    """``progress(stage, fraction)`` writing plain lines for logs (no redraws).
+
+    A line ``[ 40%] stage`` is written when the stage text changes (consecutive
+    repeats are skipped) or when the overall percentage reaches another multiple
+    of :data:`PLAIN_PROGRESS_STEP`; a solver reporting every iteration adds nothing.
+    """
+
+    def __init__(self, stream: TextIO | None = None, prefix: str = "") -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.prefix = prefix
+        self.lines = 0
+        self._stage: str | None = None
+        self._step = -1
+
+    def __call__(self, stage: str, fraction: float, detail: str = "") -> None:
+        """Report ``fraction`` in ``[0, 1]`` of the work done, now in ``stage``.
+
+        ``detail`` (e.g. ``"12/36 runs"``) is printed after the stage but does not
+        count as a new stage.
+        """
+        pct = int(100 * min(max(float(fraction), 0.0), 1.0))
+        step = pct // PLAIN_PROGRESS_STEP
+        if stage == self._stage and step <= self._step:
+            return
+        self._stage, self._step = stage, max(step, self._step)
+        tail = f" {detail}" if detail else ""
+        print(f"{self.prefix}[{pct:3d}%] {stage}{tail}", file=self.stream, flush=True)
+        self.lines += 1
+
+
+@contextlib.contextmanager
+def progress_callback(
+    enabled: bool, *, stream: TextIO | None = None, prefix: str = ""
+) -> Iterator[Callable[[str, float], None] | None]:
+    """A ``progress(stage, fraction)`` callback on stderr, or ``None`` when disabled.
+
+    On a terminal a tqdm bar (redrawn in place); otherwise :class:`PlainProgress`.
+    """
+    if not enabled:
+        yield None
+        return
+    stream = sys.stderr if stream is None else stream
+    if not stderr_is_terminal(stream):
+        yield PlainProgress(stream, prefix)
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=1000, file=stream, bar_format="{desc:<48.48} {percentage:3.0f}%|{bar}| {elapsed}"
+    )
+    state = {"done": 0}
+
+    def update(stage: str, fraction: float) -> None:
+        pos = round(1000 * min(max(float(fraction), 0.0), 1.0))
+        bar.set_description_str(prefix + stage, refresh=False)
+        if pos > state["done"]:
+            bar.update(pos - state["done"])
+            state["done"] = pos
+        else:
+            bar.refresh()
+
+    try:
+        yield update
+    finally:
+        bar.close()

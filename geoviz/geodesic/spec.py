@@ -1,0 +1,236 @@
+"""A geodesic problem as one value: :class:`GeodesicSpec`, and :func:`load_spec_datasets`.
+
+A :class:`GeodesicSpec` is everything that determines a fitted generalized geodesic
+(paper Sec. 3): which datasets (the target ``Q`` and the references ``P_1..P_m``, each a
+:class:`~geoviz.data.choice.DatasetChoice` with its split), how many samples of each,
+the subsample seed, the common image format, the few-shot target options, and the
+:class:`~geoviz.geodesic.pipeline.GeodesicConfig` of the maps and the QP. Every
+front-end builds one: the command line (``geoviz distance | project | grid``), the
+transfer experiments (``geoviz transfer``) and the app (a link's scenario,
+:meth:`geoviz.app.scenario.Scenario.spec`). :func:`load_spec_datasets` is the one place
+that loads, subsamples, harmonises and few-shots those datasets; front-ends add only
+their own policy (the app: no paths, its operator's limits, a memory check).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from geoviz import limits
+from geoviz.data.choice import ChoiceResolver, DatasetChoice, FewShotOptions, load_choice
+from geoviz.data.dataset import LabeledDataset
+from geoviz.data.preprocess import ChannelMode
+from geoviz.errors import DatasetError
+from geoviz.geodesic.pipeline import GeodesicConfig
+
+__all__ = ["GeodesicSpec", "SpecDatasets", "load_spec_datasets"]
+
+_CHANNEL_MODES: tuple[ChannelMode, ...] = ("auto", "grey", "rgb")
+
+
+def _optional_count(value: int | None, what: str) -> int | None:
+    if value is None:
+        return None
+    return limits.check_int(value, what, limits.MIN_SAMPLES, limits.MAX_SAMPLES, error=DatasetError)
+
+
+@dataclass(frozen=True)
+class GeodesicSpec:
+    """The datasets and options of one generalized-geodesic problem, validated once.
+
+    Attributes
+    ----------
+    target
+        ``Q``.
+    references
+        ``P_1..P_m``, ``2 <= m <=`` :data:`geoviz.limits.MAX_REFERENCES`.
+    n_target, n_reference
+        Samples drawn (stratified, seed ``seed``) from ``Q`` and from each ``P_i``, in
+        ``[MIN_SAMPLES, MAX_SAMPLES]``; ``None`` or a smaller dataset: all of it.
+    seed
+        Seed of the subsamples (and of the few-shot labels and synthetic generators).
+    image_size
+        Pixels per side of the common image format: every dataset is resized to it
+        (:func:`geoviz.data.preprocess.harmonize`). ``None``: sizes are kept, and resized
+        to the target's height only when they differ (USPS 16x16 with MNIST 28x28).
+    channels
+        ``"auto"``, ``"grey"`` or ``"rgb"`` (:func:`~geoviz.data.preprocess.harmonize`).
+    few_shot
+        Keep ``k`` labels per class of ``Q`` and pseudo-label the rest
+        (:func:`geoviz.data.preprocess.few_shot`); ``None``: ``Q``'s own labels.
+    target_test
+        Held-out data of the target for evaluation (the transfer experiments' test split),
+        loaded and harmonised with the others, not part of the geodesic; ``None``: none.
+    n_test
+        Samples of ``target_test`` (``None``: the whole split).
+    config
+        The maps', OTDD's and QP's parameters (:class:`GeodesicConfig`).
+    """
+
+    target: DatasetChoice
+    references: tuple[DatasetChoice, ...]
+    n_target: int | None = None
+    n_reference: int | None = None
+    seed: int = 0
+    image_size: int | None = None
+    channels: ChannelMode = "auto"
+    few_shot: FewShotOptions | None = None
+    target_test: DatasetChoice | None = None
+    n_test: int | None = None
+    config: GeodesicConfig = field(default_factory=GeodesicConfig)
+
+    def __post_init__(self) -> None:
+        refs = tuple(self.references)
+        object.__setattr__(self, "references", refs)
+        choices = (self.target, *refs) + (() if self.target_test is None else (self.target_test,))
+        if not all(isinstance(c, DatasetChoice) for c in choices):
+            raise DatasetError("the datasets of a GeodesicSpec must be DatasetChoice values")
+        if not 2 <= len(refs) <= limits.MAX_REFERENCES:
+            raise DatasetError(
+                f"a geodesic needs 2 to {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
+            )
+        for name in ("n_target", "n_reference", "n_test"):
+            object.__setattr__(self, name, _optional_count(getattr(self, name), name))
+        seed = limits.check_int(self.seed, "seed", 0, limits.MAX_SEED, error=DatasetError)
+        object.__setattr__(self, "seed", seed)
+        if self.image_size is not None:
+            size = limits.check_int(
+                self.image_size,
+                "image_size",
+                limits.MIN_IMAGE_SIZE,
+                limits.MAX_IMAGE_SIZE,
+                why="pixels per side of the common image size",
+                error=DatasetError,
+            )
+            object.__setattr__(self, "image_size", size)
+        if self.channels not in _CHANNEL_MODES:
+            raise DatasetError(f"channels must be 'auto', 'grey' or 'rgb', got {self.channels!r}")
+        if self.few_shot is not None and not isinstance(self.few_shot, FewShotOptions):
+            raise DatasetError("few_shot must be FewShotOptions or None")
+        if not isinstance(self.config, GeodesicConfig):
+            raise DatasetError("config must be a GeodesicConfig")
+
+    @property
+    def m(self) -> int:
+        """Number of references."""
+        return len(self.references)
+
+    @property
+    def choices(self) -> tuple[DatasetChoice, ...]:
+        """``(Q, P_1, ..., P_m)``."""
+        return (self.target, *self.references)
+
+
+@dataclass(frozen=True)
+class SpecDatasets:
+    """The datasets of a :class:`GeodesicSpec`, loaded, subsampled and harmonised.
+
+    Attributes
+    ----------
+    target
+        ``Q`` as the geodesic uses it (pseudo-labelled when few-shot).
+    references
+        ``P_1..P_m`` in the feature space of ``target``.
+    target_true
+        ``Q`` with its true labels (``target`` itself unless few-shot).
+    labelled_indices
+        Few-shot: ``(m_k,)`` indices of ``Q`` whose label was kept; else ``None``.
+    pseudo_label_accuracy
+        Few-shot: accuracy of the kNN pseudo-labels on the other samples; else ``None``.
+    target_test
+        The spec's held-out target data in the same format, or ``None``.
+    """
+
+    target: LabeledDataset
+    references: tuple[LabeledDataset, ...]
+    target_true: LabeledDataset
+    labelled_indices: np.ndarray | None = None
+    pseudo_label_accuracy: float | None = None
+    target_test: LabeledDataset | None = None
+
+
+def _harmonised(
+    datasets: Sequence[LabeledDataset], size: int | None, channels: ChannelMode
+) -> list[LabeledDataset]:
+    from geoviz.data.preprocess import harmonize
+
+    if size is not None:
+        return harmonize(datasets, size=size, channels=channels)
+    shapes = {ds.image_shape for ds in datasets}
+    target_shape = datasets[0].image_shape
+    if any(ds.is_image for ds in datasets) and len(shapes) > 1 and target_shape is not None:
+        # sizes differ (USPS 16x16 with MNIST 28x28): the target's height
+        return harmonize(datasets, size=target_shape[1], channels=channels)
+    if len(shapes) > 1:  # images mixed with vectors: harmonize names the problem
+        return harmonize(datasets, size=None, channels=channels)
+    return list(datasets)
+
+
+def load_spec_datasets(
+    spec: GeodesicSpec,
+    *,
+    allow_paths: bool = True,
+    resolve: ChoiceResolver | None = None,
+    distinct_names: bool = False,
+) -> SpecDatasets:
+    """Load, subsample, harmonise (and few-shot) the datasets of ``spec``.
+
+    Each choice is loaded by :func:`geoviz.data.choice.load_choice` (``n_target`` samples
+    of ``Q``, ``n_reference`` of each ``P_i``, ``n_test`` of ``target_test``, seed
+    ``spec.seed``), all are brought to one format (:attr:`GeodesicSpec.image_size`,
+    :attr:`GeodesicSpec.channels`), and with ``spec.few_shot`` the target keeps ``k`` labels per class and is pseudo-labelled.
+
+    Parameters
+    ----------
+    spec
+        The problem.
+    allow_paths
+        ``False``: a ``"path"`` choice is refused (the app).
+    resolve
+        The raw dataset of an ``"upload"`` or ``"server"`` choice (the app's store).
+    distinct_names
+        Rename ``Q`` and the ``P_i`` apart (:func:`~geoviz.geodesic.labels.unique_names`:
+        ``mnist``, ``mnist#2``) for a display that names each of them; the datasets keep
+        their own names otherwise (the geodesic's label space tells references apart).
+
+    Raises
+    ------
+    DatasetError
+        A dataset that cannot be loaded, refused choices, or formats that cannot be
+        harmonised.
+    """
+    from geoviz.data.preprocess import few_shot
+    from geoviz.geodesic.labels import unique_names
+
+    def load(choice: DatasetChoice, n: int | None) -> LabeledDataset:
+        return load_choice(choice, n, spec.seed, allow_paths=allow_paths, resolve=resolve)
+
+    loaded = [load(spec.target, spec.n_target)]
+    loaded += [load(choice, spec.n_reference) for choice in spec.references]
+    if spec.target_test is not None:
+        loaded.append(load(spec.target_test, spec.n_test))
+    datasets = _harmonised(loaded, spec.image_size, spec.channels)
+    test = datasets[1 + spec.m] if spec.target_test is not None else None
+    geodesic_sets = datasets[: 1 + spec.m]
+    if distinct_names:
+        names = unique_names([ds.name for ds in geodesic_sets])
+        geodesic_sets = [
+            ds if ds.name == name else dataclasses.replace(ds, name=name)
+            for ds, name in zip(geodesic_sets, names, strict=True)
+        ]
+    target, refs = geodesic_sets[0], tuple(geodesic_sets[1:])
+    if spec.few_shot is None:
+        return SpecDatasets(target=target, references=refs, target_true=target, target_test=test)
+    fs = few_shot(target, spec.few_shot.k, seed=spec.seed, n_neighbors=spec.few_shot.n_neighbors)
+    return SpecDatasets(
+        target=fs.dataset,
+        references=refs,
+        target_true=target,
+        labelled_indices=fs.labelled_indices,
+        pseudo_label_accuracy=fs.pseudo_label_accuracy,
+        target_test=test,
+    )

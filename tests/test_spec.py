@@ -1,0 +1,225 @@
+"""GeodesicSpec, load_spec_datasets, DatasetChoice.named, as_simplex_weights, RuntimeSettings
+and fingerprint (issue 17: one spec for every front-end, values validated once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import geoviz.geodesic.weights as weights_module
+from geoviz import backend
+from geoviz.app.scenario import Scenario, default_scenario
+from geoviz.app.settings import AppSettings
+from geoviz.data.choice import DatasetChoice, FewShotOptions, load_choice
+from geoviz.data.registry import load_dataset
+from geoviz.errors import DatasetError, WeightsError
+from geoviz.geodesic.pipeline import GeodesicConfig
+from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
+from geoviz.geodesic.weights import SimplexWeights, as_simplex_weights
+
+NIST = ("fashion_mnist", "usps", "kmnist")
+
+
+def _spec(**changes) -> GeodesicSpec:
+    base = {
+        "target": DatasetChoice("mnist"),
+        "references": tuple(DatasetChoice(n) for n in NIST),
+        "n_target": 30,
+        "n_reference": 30,
+    }
+    return GeodesicSpec(**{**base, **changes})
+
+
+# --------------------------------------------------------------------------- GeodesicSpec
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"references": (DatasetChoice("usps"),)}, "2 to 10 reference datasets, got 1"),
+        ({"n_target": 1}, "n_target must be between 10"),
+        ({"seed": -1}, "seed must be between 0"),
+        ({"image_size": 1000}, "image_size must be between 4 and 128"),
+        ({"channels": "cmyk"}, "channels must be 'auto', 'grey' or 'rgb'"),
+        ({"target": "mnist"}, "must be DatasetChoice values"),
+        ({"config": {"epsilon": 0.01}}, "config must be a GeodesicConfig"),
+    ],
+)
+def test_spec_refuses_bad_values(changes, message) -> None:
+    with pytest.raises(DatasetError, match=message):
+        _spec(**changes)
+
+
+def test_spec_normalises_references_to_a_tuple() -> None:
+    spec = _spec(references=[DatasetChoice("usps"), DatasetChoice("kmnist")])
+    assert spec.references == (DatasetChoice("usps"), DatasetChoice("kmnist"))
+    assert spec.m == 2 and spec.choices[0] == DatasetChoice("mnist")
+    assert hash(spec) == hash(_spec(references=(DatasetChoice("usps"), DatasetChoice("kmnist"))))
+
+
+def test_load_spec_datasets_keeps_sizes_unless_they_differ() -> None:
+    """image_size None: USPS (16x16) with MNIST (28x28) go to the target's height."""
+    data = load_spec_datasets(_spec())
+    assert data.target.image_shape == (1, 28, 28)
+    assert {ds.image_shape for ds in data.references} == {(1, 28, 28)}
+    assert data.target.n_samples == 30 and data.target_true is data.target
+    same = load_spec_datasets(_spec(references=(DatasetChoice("fashion_mnist"),) * 2))
+    raw = load_dataset("fashion_mnist", n=30, seed=0)
+    assert same.references[0].fingerprint == raw.fingerprint  # nothing resized
+
+
+def test_load_spec_datasets_is_the_old_cli_and_transfer_loading() -> None:
+    """The spec's datasets are those the three front-ends loaded by hand before."""
+    from geoviz.data.preprocess import harmonize
+
+    spec = _spec(image_size=32, target_test=DatasetChoice("mnist", split="test"), n_test=20)
+    data = load_spec_datasets(spec)
+    by_hand = harmonize(
+        [load_dataset(n, n=30, seed=0) for n in ("mnist", *NIST)]
+        + [load_dataset("mnist", split="test", n=20, seed=0)],
+        size=32,
+    )
+    loaded = [data.target, *data.references, data.target_test]
+    assert [ds.fingerprint for ds in loaded] == [ds.fingerprint for ds in by_hand]
+
+
+def test_load_spec_datasets_few_shot_and_distinct_names() -> None:
+    spec = _spec(
+        references=(DatasetChoice("mnist", split="test"), DatasetChoice("usps")),
+        few_shot=FewShotOptions(enabled=True, k=2),
+        image_size=16,
+    )
+    plain = load_spec_datasets(spec)
+    assert plain.target.name == plain.references[0].name == "mnist"
+    data = load_spec_datasets(spec, distinct_names=True)
+    assert [ds.name for ds in (data.target, *data.references)] == ["mnist", "mnist#2", "usps"]
+    assert data.labelled_indices is not None and data.labelled_indices.size == 2 * 10
+    assert data.pseudo_label_accuracy is not None and 0.0 <= data.pseudo_label_accuracy <= 1.0
+    # the true labels are kept aside; the geodesic's target is pseudo-labelled
+    assert torch.equal(
+        data.target_true.labels[data.labelled_indices], data.target.labels[data.labelled_indices]
+    )
+
+
+def test_paths_and_uploads_need_their_front_end(tmp_path: Path) -> None:
+    from geoviz.export import export_dataset
+
+    export_dataset(load_dataset("usps", n=20), tmp_path / "usps.npz")
+    choice = DatasetChoice.named(str(tmp_path / "usps.npz"))
+    assert choice.source == "path" and DatasetChoice.named("usps").source == "registry"
+    assert load_choice(choice, 10, 0).n_samples == 10
+    with pytest.raises(DatasetError, match="not by path"):
+        load_choice(choice, 10, 0, allow_paths=False)
+    upload = DatasetChoice("a.npz", source="upload", digest="0" * 64)
+    with pytest.raises(DatasetError, match="loaded by the app"):
+        load_choice(upload, 10, 0)
+    raw = load_dataset("usps", n=40)
+    assert load_choice(upload, 10, 0, resolve=lambda c: raw).n_samples == 10
+
+
+def test_a_link_never_names_a_path(tmp_path: Path) -> None:
+    refs = (DatasetChoice("usps"), DatasetChoice("kmnist"))
+    with pytest.raises(DatasetError, match="not local paths"):
+        Scenario(target=DatasetChoice(str(tmp_path), source="path"), references=refs)
+    with pytest.raises(DatasetError, match="not local paths"):
+        Scenario.from_dict(
+            {
+                **default_scenario(AppSettings()).to_dict(),
+                "target": {"name": "/etc", "source": "path"},
+            }
+        )
+
+
+def test_scenario_spec_forwards_every_option() -> None:
+    scenario = default_scenario(AppSettings(n_default=50)).with_(
+        epsilon=0.005, seed=3, map_method="neural", neural_preset="tiny", image_size=20
+    )
+    spec = scenario.spec()
+    assert spec is scenario.spec()  # computed once
+    assert spec.choices == scenario.choices
+    assert (spec.n_target, spec.n_reference, spec.seed, spec.image_size) == (50, 50, 3, 20)
+    assert spec.few_shot is None
+    assert spec.config.otdd.epsilon == 0.005 and spec.config.otdd.seed == 3
+    from geoviz.maps.neural import get_neural_preset
+
+    assert spec.config.method == "neural" and spec.config.neural == get_neural_preset("tiny")
+    few = scenario.with_(few_shot=FewShotOptions(enabled=True, k=3))
+    assert few.spec().few_shot == FewShotOptions(enabled=True, k=3)
+    assert isinstance(GeodesicSpec(scenario.target, scenario.references).config, GeodesicConfig)
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def test_as_simplex_weights_checks_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    original = weights_module.check_weights
+
+    def counting(weights, m, *args, **kwargs):
+        calls.append(isinstance(weights, SimplexWeights))
+        return original(weights, m, *args, **kwargs)
+
+    monkeypatch.setattr(weights_module, "check_weights", counting)
+    a = as_simplex_weights(np.array([0.25, 0.75]), 2)
+    assert a.values == (0.25, 0.75) and a.decimals is None and calls == [False]
+    rounded = SimplexWeights.from_input([0.3, 0.7], 2)
+    calls.clear()
+    assert as_simplex_weights(rounded, 2) is rounded and calls == [True]  # length only
+    with pytest.raises(WeightsError, match="must have 3 entries"):
+        as_simplex_weights(rounded, 3)
+    with pytest.raises(WeightsError, match="one weight vector"):
+        as_simplex_weights(np.full((2, 2), 0.5), 2)
+
+
+# --------------------------------------------------------------------------- settings, keys
+
+
+def test_runtime_settings_from_env_reads_every_variable(tmp_path: Path) -> None:
+    env = {
+        "GEOVIZ_DEVICE": " CPU ",
+        "GEOVIZ_CACHE_DIR": str(tmp_path / "c"),
+        "GEOVIZ_NO_CACHE": "1",
+        "GEOVIZ_ASSETS_DIR": str(tmp_path / "a"),
+        "GEOVIZ_EMBEDDING": "PCA",
+    }
+    settings = backend.RuntimeSettings.from_env(env)
+    assert settings == backend.RuntimeSettings(
+        device="cpu",
+        cache_dir=tmp_path / "c",
+        no_cache=True,
+        assets_dir=tmp_path / "a",
+        embedding="pca",
+    )
+    xdg = backend.RuntimeSettings.from_env({"XDG_CACHE_HOME": str(tmp_path)})
+    assert xdg.cache_dir == tmp_path / "geoviz" and xdg.embedding == "umap"
+    assert xdg.device == "auto" and xdg.no_cache is False and xdg.assets_dir is None
+
+
+def test_configured_settings_win_over_the_environment_and_are_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from geoviz.data.bundled import assets_dir
+    from geoviz.viz.embedding import auto_method
+
+    monkeypatch.setenv("GEOVIZ_EMBEDDING", "pca")
+    installed = backend.RuntimeSettings(cache_dir=tmp_path / "x", assets_dir=tmp_path)
+    with backend.configured(installed):
+        assert backend.default_cache_dir() == tmp_path / "x"
+        assert assets_dir() == tmp_path and auto_method() == "umap"
+        assert backend.get_cache().directory == tmp_path / "x"
+    assert auto_method() == "pca"  # the environment again
+    assert backend.runtime_settings() == backend.RuntimeSettings.from_env()
+
+
+def test_fingerprint_is_the_disk_cache_key() -> None:
+    """The formula of every stored key (a change would orphan the cache: bump the version)."""
+    params = {"a": 1, "b": np.arange(3), "c": (1.5, None)}
+    key = backend.fingerprint("ns", params)
+    assert key == backend.cache_key("ns", params)
+    # the value cache_key gave before fingerprint existed: stored entries are found again
+    assert key == "9b3e85cd2d2af3e190ae5fb5daaeda2f08898cbe60c3b7294e1ac61acd5203d7"
+    assert backend.fingerprint("ns", params, version="0") != key
+    assert backend.fingerprint("ns", {**params, "b": np.arange(3).reshape(1, 3)}) != key
