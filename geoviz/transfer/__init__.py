@@ -1,8 +1,8 @@
 """Transfer experiments (paper Sec. 5.2, Table 1): pretrain on ``P_a``, fine-tune, test.
 
-* :mod:`~geoviz.transfer.models` — :class:`LeNet5`, :class:`MLPNet`,
+* :mod:`~geoviz.nn.models` (re-exported) — :class:`LeNet5`, :class:`MLPNet`,
   :func:`make_model`, :func:`replace_head`.
-* :mod:`~geoviz.transfer.training` — budgets (:class:`TrainConfig`,
+* :mod:`~geoviz.nn.training` (re-exported) — budgets (:class:`TrainConfig`,
   :data:`PRESETS`), :func:`soft_cross_entropy`, :func:`pretrain`,
   :func:`finetune`, :func:`train_from_scratch`, :func:`evaluate`.
 * :mod:`~geoviz.transfer.baselines` — :func:`one_nn_accuracy` and the Mixup
@@ -24,8 +24,8 @@ from geoviz.transfer.experiment import (
     make_task,
     run_method,
 )
-from geoviz.transfer.models import LeNet5, MLPNet, make_model, replace_head
-from geoviz.transfer.training import (
+from geoviz.nn.models import LeNet5, MLPNet, make_model, replace_head
+from geoviz.nn.training import (
     PRESETS,
     TrainConfig,
     TransferPreset,
