@@ -62,6 +62,7 @@ from torch import nn
 from geoviz.backend import DiskCache, get_cache, jsonable, resolve_device
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
+from geoviz.maps.barycentric import BarycentricMap
 from geoviz.maps.base import (
     FittedMap,
     MapKind,
@@ -69,7 +70,6 @@ from geoviz.maps.base import (
     check_transform_inputs,
     nearest_reference_ratio,
 )
-from geoviz.maps.barycentric import BarycentricMap
 from geoviz.maps.networks import Architecture, build_networks, choose_architecture
 from geoviz.nn.init import seeded_generator
 from geoviz.nn.models import make_model

@@ -35,16 +35,21 @@ __all__ = ["build_seeded", "reset_parameters", "seeded_generator"]
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
+
 def seeded_generator(seed: int) -> torch.Generator:
     """A new CPU :class:`torch.Generator` seeded with ``seed`` (the global one is left alone)."""
     return torch.Generator().manual_seed(int(seed))
 
 
-def _default_uniform(layer: nn.Linear | nn.modules.conv._ConvNd, generator: torch.Generator) -> None:
+def _default_uniform(
+    layer: nn.Linear | nn.modules.conv._ConvNd, generator: torch.Generator
+) -> None:
     """``nn.Linear`` / ``_ConvNd.reset_parameters`` with the draws taken from ``generator``."""
     weight = layer.weight
-    target = weight if weight.is_contiguous() else torch.empty_like(
-        weight, memory_format=torch.contiguous_format
+    target = (
+        weight
+        if weight.is_contiguous()
+        else torch.empty_like(weight, memory_format=torch.contiguous_format)
     )
     nn.init.kaiming_uniform_(target, a=math.sqrt(5), generator=generator)
     if target is not weight:

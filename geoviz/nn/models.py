@@ -248,7 +248,11 @@ def replace_head(
         )
         return new
     fresh = nn.Linear(
-        head.in_features, n_classes, bias=head.bias is not None, device="meta", dtype=head.weight.dtype
+        head.in_features,
+        n_classes,
+        bias=head.bias is not None,
+        device="meta",
+        dtype=head.weight.dtype,
     ).to_empty(device="cpu")
     new.head = reset_parameters(fresh, generator).to(head.weight.device)
     return new

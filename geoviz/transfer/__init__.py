@@ -15,15 +15,6 @@ Plain torch, no Streamlit.
 
 from __future__ import annotations
 
-from geoviz.transfer.baselines import mixup_pretraining_set, one_nn_accuracy, one_nn_predict
-from geoviz.transfer.experiment import (
-    METHODS,
-    Method,
-    MethodResult,
-    TransferTask,
-    make_task,
-    run_method,
-)
 from geoviz.nn.models import LeNet5, MLPNet, make_model, replace_head
 from geoviz.nn.training import (
     PRESETS,
@@ -35,6 +26,15 @@ from geoviz.nn.training import (
     pretrain,
     soft_cross_entropy,
     train_from_scratch,
+)
+from geoviz.transfer.baselines import mixup_pretraining_set, one_nn_accuracy, one_nn_predict
+from geoviz.transfer.experiment import (
+    METHODS,
+    Method,
+    MethodResult,
+    TransferTask,
+    make_task,
+    run_method,
 )
 
 __all__ = [

@@ -36,7 +36,6 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import few_shot
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.weights import check_weights
-from geoviz.transfer.baselines import mixup_pretraining_set, one_nn_accuracy
 from geoviz.nn.training import (
     DeviceLike,
     ProgressCallback,
@@ -47,6 +46,7 @@ from geoviz.nn.training import (
     pretrain,
     train_from_scratch,
 )
+from geoviz.transfer.baselines import mixup_pretraining_set, one_nn_accuracy
 
 if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicResult
