@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
@@ -121,10 +122,11 @@ class LeNet5(nn.Module):
         """Logits ``(B, n_classes)`` of flattened ``(B, C*H*W)`` or ``(B, C, H, W)`` input."""
         if x.ndim == 2:
             x = x.reshape(x.shape[0], *self.image_shape)
-        if not self.features[3].weight.is_contiguous():
+        if not cast(nn.Conv2d, self.features[3]).weight.is_contiguous():
             # weights moved to channels_last (faster CPU convolutions, see training._fit)
             x = x.contiguous(memory_format=torch.channels_last)
-        return self.head(self.body(self.features(x)))
+        logits: torch.Tensor = self.head(self.body(self.features(x)))
+        return logits
 
 
 class MLPNet(nn.Module):
@@ -152,7 +154,8 @@ class MLPNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, n_classes)`` of ``(B, D)`` input (further axes are flattened)."""
-        return self.head(self.body(x.reshape(x.shape[0], -1)))
+        logits: torch.Tensor = self.head(self.body(x.reshape(x.shape[0], -1)))
+        return logits
 
 
 def make_model(
