@@ -303,16 +303,16 @@ def correlations(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, 
     note)``: both ``nan`` with a note when fewer than 2 pairs remain or either
     side is constant (then a correlation is undefined); ``note`` is empty otherwise.
     """
-    x = np.asarray(x, dtype=float).ravel()
-    y = np.asarray(y, dtype=float).ravel()
-    if x.shape != y.shape:
-        raise GeovizError(f"correlations need equal lengths, got {x.size} and {y.size}")
-    keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
+    xs = np.asarray(x, dtype=float).ravel()
+    ys = np.asarray(y, dtype=float).ravel()
+    if xs.shape != ys.shape:
+        raise GeovizError(f"correlations need equal lengths, got {xs.size} and {ys.size}")
+    keep = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[keep], ys[keep]
     nan = float("nan")
-    if x.size < 2:
-        return nan, nan, f"correlation undefined: {x.size} point(s) with finite values"
-    constant = [name for name, v in ((OBJECTIVE, x), ("mean accuracy", y)) if np.ptp(v) == 0.0]
+    if xs.size < 2:
+        return nan, nan, f"correlation undefined: {xs.size} point(s) with finite values"
+    constant = [name for name, v in ((OBJECTIVE, xs), ("mean accuracy", ys)) if np.ptp(v) == 0.0]
     if constant:
         return (
             nan,
@@ -321,8 +321,8 @@ def correlations(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, 
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-constant input warnings: the value is still defined
-        pearson = float(stats.pearsonr(x, y)[0])
-        spearman = float(stats.spearmanr(x, y)[0])
+        pearson = float(stats.pearsonr(xs, ys)[0])
+        spearman = float(stats.spearmanr(xs, ys)[0])
     return pearson, spearman, ""
 
 
@@ -452,7 +452,8 @@ def _rowwise_pearson(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         r = (yc @ xc) / denominator
     r[~(denominator > 0)] = np.nan
-    return np.clip(r, -1.0, 1.0)
+    clipped: np.ndarray = np.clip(r, -1.0, 1.0)
+    return clipped
 
 
 def bootstrap_interval(
@@ -614,7 +615,7 @@ def _run_point(
     task: Any,
     geodesic: Any,
     preset: TransferPreset | str,
-    method: str,
+    method: Literal["otdd", "mixup"],
     item: tuple[int, tuple[float, ...], int],
 ) -> Any:
     """One (point, seed) run: the body of every task of :func:`run_grid`."""
@@ -640,7 +641,7 @@ def run_grid(
     backend: Backend = "auto",
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
-    method: str = "otdd",
+    method: Literal["otdd", "mixup"] = "otdd",
 ) -> GridStudy:
     """Train ``method`` on ``P_a`` for every ``a`` of a simplex grid and every seed.
 
@@ -739,15 +740,15 @@ def run_grid(
     points = []
     n_seeds = len(seeds)
     for i in range(grid.shape[0]):
-        recs = [records[i * n_seeds + s] for s in range(n_seeds)]
-        assert all(r is not None for r in recs)
+        recs = [rec for rec in records[i * n_seeds : (i + 1) * n_seeds] if rec is not None]
+        assert len(recs) == n_seeds  # every run was loaded or computed
         points.append(
             GridPoint(
                 index=i,
                 weights=tuple(float(w) for w in grid[i]),
                 objective=float(values[i]),
-                accuracies=tuple(float(r["accuracy"]) for r in recs),  # type: ignore[index]
-                seconds=float(sum(float(r["seconds"]) for r in recs)),  # type: ignore[index]
+                accuracies=tuple(float(r["accuracy"]) for r in recs),
+                seconds=float(sum(float(r["seconds"]) for r in recs)),
             )
         )
     pearson, spearman, note = correlations(
