@@ -142,7 +142,7 @@ def configure_torch(threads: int | None = None, flush_denormal: bool = True) -> 
         raise GeovizError(f"threads must be a positive integer or None, got {threads!r}")
     with _torch_settings_lock:
         before = torch_settings()
-        if threads is not None and int(threads) != before.threads:
+        if threads is not None:
             torch.set_num_threads(int(threads))
         # set_flush_denormal returns False where the CPU cannot flush (then nothing changed)
         _flush_denormal = bool(torch.set_flush_denormal(bool(flush_denormal))) and flush_denormal
