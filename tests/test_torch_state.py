@@ -197,12 +197,15 @@ def test_configure_torch_sets_threads_and_denormals_and_returns_the_old_settings
         before = configure_torch(threads=1, flush_denormal=True)
         assert before == start and isinstance(before, TorchSettings)
         assert torch.get_num_threads() == 1
-        tiny = torch.tensor([1e-39], dtype=torch.float32)  # a float32 subnormal
+
+        def subnormal_times_one() -> float:  # 1e-39 is a float32 subnormal
+            return float(torch.tensor([1e-39], dtype=torch.float32) * 1.0)
+
         if torch_settings().flush_denormal:  # CPUs without SSE3 cannot flush
-            assert float(tiny * 1.0) == 0.0
+            assert subnormal_times_one() == 0.0
         configure_torch(threads=None, flush_denormal=False)
         assert torch.get_num_threads() == 1 and not torch_settings().flush_denormal
-        assert math.isclose(float(tiny * 1.0), 1e-39, rel_tol=1e-6)
+        assert math.isclose(subnormal_times_one(), 1e-39, rel_tol=1e-6)
     finally:
         configure_torch(start.threads, start.flush_denormal)
     assert torch_settings() == start
