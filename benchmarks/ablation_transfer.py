@@ -218,8 +218,8 @@ def run_unit(unit: Unit, args: argparse.Namespace) -> int:
     """Pretrain (or load the checkpoint), fine-tune with every protocol, append the results."""
     import torch
 
-    from geoviz.transfer.models import make_model
-    from geoviz.transfer.training import (
+    from geoviz.nn.models import make_model
+    from geoviz.nn.training import (
         TrainConfig,
         evaluate,
         finetune,

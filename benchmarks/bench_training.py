@@ -1,4 +1,4 @@
-"""Training throughput of geoviz.transfer.training on one CPU thread (issue 18, part 1).
+"""Training throughput of geoviz.nn.training on one CPU thread (issue 18, part 1).
 
 Measures, in one run and on the same machine, samples per second of
 
@@ -7,9 +7,9 @@ Measures, in one run and on the same machine, samples per second of
 - **library before**: the training loop of ``geoviz.transfer.training._fit`` as it
   was before issue 18 (copied below: the features gathered flat and converted to
   channels-last at every step, ReLU before max-pool), batch 64;
-- **library after**: :func:`geoviz.transfer.training.pretrain` at the ``cpu``
+- **library after**: :func:`geoviz.nn.training.pretrain` at the ``cpu``
   preset (and at other batch sizes with ``--batches``);
-- **evaluate**: :func:`geoviz.transfer.training.evaluate` against a plain
+- **evaluate**: :func:`geoviz.nn.training.evaluate` against a plain
   ``no_grad`` loop over batches of 1024.
 
 The methods are run in interleaved rounds (``--rounds``) and the median is
@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from geoviz.backend import few_cpu_threads
+from geoviz.backend import configure_torch, few_cpu_threads
 from geoviz.data.dataset import LabeledDataset
-from geoviz.transfer.training import (
+from geoviz.nn.training import (
     CPU_TRAIN_THREADS,
     PRESETS,
     TrainConfig,
@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr-scaling", default="sqrt", choices=["sqrt", "linear"])
     args = p.parse_args(argv)
 
-    torch.set_num_threads(CPU_TRAIN_THREADS)
+    # the entry point sets torch's process-wide settings; no denormal flushing, as the
+    # training loop has never had it (the rows stay comparable with earlier runs)
+    configure_torch(threads=CPU_TRAIN_THREADS, flush_denormal=False)
     gen = torch.Generator().manual_seed(0)
     x = torch.rand(args.n, 1024, generator=gen)
     labels = torch.randint(0, 10, (args.n,), generator=gen)
@@ -271,7 +273,7 @@ def _timed(fn: Callable[[], object]) -> Seconds:
 
 def _accuracy(batches: list[int], epochs: float, seeds: int, scaling: str) -> None:
     """Train from scratch on bundled MNIST at each batch size (same epochs, lr scaled with it)."""
-    from geoviz.transfer.training import train_from_scratch
+    from geoviz.nn.training import train_from_scratch
 
     train, test = _mnist("train", 5000), _mnist("test", 2000)
     print(

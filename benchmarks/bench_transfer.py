@@ -123,6 +123,55 @@ def _progress(what: str):
     return report
 
 
+def _interval(estimate: dict) -> str:
+    if estimate["interval"] is None:
+        return "n/a"
+    low, high = estimate["interval"]
+    return f"[{low:.2f}, {high:.2f}]"
+
+
+def print_study_statistics(statistics: dict[str, dict]) -> None:
+    """The correlation tests and the paper's table of W² statistics (appendix Table "w_stat"),
+    one row per target, from :meth:`geoviz.transfer.study.StudyStatistics.to_dict`."""
+    nan = float("nan")
+    print(
+        "\nCorrelation of W²(P_a, Q) with mean accuracy: r, p-value, bootstrap 95 % interval "
+        "over the seeds\n"
+    )
+    print(
+        "| Q | Pearson r | p | 95 % CI | Spearman ρ | p | 95 % CI |\n|---|---:|---:|---|---:|---:|---|"
+    )
+    for target, st in statistics.items():
+        cells = []
+        for name in ("pearson", "spearman"):
+            e = st[name]
+            r = nan if e["r"] is None else e["r"]
+            p = nan if e["p_value"] is None else e["p_value"]
+            cells += [f"{r:.3f}", f"{p:.2g}", _interval(e)]
+        print(f"| {target} | " + " | ".join(cells) + " |")
+    notes = {st["pearson"]["interval_note"] for st in statistics.values()} - {""}
+    for note in sorted(notes):
+        print(f"  ({note})")
+    print(
+        "\nW²(P_a, Q) over the grid points (paper appendix, Table w_stat) and accuracy gain "
+        "(max - min of the mean accuracy over the grid, percentage points)\n"
+    )
+    print(
+        "| Q | mean | median | min | max | range | std | accuracy gain | accuracy at a_hat |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
+    for target, st in statistics.items():
+        w = st["objective"]
+        at = st["accuracy_at_a_hat"]
+        gain = st["accuracy_gain"]
+        print(
+            f"| {target} | {w['mean']:.2f} | {w['median']:.2f} | {w['min']:.2f} | "
+            f"{w['max']:.2f} | {w['range']:.2f} | {w['std']:.2f} | "
+            f"{'n/a' if gain is None else f'{100 * gain:.1f}'} | "
+            f"{'n/a' if at is None else f'{100 * at:.1f}'} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     from geoviz.ot.otdd import DEFAULT_EPSILON
 
@@ -161,8 +210,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from geoviz.transfer.grid import run_grid
+    from geoviz.backend import configure_torch
+    from geoviz.nn.training import CPU_TRAIN_THREADS
+    from geoviz.transfer.study import run_grid
     from geoviz.transfer.table import METHODS, compare_methods
+
+    # process-wide torch settings, once, here at the entry point (the library sets none)
+    configure_torch(threads=None if torch.cuda.is_available() else CPU_TRAIN_THREADS)
 
     methods = (
         ["otdd", "otdd_neural", *[m for m in METHODS if m != "otdd"]]
@@ -233,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 float(min(pt.objective for pt in study.points)),
                 float(max(pt.objective for pt in study.points)),
             ],
+            "statistics": study.statistics.to_dict(),
         }
         study_path = args.out / f"study_{target}.json"
         study_path.write_text(study.to_json())
@@ -271,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {target} | {st['points']} | {st['pearson']:.2f} | {st['spearman']:.2f} | "
                 f"{lo:.0f}–{hi:.0f} | {st['seconds']:.0f} |"
             )
+        print_study_statistics({t: st["statistics"] for t, st in studies.items()})
     print(f"\ntotal wall time {report['seconds'] / 60:.1f} min ({device})")
     return 0
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from geoviz.atomic import atomic_write_bytes
+from geoviz.errors import GeovizError, ResourceError
 from geoviz.memory import memory_limit_bytes
 
 DeviceName = Literal["auto", "cpu", "cuda"]
@@ -156,12 +157,8 @@ def resolve_device(device: DeviceName | str | torch.device | None = None) -> tor
         try:
             chosen = torch.device(str(device).strip().lower())
         except RuntimeError as err:
-            from geoviz.errors import GeovizError
-
             raise GeovizError(f"unknown device {device!r}: use 'auto', 'cpu' or 'cuda'") from err
     if chosen.type == "cuda" and not torch.cuda.is_available():
-        from geoviz.errors import GeovizError
-
         raise GeovizError("device 'cuda' was requested but no CUDA GPU is available to torch")
     return chosen
 
@@ -177,6 +174,76 @@ def set_device(device: DeviceName | str | torch.device | None) -> None:
     _device_override = None if device in (None, "auto") else resolve_device(device)
 
 
+@dataclass(frozen=True)
+class TorchSettings:
+    """torch's process-wide CPU settings that :func:`configure_torch` sets.
+
+    Attributes
+    ----------
+    threads
+        Intra-op threads of torch's CPU pool (``torch.get_num_threads()``).
+    flush_denormal
+        Whether subnormal floats are flushed to zero on the CPU
+        (``torch.set_flush_denormal``); on CPUs without the SSE3 flag it stays ``False``.
+    """
+
+    threads: int
+    flush_denormal: bool
+
+
+_torch_settings_lock = threading.Lock()
+_flush_denormal = False  # torch offers no getter: the last value configure_torch set
+
+
+def torch_settings() -> TorchSettings:
+    """The current :class:`TorchSettings` of this process."""
+    return TorchSettings(threads=torch.get_num_threads(), flush_denormal=_flush_denormal)
+
+
+def configure_torch(threads: int | None = None, flush_denormal: bool = True) -> TorchSettings:
+    """Set torch's process-wide CPU settings; call it from an entry point, before computing.
+
+    torch has one intra-op thread pool and one denormal mode per process: a
+    library function that changed them while running in one of the app's job
+    threads would change them under a fit running in another. So no function of
+    geoviz does; the entry points (the CLIs' ``main``, the benchmark scripts, the
+    app's start) call this once.
+
+    Parameters
+    ----------
+    threads
+        Intra-op CPU threads (``torch.set_num_threads``); ``None`` keeps the
+        current count. 1 suits the small networks of :mod:`geoviz.nn` on a
+        shared machine (:data:`geoviz.nn.training.CPU_TRAIN_THREADS`).
+    flush_denormal
+        Flush subnormal floats to zero on the CPU. Subnormal Adam moments and
+        activations made CPU training steps of the neural map ~10x slower; the
+        flushed values (below ~1e-38 in float32) change no result that matters.
+
+    Returns
+    -------
+    TorchSettings
+        The settings before the call (pass them back to restore, e.g. in tests).
+
+    Raises
+    ------
+    GeovizError
+        ``threads`` is not a positive integer.
+    """
+    global _flush_denormal
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1
+    ):
+        raise GeovizError(f"threads must be a positive integer or None, got {threads!r}")
+    with _torch_settings_lock:
+        before = torch_settings()
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        # set_flush_denormal returns False where the CPU cannot flush (then nothing changed)
+        _flush_denormal = bool(torch.set_flush_denormal(bool(flush_denormal))) and flush_denormal
+    return before
+
+
 _threads_lock = threading.Lock()
 _threads_depth = 0
 _threads_saved = 0
@@ -186,11 +253,11 @@ _threads_saved = 0
 def few_cpu_threads(n: int = 1) -> Any:
     """Run torch's CPU ops on at most ``n`` intra-op threads inside the block.
 
-    For small interactive steps (``P_a`` at new weights, a UMAP placement)
-    that a multi-threaded pool slows down: with the browser and the server on
-    the same few cores, an OpenMP pool that waits for a busy core stalls a
-    30 ms operation to 200 ms. Process-wide (torch has one pool); nested or
-    concurrent blocks restore the original count when the last one exits.
+    For single-threaded scripts and tests only: the count is process-wide (torch
+    has one pool), so library code, which may run in one of the app's job
+    threads, never uses it (it would change the pool under a computation in
+    another thread); entry points set the count once with :func:`configure_torch`.
+    Nested or concurrent blocks restore the original count when the last one exits.
     """
     global _threads_depth, _threads_saved
     with _threads_lock:
@@ -215,8 +282,6 @@ def resolve_dtype(dtype: DTypeName | torch.dtype | None = None) -> torch.dtype:
         return torch.float32
     if dtype == "float64":
         return torch.float64
-    from geoviz.errors import GeovizError
-
     raise GeovizError(f"unsupported dtype {dtype!r}: use 'float32' or 'float64'")
 
 
@@ -239,8 +304,6 @@ def check_memory(n_bytes: int, device: torch.device, what: str) -> None:
     """
     free = available_memory_bytes(device)
     if free is not None and 2 * n_bytes > free:
-        from geoviz.errors import ResourceError
-
         raise ResourceError(
             f"{what} needs about {n_bytes / 2**30:.2f} GiB on {device}, but only "
             f"{free / 2**30:.2f} GiB is free; use a smaller sample or the batched mode"

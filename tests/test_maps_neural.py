@@ -16,7 +16,7 @@ import pytest
 import torch
 from scipy.linalg import sqrtm
 
-from geoviz.backend import DiskCache
+from geoviz.backend import DiskCache, configure_torch
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.data.synthetic import chessboard_gmm
 from geoviz.errors import DatasetError, GeovizError
@@ -74,6 +74,15 @@ def _bures_map():
     a = inv @ middle @ inv
     w2 = float(np.sum((M_Q - M_P) ** 2) + np.trace(S_Q + S_P - 2 * middle))
     return a, w2
+
+
+@pytest.fixture(scope="module", autouse=True)
+def torch_like_an_entry_point():
+    """Flush denormals as the entry points do (``configure_torch``): a fit no longer sets it,
+    and subnormal Adam moments made CPU steps ~10x slower. Restored after the module."""
+    before = configure_torch(threads=None, flush_denormal=True)
+    yield
+    configure_torch(before.threads, before.flush_denormal)
 
 
 @pytest.fixture(scope="module")

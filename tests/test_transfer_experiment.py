@@ -13,6 +13,7 @@ from geoviz.data.preprocess import harmonize
 from geoviz.data.registry import load_dataset
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+from geoviz.nn.training import PRESETS
 from geoviz.ot.otdd import OTDDConfig
 from geoviz.transfer.experiment import (
     METHODS,
@@ -21,7 +22,6 @@ from geoviz.transfer.experiment import (
     make_task,
     run_method,
 )
-from geoviz.transfer.training import PRESETS
 
 K = 2
 

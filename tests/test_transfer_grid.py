@@ -1,4 +1,4 @@
-"""geoviz.transfer.grid: the simplex study (W²(P_a, Q) vs fine-tuned accuracy), on tiny data."""
+"""geoviz.transfer.study (+ checkpoints, viz.study): the simplex study (W²(P_a, Q) vs accuracy), on tiny data."""
 
 from __future__ import annotations
 
@@ -12,22 +12,22 @@ import pytest
 import torch
 from scipy import stats
 
-import geoviz.transfer.grid as grid_module
+import geoviz.transfer.study as grid_module
 from geoviz.backend import DiskCache
 from geoviz.data.preprocess import harmonize
 from geoviz.data.registry import load_dataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic.distances import simplex_grid
 from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+from geoviz.nn.training import PRESETS
 from geoviz.transfer.experiment import MethodResult, make_task
-from geoviz.transfer.grid import (
+from geoviz.transfer.study import (
     GridPoint,
     GridStudy,
-    correlation_figure,
     correlations,
     run_grid,
 )
-from geoviz.transfer.training import PRESETS
+from geoviz.viz.study import correlation_figure
 
 RESOLUTION = 2
 N_POINTS = (RESOLUTION + 1) * (RESOLUTION + 2) // 2

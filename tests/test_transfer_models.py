@@ -1,4 +1,4 @@
-"""LeNet5 / MLPNet, make_model and replace_head (geoviz.transfer.models)."""
+"""LeNet5 / MLPNet, make_model and replace_head (geoviz.nn.models)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import nn
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.transfer.models import LeNet5, MLPNet, make_model, replace_head
+from geoviz.nn.models import LeNet5, MLPNet, make_model, replace_head
 
 
 def _images(n: int, shape: tuple[int, int, int]) -> LabeledDataset:

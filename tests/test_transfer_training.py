@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from geoviz.backend import few_cpu_threads
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.transfer.models import LeNet5, MLPNet
-from geoviz.transfer.training import (
+from geoviz.nn.models import LeNet5, MLPNet
+from geoviz.nn.training import (
     CPU_TRAIN_THREADS,
     PRESETS,
     TrainConfig,
@@ -338,7 +338,9 @@ def test_fast_path_equals_a_plain_loop_on_lenet(channels):
         image_shape=(channels, 16, 16),
     )
     config = TrainConfig(iterations=12, batch_size=16, lr=1e-2)
-    fast = train_from_scratch(data, config, seed=4)
+    # the library leaves torch's thread pool alone: the caller (here) sets it, for both loops
+    with few_cpu_threads(CPU_TRAIN_THREADS):
+        fast = train_from_scratch(data, config, seed=4)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(4)
         ref = LeNet5(channels, 3, image_size=16)
@@ -353,7 +355,8 @@ def test_fast_path_equals_a_plain_loop_on_lenet(channels):
 def test_fast_path_equals_a_plain_loop_on_mlp():
     data = _gaussians(30, seed=2)
     config = TrainConfig(iterations=15, batch_size=8, lr=1e-2)
-    fast = train_from_scratch(data, config, seed=1)
+    with few_cpu_threads(CPU_TRAIN_THREADS):
+        fast = train_from_scratch(data, config, seed=1)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
         ref = MLPNet(2, 2)

@@ -16,11 +16,17 @@ of each, sized for CPU training at 32x32:
 
 :func:`build_networks` picks the pair from the data (UNet when the samples are
 images of at least :data:`MIN_UNET_SIZE` pixels a side) and records the choice
-as plain parameters, so a checkpoint can rebuild the same modules.
+as plain parameters, so a checkpoint can rebuild the same modules; given a
+:class:`torch.Generator` it draws the initial weights from it
+(:func:`geoviz.nn.init.build_seeded`), never from torch's global random state.
+
+These networks are specific to the map (label-conditioned, identity at
+initialisation), so they live here rather than in :mod:`geoviz.nn`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -28,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from geoviz.errors import GeovizError
+from geoviz.nn.init import build_seeded
 
 __all__ = [
     "MIN_UNET_SIZE",
@@ -82,6 +89,10 @@ class VectorGenerator(nn.Module):
         super().__init__()
         self.n_classes = n_classes
         self.body = ResidualMLP(n_features + n_classes, n_features, hidden, n_blocks)
+        self.start_at_identity()
+
+    def start_at_identity(self) -> None:
+        """Zero the residual's last layer, so that ``G(x, y) = x`` (after any re-initialisation)."""
         _zero(self.body.out)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -138,7 +149,12 @@ class UNetGenerator(nn.Module):
         self.dec2 = nn.Conv2d(4 * width, 2 * width, 3, padding=1)
         self.up1 = nn.Conv2d(2 * width, width, 3, padding=1)
         self.dec1 = nn.Conv2d(2 * width, width, 3, padding=1)
-        self.out = _zero(nn.Conv2d(width, c, 1))
+        self.out = nn.Conv2d(width, c, 1)
+        self.start_at_identity()
+
+    def start_at_identity(self) -> None:
+        """Zero the last convolution, so that ``G(x, y) = x`` (after any re-initialisation)."""
+        _zero(self.out)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         c, h, w = self.image_shape
@@ -215,20 +231,41 @@ def choose_architecture(
     return architecture
 
 
-def build_networks(spec: dict[str, Any]) -> tuple[nn.Module, nn.Module]:
+def build_networks(
+    spec: dict[str, Any], generator: torch.Generator | None = None
+) -> tuple[nn.Module, nn.Module]:
     """``(G, f)`` from a plain spec (``kind``, ``n_features``, ``n_classes``,
-    ``image_shape``, ``width``/``hidden``, ``n_blocks``); seeded by the caller."""
+    ``image_shape``, ``width``/``hidden``, ``n_blocks``).
+
+    ``generator`` draws the initial weights, ``G``'s first (PyTorch's default
+    initialisation, then ``G``'s last layer zeroed); ``None``: torch's global
+    random state, as ``torch.nn`` layers do.
+    """
     kind = spec["kind"]
+    make_g: Callable[[], UNetGenerator | VectorGenerator]
+    make_f: Callable[[], nn.Module]
     if kind == "unet":
-        shape = tuple(int(v) for v in spec["image_shape"])
-        return (
-            UNetGenerator(shape, int(spec["n_classes"]), int(spec["width"])),  # type: ignore[arg-type]
-            ConvCritic(shape, int(spec["width"])),  # type: ignore[arg-type]
-        )
-    if kind == "mlp":
+        c, h, w = (int(v) for v in spec["image_shape"])
+        n_classes, width = int(spec["n_classes"]), int(spec["width"])
+
+        def make_g() -> UNetGenerator | VectorGenerator:
+            return UNetGenerator((c, h, w), n_classes, width)
+
+        def make_f() -> nn.Module:
+            return ConvCritic((c, h, w), width)
+    elif kind == "mlp":
         d, hidden, blocks = int(spec["n_features"]), int(spec["hidden"]), int(spec["n_blocks"])
-        return (
-            VectorGenerator(d, int(spec["n_classes"]), hidden, blocks),
-            VectorCritic(d, hidden, blocks),
-        )
-    raise GeovizError(f"unknown network kind {kind!r}")
+        n_classes = int(spec["n_classes"])
+
+        def make_g() -> UNetGenerator | VectorGenerator:
+            return VectorGenerator(d, n_classes, hidden, blocks)
+
+        def make_f() -> nn.Module:
+            return VectorCritic(d, hidden, blocks)
+    else:
+        raise GeovizError(f"unknown network kind {kind!r}")
+    if generator is None:
+        return make_g(), make_f()
+    g_net = build_seeded(make_g, generator)
+    g_net.start_at_identity()
+    return g_net, build_seeded(make_f, generator)

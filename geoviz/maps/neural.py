@@ -47,7 +47,6 @@ fingerprints of both datasets and the configuration, like the other maps.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import math
@@ -60,9 +59,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from geoviz.backend import DiskCache, few_cpu_threads, get_cache, jsonable, resolve_device
+from geoviz.backend import DiskCache, get_cache, jsonable, resolve_device
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
+from geoviz.maps.barycentric import BarycentricMap
 from geoviz.maps.base import (
     FittedMap,
     MapKind,
@@ -71,6 +71,9 @@ from geoviz.maps.base import (
     nearest_reference_ratio,
 )
 from geoviz.maps.networks import Architecture, build_networks, choose_architecture
+from geoviz.nn.init import seeded_generator
+from geoviz.nn.models import make_model
+from geoviz.nn.training import TrainConfig, evaluate, train_from_scratch
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import OTDDConfig, ProgressFn, check_compatible, mean_ground_cost
 
@@ -119,7 +122,7 @@ class NeuralMapConfig:
         Residual-MLP width and number of residual blocks (vectors).
     classifier_iterations
         Training steps of the label classifier ``l`` on ``P`` (LeNet-5 for
-        images, MLP for vectors; :func:`geoviz.transfer.training.train_from_scratch`).
+        images, MLP for vectors; :func:`geoviz.nn.training.train_from_scratch`).
     holdout
         Fraction of Q and of P held out for early stopping (at least 8 points each).
     eval_every, patience
@@ -148,11 +151,14 @@ class NeuralMapConfig:
     device
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
     cpu_threads
-        torch intra-op threads while training on the CPU. 1 by default: with
-        other work on the same cores (the app's server and browser, Ray
-        workers) a multi-threaded pool that waits for a busy core made training
-        about 8x slower on a 2-core machine; a quiet machine gains at most ~1.8x
-        from 2 threads. Not part of the cache key (like ``device``).
+        The torch intra-op thread count this budget is meant to train with on
+        the CPU, for the entry point to set once per process
+        (:func:`geoviz.backend.configure_torch`); a fit itself never changes
+        torch's process-wide pool (it may run in one of several job threads).
+        1 by default: with other work on the same cores (the app's server and
+        browser, Ray workers) a multi-threaded pool that waits for a busy core
+        made training about 8x slower on a 2-core machine; a quiet machine
+        gains at most ~1.8x from 2 threads. Not part of the cache key (like ``device``).
     """
 
     iterations: int = 500
@@ -433,7 +439,8 @@ class FittedNeuralMap(FittedMap["NeuralOTDDMap"]):
         estimator: NeuralOTDDMap,
     ) -> FittedNeuralMap:
         """Rebuild the map that ``estimator`` trained on ``target -> reference``."""
-        generator, _ = build_networks(payload["spec"])
+        # the weights come from the payload: a fixed generator only avoids global random draws
+        generator, _ = build_networks(payload["spec"], seeded_generator(0))
         generator.load_state_dict(payload["generator"])
         classifier = _classifier_for(reference)
         classifier.load_state_dict(payload["classifier"])
@@ -583,19 +590,9 @@ class NeuralOTDDMap:
         cache = self.cache if self.cache is not None else get_cache()
 
         def compute() -> dict[str, Any]:
-            dev = resolve_device(self.config.device)
-            threads = (
-                few_cpu_threads(self.config.cpu_threads)
-                if dev.type == "cpu"
-                else contextlib.nullcontext()
-            )
-            # subnormal Adam moments / activations made CPU steps ~10x slower in tests
-            torch.set_flush_denormal(True)
-            try:
-                with threads:
-                    return _train(target, reference, self.config, self.otdd, progress, cache)
-            finally:
-                torch.set_flush_denormal(False)
+            # torch's thread pool and denormal handling are the entry point's to set
+            # (geoviz.backend.configure_torch): this may run in one of several job threads
+            return _train(target, reference, self.config, self.otdd, progress, cache)
 
         payload = cache.get_or_compute(_NAMESPACE, self.cache_params(target, reference), compute)
         if progress is not None:
@@ -604,9 +601,8 @@ class NeuralOTDDMap:
 
 
 def _classifier_for(reference: LabeledDataset) -> nn.Module:
-    from geoviz.transfer.models import make_model
-
-    return make_model(reference, reference.n_classes)
+    """An untrained classifier of the payload's shape (its weights are loaded over these)."""
+    return make_model(reference, reference.n_classes, generator=seeded_generator(0))
 
 
 def _batches(n: int, batch: int, generator: torch.Generator) -> Any:
@@ -632,8 +628,6 @@ def _warm_start(
     report: Any,
 ) -> None:
     """Regress ``G(x, y)`` onto the barycentric projection of the training pairs (in place)."""
-    from geoviz.maps.barycentric import BarycentricMap
-
     report(0.0)
     bary = BarycentricMap(otdd, cache=cache).fit(target, reference)
     x = target.features.to(dev)
@@ -661,8 +655,6 @@ def _train(
     progress: ProgressFn | None,
     cache: DiskCache,
 ) -> dict[str, Any]:
-    from geoviz.transfer.training import TrainConfig, evaluate, train_from_scratch
-
     start = time.perf_counter()
     dev = resolve_device(cfg.device)
     lam_x, lam_y = float(otdd.lambda_x), float(otdd.lambda_y)
@@ -714,9 +706,7 @@ def _train(
         "hidden": cfg.hidden,
         "n_blocks": cfg.n_blocks,
     }
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-        torch.manual_seed(int(cfg.seed))
-        generator, critic = build_networks(spec)
+    generator, critic = build_networks(spec, seeded_generator(int(cfg.seed)))
     generator, critic = generator.to(dev), critic.to(dev)
     ema = copy.deepcopy(generator).eval()
     for p in ema.parameters():

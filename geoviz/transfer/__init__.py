@@ -1,8 +1,8 @@
 """Transfer experiments (paper Sec. 5.2, Table 1): pretrain on ``P_a``, fine-tune, test.
 
-* :mod:`~geoviz.transfer.models` — :class:`LeNet5`, :class:`MLPNet`,
+* :mod:`~geoviz.nn.models` (re-exported) — :class:`LeNet5`, :class:`MLPNet`,
   :func:`make_model`, :func:`replace_head`.
-* :mod:`~geoviz.transfer.training` — budgets (:class:`TrainConfig`,
+* :mod:`~geoviz.nn.training` (re-exported) — budgets (:class:`TrainConfig`,
   :data:`PRESETS`), :func:`soft_cross_entropy`, :func:`pretrain`,
   :func:`finetune`, :func:`train_from_scratch`, :func:`evaluate`.
 * :mod:`~geoviz.transfer.baselines` — :func:`one_nn_accuracy` and the Mixup
@@ -15,17 +15,8 @@ Plain torch, no Streamlit.
 
 from __future__ import annotations
 
-from geoviz.transfer.baselines import mixup_pretraining_set, one_nn_accuracy, one_nn_predict
-from geoviz.transfer.experiment import (
-    METHODS,
-    Method,
-    MethodResult,
-    TransferTask,
-    make_task,
-    run_method,
-)
-from geoviz.transfer.models import LeNet5, MLPNet, make_model, replace_head
-from geoviz.transfer.training import (
+from geoviz.nn.models import LeNet5, MLPNet, make_model, replace_head
+from geoviz.nn.training import (
     PRESETS,
     TrainConfig,
     TransferPreset,
@@ -35,6 +26,15 @@ from geoviz.transfer.training import (
     pretrain,
     soft_cross_entropy,
     train_from_scratch,
+)
+from geoviz.transfer.baselines import mixup_pretraining_set, one_nn_accuracy, one_nn_predict
+from geoviz.transfer.experiment import (
+    METHODS,
+    Method,
+    MethodResult,
+    TransferTask,
+    make_task,
+    run_method,
 )
 
 __all__ = [

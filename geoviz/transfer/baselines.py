@@ -7,7 +7,7 @@
   of OTDD maps (:func:`geoviz.geodesic.mixup.mixup_interpolation`).
 
 The third baseline, "Train on few-shot dataset", is
-:func:`geoviz.transfer.training.train_from_scratch`.
+:func:`geoviz.nn.training.train_from_scratch`.
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import few_shot
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.weights import check_weights
-from geoviz.transfer.baselines import mixup_pretraining_set, one_nn_accuracy
-from geoviz.transfer.training import (
+from geoviz.nn.training import (
     DeviceLike,
     ProgressCallback,
     TransferPreset,
@@ -47,6 +46,7 @@ from geoviz.transfer.training import (
     pretrain,
     train_from_scratch,
 )
+from geoviz.transfer.baselines import mixup_pretraining_set, one_nn_accuracy
 
 if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicResult
@@ -306,8 +306,8 @@ def run_method(
     weights
         ``(m,)`` interpolation weights on the simplex; ``None``: ``geodesic.a_hat``.
     preset
-        Training budgets, a :class:`~geoviz.transfer.training.TransferPreset`
-        or a name in :data:`~geoviz.transfer.training.PRESETS`.
+        Training budgets, a :class:`~geoviz.nn.training.TransferPreset`
+        or a name in :data:`~geoviz.nn.training.PRESETS`.
     seed
         Seed of the Mixup pairs, the initial weights and the batch order of
         pretraining and fine-tuning.

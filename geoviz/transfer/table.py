@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from geoviz.geodesic.pipeline import GeodesicResult
-    from geoviz.transfer.training import TransferPreset
+    from geoviz.nn.training import TransferPreset
 
 __all__ = ["ALL_METHODS", "METHODS", "METHOD_TITLES", "MethodComparison", "compare_methods"]
 
@@ -164,7 +164,7 @@ def compare_methods(
     seeds
         Training seeds; each ``(method, seed)`` is one run.
     preset
-        A :data:`~geoviz.transfer.training.PRESETS` name or preset.
+        A :data:`~geoviz.nn.training.PRESETS` name or preset.
     methods
         Any of ``"otdd"``, ``"otdd_neural"``, ``"mixup"``, ``"fewshot"``, ``"1nn"``.
     weights

@@ -9,6 +9,10 @@ swaps the final layer so that a model pretrained on the ``K`` classes of the
 concatenated label space ``[P_1 | ... | P_m]`` can be fine-tuned on the target's
 ``C_Q`` classes.
 
+Given a :class:`torch.Generator`, :func:`make_model` and :func:`replace_head`
+draw the initial weights from it (:mod:`geoviz.nn.init`), never from torch's
+global random state.
+
 Both networks take the *flattened* features ``(B, D)`` of a
 :class:`~geoviz.data.dataset.LabeledDataset` (``LeNet5`` reshapes them to its
 image shape; ``(B, C, H, W)`` input is accepted too) and expose their last
@@ -22,12 +26,15 @@ architecture.)
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.nn.init import build_seeded, reset_parameters
 
 __all__ = ["MIN_LENET_SIZE", "LeNet5", "MLPNet", "make_model", "replace_head"]
 
@@ -115,10 +122,11 @@ class LeNet5(nn.Module):
         """Logits ``(B, n_classes)`` of flattened ``(B, C*H*W)`` or ``(B, C, H, W)`` input."""
         if x.ndim == 2:
             x = x.reshape(x.shape[0], *self.image_shape)
-        if not self.features[3].weight.is_contiguous():
+        if not cast(nn.Conv2d, self.features[3]).weight.is_contiguous():
             # weights moved to channels_last (faster CPU convolutions, see training._fit)
             x = x.contiguous(memory_format=torch.channels_last)
-        return self.head(self.body(self.features(x)))
+        logits: torch.Tensor = self.head(self.body(self.features(x)))
+        return logits
 
 
 class MLPNet(nn.Module):
@@ -146,10 +154,16 @@ class MLPNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, n_classes)`` of ``(B, D)`` input (further axes are flattened)."""
-        return self.head(self.body(x.reshape(x.shape[0], -1)))
+        logits: torch.Tensor = self.head(self.body(x.reshape(x.shape[0], -1)))
+        return logits
 
 
-def make_model(example: LabeledDataset | SoftLabeledDataset, n_classes: int) -> nn.Module:
+def make_model(
+    example: LabeledDataset | SoftLabeledDataset,
+    n_classes: int,
+    *,
+    generator: torch.Generator | None = None,
+) -> nn.Module:
     """A fresh, randomly initialised classifier for the samples of ``example``.
 
     Parameters
@@ -160,6 +174,10 @@ def make_model(example: LabeledDataset | SoftLabeledDataset, n_classes: int) -> 
     n_classes
         Number of outputs (``K`` of the concatenated label space for
         pretraining, ``C_Q`` for a target).
+    generator
+        Draws the initial weights (:func:`geoviz.nn.init.build_seeded`: the
+        global random state is neither read nor advanced); ``None``: torch's
+        global random state, as ``torch.nn`` layers do.
 
     Returns
     -------
@@ -173,19 +191,32 @@ def make_model(example: LabeledDataset | SoftLabeledDataset, n_classes: int) -> 
             f"make_model needs a LabeledDataset or SoftLabeledDataset, got {type(example).__name__}"
         )
     shape = example.image_shape
+    factory: Callable[[], nn.Module]
     if shape is not None and min(shape[1], shape[2]) >= MIN_LENET_SIZE:
-        return LeNet5(shape[0], n_classes, image_size=(shape[1], shape[2]))
-    return MLPNet(int(example.features.shape[1]), n_classes)
+        c, h, w = shape
+
+        def factory() -> nn.Module:
+            return LeNet5(c, n_classes, image_size=(h, w))
+    else:
+        n_features = int(example.features.shape[1])
+
+        def factory() -> nn.Module:
+            return MLPNet(n_features, n_classes)
+
+    return factory() if generator is None else build_seeded(factory, generator)
 
 
-def replace_head(model: nn.Module, n_classes: int) -> nn.Module:
+def replace_head(
+    model: nn.Module, n_classes: int, *, generator: torch.Generator | None = None
+) -> nn.Module:
     """A copy of ``model`` with a new, randomly initialised final layer of ``n_classes`` outputs.
 
     Used before fine-tuning a pretrained model on the target's classes (paper
     Sec. 5.2: pretrain on ``P_a``, fine-tune on the few-shot target). The
     input model is not modified; every other layer keeps its weights. The
-    new layer is initialised from torch's global random state (seed it, or use
-    :func:`geoviz.transfer.training.finetune`, which does).
+    new layer is initialised from ``generator`` (PyTorch's default
+    initialisation, :func:`geoviz.nn.init.reset_parameters`), or from torch's
+    global random state when it is ``None``.
 
     Parameters
     ----------
@@ -194,6 +225,8 @@ def replace_head(model: nn.Module, n_classes: int) -> nn.Module:
         is an :class:`torch.nn.Linear` attribute ``head``.
     n_classes
         Outputs of the new final layer.
+    generator
+        Draws the new layer's weights; ``None``: torch's global random state.
 
     Raises
     ------
@@ -208,11 +241,21 @@ def replace_head(model: nn.Module, n_classes: int) -> nn.Module:
             "torch.nn.Linear attribute 'head' (as LeNet5 and MLPNet have)"
         )
     new = copy.deepcopy(model)
-    new.head = nn.Linear(
+    if generator is None:
+        new.head = nn.Linear(
+            head.in_features,
+            n_classes,
+            bias=head.bias is not None,
+            device=head.weight.device,
+            dtype=head.weight.dtype,
+        )
+        return new
+    fresh = nn.Linear(
         head.in_features,
         n_classes,
         bias=head.bias is not None,
-        device=head.weight.device,
+        device="meta",
         dtype=head.weight.dtype,
-    )
+    ).to_empty(device="cpu")
+    new.head = reset_parameters(fresh, generator).to(head.weight.device)
     return new
