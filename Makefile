@@ -40,10 +40,12 @@ run: $(STAMP)
 
 test: $(DEV_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q --timeout 900
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 	$(BIN)/ruff format --check .
 
 bench: $(DEV_STAMP)
