@@ -647,7 +647,7 @@ def test_evidence_page_shows_the_stored_studies_with_their_intervals():
     texts = "\n".join(m.value for m in at.markdown)
     assert "mnist: strong negative correlation" in texts and "excludes 0" in texts
     assert "fashion_mnist: no correlation shown" in texts and "includes 0" in texts
-    w_table = next(d.value for d in at.dataframe if "range of W²(P_a, Q)" in d.value)
+    w_table = next(d.value for d in at.dataframe if "W² range" in d.value)
     assert list(w_table["target Q"]) == sorted(stored)
     scatters = [
         f

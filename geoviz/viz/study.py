@@ -89,8 +89,8 @@ def correlation_figure(
     )
     if label:
         title = (
-            f"{label}<br><sub>{OBJECTIVE} vs accuracy ({study.method}, preset {study.preset}, "
-            f"k={study.k}): Pearson r = {r_text}, Spearman ρ = {rho_text}</sub>"
+            f"<b>{label}</b><br>Pearson r = {r_text}, Spearman ρ = {rho_text} "
+            f"({study.method}, preset {study.preset}, k={study.k})"
         )
     if study.note:
         title += f"<br><sub>{study.note}</sub>"
@@ -213,7 +213,7 @@ def correlation_figure(
     fig.update_layout(
         title={"text": title, "font": {"size": 14}},
         xaxis_title=OBJECTIVE,
-        yaxis_title=f"{acc_label} (%) ± std",
+        yaxis_title=f"mean accuracy over {len(study.seeds)} seed(s) (%), ± std",
         height=460,
         margin={"t": 90 if study.note else 60},
     )
@@ -271,7 +271,8 @@ def objective_table(studies: Mapping[str, GridStudy]) -> Any:
     Returns
     -------
     pandas.DataFrame
-        ``W^2`` in squared feature units, rounded to 2 decimals.
+        Columns ``target Q``, ``W² mean`` .. ``W² std`` (squared feature units, rounded to
+        2 decimals) and ``accuracy gain (pp)``.
     """
     import pandas as pd
 
@@ -281,11 +282,11 @@ def objective_table(studies: Mapping[str, GridStudy]) -> Any:
         row: dict[str, Any] = {"target Q": target}
         row.update(
             {
-                f"{name} of {OBJECTIVE}": round(float(getattr(summary, name)), 2)
+                f"W² {name}": round(float(getattr(summary, name)), 2)
                 for name in ("mean", "median", "min", "max", "range", "std")
             }
         )
-        row["accuracy gain over the grid (pp)"] = round(100.0 * study.statistics.accuracy_gain, 2)
+        row["accuracy gain (pp)"] = round(100.0 * study.statistics.accuracy_gain, 2)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -313,16 +314,16 @@ def correlation_sentence(target: str, study: GridStudy) -> str:
     )
     if estimate.interval is None:
         return (
-            f"{target}: {strength} {sign} correlation (r = {estimate.r:+.2f}, {budget}); "
+            f"{target}: {strength} {sign} correlation (r = {estimate.r:+.3f}, {budget}); "
             f"{meaning}, but with no interval over seeds it is not established."
         )
     low, high = estimate.interval
     if low > 0.0 or high < 0.0:
         return (
-            f"{target}: {strength} {sign} correlation (r = {estimate.r:+.2f}, 95% interval "
-            f"[{low:+.2f}, {high:+.2f}] excludes 0, {budget}): {meaning}."
+            f"{target}: {strength} {sign} correlation (r = {estimate.r:+.3f}, 95% interval "
+            f"[{low:+.3f}, {high:+.3f}] excludes 0, {budget}): {meaning}."
         )
     return (
-        f"{target}: no correlation shown at this budget (r = {estimate.r:+.2f}, 95% interval "
-        f"[{low:+.2f}, {high:+.2f}] includes 0, {budget})."
+        f"{target}: no correlation shown at this budget (r = {estimate.r:+.3f}, 95% interval "
+        f"[{low:+.3f}, {high:+.3f}] includes 0, {budget})."
     )
