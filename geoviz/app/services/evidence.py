@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from geoviz.app.jobs import BackgroundJob
 from geoviz.app.scenario import Scenario
@@ -20,6 +20,7 @@ from geoviz.app.services.geodesic import geodesic_config, geodesic_if_ready, geo
 from geoviz.app.session import SessionModel
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.transfer.runner import Backend
 from geoviz.transfer.study import GridStudy
 
 if TYPE_CHECKING:
@@ -229,17 +230,24 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
             return lambda done, n: progress(f"{stage} ({done}/{n} runs)", start + span * done / n)
 
         # the same task, preset, seeds and backend for the table and the simplex study
-        common = {"seeds": request.seeds, "preset": request.preset, "backend": request.backend}
+        backend = cast("Backend", request.backend)
         comparison = compare_methods(
-            task, geodesic, progress=runs("Table 1 at a_hat", 0.25, 0.25), **common
+            task,
+            geodesic,
+            seeds=request.seeds,
+            preset=request.preset,
+            backend=backend,
+            progress=runs("Table 1 at a_hat", 0.25, 0.25),
         )
         study = run_grid(
             task,
             geodesic,
             resolution=request.resolution,
+            seeds=request.seeds,
+            preset=request.preset,
+            backend=backend,
             checkpoint_dir=default_cache_dir() / "transfer" / scenario.key(),
             progress=runs("simplex study", 0.5, 0.5),
-            **common,
         )
         progress("done", 1.0)
         return EvidenceResult(
