@@ -7,10 +7,17 @@ import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import services, widgets
+from geoviz.app.services.evidence import StoredStudy, stored_studies
 from geoviz.app.state import SessionModel
 from geoviz.geodesic.weights import format_weights
+from geoviz.nn.training import PRESETS
 from geoviz.transfer.table import METHOD_TITLES
-from geoviz.transfer.training import PRESETS
+from geoviz.viz.study import (
+    correlation_figure,
+    correlation_sentence,
+    correlation_table,
+    objective_table,
+)
 
 PRESET_HELP = {name: preset.note for name, preset in PRESETS.items()}
 REQUEST = "evidence_request"
@@ -87,9 +94,59 @@ def comparison_section(result: services.EvidenceResult) -> None:
     st.dataframe(comp.to_frame(), hide_index=True)
 
 
-def study_section(result: services.EvidenceResult) -> None:
-    from geoviz.transfer.grid import correlation_figure
+def provenance(stored: StoredStudy) -> str:
+    """Where a stored study's numbers come from, for its caption."""
+    study = stored.study
+    return (
+        f"**Q = {stored.target}**: {study.k}-shot, preset “{study.preset}”, "
+        f"{len(study.seeds)} seeds ({', '.join(map(str, study.seeds))}), grid resolution "
+        f"{study.resolution} ({len(study.points)} points), method {study.method}, references "
+        f"{', '.join(study.vertex_names())}; file `assets/evidence/{stored.file_name}`."
+    )
 
+
+def stored_section() -> None:
+    """The measured studies shipped with the app (paper Fig. "corr", Table "w_stat")."""
+    st.header("Stored study (measured)")
+    evidence = stored_studies()
+    for problem in evidence.problems:
+        st.warning(problem)
+    if not evidence.studies:
+        st.info("No stored study is shipped with this installation (assets/evidence).")
+        return
+    st.markdown(
+        "The paper's simplex study, run once and stored: LeNet-5 pretrained on $P_a$ at every "
+        "point of the weight grid, fine-tuned on the few-shot target Q and tested on Q's test "
+        "split; each dot is one grid point, its error bar the spread (± std) over the seeds. "
+        "Intervals are 95 % bootstrap intervals over the seeds."
+    )
+    columns = st.columns(len(evidence.studies))
+    for column, stored in zip(columns, evidence.studies, strict=True):
+        with column:
+            st.plotly_chart(
+                correlation_figure(stored.study, kind="scatter", label=f"Q = {stored.target}"),
+                key=f"stored_study_{stored.target}",
+            )
+            st.markdown(correlation_sentence(stored.target, stored.study))
+    studies = {stored.target: stored.study for stored in evidence.studies}
+    st.subheader(f"Correlation of {glossary.OBJECTIVE} and accuracy")
+    st.dataframe(correlation_table(studies), hide_index=True)
+    st.subheader(f"Statistics of {glossary.OBJECTIVE} over the grid, and the accuracy gain")
+    st.dataframe(objective_table(studies), hide_index=True)
+    st.caption(
+        f"As in the paper's appendix Table w_stat: {glossary.OBJECTIVE} over the grid points, in "
+        "squared feature units (std over the points). Accuracy gain: the best minus the worst "
+        "grid point's mean accuracy, in percentage points (the paper's column is OTDD minus "
+        "few-shot accuracy)."
+    )
+    st.caption("  \n".join(provenance(stored) for stored in evidence.studies))
+    st.caption(
+        "Provenance, commands and dataset credits (MNIST, Fashion-MNIST, USPS, KMNIST): "
+        "assets/evidence/README.md."
+    )
+
+
+def study_section(result: services.EvidenceResult) -> None:
     study = result.study
     st.subheader(f"{glossary.OBJECTIVE} and accuracy over the simplex (paper Fig. 5)")
     st.plotly_chart(correlation_figure(study, result.reference_names), key="evidence_study")
@@ -114,6 +171,9 @@ def study_section(result: services.EvidenceResult) -> None:
 
 def main(model: SessionModel) -> None:
     st.title("7 · Evidence")
+    stored_section()
+    st.divider()
+    st.header("Run the experiments on this scenario")
     st.markdown(
         "Pretrain a small CNN (LeNet-5) on $P_a$, fine-tune it on $k$ labelled samples per class of "
         "Q, test it on Q's test split (paper Sec. 5). The maps are refitted from the $k$-shot "

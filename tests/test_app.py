@@ -596,7 +596,9 @@ def test_evidence_page_runs_the_experiments_in_the_background():
 
     at = _open(_app(), "pages/7_evidence.py")
     assert at.title[0].value == "7 · Evidence"
-    assert not at.get("plotly_chart")  # nothing runs before the user asks
+    # nothing runs before the user asks: the only charts are the stored studies
+    charts = at.get("plotly_chart")
+    assert charts and all(str(c.key).startswith("stored_study_") for c in charts)
     at.select_slider[0].set_value(2)  # k
     at.selectbox[0].set_value("tiny")
     at.select_slider[1].set_value(1)  # grid resolution: 3 points
@@ -620,6 +622,61 @@ def test_evidence_page_runs_the_experiments_in_the_background():
     # the same request again is read from the store: no new job
     at.run()
     assert at.success
+
+
+def test_evidence_page_shows_the_stored_studies_with_their_intervals():
+    """The measured studies shipped in assets/evidence show before anything runs: both
+    targets' Pearson r with its bootstrap interval, the W² table and a sentence each."""
+    from geoviz.app.services.evidence import stored_studies
+    from geoviz.viz.study import format_estimate
+
+    at = _app("pages/7_evidence.py")
+    _assert_clean(at, "evidence stored")
+    assert at.header[0].value == "Stored study (measured)"
+    stored = {s.target: s.study for s in stored_studies().studies}
+    assert set(stored) == {"mnist", "fashion_mnist"}
+    correlations = next(d.value for d in at.dataframe if "Pearson r [95% CI] (p)" in d.value)
+    shown = dict(zip(correlations["target Q"], correlations["Pearson r [95% CI] (p)"], strict=True))
+    for target, study in stored.items():
+        pearson = study.statistics.pearson
+        assert pearson.interval is not None
+        assert shown[target] == format_estimate(pearson)
+        assert (
+            f"{pearson.r:+.3f} [{pearson.interval[0]:+.3f}, {pearson.interval[1]:+.3f}]"
+            in (shown[target])
+        )
+    assert shown["mnist"].startswith("-0.867") and shown["fashion_mnist"].startswith("+0.181")
+    texts = "\n".join(m.value for m in at.markdown)
+    assert "mnist: strong negative correlation" in texts and "excludes 0" in texts
+    assert "fashion_mnist: no correlation shown" in texts and "includes 0" in texts
+    w_table = next(d.value for d in at.dataframe if "W² range" in d.value)
+    assert list(w_table["target Q"]) == sorted(stored)
+    scatters = [
+        f
+        for f in _figures(at)
+        if f["data"][0]["type"] == "scatter" and f["data"][0].get("error_y", {}).get("visible")
+    ]
+    assert len(scatters) == 2 and all(len(_arr(f["data"][0]["x"])) == 36 for f in scatters)
+    captions = "\n".join(c.value for c in at.caption)
+    assert "5 seeds" in captions and "grid resolution 7 (36 points)" in captions
+
+
+def test_evidence_page_refuses_a_corrupt_stored_study_with_a_sentence(tmp_path, monkeypatch):
+    from geoviz.app.services import evidence
+
+    good = evidence.evidence_dir() / "study_mnist.json"
+    (tmp_path / "study_mnist.json").write_text(good.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "study_broken.json").write_text('{"points": [', encoding="utf-8")
+    monkeypatch.setattr(evidence, "evidence_dir", lambda: tmp_path)
+    at = _app("pages/7_evidence.py")
+    assert not at.exception, [e.value for e in at.exception]
+    warnings = [w.value for w in at.warning]
+    assert warnings == [
+        "The stored study study_broken.json could not be read (JSONDecodeError); it is left out."
+    ]
+    assert "Traceback" not in warnings[0]
+    # the readable study still shows
+    assert any("mnist: strong negative correlation" in m.value for m in at.markdown)
 
 
 # ---------------------------------------------------------------- neural maps (issue 9)

@@ -430,6 +430,25 @@ def test_load_preset_after_apply_shows_the_preset_in_the_form(page, server):
     _shot(pg, "1_datasets_preset_synced")
 
 
+def test_evidence_page_shows_the_stored_study(page, server):
+    """The measured studies shipped in assets/evidence show on arrival, before any run: both
+    scatter plots with their seed error bars, the intervals and a sentence per target."""
+    pg = page
+    pg.goto(f"{server['url']}/evidence")
+    pg.wait_for_selector("h2:has-text('Stored study (measured)')")
+    _wait_idle(pg)
+    _assert_no_exception(pg, "evidence stored study")
+    main = pg.locator("[data-testid='stMain']").inner_text()
+    assert "mnist: strong negative correlation" in main and "excludes 0" in main
+    assert "fashion_mnist: no correlation shown" in main and "includes 0" in main
+    stored = pg.locator("[data-testid='stPlotlyChart']")
+    assert stored.count() >= 2
+    assert pg.locator("[data-testid='stPlotlyChart'] g.errorbar").count() >= 2
+    assert pg.get_by_text("Q = mnist").count() >= 1
+    assert pg.get_by_text("Q = fashion_mnist").count() >= 1
+    _shot(pg, "7_evidence_stored_study")
+
+
 def test_evidence_page_runs_and_shows_both_results(page, server):
     """Tiny budget: the job runs in the background, the page polls, then shows the
     Table-1 bars with error bars and the W² / accuracy ternaries with r."""

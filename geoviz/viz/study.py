@@ -1,25 +1,43 @@
-"""The figure of the simplex study (paper Figs. "ternary" / "corr").
+"""The figure and tables of the simplex study (paper Figs. "ternary" / "corr", Table "w_stat").
 
 :func:`correlation_figure` draws a :class:`~geoviz.transfer.study.GridStudy`:
-``W^2(P_a, Q)`` beside the fine-tuned accuracy over the weight grid.
+``W^2(P_a, Q)`` beside the fine-tuned accuracy over the weight grid, or (``kind="scatter"``)
+accuracy against ``W^2(P_a, Q)`` with the seeds' spread as error bars.
+:func:`correlation_table` and :func:`objective_table` are the tables of one or more studies
+(correlations with their bootstrap intervals; the statistics of ``W^2(P_a, Q)`` beside the
+accuracy gain), :func:`correlation_sentence` what a study's numbers say, in one sentence.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
 from geoviz.errors import GeovizError
 from geoviz.glossary import OBJECTIVE
-from geoviz.transfer.study import GridStudy
+from geoviz.transfer.study import CorrelationEstimate, GridStudy
 
-__all__ = ["correlation_figure"]
+__all__ = [
+    "correlation_figure",
+    "correlation_sentence",
+    "correlation_table",
+    "format_estimate",
+    "objective_table",
+]
+
+FigureKind = Literal["auto", "scatter"]
 
 
-def correlation_figure(study: GridStudy, names: Sequence[str] | None = None) -> Any:
+def correlation_figure(
+    study: GridStudy,
+    names: Sequence[str] | None = None,
+    *,
+    kind: FigureKind = "auto",
+    label: str = "",
+) -> Any:
     """Side-by-side plots of ``W^2(P_a, Q)`` (left) and mean accuracy (right).
 
     ``m = 3``: two ternary plots (vertex ``i`` is ``names[i]``), markers
@@ -27,8 +45,10 @@ def correlation_figure(study: GridStudy, names: Sequence[str] | None = None) -> 
     scale, so the negative correlation the paper reports shows as two alike
     pictures: dark = small ``W^2`` / high accuracy). ``m = 2``: two line plots
     against the weight of ``names[1]`` (accuracy with ± std error bars).
-    Other ``m``: one scatter plot of accuracy against ``W^2(P_a, Q)``. The
-    title gives the Pearson ``r`` and Spearman ``rho``.
+    Other ``m``, or ``kind="scatter"``: one scatter plot of mean accuracy (%)
+    against ``W^2(P_a, Q)``, each point with ± the sample std over the seeds
+    as error bars (paper Fig. "corr"). The title gives the Pearson ``r`` and
+    Spearman ``rho``.
 
     Parameters
     ----------
@@ -36,6 +56,12 @@ def correlation_figure(study: GridStudy, names: Sequence[str] | None = None) -> 
         A :class:`GridStudy`.
     names
         The ``m`` reference names; default ``study.reference_names``.
+    kind
+        ``"auto"``: ternaries for ``m = 3``, lines for ``m = 2``, else the
+        scatter; ``"scatter"``: the scatter for every ``m``.
+    label
+        Put before the title (e.g. the target's name); the scatter's title then
+        takes two lines, to fit half a page.
 
     Returns
     -------
@@ -61,6 +87,11 @@ def correlation_figure(study: GridStudy, names: Sequence[str] | None = None) -> 
         f"{OBJECTIVE} vs fine-tuned accuracy ({study.method}, preset {study.preset}, "
         f"k={study.k}): Pearson r = {r_text}, Spearman ρ = {rho_text}"
     )
+    if label:
+        title = (
+            f"<b>{label}</b><br>Pearson r = {r_text}, Spearman ρ = {rho_text} "
+            f"({study.method}, preset {study.preset}, k={study.k})"
+        )
     if study.note:
         title += f"<br><sub>{study.note}</sub>"
     hover = "<br>".join(f"{n}: %{{customdata[{i}]:.3f}}" for i, n in enumerate(names))
@@ -70,7 +101,7 @@ def correlation_figure(study: GridStudy, names: Sequence[str] | None = None) -> 
         f"<br>accuracy = %{{customdata[{m + 1}]:.3f}} ± %{{customdata[{m + 2}]:.3f}}<extra></extra>"
     )
 
-    if m == 3:
+    if m == 3 and kind == "auto":
         fig = make_subplots(
             rows=1,
             cols=2,
@@ -123,7 +154,7 @@ def correlation_figure(study: GridStudy, names: Sequence[str] | None = None) -> 
         fig.update_layout(title={"text": title}, height=600, margin={"t": 150, "l": 50, "r": 50})
         return fig
 
-    if m == 2:
+    if m == 2 and kind == "auto":
         x = grid[:, 1]
         order = np.argsort(x)
         fig = make_subplots(
@@ -161,17 +192,138 @@ def correlation_figure(study: GridStudy, names: Sequence[str] | None = None) -> 
         fig.update_layout(title={"text": title}, height=460, showlegend=False)
         return fig
 
+    percent = 100.0  # accuracies are fractions; the axis reads in percent like the paper's
     fig = go.Figure(
         go.Scatter(
             x=values,
-            y=acc,
+            y=percent * acc,
             mode="markers",
-            error_y={"type": "data", "array": std, "visible": True},
+            marker={"size": 8, "color": "#5b5b8f"},
+            error_y={
+                "type": "data",
+                "array": percent * std,
+                "visible": True,
+                "thickness": 1,
+                "color": "#9c9cc0",
+            },
             customdata=custom,
             hovertemplate=hover + hover_values,
         )
     )
     fig.update_layout(
-        title={"text": title}, xaxis_title=OBJECTIVE, yaxis_title=acc_label, height=460
+        title={"text": title, "font": {"size": 14}},
+        xaxis_title=OBJECTIVE,
+        yaxis_title=f"mean accuracy over {len(study.seeds)} seed(s) (%), ± std",
+        height=460,
+        margin={"t": 90 if study.note else 60},
     )
     return fig
+
+
+def format_estimate(estimate: CorrelationEstimate) -> str:
+    """``"r [low, high] (p = ...)"``: the coefficient, its 95 % bootstrap interval over the
+    seeds and its p-value; ``"n/a"`` for an undefined ``r``, ``"no interval"`` when the
+    study cannot give one (one seed)."""
+    if not math.isfinite(estimate.r):
+        return "n/a"
+    interval = (
+        "no interval"
+        if estimate.interval is None
+        else f"[{estimate.interval[0]:+.3f}, {estimate.interval[1]:+.3f}]"
+    )
+    return f"{estimate.r:+.3f} {interval} (p = {estimate.p_value:.2g})"
+
+
+def correlation_table(studies: Mapping[str, GridStudy]) -> Any:
+    """One row per study (keyed by its target's name): Pearson ``r`` and Spearman ``rho``
+    with their 95 % bootstrap intervals over the seeds and p-values
+    (:func:`format_estimate`), the grid points and seeds used, k and the preset.
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
+    import pandas as pd
+
+    rows = []
+    for target, study in studies.items():
+        stats = study.statistics
+        rows.append(
+            {
+                "target Q": target,
+                "Pearson r [95% CI] (p)": format_estimate(stats.pearson),
+                "Spearman ρ [95% CI] (p)": format_estimate(stats.spearman),
+                "points": stats.n_points,
+                "seeds": stats.n_seeds,
+                "k": study.k,
+                "preset": study.preset,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def objective_table(studies: Mapping[str, GridStudy]) -> Any:
+    """The paper's appendix Table "w_stat" for each study: mean, median, min, max, range and
+    (population) std of ``W^2(P_a, Q)`` over the grid, beside the accuracy gain in percentage
+    points (``max - min`` of the points' mean accuracies: what choosing ``a`` on this grid can
+    change; the paper's last column is OTDD minus few-shot accuracy instead).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``target Q``, ``W² mean`` .. ``W² std`` (squared feature units, rounded to
+        2 decimals) and ``accuracy gain (pp)``.
+    """
+    import pandas as pd
+
+    rows = []
+    for target, study in studies.items():
+        summary = study.statistics.objective
+        row: dict[str, Any] = {"target Q": target}
+        row.update(
+            {
+                f"W² {name}": round(float(getattr(summary, name)), 2)
+                for name in ("mean", "median", "min", "max", "range", "std")
+            }
+        )
+        row["accuracy gain (pp)"] = round(100.0 * study.statistics.accuracy_gain, 2)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def correlation_sentence(target: str, study: GridStudy) -> str:
+    """What the study's Pearson ``r`` says about ``W^2(P_a, Q)`` and transfer, in one sentence.
+
+    Read off the numbers, never assumed: the sign and size of ``r`` (``|r| >= 0.5``
+    strong, ``>= 0.3`` moderate, else weak) and whether its 95 % bootstrap interval over
+    the seeds excludes 0. A negative ``r`` is the paper's claim (smaller ``W^2``, higher
+    accuracy).
+    """
+    stats = study.statistics
+    estimate = stats.pearson
+    budget = f"{study.k}-shot, {stats.n_points} points, {stats.n_seeds} seed(s)"
+    if not math.isfinite(estimate.r):
+        return f"{target}: no correlation can be computed ({study.note or estimate.interval_note})."
+    size = abs(estimate.r)
+    strength = "strong" if size >= 0.5 else "moderate" if size >= 0.3 else "weak"
+    sign = "negative" if estimate.r < 0 else "positive"
+    meaning = (
+        f"a smaller {OBJECTIVE} goes with a higher accuracy, as the paper claims"
+        if estimate.r < 0
+        else f"a smaller {OBJECTIVE} goes with a lower accuracy, against the paper's claim"
+    )
+    if estimate.interval is None:
+        return (
+            f"{target}: {strength} {sign} correlation (r = {estimate.r:+.3f}, {budget}); "
+            f"{meaning}, but with no interval over seeds it is not established."
+        )
+    low, high = estimate.interval
+    if low > 0.0 or high < 0.0:
+        return (
+            f"{target}: {strength} {sign} correlation (r = {estimate.r:+.3f}, 95% interval "
+            f"[{low:+.3f}, {high:+.3f}] excludes 0, {budget}): {meaning}."
+        )
+    return (
+        f"{target}: no correlation shown at this budget (r = {estimate.r:+.3f}, 95% interval "
+        f"[{low:+.3f}, {high:+.3f}] includes 0, {budget})."
+    )

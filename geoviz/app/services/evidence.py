@@ -1,12 +1,16 @@
-"""Evidence page: the transfer experiments of a scenario, as one background job."""
+"""Evidence page: the stored simplex studies, and the transfer experiments of a scenario
+as one background job."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from geoviz.app.jobs import BackgroundJob
 from geoviz.app.scenario import Scenario
@@ -15,10 +19,97 @@ from geoviz.app.services.datasets import ScenarioData, load_choice, scenario_dat
 from geoviz.app.services.geodesic import geodesic_config, geodesic_if_ready, geodesic_key
 from geoviz.app.session import SessionModel
 from geoviz.data.dataset import LabeledDataset
-from geoviz.errors import DatasetError
+from geoviz.errors import DatasetError, GeovizError
+from geoviz.transfer.runner import Backend
+from geoviz.transfer.study import GridStudy
 
 if TYPE_CHECKING:
     pass
+
+#: Folder of the stored studies under the assets folder (``assets/evidence``).
+EVIDENCE_FOLDER = "evidence"
+#: A stored study's file name is ``study_<target>.json``.
+STUDY_PREFIX = "study_"
+
+
+@dataclass(frozen=True)
+class StoredStudy:
+    """One measured simplex study shipped with the app (``assets/evidence/study_<target>.json``).
+
+    Attributes
+    ----------
+    target
+        Name of the target dataset Q (from the file name).
+    file_name
+        The file's name inside the evidence folder.
+    study
+        The :class:`~geoviz.transfer.study.GridStudy` (its ``statistics`` come from its points).
+    """
+
+    target: str
+    file_name: str
+    study: GridStudy
+
+
+@dataclass(frozen=True)
+class StoredEvidence:
+    """Every stored study that could be read, and one sentence per file that could not."""
+
+    studies: tuple[StoredStudy, ...]
+    problems: tuple[str, ...]
+
+
+def evidence_dir() -> Path:
+    """The folder of the stored studies: ``assets_dir() / "evidence"``."""
+    from geoviz.data.bundled import assets_dir
+
+    return assets_dir() / EVIDENCE_FOLDER
+
+
+def load_stored_study(path: Path) -> StoredStudy:
+    """Read one stored study file.
+
+    Raises
+    ------
+    GeovizError
+        The file cannot be read or is not a study written by
+        :meth:`GridStudy.to_json` (one sentence, no traceback).
+    """
+    target = path.stem.removeprefix(STUDY_PREFIX)
+    try:
+        study = GridStudy.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise GeovizError(
+            f"The stored study {path.name} could not be read ({type(err).__name__}); "
+            "it is left out."
+        ) from err
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise GeovizError(
+            f"The stored study {path.name} is not a simplex study file (bad or missing field "
+            f"{err}); it is left out."
+        ) from err
+    if not study.points:
+        raise GeovizError(f"The stored study {path.name} has no grid points; it is left out.")
+    return StoredStudy(target=target, file_name=path.name, study=study)
+
+
+@functools.lru_cache(maxsize=4)
+def _stored_in(folder: Path) -> StoredEvidence:
+    studies: list[StoredStudy] = []
+    problems: list[str] = []
+    for path in sorted(folder.glob(f"{STUDY_PREFIX}*.json")):
+        try:
+            studies.append(load_stored_study(path))
+        except GeovizError as err:
+            problems.append(str(err))
+    return StoredEvidence(tuple(studies), tuple(problems))
+
+
+def stored_studies(folder: Path | None = None) -> StoredEvidence:
+    """The measured studies shipped in ``folder`` (default :func:`evidence_dir`), read once
+    per process and folder, in file-name order; a corrupt file is left out with a sentence
+    in :attr:`StoredEvidence.problems`, so the others still show."""
+    return _stored_in((evidence_dir() if folder is None else folder).resolve())
 
 
 @dataclass(frozen=True)
@@ -41,7 +132,7 @@ class EvidenceResult:
     comparison
         :class:`~geoviz.transfer.table.MethodComparison` (every method, every seed).
     study
-        :class:`~geoviz.transfer.grid.GridStudy` (``W^2(P_a, Q)`` and accuracy per grid point).
+        :class:`~geoviz.transfer.study.GridStudy` (``W^2(P_a, Q)`` and accuracy per grid point).
     reference_names
         Names of ``P_1..P_m``.
     n_test
@@ -93,7 +184,7 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
     Steps: the ``k``-shot scenario's datasets and geodesic (from the caches when
     fitted before), the target's test split, then every method and seed at
     ``a_hat`` (:func:`geoviz.transfer.table.compare_methods`) and the simplex
-    study (:func:`geoviz.transfer.grid.run_grid`, checkpointed per grid point in
+    study (:func:`geoviz.transfer.study.run_grid`, checkpointed per grid point in
     the disk cache folder, so an interrupted job resumes). Runs as Ray tasks when
     Ray is installed (``request.backend``), else sequentially.
     """
@@ -109,7 +200,7 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
         from geoviz.backend import default_cache_dir
         from geoviz.geodesic.pipeline import fit_geodesic
         from geoviz.transfer.experiment import make_task
-        from geoviz.transfer.grid import run_grid
+        from geoviz.transfer.study import run_grid
         from geoviz.transfer.table import compare_methods
 
         start = time.perf_counter()
@@ -139,17 +230,24 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
             return lambda done, n: progress(f"{stage} ({done}/{n} runs)", start + span * done / n)
 
         # the same task, preset, seeds and backend for the table and the simplex study
-        common = {"seeds": request.seeds, "preset": request.preset, "backend": request.backend}
+        backend = cast("Backend", request.backend)
         comparison = compare_methods(
-            task, geodesic, progress=runs("Table 1 at a_hat", 0.25, 0.25), **common
+            task,
+            geodesic,
+            seeds=request.seeds,
+            preset=request.preset,
+            backend=backend,
+            progress=runs("Table 1 at a_hat", 0.25, 0.25),
         )
         study = run_grid(
             task,
             geodesic,
             resolution=request.resolution,
+            seeds=request.seeds,
+            preset=request.preset,
+            backend=backend,
             checkpoint_dir=default_cache_dir() / "transfer" / scenario.key(),
             progress=runs("simplex study", 0.5, 0.5),
-            **common,
         )
         progress("done", 1.0)
         return EvidenceResult(

@@ -1,0 +1,110 @@
+"""The stored-study tables, figure and sentence of the Evidence page (geoviz.viz.study) and
+the service that reads the stored studies (geoviz.app.services.evidence)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from geoviz.app.services.evidence import load_stored_study, stored_studies
+from geoviz.errors import GeovizError
+from geoviz.transfer.study import GridPoint, GridStudy
+from geoviz.viz.study import (
+    correlation_figure,
+    correlation_sentence,
+    correlation_table,
+    format_estimate,
+    objective_table,
+)
+
+
+def _study(objectives: list[float], accuracies: list[list[float]]) -> GridStudy:
+    """A study over ``len(objectives)`` points of a 2-simplex line, accuracies per seed."""
+    n = len(objectives)
+    points = tuple(
+        GridPoint(i, (1.0 - i / (n - 1), i / (n - 1)), objectives[i], tuple(accuracies[i]), 1.0)
+        for i in range(n)
+    )
+    seeds = tuple(range(len(accuracies[0])))
+    return GridStudy(points, float("nan"), float("nan"), "tiny", 5, seeds, n - 1)
+
+
+def test_sentence_follows_the_numbers_not_the_target():
+    x = [1.0, 2.0, 3.0, 4.0, 5.0]
+    falling = _study(x, [[0.9, 0.91], [0.8, 0.81], [0.7, 0.72], [0.6, 0.6], [0.5, 0.52]])
+    rising = _study(x, [[0.5, 0.51], [0.6, 0.6], [0.7, 0.71], [0.8, 0.82], [0.9, 0.9]])
+    # seed 0 rises, seed 1 falls: the resamples of the seeds give r of both signs
+    noise = _study(x, [[0.5, 0.91], [0.6, 0.8], [0.7, 0.7], [0.8, 0.6], [0.9, 0.5]])
+    assert "strong negative correlation" in correlation_sentence("A", falling)
+    assert "excludes 0" in correlation_sentence("A", falling)
+    assert "as the paper claims" in correlation_sentence("A", falling)
+    assert "strong positive correlation" in correlation_sentence("A", rising)
+    assert "against the paper's claim" in correlation_sentence("A", rising)
+    low, high = noise.statistics.pearson.interval or (math.nan, math.nan)
+    assert low <= 0.0 <= high
+    assert "no correlation shown" in correlation_sentence("A", noise)
+    one_seed = _study(x, [[0.9], [0.8], [0.7], [0.6], [0.5]])
+    assert "not established" in correlation_sentence("A", one_seed)
+    assert "no interval" in format_estimate(one_seed.statistics.pearson)
+    flat = _study(x, [[0.5, 0.5]] * 5)
+    assert "no correlation can be computed" in correlation_sentence("A", flat)
+    assert format_estimate(flat.statistics.pearson) == "n/a"
+
+
+def test_tables_carry_the_statistics_of_each_study():
+    study = _study([1.0, 2.0, 4.0], [[0.9, 0.8], [0.7, 0.8], [0.6, 0.6]])
+    table = correlation_table({"A": study, "B": study})
+    assert list(table["target Q"]) == ["A", "B"]
+    assert table["Pearson r [95% CI] (p)"][0] == format_estimate(study.statistics.pearson)
+    assert list(table["points"]) == [3, 3] and list(table["seeds"]) == [2, 2]
+    w = objective_table({"A": study}).iloc[0]
+    assert w["W² mean"] == pytest.approx(7.0 / 3.0, abs=0.005)
+    assert w["W² median"] == 2.0 and w["W² range"] == 3.0
+    assert w["W² std"] == pytest.approx(np.std([1.0, 2.0, 4.0]), abs=0.005)
+    # mean accuracies 0.85, 0.75, 0.6: the gain is 25 percentage points
+    assert w["accuracy gain (pp)"] == pytest.approx(25.0)
+
+
+def test_scatter_figure_has_the_seed_spread_as_error_bars():
+    study = _study([1.0, 2.0, 4.0], [[0.9, 0.8], [0.7, 0.8], [0.6, 0.6]])
+    fig = correlation_figure(study, kind="scatter", label="Q = A")
+    trace = fig.data[0]
+    assert trace.type == "scatter"
+    np.testing.assert_allclose(trace.x, [1.0, 2.0, 4.0])
+    np.testing.assert_allclose(trace.y, [85.0, 75.0, 60.0])
+    np.testing.assert_allclose(trace.error_y.array, [100 * np.std([0.9, 0.8], ddof=1)] * 2 + [0])
+    assert fig.layout.title.text.startswith("<b>Q = A</b><br>")
+    # "auto" keeps the two line panels for m = 2
+    assert len(correlation_figure(study).data) == 2
+
+
+def test_stored_studies_are_shipped_and_read():
+    evidence = stored_studies()
+    assert evidence.problems == ()
+    by_target = {s.target: s.study for s in evidence.studies}
+    assert set(by_target) == {"mnist", "fashion_mnist"}
+    for study in by_target.values():
+        assert len(study.points) == 36 and study.resolution == 7 and len(study.seeds) == 5
+    assert by_target["mnist"].statistics.pearson.r == pytest.approx(-0.867, abs=5e-4)
+    assert by_target["fashion_mnist"].statistics.pearson.r == pytest.approx(0.181, abs=5e-4)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{not json", "could not be read (JSONDecodeError)"),
+        ('{"points": []}', "is not a simplex study file"),
+        ('{"points": [{"index": 0}]}', "is not a simplex study file"),
+    ],
+)
+def test_a_corrupt_stored_study_is_one_sentence(tmp_path: Path, text: str, expected: str):
+    path = tmp_path / "study_bad.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(GeovizError, match=r"study_bad\.json") as err:
+        load_stored_study(path)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+    evidence = stored_studies(tmp_path)
+    assert evidence.studies == () and len(evidence.problems) == 1
