@@ -23,8 +23,9 @@ import numpy as np
 from geoviz import limits
 from geoviz.data.choice import ChoiceResolver, DatasetChoice, FewShotOptions, load_choice
 from geoviz.data.dataset import LabeledDataset
-from geoviz.data.preprocess import ChannelMode
+from geoviz.data.preprocess import ChannelMode, few_shot, harmonize
 from geoviz.errors import DatasetError
+from geoviz.geodesic.labels import unique_names
 from geoviz.geodesic.pipeline import GeodesicConfig
 
 __all__ = ["GeodesicSpec", "SpecDatasets", "load_spec_datasets"]
@@ -156,8 +157,6 @@ class SpecDatasets:
 def _harmonised(
     datasets: Sequence[LabeledDataset], size: int | None, channels: ChannelMode
 ) -> list[LabeledDataset]:
-    from geoviz.data.preprocess import harmonize
-
     if size is not None:
         return harmonize(datasets, size=size, channels=channels)
     shapes = {ds.image_shape for ds in datasets}
@@ -203,8 +202,6 @@ def load_spec_datasets(
         A dataset that cannot be loaded, refused choices, or formats that cannot be
         harmonised.
     """
-    from geoviz.data.preprocess import few_shot
-    from geoviz.geodesic.labels import unique_names
 
     def load(choice: DatasetChoice, n: int | None) -> LabeledDataset:
         return load_choice(choice, n, spec.seed, allow_paths=allow_paths, resolve=resolve)
