@@ -9,8 +9,6 @@ constructors check types and bounds (:mod:`geoviz.limits`) and normalise;
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from geoviz import limits
+from geoviz.backend import digest
 from geoviz.data.choice import (
     MAX_NAME_CHARS,
     DatasetChoice,
@@ -460,8 +459,13 @@ def epsilon_choices(current: float | None = None) -> tuple[float, ...]:
     return tuple(sorted(values))
 
 
+#: hex characters of a scenario key (folder and cache names on disk)
+SCENARIO_KEY_LENGTH = 24
+
+
 def _hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    """The scenario keys stored on disk: :func:`geoviz.backend.digest`, ``"plain"`` layout."""
+    return digest(obj, length=SCENARIO_KEY_LENGTH, layout="plain")
 
 
 def default_scenario(settings: AppSettings | None = None) -> Scenario:

@@ -189,11 +189,9 @@ def check_upload(filename: str, data: bytes) -> LabeledDataset:
 
     Raises the library's :class:`~geoviz.errors.GeovizError` for invalid files.
     """
-    import hashlib
-
     from geoviz.data.formats import load_upload
 
-    key = ("upload", hashlib.sha256(data).hexdigest(), filename)
+    key = ("upload", Upload(filename, data).digest, filename)
     return store().get_or_compute(key, lambda: load_upload(data, filename), tier="fit")
 
 
