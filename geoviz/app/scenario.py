@@ -30,6 +30,7 @@ from geoviz.data.choice import (
 )
 from geoviz.data.registry import dataset_info
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.geodesic.spec import check_image_size
 from geoviz.ot.otdd import DEFAULT_EPSILON
 
 if TYPE_CHECKING:
@@ -155,15 +156,8 @@ class Scenario:
                 error=DatasetError,
             )
             object.__setattr__(self, what, n)
-        size = limits.check_int(
-            self.image_size,
-            "image_size",
-            limits.MIN_IMAGE_SIZE,
-            limits.MAX_IMAGE_SIZE,
-            why="pixels per side of the common image size",
-            error=DatasetError,
-        )
-        object.__setattr__(self, "image_size", size)
+        # the library's check (GeodesicSpec makes the same one), so both say the same
+        object.__setattr__(self, "image_size", check_image_size(self.image_size))
         if self.channels not in ("auto", "grey", "rgb"):
             raise DatasetError(
                 f"channels must be 'auto', 'grey' or 'rgb', got {_short(self.channels)}"

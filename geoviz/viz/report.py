@@ -235,7 +235,8 @@ def field_text(diagnostics: MapDiagnostics, name: str, *, with_note: bool = Fals
     return f"{text} ({fmt.note})" if with_note and fmt.note else text
 
 
-def _header(diagnostics: Sequence[MapDiagnostics], name: str) -> str:
+def field_header(diagnostics: Sequence[MapDiagnostics], name: str) -> str:
+    """The column header of field ``name`` for these maps: its label, with its note."""
     # one header per column: the maps of a result share a diagnostics type, else the
     # first declaring type's label
     types = {type(d) for d in diagnostics}
@@ -260,7 +261,7 @@ def map_table(result: GeodesicResult) -> pd.DataFrame:
     for name in diagnostic_fields(diagnostics):
         values = [field_value(d, name) for d in diagnostics]
         complete = all(v is not None for v in values)
-        columns[_header(diagnostics, name)] = (
+        columns[field_header(diagnostics, name)] = (
             values if complete else [field_text(d, name) for d in diagnostics]
         )
         if name == "otdd":
