@@ -19,7 +19,7 @@ from geoviz.viz.images import (
     sample_captions,
     soft_label_captions,
 )
-from geoviz.viz.neighbours import plan_neighbours_grid, plan_neighbours_scatter
+from geoviz.viz.neighbours import plan_neighbours_grid, plan_neighbours_scatter, reference_cloud
 
 __all__ = [
     "as_index",
@@ -191,16 +191,7 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
     nb = ref.features[as_index(nb_idx.reshape(-1)), :2].numpy().astype(float).reshape(n, k, 2)
     refs = ref.features[:, :2].numpy().astype(float)
     fig = go.Figure()
-    fig.add_trace(
-        go.Scattergl(
-            x=refs[:, 0],
-            y=refs[:, 1],
-            mode="markers",
-            name=name,
-            marker={"size": 4, "color": "rgba(150,150,150,0.35)"},
-            hoverinfo="skip",
-        )
-    )
+    fig.add_trace(reference_cloud(refs, name))
     seg_x: list[float | None] = []
     seg_y: list[float | None] = []
     for r in range(n):
@@ -304,16 +295,7 @@ def side_by_side_scatter(
         ref = first.references[i]
         refs = ref.features[:, :2].numpy().astype(float)
         fig = go.Figure()
-        fig.add_trace(
-            go.Scattergl(
-                x=refs[:, 0],
-                y=refs[:, 1],
-                mode="markers",
-                name=f"{_name(first, i)} samples",
-                marker={"size": 4, "color": "rgba(150,150,150,0.35)"},
-                hoverinfo="skip",
-            )
-        )
+        fig.add_trace(reference_cloud(refs, f"{_name(first, i)} samples"))
         for label, res, color, symbol in styles:
             pts = res.mapped_features[i][:, :2].numpy().astype(float)
             top = res.soft_labels[i].argmax(dim=1).numpy()
