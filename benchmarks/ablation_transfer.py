@@ -35,6 +35,7 @@ import argparse
 import functools
 import inspect
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -396,7 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         for ps in args.sets.split(",")
     ]
     start = time.perf_counter()
-    run_tasks(lambda u: run_unit(u, args), units, backend=args.backend)
+    run_tasks(
+        lambda u: run_unit(u, args),
+        units,
+        backend=args.backend,
+        address=os.environ.get("RAY_ADDRESS") or None,  # the entry point reads the environment
+    )
     print(f"done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     print(report(args.out))
     return 0

@@ -85,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--png", default=str(HERE / "neural_vs_barycentric.png"))
     args = parser.parse_args(argv)
 
+    from geoviz.backend import RuntimeSettings, configure, configure_torch
+    from geoviz.nn.training import CPU_TRAIN_THREADS
+
+    # process-wide settings, once, here at the entry point (the library sets none)
+    configure_torch(threads=CPU_TRAIN_THREADS, flush_denormal=True)
+    configure(RuntimeSettings.from_env())
+
     import dataclasses
 
     from geoviz.backend import DiskCache, resolve_device

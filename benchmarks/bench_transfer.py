@@ -210,13 +210,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from geoviz.backend import configure_torch
+    from geoviz.backend import RuntimeSettings, configure, configure_torch
     from geoviz.nn.training import CPU_TRAIN_THREADS
     from geoviz.transfer.study import run_grid
     from geoviz.transfer.table import METHODS, compare_methods
 
     # process-wide torch settings, once, here at the entry point (the library sets none)
-    configure_torch(threads=None if torch.cuda.is_available() else CPU_TRAIN_THREADS)
+    configure_torch(
+        threads=None if torch.cuda.is_available() else CPU_TRAIN_THREADS, flush_denormal=True
+    )
+    configure(RuntimeSettings.from_env())
 
     methods = (
         ["otdd", "otdd_neural", *[m for m in METHODS if m != "otdd"]]
@@ -243,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             preset=args.preset,
             methods=methods,
             backend=args.backend,
+            address=os.environ.get("RAY_ADDRESS") or None,
             progress=_progress(f"Table 1, Q = {target}"),
             neural_geodesic=neural_geo,
         )
@@ -273,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             preset=args.preset,
             checkpoint_dir=args.out / "checkpoints" / target,
             backend=args.backend,
+            address=os.environ.get("RAY_ADDRESS") or None,
             progress=_progress(f"simplex study, Q = {target}"),
         )
         studies[target] = {

@@ -56,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=12, help="target points in the PNG")
     args = parser.parse_args(argv)
 
+    from geoviz.backend import RuntimeSettings, configure, configure_torch
+    from geoviz.nn.training import CPU_TRAIN_THREADS
+
+    # process-wide settings, once, here at the entry point (the library sets none)
+    configure_torch(threads=CPU_TRAIN_THREADS, flush_denormal=True)
+    configure(RuntimeSettings.from_env())
+
     from geoviz.data.choice import DatasetChoice
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
     from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets

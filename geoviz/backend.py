@@ -26,7 +26,7 @@ import json
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -360,10 +360,68 @@ def jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+#: how :func:`digest` writes a value as JSON before hashing it
+DigestLayout = Literal["canonical", "plain"]
+
+
+def digest_bytes(parts: Iterable[bytes], *, length: int | None = None) -> str:
+    """Hex sha256 of the concatenated ``parts``, cut to its first ``length`` characters.
+
+    The one hash under every key of geoviz (:func:`digest` and so :func:`fingerprint`,
+    :func:`cache_key`; the dataset fingerprint
+    :attr:`geoviz.data.dataset.LabeledDataset.fingerprint`; uploads by their bytes,
+    :class:`geoviz.data.choice.Upload`; the transfer study's checkpoint keys; the app's
+    scenario keys). Feeding parts one by one hashes large tensors without copying them
+    into one buffer.
+
+    Parameters
+    ----------
+    parts
+        The bytes to hash, in order (no separator is added between them).
+    length
+        Keep the first ``length`` hex characters (``None``: all 64).
+    """
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(part)
+    text = hasher.hexdigest()
+    return text if length is None else text[: int(length)]
+
+
+def digest(obj: Any, *, length: int | None = None, layout: DigestLayout = "canonical") -> str:
+    """Hex sha256 of ``obj`` written as JSON with sorted keys (:func:`digest_bytes`).
+
+    Parameters
+    ----------
+    obj
+        The key's payload.
+    length
+        Keep the first ``length`` hex characters (``None``: all 64).
+    layout
+        ``"canonical"`` (keys of cache entries and checkpoints): the canonical form
+        of :func:`fingerprint` (arrays by content, NumPy scalars as numbers, paths as
+        strings; anything else is a ``TypeError``), compact separators ``,`` and ``:``.
+        ``"plain"`` (the app's scenario keys, kept as they are stored on disk):
+        ``json.dumps(obj, sort_keys=True, default=str)``, the JSON module's separators
+        ``", "`` and ``": "`` and ``str()`` of any value JSON cannot write.
+
+    Raises
+    ------
+    TypeError
+        ``layout="canonical"`` and a value that has no canonical form.
+    """
+    if layout == "canonical":
+        text = json.dumps(_canonical(obj), sort_keys=True, separators=(",", ":"))
+    else:
+        text = json.dumps(obj, sort_keys=True, default=str)
+    return digest_bytes([text.encode("utf-8")], length=length)
+
+
 def fingerprint(
     namespace: str, params: Mapping[str, Any], *, version: str = CACHE_FORMAT_VERSION
 ) -> str:
-    """The key of a computation: hex sha256 of ``namespace``, ``params`` and ``version``.
+    """The key of a computation: hex sha256 of ``namespace``, ``params`` and ``version``
+    (:func:`digest` of ``{"ns": namespace, "v": version, "params": params}``).
 
     The hashed text is the compact JSON (sorted keys, separators ``,`` and ``:``) of
     ``{"ns": namespace, "v": version, "params": canonical(params)}``, where the canonical
@@ -388,12 +446,7 @@ def fingerprint(
     TypeError
         A value that has no canonical form (e.g. an arbitrary object).
     """
-    payload = json.dumps(
-        {"ns": namespace, "v": version, "params": _canonical(params)},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return digest({"ns": namespace, "v": version, "params": params})
 
 
 def cache_key(namespace: str, params: Mapping[str, Any]) -> str:

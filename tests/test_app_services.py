@@ -324,9 +324,15 @@ def test_weights_moved_many_times_keep_the_fit_in_memory(fresh_server):
 def test_torch_threads_are_set_once_per_process(monkeypatch):
     import torch
 
+    from geoviz import backend
     from geoviz.app.services import caches
 
     monkeypatch.setattr(caches, "_TORCH_CONFIGURED", [])
+    # the first call installs the runtime settings and flush-denormal for the process:
+    # put them back afterwards (torch has no getter for flush-denormal, backend records it)
+    flush_before = backend.torch_settings().flush_denormal
+    monkeypatch.setattr(backend, "_configured", backend._configured)
+    monkeypatch.setattr(backend, "_flush_denormal", flush_before)
     before = torch.get_num_threads()
     seen = []
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
@@ -335,3 +341,5 @@ def test_torch_threads_are_set_once_per_process(monkeypatch):
     monkeypatch.setattr(caches, "_TORCH_CONFIGURED", [])
     assert caches.configure_torch(0) is True and seen == [1]  # 0: torch's default kept
     assert torch.get_num_threads() == before
+    assert backend._configured == backend.RuntimeSettings.from_env()  # installed once
+    torch.set_flush_denormal(flush_before)

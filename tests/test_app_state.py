@@ -347,3 +347,22 @@ def test_a_cache_tier_is_named():
     store = ResultStore()
     with pytest.raises(ValueError, match="tier"):
         store.get_or_compute("k", lambda: 1, tier="cheap")  # type: ignore[arg-type]
+
+
+def test_scenario_keys_keep_their_stored_values():
+    """The embedding cache and the evidence checkpoint folders are named by these keys:
+    the old formula (sha256 of ``json.dumps(sort_keys=True, default=str)``, 24 characters)."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from geoviz.app import scenario as scenario_module
+
+    def old(obj):
+        text = json.dumps(obj, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    payload = {"n": 60, "refs": ("usps", "kmnist"), "where": Path("/data"), "eps": 1e-3}
+    assert scenario_module._hash(payload) == old(payload)
+    scenario = _scenario()
+    assert scenario.key() == old(scenario._key_dict())

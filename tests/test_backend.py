@@ -432,3 +432,71 @@ def test_concurrent_cold_processes_agree_and_leave_no_temps(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert DiskCache(tmp_path).load("ns", cache_key("ns", {"n": 1}))["x"].shape == (100000,)
+
+
+# --------------------------------------------------------------------------- one digest for every key
+
+
+def _old_sha256_json(obj, **dumps) -> str:
+    """The formula each key site used before it called :func:`geoviz.backend.digest`."""
+    import json
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, **dumps).encode()).hexdigest()
+
+
+def test_fingerprint_is_the_digest_of_its_old_payload():
+    import json
+
+    params = {"b": (1, 2), "a": np.float32(0.5), "x": np.arange(6).reshape(2, 3), "p": Path("/t")}
+    old_payload = json.dumps(
+        {"ns": "otdd", "v": backend.CACHE_FORMAT_VERSION, "params": backend._canonical(params)},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    old = hashlib.sha256(old_payload.encode()).hexdigest()
+    assert backend.fingerprint("otdd", params) == old == backend.cache_key("otdd", params)
+    assert (
+        backend.digest({"ns": "otdd", "v": backend.CACHE_FORMAT_VERSION, "params": params}) == old
+    )
+
+
+def test_digest_layouts_and_length():
+    obj = {"b": [1, 2.5], "a": {"z": None, "y": "s"}}
+    assert backend.digest(obj) == _old_sha256_json(obj, separators=(",", ":"))
+    assert backend.digest(obj, layout="plain") == _old_sha256_json(obj)  # ", " and ": "
+    assert backend.digest(obj) != backend.digest(obj, layout="plain")
+    assert backend.digest(obj, length=24) == backend.digest(obj)[:24]
+    assert backend.digest_bytes([b"ab", b"c"]) == hashlib.sha256(b"abc").hexdigest()
+    with pytest.raises(TypeError):
+        backend.digest({"x": object()})
+
+
+def test_checkpoint_keys_keep_their_stored_values():
+    from geoviz.transfer.checkpoints import checkpoint_key
+
+    scenario = {"version": 2, "target": "mnist", "references": ["usps", "kmnist"], "k": 5}
+    old_payload = {**scenario, "weights": [0.25, 0.75], "seed": 3}
+    old = _old_sha256_json(old_payload, separators=(",", ":"))
+    assert checkpoint_key(scenario, (0.25, 0.75), 3) == old
+
+
+def test_dataset_fingerprint_and_upload_digest_keep_their_values():
+    import json
+
+    from geoviz.data.choice import Upload
+    from geoviz.data.dataset import LabeledDataset
+
+    ds = LabeledDataset(
+        np.arange(12, dtype=np.float32).reshape(3, 4), np.array([0, 1, 0]), ("a", "b")
+    )
+    old = hashlib.sha256()
+    for part in (ds.features, ds.labels):
+        arr = part.contiguous().numpy()
+        old.update(str(arr.dtype).encode() + str(arr.shape).encode())
+        old.update(arr.tobytes())
+        old.update(b"\x00")
+    for part in (["a", "b"], []):
+        old.update(json.dumps(part, sort_keys=True, default=str).encode())
+        old.update(b"\x00")
+    assert ds.fingerprint == old.hexdigest()
+    assert Upload("x.csv", b"1,2\n").digest == hashlib.sha256(b"1,2\n").hexdigest()

@@ -21,7 +21,6 @@ from geoviz.maps import (
     DatasetMap,
     EntropicMap,
     FittedMap,
-    MapDiagnostics,
     NeuralDiagnostics,
     NeuralOTDDMap,
     PlanDiagnostics,
@@ -212,46 +211,14 @@ def test_geodesic_result_is_maps_distances_and_a_hat(pair, cache):
         assert res.map_summaries()[i].items() >= fitted.summary().items()
 
 
-def test_a_new_map_kind_needs_no_change_in_the_geodesic(pair, cache, monkeypatch, capsys):
+def test_a_new_map_kind_needs_no_change_in_the_geodesic(
+    pair, cache, monkeypatch, capsys, identity_map_kind
+):
     """A third kind of map: its own FittedMap and diagnostics, nothing else changes."""
     q, p = pair
     refs = [p, blobs(40, 2, 2, "P2", shift=-1.0)]
 
-    @dataclasses.dataclass(frozen=True)
-    class IdentityDiagnostics(MapDiagnostics):
-        displacement: float
-
-    @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
-    class FittedIdentity(FittedMap[None]):
-        kind = "entropic"  # any kind name: nothing outside geoviz.maps reads it
-        supports_out_of_sample = True
-
-        def transform(self, features, labels=None):
-            return features, self.soft_labels_[: features.shape[0]]
-
-        def diagnostics(self):
-            return IdentityDiagnostics(1.0, 0.5, None, True, 0, displacement=0.0)
-
-        def to_payload(self):
-            return {"x": self.mapped_features_}
-
-        @classmethod
-        def from_payload(cls, payload, target, reference, estimator):
-            raise NotImplementedError
-
-    class Identity:
-        def fit(self, target, reference, progress=None):
-            uniform = torch.full((target.n_samples, reference.n_classes), 1 / reference.n_classes)
-            return FittedIdentity(
-                mapped_features_=target.features,
-                soft_labels_=uniform,
-                label_cost_=torch.ones(target.n_classes, reference.n_classes, dtype=torch.float64),
-                reference_classes=reference.classes,
-                reference_name=reference.name,
-                target_classes=target.classes,
-            )
-
-    monkeypatch.setattr(pipeline, "map_estimator", lambda *args: Identity())
+    monkeypatch.setattr(pipeline, "map_estimator", lambda *args: identity_map_kind)
     res = fit_geodesic(q, refs, GeodesicConfig(), cache=cache)
     assert np.isnan(res.epsilon_abs).all() and res.label_confidence.tolist() == [0.5, 0.5]
     assert res.neighbour_index == () and not res.blurry.any()

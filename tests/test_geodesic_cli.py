@@ -175,19 +175,23 @@ def test_every_command_prints_otdd_neighbours_and_confidence_of_each_map(tmp_pat
     for i, name in enumerate(names):
         assert float(rows[name][OTDD]) == pytest.approx(res.otdd[i], rel=1e-5)
         assert float(rows[name][W_TARGET]) == pytest.approx(res.w_to_target[i], rel=1e-5)
-        assert float(rows[name]["neighbours"]) == pytest.approx(
+        assert float(rows[name]["effective neighbours"]) == pytest.approx(
             res.effective_neighbours[i], abs=0.006
         )
-        assert float(rows[name]["confidence"]) == pytest.approx(res.label_confidence[i], abs=6e-4)
+        assert float(rows[name]["label confidence"]) == pytest.approx(
+            res.label_confidence[i], abs=6e-4
+        )
         assert float(rows[name][EPSILON_ABS]) == pytest.approx(res.epsilon_abs[i], rel=2e-3)
-        assert 1.0 <= float(rows[name]["neighbours"]) <= 10.0  # sharp at the default epsilon
+        assert (
+            1.0 <= float(rows[name]["effective neighbours"]) <= 10.0
+        )  # sharp at the default epsilon
     assert "BLURRY" not in out
 
     for cmd in (["project", *REFS_2D], ["grid", *REFS_2D, "--out", str(tmp_path / "g.csv")]):
         assert main(cmd) == 0
         again = _map_rows(capsys.readouterr().out, names)
-        assert {n: r["neighbours"] for n, r in again.items()} == {
-            n: r["neighbours"] for n, r in rows.items()
+        assert {n: r["effective neighbours"] for n, r in again.items()} == {
+            n: r["effective neighbours"] for n, r in rows.items()
         }
 
 
@@ -200,14 +204,16 @@ def test_blurry_maps_are_reported_with_the_fix_and_exported_in_the_manifest(tmp_
     out = captured.out
     rows = _map_rows(out, ("chessboard", "gmm2d"))
     blurry_lines = [ln for ln in out.splitlines() if ln.startswith("BLURRY MAP")]
-    assert len(blurry_lines) == sum(float(r["neighbours"]) > 10 for r in rows.values()) >= 1
+    assert (
+        len(blurry_lines) == sum(float(r["effective neighbours"]) > 10 for r in rows.values()) >= 1
+    )
     assert all("lower --epsilon (default 0.001)" in ln for ln in blurry_lines)
     assert "BlurWarning" not in captured.err  # one clear line instead of a Python warning
     manifest = json.loads((tmp_path / "blurry.manifest.json").read_text())
     maps = manifest["metadata"]["maps"]
     assert [m["reference"] for m in maps] == ["chessboard", "gmm2d"]
     for m in maps:
-        assert float(rows[m["reference"]]["neighbours"]) == pytest.approx(
+        assert float(rows[m["reference"]]["effective neighbours"]) == pytest.approx(
             m["effective_neighbours"], abs=0.006
         )
         assert 0 < m["label_confidence"] <= 1 and m["epsilon_abs"] > 0
@@ -226,7 +232,7 @@ def test_neural_method_prints_the_neural_table_and_exports(tmp_path, capsys):
     args = [*REFS_2D, "--method", "neural", "--neural-preset", "tiny", "--neural-iterations", "20"]
     assert main(["project", *args, "--out", str(out_path)]) == 0
     out = capsys.readouterr().out
-    assert "neural map" in out and "held-out OT" in out and "nearest ref" in out
+    assert "neural map" in out and "held-out OT" in out and "nearest-reference ratio" in out
     assert "plan-row perplexity" not in out  # the barycentric legend is not printed
     a_hat = _a_hat(out)
     assert sum(a_hat.values()) == pytest.approx(1.0, abs=1e-3)

@@ -66,8 +66,9 @@ def test_the_resolver_rejects_names_that_do_not_exist(name):
 
 
 def test_dataclass_fields_resolve_to_fields():
-    field = _resolve("geoviz.geodesic.pipeline.GeodesicResult.w_to_target")
-    assert isinstance(field, dataclasses.Field) and field.name == "w_to_target"
+    # w_to_target is now a property of GeodesicResult (read off its distances): a_hat is a field
+    field = _resolve("geoviz.geodesic.pipeline.GeodesicResult.a_hat")
+    assert isinstance(field, dataclasses.Field) and field.name == "a_hat"
     assert callable(_resolve("geoviz.geodesic.mixup.mixup_interpolation"))
 
 

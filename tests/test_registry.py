@@ -164,9 +164,9 @@ def test_existing_path_is_delegated_to_load_path(
         calls.append((path, split, kind, name))
         return base
 
-    monkeypatch.setitem(
-        sys.modules, "geoviz.data.formats", types.SimpleNamespace(load_path=fake_load_path)
-    )
+    from geoviz.data import registry
+
+    monkeypatch.setattr(registry, "load_path", fake_load_path)
     file = tmp_path / "mnist"  # same name as a registry entry: needs ./ or a Path
     file.write_bytes(b"x")
     assert load_dataset(file, split="test", name="mine") is base

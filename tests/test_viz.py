@@ -875,15 +875,15 @@ def test_plan_map_table_keeps_the_numbers_of_the_diagnostics(map_data, tmp_path)
     assert captions == [] and bool(warnings) == (not all(res.converged))
 
 
-def test_a_new_map_kind_needs_no_change_in_the_app_tables(map_data, tmp_path, monkeypatch):
+def test_a_new_map_kind_needs_no_change_in_the_app_tables(
+    map_data, tmp_path, monkeypatch, identity_map_kind
+):
     """A third kind of map with its own diagnostics: columns, rows and texts follow them."""
-    import dataclasses
 
     from geoviz.backend import DiskCache
     from geoviz.errors import GeovizError
     from geoviz.geodesic import pipeline
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
-    from geoviz.maps.base import FittedMap, MapDiagnostics
     from geoviz.viz.fitted_maps import has_plan_neighbours, require_plan
     from geoviz.viz.report import (
         NO_PLAN,
@@ -894,43 +894,9 @@ def test_a_new_map_kind_needs_no_change_in_the_app_tables(map_data, tmp_path, mo
         nearest_reference_ratio,
     )
 
-    @dataclasses.dataclass(frozen=True)
-    class IdentityDiagnostics(MapDiagnostics):
-        mean_displacement: float
-
-    @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
-    class FittedIdentity(FittedMap[None]):
-        kind = "entropic"  # any kind name: nothing outside geoviz.maps reads it
-        supports_out_of_sample = True
-
-        def transform(self, features, labels=None):
-            return features, self.soft_labels_[: features.shape[0]]
-
-        def diagnostics(self):
-            return IdentityDiagnostics(1.0, 0.5, None, False, 0, mean_displacement=0.25)
-
-        def to_payload(self):
-            return {"x": self.mapped_features_}
-
-        @classmethod
-        def from_payload(cls, payload, target, reference, estimator):
-            raise GeovizError("not stored")
-
-    class Identity:
-        def fit(self, target, reference, progress=None):
-            uniform = torch.full((target.n_samples, reference.n_classes), 1 / reference.n_classes)
-            return FittedIdentity(
-                mapped_features_=target.features,
-                soft_labels_=uniform,
-                label_cost_=torch.ones(target.n_classes, reference.n_classes, dtype=torch.float64),
-                reference_classes=reference.classes,
-                reference_name=reference.name,
-                target_classes=target.classes,
-            )
-
     q, refs = map_data
     plan = fit_geodesic(q, refs, cache=DiskCache(tmp_path))
-    monkeypatch.setattr(pipeline, "map_estimator", lambda *args: Identity())
+    monkeypatch.setattr(pipeline, "map_estimator", lambda *args: identity_map_kind)
     third = fit_geodesic(q, refs, GeodesicConfig(method="neural"), cache=DiskCache(tmp_path))
 
     table = map_table(third)

@@ -9,8 +9,6 @@ constructors check types and bounds (:mod:`geoviz.limits`) and normalise;
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from geoviz import limits
+from geoviz.backend import digest
 from geoviz.data.choice import (
     MAX_NAME_CHARS,
     DatasetChoice,
@@ -31,6 +30,7 @@ from geoviz.data.choice import (
 )
 from geoviz.data.registry import dataset_info
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.geodesic.spec import check_image_size
 from geoviz.ot.otdd import DEFAULT_EPSILON
 
 if TYPE_CHECKING:
@@ -156,15 +156,8 @@ class Scenario:
                 error=DatasetError,
             )
             object.__setattr__(self, what, n)
-        size = limits.check_int(
-            self.image_size,
-            "image_size",
-            limits.MIN_IMAGE_SIZE,
-            limits.MAX_IMAGE_SIZE,
-            why="pixels per side of the common image size",
-            error=DatasetError,
-        )
-        object.__setattr__(self, "image_size", size)
+        # the library's check (GeodesicSpec makes the same one), so both say the same
+        object.__setattr__(self, "image_size", check_image_size(self.image_size))
         if self.channels not in ("auto", "grey", "rgb"):
             raise DatasetError(
                 f"channels must be 'auto', 'grey' or 'rgb', got {_short(self.channels)}"
@@ -460,8 +453,13 @@ def epsilon_choices(current: float | None = None) -> tuple[float, ...]:
     return tuple(sorted(values))
 
 
+#: hex characters of a scenario key (folder and cache names on disk)
+SCENARIO_KEY_LENGTH = 24
+
+
 def _hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    """The scenario keys stored on disk: :func:`geoviz.backend.digest`, ``"plain"`` layout."""
+    return digest(obj, length=SCENARIO_KEY_LENGTH, layout="plain")
 
 
 def default_scenario(settings: AppSettings | None = None) -> Scenario:

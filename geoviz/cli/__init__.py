@@ -21,7 +21,9 @@ handlers may raise :class:`~geoviz.errors.GeovizError` for bad input, which
 The environment (``GEOVIZ_DEVICE``, ``GEOVIZ_CACHE_DIR``, ``GEOVIZ_NO_CACHE``,
 ``GEOVIZ_ASSETS_DIR``, ``GEOVIZ_EMBEDDING``) is read once per command by :func:`main`
 (:meth:`geoviz.backend.RuntimeSettings.from_env`) and installed for the command's run
-(:func:`geoviz.backend.configured`).
+(:func:`geoviz.backend.configured`). Torch's process-wide settings (one intra-op thread,
+:data:`geoviz.nn.training.CPU_TRAIN_THREADS`; subnormals flushed) are set by ``main``
+too (:func:`geoviz.backend.configure_torch`): the library changes neither.
 
 Every option a user gives is checked right after parsing, before any dataset is
 loaded or map fitted, against the shared bounds of :mod:`geoviz.limits`
@@ -47,9 +49,11 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from geoviz.backend import RuntimeSettings, configure_torch, configured
 from geoviz.cli import otdd
 from geoviz.errors import GeovizError
 from geoviz.memory import memory_guard
+from geoviz.nn.training import CPU_TRAIN_THREADS
 
 __all__ = ["PLUGIN_MODULES", "build_parser", "cli_message", "main"]
 
@@ -140,8 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return 2
-    from geoviz.backend import RuntimeSettings, configured
-
+    # process-wide torch settings, once per process, here at the entry point (the library
+    # sets none): one intra-op thread suits the small networks, subnormals flushed
+    configure_torch(threads=CPU_TRAIN_THREADS, flush_denormal=True)
     try:
         # the environment is read here, once per command (GEOVIZ_DEVICE, GEOVIZ_CACHE_DIR,
         # ...); MemoryError / allocator failures anywhere in a command become a ResourceError

@@ -47,11 +47,9 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import functools
 import io
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +69,6 @@ from geoviz.cli.output import progress_callback, refuse_existing, write_file
 from geoviz.errors import BlurWarning, ExportExistsError, GeovizError, WeightsError
 from geoviz.glossary import (
     A_HAT,
-    EPSILON_ABS,
     OBJECTIVE,
     OBJECTIVE_AT_A_HAT,
     OTDD,
@@ -82,7 +79,7 @@ from geoviz.glossary import (
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
     from geoviz.geodesic.pipeline import GeodesicResult
     from geoviz.geodesic.spec import GeodesicSpec
-    from geoviz.maps.base import MapDiagnostics, NeuralDiagnostics, PlanDiagnostics
+    from geoviz.maps.base import MapDiagnostics
 
 __all__ = ["check_args", "register", "spec_from_args"]
 
@@ -359,115 +356,59 @@ def _blur_lines(result: GeodesicResult) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class _MapTable:
-    """How the CLI prints one kind of map diagnostics: heading, columns, cells, legend."""
+def _maps_heading(result: GeodesicResult, two_q: bool) -> str:
+    """The line above the per-map table: what it shows, and the epsilon of plan maps."""
+    from geoviz.maps.base import PlanDiagnostics
 
-    heading: Callable[[GeodesicResult, bool], str]
-    columns: tuple[str, ...]
-    cells: Callable[[Any], list[str]]
-    legend: str
-
-
-def _plan_heading(result: GeodesicResult, two_q: bool) -> str:
-    what = "OTDD, (2,Q) distance to Q and sharpness" if two_q else "OTDD and sharpness"
-    eps = float(result.config.otdd.epsilon)
-    return f"{what} of each map T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):"
+    what = f"{OTDD}, (2,Q) distance to Q and diagnostics" if two_q else f"{OTDD} and diagnostics"
+    if all(isinstance(d, PlanDiagnostics) for d in result.diagnostics):
+        eps = float(result.config.otdd.epsilon)
+        return f"{what} of each map T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):"
+    return f"{what} of each {result.config.method} map T_i: Q -> P_i:"
 
 
-def _plan_cells(d: PlanDiagnostics) -> list[str]:
-    return [
-        f"{d.epsilon_abs:.3g}",
-        f"{d.effective_neighbours:.2f}",
-        f"{d.label_confidence:.3f}",
-        "yes" if d.converged else "NO",
-        f"{d.marginal_error:.2e}",
-    ]
+def _cell(diagnostics: MapDiagnostics, name: str) -> str:
+    """A field as the CLI prints it: numbers at 6 significant digits (scripts read them
+    back), everything else as the app reads it (:func:`geoviz.viz.report.field_text`)."""
+    from geoviz.viz.report import field_text, field_value
 
-
-def _neural_heading(result: GeodesicResult, two_q: bool) -> str:
-    what = "Monge cost, (2,Q) distance to Q and fit" if two_q else "Monge cost and fit"
-    return f"{what} of each neural map T_i: Q -> P_i:"
-
-
-def _neural_cells(d: NeuralDiagnostics) -> list[str]:
-    return [
-        _num(d.heldout_ot),
-        _num(d.heldout_ot_identity),
-        f"{d.label_confidence:.3f}",
-        f"{d.nearest_reference:.2f}",
-        f"{d.classifier_accuracy:.3f}",
-        f"{d.best_iteration}/{d.iterations}" + (" stop" if d.converged else ""),
-        f"{d.fit_seconds:.0f}",
-    ]
-
-
-def _generic_heading(result: GeodesicResult, two_q: bool) -> str:
-    return f"{'OTDD and (2,Q) distance to Q' if two_q else 'OTDD'} of each map T_i: Q -> P_i:"
-
-
-@functools.cache
-def _map_tables() -> dict[type[MapDiagnostics], _MapTable]:
-    """One table per diagnostics type; a map kind without an entry prints its
-    diagnostics' own fields (``MapDiagnostics.as_dict``)."""
-    from geoviz.maps.base import NeuralDiagnostics, PlanDiagnostics
-
-    return {
-        PlanDiagnostics: _MapTable(
-            _plan_heading,
-            (EPSILON_ABS, "neighbours", "confidence", "converged", "marg.err"),
-            _plan_cells,
-            "neighbours: effective number of reference points a mapped point averages (median "
-            "plan-row perplexity; 1 = one-to-one map)\n"
-            "confidence: mean largest soft-label entry of T_i(x) "
-            "(1 = one reference class per point)",
-        ),
-        NeuralDiagnostics: _MapTable(
-            _neural_heading,
-            ("held-out OT", "(identity)", "confidence", "nearest ref", "classifier", "iters", "s"),
-            _neural_cells,
-            f"{OTDD}: Monge cost of the map, mean ||x - G(x,y)||^2 + y^T M l(G(x,y))\n"
-            "held-out OT: exact W_2^2 between the mapped held-out target points and held-out "
-            "reference points (identity: before training)\n"
-            "nearest ref: median distance of a mapped point to its nearest reference sample / "
-            "median nearest-neighbour distance inside P_i (about 1: looks like reference data)\n"
-            "classifier: held-out accuracy of the label model l on P_i; iters: kept/run "
-            "(stop: early stopping)",
-        ),
-    }
-
-
-def _table_for(diagnostics: MapDiagnostics) -> _MapTable:
-    known = _map_tables().get(type(diagnostics))
-    if known is not None:
-        return known
-    keys = tuple(k for k in diagnostics.as_dict() if k != "otdd")
-    return _MapTable(
-        _generic_heading,
-        keys,
-        lambda d: [str(d.as_dict().get(k, "")) for k in keys],
-        "",
-    )
+    value = field_value(diagnostics, name)
+    if isinstance(value, float):
+        return _num(value)
+    return field_text(diagnostics, name)
 
 
 def _print_maps(result: GeodesicResult, *, two_q: bool = False) -> None:
-    """The per-map table (OTDD, sharpness or fit diagnostics of each map) and blur warnings."""
+    """The per-map table (OTDD and the diagnostics of each map), its captions and blur
+    warnings.
+
+    The columns, their headers, missing texts and captions are those of the app's map
+    table (:data:`geoviz.viz.report.FIELD_FORMATS`, keyed by diagnostics type and field);
+    a field no map has a value for is left out.
+    """
+    from geoviz.viz.report import diagnostic_fields, field_header, field_value, map_table_notes
+
     diagnostics = result.diagnostics
-    table = _table_for(diagnostics[0])
-    print(f"\n{table.heading(result, two_q)}")
-    header = ["reference", OTDD]
+    fields = [
+        name
+        for name in diagnostic_fields(diagnostics)
+        if name != "otdd" and any(field_value(d, name) is not None for d in diagnostics)
+    ]
+    header = ["reference", field_header(diagnostics, "otdd")]
     if two_q:
         header.append(W_TARGET)
-    header += list(table.columns)
+    header += [field_header(diagnostics, name) for name in fields]
     rows = []
     for i, (name, diag) in enumerate(zip(_names_of(result), diagnostics, strict=True)):
         row = [name, _num(diag.otdd)]
         if two_q:
             row.append(_num(result.w_to_target[i]))
-        rows.append(row + table.cells(diag))
+        rows.append(row + [_cell(diag, field) for field in fields])
+    print(f"\n{_maps_heading(result, two_q)}")
     print(_table(header, rows))
-    if table.legend:
-        print(table.legend)
+    captions, warnings_ = map_table_notes(result)
+    for line in [*captions, *warnings_]:
+        print(line)
     for line in _blur_lines(result):
         print(line)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -264,7 +265,8 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
             "seeds": seeds,
             "preset": preset,
             "backend": args.backend,
-            "address": args.ray_address,
+            # the environment is read here, at the entry point (the library reads none)
+            "address": args.ray_address or os.environ.get("RAY_ADDRESS") or None,
             "progress": run_progress,
         }
         if args.grid is not None:

@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 
+from geoviz.backend import runtime_settings
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.errors import DatasetError, DatasetFormatError, UnknownDatasetError
 
@@ -95,8 +96,6 @@ def assets_dir() -> Path:
     The variable is read by the entry point, or by :func:`geoviz.backend.runtime_settings`
     when none configured the process (:attr:`~geoviz.backend.RuntimeSettings.assets_dir`).
     """
-    from geoviz.backend import runtime_settings
-
     configured = runtime_settings().assets_dir
     return configured if configured is not None else Path(__file__).resolve().parents[2] / "assets"
 

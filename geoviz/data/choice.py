@@ -10,7 +10,6 @@ the transfer experiments all build; :func:`load_choice` is the one loader of a c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from geoviz import limits
+from geoviz.backend import digest_bytes
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.registry import DatasetInfo, dataset_info
 from geoviz.errors import DatasetError, UnknownDatasetError
@@ -175,7 +175,7 @@ class Upload:
 
     def __post_init__(self) -> None:
         if not self.digest:
-            object.__setattr__(self, "digest", hashlib.sha256(self.data).hexdigest())
+            object.__setattr__(self, "digest", digest_bytes([self.data]))
 
     @property
     def size(self) -> int:

@@ -14,7 +14,6 @@ in ``[0, 1]`` unless a loader documents otherwise.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from geoviz.backend import digest_bytes
 from geoviz.errors import DatasetError
 
 ImageShape = tuple[int, int, int]
@@ -76,16 +76,16 @@ def _check_features(features: torch.Tensor, image_shape: ImageShape | None, sour
 
 
 def _hash_tensors(*parts: Any) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, torch.Tensor):
-            arr = part.detach().cpu().contiguous().numpy()
-            digest.update(str(arr.dtype).encode() + str(arr.shape).encode())
-            digest.update(arr.tobytes())
-        else:
-            digest.update(json.dumps(part, sort_keys=True, default=str).encode())
-        digest.update(b"\x00")
-    return digest.hexdigest()
+    """:func:`geoviz.backend.digest_bytes` of each part, then a zero byte: a tensor as its
+    dtype, shape and raw bytes, anything else as sorted-key JSON (``str()`` of the rest)."""
+    return digest_bytes(_tensor_bytes(part) for part in parts)
+
+
+def _tensor_bytes(part: Any) -> bytes:
+    if isinstance(part, torch.Tensor):
+        arr = part.detach().cpu().contiguous().numpy()
+        return str(arr.dtype).encode() + str(arr.shape).encode() + arr.tobytes() + b"\x00"
+    return json.dumps(part, sort_keys=True, default=str).encode() + b"\x00"
 
 
 def _json_default(obj: Any) -> Any:

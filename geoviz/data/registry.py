@@ -39,8 +39,9 @@ from typing import Any, Literal
 
 from geoviz.data import bundled, sklearn_sets, synthetic, torchvision_sets
 from geoviz.data.dataset import ImageShape, LabeledDataset
+from geoviz.data.formats import load_path
 from geoviz.data.preprocess import stratified_subsample
-from geoviz.errors import DatasetError, DatasetFormatError, UnknownDatasetError
+from geoviz.errors import DatasetError, UnknownDatasetError
 
 DatasetKind = Literal["bundled", "sklearn", "synthetic", "download"]
 Split = Literal["train", "test"]
@@ -336,12 +337,6 @@ def _load(
     kind: str, key: str, split: str, n: int | None, seed: int, options: dict[str, Any]
 ) -> LabeledDataset:
     if kind == "path":
-        try:
-            from geoviz.data.formats import load_path
-        except ImportError as err:  # pragma: no cover - formats ships with geoviz
-            raise DatasetFormatError(
-                f"loading files needs geoviz.data.formats: {err}", key
-            ) from err
         ds = load_path(key, split=split, **options)
     else:
         entry = _REGISTRY[key]

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
-from geoviz.errors import DatasetFormatError, ExportError
+from geoviz.errors import DatasetError, DatasetFormatError, ExportError
 
 
 def _as_soft(ds: SoftLabeledDataset | LabeledDataset) -> SoftLabeledDataset:
@@ -42,8 +42,6 @@ def _dataset(
     metadata: Any,
     where: Path,
 ) -> SoftLabeledDataset:
-    from geoviz.errors import DatasetError
-
     try:
         return SoftLabeledDataset(
             features=features,

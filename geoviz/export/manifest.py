@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from geoviz import __version__
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import DatasetFormatError, ExportError
 from geoviz.export.formats import _embedded_manifest, _read_export, _sniff_format
@@ -37,8 +38,6 @@ def _now_utc() -> str:
 
 
 def _version() -> str:
-    from geoviz import __version__
-
     return __version__
 
 

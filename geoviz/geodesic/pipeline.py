@@ -41,6 +41,7 @@ import torch
 from geoviz import limits
 from geoviz.backend import DiskCache, get_cache, jsonable
 from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
+from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.distances import (
     TwoQDistances,
@@ -568,8 +569,6 @@ def _validate_inputs(
 def _subsample(ds: LabeledDataset, n: int | None, seed: int) -> LabeledDataset:
     if n is None or n >= ds.n_samples:
         return ds
-    from geoviz.data.preprocess import stratified_subsample
-
     return stratified_subsample(ds, int(n), seed=seed)
 
 

@@ -23,13 +23,32 @@ import numpy as np
 from geoviz import limits
 from geoviz.data.choice import ChoiceResolver, DatasetChoice, FewShotOptions, load_choice
 from geoviz.data.dataset import LabeledDataset
-from geoviz.data.preprocess import ChannelMode
+from geoviz.data.preprocess import ChannelMode, few_shot, harmonize
 from geoviz.errors import DatasetError
+from geoviz.geodesic.labels import unique_names
 from geoviz.geodesic.pipeline import GeodesicConfig
 
-__all__ = ["GeodesicSpec", "SpecDatasets", "load_spec_datasets"]
+__all__ = ["GeodesicSpec", "SpecDatasets", "check_image_size", "load_spec_datasets"]
 
 _CHANNEL_MODES: tuple[ChannelMode, ...] = ("auto", "grey", "rgb")
+
+
+def check_image_size(value: object) -> int:
+    """``value`` as the pixels per side of the common image size, checked once for every caller.
+
+    Raises
+    ------
+    DatasetError
+        Not an integer in ``[limits.MIN_IMAGE_SIZE, limits.MAX_IMAGE_SIZE]``.
+    """
+    return limits.check_int(
+        value,
+        "image_size",
+        limits.MIN_IMAGE_SIZE,
+        limits.MAX_IMAGE_SIZE,
+        why="pixels per side of the common image size",
+        error=DatasetError,
+    )
 
 
 def _optional_count(value: int | None, what: str) -> int | None:
@@ -98,15 +117,7 @@ class GeodesicSpec:
         seed = limits.check_int(self.seed, "seed", 0, limits.MAX_SEED, error=DatasetError)
         object.__setattr__(self, "seed", seed)
         if self.image_size is not None:
-            size = limits.check_int(
-                self.image_size,
-                "image_size",
-                limits.MIN_IMAGE_SIZE,
-                limits.MAX_IMAGE_SIZE,
-                why="pixels per side of the common image size",
-                error=DatasetError,
-            )
-            object.__setattr__(self, "image_size", size)
+            object.__setattr__(self, "image_size", check_image_size(self.image_size))
         if self.channels not in _CHANNEL_MODES:
             raise DatasetError(f"channels must be 'auto', 'grey' or 'rgb', got {self.channels!r}")
         if self.few_shot is not None and not isinstance(self.few_shot, FewShotOptions):
@@ -156,8 +167,6 @@ class SpecDatasets:
 def _harmonised(
     datasets: Sequence[LabeledDataset], size: int | None, channels: ChannelMode
 ) -> list[LabeledDataset]:
-    from geoviz.data.preprocess import harmonize
-
     if size is not None:
         return harmonize(datasets, size=size, channels=channels)
     shapes = {ds.image_shape for ds in datasets}
@@ -203,8 +212,6 @@ def load_spec_datasets(
         A dataset that cannot be loaded, refused choices, or formats that cannot be
         harmonised.
     """
-    from geoviz.data.preprocess import few_shot
-    from geoviz.geodesic.labels import unique_names
 
     def load(choice: DatasetChoice, n: int | None) -> LabeledDataset:
         return load_choice(choice, n, spec.seed, allow_paths=allow_paths, resolve=resolve)

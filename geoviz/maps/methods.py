@@ -14,8 +14,9 @@ from typing import Any, Literal, Protocol
 from geoviz.backend import DiskCache
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
+from geoviz.maps.barycentric import BarycentricMap
 from geoviz.maps.base import FittedMap
-from geoviz.maps.neural import NeuralMapConfig
+from geoviz.maps.neural import NeuralMapConfig, NeuralOTDDMap
 from geoviz.ot.otdd import OTDDConfig
 
 __all__ = [
@@ -49,14 +50,10 @@ class MapEstimator(Protocol):
 
 
 def _barycentric(otdd: OTDDConfig, neural: NeuralMapConfig, cache: DiskCache) -> MapEstimator:
-    from geoviz.maps.barycentric import BarycentricMap
-
     return BarycentricMap(otdd, cache=cache)
 
 
 def _neural(otdd: OTDDConfig, neural: NeuralMapConfig, cache: DiskCache) -> MapEstimator:
-    from geoviz.maps.neural import NeuralOTDDMap
-
     return NeuralOTDDMap(neural, otdd, cache=cache)
 
 

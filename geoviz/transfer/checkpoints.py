@@ -15,7 +15,6 @@ one). Change :data:`CHECKPOINT_VERSION` when a result's meaning changes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from geoviz.atomic import atomic_write_bytes
-from geoviz.backend import jsonable
+from geoviz.backend import digest, jsonable
 from geoviz.errors import ExportError
 from geoviz.nn.training import TransferPreset, get_preset
 
@@ -90,7 +89,7 @@ def study_scenario(
 def checkpoint_key(scenario: dict[str, Any], weights: Sequence[float], seed: int) -> str:
     """sha256 (hex) of a scenario (:func:`study_scenario`'s), the weights and the seed.
 
-    The canonical JSON (sorted keys, no spaces) of the scenario plus
+    :func:`geoviz.backend.digest`: the canonical JSON (sorted keys, no spaces) of the scenario plus
     ``weights`` rounded to 12 decimals (``-0.0`` as ``0.0``) and ``seed``.
     """
     payload = {
@@ -98,8 +97,7 @@ def checkpoint_key(scenario: dict[str, Any], weights: Sequence[float], seed: int
         "weights": [round(float(w), _KEY_DECIMALS) + 0.0 for w in weights],
         "seed": int(seed),
     }
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return digest(payload)
 
 
 def result_record(result: Any, key: str, weights: Sequence[float], seed: int) -> dict[str, Any]:

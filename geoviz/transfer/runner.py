@@ -6,7 +6,8 @@ order. The two backends give the same results for a deterministic ``fn``
 
 * ``"sequential"`` calls ``fn`` in this process;
 * ``"ray"`` submits one Ray task per item. ``ray.init`` connects to the cluster
-  at ``address`` (default: the ``RAY_ADDRESS`` environment variable) or, with
+  at ``address`` (the library reads no environment: entry points pass
+  ``$RAY_ADDRESS``; with ``None`` Ray itself still honours ``RAY_ADDRESS``) or, with
   neither, starts a local cluster embedded in this process (a few seconds). A
   cluster already initialised by the caller (``ray.init(...)`` before the call)
   is used as is, and a cluster started here stays up for later calls (Ray
@@ -26,7 +27,6 @@ when the Ray backend is used.
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
@@ -116,8 +116,9 @@ def run_tasks(
     backend
         ``"auto"`` (Ray if importable, else sequential), ``"ray"`` or ``"sequential"``.
     address
-        Ray cluster address (``"auto"``, ``"ray://host:10001"``, ...); default
-        the ``RAY_ADDRESS`` environment variable, else a local embedded cluster.
+        Ray cluster address (``"auto"``, ``"ray://host:10001"``, ...); ``None``: what
+        ``ray.init`` does without one (``RAY_ADDRESS`` if set, else a local embedded
+        cluster). Entry points read the environment (``geoviz transfer --ray-address``).
     num_gpus_per_task
         GPUs each Ray task reserves; ``None``: 1 when CUDA is available here, else 0.
     progress
@@ -163,7 +164,7 @@ def _ray_ready(address: str | None) -> bool:
     if ray.is_initialized():
         return True
     try:
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)
+        ray.init(address=address or None, ignore_reinit_error=True)
     except Exception as err:  # any start-up failure of the optional engine
         warnings.warn(
             f"Ray could not start ({type(err).__name__}: {err}); running the tasks sequentially",
@@ -203,7 +204,7 @@ def _run_ray(
     if ray is None:  # pragma: no cover - resolve_backend checked it
         raise GeovizError(_RAY_MISSING)
     if not ray.is_initialized():
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)
+        ray.init(address=address or None, ignore_reinit_error=True)
     gpus = _default_gpus() if num_gpus_per_task is None else float(num_gpus_per_task)
     remote = ray.remote(num_gpus=gpus)(_call)
     fn_ref = ray.put(fn)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from geoviz.backend import runtime_settings
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError
 
@@ -200,8 +201,6 @@ def _first_two(z: np.ndarray) -> np.ndarray:
 def auto_method() -> Literal["umap", "pca"]:
     """What ``method="auto"`` means: ``"pca"`` when ``GEOVIZ_EMBEDDING=pca``, else ``"umap"``
     (:attr:`geoviz.backend.RuntimeSettings.embedding`, read at the entry point)."""
-    from geoviz.backend import runtime_settings
-
     return runtime_settings().embedding
 
 

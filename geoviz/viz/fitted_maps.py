@@ -9,8 +9,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import plotly.graph_objects as go
 
 from geoviz.errors import GeovizError
+from geoviz.viz.images import (
+    as_display_images,
+    image_grid,
+    mapped_samples_grid,
+    sample_captions,
+    soft_label_captions,
+)
+from geoviz.viz.neighbours import plan_neighbours_grid, plan_neighbours_scatter, reference_cloud
 
 __all__ = [
     "as_index",
@@ -25,7 +34,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
     import torch
 
     from geoviz.geodesic.pipeline import GeodesicResult
@@ -64,7 +72,6 @@ def _axis_titles(dim: int) -> tuple[str, str]:
 
 def _target_points(x: np.ndarray, idx: np.ndarray, name: str, size: int) -> go.Scatter:
     """The chosen target points ``x`` (``(n, 2)``) as black crosses labelled ``#index``."""
-    import plotly.graph_objects as go
 
     return go.Scatter(
         x=x[:, 0],
@@ -92,8 +99,6 @@ def plan_neighbours_figure(
     vectors a scatter (:func:`~geoviz.viz.neighbours.plan_neighbours_scatter`), other data
     ``None``. ``k`` must be at most the stored neighbours per point.
     """
-    from geoviz.viz.images import as_display_images, sample_captions, soft_label_captions
-    from geoviz.viz.neighbours import plan_neighbours_grid, plan_neighbours_scatter
 
     q, ref = result.target, result.references[i]
     name = result.reference_names[i] if result.reference_names else ref.name
@@ -145,14 +150,6 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
     Images give a tiled grid, vectors a scatter of the first two coordinates (the caller
     handles one-feature data). Works for barycentric results too.
     """
-    import plotly.graph_objects as go
-
-    from geoviz.viz.images import (
-        as_display_images,
-        image_grid,
-        sample_captions,
-        soft_label_captions,
-    )
 
     q, ref = result.target, result.references[i]
     name = _name(result, i)
@@ -194,16 +191,7 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
     nb = ref.features[as_index(nb_idx.reshape(-1)), :2].numpy().astype(float).reshape(n, k, 2)
     refs = ref.features[:, :2].numpy().astype(float)
     fig = go.Figure()
-    fig.add_trace(
-        go.Scattergl(
-            x=refs[:, 0],
-            y=refs[:, 1],
-            mode="markers",
-            name=name,
-            marker={"size": 4, "color": "rgba(150,150,150,0.35)"},
-            hoverinfo="skip",
-        )
-    )
+    fig.add_trace(reference_cloud(refs, name))
     seg_x: list[float | None] = []
     seg_y: list[float | None] = []
     for r in range(n):
@@ -254,12 +242,6 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
 def side_by_side_images(
     first: GeodesicResult, second: GeodesicResult, idx: np.ndarray, tile_px: int
 ) -> list[go.Figure]:
-    from geoviz.viz.images import (
-        as_display_images,
-        mapped_samples_grid,
-        sample_captions,
-        soft_label_captions,
-    )
 
     q = first.target
     rows = as_index(idx)
@@ -296,7 +278,6 @@ def side_by_side_images(
 def side_by_side_scatter(
     first: GeodesicResult, second: GeodesicResult, idx: np.ndarray
 ) -> list[go.Figure]:
-    import plotly.graph_objects as go
 
     q = first.target
     rows = as_index(idx)
@@ -314,16 +295,7 @@ def side_by_side_scatter(
         ref = first.references[i]
         refs = ref.features[:, :2].numpy().astype(float)
         fig = go.Figure()
-        fig.add_trace(
-            go.Scattergl(
-                x=refs[:, 0],
-                y=refs[:, 1],
-                mode="markers",
-                name=f"{_name(first, i)} samples",
-                marker={"size": 4, "color": "rgba(150,150,150,0.35)"},
-                hoverinfo="skip",
-            )
-        )
+        fig.add_trace(reference_cloud(refs, f"{_name(first, i)} samples"))
         for label, res, color, symbol in styles:
             pts = res.mapped_features[i][:, :2].numpy().astype(float)
             top = res.soft_labels[i].argmax(dim=1).numpy()

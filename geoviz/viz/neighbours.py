@@ -25,7 +25,12 @@ import plotly.graph_objects as go
 from geoviz.errors import DatasetError
 from geoviz.viz.images import image_grid
 
-__all__ = ["neighbour_weight_caption", "plan_neighbours_grid", "plan_neighbours_scatter"]
+__all__ = [
+    "neighbour_weight_caption",
+    "plan_neighbours_grid",
+    "plan_neighbours_scatter",
+    "reference_cloud",
+]
 
 
 def neighbour_weight_caption(weight: float) -> str:
@@ -150,6 +155,22 @@ def plan_neighbours_grid(
     )
 
 
+#: colour of the reference samples drawn behind mapped points (light, see-through grey)
+REFERENCE_CLOUD_COLOUR = "rgba(150,150,150,0.35)"
+
+
+def reference_cloud(points: np.ndarray, name: str) -> go.Scattergl:
+    """The reference samples ``(N_P, 2)`` as a faint grey background trace (no hover)."""
+    return go.Scattergl(
+        x=points[:, 0],
+        y=points[:, 1],
+        mode="markers",
+        name=name,
+        marker={"size": 4, "color": REFERENCE_CLOUD_COLOUR},
+        hoverinfo="skip",
+    )
+
+
 def plan_neighbours_scatter(
     target_points: np.ndarray,
     neighbour_points: np.ndarray,
@@ -205,16 +226,7 @@ def plan_neighbours_scatter(
     fig = go.Figure()
     if reference_points is not None:
         ref = np.asarray(reference_points, dtype=float)
-        fig.add_trace(
-            go.Scattergl(
-                x=ref[:, 0],
-                y=ref[:, 1],
-                mode="markers",
-                name=reference_name,
-                marker={"size": 4, "color": "rgba(150,150,150,0.35)"},
-                hoverinfo="skip",
-            )
-        )
+        fig.add_trace(reference_cloud(ref, reference_name))
     for r in range(n):
         xs: list[float | None] = []
         ys: list[float | None] = []

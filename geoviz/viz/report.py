@@ -20,14 +20,21 @@ import numpy as np
 
 from geoviz import glossary
 from geoviz.errors import GeovizError
-from geoviz.maps.base import MapDiagnostics, NeuralDiagnostics, PlanDiagnostics
+from geoviz.export import HardLabelRule, dataset_hard_labels
+from geoviz.maps.base import (
+    MapDiagnostics,
+    NeuralDiagnostics,
+    PlanDiagnostics,
+)
+from geoviz.maps.base import (
+    nearest_reference_ratio as map_nearest_reference_ratio,
+)
 from geoviz.viz.fitted_maps import as_index, require_plan
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from geoviz.data.dataset import SoftLabeledDataset
-    from geoviz.export import HardLabelRule
     from geoviz.geodesic.pipeline import GeodesicResult
 
 #: what a plan statistic (effective neighbours, epsilon, marginal error) reads for a map
@@ -228,7 +235,8 @@ def field_text(diagnostics: MapDiagnostics, name: str, *, with_note: bool = Fals
     return f"{text} ({fmt.note})" if with_note and fmt.note else text
 
 
-def _header(diagnostics: Sequence[MapDiagnostics], name: str) -> str:
+def field_header(diagnostics: Sequence[MapDiagnostics], name: str) -> str:
+    """The column header of field ``name`` for these maps: its label, with its note."""
     # one header per column: the maps of a result share a diagnostics type, else the
     # first declaring type's label
     types = {type(d) for d in diagnostics}
@@ -253,7 +261,7 @@ def map_table(result: GeodesicResult) -> pd.DataFrame:
     for name in diagnostic_fields(diagnostics):
         values = [field_value(d, name) for d in diagnostics]
         complete = all(v is not None for v in values)
-        columns[_header(diagnostics, name)] = (
+        columns[field_header(diagnostics, name)] = (
             values if complete else [field_text(d, name) for d in diagnostics]
         )
         if name == "otdd":
@@ -350,9 +358,7 @@ def nearest_reference_ratio(result: GeodesicResult, i: int, max_points: int = 20
     this computes it for any result (seeded subsample of at most ``max_points``) with
     :func:`geoviz.maps.base.nearest_reference_ratio`.
     """
-    from geoviz.maps.base import nearest_reference_ratio as ratio
-
-    return ratio(
+    return map_nearest_reference_ratio(
         result.mapped_features[int(i)],
         result.references[int(i)].features,
         np.random.default_rng(0),
@@ -395,8 +401,6 @@ def hard_label_shares(
     largest weights.
     """
     import pandas as pd
-
-    from geoviz.export import dataset_hard_labels
 
     soft = pa.soft_labels.numpy()
     weights = np.asarray(pa.metadata["weights"], dtype=float)

@@ -6,13 +6,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from geoviz.app.jobs import ResultStore
-
-if TYPE_CHECKING:
-    from geoviz.backend import DiskCache
-
+from geoviz.backend import DiskCache, RuntimeSettings, configure, get_cache
+from geoviz.backend import configure_torch as configure_torch_settings
 
 Progress = Callable[[str, float], None]
 
@@ -33,28 +30,30 @@ def store() -> ResultStore:
 
 
 def configure_torch(threads: int) -> bool:
-    """Set torch's intra-op CPU threads for the whole process, once, before any computation.
+    """Set up the server process once, before any computation: torch and the library's settings.
 
     Called by every page's frame (:func:`geoviz.app.widgets.app_page`) with
     :attr:`~geoviz.app.settings.AppSettings.torch_threads`; only the first call does
     anything, so no request or job thread changes torch's global state afterwards (a
     per-request ``set_num_threads`` would change it under a fit running in another
-    thread). ``threads = 0`` keeps torch's default. Returns ``True`` on the first call.
+    thread). ``threads = 0`` keeps torch's default. The first call also flushes
+    subnormal floats (:func:`geoviz.backend.configure_torch`) and installs the
+    environment's :class:`~geoviz.backend.RuntimeSettings` (``GEOVIZ_DEVICE``,
+    ``GEOVIZ_CACHE_DIR``, ...) for the server's life (:func:`geoviz.backend.configure`).
+    Returns ``True`` on the first call.
     """
     with _TORCH_LOCK:
         if _TORCH_CONFIGURED:
             return False
         _TORCH_CONFIGURED.append(int(threads))
-    if int(threads) > 0:
-        import torch
-
-        torch.set_num_threads(int(threads))
+        configure_torch_settings(
+            threads=int(threads) if int(threads) > 0 else None, flush_denormal=True
+        )
+        configure(RuntimeSettings.from_env())
     return True
 
 
 def disk_cache() -> DiskCache:
-    from geoviz.backend import get_cache
-
     return get_cache()
 
 

@@ -14,6 +14,7 @@ from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.session import SessionModel
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.geodesic.spec import SpecDatasets
 
 if TYPE_CHECKING:
     from geoviz.viz.embedding import Embedding
@@ -21,33 +22,49 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ScenarioData:
-    """The datasets of a scenario, loaded, subsampled and harmonised.
+    """The datasets of a scenario, loaded, subsampled and harmonised: the library's
+    :class:`~geoviz.geodesic.spec.SpecDatasets` of :meth:`Scenario.spec`, with what the
+    app keeps beside them.
 
     Attributes
     ----------
-    target
-        ``Q`` as used by the geodesic (pseudo-labelled when few-shot).
-    references
-        ``P_1..P_m`` in the same feature space as ``target``.
-    target_true
-        ``Q`` with its true labels (equal to ``target`` unless few-shot).
-    labelled_indices
-        Few-shot: indices of ``Q`` whose label was kept; else ``None``.
-    pseudo_label_accuracy
-        Few-shot: accuracy of the kNN pseudo-labels on the other samples.
+    loaded
+        The datasets (``target``, ``references``, ``target_true``, ``labelled_indices``,
+        ``pseudo_label_accuracy``, read through the properties of the same names).
     load_seconds
         Time spent loading.
     data_key
         :meth:`Scenario.data_key` of the scenario these datasets were loaded for.
     """
 
-    target: LabeledDataset
-    references: tuple[LabeledDataset, ...]
-    target_true: LabeledDataset
-    labelled_indices: np.ndarray | None
-    pseudo_label_accuracy: float | None
+    loaded: SpecDatasets
     load_seconds: float
     data_key: str
+
+    @property
+    def target(self) -> LabeledDataset:
+        """``Q`` as used by the geodesic (pseudo-labelled when few-shot)."""
+        return self.loaded.target
+
+    @property
+    def references(self) -> tuple[LabeledDataset, ...]:
+        """``P_1..P_m`` in the same feature space as ``target``."""
+        return self.loaded.references
+
+    @property
+    def target_true(self) -> LabeledDataset:
+        """``Q`` with its true labels (equal to ``target`` unless few-shot)."""
+        return self.loaded.target_true
+
+    @property
+    def labelled_indices(self) -> np.ndarray | None:
+        """Few-shot: indices of ``Q`` whose label was kept; else ``None``."""
+        return self.loaded.labelled_indices
+
+    @property
+    def pseudo_label_accuracy(self) -> float | None:
+        """Few-shot: accuracy of the kNN pseudo-labels on the other samples."""
+        return self.loaded.pseudo_label_accuracy
 
     @property
     def datasets(self) -> tuple[LabeledDataset, ...]:
@@ -125,11 +142,7 @@ def scenario_data(model: SessionModel) -> ScenarioData:
                 scenario.spec(), allow_paths=False, resolve=_resolver(model), distinct_names=True
             )
         return ScenarioData(
-            target=loaded.target,
-            references=loaded.references,
-            target_true=loaded.target_true,
-            labelled_indices=loaded.labelled_indices,
-            pseudo_label_accuracy=loaded.pseudo_label_accuracy,
+            loaded=loaded,
             load_seconds=time.perf_counter() - start,
             data_key=scenario.data_key(),
         )
@@ -189,11 +202,9 @@ def check_upload(filename: str, data: bytes) -> LabeledDataset:
 
     Raises the library's :class:`~geoviz.errors.GeovizError` for invalid files.
     """
-    import hashlib
-
     from geoviz.data.formats import load_upload
 
-    key = ("upload", hashlib.sha256(data).hexdigest(), filename)
+    key = ("upload", Upload(filename, data).digest, filename)
     return store().get_or_compute(key, lambda: load_upload(data, filename), tier="fit")
 
 

@@ -18,14 +18,9 @@ if TYPE_CHECKING:
 
 
 def geodesic_config(scenario: Scenario) -> GeodesicConfig:
-    from geoviz.geodesic.pipeline import GeodesicConfig
-    from geoviz.ot.otdd import OTDDConfig
-
-    return GeodesicConfig(
-        otdd=OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed)),
-        method=scenario.map_method,
-        neural=scenario.neural_preset,
-    )
+    """The library's configuration of ``scenario``'s fit: :meth:`Scenario.spec`'s (the one
+    place where a scenario becomes a configuration)."""
+    return scenario.spec().config
 
 
 def geodesic_key(scenario: Scenario) -> tuple[Hashable, ...]:

@@ -161,7 +161,9 @@ def _npy_header(npz: Any, key: str, source: str) -> _NpyHeader:
 
 def _check_declared(headers: dict[str, _NpyHeader], x_key: str, y_key: str, source: str) -> None:
     """Refuse arrays whose declared size exceeds the archive cap, memory or their member."""
-    from geoviz.data import formats  # the cap is read from the package at call time
+    # the cap is read from the package at call time (tests and operators lower it there);
+    # imported here because the package imports this module (a cycle at module top)
+    from geoviz.data import formats
 
     cap = formats.MAX_UNCOMPRESSED_BYTES
     total = sum(h.data_bytes for h in headers.values())
