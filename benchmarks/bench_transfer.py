@@ -14,7 +14,7 @@ references P_i; EMNIST is not available offline) this script
    pretrain on ``P_a_hat`` (OTDD barycentric), Mixup with ``a_hat``, train on the
    few-shot set, 1-NN on the few-shot set; and prints the table beside the paper's;
 4. for ``--grid-targets`` (MNIST, Fashion-MNIST) runs the simplex study
-   (:func:`geoviz.transfer.grid.run_grid`, ``--grid-k`` = 20 labels per class as in
+   (:func:`geoviz.transfer.study.run_grid`, ``--grid-k`` = 20 labels per class as in
    the paper, resolution 7 = 36 grid points) and prints Pearson / Spearman r between
    ``W^2(P_a, Q)`` and the fine-tuned accuracy.
 
@@ -24,7 +24,7 @@ installed (``--backend``), else sequentially; grid points are checkpointed under
 ``--out/bench_transfer.json``.
 
 Run: ``.venv/bin/python benchmarks/bench_transfer.py`` (CPU preset, see
-``geoviz.transfer.training.PRESETS``); ``--preset paper`` on a GPU.
+``geoviz.nn.training.PRESETS``); ``--preset paper`` on a GPU.
 """
 
 from __future__ import annotations

@@ -63,22 +63,13 @@ LAYER_RANKS: dict[str, int] = {
     "pages": 13,
 }
 
-#: Known edges that break the order, each to be removed (then delete it here: a listed
-#: edge that no longer exists fails the test too, so this list only shrinks).
-#: TODO(issue 17): geoviz/transfer/grid.py re-exports correlation_figure (now in
-#: geoviz.viz.study) for geoviz/transfer/cli.py and pages/7_evidence.py; drop the shim
-#: once both import it from geoviz.viz.study.
-KNOWN_UPWARD_EDGES: set[tuple[str, str]] = {
-    ("geoviz/transfer/grid.py", "geoviz.viz.study"),
-}
+#: Known edges that break the order (none left). An exception added here must be removed
+#: again: a listed edge that no longer exists fails the test, so this list only shrinks.
+KNOWN_UPWARD_EDGES: set[tuple[str, str]] = set()
 
 #: Imports of another layer inside a function body, outside the app and the CLIs (lazy
-#: imports are for optional third-party dependencies only). TODO(issue 17): the shim
-#: geoviz/transfer/grid.py goes once pages/7_evidence.py and geoviz/app/services/evidence.py
-#: import geoviz.transfer.study / geoviz.viz.study directly.
-KNOWN_LAZY_CROSS_LAYER: set[tuple[str, str]] = {
-    ("geoviz/transfer/grid.py", "geoviz.viz.study"),
-}
+#: imports are for optional third-party dependencies only); none left, same rule as above.
+KNOWN_LAZY_CROSS_LAYER: set[tuple[str, str]] = set()
 
 
 def _layer_of_module(module: str) -> str | None:

@@ -8,7 +8,7 @@ runs the paper's transfer experiments (Sec. 5.2, Table 1): pretrain on ``P_a``,
 fine-tune on ``k`` labelled target samples per class, test
 (:func:`geoviz.transfer.table.compare_methods`); or, with ``--grid R``, the
 simplex study correlating ``W²(P_a, Q)`` with accuracy
-(:func:`geoviz.transfer.grid.run_grid`). Runs are Ray tasks with
+(:func:`geoviz.transfer.study.run_grid`). Runs are Ray tasks with
 ``--backend ray`` (:mod:`geoviz.transfer.runner`). The datasets are those of a
 :class:`~geoviz.geodesic.spec.GeodesicSpec` (the target's train split, the references
 and the target's test split, all at ``--size``), loaded by
@@ -163,10 +163,10 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
     from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
     from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT
+    from geoviz.nn.training import get_preset
     from geoviz.ot.otdd import OTDDConfig
     from geoviz.transfer.experiment import make_task
     from geoviz.transfer.table import compare_methods
-    from geoviz.transfer.training import get_preset
 
     # ---- validate every option before any work
     refs = [part.strip() for part in args.refs.split(",") if part.strip()]
@@ -270,7 +270,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
             "progress": run_progress,
         }
         if args.grid is not None:
-            from geoviz.transfer.grid import run_grid
+            from geoviz.transfer.study import run_grid
 
             checkpoints = None if out_dir is None else out_dir / "checkpoints"
             study = run_grid(
@@ -374,7 +374,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
     if study is not None:
         _print_grid_study(study, ref_names, seeds)
         if out_dir is not None:
-            from geoviz.transfer.grid import correlation_figure
+            from geoviz.viz.study import correlation_figure
 
             _write_out(out_dir / "grid.json", (study.to_json() + "\n").encode("utf-8"))
             _write_out(out_dir / "grid.csv", study.to_frame().to_csv(index=False).encode("utf-8"))
@@ -556,7 +556,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--preset",
         default="cpu",
-        help="training budget: paper, cpu (default) or tiny (see geoviz.transfer.training.PRESETS)",
+        help="training budget: paper, cpu (default) or tiny (see geoviz.nn.training.PRESETS)",
     )
     p.add_argument(
         "--epsilon",
