@@ -81,7 +81,7 @@ def test_zeroing_half_b_changes_every_spinal_output_but_the_first():
     before = model.spinal_outputs(x)
 
     def zero_half_b(_module: nn.Module, _inputs: object, flat: torch.Tensor) -> torch.Tensor:
-        return torch.cat([flat[:, : model.half], torch.zeros_like(flat[:, model.half :])], 1)
+        return torch.cat([flat[:, : model.n_half], torch.zeros_like(flat[:, model.n_half :])], 1)
 
     handle = model.features.register_forward_hook(zero_half_b)
     try:
@@ -101,6 +101,12 @@ def test_spinal_rejects_bad_arguments():
         SpinalNet(1, 10, dropout=1.0)
     with pytest.raises(GeovizError, match="positive integer"):
         SpinalNet(1, 10, width=0)
+
+
+def test_spinal_keeps_the_module_methods():
+    # no attribute may shadow an nn.Module method (an earlier draft shadowed .half())
+    model = SpinalNet(1, 2, image_size=16).half()
+    assert model.head.weight.dtype == torch.float16
 
 
 def test_spinal_dropout_only_acts_in_training():

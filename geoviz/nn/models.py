@@ -198,6 +198,8 @@ class SpinalNet(nn.Module):
         ``C * H * W``: the length of a flattened input sample.
     n_conv_features
         ``F``, the length of the flattened convolutional features.
+    n_half
+        ``F // 2``, the length of half ``a`` (half ``b`` has the rest).
     head
         The final :class:`torch.nn.Linear` (``n_spinal_layers * width`` -> ``n_classes``).
 
@@ -233,7 +235,7 @@ class SpinalNet(nn.Module):
         self.image_shape = (in_channels, h, w)
         self.n_features = in_channels * h * w
         self.n_conv_features = 20 * _conv_out(h) * _conv_out(w)
-        self.half = self.n_conv_features // 2
+        self.n_half = self.n_conv_features // 2
         # ReLU after max-pool, as in LeNet5 (the same function and gradients, cheaper).
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 10, kernel_size=5),
@@ -246,8 +248,8 @@ class SpinalNet(nn.Module):
             nn.Flatten(),
         )
         # layer i reads half a (odd i, 1-based) or half b (even i) plus layer i-1's output
-        sizes = [self.half] + [
-            (self.half if i % 2 == 0 else self.n_conv_features - self.half) + width
+        sizes = [self.n_half] + [
+            (self.n_half if i % 2 == 0 else self.n_conv_features - self.n_half) + width
             for i in range(1, n_spinal_layers)
         ]
         self.spinal = nn.ModuleList(nn.Linear(size, width) for size in sizes)
@@ -261,7 +263,7 @@ class SpinalNet(nn.Module):
             # weights moved to channels_last (faster CPU convolutions, see training._fit)
             x = x.contiguous(memory_format=torch.channels_last)
         flat = self.features(x)
-        halves = (flat[:, : self.half], flat[:, self.half :])
+        halves = (flat[:, : self.n_half], flat[:, self.n_half :])
         outputs = [torch.relu(self.spinal[0](halves[0]))]
         for i, layer in enumerate(self.spinal[1:], start=1):
             outputs.append(torch.relu(layer(torch.cat([halves[i % 2], outputs[-1]], dim=1))))
