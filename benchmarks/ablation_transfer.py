@@ -25,6 +25,12 @@ per fine-tuned run in ``results.jsonl``; a stopped run resumes where it was. Uni
 seed and pretraining set) run as Ray tasks when Ray is installed (``--backend``), else one
 after another, through :func:`geoviz.transfer.runner.run_tasks`.
 
+``--model`` picks the network (:func:`geoviz.nn.models.make_model`'s ``architecture``):
+``lenet5`` (default, the correlation study's) or ``spinalnet`` (the paper's Table 1 baseline
+network); the model is part of every result's key, checkpoint name and report heading, so the
+results of two models never mix (rows without a ``model`` field are LeNet-5's). Torch runs on
+one intra-op thread (``--threads``) so that a background run leaves the other cores alone.
+
 Run: ``.venv/bin/python benchmarks/ablation_transfer.py --out ablation-out`` (data from
 ``../shared/data/nist``, ``GEOVIZ_NIST_DIR``); ``--report`` prints the table of what is stored.
 """
@@ -61,6 +67,8 @@ PROTOCOLS: dict[str, tuple[float, int, float, int]] = {
 }
 PRETRAIN_SETS = ("none", "real", "otdd", "otdd_hard", "otdd_oracle", "mnistm_proxy")
 NAMES = ("mnist", "fashion_mnist", "usps", "kmnist")
+MODELS = ("lenet5", "spinalnet")
+DEFAULT_MODEL = "lenet5"
 DIGITS = {"mnist", "usps"}
 
 
@@ -208,6 +216,36 @@ def _key(*parts: Any) -> str:
     return "|".join(str(p) for p in parts)
 
 
+def _unit_key(unit: Unit, protocol: str, model: str) -> str:
+    """A result's key; LeNet-5's keeps the form it had before ``--model`` (stored results)."""
+    parts: tuple[Any, ...] = (unit.target, unit.seed, unit.pretrain_set, protocol)
+    return _key(*parts) if model == DEFAULT_MODEL else _key(*parts, model)
+
+
+def _train_fresh(data, n_classes: int, config, seed: int, model: str):
+    """:func:`geoviz.nn.training.pretrain` / ``train_from_scratch`` with the ``model`` network.
+
+    The library's entry points always build :func:`~geoviz.nn.models.make_model`'s default
+    network; this repeats their ``_train_new`` (seeded weights, then the same ``_fit``) with
+    ``architecture=model``. For LeNet-5 the library's own functions are called instead.
+    """
+    from geoviz.nn import training
+    from geoviz.nn.init import seeded_generator
+    from geoviz.nn.models import make_model
+
+    net = make_model(data, n_classes, generator=seeded_generator(seed), architecture=model)
+    return training._fit(
+        net,
+        data.features,
+        training._targets(data),
+        config,
+        seed=seed,
+        device=training.resolve_device(None),
+        stage="pretrain",
+        progress=None,
+    )
+
+
 def _done(out: Path) -> set[str]:
     path = out / "results.jsonl"
     if not path.exists():
@@ -232,7 +270,7 @@ def run_unit(unit: Unit, args: argparse.Namespace) -> int:
     out: Path = args.out
     done = _done(out)
     protocols = {n: p for n, p in PROTOCOLS.items() if n in args.protocols}
-    todo = [n for n in protocols if _key(unit.target, unit.seed, unit.pretrain_set, n) not in done]
+    todo = [n for n in protocols if _unit_key(unit, n, args.model) not in done]
     if not todo:
         return 0
     preset = get_preset(args.preset)
@@ -244,16 +282,25 @@ def run_unit(unit: Unit, args: argparse.Namespace) -> int:
     model = None
     pretrain_seconds = 0.0
     if data is not None:
-        ckpt = out / "models" / f"{unit.target}-{unit.seed}-{unit.pretrain_set}-{args.preset}.pt"
-        model = make_model(
-            data, int(data.soft_labels.shape[1]) if hasattr(data, "soft_labels") else data.n_classes
+        suffix = "" if args.model == DEFAULT_MODEL else f"-{args.model}"
+        ckpt = (
+            out
+            / "models"
+            / f"{unit.target}-{unit.seed}-{unit.pretrain_set}-{args.preset}{suffix}.pt"
         )
+        n_outputs = (
+            int(data.soft_labels.shape[1]) if hasattr(data, "soft_labels") else data.n_classes
+        )
+        model = make_model(data, n_outputs, architecture=args.model)
         if ckpt.exists():
             model.load_state_dict(torch.load(ckpt, weights_only=True))
             model.eval()
         else:
             t0 = time.perf_counter()
-            model = pretrain(data, preset.pretrain, seed=unit.seed)
+            if args.model == DEFAULT_MODEL:
+                model = pretrain(data, preset.pretrain, seed=unit.seed)
+            else:
+                model = _train_fresh(data, n_outputs, preset.pretrain, unit.seed, args.model)
             pretrain_seconds = time.perf_counter() - t0
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             tmp = ckpt.with_suffix(".tmp")
@@ -268,12 +315,16 @@ def run_unit(unit: Unit, args: argparse.Namespace) -> int:
                 continue  # this library version cannot run the protocol (or nothing to adapt)
             extra = {"body_lr_scale": body_scale, "head_only_iterations": head_only}
         t0 = time.perf_counter()
-        if model is None:
+        if model is None and args.model == DEFAULT_MODEL:
             tuned = train_from_scratch(task.target_fewshot, config, seed=unit.seed)
+        elif model is None:
+            fewshot = task.target_fewshot
+            tuned = _train_fresh(fewshot, fewshot.n_classes, config, unit.seed, args.model)
         else:
             tuned = finetune(model, task.target_fewshot, config, seed=unit.seed, **extra)
         row = {
-            "key": _key(unit.target, unit.seed, unit.pretrain_set, name),
+            "key": _unit_key(unit, name, args.model),
+            "model": args.model,
             "target": unit.target,
             "seed": unit.seed,
             "pretrain_set": unit.pretrain_set,
@@ -310,11 +361,15 @@ def report(out: Path) -> str:
     """Markdown table of the stored runs: mean +- sd over seeds of test (validation) accuracy."""
     path = out / "results.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for r in rows:
+        r.setdefault("model", DEFAULT_MODEL)  # rows stored before --model are LeNet-5's
     lines = []
-    for target in dict.fromkeys(r["target"] for r in rows):
-        sets = [s for s in PRETRAIN_SETS if any(r["pretrain_set"] == s for r in rows)]
+    for model, target in dict.fromkeys((r["model"], r["target"]) for r in rows):
+        rows_of = [r for r in rows if r["model"] == model and r["target"] == target]
+        sets = [s for s in PRETRAIN_SETS if any(r["pretrain_set"] == s for r in rows_of)]
         lines += [
-            f"\n**Q = {target}**, {rows[0]['k']}-shot, N = {rows[0]['n']}, preset {rows[0]['preset']}: "
+            f"\n**Q = {target}**, model {model}, {rows_of[0]['k']}-shot, N = {rows_of[0]['n']}, "
+            f"preset {rows_of[0]['preset']}: "
             "test accuracy % (validation %), mean ± sd over seeds\n",
             "| fine-tuning protocol | " + " | ".join(sets) + " |",
             "|---|" + "---:|" * len(sets),
@@ -322,13 +377,7 @@ def report(out: Path) -> str:
         for protocol in PROTOCOLS:
             cells = []
             for s in sets:
-                got = [
-                    r
-                    for r in rows
-                    if r["target"] == target
-                    and r["pretrain_set"] == s
-                    and r["protocol"] == protocol
-                ]
+                got = [r for r in rows_of if r["pretrain_set"] == s and r["protocol"] == protocol]
                 if not got:
                     cells.append("")
                     continue
@@ -338,13 +387,11 @@ def report(out: Path) -> str:
                 cells.append(f"{test.mean():.1f} ± {sd:.1f} ({val.mean():.1f}), n={len(got)}")
             if any(cells):
                 lines.append(f"| {protocol} | " + " | ".join(cells) + " |")
-        extra = [r for r in rows if r["target"] == target and "pseudo_label_accuracy" in r]
+        extra = [r for r in rows_of if "pseudo_label_accuracy" in r]
         if extra:
             acc = np.mean([r["pseudo_label_accuracy"] for r in extra])
             lines.append(f"\npool pseudo-label accuracy (1-NN): {100 * acc:.1f}%")
-        secs = [
-            r["pretrain_seconds"] for r in rows if r["target"] == target and r["pretrain_seconds"]
-        ]
+        secs = [r["pretrain_seconds"] for r in rows_of if r["pretrain_seconds"]]
         if secs:
             lines.append(f"pretraining: {np.mean(secs):.0f} s per run (mean of {len(secs)})")
     return "\n".join(lines)
@@ -380,6 +427,13 @@ def main(argv: list[str] | None = None) -> int:
         help="add the MNIST-M proxy to the references of the geodesic (MNIST target)",
     )
     p.add_argument("--pseudo-knn", type=int, default=1, help="neighbours of the pool's kNN labels")
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        choices=MODELS,
+        help="network pretrained and fine-tuned (geoviz.nn.models.make_model's architecture)",
+    )
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads")
     p.add_argument("--report", action="store_true", help="only print the stored results")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -390,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in args.protocols if name not in PROTOCOLS]
     if unknown:
         p.error(f"unknown protocol(s) {unknown}; choose from {list(PROTOCOLS)}")
+    import torch
+
+    torch.set_num_threads(args.threads)
     units = [
         Unit(t, int(s), ps)
         for t in args.targets.split(",")
