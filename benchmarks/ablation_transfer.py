@@ -222,30 +222,6 @@ def _unit_key(unit: Unit, protocol: str, model: str) -> str:
     return _key(*parts) if model == DEFAULT_MODEL else _key(*parts, model)
 
 
-def _train_fresh(data, n_classes: int, config, seed: int, model: str):
-    """:func:`geoviz.nn.training.pretrain` / ``train_from_scratch`` with the ``model`` network.
-
-    The library's entry points always build :func:`~geoviz.nn.models.make_model`'s default
-    network; this repeats their ``_train_new`` (seeded weights, then the same ``_fit``) with
-    ``architecture=model``. For LeNet-5 the library's own functions are called instead.
-    """
-    from geoviz.nn import training
-    from geoviz.nn.init import seeded_generator
-    from geoviz.nn.models import make_model
-
-    net = make_model(data, n_classes, generator=seeded_generator(seed), architecture=model)
-    return training._fit(
-        net,
-        data.features,
-        training._targets(data),
-        config,
-        seed=seed,
-        device=training.resolve_device(None),
-        stage="pretrain",
-        progress=None,
-    )
-
-
 def _done(out: Path) -> set[str]:
     path = out / "results.jsonl"
     if not path.exists():
@@ -297,10 +273,7 @@ def run_unit(unit: Unit, args: argparse.Namespace) -> int:
             model.eval()
         else:
             t0 = time.perf_counter()
-            if args.model == DEFAULT_MODEL:
-                model = pretrain(data, preset.pretrain, seed=unit.seed)
-            else:
-                model = _train_fresh(data, n_outputs, preset.pretrain, unit.seed, args.model)
+            model = pretrain(data, preset.pretrain, seed=unit.seed, architecture=args.model)
             pretrain_seconds = time.perf_counter() - t0
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             tmp = ckpt.with_suffix(".tmp")
@@ -315,11 +288,10 @@ def run_unit(unit: Unit, args: argparse.Namespace) -> int:
                 continue  # this library version cannot run the protocol (or nothing to adapt)
             extra = {"body_lr_scale": body_scale, "head_only_iterations": head_only}
         t0 = time.perf_counter()
-        if model is None and args.model == DEFAULT_MODEL:
-            tuned = train_from_scratch(task.target_fewshot, config, seed=unit.seed)
-        elif model is None:
-            fewshot = task.target_fewshot
-            tuned = _train_fresh(fewshot, fewshot.n_classes, config, unit.seed, args.model)
+        if model is None:
+            tuned = train_from_scratch(
+                task.target_fewshot, config, seed=unit.seed, architecture=args.model
+            )
         else:
             tuned = finetune(model, task.target_fewshot, config, seed=unit.seed, **extra)
         row = {

@@ -201,8 +201,9 @@ def test_restore_from_url_keeps_state_on_bad_params_and_reports_why():
 
 def test_scenario_key_is_computed_once_and_changes_with_the_scenario(monkeypatch):
     from geoviz.app import scenario as scenarios
+    from geoviz.app.settings import default_scenario
 
-    scenario = scenarios.default_scenario()
+    scenario = default_scenario()
     calls = []
     real = scenarios._hash
     monkeypatch.setattr(scenarios, "_hash", lambda obj: calls.append(1) or real(obj))

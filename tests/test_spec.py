@@ -11,8 +11,8 @@ import torch
 
 import geoviz.geodesic.weights as weights_module
 from geoviz import backend
-from geoviz.app.scenario import Scenario, default_scenario
-from geoviz.app.settings import AppSettings
+from geoviz.app.scenario import Scenario
+from geoviz.app.settings import AppSettings, default_scenario
 from geoviz.data.choice import DatasetChoice, FewShotOptions, load_choice
 from geoviz.data.registry import load_dataset
 from geoviz.errors import DatasetError, WeightsError

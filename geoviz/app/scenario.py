@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -30,12 +30,9 @@ from geoviz.data.choice import (
 )
 from geoviz.data.registry import dataset_info
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.geodesic.spec import check_image_size
-from geoviz.ot.otdd import DEFAULT_EPSILON
-
-if TYPE_CHECKING:
-    from geoviz.app.settings import AppSettings
-    from geoviz.geodesic.spec import GeodesicSpec
+from geoviz.geodesic.pipeline import GeodesicConfig
+from geoviz.geodesic.spec import GeodesicSpec, check_image_size
+from geoviz.ot.otdd import DEFAULT_EPSILON, OTDDConfig
 
 # the dataset choice is a library value (geoviz.data.choice); the app re-exports it
 __all__ = [
@@ -336,10 +333,6 @@ class Scenario:
         """
         cached = self.__dict__.get("_spec")
         if cached is None:
-            from geoviz.geodesic.pipeline import GeodesicConfig
-            from geoviz.geodesic.spec import GeodesicSpec
-            from geoviz.ot.otdd import OTDDConfig
-
             cached = GeodesicSpec(
                 target=self.target,
                 references=self.references,
@@ -460,58 +453,3 @@ SCENARIO_KEY_LENGTH = 24
 def _hash(obj: Any) -> str:
     """The scenario keys stored on disk: :func:`geoviz.backend.digest`, ``"plain"`` layout."""
     return digest(obj, length=SCENARIO_KEY_LENGTH, layout="plain")
-
-
-def default_scenario(settings: AppSettings | None = None) -> Scenario:
-    """Target MNIST sample, references Fashion-MNIST, USPS and KMNIST (bundled, offline)."""
-    from geoviz.app.settings import AppSettings  # settings admit scenarios: imported late
-
-    settings = settings or AppSettings.from_env()
-    return Scenario(
-        target=DatasetChoice(DEFAULT_TARGET),
-        references=tuple(DatasetChoice(n) for n in DEFAULT_REFERENCES),
-        n_target=settings.n_default,
-        n_reference=settings.n_default,
-        neural_preset=settings.neural_preset,
-    )
-
-
-def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]:
-    """Ready-made scenarios for the datasets page (all offline).
-
-    * ``*NIST`` — the default: Q = MNIST, P = Fashion-MNIST, USPS, KMNIST
-      (paper Sec. 5.1 uses the *NIST family the same way).
-    * ``2-D Gaussian mixtures`` / ``3-D Gaussian mixtures`` — Q and three
-      references drawn from different random mixtures (paper Fig. 3b style).
-    * ``Chess-board`` — the 16-Gaussian chess board with the classes
-      permuted differently in each reference (paper appendix, OTDD maps).
-    """
-    from geoviz.app.settings import AppSettings  # settings admit scenarios: imported late
-
-    settings = settings or AppSettings.from_env()
-    out = {"*NIST (MNIST ← Fashion-MNIST, USPS, KMNIST)": default_scenario(settings)}
-    for dim in (2, 3):
-        base = f"gmm{dim}d"
-        out[f"{dim}-D Gaussian mixtures"] = Scenario(
-            target=DatasetChoice(base, seed=0, options=(("name", "Q"),)),
-            references=tuple(
-                DatasetChoice(base, seed=s, options=(("name", f"P{s}"),)) for s in (1, 2, 3)
-            ),
-            n_target=min(settings.n_default, 800),
-            n_reference=min(settings.n_default, 800),
-            neural_preset=settings.neural_preset,
-        )
-    perms = ((0, 1, 2, 3), (1, 0, 3, 2), (2, 3, 0, 1))
-    out["Chess-board (permuted classes)"] = Scenario(
-        target=DatasetChoice("chessboard", seed=0, options=(("name", "Q"),)),
-        references=tuple(
-            DatasetChoice(
-                "chessboard", seed=i + 1, options=(("name", f"P{i + 1}"), ("permutation", p))
-            )
-            for i, p in enumerate(perms)
-        ),
-        n_target=min(settings.n_default, 800),
-        n_reference=min(settings.n_default, 800),
-        neural_preset=settings.neural_preset,
-    )
-    return out

@@ -20,8 +20,8 @@ from geoviz.app.links import (
     scenario_to_token,
     weights_from_text,
 )
-from geoviz.app.scenario import DatasetChoice, Scenario, Upload, default_scenario
-from geoviz.app.settings import AppSettings
+from geoviz.app.scenario import DatasetChoice, Scenario, Upload
+from geoviz.app.settings import AppSettings, default_scenario
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.weights import SimplexWeights
 

@@ -31,7 +31,10 @@ from pathlib import Path
 from typing import Literal
 
 from geoviz.app.scenario import (
+    DEFAULT_REFERENCES,
+    DEFAULT_TARGET,
     NEURAL_PRESET_NAMES,
+    DatasetChoice,
     NeuralPreset,
     Scenario,
     scenario_feature_bytes,
@@ -155,3 +158,54 @@ def _env_neural_preset(env: Mapping[str, str]) -> NeuralPreset:
             f"{', '.join(NEURAL_PRESET_NAMES)}, got {raw!r}"
         )
     return raw  # type: ignore[return-value]
+
+
+def default_scenario(settings: AppSettings | None = None) -> Scenario:
+    """Target MNIST sample, references Fashion-MNIST, USPS and KMNIST (bundled, offline)."""
+    settings = settings or AppSettings.from_env()
+    return Scenario(
+        target=DatasetChoice(DEFAULT_TARGET),
+        references=tuple(DatasetChoice(n) for n in DEFAULT_REFERENCES),
+        n_target=settings.n_default,
+        n_reference=settings.n_default,
+        neural_preset=settings.neural_preset,
+    )
+
+
+def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]:
+    """Ready-made scenarios for the datasets page (all offline).
+
+    * ``*NIST`` — the default: Q = MNIST, P = Fashion-MNIST, USPS, KMNIST
+      (paper Sec. 5.1 uses the *NIST family the same way).
+    * ``2-D Gaussian mixtures`` / ``3-D Gaussian mixtures`` — Q and three
+      references drawn from different random mixtures (paper Fig. 3b style).
+    * ``Chess-board`` — the 16-Gaussian chess board with the classes
+      permuted differently in each reference (paper appendix, OTDD maps).
+    """
+    settings = settings or AppSettings.from_env()
+    out = {"*NIST (MNIST ← Fashion-MNIST, USPS, KMNIST)": default_scenario(settings)}
+    for dim in (2, 3):
+        base = f"gmm{dim}d"
+        out[f"{dim}-D Gaussian mixtures"] = Scenario(
+            target=DatasetChoice(base, seed=0, options=(("name", "Q"),)),
+            references=tuple(
+                DatasetChoice(base, seed=s, options=(("name", f"P{s}"),)) for s in (1, 2, 3)
+            ),
+            n_target=min(settings.n_default, 800),
+            n_reference=min(settings.n_default, 800),
+            neural_preset=settings.neural_preset,
+        )
+    perms = ((0, 1, 2, 3), (1, 0, 3, 2), (2, 3, 0, 1))
+    out["Chess-board (permuted classes)"] = Scenario(
+        target=DatasetChoice("chessboard", seed=0, options=(("name", "Q"),)),
+        references=tuple(
+            DatasetChoice(
+                "chessboard", seed=i + 1, options=(("name", f"P{i + 1}"), ("permutation", p))
+            )
+            for i, p in enumerate(perms)
+        ),
+        n_target=min(settings.n_default, 800),
+        n_reference=min(settings.n_default, 800),
+        neural_preset=settings.neural_preset,
+    )
+    return out

@@ -39,15 +39,13 @@ from geoviz.app.scenario import (
     SourceKind,
     Split,
     Upload,
-    default_scenario,
     epsilon_choices,
-    preset_scenarios,
     scenario_feature_bytes,
     served_datasets,
     served_path,
 )
 from geoviz.app.session import SessionModel, sync_form_state
-from geoviz.app.settings import AppSettings
+from geoviz.app.settings import AppSettings, default_scenario, preset_scenarios
 
 __all__ = [
     "DEFAULT_REFERENCES",

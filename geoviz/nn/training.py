@@ -41,7 +41,7 @@ from geoviz.backend import resolve_device
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.nn.init import seeded_generator
-from geoviz.nn.models import make_model, replace_head
+from geoviz.nn.models import Architecture, make_model, replace_head
 
 __all__ = [
     "PRESETS",
@@ -409,10 +409,13 @@ def _train_new(
     device: DeviceLike,
     stage: str,
     progress: ProgressCallback | None,
+    architecture: Architecture = "auto",
 ) -> nn.Module:
     targets = _targets(dataset)
     dev = resolve_device(device)
-    model = make_model(dataset, n_classes, generator=seeded_generator(seed))
+    model = make_model(
+        dataset, n_classes, generator=seeded_generator(seed), architecture=architecture
+    )
     return _fit(
         model,
         dataset.features,
@@ -435,6 +438,7 @@ def pretrain(
     seed: int,
     device: DeviceLike = None,
     progress: ProgressCallback | None = None,
+    architecture: Architecture = "auto",
 ) -> nn.Module:
     """Train a fresh classifier on a (synthetic) pretraining set (paper Sec. 5.2, step 1).
 
@@ -453,6 +457,9 @@ def pretrain(
         ``None``/``"auto"``: :func:`geoviz.backend.get_device` (CUDA when present).
     progress
         Optional ``progress("pretrain", fraction)``.
+    architecture
+        The network (:func:`~geoviz.nn.models.make_model`): ``"auto"`` (LeNet-5 for
+        images of at least 28 px, else an MLP), ``"lenet5"``, ``"spinalnet"`` or ``"mlp"``.
 
     Returns
     -------
@@ -464,7 +471,14 @@ def pretrain(
     seed = _check_seed(seed)
     n_classes = int(_targets(dataset).shape[1])
     return _train_new(
-        dataset, n_classes, config, seed=seed, device=device, stage="pretrain", progress=progress
+        dataset,
+        n_classes,
+        config,
+        seed=seed,
+        device=device,
+        stage="pretrain",
+        progress=progress,
+        architecture=architecture,
     )
 
 
@@ -570,6 +584,7 @@ def train_from_scratch(
     seed: int,
     device: DeviceLike = None,
     progress: ProgressCallback | None = None,
+    architecture: Architecture = "auto",
 ) -> nn.Module:
     """The "Train on few-shot dataset" baseline of Table 1: no pretraining.
 
@@ -581,7 +596,7 @@ def train_from_scratch(
     ----------
     dataset
         The few-shot labelled target.
-    config, seed, device, progress
+    config, seed, device, progress, architecture
         As in :func:`pretrain` (stage ``"train"``).
 
     Returns
@@ -603,6 +618,7 @@ def train_from_scratch(
         device=device,
         stage="train",
         progress=progress,
+        architecture=architecture,
     )
 
 
