@@ -6,7 +6,8 @@
 
 and inside the app: pages -> geoviz.app.widgets -> services -> state -> library.
 Imports in function bodies count like those at module top; ``if TYPE_CHECKING``
-imports too. Read from the source with ``ast`` (nothing is imported), so a new
+imports too. Lazy imports (in function bodies) are for optional third-party dependencies
+only, in the library as in the app: everything else is imported at module top. Read from the source with ``ast`` (nothing is imported), so a new
 import that breaks a layer fails here with the file and the module it imported.
 """
 
@@ -162,6 +163,65 @@ def test_no_lazy_imports_across_layers_outside_the_app_and_the_clis():
     assert not new, f"import these at module top (or fix the layering): {new}"
     gone = sorted(KNOWN_LAZY_CROSS_LAYER - found)
     assert not gone, f"fixed, remove from KNOWN_LAZY_CROSS_LAYER: {gone}"
+
+
+#: Optional third-party dependencies (pyproject extras, or degraded without): the only
+#: imports the app may keep in a function body, so that it starts without them.
+OPTIONAL_DEPENDENCIES = frozenset({"ray", "torchvision", "umap"})
+
+
+def _function_body_imports(path: Path) -> set[tuple[int, str]]:
+    """``(line, module)`` of every import inside a function body of ``path`` (relative
+    imports as ``.module``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: set[tuple[int, str]] = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Import):
+                out.update((node.lineno, alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                out.add((node.lineno, "." * node.level + (node.module or "")))
+    return out
+
+
+def _non_optional_lazy_imports(path: Path) -> list[tuple[int, str]]:
+    return sorted(
+        (line, module)
+        for line, module in _function_body_imports(path)
+        if module.split(".")[0] not in OPTIONAL_DEPENDENCIES
+    )
+
+
+@pytest.mark.parametrize("path", APP, ids=lambda p: str(p.relative_to(ROOT / "geoviz" / "app")))
+def test_the_app_imports_at_module_top_except_optional_dependencies(path):
+    """No import of geoviz (nor of any required module) in an app function body: tools
+    (import graphs, the layer tests above, mypy) see every dependency of the app."""
+    lazy = _non_optional_lazy_imports(path)
+    assert not lazy, f"{path.relative_to(ROOT)}: import at module top (line, module): {lazy}"
+
+
+def test_the_lazy_import_rule_catches_a_geoviz_import_and_allows_optional_ones(tmp_path):
+    """The check itself: a geoviz, relative or stdlib import in a function body is
+    reported (also nested in a method); ``ray`` and ``umap`` are not."""
+    source = tmp_path / "services.py"
+    source.write_text(
+        "import numpy as np\n"
+        "def f():\n"
+        "    import ray\n"
+        "    from umap import UMAP\n"
+        "    from geoviz.data.formats import load_path\n"
+        "class C:\n"
+        "    def g(self):\n"
+        "        from . import state\n"
+        "        import math\n"
+    )
+    assert _non_optional_lazy_imports(source) == [
+        (5, "geoviz.data.formats"),
+        (8, "."),
+        (9, "math"),
+    ]
 
 
 def _hits(path: Path, prefix: str) -> list[str]:

@@ -26,6 +26,7 @@ import streamlit as st
 from geoviz import glossary
 from geoviz.app import services
 from geoviz.app.state import Scenario, SessionModel
+from geoviz.geodesic.weights import format_weights
 
 if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicResult
@@ -114,8 +115,6 @@ def sync_url(model: SessionModel) -> None:
 
 
 def _scenario_sidebar(box: Any, model: SessionModel) -> None:
-    from geoviz.geodesic.weights import format_weights
-
     with box:
         st.markdown("### Current scenario")
         data = services.scenario_data_if_ready(model.scenario)

@@ -38,9 +38,12 @@ import json
 import struct
 import time
 from dataclasses import dataclass
+from math import comb
 from typing import Any
 
 import numpy as np
+
+from geoviz.viz.images import example_indices
 
 MAGIC = b"GVZX"
 VERSION = 1
@@ -130,8 +133,6 @@ def simplex_compositions(m: int, res: int) -> np.ndarray:
 
 def grid_resolution(m: int, max_nodes: int = MAX_GRID_NODES) -> int:
     """The finest resolution whose simplex grid has at most ``max_nodes`` nodes (>= 1)."""
-    from math import comb
-
     res = 1
     while comb(res + 1 + m - 1, m - 1) <= max_nodes and res < 40:
         res += 1
@@ -158,8 +159,6 @@ def _padded(blocks: list[np.ndarray], width: int) -> np.ndarray:
 
 def sample_indices(result: Any, n: int = N_SAMPLES, seed: int = 0) -> np.ndarray:
     """The fixed target samples the explorer shows (3 per class, as the old grid)."""
-    from geoviz.viz.images import example_indices
-
     return example_indices(result.target.labels, min(n, result.target.n_samples), seed=seed)
 
 

@@ -5,19 +5,30 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
-from geoviz.app.scenario import DatasetChoice, Scenario, Upload, served_datasets
+from geoviz.app.scenario import (
+    DatasetChoice,
+    Scenario,
+    Upload,
+    scenario_feature_bytes,
+    served_datasets,
+    served_path,
+)
 from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.session import SessionModel
+from geoviz.backend import cache_key
+from geoviz.data import choice as data_choice
 from geoviz.data.dataset import LabeledDataset
+from geoviz.data.formats import load_path, load_upload
+from geoviz.data.registry import dataset_info, list_datasets
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.geodesic.spec import SpecDatasets
-
-if TYPE_CHECKING:
-    from geoviz.viz.embedding import Embedding
+from geoviz.geodesic.spec import SpecDatasets, load_spec_datasets
+from geoviz.memory import check_bytes, memory_guard
+from geoviz.ot.otdd import OTDDConfig, otdd
+from geoviz.viz.embedding import Embedding, fit_embedding
 
 
 @dataclass(frozen=True)
@@ -93,8 +104,6 @@ def _resolver(model: SessionModel) -> Callable[[DatasetChoice], LabeledDataset]:
 
     def resolve(choice: DatasetChoice) -> LabeledDataset:
         if choice.source == "upload":
-            from geoviz.data.formats import load_upload
-
             up = model.uploads.get(str(choice.digest)) or stored_upload(str(choice.digest))
             if up is None:
                 raise DatasetError(
@@ -103,9 +112,6 @@ def _resolver(model: SessionModel) -> Callable[[DatasetChoice], LabeledDataset]:
                     choice.name,
                 )
             return load_upload(up.data, up.filename)
-        from geoviz.app.state import served_path
-        from geoviz.data.formats import load_path
-
         return load_path(served_path(choice.name, model.settings.data_dirs), split=choice.split)
 
     return resolve
@@ -113,9 +119,9 @@ def _resolver(model: SessionModel) -> Callable[[DatasetChoice], LabeledDataset]:
 
 def load_choice(model: SessionModel, choice: DatasetChoice, n: int, seed: int) -> LabeledDataset:
     """One dataset of the session's scenario (:func:`geoviz.data.choice.load_choice`, no paths)."""
-    from geoviz.data import choice as library
-
-    return library.load_choice(choice, int(n), seed, allow_paths=False, resolve=_resolver(model))
+    return data_choice.load_choice(
+        choice, int(n), seed, allow_paths=False, resolve=_resolver(model)
+    )
 
 
 def scenario_data(model: SessionModel) -> ScenarioData:
@@ -130,10 +136,6 @@ def scenario_data(model: SessionModel) -> ScenarioData:
     scenario = model.settings.admit(model.scenario)
 
     def compute() -> ScenarioData:
-        from geoviz.app.state import scenario_feature_bytes
-        from geoviz.geodesic.spec import load_spec_datasets
-        from geoviz.memory import check_bytes, memory_guard
-
         start = time.perf_counter()
         # loaded, subsampled and harmonised copies live side by side for a moment
         check_bytes(3 * scenario_feature_bytes(scenario), "loading the scenario's datasets")
@@ -160,8 +162,6 @@ def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
     """Datasets a user can pick, ``token -> choice``: the scenario's own choices
     first (presets may use seeds/options), then every registry dataset (train
     split), then the session's uploads."""
-    from geoviz.data.registry import list_datasets
-
     out: dict[str, DatasetChoice] = {}
     for c in model.scenario.choices:
         out.setdefault(c.token, c)
@@ -186,8 +186,6 @@ def choice_caption(choice: DatasetChoice) -> str:
     """
     if choice.source == "upload":
         return choice.label
-    from geoviz.data.registry import dataset_info
-
     try:
         info = dataset_info(choice.name)
     except GeovizError:
@@ -202,8 +200,6 @@ def check_upload(filename: str, data: bytes) -> LabeledDataset:
 
     Raises the library's :class:`~geoviz.errors.GeovizError` for invalid files.
     """
-    from geoviz.data.formats import load_upload
-
     key = ("upload", Upload(filename, data).digest, filename)
     return store().get_or_compute(key, lambda: load_upload(data, filename), tier="fit")
 
@@ -214,8 +210,6 @@ def save_upload(upload: Upload) -> None:
     A URL naming the upload (:func:`~geoviz.app.state.scenario_to_token`) then
     works in any later session on the same server, after a restart too.
     """
-    import torch
-
     key = _upload_key(upload.digest)
     if disk_cache().load("app-upload", key) is None:
         data = torch.frombuffer(bytearray(upload.data), dtype=torch.uint8)
@@ -223,8 +217,6 @@ def save_upload(upload: Upload) -> None:
 
 
 def _upload_key(digest: str) -> str:
-    from geoviz.backend import cache_key
-
     return cache_key("app-upload", {"digest": str(digest)})
 
 
@@ -240,8 +232,6 @@ def stored_upload(digest: str) -> Upload | None:
 
 def dataset_projection(data: ScenarioData) -> Embedding:
     """PCA of ``Q`` and every ``P_i`` (1000 points each) for the Datasets page. Cached."""
-    from geoviz.viz.embedding import fit_embedding
-
     return store().get_or_compute(
         ("projection", data.data_key),
         lambda: fit_embedding(list(data.datasets), method="pca", max_per_dataset=1000),
@@ -263,8 +253,6 @@ def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.n
     data = scenario_data(model)
 
     def compute() -> np.ndarray:
-        from geoviz.ot.otdd import OTDDConfig, otdd
-
         config = OTDDConfig(epsilon=float(scenario.epsilon), seed=int(scenario.seed))
         ds = data.datasets
         n = len(ds)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -12,10 +12,8 @@ from geoviz.app.jobs import BackgroundJob
 from geoviz.app.services.caches import Progress, disk_cache, lower_thread_priority, store
 from geoviz.app.services.datasets import ScenarioData
 from geoviz.app.session import SessionModel
-
-if TYPE_CHECKING:
-    from geoviz.viz.embedding import Embedding
-
+from geoviz.backend import cache_key
+from geoviz.viz.embedding import Embedding, auto_method, fit_embedding, warm_up_umap
 
 _WARM_UP: dict[str, threading.Thread | None] = {}
 
@@ -24,8 +22,6 @@ _WARM_UP_LOCK = threading.Lock()
 
 
 def _warm_up_in_background() -> float | None:
-    from geoviz.viz.embedding import warm_up_umap
-
     lower_thread_priority()
     return warm_up_umap()
 
@@ -40,8 +36,6 @@ def start_embedding_warm_up(model: SessionModel | None = None) -> threading.Thre
     it back without importing UMAP at all) or being fitted by
     :func:`start_embedding`. Returns the started thread.
     """
-    from geoviz.viz.embedding import auto_method
-
     if model is not None and _embedding_needs_no_fit(model):
         return None
     with _WARM_UP_LOCK:
@@ -57,8 +51,6 @@ def start_embedding_warm_up(model: SessionModel | None = None) -> threading.Thre
 
 
 def _embedding_params(model: SessionModel) -> dict[str, Any]:
-    from geoviz.viz.embedding import auto_method
-
     return {
         "data": model.scenario.data_key(),
         "per_dataset": int(model.settings.embed_per_dataset),
@@ -73,8 +65,6 @@ def _embedding_key(params: dict[str, Any]) -> tuple[Hashable, ...]:
 
 def embedding_on_disk(model: SessionModel) -> bool:
     """Whether the scenario's fitted embedding is in the disk cache (nothing is read)."""
-    from geoviz.backend import cache_key
-
     disk = disk_cache()
     if not disk.enabled:
         return False
@@ -95,8 +85,6 @@ def start_embedding(model: SessionModel, data: ScenarioData) -> BackgroundJob | 
     compilation and fit then overlap with the OTDD couplings (the explorer's
     payload needs both). An embedding on disk is read back (no UMAP import).
     """
-    from geoviz.viz.embedding import Embedding, fit_embedding
-
     params = _embedding_params(model)
     key = _embedding_key(params)
     if key in store():

@@ -10,21 +10,24 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from geoviz.app.jobs import BackgroundJob
-from geoviz.app.scenario import Scenario
+from geoviz.app.scenario import FewShotOptions, Scenario
 from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.services.datasets import ScenarioData, load_choice, scenario_data
 from geoviz.app.services.geodesic import geodesic_config, geodesic_if_ready, geodesic_key
 from geoviz.app.session import SessionModel
+from geoviz.backend import default_cache_dir
+from geoviz.data.bundled import assets_dir
 from geoviz.data.dataset import LabeledDataset
+from geoviz.data.preprocess import harmonize
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.transfer.experiment import make_task
 from geoviz.transfer.runner import Backend
-from geoviz.transfer.study import GridStudy
-
-if TYPE_CHECKING:
-    pass
+from geoviz.transfer.study import GridStudy, run_grid
+from geoviz.transfer.table import compare_methods
 
 #: Folder of the stored studies under the assets folder (``assets/evidence``).
 EVIDENCE_FOLDER = "evidence"
@@ -61,8 +64,6 @@ class StoredEvidence:
 
 def evidence_dir() -> Path:
     """The folder of the stored studies: ``assets_dir() / "evidence"``."""
-    from geoviz.data.bundled import assets_dir
-
     return assets_dir() / EVIDENCE_FOLDER
 
 
@@ -151,8 +152,6 @@ class EvidenceResult:
 def evidence_scenario(scenario: Scenario, k: int) -> Scenario:
     """The scenario with a ``k``-shot target: the maps only see ``k`` labels per class of Q
     (the others are kNN pseudo-labels), as in the paper's transfer experiments."""
-    from geoviz.app.state import FewShotOptions
-
     few = scenario.few_shot
     return scenario.with_(
         few_shot=FewShotOptions(enabled=True, k=int(k), n_neighbors=int(few.n_neighbors))
@@ -188,21 +187,13 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
     the disk cache folder, so an interrupted job resumes). Runs as Ray tasks when
     Ray is installed (``request.backend``), else sequentially.
     """
-    from geoviz.app.state import SessionModel as _Model
-
     scenario = evidence_scenario(model.scenario, request.k)
-    sub = _Model({}, model.settings)
+    sub = SessionModel({}, model.settings)
     sub.uploads.update(model.uploads)
     sub.scenario = scenario
     key = _evidence_key(scenario, request)
 
     def run(progress: Progress) -> EvidenceResult:
-        from geoviz.backend import default_cache_dir
-        from geoviz.geodesic.pipeline import fit_geodesic
-        from geoviz.transfer.experiment import make_task
-        from geoviz.transfer.study import run_grid
-        from geoviz.transfer.table import compare_methods
-
         start = time.perf_counter()
         progress("loading datasets", 0.0)
         data = scenario_data(sub)
@@ -269,8 +260,6 @@ def _target_test_split(model: SessionModel, data: ScenarioData) -> LabeledDatase
     DatasetError
         The target is an upload (one split only): transfer accuracy needs held-out data.
     """
-    from geoviz.data.preprocess import harmonize
-
     scenario = model.scenario
     choice = scenario.target
     if choice.source == "upload":

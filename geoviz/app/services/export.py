@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from geoviz.app.services.caches import store
 from geoviz.data.dataset import SoftLabeledDataset
-
-if TYPE_CHECKING:
-    from geoviz.export import ExportFormat, ExportResult, HardLabelRule
+from geoviz.errors import ExportError
+from geoviz.export import (
+    ExportFormat,
+    ExportResult,
+    HardLabelRule,
+    export_bytes,
+    export_dataset,
+    safe_name,
+)
 
 
 def export_payload(
@@ -19,8 +24,6 @@ def export_payload(
     """``(bytes, file name, MIME type)`` of ``ds`` in ``fmt`` with hard labels by ``rule``
     (:func:`geoviz.export.export_bytes`). Cached by the dataset's fingerprint and name,
     the format, the rule and the seed."""
-    from geoviz.export import export_bytes
-
     return store().get_or_compute(
         _export_key(ds, fmt, rule, seed),
         lambda: export_bytes(ds, fmt, hard_label_rule=rule, hard_label_seed=seed),
@@ -50,9 +53,6 @@ def export_folder(root: Path, subfolder: str = "") -> Path:
     ExportError
         The folder would be outside ``root``, or ``root`` is not a folder.
     """
-    from geoviz.errors import ExportError
-    from geoviz.export import safe_name
-
     base = Path(root).resolve()
     if not base.is_dir():
         raise ExportError("the server's export folder does not exist; ask its operator")
@@ -88,8 +88,6 @@ def save_export(
     GeovizError, OSError
         Invalid input, or the folder cannot be written.
     """
-    from geoviz.export import export_dataset, safe_name
-
     ext = {"npz": ".npz", "pt": ".pt", "parquet": ".parquet", "imagefolder": ".zip"}[fmt]
     target = export_folder(root, subfolder) / (safe_name(ds.name, fallback="synthetic") + ext)
     return export_dataset(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
 
 from geoviz.app.jobs import BackgroundJob
 from geoviz.app.scenario import Scenario
@@ -11,10 +10,9 @@ from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.services.datasets import ScenarioData
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
+from geoviz.geodesic.mixup import mixup_interpolation
+from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
 from geoviz.geodesic.weights import SimplexWeights
-
-if TYPE_CHECKING:
-    from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult
 
 
 def geodesic_config(scenario: Scenario) -> GeodesicConfig:
@@ -55,8 +53,6 @@ def start_geodesic(scenario: Scenario, data: ScenarioData) -> BackgroundJob:
     config = geodesic_config(scenario)
 
     def run(progress: Progress) -> GeodesicResult:
-        from geoviz.geodesic.pipeline import fit_geodesic
-
         return fit_geodesic(
             data.target, list(data.references), config, progress=progress, cache=disk_cache()
         )
@@ -95,8 +91,6 @@ def mixup(
 ) -> SoftLabeledDataset:
     """The Mixup baseline at ``weights``: references combined through random pairings
     instead of the OTDD maps (same ``N_Q`` samples as ``P_a``). Cached (derived tier)."""
-    from geoviz.geodesic.mixup import mixup_interpolation
-
     key = ("mixup", scenario.key(), weights.key())
     return store().get_or_compute(
         key,

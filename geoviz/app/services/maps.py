@@ -13,6 +13,7 @@ from geoviz.app.services.geodesic import geodesic_if_ready
 from geoviz.app.session import SessionModel
 from geoviz.errors import GeovizError
 from geoviz.viz import fitted_maps, report
+from geoviz.viz.images import example_indices
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -172,8 +173,6 @@ def map_pair(scenario: Scenario) -> tuple[GeodesicResult | None, ...]:
 def comparison_indices(result: GeodesicResult, n: int, seed: int = 0) -> np.ndarray:
     """``n`` target points, one class after the other (seeded): the same points are
     shown under both maps."""
-    from geoviz.viz.images import example_indices
-
     q = result.target
     return example_indices(q.labels, int(min(max(int(n), 1), q.n_samples)), seed=int(seed))
 
