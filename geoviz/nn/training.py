@@ -459,7 +459,7 @@ def pretrain(
         Optional ``progress("pretrain", fraction)``.
     architecture
         The network (:func:`~geoviz.nn.models.make_model`): ``"auto"`` (LeNet-5 for
-        images of at least 28 px, else an MLP), ``"lenet5"``, ``"spinalnet"`` or ``"mlp"``.
+        images of at least ``MIN_LENET_SIZE`` px a side, else an MLP), ``"lenet5"``, ``"spinalnet"`` or ``"mlp"``.
 
     Returns
     -------
