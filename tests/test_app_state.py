@@ -344,6 +344,24 @@ def test_deriving_values_never_evicts_a_fit():
     assert len(store) == 0
 
 
+def test_clearing_the_store_forgets_finished_jobs_but_not_running_ones():
+    """A restart forgets results: a finished, unclaimed job must not hand its result to the
+    next caller as if it were cached; a job still running goes on and is still shared."""
+    import threading
+
+    store = ResultStore()
+    done = store.start_job("finished", lambda progress: "old result")
+    assert done.wait(10)
+    release = threading.Event()
+    running = store.start_job("running", lambda progress: release.wait(10) and "late")
+    store.clear()
+    fresh = store.start_job("finished", lambda progress: "recomputed")
+    assert fresh is not done and fresh.wait(10) and fresh.result_ == "recomputed"
+    assert store.start_job("running", lambda progress: "duplicate") is running
+    release.set()
+    assert running.wait(10) and running.result_ == "late"
+
+
 def test_a_cache_tier_is_named():
     store = ResultStore()
     with pytest.raises(ValueError, match="tier"):

@@ -231,6 +231,10 @@ class ResultStore:
         return job
 
     def clear(self) -> None:
-        """Forget every cached value (both tiers); running jobs go on."""
+        """Forget every cached value: both tiers and the results of finished, unclaimed jobs
+        (a later :meth:`start_job` would hand those out as if cached); running jobs go on."""
         self.fits.clear()
         self.derived.clear()
+        with self._lock:
+            for key in [k for k, job in self._jobs.items() if job.done()]:
+                del self._jobs[key]
