@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from synthetic_data import ring_blobs
 
 from geoviz.backend import DiskCache
 from geoviz.cli.geodesic import _print_maps
@@ -35,16 +36,6 @@ TINY = dataclasses.replace(
 )
 
 
-def blobs(n: int, seed: int, n_classes: int, name: str, shift: float = 0.0) -> LabeledDataset:
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % n_classes
-    centres = 3.0 * np.stack([np.cos(np.arange(n_classes)), np.sin(np.arange(n_classes))], 1)
-    x = centres[y] + shift + 0.5 * rng.normal(size=(n, 2))
-    return LabeledDataset(
-        x.astype(np.float32), y, tuple(f"c{k}" for k in range(n_classes)), name=name
-    )
-
-
 @pytest.fixture
 def cache(tmp_path) -> DiskCache:
     return DiskCache(tmp_path / "cache")
@@ -52,7 +43,7 @@ def cache(tmp_path) -> DiskCache:
 
 @pytest.fixture
 def pair() -> tuple[LabeledDataset, LabeledDataset]:
-    return blobs(48, 0, 3, "Q"), blobs(40, 1, 4, "P", shift=1.0)
+    return ring_blobs(48, 0, 3, "Q"), ring_blobs(40, 1, 4, "P", shift=1.0)
 
 
 def _same_tensors(a: object, b: object) -> None:
@@ -111,7 +102,7 @@ def test_entropic_map_after_a_round_trip_maps_new_points_identically(pair, cache
     estimator = EntropicMap(OTDDConfig(), cache=cache)
     fitted = estimator.fit(q, p)
     again = type(fitted).from_payload(fitted.to_payload(), q, p, estimator)
-    fresh = blobs(17, 9, 3, "Q2")
+    fresh = ring_blobs(17, 9, 3, "Q2")
     for a, b in zip(
         fitted.transform(fresh.features, fresh.labels),
         again.transform(fresh.features, fresh.labels),
@@ -141,7 +132,7 @@ def test_to_dataset_is_shared_and_names_the_map(pair, cache):
 
 @pytest.fixture(scope="module")
 def neural_fit(tmp_path_factory):
-    q, p = blobs(60, 0, 2, "Q"), blobs(60, 1, 2, "P", shift=1.5)
+    q, p = ring_blobs(60, 0, 2, "Q"), ring_blobs(60, 1, 2, "P", shift=1.5)
     estimator = NeuralOTDDMap(TINY, cache=DiskCache(tmp_path_factory.mktemp("neural")))
     return q, p, estimator, estimator.fit(q, p)
 
@@ -188,7 +179,7 @@ def test_map_estimator_covers_every_method_and_refuses_others(cache):
 
 def test_geodesic_result_is_maps_distances_and_a_hat(pair, cache):
     q, p = pair
-    refs = [p, blobs(40, 2, 2, "P2", shift=-1.0)]
+    refs = [p, ring_blobs(40, 2, 2, "P2", shift=-1.0)]
     res = fit_geodesic(q, refs, cache=cache)
     assert [f.name for f in dataclasses.fields(GeodesicResult)] == [
         "target",
@@ -216,7 +207,7 @@ def test_a_new_map_kind_needs_no_change_in_the_geodesic(
 ):
     """A third kind of map: its own FittedMap and diagnostics, nothing else changes."""
     q, p = pair
-    refs = [p, blobs(40, 2, 2, "P2", shift=-1.0)]
+    refs = [p, ring_blobs(40, 2, 2, "P2", shift=-1.0)]
 
     monkeypatch.setattr(pipeline, "map_estimator", lambda *args: identity_map_kind)
     res = fit_geodesic(q, refs, GeodesicConfig(), cache=cache)

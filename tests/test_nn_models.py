@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from synthetic_data import bars
 from torch import nn
 
 from geoviz.data.dataset import LabeledDataset
@@ -12,25 +13,6 @@ from geoviz.errors import GeovizError
 from geoviz.nn.init import seeded_generator
 from geoviz.nn.models import LeNet5, MLPNet, SpinalNet, make_model, replace_head
 from geoviz.nn.training import TrainConfig, evaluate, finetune
-
-
-def _bars(n: int, seed: int, size: int = 28) -> LabeledDataset:
-    """1 x size x size images: a horizontal (class 0) or vertical (class 1) bar on noise."""
-    rng = np.random.default_rng(seed)
-    labels = np.arange(n) % 2
-    img = 0.2 * rng.random((n, size, size))
-    pos = rng.integers(2, size - 2, size=n)
-    for i in range(n):
-        if labels[i] == 0:
-            img[i, pos[i] - 1 : pos[i] + 1, :] = 1.0
-        else:
-            img[i, :, pos[i] - 1 : pos[i] + 1] = 1.0
-    return LabeledDataset(
-        features=img.reshape(n, -1),
-        labels=labels,
-        classes=("horizontal", "vertical"),
-        image_shape=(1, size, size),
-    )
 
 
 def _seeded_spinal(data: LabeledDataset, n_classes: int, seed: int) -> nn.Module:
@@ -119,7 +101,7 @@ def test_spinal_dropout_only_acts_in_training():
 
 
 def test_make_model_architecture_choice():
-    data = _bars(4, seed=0, size=32)
+    data = bars(4, seed=0, size=32)
     assert isinstance(make_model(data, 3), LeNet5)
     assert isinstance(make_model(data, 3, architecture="lenet5"), LeNet5)
     assert isinstance(make_model(data, 3, architecture="spinalnet"), SpinalNet)
@@ -130,11 +112,11 @@ def test_make_model_architecture_choice():
     with pytest.raises(GeovizError, match="needs images"):
         make_model(vectors, 2, architecture="spinalnet")
     with pytest.raises(GeovizError, match="12x12 images"):
-        make_model(_bars(4, seed=0, size=12), 2, architecture="spinalnet")
+        make_model(bars(4, seed=0, size=12), 2, architecture="spinalnet")
 
 
 def test_spinal_same_seed_same_weights_without_the_global_rng():
-    data = _bars(4, seed=0)
+    data = bars(4, seed=0, size=28)
     state = torch.random.get_rng_state()
     first = _seeded_spinal(data, 5, seed=3).state_dict()
     assert torch.equal(torch.random.get_rng_state(), state)  # the global RNG is untouched
@@ -150,7 +132,7 @@ def test_spinal_same_seed_same_weights_without_the_global_rng():
 
 
 def test_replace_head_keeps_the_spinal_body():
-    model = _seeded_spinal(_bars(4, seed=0), 12, seed=0)
+    model = _seeded_spinal(bars(4, seed=0, size=28), 12, seed=0)
     new = replace_head(model, 3, generator=seeded_generator(1))
     assert isinstance(new, SpinalNet)
     assert new.head.in_features == 48 and new.head.out_features == 3
@@ -161,7 +143,7 @@ def test_replace_head_keeps_the_spinal_body():
 
 
 def test_spinal_learns_bars_and_same_seed_gives_the_same_numbers():
-    train, test = _bars(64, seed=0), _bars(200, seed=1)
+    train, test = bars(64, seed=0, size=28), bars(200, seed=1, size=28)
     config = TrainConfig(iterations=120, batch_size=16, lr=3e-3)
     body = _seeded_spinal(train, 4, seed=0)  # an untrained "pretrained" model, 4 classes
     tuned = finetune(body, train, config, seed=0)  # channels-last fast path inside

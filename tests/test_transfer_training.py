@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synthetic_data import bars
 
 from geoviz.backend import few_cpu_threads
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
@@ -39,25 +40,6 @@ def _gaussians(n: int, seed: int) -> LabeledDataset:
     centres = np.array([[-2.0, -2.0], [2.0, 2.0]])
     return LabeledDataset(
         features=centres[labels] + 0.6 * rng.normal(size=(n, 2)), labels=labels, classes=("a", "b")
-    )
-
-
-def _bars(n: int, seed: int, size: int = 16) -> LabeledDataset:
-    """1x16x16 images: a horizontal (class 0) or vertical (class 1) bright bar on noise."""
-    rng = np.random.default_rng(seed)
-    labels = np.arange(n) % 2
-    img = 0.2 * rng.random((n, size, size))
-    pos = rng.integers(2, size - 2, size=n)
-    for i in range(n):
-        if labels[i] == 0:
-            img[i, pos[i] - 1 : pos[i] + 1, :] = 1.0
-        else:
-            img[i, :, pos[i] - 1 : pos[i] + 1] = 1.0
-    return LabeledDataset(
-        features=img.reshape(n, -1),
-        labels=labels,
-        classes=("horizontal", "vertical"),
-        image_shape=(1, size, size),
     )
 
 
@@ -192,7 +174,7 @@ def test_mlp_learns_separable_gaussians():
 
 
 def test_lenet_learns_bar_orientation():
-    train, test = _bars(128, seed=0), _bars(200, seed=1)
+    train, test = bars(128, seed=0), bars(200, seed=1)
     model = train_from_scratch(train, TrainConfig(iterations=150, batch_size=32), seed=0)
     assert isinstance(model, LeNet5)
     assert evaluate(model, test) > 0.95
@@ -364,7 +346,7 @@ def test_fast_path_equals_a_plain_loop_on_mlp():
 
 
 def test_lenet_training_is_deterministic():
-    data = _bars(48, seed=0)
+    data = bars(48, seed=0)
     config = TrainConfig(iterations=10, batch_size=16)
     a = _state(train_from_scratch(data, config, seed=3))
     b = _state(train_from_scratch(data, config, seed=3))
@@ -373,8 +355,8 @@ def test_lenet_training_is_deterministic():
 
 
 def test_evaluate_leaves_the_model_alone_and_matches_a_plain_count():
-    model = train_from_scratch(_bars(64, seed=0), TrainConfig(iterations=20, batch_size=16), seed=0)
-    test = _bars(50, seed=1)
+    model = train_from_scratch(bars(64, seed=0), TrainConfig(iterations=20, batch_size=16), seed=0)
+    test = bars(50, seed=1)
     model.train()
     before = _state(model)
     acc = evaluate(model, test)
@@ -389,11 +371,11 @@ def test_evaluate_leaves_the_model_alone_and_matches_a_plain_count():
 
 
 def _pretrained_lenet() -> torch.nn.Module:
-    return pretrain(_bars(48, seed=0), TrainConfig(iterations=10, batch_size=16), seed=0)
+    return pretrain(bars(48, seed=0), TrainConfig(iterations=10, batch_size=16), seed=0)
 
 
 def test_finetune_options_are_deterministic_and_default_to_the_plain_protocol():
-    base, target = _pretrained_lenet(), _bars(12, seed=2)
+    base, target = _pretrained_lenet(), bars(12, seed=2)
     cfg = TrainConfig(iterations=8, batch_size=8, lr=1e-2)
     plain = _state(finetune(base, target, cfg, seed=1))
     assert _same(plain, _state(finetune(base, target, cfg, seed=1, body_lr_scale=1.0)))
@@ -405,7 +387,7 @@ def test_finetune_options_are_deterministic_and_default_to_the_plain_protocol():
 
 
 def test_body_lr_scale_zero_freezes_the_body_bit_identically():
-    base, target = _pretrained_lenet(), _bars(12, seed=2)
+    base, target = _pretrained_lenet(), bars(12, seed=2)
     cfg = TrainConfig(iterations=10, batch_size=8, lr=1e-2)
     tuned = finetune(base, target, cfg, seed=0, body_lr_scale=0.0)
     before, after = _state(base), _state(tuned)
@@ -424,7 +406,7 @@ def test_body_lr_scale_zero_freezes_the_body_bit_identically():
 
 
 def test_head_only_phase_changes_only_the_head():
-    base, target = _pretrained_lenet(), _bars(12, seed=2)
+    base, target = _pretrained_lenet(), bars(12, seed=2)
     before = _state(base)
     body = [k for k in before if not k.startswith("head.")]
     # a one-iteration second phase at a zero body rate: everything the body could
@@ -444,7 +426,7 @@ def test_head_only_iterations_count_in_the_progress():
     seen: list[float] = []
     finetune(
         _pretrained_lenet(),
-        _bars(12, seed=2),
+        bars(12, seed=2),
         TrainConfig(iterations=50, batch_size=8),
         seed=0,
         head_only_iterations=50,
@@ -467,4 +449,4 @@ def test_head_only_iterations_count_in_the_progress():
 )
 def test_finetune_option_validation(kwargs, match):
     with pytest.raises(GeovizError, match=match):
-        finetune(_pretrained_lenet(), _bars(8, seed=1), FAST, seed=0, **kwargs)
+        finetune(_pretrained_lenet(), bars(8, seed=1), FAST, seed=0, **kwargs)

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
+from synthetic_data import ring_blobs
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, WeightsError
@@ -794,21 +795,11 @@ def test_sample_card_image_and_top_soft_labels():
 # --------------------------------------------------------------------------- map tables
 
 
-def _map_blobs(n: int, seed: int, n_classes: int, name: str, shift: float = 0.0) -> LabeledDataset:
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % n_classes
-    centres = 3.0 * np.stack([np.cos(np.arange(n_classes)), np.sin(np.arange(n_classes))], 1)
-    x = centres[y] + shift + 0.5 * rng.normal(size=(n, 2))
-    return LabeledDataset(
-        x.astype(np.float32), y, tuple(f"c{k}" for k in range(n_classes)), name=name
-    )
-
-
 @pytest.fixture
 def map_data() -> tuple[LabeledDataset, list[LabeledDataset]]:
-    return _map_blobs(36, 0, 3, "Q"), [
-        _map_blobs(30, 1, 4, "P", 1.0),
-        _map_blobs(30, 2, 2, "P2", -1.0),
+    return ring_blobs(36, 0, 3, "Q"), [
+        ring_blobs(30, 1, 4, "P", 1.0),
+        ring_blobs(30, 2, 2, "P2", -1.0),
     ]
 
 
