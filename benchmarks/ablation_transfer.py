@@ -264,11 +264,11 @@ def run_unit(unit: Unit, args: argparse.Namespace) -> int:
             / "models"
             / f"{unit.target}-{unit.seed}-{unit.pretrain_set}-{args.preset}{suffix}.pt"
         )
-        n_outputs = (
-            int(data.soft_labels.shape[1]) if hasattr(data, "soft_labels") else data.n_classes
-        )
-        model = make_model(data, n_outputs, architecture=args.model)
         if ckpt.exists():
+            n_outputs = (
+                int(data.soft_labels.shape[1]) if hasattr(data, "soft_labels") else data.n_classes
+            )
+            model = make_model(data, n_outputs, architecture=args.model)
             model.load_state_dict(torch.load(ckpt, weights_only=True))
             model.eval()
         else:
