@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from geoviz.backend import configure_torch, few_cpu_threads
+from geoviz.backend import configure_torch
 from geoviz.data.dataset import LabeledDataset
 from geoviz.nn.training import (
     CPU_TRAIN_THREADS,
@@ -135,17 +135,17 @@ def library_before(x: torch.Tensor, targets: torch.Tensor, config: TrainConfig) 
     generator = torch.Generator().manual_seed(0)
     n_steps = config.iterations
     every = max(1, n_steps // 50)
-    with few_cpu_threads(CPU_TRAIN_THREADS):
-        batches = _batch_indices(xs.shape[0], config.batch_size, n_steps, generator)
-        for step, idx in enumerate(batches):
-            idx = idx.to("cpu")
-            optimiser.zero_grad(set_to_none=True)
-            loss = soft_cross_entropy(model(xs[idx]), ys[idx])
-            loss.backward()
-            optimiser.step()
-            check = (step + 1) % every == 0 or step + 1 == n_steps
-            if check and not np.isfinite(loss.item()):
-                raise RuntimeError("diverged")
+    # one thread, as the old loop ran: main() sets it for every method (configure_torch)
+    batches = _batch_indices(xs.shape[0], config.batch_size, n_steps, generator)
+    for step, idx in enumerate(batches):
+        idx = idx.to("cpu")
+        optimiser.zero_grad(set_to_none=True)
+        loss = soft_cross_entropy(model(xs[idx]), ys[idx])
+        loss.backward()
+        optimiser.step()
+        check = (step + 1) % every == 0 or step + 1 == n_steps
+        if check and not np.isfinite(loss.item()):
+            raise RuntimeError("diverged")
     model.to("cpu", memory_format=torch.contiguous_format).eval()
     return clock.stop()
 

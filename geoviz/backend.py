@@ -244,36 +244,6 @@ def configure_torch(threads: int | None = None, flush_denormal: bool = True) -> 
     return before
 
 
-_threads_lock = threading.Lock()
-_threads_depth = 0
-_threads_saved = 0
-
-
-@contextlib.contextmanager
-def few_cpu_threads(n: int = 1) -> Any:
-    """Run torch's CPU ops on at most ``n`` intra-op threads inside the block.
-
-    For single-threaded scripts and tests only: the count is process-wide (torch
-    has one pool), so library code, which may run in one of the app's job
-    threads, never uses it (it would change the pool under a computation in
-    another thread); entry points set the count once with :func:`configure_torch`.
-    Nested or concurrent blocks restore the original count when the last one exits.
-    """
-    global _threads_depth, _threads_saved
-    with _threads_lock:
-        if _threads_depth == 0:
-            _threads_saved = torch.get_num_threads()
-            torch.set_num_threads(max(1, min(int(n), _threads_saved)))
-        _threads_depth += 1
-    try:
-        yield
-    finally:
-        with _threads_lock:
-            _threads_depth -= 1
-            if _threads_depth == 0:
-                torch.set_num_threads(_threads_saved)
-
-
 def resolve_dtype(dtype: DTypeName | torch.dtype | None = None) -> torch.dtype:
     """Map a dtype name to a torch dtype; the default is float32."""
     if isinstance(dtype, torch.dtype):

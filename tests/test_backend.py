@@ -307,21 +307,6 @@ def test_get_cache_follows_environment(tmp_path, monkeypatch):
     assert other.directory == tmp_path / "two" and other.enabled is True
 
 
-def test_few_cpu_threads_limits_and_restores():
-    from geoviz.backend import few_cpu_threads
-
-    original = torch.get_num_threads()
-    with few_cpu_threads(1):
-        assert torch.get_num_threads() == 1
-        with few_cpu_threads(1):  # nested blocks keep the limit
-            assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == original
-    with pytest.raises(RuntimeError), few_cpu_threads(1):
-        raise RuntimeError("an error inside the block still restores the pool")
-    assert torch.get_num_threads() == original
-
-
 # ----------------------------------------------------------------------------- entries bound to keys
 
 

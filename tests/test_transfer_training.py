@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from synthetic_data import bars
 
-from geoviz.backend import few_cpu_threads
+from geoviz.backend import configure_torch, torch_settings
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.nn.models import LeNet5, MLPNet
@@ -298,12 +298,17 @@ def _reference_fit(
     x, y = data.features, data.one_hot(torch.float32)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     gen = torch.Generator().manual_seed(seed)
-    with few_cpu_threads(CPU_TRAIN_THREADS):  # a thread pool would sum in another order
-        for idx in _batch_indices(x.shape[0], config.batch_size, config.iterations, gen):
-            opt.zero_grad()
-            soft_cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
+    for idx in _batch_indices(x.shape[0], config.batch_size, config.iterations, gen):
+        opt.zero_grad()
+        soft_cross_entropy(model(x[idx]), y[idx]).backward()
+        opt.step()
     return model.eval()
+
+
+def _one_thread_pool() -> None:
+    """What an entry point does before training (``configure_torch``); both loops of a test
+    then sum in the same order (the autouse fixture restores the settings afterwards)."""
+    configure_torch(threads=CPU_TRAIN_THREADS, flush_denormal=torch_settings().flush_denormal)
 
 
 @pytest.mark.parametrize("channels", [1, 3])
@@ -321,8 +326,8 @@ def test_fast_path_equals_a_plain_loop_on_lenet(channels):
     )
     config = TrainConfig(iterations=12, batch_size=16, lr=1e-2)
     # the library leaves torch's thread pool alone: the caller (here) sets it, for both loops
-    with few_cpu_threads(CPU_TRAIN_THREADS):
-        fast = train_from_scratch(data, config, seed=4)
+    _one_thread_pool()
+    fast = train_from_scratch(data, config, seed=4)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(4)
         ref = LeNet5(channels, 3, image_size=16)
@@ -337,8 +342,8 @@ def test_fast_path_equals_a_plain_loop_on_lenet(channels):
 def test_fast_path_equals_a_plain_loop_on_mlp():
     data = _gaussians(30, seed=2)
     config = TrainConfig(iterations=15, batch_size=8, lr=1e-2)
-    with few_cpu_threads(CPU_TRAIN_THREADS):
-        fast = train_from_scratch(data, config, seed=1)
+    _one_thread_pool()
+    fast = train_from_scratch(data, config, seed=1)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
         ref = MLPNet(2, 2)
