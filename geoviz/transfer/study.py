@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats
 
 from geoviz.errors import GeovizError
 from geoviz.geodesic.distances import simplex_grid
@@ -44,6 +43,9 @@ from geoviz.transfer.checkpoints import (
 )
 from geoviz.transfer.experiment import run_method
 from geoviz.transfer.runner import Backend, run_tasks
+
+# scipy.stats is imported where a statistic is computed, not here: it takes ~0.5 s to
+# import, and the app's server imports this module at start (the Evidence page)
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -319,6 +321,8 @@ def correlations(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, 
             nan,
             "correlation undefined: all values of " + " and ".join(constant) + " are equal",
         )
+    from scipy import stats  # on use: see the note at the imports
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-constant input warnings: the value is still defined
         pearson = float(stats.pearsonr(xs, ys)[0])
@@ -512,6 +516,8 @@ def bootstrap_interval(
     draws = rng.integers(0, n_seeds, size=(n_resamples, n_seeds))
     means = acc[:, draws].mean(axis=2).T  # (B, K)
     if method == "spearman":
+        from scipy import stats  # on use: see the note at the imports
+
         x = stats.rankdata(x)
         means = stats.rankdata(means, axis=1)
     elif method != "pearson":
@@ -535,6 +541,8 @@ def _test(x: np.ndarray, y: np.ndarray, method: CorrelationMethod) -> tuple[floa
     """``(r, p_value)`` of scipy, ``nan`` when undefined (fewer than 3 pairs or constant input)."""
     if x.size < 3 or np.ptp(x) == 0.0 or np.ptp(y) == 0.0:
         return float("nan"), float("nan")
+    from scipy import stats  # on use: see the note at the imports
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-constant input: the value is still defined
         result = stats.pearsonr(x, y) if method == "pearson" else stats.spearmanr(x, y)
