@@ -9,6 +9,21 @@ it and exits with status 2, so neither shows a traceback for bad input.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters: error texts never echo a whole input.
+
+    Containers longer than ``limit`` entries are described by their length instead of
+    being turned into text (a 10^6-entry list would cost seconds to ``repr``).
+    """
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > limit:
+        return f"<{type(value).__name__} of {len(value):,} entries>"
+    if isinstance(value, (str, bytes)) and len(value) > 4 * limit:
+        value = value[: 4 * limit]
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class GeovizError(ValueError):

@@ -22,7 +22,7 @@ from geoviz import limits
 from geoviz.backend import digest_bytes
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.registry import DatasetInfo, dataset_info
-from geoviz.errors import DatasetError, UnknownDatasetError
+from geoviz.errors import DatasetError, UnknownDatasetError, short_repr
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -51,12 +51,6 @@ MAX_NAME_CHARS = 200
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def short_repr(value: Any, limit: int = 40) -> str:
-    """``repr(value)`` cut to ``limit`` characters: error texts never echo a whole link."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _number(low: float, high: float) -> Callable[[str, Any], float]:

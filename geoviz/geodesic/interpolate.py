@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
-from geoviz.errors import GeovizError, WeightsError
+from geoviz.errors import GeovizError, WeightsError, short_repr
 from geoviz.geodesic.labels import LabelSpace, label_space
 from geoviz.geodesic.weights import as_simplex_weights, check_weights, weights_tag
 
@@ -48,7 +48,9 @@ def check_t(t: Any) -> float:
     try:
         val = float(t)
     except (TypeError, ValueError) as err:
-        raise WeightsError(f"interpolation time t must be a number in [0, 1], got {t!r}") from err
+        raise WeightsError(
+            f"interpolation time t must be a number in [0, 1], got {short_repr(t)}"
+        ) from err
     if not np.isfinite(val) or val < 0.0 or val > 1.0:
         raise WeightsError(f"interpolation time t must lie in [0, 1], got {val}")
     return val

@@ -31,7 +31,7 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from geoviz.errors import WeightsError
+from geoviz.errors import WeightsError, short_repr
 
 __all__ = [
     "ENTRY_DECIMALS",
@@ -98,7 +98,7 @@ def check_weights(weights: Any, m: int, atol: float = WEIGHT_ATOL) -> np.ndarray
     try:
         arr = np.asarray(weights, dtype=np.float64)
     except (TypeError, ValueError) as err:
-        raise WeightsError(f"weights must be numbers, got {weights!r}") from err
+        raise WeightsError(f"weights must be numbers, got {short_repr(weights)}") from err
     if arr.ndim == 0 or arr.shape[-1] != m:
         got = "a scalar" if arr.ndim == 0 else f"{arr.shape[-1]} entries"
         raise WeightsError(
@@ -281,10 +281,17 @@ class SimplexWeights:
 
     def __post_init__(self) -> None:
         # an invariant of the type, not a second validation: cheap checks on m floats
-        values = tuple(float(x) for x in self.values)
+        try:
+            values = tuple(float(x) for x in self.values)
+        except (TypeError, ValueError):
+            raise WeightsError(
+                f"SimplexWeights needs a flat sequence of numbers, got {short_repr(self.values)}"
+            ) from None
         object.__setattr__(self, "values", values)
         if not values or not all(np.isfinite(x) and x >= 0.0 for x in values):
-            raise WeightsError(f"SimplexWeights needs non-negative finite numbers, got {values}")
+            raise WeightsError(
+                f"SimplexWeights needs non-negative finite numbers, got {short_repr(values)}"
+            )
         if abs(sum(values) - 1.0) > WEIGHT_ATOL:
             raise WeightsError(f"SimplexWeights must sum to 1, got {sum(values):.6g}")
 
@@ -299,12 +306,18 @@ class SimplexWeights:
         Raises
         ------
         WeightsError
-            Wrong length, NaN/inf, a negative entry or a sum other than 1.
+            Not one vector (a batch such as ``[[0.2, 0.3, 0.5]]`` is refused: it is one
+            weight vector, not several), wrong length, NaN/inf, a negative entry or a sum
+            other than 1.
         """
         if isinstance(weights, SimplexWeights) and weights.decimals == decimals:
             check_weights(weights, m)  # the length only
             return weights
         valid = check_weights(weights, m)
+        if valid.ndim != 1:
+            raise WeightsError(
+                f"expected one weight vector of {m} entries, got an array of shape {valid.shape}"
+            )
         if decimals is None:
             return cls(tuple(valid.tolist()), None)
         return cls(tuple(round_to_simplex(valid, decimals).tolist()), int(decimals))
@@ -322,7 +335,9 @@ class SimplexWeights:
         try:
             values = [float(p) for p in str(text).split(",")]
         except ValueError:
-            raise WeightsError(f"weights must be comma-separated numbers, got {text!r}") from None
+            raise WeightsError(
+                f"weights must be comma-separated numbers, got {short_repr(text)}"
+            ) from None
         if decimals is None:  # the text's numbers exactly (check_weights would renormalise)
             check_weights(values, m)
             return cls(tuple(values), None)

@@ -19,6 +19,13 @@ import streamlit as st
 import streamlit.components.v1 as components
 
 from geoviz.app import services
+from geoviz.app.browser import (
+    BrowserValueError,
+    ReleasedEvent,
+    released_event,
+    released_t,
+    released_weights,
+)
 from geoviz.app.explorer.payload import Payload, build_geodesic, build_mccann
 
 if TYPE_CHECKING:
@@ -69,16 +76,32 @@ def mccann_payload(model: SessionModel, result: GeodesicResult, i: int) -> Paylo
     )
 
 
-def _new_value(value: Any, key: str) -> dict[str, Any] | None:
-    """The component's value when it is one the page has not handled yet."""
-    if not isinstance(value, dict):
-        return None
-    seq = value.get("seq")
+def _new_event(value: Any, key: str) -> ReleasedEvent | None:
+    """The component's value when it is a release the page has not handled yet.
+
+    Checked once here (:func:`geoviz.app.browser.released_event`): a malformed value raises
+    :class:`~geoviz.app.browser.BrowserValueError` once, and is then marked as handled so the
+    same bad value is not reported on every rerun.
+    """
     seen = f"_{key}_seq"
-    if seq is None or st.session_state.get(seen) == (value.get("id"), seq):
+    try:
+        event = released_event(value)
+    except BrowserValueError as err:
+        marker = ("<refused>", str(err))  # short, and the same for the same bad value
+        if st.session_state.get(seen) == marker:
+            return None
+        st.session_state[seen] = marker
+        raise
+    if event is None or st.session_state.get(seen) == event.marker:
         return None
-    st.session_state[seen] = (value.get("id"), seq)
-    return value
+    st.session_state[seen] = event.marker
+    return event
+
+
+def _refused(err: BrowserValueError) -> None:
+    """Say why a sent value was ignored; the explorer is drawn below it all the same."""
+    LOG.info("browser value refused: %s", err)
+    st.warning(str(err))
 
 
 def geodesic_explorer(
@@ -88,9 +111,12 @@ def geodesic_explorer(
     and stored once with ``model.set_weights`` first (so URL, Export and the other pages
     follow) and returned; ``None`` when nothing new was released."""
     released = None
-    new = _new_value(st.session_state.get(key), key)
-    if new is not None and "weights" in new:
-        released = model.set_weights(new["weights"])
+    try:
+        event = _new_event(st.session_state.get(key), key)
+        if event is not None and "weights" in event.fields:
+            released = model.set_weights(released_weights(event.fields["weights"], result.m))
+    except BrowserValueError as err:  # the last good pick stays, and so does the explorer
+        _refused(err)
     payload = geodesic_payload(model, result)
     picked = model.picked_weights(result.m)
     _component(
@@ -115,9 +141,12 @@ def mccann_explorer(
     """McCann mode for reference ``i``; returns ``t`` (``st.session_state[t_key]``), which
     follows the browser's slider and Play on release."""
     ckey = f"{key}_{int(i)}"
-    new = _new_value(st.session_state.get(ckey), ckey)
-    if new is not None and "t" in new:
-        st.session_state[t_key] = float(np.clip(float(new["t"]), 0.0, 1.0))
+    try:
+        event = _new_event(st.session_state.get(ckey), ckey)
+        if event is not None and "t" in event.fields:
+            st.session_state[t_key] = released_t(event.fields["t"])
+    except BrowserValueError as err:  # the last good t stays, and so does the explorer
+        _refused(err)
     t = float(st.session_state.setdefault(t_key, t_default))
     payload = mccann_payload(model, result, i)
     _component(
