@@ -24,6 +24,8 @@ __all__ = [
     "EPSILON_MAX",
     "EPSILON_MIN",
     "MAX_CLASSES",
+    "MAX_CSV_CELLS",
+    "MAX_CSV_COLUMNS",
     "MAX_FEW_SHOT_K",
     "MAX_GRID_POINTS",
     "MAX_GRID_RESOLUTION",
@@ -57,6 +59,12 @@ MAX_REFERENCES = 10
 MAX_CLASSES = 1000
 #: samples one synthetic generator may draw in total (n_classes x n_per_class, 16 x n_per_component)
 MAX_SYNTHETIC_SAMPLES = 200_000
+#: columns of a CSV table (features and label), read from its header before any row is
+#: parsed: 128x128 RGB images as columns are 49,152 features
+MAX_CSV_COLUMNS = 65_536
+#: cells of a CSV table (rows x columns, the rows counted by line breaks) before parsing:
+#: the full MNIST training split as a CSV is 47 million
+MAX_CSV_CELLS = 100_000_000
 #: few-shot labels per class and kNN neighbours for the pseudo-labels
 MAX_FEW_SHOT_K = 1000
 MAX_NEIGHBOURS = 50

@@ -10,8 +10,10 @@ import struct
 import zipfile
 from pathlib import Path
 
+import hypothesis
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 from PIL import Image
 
 from geoviz import memory
@@ -905,7 +907,7 @@ def test_csv_gzip_bomb_and_large_csv_are_refused_by_memory(
     ):
         load_path(bomb)
     limit_memory(monkeypatch, 64 * 2**10)
-    with pytest.raises(ResourceError, match=r"parsing small.csv \(3,004 cells\) needs 152.6 KiB"):
+    with pytest.raises(ResourceError, match=r"parsing small.csv \(3,003 cells\) needs 152.5 KiB"):
         load_upload(b"a,b,label\n" + b"0,0,0\n" * 1000, "small.csv")
 
 
@@ -1001,3 +1003,92 @@ def test_png_header_fast_path_agrees_with_pillow(
         expected = (im.size[0], im.size[1], im.mode)
     assert imagefolder_module._png_header(path.read_bytes()[:26]) == expected
     assert imagefolder_module._png_header(b"GIF89a" + bytes(20)) is None
+
+
+# ================================================================== CSV bounds and speed (issue 25)
+def _wide_csv(rows: int, cols: int, text_labels: bool = False) -> tuple[bytes, np.ndarray]:
+    rng = np.random.default_rng(cols)
+    x = rng.integers(0, 256, size=(rows, cols))
+    header = ",".join([f"p{i}" for i in range(cols)] + ["label"])
+    lab = [f"c{i % 3}" if text_labels else str(i % 3) for i in range(rows)]
+    lines = [header] + [",".join(map(str, r)) + "," + lab[i] for i, r in enumerate(x)]
+    return ("\n".join(lines) + "\n").encode(), x
+
+
+def test_csv_with_too_many_columns_is_refused_from_its_header(monkeypatch) -> None:
+    """Row 2: a 10^6-column CSV cost 114 s of server CPU and was accepted."""
+    import pandas as pd
+
+    from geoviz import limits
+
+    def never(*args, **kwargs):  # nothing may be parsed before the header is checked
+        raise AssertionError("the table was parsed")
+
+    monkeypatch.setattr(np, "loadtxt", never)
+    monkeypatch.setattr(pd, "read_csv", never)
+    cols = limits.MAX_CSV_COLUMNS + 1
+    data = (",".join(f"c{i}" for i in range(cols)) + "\n" + ",".join(["1"] * cols) + "\n").encode()
+    with pytest.raises(ResourceError, match=r"65,537 columns, more than the 65,536"):
+        load_upload(data, "wide.csv")
+    with pytest.raises(ResourceError, match="columns"):
+        load_upload(gzip.compress(data), "wide.csv.gz")
+
+
+def test_csv_with_too_many_cells_is_refused_before_parsing(monkeypatch) -> None:
+    from geoviz import limits
+
+    monkeypatch.setattr(limits, "MAX_CSV_CELLS", 1000)
+    monkeypatch.setattr(np, "loadtxt", lambda *a, **k: pytest.fail("parsed"))
+    data = b"a,b,label\n" + b"1,2,0\n" * 400  # 401 lines x 3 columns
+    with pytest.raises(ResourceError, match=r"1,203 cells\), more than the 1,000"):
+        load_upload(data, "tall.csv")
+
+
+@pytest.mark.parametrize("text_labels", [False, True], ids=["numeric labels", "text labels"])
+def test_wide_csv_parses_correctly_on_both_paths(text_labels: bool) -> None:
+    data, x = _wide_csv(12, 20_000, text_labels=text_labels)
+    ds = load_upload(data, "wide.csv")
+    assert ds.n_samples == 12 and ds.n_features == 20_000
+    np.testing.assert_array_equal(ds.features.numpy(), x.astype(np.float32))
+    assert ds.classes == (("c0", "c1", "c2") if text_labels else ("0", "1", "2"))
+    np.testing.assert_array_equal(ds.labels.numpy(), np.arange(12) % 3)
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(
+    st.integers(2, 8),
+    st.integers(1, 6),
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False, width=32), min_size=48, max_size=48),
+)
+def test_fast_and_general_csv_parsers_agree(rows: int, cols: int, values: list[float]) -> None:
+    """The loadtxt path (all numeric) and the pandas path (text labels) give the same
+    features; relabelling the classes by name changes nothing else."""
+    x = np.array(values[: rows * cols], dtype=np.float32).reshape(rows, cols)
+    head = ",".join(f"f{j}" for j in range(cols)) + ",label\n"
+    labels = [i % 2 for i in range(rows)]
+    body_num = "".join(
+        ",".join(repr(float(v)) for v in r) + f",{y}\n" for r, y in zip(x, labels, strict=True)
+    )
+    body_txt = "".join(
+        ",".join(repr(float(v)) for v in r) + f",k{y}\n" for r, y in zip(x, labels, strict=True)
+    )
+    a = load_upload((head + body_num).encode(), "a.csv")
+    b = load_upload((head + body_txt).encode(), "b.csv")
+    np.testing.assert_array_equal(a.features.numpy(), b.features.numpy())
+    np.testing.assert_array_equal(a.features.numpy(), x)
+    np.testing.assert_array_equal(a.labels.numpy(), b.labels.numpy())
+
+
+def test_wide_csv_problems_are_named_like_narrow_ones() -> None:
+    from geoviz.data.formats.tabular import WIDE_COLUMNS
+
+    data, _ = _wide_csv(4, WIDE_COLUMNS + 10)
+    lines = data.decode().splitlines()
+    cells = lines[2].split(",")
+    cells[5] = "red"
+    bad_feature = "\n".join([*lines[:2], ",".join(cells), *lines[3:]]).encode()
+    with pytest.raises(DatasetFormatError, match=r"column 'p5' is not numeric.*'red' on line 3"):
+        load_upload(bad_feature, "wide.csv")
+    no_label = "\n".join([*lines[:3], lines[3].rsplit(",", 1)[0] + ",", *lines[4:]]).encode()
+    with pytest.raises(DatasetFormatError, match="label column 'label' is empty on line 4"):
+        load_upload(no_label, "wide.csv")
