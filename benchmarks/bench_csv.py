@@ -69,7 +69,7 @@ def main() -> None:
     for rows, cols, labels in SHAPES:
         data = table(rows, cols, labels)
 
-        def yardstick(data: bytes = data, labels: str = labels) -> None:
+        def yardstick(data: bytes = data, labels: str = labels, cols: int = cols) -> None:
             use = None if labels == "numeric" else range(cols - 1)
             np.loadtxt(io.BytesIO(data), delimiter=",", skiprows=1, usecols=use)
 
