@@ -37,6 +37,7 @@ __all__ = [
     "MAX_REFERENCES",
     "MAX_SAMPLES",
     "MAX_SEED",
+    "MAX_SERVED_ENTRIES",
     "MAX_SYNTHETIC_SAMPLES",
     "MAX_TOKEN_CHARS",
     "MAX_TOKEN_INFLATED_BYTES",
@@ -59,6 +60,9 @@ MAX_REFERENCES = 10
 MAX_CLASSES = 1000
 #: samples one synthetic generator may draw in total (n_classes x n_per_class, 16 x n_per_component)
 MAX_SYNTHETIC_SAMPLES = 200_000
+#: directory entries walked to check a served dataset folder (every symbolic link in it must
+#: stay inside the operator's data folder)
+MAX_SERVED_ENTRIES = 1_000_000
 #: columns of a CSV table (features and label), read from its header before any row is
 #: parsed: 128x128 RGB images as columns are 49,152 features
 MAX_CSV_COLUMNS = 65_536

@@ -303,3 +303,67 @@ def test_link_weights_text_is_bounded():
         weights_from_text(",".join(["0.1"] * 100_000))
     with pytest.raises(WeightsError, match="comma-separated numbers"):
         weights_from_text("x" * 300)
+
+
+def _image_folder(root: Path, classes=("a", "b"), per_class: int = 3, seed: int = 0) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for c in classes:
+        (root / c).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, size=(6, 6), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / c / f"{i}.png")
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["absolute folder", "relative folder", "file", "via a sibling", "deep"],
+)
+def test_served_folders_never_follow_links_out(tmp_path, layout):
+    """Row 3: served/ifold/a/ext -> /outside loaded 5 samples from outside the folder."""
+    outside = tmp_path / "outside"
+    _image_folder(outside, classes=("a",), per_class=5, seed=1)
+    data = tmp_path / "served"
+    ifold = data / "ifold"
+    _image_folder(ifold)
+    if layout == "absolute folder":
+        (ifold / "a" / "ext").symlink_to(outside / "a", target_is_directory=True)
+    elif layout == "relative folder":
+        (ifold / "a" / "ext").symlink_to(Path("../../../outside/a"), target_is_directory=True)
+    elif layout == "file":
+        (ifold / "b" / "x.png").symlink_to(outside / "a" / "0.png")
+    elif layout == "via a sibling":  # a link inside the root, to a folder holding a link out
+        (data / "shelf").mkdir()
+        (data / "shelf" / "far").symlink_to(outside / "a", target_is_directory=True)
+        (ifold / "a" / "more").symlink_to(data / "shelf", target_is_directory=True)
+    else:
+        deep = ifold / "b" / "x" / "y" / "z"
+        deep.mkdir(parents=True)
+        (deep / "w").symlink_to(Path("../../../../../../outside"), target_is_directory=True)
+    dirs = (("served", data.resolve()),)
+    with pytest.raises(DatasetError, match="no dataset 'served/ifold' in this server's data"):
+        served_path("served/ifold", dirs)
+
+    model = SessionModel({}, AppSettings(n_default=40, data_dirs=dirs))
+    with pytest.raises(DatasetError, match="in this server's data folders"):
+        model.scenario = model.settings.admit(
+            Scenario(
+                DatasetChoice("served/ifold", source="server"),
+                (DatasetChoice("iris"), DatasetChoice("wine")),
+                n_target=40,
+                n_reference=40,
+            )
+        )
+
+
+def test_served_folders_may_link_inside_themselves(tmp_path):
+    data = tmp_path / "served"
+    ifold = data / "ifold"
+    _image_folder(ifold)
+    _image_folder(data / "extra", classes=("a",), per_class=2, seed=5)
+    (ifold / "a" / "more").symlink_to(data / "extra" / "a", target_is_directory=True)
+    (ifold / "b" / "loop").symlink_to(ifold, target_is_directory=True)  # walked once
+    (ifold / "b" / "gone.png").symlink_to(data / "missing.png")  # dangling: skipped
+    dirs = (("served", data.resolve()),)
+    assert served_path("served/ifold", dirs) == ifold.resolve()

@@ -28,6 +28,7 @@ from geoviz.data.choice import (
     check_relative_name,
     short_repr,
 )
+from geoviz.data.formats import OutsideRootError, check_confined
 from geoviz.data.registry import dataset_info
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.pipeline import GeodesicConfig
@@ -372,7 +373,9 @@ def served_path(name: str, data_dirs: Sequence[tuple[str, Path]]) -> Path:
     """The file or folder a ``server`` dataset names, inside one of ``data_dirs``.
 
     ``name`` is ``<folder label>/<path inside it>`` (see :func:`_env_data_dirs`). The path
-    is resolved (symlinks and ``..``) and must stay inside its folder. Every refusal is the
+    is resolved (symlinks and ``..``) and must stay inside its folder, and so must every
+    symbolic link below it, at any depth (:func:`geoviz.data.formats.check_confined`): a
+    loader never follows a link out of the folder. Every refusal is the
     same sentence whether or not the path exists, so a link cannot probe the disk.
 
     Raises
@@ -399,6 +402,11 @@ def served_path(name: str, data_dirs: Sequence[tuple[str, Path]]) -> Path:
         raise refusal from None
     if not target.is_relative_to(root):
         raise refusal
+    try:
+        # the loaders follow links below the target: none may lead out of the folder
+        check_confined(target, root, max_entries=limits.MAX_SERVED_ENTRIES)
+    except OutsideRootError:
+        raise refusal from None
     return target
 
 

@@ -76,8 +76,16 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Literal, get_args
 
 from geoviz.data.dataset import LabeledDataset
+from geoviz.data.formats._common import (
+    OutsideRootError,
+    Split,
+    _dir_name,
+    _open_file,
+    _read_raw,
+    _visible,
+    check_confined,
+)
 from geoviz.data.formats._common import PathLike as PathLike
-from geoviz.data.formats._common import Split, _dir_name, _open_file, _read_raw, _visible
 from geoviz.data.formats.archive import MAX_UNCOMPRESSED_BYTES, MAX_ZIP_MEMBERS, _extracted_zip
 from geoviz.data.formats.idx import (
     _IDX_NAME_RE,
@@ -100,7 +108,9 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "MAX_UNCOMPRESSED_BYTES",
     "Kind",
+    "OutsideRootError",
     "Split",
+    "check_confined",
     "decode_idx",
     "encode_idx",
     "load_path",

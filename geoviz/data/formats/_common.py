@@ -52,6 +52,88 @@ def _visible(d: Path) -> list[Path]:
         raise DatasetError(f"cannot list directory: {exc.strerror or exc}", d) from exc
 
 
+class OutsideRootError(DatasetError):
+    """A dataset folder holds a symbolic link that leads outside the folder it must stay in."""
+
+
+def check_confined(path: Path, root: Path, *, max_entries: int = 1_000_000) -> int:
+    """Check that nothing a loader can reach from ``path`` leaves ``root``.
+
+    Walks ``path`` (a file or folder inside ``root``) the way the loaders do, following
+    symbolic links, and resolves every link met on the way, at any depth, relative or
+    absolute, to a file or to a folder: each must resolve inside ``root``. Folders reached
+    through a link are walked too (once each), so a link to a sibling folder inside
+    ``root`` that itself holds a link out is found. Links that resolve nowhere (dangling)
+    are ignored, as the loaders skip them.
+
+    Parameters
+    ----------
+    path
+        What is about to be loaded.
+    root
+        The folder it must not leave (resolved here).
+    max_entries
+        Most directory entries walked; a larger tree is refused (bounded work per request).
+
+    Returns
+    -------
+    int
+        Entries walked.
+
+    Raises
+    ------
+    OutsideRootError
+        ``path`` itself or a link below it resolves outside ``root``. The message names
+        neither the link nor its target.
+    DatasetError
+        The tree has more than ``max_entries`` entries.
+    """
+    root = root.resolve()
+    outside = OutsideRootError("the dataset links to files outside its data folder")
+    try:
+        start = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise outside from None
+    if not start.is_relative_to(root):
+        raise outside
+    if not start.is_dir():
+        return 1
+    seen = {start}
+    stack = [start]
+    walked = 0
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue  # unreadable: the loaders skip it too
+        for entry in entries:
+            walked += 1
+            if walked > max_entries:
+                raise DatasetError(
+                    f"the dataset folder has more than {max_entries:,} entries; "
+                    "serve a smaller folder or an archive"
+                )
+            try:
+                if entry.is_symlink():
+                    real = Path(entry.path).resolve(strict=True)
+                    if not real.is_relative_to(root):
+                        raise outside
+                    if real.is_dir() and real not in seen:
+                        seen.add(real)
+                        stack.append(real)
+                elif entry.is_dir(follow_symlinks=False):
+                    real = Path(entry.path)
+                    if real not in seen:
+                        seen.add(real)
+                        stack.append(real)
+            except (FileNotFoundError, RuntimeError):
+                continue  # a dangling link or a loop of links: nothing to read there
+            except OSError:
+                continue
+    return walked
+
+
 def _dir_name(d: Path) -> str:
     d = d.resolve() if d.name in ("", ".", "..") else d
     if d.name.lower() == "raw" and d.parent.name:
