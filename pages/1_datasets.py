@@ -150,7 +150,7 @@ def scenario_form(model: SessionModel) -> None:
                 )
             )
         except GeovizError as err:
-            st.error(str(err))
+            widgets.show_error(err)
         else:
             reset_form()
             st.rerun()
@@ -262,7 +262,7 @@ def pairwise_section(model: SessionModel, data: services.ScenarioData) -> None:
             try:
                 mat = services.pairwise_otdd(model, widgets.throttled_progress(bar))
             except GeovizError as err:
-                st.error(str(err))
+                widgets.show_error(err)
                 return
             st.rerun()  # redraw without the button
     if mat is not None:

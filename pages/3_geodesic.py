@@ -123,7 +123,7 @@ def explorer(model: SessionModel, result) -> None:
         try:
             pa = services.interpolation(model.scenario, result, weights)
         except GeovizError as err:
-            st.error(str(err))
+            widgets.show_error(err)
             return
         mixup_view(model, result, pa, weights, names)
     # a fragment rerun does not reach the page frame: keep the URL's weights current here

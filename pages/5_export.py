@@ -92,7 +92,7 @@ def main(model: SessionModel) -> None:
             model.scenario, result, weights, n=None if n >= n_max else n, seed=seed
         )
     except GeovizError as err:
-        st.error(str(err))
+        widgets.show_error(err)
         return
 
     st.subheader("Preview")
@@ -119,7 +119,7 @@ def main(model: SessionModel) -> None:
             try:
                 services.export_payload(pa, fmt, rule, label_seed)
             except GeovizError as err:
-                st.error(str(err))
+                widgets.show_error(err)
             else:
                 st.rerun()  # show the download button instead of this one
     if ready:

@@ -367,3 +367,36 @@ def test_served_folders_may_link_inside_themselves(tmp_path):
     (ifold / "b" / "gone.png").symlink_to(data / "missing.png")  # dangling: skipped
     dirs = (("served", data.resolve()),)
     assert served_path("served/ifold", dirs) == ifold.resolve()
+
+
+def test_error_text_names_no_server_path():
+    from geoviz.app.services.errors import MAX_ERROR_CHARS, scrub_paths
+
+    assert scrub_paths("cannot read /tmp/geoviz-zip-abc/set/link (File exists)") == (
+        "cannot read …/link (File exists)"
+    )
+    assert scrub_paths("'/srv/data/x.npz': bad") == "'…/x.npz': bad"
+    for kept in ("images 28/28", "a/b/c.png: bad", "P_a/Q", "1/2 of the samples"):
+        assert scrub_paths(kept) == kept
+    text = services.error_text(DatasetError("cannot decode", "/srv/secret/data/a.png"))
+    assert "/srv" not in text and "a.png" in text
+    assert len(services.error_text(DatasetError("z" * 10_000))) <= MAX_ERROR_CHARS
+
+
+def test_served_dataset_errors_name_the_folder_label_not_its_place(tmp_path):
+    data = tmp_path / "deep" / "place" / "served"
+    ifold = data / "ifold"
+    _image_folder(ifold)
+    (ifold / "a" / "broken.png").write_bytes(b"not a png")
+    dirs = (("served", data.resolve()),)
+    model = SessionModel({}, AppSettings(n_default=40, data_dirs=dirs))
+    model.scenario = Scenario(
+        DatasetChoice("served/ifold", source="server"),
+        (DatasetChoice("iris"), DatasetChoice("wine")),
+        n_target=40,
+        n_reference=40,
+    )
+    with pytest.raises(DatasetError) as info:
+        services.scenario_data(model)
+    text = services.error_text(info.value)
+    assert "served/ifold" in text and str(tmp_path) not in text, text

@@ -178,3 +178,21 @@ def test_idx_members_are_checked_from_their_headers_before_extracting(
         r"of uint8\) needs 486.0 MiB but",
     ):
         load_upload(buf.getvalue(), "mnist.zip")
+
+
+def test_zip_extraction_errors_name_no_server_path() -> None:
+    """Row 8: "[Errno 17] File exists: '/tmp/geoviz-zip-…/set/link'" reached the visitor."""
+    from geoviz.data.formats import load_upload
+    from geoviz.errors import DatasetError
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        link = zipfile.ZipInfo("set/link")
+        link.external_attr = (0o120777 << 16) | 0x20  # a symbolic link member
+        zf.writestr(link, "../../etc")
+        zf.writestr("set/link/x.png", b"not reached")
+    with pytest.raises(DatasetError) as info:
+        load_upload(buf.getvalue(), "set.zip")
+    text = str(info.value)
+    assert "set.zip" in text and "set/link" in text
+    assert tempfile.gettempdir() not in text and "geoviz-zip-" not in text

@@ -22,7 +22,7 @@ from geoviz.app.session import SessionModel
 from geoviz.backend import cache_key
 from geoviz.data import choice as data_choice
 from geoviz.data.dataset import LabeledDataset
-from geoviz.data.formats import load_path, load_upload
+from geoviz.data.formats import load_path, load_upload, rebased_errors
 from geoviz.data.registry import dataset_info, list_datasets
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.spec import SpecDatasets, load_spec_datasets
@@ -112,7 +112,11 @@ def _resolver(model: SessionModel) -> Callable[[DatasetChoice], LabeledDataset]:
                     choice.name,
                 )
             return load_upload(up.data, up.filename)
-        return load_path(served_path(choice.name, model.settings.data_dirs), split=choice.split)
+        path = served_path(choice.name, model.settings.data_dirs)
+        label = choice.name.partition("/")[0]
+        # messages name "<folder label>/<path inside>", never the folder's place on the server
+        with rebased_errors(dict(model.settings.data_dirs)[label], label):
+            return load_path(path, split=choice.split)
 
     return resolve
 

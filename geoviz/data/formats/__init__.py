@@ -84,6 +84,7 @@ from geoviz.data.formats._common import (
     _read_raw,
     _visible,
     check_confined,
+    rebased_errors,
 )
 from geoviz.data.formats._common import PathLike as PathLike
 from geoviz.data.formats.archive import MAX_UNCOMPRESSED_BYTES, MAX_ZIP_MEMBERS, _extracted_zip
@@ -117,6 +118,7 @@ __all__ = [
     "load_upload",
     "load_upload_pair",
     "read_idx",
+    "rebased_errors",
     "save_idx",
 ]
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from geoviz import memory
 from geoviz.data.dataset import ImageShape, LabeledDataset
-from geoviz.errors import DatasetError, DatasetFormatError
+from geoviz.errors import DatasetError, DatasetFormatError, GeovizError
 from geoviz.memory import check_bytes
 
 Split = Literal["train", "test"]
@@ -470,3 +470,40 @@ def _decode_one_hot(
         else tuple(str(i) for i in range(n_cls))
     )
     return arr.argmax(axis=1).astype(np.int64), names
+
+
+@contextmanager
+def rebased_errors(tmp: Path, label: str) -> Iterator[None]:
+    """Re-raise errors raised below ``tmp`` naming ``label/<inside>``, not the folder ``tmp``.
+
+    Used for an extracted archive (``tmp`` is its temporary folder, ``label`` the upload's
+    name) and for a server's data folder (``tmp`` the folder, ``label`` its public name), so
+    that no message a visitor reads names a path of the server.
+
+    Dataset errors keep their type and source; any other :class:`GeovizError` (a
+    :class:`ResourceError` while decoding, say) keeps its type with the message rebased;
+    an ``OSError`` reading the extracted files becomes a :class:`DatasetError` of the
+    archive.
+    """
+    prefixes = sorted({str(tmp), str(tmp.resolve())}, key=len, reverse=True)
+
+    def rebase(text: str) -> str:
+        for pre in prefixes:
+            text = text.replace(pre + os.sep, label + "/").replace(pre, label)
+        return text
+
+    try:
+        yield
+    except DatasetError as err:
+        source = label if err.source is None else rebase(err.source)
+        raise type(err)(rebase(err.problem), source) from err
+    except GeovizError as err:
+        try:
+            rebased = type(err)(rebase(str(err)))
+        except Exception:  # a subclass with another signature: keep its message
+            rebased = GeovizError(rebase(str(err)))
+        raise rebased from err
+    except OSError as err:
+        raise DatasetError(
+            f"cannot read the extracted archive: {rebase(err.strerror or str(err))}", label
+        ) from err

@@ -21,7 +21,6 @@ is harmless once its declared size fits.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -32,9 +31,9 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from geoviz.data.formats._common import _hidden
+from geoviz.data.formats._common import _hidden, rebased_errors
 from geoviz.data.formats.idx import _IDX_MAX_HEADER, _idx_role, check_idx_head
-from geoviz.errors import DatasetError, DatasetFormatError, GeovizError, ResourceError
+from geoviz.errors import DatasetFormatError, ResourceError
 from geoviz.memory import check_bytes, format_bytes
 
 #: Largest total uncompressed size of a zip archive that will be extracted.
@@ -50,7 +49,8 @@ def _extracted_zip(
     """Extract ``file`` to a temporary folder, yield it, and delete it afterwards.
 
     Dataset errors raised while extracting or in the ``with`` body name
-    ``label/<member>`` instead of the temporary folder (see :func:`_rebase_errors`).
+    ``label/<member>`` instead of the temporary folder (see
+    :func:`~geoviz.data.formats._common.rebased_errors`).
 
     Parameters
     ----------
@@ -64,8 +64,8 @@ def _extracted_zip(
     """
     with tempfile.TemporaryDirectory(prefix="geoviz-zip-") as tmp:
         root = Path(tmp)
-        _extract_zip(file, root, label, limit=limit, max_members=max_members)
-        with _rebase_errors(root, label):
+        with rebased_errors(root, label):
+            _extract_zip(file, root, label, limit=limit, max_members=max_members)
             yield root
 
 
@@ -146,8 +146,10 @@ def _extract_zip(
                 NotImplementedError,
                 RuntimeError,
             ) as exc:
+                # an OSError's text names the temporary folder: its reason only
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 raise DatasetFormatError(
-                    f"cannot extract zip member {info.filename!r} ({exc})", label
+                    f"cannot extract zip member {info.filename!r} ({reason})", label
                 ) from exc
 
 
@@ -196,36 +198,3 @@ def _fmt_bytes(n: int) -> str:
             return f"{n:g} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
         n /= 1024  # type: ignore[assignment]
     return f"{n} bytes"  # pragma: no cover
-
-
-@contextmanager
-def _rebase_errors(tmp: Path, label: str) -> Iterator[None]:
-    """Re-raise errors from an extracted archive naming ``label/<member>``, not the temp dir.
-
-    Dataset errors keep their type and source; any other :class:`GeovizError` (a
-    :class:`ResourceError` while decoding, say) keeps its type with the message rebased;
-    an ``OSError`` reading the extracted files becomes a :class:`DatasetError` of the
-    archive.
-    """
-    prefixes = sorted({str(tmp), str(tmp.resolve())}, key=len, reverse=True)
-
-    def rebase(text: str) -> str:
-        for pre in prefixes:
-            text = text.replace(pre + os.sep, label + "/").replace(pre, label)
-        return text
-
-    try:
-        yield
-    except DatasetError as err:
-        source = label if err.source is None else rebase(err.source)
-        raise type(err)(rebase(err.problem), source) from err
-    except GeovizError as err:
-        try:
-            rebased = type(err)(rebase(str(err)))
-        except Exception:  # a subclass with another signature: keep its message
-            rebased = GeovizError(rebase(str(err)))
-        raise rebased from err
-    except OSError as err:
-        raise DatasetError(
-            f"cannot read the extracted archive: {rebase(err.strerror or str(err))}", label
-        ) from err
