@@ -164,12 +164,21 @@ def reset_form() -> None:
     st.session_state.pop(FORM_SYNCED, None)
 
 
+UPLOAD_ROUND = "geoviz_upload_round"  # the uploader gets a new key after each accepted file
+UPLOAD_NOTE = "geoviz_upload_note"  # what the last accepted upload was, shown once
+
+
 def upload_box(model: SessionModel) -> None:
     with st.expander("Upload a dataset (.npz, .csv, .zip of an ImageFolder or MNIST-M folder)"):
+        st.caption(services.upload_notice(model.settings))
+        note = st.session_state.pop(UPLOAD_NOTE, None)
+        if note:
+            st.success(note)
+        round_ = int(st.session_state.get(UPLOAD_ROUND, 0))
         up = st.file_uploader(
             "Dataset file",
             type=["npz", "csv", "gz", "zip"],
-            key="dataset_upload",
+            key="dataset_upload" if round_ == 0 else f"dataset_upload_{round_}",
             help="npz keys x/y, images/labels, x_train/y_train…; CSV with a header and a label column.",
         )
         if up is None:
@@ -179,18 +188,19 @@ def upload_box(model: SessionModel) -> None:
                     + ", ".join(u.filename for u in model.uploads.values())
                 )
             return
-        data = up.getvalue()
         try:
-            ds = services.check_upload(up.name, data)
+            _, ds = services.add_upload(model, up.name, up.getvalue())
         except Exception as err:  # a sentence for the visitor; tracebacks go to the log
             widgets.show_error(err)
             return
-        services.save_upload(model.add_upload(up.name, data))
         shape = f"images {ds.image_shape}" if ds.is_image else f"{ds.n_features} features"
-        st.success(
+        st.session_state[UPLOAD_NOTE] = (
             f"{up.name}: {ds.n_samples} samples, {ds.n_classes} classes, {shape}. "
             "It is now listed in the dataset choices below."
         )
+        # a fresh, empty uploader: the page holds no reference to the file any more
+        st.session_state[UPLOAD_ROUND] = round_ + 1
+        st.rerun()
 
 
 def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:

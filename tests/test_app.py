@@ -186,7 +186,7 @@ def test_geodesic_page_release_sets_the_weights_url_and_reset():
     # weights off the simplex from the browser are refused with a sentence, the pick is kept
     at.session_state["geodesic_explorer"] = {"weights": [0.9, 0.9, -0.8], "seq": 2, "id": "t"}
     at.run()
-    assert not at.exception and at.error  # a sentence (WeightsError), no traceback
+    assert not at.exception and at.warning  # one sentence (the explorer stays), no traceback
     assert list(at.session_state[SessionModel.WEIGHTS][key]) == pytest.approx(list(picked))
     at.button(key="reset_weights").click().run()
     _assert_clean(at, "after reset")
@@ -539,7 +539,9 @@ def test_sidebar_shows_actual_sample_counts_and_the_cap():
     )
     at.run()
     assert any("upload: small60.npz" in o for o in at.selectbox(key="form_target").options)
-    token = "upload:" + hashlib.sha256(buf.getvalue()).hexdigest()
+    (ref,) = at.session_state[SessionModel.UPLOADS].values()
+    token = "upload:" + ref.key  # a private key, not the file's sha256
+    assert ref.key != hashlib.sha256(buf.getvalue()).hexdigest()
     assert f"N = {N}" in _sidebar(at) and "N capped at" not in _sidebar(at)
     # Q = the upload with the requested N = 150 (it has only 60 samples)
     at.selectbox(key="form_target").set_value(token)

@@ -7,52 +7,8 @@ import pytest
 
 from geoviz.app import services
 from geoviz.app.services import embeddings
-from geoviz.app.state import DatasetChoice, SessionModel, Upload, default_scenario
-from geoviz.data.formats import load_upload
+from geoviz.app.state import SessionModel, default_scenario
 from geoviz.geodesic.weights import SimplexWeights
-
-
-def _npz_bytes(n: int = 40, seed: int = 0) -> bytes:
-    import io
-
-    rng = np.random.default_rng(seed)
-    buf = io.BytesIO()
-    np.savez(buf, x=rng.normal(size=(n, 2)).astype(np.float32), y=np.arange(n) % 2)
-    return buf.getvalue()
-
-
-def test_upload_is_found_by_its_digest_after_a_restart(fresh_server):
-    data = _npz_bytes()
-    up = Upload("blobs.npz", data)
-    services.save_upload(up)
-    services.save_upload(up)  # idempotent
-    back = services.stored_upload(up.digest)
-    assert back is not None and back.data == data and back.filename == "blobs.npz"
-    assert services.stored_upload("0" * 64) is None
-
-    # a new session (e.g. a shared URL) without the upload in its state loads it from disk
-    model = SessionModel({})
-    model.scenario = default_scenario().with_(
-        target=DatasetChoice.from_upload(up),
-        references=(DatasetChoice("gmm2d", seed=1), DatasetChoice("gmm2d", seed=2)),
-        n_target=40,
-        n_reference=40,
-    )
-    assert model.uploads == {}
-    loaded = services.scenario_data(model).target
-    expected = load_upload(data, "blobs.npz")
-    assert loaded.n_samples == expected.n_samples == 40
-    np.testing.assert_allclose(loaded.features.numpy(), expected.features.numpy(), atol=1e-6)
-
-
-def test_missing_upload_is_a_clear_error(fresh_server):
-    from geoviz.errors import DatasetError
-
-    model = SessionModel({})
-    ghost = Upload("gone.npz", b"never saved")
-    model.scenario = default_scenario().with_(target=DatasetChoice.from_upload(ghost))
-    with pytest.raises(DatasetError, match="upload it again"):
-        services.scenario_data(model)
 
 
 def test_embedding_and_placement_come_back_from_disk_after_a_restart(fresh_server):

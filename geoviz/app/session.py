@@ -20,9 +20,10 @@ from geoviz.app.links import (
     scenario_to_token,
     weights_from_text,
 )
-from geoviz.app.scenario import DatasetChoice, Scenario, Upload
+from geoviz.app.scenario import Scenario
 from geoviz.app.settings import AppSettings, default_scenario
-from geoviz.errors import DatasetError, GeovizError
+from geoviz.app.uploads import UploadRef
+from geoviz.errors import GeovizError
 from geoviz.geodesic.weights import SimplexWeights
 
 
@@ -56,8 +57,8 @@ class SessionModel:
     state
         ``st.session_state`` in the app, a plain ``dict`` in tests.
 
-    The model keeps: the current :class:`Scenario`, the uploaded files
-    (``digest -> Upload``), and the weights picked by the user per scenario
+    The model keeps: the current :class:`Scenario`, the session's uploads
+    (``key -> UploadRef``: names and sizes, no bytes), and the weights picked by the user per scenario
     key (so changing the scenario starts again from ``a_hat``).
     """
 
@@ -94,23 +95,16 @@ class SessionModel:
         self.state[self.SCENARIO] = value
 
     @property
-    def uploads(self) -> dict[str, Upload]:
+    def uploads(self) -> dict[str, UploadRef]:
+        """This session's uploads, ``key -> UploadRef`` (the bytes live in the server's
+        :class:`~geoviz.app.uploads.UploadStore`, never in the session)."""
         return self.state[self.UPLOADS]
 
-    def add_upload(self, filename: str, data: bytes) -> Upload:
-        up = Upload(filename=filename, data=bytes(data))
-        self.uploads[up.digest] = up
-        return up
-
-    def upload_for(self, choice: DatasetChoice) -> Upload:
-        if choice.source != "upload":
-            raise DatasetError(f"{choice.label} is not an upload")
-        try:
-            return self.uploads[str(choice.digest)]
-        except KeyError:
-            raise DatasetError(
-                "the uploaded file is no longer in this session; upload it again", choice.name
-            ) from None
+    def add_upload(self, ref: UploadRef) -> UploadRef:
+        if not isinstance(ref, UploadRef):
+            raise TypeError(f"expected an UploadRef, got {type(ref).__name__}")
+        self.uploads[ref.key] = ref
+        return ref
 
     def picked_weights(self, m: int) -> SimplexWeights | None:
         """Weights the user picked for the current scenario (validated and rounded once,

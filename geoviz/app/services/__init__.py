@@ -25,8 +25,10 @@ weights can never evict a fit. Keys are the scenario's hash (:meth:`Scenario.key
 computed once per scenario) plus the call's parameters, shared by every page and session.
 What must survive a restart goes to the on-disk :class:`~geoviz.backend.DiskCache` as
 well: the OTDD maps (by :func:`geoviz.geodesic.fit_geodesic`), the fitted embedding and
-the ``P_a`` placements (:func:`embedding`, :func:`place_points`), and uploaded files by
-their sha256 (:func:`save_upload`), so a shared URL works on the same server.
+the ``P_a`` placements (:func:`embedding`, :func:`place_points`). Uploads have their own
+store (:func:`upload_store`, :class:`geoviz.app.uploads.UploadStore`): files on disk under a
+quota and an expiry, parsed datasets in memory under a byte budget, named by a keyed hash
+(:func:`add_upload`), so a shared URL works on the same server while the upload lasts.
 
 The geodesic fit runs as a :class:`~geoviz.app.jobs.BackgroundJob` in the store
 (:func:`start_geodesic`): it outlives the page that started it, and any page can watch
@@ -48,19 +50,20 @@ from geoviz.app.services.caches import (
     disk_cache,
     lower_thread_priority,
     store,
+    upload_store,
 )
 from geoviz.app.services.datasets import (
     ScenarioData,
-    check_upload,
+    add_upload,
     choice_caption,
     choice_options,
     dataset_projection,
     pairwise_otdd,
     pairwise_otdd_if_ready,
-    save_upload,
     scenario_data,
     scenario_data_if_ready,
-    stored_upload,
+    upload_dataset,
+    upload_notice,
 )
 from geoviz.app.services.embeddings import (
     embedding,
@@ -139,7 +142,7 @@ __all__ = [
     "EvidenceRequest",
     "EvidenceResult",
     "ScenarioData",
-    "check_upload",
+    "add_upload",
     "choice_caption",
     "choice_options",
     "companion_scenario",
@@ -188,7 +191,6 @@ __all__ = [
     "plan_neighbours_figure",
     "plan_neighbours_table",
     "save_export",
-    "save_upload",
     "scenario_data",
     "scenario_data_if_ready",
     "set_epsilon",
@@ -199,6 +201,8 @@ __all__ = [
     "start_evidence",
     "start_geodesic",
     "store",
-    "stored_upload",
     "teaching_indices",
+    "upload_dataset",
+    "upload_notice",
+    "upload_store",
 ]

@@ -3,11 +3,15 @@ tiers (:func:`store`), the disk cache, the torch settings and background thread 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from geoviz.app.jobs import ResultStore
+from geoviz.app.settings import AppSettings
+from geoviz.app.uploads import UploadStore
 from geoviz.backend import DiskCache, RuntimeSettings, configure, get_cache
 from geoviz.backend import configure_torch as configure_torch_settings
 
@@ -55,6 +59,52 @@ def configure_torch(threads: int) -> bool:
 
 def disk_cache() -> DiskCache:
     return get_cache()
+
+
+_UPLOADS: list[UploadStore] = []
+_UPLOADS_LOCK = threading.Lock()
+#: seconds between two sweeps of the upload store (idle parsed uploads, expired files)
+UPLOAD_SWEEP_SECONDS = 60.0
+
+
+def upload_store(settings: AppSettings | None = None) -> UploadStore:
+    """The server's :class:`~geoviz.app.uploads.UploadStore`: files under the disk cache's
+    ``uploads/`` folder, budgets from the operator's settings (``GEOVIZ_UPLOAD_*``).
+
+    Made on first use, with a daemon thread that sweeps it every
+    :data:`UPLOAD_SWEEP_SECONDS` (so memory returns after visitors leave even when no page
+    runs); made again when the cache folder changes (tests switch it).
+    """
+    folder = disk_cache().directory / "uploads"
+    with _UPLOADS_LOCK:
+        if _UPLOADS and _UPLOADS[-1].folder == folder:
+            return _UPLOADS[-1]
+        settings = settings or AppSettings.from_env()
+        made = UploadStore(
+            folder,
+            memory_bytes=settings.upload_memory_mb * 2**20,
+            disk_bytes=settings.upload_disk_mb * 2**20,
+            ttl_seconds=settings.upload_ttl_hours * 3600.0,
+            idle_seconds=settings.upload_idle_minutes * 60.0,
+        )
+        _UPLOADS[:] = [made]
+        if not any(t.name == "geoviz-upload-sweeper" for t in threading.enumerate()):
+            threading.Thread(
+                target=_sweep_forever, name="geoviz-upload-sweeper", daemon=True
+            ).start()
+        return made
+
+
+def _sweep_forever() -> None:
+    while True:
+        time.sleep(UPLOAD_SWEEP_SECONDS)
+        with _UPLOADS_LOCK:
+            current = list(_UPLOADS)
+        for uploads in current:
+            try:
+                uploads.sweep()
+            except Exception:  # a sweep must never end the thread
+                logging.getLogger("geoviz.app").exception("upload sweep failed")
 
 
 #: how much nicer (Linux thread niceness) a background fit that no page waits for runs

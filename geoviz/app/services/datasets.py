@@ -7,22 +7,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from geoviz.app.scenario import (
     DatasetChoice,
     Scenario,
-    Upload,
     scenario_feature_bytes,
     served_datasets,
     served_path,
 )
-from geoviz.app.services.caches import Progress, disk_cache, store
+from geoviz.app.services.caches import Progress, disk_cache, store, upload_store
 from geoviz.app.session import SessionModel
-from geoviz.backend import cache_key
+from geoviz.app.settings import AppSettings
+from geoviz.app.uploads import UploadRef
 from geoviz.data import choice as data_choice
 from geoviz.data.dataset import LabeledDataset
-from geoviz.data.formats import load_path, load_upload, rebased_errors
+from geoviz.data.formats import load_path, rebased_errors
 from geoviz.data.registry import dataset_info, list_datasets
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.spec import SpecDatasets, load_spec_datasets
@@ -99,19 +98,16 @@ class ScenarioData:
 
 
 def _resolver(model: SessionModel) -> Callable[[DatasetChoice], LabeledDataset]:
-    """The raw dataset of an uploaded or served choice: the session's uploads (else this
-    server's upload cache) and the operator's data folders (:func:`served_path`)."""
+    """The raw dataset of an uploaded or served choice: the server's upload store (by the
+    upload's key, whichever session uploaded it) and the operator's data folders
+    (:func:`served_path`)."""
 
     def resolve(choice: DatasetChoice) -> LabeledDataset:
         if choice.source == "upload":
-            up = model.uploads.get(str(choice.digest)) or stored_upload(str(choice.digest))
-            if up is None:
-                raise DatasetError(
-                    "the uploaded file is neither in this session nor in this server's cache; "
-                    "upload it again",
-                    choice.name,
-                )
-            return load_upload(up.data, up.filename)
+            try:
+                return upload_store(model.settings).dataset(str(choice.digest))
+            except DatasetError as err:
+                raise DatasetError(err.problem, choice.name) from None
         path = served_path(choice.name, model.settings.data_dirs)
         label = choice.name.partition("/")[0]
         # messages name "<folder label>/<path inside>", never the folder's place on the server
@@ -199,39 +195,37 @@ def choice_caption(choice: DatasetChoice) -> str:
     return f"{choice.label} (needs internet: download fails offline)"
 
 
-def check_upload(filename: str, data: bytes) -> LabeledDataset:
-    """Parse an upload with :func:`geoviz.data.formats.load_upload` (cached by content).
+def add_upload(model: SessionModel, filename: str, data: bytes) -> tuple[UploadRef, LabeledDataset]:
+    """Take an uploaded file into the server's upload store and the session's choices.
 
-    Raises the library's :class:`~geoviz.errors.GeovizError` for invalid files.
+    The file is parsed (:func:`geoviz.data.formats.load_upload`; nothing is kept if it does
+    not parse), its bytes go to the store's disk folder and its dataset to the store's
+    memory (:class:`~geoviz.app.uploads.UploadStore`); the session keeps only the
+    :class:`~geoviz.app.uploads.UploadRef`.
+
+    Raises
+    ------
+    GeovizError
+        The file is not a usable dataset, or larger than the store's disk quota.
     """
-    key = ("upload", Upload(filename, data).digest, filename)
-    return store().get_or_compute(key, lambda: load_upload(data, filename), tier="fit")
+    ref, ds = upload_store(model.settings).add(filename, data)
+    model.add_upload(ref)
+    return ref, ds
 
 
-def save_upload(upload: Upload) -> None:
-    """Keep an uploaded file on this server's disk cache, by the sha256 of its bytes.
-
-    A URL naming the upload (:func:`~geoviz.app.state.scenario_to_token`) then
-    works in any later session on the same server, after a restart too.
-    """
-    key = _upload_key(upload.digest)
-    if disk_cache().load("app-upload", key) is None:
-        data = torch.frombuffer(bytearray(upload.data), dtype=torch.uint8)
-        disk_cache().store("app-upload", key, {"filename": upload.filename, "data": data})
+def upload_notice(settings: AppSettings) -> str:
+    """What the upload box says about where an upload goes and what a link to it gives."""
+    return (
+        f"Your file is kept on this server for {settings.upload_ttl_hours} hours after it was "
+        "last used, then deleted. It is named by a private key: a link to a scenario that "
+        "uses it lets whoever you send the link to load it, and nobody else can find it "
+        "(not even with a copy of the file)."
+    )
 
 
-def _upload_key(digest: str) -> str:
-    return cache_key("app-upload", {"digest": str(digest)})
-
-
-def stored_upload(digest: str) -> Upload | None:
-    """The upload with this sha256 from the disk cache (:func:`save_upload`), or ``None``."""
-    payload = disk_cache().load("app-upload", _upload_key(digest))
-    if payload is None:
-        return None
-    data = bytes(payload["data"].numpy().tobytes())
-    up = Upload(filename=str(payload["filename"]), data=data)
-    return up if up.digest == digest else None
+def upload_dataset(key: str) -> LabeledDataset:
+    """The parsed dataset of the upload ``key`` (memory, else the store's disk)."""
+    return upload_store().dataset(key)
 
 
 def dataset_projection(data: ScenarioData) -> Embedding:

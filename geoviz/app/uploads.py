@@ -1,0 +1,366 @@
+"""Uploaded datasets: one store per server, bounded in bytes in memory and on disk.
+
+A visitor's upload lives in two places, both bounded, neither in the visitor's session:
+
+* **on disk**, the file's bytes (``<folder>/<key>.data`` and a small ``<key>.json``), so a
+  link naming the upload works after the visitor left and after a restart. The folder has
+  a quota (``GEOVIZ_UPLOAD_DISK_MB``) and an expiry (``GEOVIZ_UPLOAD_TTL_HOURS`` after the
+  upload was last used); the least recently used uploads go first.
+* **in memory**, the parsed dataset (float32 features), so a scenario does not parse the
+  same upload again: bounded by bytes (``GEOVIZ_UPLOAD_MEMORY_MB``), least recently used
+  out first, and emptied of what nobody used for ``GEOVIZ_UPLOAD_IDLE_MINUTES``
+  (:meth:`UploadStore.sweep`). The raw bytes are never kept in memory.
+
+The session keeps only an :class:`UploadRef` (key, file name, size).
+
+**Keys are private.** An upload is named by ``HMAC-SHA256(server secret, file name and
+sha256 of the bytes)``, not by the bare content hash: whoever holds a link can load the
+upload, but nobody can test whether some file was uploaded by computing its hash. The
+secret is ``GEOVIZ_UPLOAD_SECRET``, else a random 32 bytes kept in ``<folder>/secret``
+(so links survive a restart). Every refusal for an unknown key is the same sentence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from geoviz.atomic import atomic_write_bytes
+from geoviz.data.dataset import LabeledDataset
+from geoviz.data.formats import load_upload
+from geoviz.errors import DatasetError, ResourceError
+from geoviz.memory import format_bytes
+
+__all__ = ["UploadRef", "UploadStore", "dataset_bytes"]
+
+#: what parses an upload's bytes (its file name chooses the format)
+Parser = Callable[[bytes, str], LabeledDataset]
+
+_KEY_CHARS = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class UploadRef:
+    """What a session keeps of an upload: the key links use, the file name, the size.
+
+    Attributes
+    ----------
+    key
+        64 hex characters, :meth:`UploadStore.key_for` of the file (not its sha256).
+    filename
+        The name it was uploaded under (its extension decides the format).
+    size
+        Bytes of the file.
+    """
+
+    key: str
+    filename: str
+    size: int
+
+    @property
+    def digest(self) -> str:
+        """The key, under the name :class:`~geoviz.data.choice.DatasetChoice` gives it."""
+        return self.key
+
+
+def dataset_bytes(ds: LabeledDataset) -> int:
+    """Memory held by a dataset's arrays (features and labels), bytes."""
+    total = 0
+    for tensor in (ds.features, ds.labels):
+        total += int(tensor.element_size()) * int(tensor.numel())
+    return total
+
+
+@dataclass
+class _Parsed:
+    dataset: LabeledDataset
+    nbytes: int
+    used: float
+
+
+class UploadStore:
+    """The server's uploads: bytes on disk under a quota and an expiry, parsed datasets in
+    memory under a byte budget.
+
+    Parameters
+    ----------
+    folder
+        Where the bytes live (created when missing).
+    memory_bytes
+        Most bytes of parsed datasets kept in memory; a dataset larger than this is
+        parsed for its caller and not kept.
+    disk_bytes
+        Most bytes of uploaded files kept on disk; a file larger than this is refused.
+    ttl_seconds
+        An upload not used for this long is deleted from disk (and its links stop working).
+    idle_seconds
+        A parsed dataset not used for this long leaves memory at the next :meth:`sweep`.
+    secret
+        Key of the HMAC naming uploads; default ``<folder>/secret``, made on first use.
+    parse
+        Turns ``(bytes, file name)`` into a dataset (:func:`geoviz.data.formats.load_upload`).
+    clock
+        Seconds since the epoch (tests pass a fake one).
+
+    Attributes
+    ----------
+    parses_
+        Uploads parsed since construction (a scenario never parses one twice while it is
+        in memory).
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        memory_bytes: int = 512 * 2**20,
+        disk_bytes: int = 2 * 2**30,
+        ttl_seconds: float = 24 * 3600.0,
+        idle_seconds: float = 600.0,
+        secret: bytes | None = None,
+        parse: Parser = load_upload,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.folder = Path(folder)
+        self.memory_bytes = int(memory_bytes)
+        self.disk_bytes = int(disk_bytes)
+        self.ttl_seconds = float(ttl_seconds)
+        self.idle_seconds = float(idle_seconds)
+        self._parse = parse
+        self._clock = clock
+        self._secret = secret
+        self._lock = threading.RLock()
+        # striped per-key locks: one parse per upload at a time, in bounded memory
+        self._stripes = [threading.Lock() for _ in range(64)]
+        self._parsed: OrderedDict[str, _Parsed] = OrderedDict()
+        self.parses_ = 0
+
+    # ------------------------------------------------------------------ keys
+    def _server_secret(self) -> bytes:
+        if self._secret is None:
+            path = self.folder / "secret"
+            try:
+                self._secret = path.read_bytes()
+            except FileNotFoundError:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                try:
+                    atomic_write_bytes(path, secrets.token_bytes(32), overwrite=False)
+                    os.chmod(path, 0o600)
+                except FileExistsError:  # another process made it first
+                    pass
+                self._secret = path.read_bytes()
+            if len(self._secret) < 16:
+                raise ResourceError(f"the upload secret {path.name} is shorter than 16 bytes")
+        return self._secret
+
+    def key_for(self, filename: str, data: bytes) -> str:
+        """``HMAC-SHA256(secret, file name + sha256(data))`` in hex: the upload's name in links."""
+        content = hashlib.sha256(data).digest()
+        message = str(filename).encode("utf-8", "replace") + b"\0" + content
+        return hmac.new(self._server_secret(), message, hashlib.sha256).hexdigest()
+
+    @staticmethod
+    def _valid_key(key: str) -> bool:
+        return isinstance(key, str) and len(key) == 64 and set(key) <= _KEY_CHARS
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        return self.folder / f"{key}.data", self.folder / f"{key}.json"
+
+    def _gone(self) -> DatasetError:
+        hours = self.ttl_seconds / 3600
+        return DatasetError(
+            "this upload is not on this server: uploads are kept for "
+            f"{hours:g} hours after their last use, then deleted; upload the file again"
+        )
+
+    # ------------------------------------------------------------------ public API
+    def add(self, filename: str, data: bytes) -> tuple[UploadRef, LabeledDataset]:
+        """Take an upload: parse it (nothing is kept if it does not parse), keep its bytes on
+        disk and its dataset in memory. Adding the same file again parses nothing.
+
+        Raises
+        ------
+        GeovizError
+            The file is not a usable dataset (:func:`~geoviz.data.formats.load_upload`).
+        ResourceError
+            The file alone is larger than the disk quota.
+        """
+        filename = str(filename)
+        if len(data) > self.disk_bytes:
+            raise ResourceError(
+                f"{filename} is {format_bytes(len(data))}, more than the "
+                f"{format_bytes(self.disk_bytes)} this server keeps for all uploads together "
+                "(GEOVIZ_UPLOAD_DISK_MB)"
+            )
+        key = self.key_for(filename, data)
+        ref = UploadRef(key=key, filename=filename, size=len(data))
+        with self._key_lock(key):
+            parsed = self._memory_get(key)
+            if parsed is None:
+                parsed = self._parse_now(data, filename)
+            self._write(ref, data)
+            self._memory_put(key, parsed)
+        return ref, parsed
+
+    def dataset(self, key: str) -> LabeledDataset:
+        """The parsed dataset of the upload ``key``: from memory, else parsed from disk.
+
+        Raises
+        ------
+        DatasetError
+            No such upload on this server (never uploaded, expired or evicted): the same
+            sentence whatever the key.
+        """
+        if not self._valid_key(key):
+            raise self._gone()
+        with self._key_lock(key):
+            parsed = self._memory_get(key)
+            if parsed is not None:
+                self._touch(key)
+                return parsed
+            ref = self.ref(key)
+            data_path, _ = self._paths(key)
+            try:
+                data = data_path.read_bytes()
+            except OSError:
+                raise self._gone() from None
+            if ref is None or len(data) != ref.size:
+                raise self._gone()
+            parsed = self._parse_now(data, ref.filename)
+            del data
+            self._touch(key)
+            self._memory_put(key, parsed)
+            return parsed
+
+    def ref(self, key: str) -> UploadRef | None:
+        """The upload ``key`` (file name and size), or ``None`` if it is not on disk or expired."""
+        if not self._valid_key(key):
+            return None
+        data_path, meta_path = self._paths(key)
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            used = data_path.stat().st_mtime
+            ref = UploadRef(key=key, filename=str(meta["filename"]), size=int(meta["size"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if self._clock() - used > self.ttl_seconds:
+            return None
+        return ref
+
+    def sweep(self) -> int:
+        """Forget parsed datasets idle for ``idle_seconds`` and delete expired uploads from
+        disk. Returns how many items were dropped."""
+        now = self._clock()
+        dropped = 0
+        with self._lock:
+            for key in [k for k, p in self._parsed.items() if now - p.used > self.idle_seconds]:
+                del self._parsed[key]
+                dropped += 1
+        for key, used, _ in self._disk_entries():
+            if now - used > self.ttl_seconds:
+                self._delete(key)
+                dropped += 1
+        return dropped
+
+    @property
+    def memory_used(self) -> int:
+        """Bytes of parsed datasets held in memory now."""
+        with self._lock:
+            return sum(p.nbytes for p in self._parsed.values())
+
+    @property
+    def disk_used(self) -> int:
+        """Bytes of uploaded files on disk now."""
+        return sum(size for _, _, size in self._disk_entries())
+
+    def clear_memory(self) -> None:
+        """Forget every parsed dataset (as after a restart); the disk is kept."""
+        with self._lock:
+            self._parsed.clear()
+
+    # ------------------------------------------------------------------ memory
+    def _key_lock(self, key: str) -> threading.Lock:
+        return self._stripes[int(key[:8], 16) % len(self._stripes)]
+
+    def _parse_now(self, data: bytes, filename: str) -> LabeledDataset:
+        self.parses_ += 1
+        return self._parse(data, filename)
+
+    def _memory_get(self, key: str) -> LabeledDataset | None:
+        with self._lock:
+            parsed = self._parsed.get(key)
+            if parsed is None:
+                return None
+            parsed.used = self._clock()
+            self._parsed.move_to_end(key)
+            return parsed.dataset
+
+    def _memory_put(self, key: str, ds: LabeledDataset) -> None:
+        nbytes = dataset_bytes(ds)
+        with self._lock:
+            self._parsed.pop(key, None)
+            if nbytes > self.memory_bytes:
+                return  # parsed for this caller only: the budget is a hard bound
+            while self._parsed and self.memory_used + nbytes > self.memory_bytes:
+                self._parsed.popitem(last=False)
+            self._parsed[key] = _Parsed(ds, nbytes, self._clock())
+
+    # ------------------------------------------------------------------ disk
+    def _disk_entries(self) -> list[tuple[str, float, int]]:
+        """``(key, last use, bytes)`` of every upload on disk."""
+        out = []
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return out
+        for name in names:
+            if not name.endswith(".data") or not self._valid_key(name[:-5]):
+                continue
+            try:
+                st = os.stat(self.folder / name)
+            except OSError:
+                continue
+            out.append((name[:-5], st.st_mtime, st.st_size))
+        return out
+
+    def _delete(self, key: str) -> None:
+        for path in self._paths(key):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        with self._lock:
+            self._parsed.pop(key, None)
+
+    def _touch(self, key: str) -> None:
+        now = self._clock()
+        with contextlib.suppress(OSError):
+            os.utime(self._paths(key)[0], (now, now))
+
+    def _write(self, ref: UploadRef, data: bytes) -> None:
+        """Keep ``data`` on disk, first deleting expired uploads, then the least recently
+        used ones until the quota has room."""
+        data_path, meta_path = self._paths(ref.key)
+        if data_path.exists():
+            self._touch(ref.key)
+            return
+        self.sweep()
+        entries = sorted((e for e in self._disk_entries() if e[0] != ref.key), key=lambda e: e[1])
+        used = sum(size for _, _, size in entries)
+        for key, _, size in entries:
+            if used + ref.size <= self.disk_bytes:
+                break
+            self._delete(key)
+            used -= size
+        meta = {"filename": ref.filename, "size": ref.size, "created": self._clock()}
+        atomic_write_bytes(meta_path, json.dumps(meta).encode(), overwrite=True)
+        atomic_write_bytes(data_path, data, overwrite=True)
+        self._touch(ref.key)
