@@ -42,7 +42,7 @@ def one_size() -> tuple[int, int]:
 
 
 def test_parsed_uploads_are_bounded_by_bytes_not_count(tmp_path):
-    file_size, parsed_size = one_size()
+    _, parsed_size = one_size()
     store = UploadStore(tmp_path, memory_bytes=int(2.5 * parsed_size), disk_bytes=10**9)
     refs = [store.add(f"u{i}.npz", npz_bytes(seed=i))[0] for i in range(4)]
     assert store.memory_used <= 2.5 * parsed_size
@@ -148,7 +148,7 @@ def _upload_scenario(model: SessionModel, refs: list[UploadRef]):
 def test_a_link_to_an_upload_works_in_another_session_and_its_hash_does_not(fresh_server):
     data = npz_bytes()
     owner = SessionModel({})
-    ref, _ = services.add_upload(owner, "a.npz", data)
+    services.add_upload(owner, "a.npz", data)
     for i in (1, 2):
         services.add_upload(owner, f"r{i}.npz", npz_bytes(seed=i))
     owner.scenario = _upload_scenario(owner, list(owner.uploads.values()))
