@@ -7,6 +7,9 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PORT ?= 8501
+# ADDRESS: the interface `make run` listens on. The default serves this machine only;
+# ADDRESS=0.0.0.0 serves every interface (anyone who can reach the port can use the app)
+ADDRESS ?= 127.0.0.1
 BIN := $(VENV)/bin
 # `make run` installs what the app needs; `make test` adds the dev extras (pytest, ruff,
 # hypothesis, Playwright, Ray) on top
@@ -36,7 +39,7 @@ install: $(STAMP)
 install-dev: $(DEV_STAMP)
 
 run: $(STAMP)
-	$(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true
+	$(BIN)/streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) --server.headless true
 
 test: $(DEV_STAMP)
 	$(BIN)/ruff check .

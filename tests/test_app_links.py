@@ -400,3 +400,21 @@ def test_served_dataset_errors_name_the_folder_label_not_its_place(tmp_path):
         services.scenario_data(model)
     text = services.error_text(info.value)
     assert "served/ifold" in text and str(tmp_path) not in text, text
+
+
+@pytest.mark.parametrize(("args", "address"), [([], "127.0.0.1"), (["ADDRESS=0.0.0.0"], "0.0.0.0")])
+def test_make_run_serves_this_machine_unless_given_an_address(tmp_path, args, address):
+    """``make run`` listened on every interface with no way to choose (issue 25)."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        ["make", "-n", "-C", str(root), "run", f"VENV={tmp_path / 'venv'}", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    run_line = next(line for line in out.splitlines() if "streamlit run app.py" in line)
+    assert f"--server.address {address} " in run_line

@@ -216,3 +216,13 @@ def test_the_session_holds_no_file_bytes(fresh_server):
     assert max(sizes(model.state), default=0) < 1000
     (ref,) = model.uploads.values()
     assert ref.size == len(data) and ref.filename == "a.npz"
+
+
+def test_the_operator_can_set_the_secret(tmp_path):
+    data = npz_bytes()
+    a = UploadStore(tmp_path / "a", secret=b"s" * 32)
+    b = UploadStore(tmp_path / "b", secret=b"s" * 32)
+    assert a.key_for("x.npz", data) == b.key_for("x.npz", data)
+    assert not (tmp_path / "a" / "secret").exists()
+    with pytest.raises(GeovizError, match="16 bytes"):
+        UploadStore(tmp_path / "c", secret=b"short")

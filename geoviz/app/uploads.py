@@ -38,7 +38,7 @@ from pathlib import Path
 from geoviz.atomic import atomic_write_bytes
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats import load_upload
-from geoviz.errors import DatasetError, ResourceError
+from geoviz.errors import DatasetError, GeovizError, ResourceError
 from geoviz.memory import format_bytes
 
 __all__ = ["UploadRef", "UploadStore", "dataset_bytes"]
@@ -138,6 +138,8 @@ class UploadStore:
         self.idle_seconds = float(idle_seconds)
         self._parse = parse
         self._clock = clock
+        if secret is not None and len(secret) < 16:
+            raise GeovizError("the upload secret (GEOVIZ_UPLOAD_SECRET) needs at least 16 bytes")
         self._secret = secret
         self._lock = threading.RLock()
         # striped per-key locks: one parse per upload at a time, in bounded memory

@@ -86,6 +86,7 @@ def upload_store(settings: AppSettings | None = None) -> UploadStore:
             disk_bytes=settings.upload_disk_mb * 2**20,
             ttl_seconds=settings.upload_ttl_hours * 3600.0,
             idle_seconds=settings.upload_idle_minutes * 60.0,
+            secret=os.environ.get("GEOVIZ_UPLOAD_SECRET", "").encode() or None,
         )
         _UPLOADS[:] = [made]
         if not any(t.name == "geoviz-upload-sweeper" for t in threading.enumerate()):
