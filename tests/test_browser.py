@@ -871,3 +871,81 @@ def test_explorer_mccann_play(page, server):
         want = quantize(ds.features.numpy()[shown], header["pixel_lo"], header["pixel_hi"])
         got = _mix(frame, t)
         assert np.abs(got.astype(int) - want.ravel().astype(int)).max() <= 1
+
+
+def _post_value(frame, value_js: str, seq: int) -> None:
+    """Post a component value from inside the explorer's frame, as a hostile page script
+    would: ``value_js`` is a JavaScript expression for the ``weights`` / ``t`` field or, with
+    seq < 0, for the whole value."""
+    frame.evaluate(
+        "([expr, seq]) => { const v = eval(expr);"
+        " const value = seq < 0 ? v : Object.assign({seq: seq, id: 'hostile'}, v);"
+        " window.parent.postMessage({isStreamlitMessage: true,"
+        " type: 'streamlit:setComponentValue', value: value, dataType: 'json'}, '*'); }",
+        [value_js, seq],
+    )
+
+
+def test_hostile_explorer_values_keep_the_explorer_and_the_last_pick(page, server):
+    """Issue 25 rows 4-7: NaN, null, text, nested lists, objects and huge arrays posted as the
+    explorer's value each give one short sentence; the explorer stays drawn with the last
+    good pick, on the Geodesic and the McCann page."""
+    pg = page
+    pg.goto(f"{server['url']}/geodesic")
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    _post_value(frame, "({weights: [0.5, 0.3, 0.2]})", 10_001)
+    pg.wait_for_function(
+        "() => decodeURIComponent(window.location.search).includes('a=0.5,0.3,0.2')",
+        timeout=60_000,
+    )
+    _wait_idle(pg)
+    hostile = [
+        "({weights: 'nan'})",
+        "({weights: [[0.2, 0.3, 0.5]]})",
+        "({weights: null})",
+        "({weights: {}})",
+        "({weights: [0.2, 0.3]})",
+        "({weights: ['0.2', '0.3', '0.5']})",
+        "({weights: 'w'.repeat(1000000)})",
+        "({weights: Array(200000).fill(0.1)})",
+        "'just a text'",
+        "[0.2, 0.3, 0.5]",
+    ]
+    for k, expr in enumerate(hostile):
+        whole = expr.startswith("'") or expr.startswith("[")
+        _post_value(frame, expr, -1 if whole else 10_002 + k)
+        pg.wait_for_timeout(300)
+        _wait_idle(pg)
+        _assert_no_exception(pg, f"after {expr[:40]}")
+        frame = _explorer(pg, timeout_s=30)
+        assert frame.evaluate("() => geovizExplorer.pick()") == pytest.approx([0.5, 0.3, 0.2])
+        assert _query(pg)["a"] == "0.5,0.3,0.2", expr
+        warnings = pg.locator("[data-testid='stAlertContentWarning']")
+        if not whole:  # a bare value without an event number is refused as an event too
+            assert warnings.count() >= 1, expr
+        for text in warnings.all_inner_texts():
+            assert len(text) <= 200 and "wwwwwwwwwwwwwwwwwwwwwwwwwwwwww" not in text
+    _shot(pg, "3_geodesic_after_hostile_values")
+    assert "Picked a" in _main_text(pg)
+
+    pg.goto(f"{server['url']}/mccann")
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    _post_value(frame, "({t: 0.25})", 20_001)
+    pg.wait_for_function(
+        "() => document.body.innerText.includes('Released t = 0.25')", timeout=60_000
+    )
+    _wait_idle(pg)
+    shown_t = frame.evaluate("() => geovizExplorer.t()")  # the browser's own slider
+    for k, expr in enumerate(["'nan'", "null", "'abc'", "[0.5]", "({})", "1.5", "'q'.repeat(1e6)"]):
+        _post_value(frame, f"({{t: {expr}}})", 20_002 + k)
+        pg.wait_for_timeout(300)
+        _wait_idle(pg)
+        _assert_no_exception(pg, f"McCann after t = {expr}")
+        frame = _explorer(pg, timeout_s=30)
+        assert "Released t = 0.25" in _main_text(pg), expr
+        assert frame.evaluate("() => geovizExplorer.t()") == pytest.approx(shown_t)
+        warnings = pg.locator("[data-testid='stAlertContentWarning']")
+        assert warnings.count() >= 1 and len(warnings.first.inner_text()) <= 200, expr
+    _shot(pg, "4_mccann_after_hostile_values")
