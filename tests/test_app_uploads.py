@@ -226,3 +226,15 @@ def test_the_operator_can_set_the_secret(tmp_path):
     assert not (tmp_path / "a" / "secret").exists()
     with pytest.raises(GeovizError, match="16 bytes"):
         UploadStore(tmp_path / "c", secret=b"short")
+
+
+def test_uploads_of_the_old_disk_cache_are_removed(fresh_server):
+    """Row 1: uploads kept by sha256 in the disk cache were never cleaned."""
+    from geoviz.app.services.caches import _UPLOADS, LEGACY_UPLOAD_NAMESPACE
+
+    legacy = services.disk_cache().directory / LEGACY_UPLOAD_NAMESPACE
+    legacy.mkdir(parents=True)
+    (legacy / "old.pt").write_bytes(b"x" * 1000)
+    _UPLOADS.clear()
+    services.upload_store()
+    assert not legacy.exists()

@@ -22,7 +22,7 @@ Environment variables (read by :func:`AppSettings.from_env`):
     scenario's datasets may take.
 ``GEOVIZ_UPLOAD_MEMORY_MB``, ``GEOVIZ_UPLOAD_DISK_MB``, ``GEOVIZ_UPLOAD_TTL_HOURS``, ``GEOVIZ_UPLOAD_IDLE_MINUTES``
     The upload store (:class:`geoviz.app.uploads.UploadStore`): parsed uploads kept in
-    memory (default 512 MB, dropped after 10 idle minutes), uploaded files kept on disk
+    memory (default 256 MB, dropped after 10 idle minutes), uploaded files kept on disk
     (default 2048 MB), and how long an upload (and a link naming it) lasts after its last
     use (default 24 hours).
 """
@@ -100,7 +100,7 @@ class AppSettings:
     export_root: Path | None = None
     max_scenario_mb: int = 1024
     torch_threads: int = 0
-    upload_memory_mb: int = 512
+    upload_memory_mb: int = 256
     upload_disk_mb: int = 2048
     upload_ttl_hours: int = 24
     upload_idle_minutes: int = 10
@@ -118,7 +118,7 @@ class AppSettings:
             export_root=_env_folder(env, "GEOVIZ_EXPORT_ROOT"),
             max_scenario_mb=_env_int(env, "GEOVIZ_APP_MAX_MB", 1024, minimum=16),
             torch_threads=_env_int(env, "GEOVIZ_TORCH_THREADS", 0, minimum=0),
-            upload_memory_mb=_env_int(env, "GEOVIZ_UPLOAD_MEMORY_MB", 512, minimum=1),
+            upload_memory_mb=_env_int(env, "GEOVIZ_UPLOAD_MEMORY_MB", 256, minimum=1),
             upload_disk_mb=_env_int(env, "GEOVIZ_UPLOAD_DISK_MB", 2048, minimum=1),
             upload_ttl_hours=_env_int(env, "GEOVIZ_UPLOAD_TTL_HOURS", 24, minimum=1),
             upload_idle_minutes=_env_int(env, "GEOVIZ_UPLOAD_IDLE_MINUTES", 10, minimum=1),

@@ -123,7 +123,7 @@ class UploadStore:
         self,
         folder: str | Path,
         *,
-        memory_bytes: int = 512 * 2**20,
+        memory_bytes: int = 256 * 2**20,
         disk_bytes: int = 2 * 2**30,
         ttl_seconds: float = 24 * 3600.0,
         idle_seconds: float = 600.0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +64,8 @@ def disk_cache() -> DiskCache:
 
 _UPLOADS: list[UploadStore] = []
 _UPLOADS_LOCK = threading.Lock()
+#: the disk cache's namespace of uploads before :class:`~geoviz.app.uploads.UploadStore`
+LEGACY_UPLOAD_NAMESPACE = "app-upload"
 #: seconds between two sweeps of the upload store (idle parsed uploads, expired files)
 UPLOAD_SWEEP_SECONDS = 60.0
 
@@ -89,6 +92,8 @@ def upload_store(settings: AppSettings | None = None) -> UploadStore:
             secret=os.environ.get("GEOVIZ_UPLOAD_SECRET", "").encode() or None,
         )
         _UPLOADS[:] = [made]
+        # uploads kept by sha256 before the store existed never expired: removed once here
+        shutil.rmtree(disk_cache().directory / LEGACY_UPLOAD_NAMESPACE, ignore_errors=True)
         if not any(t.name == "geoviz-upload-sweeper" for t in threading.enumerate()):
             threading.Thread(
                 target=_sweep_forever, name="geoviz-upload-sweeper", daemon=True
