@@ -62,6 +62,7 @@ LAYER_RANKS: dict[str, int] = {
     "geoviz.data": 3,
     "geoviz.ot": 4,
     "geoviz.nn": 5,
+    "geoviz.features": 6,
     "geoviz.maps": 6,
     "geoviz.geodesic": 7,
     "geoviz.transfer": 8,

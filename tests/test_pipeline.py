@@ -425,3 +425,66 @@ def test_method_is_part_of_the_config_and_cache(data, cache):
     assert cache.hits_ > hits
     torch.testing.assert_close(again.mapped_features[2], neural.mapped_features[2])
     np.testing.assert_allclose(again.a_hat, neural.a_hat)
+
+
+# ---------------------------------------------------------------- feature spaces (issue 22)
+
+
+def _grey_problem(n: int = 150):
+    from geoviz.data.preprocess import harmonize
+    from geoviz.data.registry import load_dataset
+
+    q = load_dataset("mnist", split="test", n=n, seed=0)
+    refs = [load_dataset(name, n=n, seed=0) for name in ("mnist", "fashion_mnist", "usps")]
+    return harmonize([q, *refs], size=16, channels="grey")
+
+
+def test_images_come_back_through_the_plan(tmp_path):
+    """In pixel space the lift of the references' images through each plan's largest
+    entries equals the barycentric projection the map computed (up to the mass outside)."""
+    from geoviz.backend import DiskCache
+    from geoviz.geodesic.pipeline import fit_geodesic, lift_through_plan
+
+    q, *refs = _grey_problem()
+    result = fit_geodesic(q, refs, cache=DiskCache(tmp_path))
+    for fitted, ref in zip(result.maps, refs, strict=True):
+        lifted = lift_through_plan(fitted, ref.features)
+        exact = fitted.mapped_features_
+        rel = float((lifted - exact).norm() / exact.norm())
+        assert rel < 0.02, rel
+
+
+def test_geodesic_in_a_feature_space_keeps_images_and_names_the_space(tmp_path):
+    from geoviz.backend import DiskCache
+    from geoviz.features import PCASpace
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+
+    q, *refs = _grey_problem()
+    cache = DiskCache(tmp_path)
+    result = fit_geodesic(q, refs, GeodesicConfig(features="pca"), cache=cache)
+    assert result.features_name == "pca50" and result.image_shape == q.image_shape
+    assert result.maps[0].mapped_features_.shape[1] == 50  # the plan lives in PCA space
+    assert result.mapped_features[0].shape == (q.n_samples, q.n_features)  # images
+    pa = result.interpolate(result.a_hat)
+    assert pa.image_shape == q.image_shape
+    assert float(pa.features.min()) >= -1e-6 and float(pa.features.max()) <= 1 + 1e-6
+    meta = pa.metadata["features"]
+    assert meta["name"] == "pca50" and len(meta["digest"]) == 64
+    assert result.summary()["features"] == "pca50"
+    # the same space object gives the same result; pixels keep the old config keys
+    again = fit_geodesic(q, refs, features=PCASpace(50), cache=cache)
+    np.testing.assert_allclose(again.a_hat, result.a_hat)
+    assert "features" not in GeodesicConfig().to_dict()
+    assert GeodesicConfig(features="pca").to_dict()["features"] == "pca"
+
+
+def test_feature_space_names_and_neural_maps_are_checked():
+    from geoviz.errors import GeovizError
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+
+    for bad in ("/tmp/model.pt", "resnet", 3):
+        with pytest.raises(GeovizError, match="features must be one of"):
+            GeodesicConfig(features=bad)  # type: ignore[arg-type]
+    q, *refs = _grey_problem(60)
+    with pytest.raises(GeovizError, match="barycentric"):
+        fit_geodesic(q, refs, GeodesicConfig(features="pca", method="neural", neural="tiny"))

@@ -352,17 +352,29 @@ def box_normalise(
     DatasetError
         Not a grey image dataset, or ``box > canvas``.
     """
-    from PIL import Image
-
     if ds.image_shape is None or ds.image_shape[0] != 1:
         raise DatasetError("box_normalise needs grey images (image_shape (1, H, W))", _src(ds))
     box = limits.check_int(box, "box", 1, limits.MAX_IMAGE_SIZE, error=DatasetError)
     canvas = limits.check_int(canvas, "canvas", box, limits.MAX_IMAGE_SIZE, error=DatasetError)
     _, h, w = ds.image_shape
-    images = ds.features.numpy().reshape(-1, h, w)
+    out = box_images(ds.features.numpy().reshape(-1, h, w), box, canvas, threshold)
+    return LabeledDataset(
+        features=out.reshape(len(out), -1),
+        labels=ds.labels,
+        classes=ds.classes,
+        name=ds.name,
+        image_shape=(1, canvas, canvas),
+        source=ds.source,
+    )
+
+
+def box_images(images: np.ndarray, box: int, canvas: int, threshold: float = 0.1) -> np.ndarray:
+    """:func:`box_normalise` on ``(N, H, W)`` grey images: ``(N, canvas, canvas)`` float32."""
+    from PIL import Image
+
     memory.check_bytes(images.shape[0] * canvas * canvas * 4, "box-normalising images")
     out = np.zeros((images.shape[0], canvas, canvas), dtype=np.float32)
-    for i, img in enumerate(images):
+    for i, img in enumerate(np.asarray(images, dtype=np.float32)):
         ink = img > threshold * float(img.max())
         if not img.max() > 0 or not ink.any():
             continue
@@ -377,14 +389,7 @@ def box_normalise(
         top = int(np.clip(round(canvas / 2 - cy), 0, canvas - small.shape[0]))
         left = int(np.clip(round(canvas / 2 - cx), 0, canvas - small.shape[1]))
         out[i, top : top + small.shape[0], left : left + small.shape[1]] = small
-    return LabeledDataset(
-        features=out.reshape(len(out), -1),
-        labels=ds.labels,
-        classes=ds.classes,
-        name=ds.name,
-        image_shape=(1, canvas, canvas),
-        source=ds.source,
-    )
+    return out
 
 
 def stratified_allocation(counts: np.ndarray, n: int) -> np.ndarray:

@@ -43,6 +43,14 @@ from geoviz.backend import DiskCache, get_cache, jsonable
 from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.features import (
+    BUILTIN_SPACES,
+    ENCODER_PRESETS,
+    EncoderSpace,
+    FeatureSpace,
+    FittedFeatures,
+    make_space,
+)
 from geoviz.geodesic.distances import (
     TwoQDistances,
     check_qp_solver,
@@ -110,6 +118,13 @@ class GeodesicConfig:
         Budget of the neural maps (a :class:`~geoviz.maps.neural.NeuralMapConfig`
         or a preset name ``"tiny"``/``"cpu"``/``"paper"``); ignored for
         ``method="barycentric"`` (and left out of :meth:`to_dict`).
+    features
+        The feature space the costs live in (paper Sec. 5.3): ``"pixels"`` (default),
+        ``"pca"``, ``"box"``, ``"encoder"`` or a registered ``"model:<name>"``
+        (:func:`geoviz.features.make_space`); left out of :meth:`to_dict` for pixels, so
+        pixel-space keys are those of before feature spaces existed.
+    encoder
+        Training budget of the ``"encoder"`` space (:data:`geoviz.features.ENCODER_PRESETS`).
     """
 
     otdd: OTDDConfig = field(default_factory=OTDDConfig)
@@ -119,6 +134,8 @@ class GeodesicConfig:
     qp_solver: str | None = None
     method: MapMethod = "barycentric"
     neural: NeuralMapConfig = field(default_factory=lambda: get_neural_preset("cpu"))
+    features: str = "pixels"
+    encoder: str = "cpu"
 
     def __post_init__(self) -> None:
         # OTDDConfig validates its own fields on construction (epsilon within
@@ -156,6 +173,18 @@ class GeodesicConfig:
                 "GeodesicConfig.neural must be a NeuralMapConfig or a preset name, got "
                 f"{type(self.neural).__name__}"
             )
+        if not isinstance(self.features, str) or not (
+            self.features in BUILTIN_SPACES or self.features.startswith("model:")
+        ):
+            raise GeovizError(
+                f"GeodesicConfig.features must be one of {', '.join(BUILTIN_SPACES)} or "
+                f"'model:<name>', got {str(self.features)[:40]!r}"
+            )
+        if self.encoder not in ENCODER_PRESETS:
+            raise GeovizError(
+                f"GeodesicConfig.encoder must be one of {', '.join(ENCODER_PRESETS)}, "
+                f"got {str(self.encoder)[:40]!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able parameters (for cache keys and metadata).
@@ -167,6 +196,10 @@ class GeodesicConfig:
         out = dataclasses.asdict(self)
         if self.method not in TRAINED_MAP_METHODS:
             out.pop("neural")
+        if self.features == "pixels":
+            out.pop("features")
+        if self.features != "encoder":
+            out.pop("encoder")
         plain: dict[str, Any] = jsonable(out)
         return plain
 
@@ -211,6 +244,8 @@ class GeodesicResult:
     distances: TwoQDistances
     a_hat: np.ndarray
     label_space: LabelSpace
+    feature_space: FittedFeatures | None = None
+    mapped_images: tuple[torch.Tensor, ...] | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -240,8 +275,19 @@ class GeodesicResult:
 
     @property
     def mapped_features(self) -> tuple[torch.Tensor, ...]:
-        """``m`` tensors ``(N_Q, D)`` float32: ``T_i(x)`` for every target sample."""
+        """``m`` tensors ``(N_Q, D)`` float32: ``T_i(x)`` for every target sample, in the
+        datasets' own space (images). With a feature space, the maps' plans were computed on
+        features and these are the references' own images under each plan
+        (:func:`lift_through_plan`); the maps' feature-space images are
+        ``maps[i].mapped_features_``."""
+        if self.mapped_images is not None:
+            return self.mapped_images
         return tuple(t.mapped_features_ for t in self.maps)
+
+    @property
+    def features_name(self) -> str:
+        """The feature space the costs live in (``"pixels"`` when none was fitted)."""
+        return "pixels" if self.feature_space is None else self.feature_space.name
 
     @property
     def soft_labels(self) -> tuple[torch.Tensor, ...]:
@@ -439,6 +485,11 @@ class GeodesicResult:
             ],
             "config": self.config.to_dict(),
             "maps": self.map_summaries(),
+            "features": (
+                {"name": "pixels", "digest": "pixels"}
+                if self.feature_space is None
+                else self.feature_space.manifest()
+            ),
         }
 
     def interpolate(self, weights: Any, n: int | None = None, seed: int = 0) -> SoftLabeledDataset:
@@ -505,6 +556,7 @@ class GeodesicResult:
         return {
             "target": self.target.name,
             "method": self.method,
+            "features": self.features_name,
             "n_target": self.target.n_samples,
             "references": list(self.label_space.dataset_names),
             "otdd": self.otdd.tolist(),
@@ -584,6 +636,48 @@ _MAP_STAGES = {
 }
 
 
+def _space_of(config: GeodesicConfig, cache: DiskCache) -> FeatureSpace:
+    """The feature space ``config.features`` names (the encoder caches in ``cache``)."""
+    if config.features == "encoder":
+        return EncoderSpace(config.encoder, cache=cache, device=config.otdd.device)
+    return make_space(config.features, encoder_preset=config.encoder)
+
+
+def lift_through_plan(fitted: FittedMap[Any], reference_images: torch.Tensor) -> torch.Tensor:
+    """The references' own images under a plan computed in a feature space.
+
+    ``T_i(x_n) = sum_j w_nj X_j / sum_j w_nj`` over the plan's largest entries of row ``n``
+    (:class:`~geoviz.maps.base.PlanNeighbours`, :data:`geoviz.ot.otdd.N_NEIGHBOURS` per row),
+    with ``X_j`` the reference's images: the barycentric projection (paper eq. (bary_map))
+    of the images instead of the features. At the sharp default epsilon a row has about
+    two effective neighbours, so its largest entries hold nearly all its mass and the
+    mapped image is a blend of a few real reference images.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(N_Q, D_images)`` float32.
+
+    Raises
+    ------
+    GeovizError
+        The map has no plan (a neural map).
+    """
+    plan = fitted.plan_neighbours()
+    if plan is None:
+        raise GeovizError(
+            "this map keeps no plan, so its images cannot come back from a feature space"
+        )
+    weight = plan.weight.clamp_min(0.0) * (plan.index >= 0)
+    weight = weight / weight.sum(dim=1, keepdim=True).clamp_min(1e-30)
+    index = plan.index.clamp_min(0)
+    images = reference_images.to(torch.float32)
+    out = torch.zeros(index.shape[0], images.shape[1], dtype=torch.float32)
+    for j in range(index.shape[1]):
+        out += weight[:, j : j + 1] * images[index[:, j]]
+    return out
+
+
 def fit_geodesic(
     target: LabeledDataset,
     references: Sequence[LabeledDataset],
@@ -591,8 +685,15 @@ def fit_geodesic(
     *,
     progress: Progress | None = None,
     cache: DiskCache | None = None,
+    features: FeatureSpace | None = None,
 ) -> GeodesicResult:
     """Project ``target`` onto the generalized geodesic of ``references`` (paper Sec. 3).
+
+    With a feature space (``config.features`` other than ``"pixels"``, or ``features``
+    given), the space is fitted on the union of the (subsampled) target and references, and
+    every cost, coupling, map diagnostic, (2,Q) distance and ``a_hat`` lives in it (paper
+    Sec. 5.3); ``P_a``'s images come back through the couplings
+    (:func:`lift_through_plan`), so the result's datasets and mapped features stay images.
 
     Parameters
     ----------
@@ -608,6 +709,9 @@ def fit_geodesic(
         overall progress in ``[0, 1]`` and reaches 1.0 at the end.
     cache
         Where maps and label distances are cached; default :func:`get_cache`.
+    features
+        A :class:`~geoviz.features.FeatureSpace` to use instead of ``config.features``
+        (e.g. a :class:`~geoviz.features.ModelSpace` of the user's model).
 
     Returns
     -------
@@ -637,8 +741,25 @@ def fit_geodesic(
 
     target = _subsample(target, config.n_target, config.subsample_seed)
     refs = tuple(_subsample(ref, config.n_reference, config.subsample_seed) for ref in refs)
+    images = (target, refs)
+    space = features if features is not None else _space_of(config, cache)
+    fitted_space: FittedFeatures | None = None
+    if not isinstance(space, FeatureSpace):
+        raise GeovizError(f"features must be a FeatureSpace, got {type(space).__name__}")
+    if space.name != "pixels":
+        if config.method != "barycentric":
+            raise GeovizError(
+                f"maps in the {space.name} feature space are barycentric: a neural map there "
+                "would generate features, not images (use method='barycentric')"
+            )
+        report(f"feature space {space.name}", 0.0)
+        fitted_space = space.fit(
+            [target, *refs], lambda stage, f: report(f"{space.name}: {stage}", 0.3 * f)
+        )
+        target = fitted_space.transform(target)
+        refs = tuple(fitted_space.transform(ref) for ref in refs)
     m = len(refs)
-    space = label_space(refs)
+    labels_space = label_space(refs)
     otdd_cfg = config.otdd
     n_pairs = m * (m - 1) // 2
     map_share = 0.85
@@ -649,7 +770,7 @@ def fit_geodesic(
     kind = map_method_label(config.method)
     maps: list[FittedMap[Any]] = []
     for i, ref in enumerate(refs):
-        stage = f"{kind} {i + 1}/{m}: {target.name} -> {space.dataset_names[i]}"
+        stage = f"{kind} {i + 1}/{m}: {target.name} -> {labels_space.dataset_names[i]}"
         report(stage, map_share * i / m)
 
         def sub_progress(sub: str, fraction: float, i: int = i, stage: str = stage) -> None:
@@ -704,7 +825,8 @@ def fit_geodesic(
     for i in range(m):
         for j in range(i + 1, m):
             report(
-                f"label distances {space.dataset_names[i]} <-> {space.dataset_names[j]}",
+                f"label distances {labels_space.dataset_names[i]} <-> "
+                f"{labels_space.dataset_names[j]}",
                 map_share + (1 - map_share) * 0.9 * done / max(n_pairs, 1),
             )
             between[(i, j)] = labels_between(refs[i], refs[j])
@@ -723,14 +845,22 @@ def fit_geodesic(
         lambda_y=float(otdd_cfg.lambda_y),
     )
     a_hat = optimal_weights(dist.w_to_target, dist.w_between, solver=config.qp_solver)
+    lifted = None
+    if fitted_space is not None:
+        lifted = tuple(
+            lift_through_plan(fitted, ref.features)
+            for fitted, ref in zip(maps, images[1], strict=True)
+        )
     result = GeodesicResult(
-        target=target,
-        references=refs,
+        target=images[0],
+        references=images[1],
         config=config,
         maps=tuple(maps),
         distances=dist,
         a_hat=a_hat,
-        label_space=space,
+        label_space=labels_space,
+        feature_space=fitted_space,
+        mapped_images=lifted,
     )
     report("done", 1.0)
     return result

@@ -1,0 +1,95 @@
+"""Feature spaces: where the OTDD costs live (paper Sec. 5.3).
+
+One contract (:mod:`.base`): a :class:`FeatureSpace` is fitted on the union of ``Q`` and the
+references and gives a frozen :class:`FittedFeatures` with a stable name and digest, which
+maps each dataset to vectors. Built in:
+
+========== =================================================================================
+name       space
+========== =================================================================================
+pixels     the datasets as they are (default; right for aligned grey digits)
+pca        50 principal components of the union (:class:`PCASpace`)
+box        grey digits box-normalised like MNIST, then pixels (:class:`BoxSpace`)
+encoder    a small CNN trained here on the union (:class:`EncoderSpace`, :mod:`.encoder`)
+========== =================================================================================
+
+and :class:`ModelSpace` for a model the user brings (a torch module or callable, a
+TorchScript file, a torchvision architecture with a local weights file). A shared link may
+name the built-in spaces (:data:`BUILTIN_SPACES`) and models the server registered by name
+(:func:`register_model`), never a path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from geoviz.errors import GeovizError
+from geoviz.features.base import FeatureSpace, FittedFeatures, check_feature_output
+from geoviz.features.builtin import BoxSpace, PCASpace, PixelSpace
+from geoviz.features.encoder import ENCODER_PRESETS, EncoderConfig, EncoderSpace
+from geoviz.features.models import ModelSpace
+
+__all__ = [
+    "BUILTIN_SPACES",
+    "ENCODER_PRESETS",
+    "BoxSpace",
+    "BuiltinSpace",
+    "EncoderConfig",
+    "EncoderSpace",
+    "FeatureSpace",
+    "FittedFeatures",
+    "ModelSpace",
+    "PCASpace",
+    "PixelSpace",
+    "check_feature_output",
+    "make_space",
+    "register_model",
+    "registered_models",
+]
+
+BuiltinSpace = Literal["pixels", "pca", "box", "encoder"]
+
+#: the spaces every link and command may name
+BUILTIN_SPACES: tuple[BuiltinSpace, ...] = ("pixels", "pca", "box", "encoder")
+
+_MODELS: dict[str, Callable[[], ModelSpace]] = {}
+
+
+def register_model(name: str, factory: Callable[[], ModelSpace]) -> None:
+    """Let links and commands name the model ``model:<name>`` (the operator's choice).
+
+    ``factory`` builds the :class:`ModelSpace` when first used (e.g.
+    ``lambda: ModelSpace.from_torchscript("/srv/models/x.pt")``): the path stays on the
+    server, a link only names ``model:<name>``.
+    """
+    if not name or not name.replace("_", "").replace("-", "").isalnum() or len(name) > 64:
+        raise GeovizError(f"a model name is 1-64 letters, digits, '-' or '_', got {name!r}")
+    _MODELS[name] = factory
+
+
+def registered_models() -> tuple[str, ...]:
+    """``model:<name>`` of every registered model."""
+    return tuple(f"model:{n}" for n in sorted(_MODELS))
+
+
+def make_space(name: str, *, encoder_preset: str = "cpu") -> FeatureSpace:
+    """The feature space a name gives: a built-in one or a registered model.
+
+    Raises
+    ------
+    GeovizError
+        Any other name (a path is never opened from a name).
+    """
+    if name == "pixels":
+        return PixelSpace()
+    if name == "pca":
+        return PCASpace()
+    if name == "box":
+        return BoxSpace()
+    if name == "encoder":
+        return EncoderSpace(encoder_preset)
+    if isinstance(name, str) and name.startswith("model:") and name[6:] in _MODELS:
+        return _MODELS[name[6:]]()
+    known = ", ".join([*BUILTIN_SPACES, *registered_models()])
+    raise GeovizError(f"unknown feature space {str(name)[:40]!r}: use one of {known}")

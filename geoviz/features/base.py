@@ -1,0 +1,183 @@
+"""The feature-space contract: fit on the union of Q and the references, transform each.
+
+Paper Sec. 5.3: for natural images the OTDD maps are computed in an embedding (an MAE
+there), not on raw pixels. A :class:`FeatureSpace` is the estimator of such an embedding;
+fitting it on the union of the datasets of a geodesic problem gives a frozen
+:class:`FittedFeatures`, which
+
+* maps each dataset to vectors (:meth:`FittedFeatures.transform`: same labels, classes,
+  name and source; ``image_shape=None`` unless the space is the identity);
+* has a stable :attr:`~FittedFeatures.name` (``"pixels"``, ``"pca50"``, ``"encoder"``,
+  ``"model:<name>"``) and a :attr:`~FittedFeatures.digest`: sha256 of the space's
+  parameters, the fingerprints of the datasets it was fitted on and, for networks, of their
+  weights. Fitting the same space on the same data twice gives the same digest; cache keys
+  and export manifests carry it.
+
+The OTDD couplings are computed on the transformed datasets; the images of ``P_a`` come
+back through the couplings (:mod:`geoviz.geodesic.pipeline`): the barycentric projection
+of the references' own images under each plan.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from geoviz.backend import digest
+from geoviz.data.dataset import LabeledDataset
+from geoviz.errors import DatasetError, GeovizError
+
+__all__ = ["FeatureSpace", "FittedFeatures", "Progress", "check_feature_output"]
+
+#: ``progress(stage, fraction in [0, 1])``
+Progress = Callable[[str, float], None]
+
+
+def _same_kind(datasets: Sequence[LabeledDataset]) -> list[LabeledDataset]:
+    datasets = list(datasets)
+    if not datasets:
+        raise DatasetError("a feature space is fitted on at least one dataset")
+    if not all(isinstance(ds, LabeledDataset) for ds in datasets):
+        raise DatasetError("a feature space is fitted on LabeledDataset objects")
+    dims = {ds.n_features for ds in datasets}
+    if len(dims) > 1:
+        detail = ", ".join(f"{ds.name}: D={ds.n_features}" for ds in datasets)
+        raise DatasetError(
+            f"a feature space is fitted on datasets of one shape; got {detail} (harmonize first)"
+        )
+    return datasets
+
+
+def check_feature_output(out: Any, n: int, what: str) -> torch.Tensor:
+    """The ``(n, d)`` float32 CPU tensor of a model's output, or a clear error.
+
+    Accepts ``(n, d)`` and ``(n, d, 1, 1)``-like outputs (flattened after the batch axis).
+
+    Raises
+    ------
+    GeovizError
+        Not a tensor or array, another number of rows, no features, or NaN/inf values.
+    """
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        out = out[0]  # models that return (features, extras)
+    if isinstance(out, np.ndarray):
+        out = torch.from_numpy(out)
+    if not isinstance(out, torch.Tensor):
+        raise GeovizError(f"{what} returned {type(out).__name__}, not a tensor of features")
+    if out.ndim < 2 or out.shape[0] != n:
+        raise GeovizError(
+            f"{what} returned shape {tuple(out.shape)} for {n} inputs; expected ({n}, d)"
+        )
+    flat = out.detach().reshape(n, -1).to("cpu", torch.float32)
+    if flat.shape[1] == 0:
+        raise GeovizError(f"{what} returned no features (shape {tuple(out.shape)})")
+    if not torch.isfinite(flat).all():
+        bad = int((~torch.isfinite(flat)).any(dim=1).sum())
+        raise GeovizError(f"{what} returned NaN or infinite features for {bad} of {n} inputs")
+    return flat
+
+
+@dataclass(frozen=True, eq=False)
+class FittedFeatures:
+    """A feature space fitted on some datasets: a map ``(N, D) -> (N, d)``.
+
+    Attributes
+    ----------
+    name
+        Stable name of the space (``"pixels"``, ``"pca50"``, ``"encoder"``, ``"model:x"``).
+    digest
+        sha256 hex of the space's parameters, the fitted-on data and weights.
+    dim
+        ``d``, features per sample (``None`` for the identity: ``d = D``).
+    encode
+        ``(N, D) float32 -> (N, d) float32``, batched by the caller; ``None`` for the identity.
+    info
+        JSON-able facts for manifests and tables (training time, losses, parameters).
+    """
+
+    name: str
+    digest: str
+    dim: int | None
+    encode: Callable[[torch.Tensor], torch.Tensor] | None = field(repr=False, default=None)
+    info: dict[str, Any] = field(default_factory=dict)
+    batch_size: int = 1024
+
+    @property
+    def is_identity(self) -> bool:
+        """``True`` for pixel space: datasets are used as they are."""
+        return self.encode is None
+
+    def transform(self, ds: LabeledDataset) -> LabeledDataset:
+        """``ds`` in this space: ``(N, d)`` features, same labels, classes, name and source.
+
+        Raises
+        ------
+        GeovizError
+            The encoder's output has the wrong shape or holds NaN/inf.
+        """
+        if self.encode is None:
+            return ds
+        chunks = []
+        with torch.no_grad():
+            for start in range(0, ds.n_samples, self.batch_size):
+                x = ds.features[start : start + self.batch_size]
+                chunks.append(
+                    check_feature_output(self.encode(x), x.shape[0], f"feature space {self.name}")
+                )
+        z = torch.cat(chunks, dim=0)
+        if self.dim is not None and z.shape[1] != self.dim:
+            raise GeovizError(
+                f"feature space {self.name} gave {z.shape[1]} features, expected {self.dim}"
+            )
+        return ds.with_features(z, image_shape=None)
+
+    def manifest(self) -> dict[str, Any]:
+        """What an export's manifest records of the space."""
+        return {"name": self.name, "digest": self.digest, "dim": self.dim, **self.info}
+
+
+class FeatureSpace(ABC):
+    """Estimator of a feature space (scikit-learn style: parameters in ``__init__``,
+    never mutated; :meth:`fit` returns a new :class:`FittedFeatures`)."""
+
+    #: stable name, part of cache keys and manifests
+    name: str = "space"
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """JSON-able parameters that, with the data, determine the fitted space."""
+
+    @abstractmethod
+    def _fit(
+        self, datasets: list[LabeledDataset], digest_: str, progress: Progress | None
+    ) -> FittedFeatures:
+        """Fit on ``datasets`` (already checked); ``digest_`` is the fitted space's digest."""
+
+    def fit(
+        self, datasets: Sequence[LabeledDataset], progress: Progress | None = None
+    ) -> FittedFeatures:
+        """Fit on the union of ``datasets`` (Q and the references).
+
+        Raises
+        ------
+        DatasetError
+            No datasets, or datasets of different shapes.
+        """
+        checked = _same_kind(datasets)
+        key = digest(
+            {
+                "space": self.name,
+                "params": self.params(),
+                "data": [ds.fingerprint for ds in checked],
+            }
+        )
+        return self._fit(checked, key, progress)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
