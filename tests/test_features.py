@@ -131,7 +131,7 @@ def test_bad_models_give_clear_errors(grey_problem, tmp_path):
         ModelSpace("not a model")  # type: ignore[arg-type]
     garbage = tmp_path / "model.pt"
     garbage.write_bytes(b"\x00not a torchscript file")
-    with pytest.raises(GeovizError, match="model.pt is not a TorchScript model"):
+    with pytest.raises(GeovizError, match=r"model\.pt is not a TorchScript model"):
         ModelSpace.from_torchscript(garbage)
     with pytest.raises(GeovizError, match="cannot read the model file"):
         ModelSpace.from_torchscript(tmp_path / "missing.pt")
@@ -178,7 +178,7 @@ def test_colour_targets_keep_labels_and_are_deterministic():
         assert a.image_shape == (3, 16, 16) and torch.equal(a.features, b.features)
         assert torch.equal(a.labels, digits.labels) and a.classes == digits.classes
         assert not torch.equal(a.features, build(digits, size=16, seed=4).features)
-        assert 0.0 <= float(a.features.min()) and float(a.features.max()) <= 1.0
+        assert float(a.features.min()) >= 0.0 and float(a.features.max()) <= 1.0
         # the colour varies between samples (not a grey copy)
         rgb = a.features.reshape(-1, 3, 256)
         assert float((rgb[:, 0] - rgb[:, 1]).abs().mean()) > 0.02
