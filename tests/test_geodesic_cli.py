@@ -378,3 +378,39 @@ def test_progress_on_a_pipe_is_a_few_plain_lines(tmp_path):
     assert "\r" not in proc.stderr and 5 <= len(lines) <= 40, proc.stderr
     assert all(re.match(r"\[\s*\d+%\] ", line) for line in lines), proc.stderr
     assert lines[-1] == "[100%] done"
+
+
+DIGITS = ["--target", "mnist", "--refs", "usps,fashion_mnist", "--n", "60", "--size", "16"]
+
+
+def test_project_in_a_feature_space_exports_images_and_names_the_space(tmp_path, capsys):
+    """Issue 22: --features pca computes the maps in PCA space; the export holds images
+    lifted through the plans and its manifest names the space and its digest."""
+    import json
+
+    out_path = tmp_path / "synth.npz"
+    assert main(["project", *DIGITS, "--quiet", "--features", "pca", "--out", str(out_path)]) == 0
+    out = capsys.readouterr().out
+    assert "in the pca50 space" in out
+    with np.load(out_path, allow_pickle=False) as npz:
+        assert npz["features"].shape == (60, 256)  # 16x16 images, not 50 components
+    manifest = json.loads((tmp_path / "synth.manifest.json").read_text())
+    text = json.dumps(manifest)
+    assert '"pca50"' in text and '"digest"' in text
+
+
+def test_project_with_a_users_torchscript_model(tmp_path, capsys):
+    import torch
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(256, 8))
+    model = tmp_path / "my_net.pt"
+    torch.jit.save(torch.jit.script(module), str(model))
+    args = ["project", *DIGITS, "--quiet", "--features-model", str(model)]
+    assert main(args) == 0
+    assert "in the model:my_net space" in capsys.readouterr().out
+    (tmp_path / "bad.pt").write_bytes(b"junk")
+    assert main(["project", *DIGITS, "--quiet", "--features-model", str(tmp_path / "bad.pt")]) == 2
+    assert "bad.pt is not a TorchScript model" in capsys.readouterr().err
+    assert main([*args, "--features", "pca"]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -169,10 +169,64 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
             f"{limits.MAX_NEURAL_ITERATIONS:,})"
         ),
     )
+    add_feature_args(parser)
     parser.add_argument(
         "--no-cache", action="store_true", help="do not read or write the on-disk cache"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_feature_args(parser: argparse.ArgumentParser) -> None:
+    """``--features``, ``--features-model``, ``--features-size``, ``--encoder-preset``."""
+    parser.add_argument(
+        "--features",
+        choices=("pixels", "pca", "box", "encoder"),
+        default="pixels",
+        help=(
+            "the space the OTDD costs live in (paper Sec. 5.3): pixels (default), pca (50 "
+            "components of the union), box (grey digits box-normalised like MNIST), encoder "
+            "(a small CNN trained here on the union, cached): P_a's images come back through "
+            "the couplings"
+        ),
+    )
+    parser.add_argument(
+        "--features-model",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a TorchScript file mapping (N, C, H, W) images in [0, 1] to (N, d) features "
+        "(instead of --features)",
+    )
+    parser.add_argument(
+        "--features-size",
+        type=positive_int,
+        default=None,
+        help="with --features-model: the side images are resized to first",
+    )
+    parser.add_argument(
+        "--encoder-preset",
+        choices=("tiny", "cpu"),
+        default="cpu",
+        help="training budget of --features encoder (default cpu: about a minute)",
+    )
+
+
+def feature_space_from_args(args: argparse.Namespace) -> Any:
+    """The user's model as a feature space (``--features-model``), or ``None``.
+
+    Raises
+    ------
+    GeovizError
+        The file is missing or not a TorchScript model.
+    """
+    path = getattr(args, "features_model", None)
+    if path is None:
+        return None
+    from geoviz.features import ModelSpace
+
+    if getattr(args, "features", "pixels") != "pixels":
+        raise GeovizError("give either --features or --features-model, not both")
+    return ModelSpace.from_torchscript(path, input_size=getattr(args, "features_size", None))
 
 
 # --------------------------------------------------------------------------- shared steps
@@ -292,6 +346,8 @@ def spec_from_args(args: argparse.Namespace) -> GeodesicSpec:
             qp_solver=args.solver,
             method=getattr(args, "method", "barycentric"),
             neural=_neural_config(args),
+            features=getattr(args, "features", "pixels"),
+            encoder=getattr(args, "encoder_preset", "cpu"),
         ),
     )
 
@@ -303,13 +359,19 @@ def _fit(args: argparse.Namespace) -> GeodesicResult:
 
     check_args(args)
     spec = spec_from_args(args)
+    features = feature_space_from_args(args)
     data = geodesic_spec.load_spec_datasets(spec)
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
     with progress_callback(not args.quiet) as progress, warnings.catch_warnings():
         # the commands print their own BLURRY MAP line (also for maps read from the cache)
         warnings.simplefilter("ignore", BlurWarning)
         return fit_geodesic(
-            data.target, list(data.references), spec.config, progress=progress, cache=cache
+            data.target,
+            list(data.references),
+            spec.config,
+            progress=progress,
+            cache=cache,
+            features=features,
         )
 
 
@@ -361,10 +423,11 @@ def _maps_heading(result: GeodesicResult, two_q: bool) -> str:
     from geoviz.maps.base import PlanDiagnostics
 
     what = f"{OTDD}, (2,Q) distance to Q and diagnostics" if two_q else f"{OTDD} and diagnostics"
+    space = "" if result.features_name == "pixels" else f" in the {result.features_name} space"
     if all(isinstance(d, PlanDiagnostics) for d in result.diagnostics):
         eps = float(result.config.otdd.epsilon)
-        return f"{what} of each map T_i: Q -> P_i (epsilon = {eps:g} x mean ground cost):"
-    return f"{what} of each {result.config.method} map T_i: Q -> P_i:"
+        return f"{what} of each map T_i: Q -> P_i{space} (epsilon = {eps:g} x mean ground cost):"
+    return f"{what} of each {result.config.method} map T_i: Q -> P_i{space}:"
 
 
 def _cell(diagnostics: MapDiagnostics, name: str) -> str:

@@ -224,7 +224,11 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
         image_size=args.size,
         target_test=DatasetChoice.named(args.target, "test"),
         n_test=args.n_test,
-        config=GeodesicConfig(otdd=dataclasses.replace(OTDDConfig(), epsilon=epsilon)),
+        config=GeodesicConfig(
+            otdd=dataclasses.replace(OTDDConfig(), epsilon=epsilon),
+            features=args.features,
+            encoder=args.encoder_preset,
+        ),
     )
     data = load_spec_datasets(spec)
     assert data.target_test is not None  # the spec names the test split
@@ -253,7 +257,10 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
             neural_geodesic = fit_geodesic(
                 task.target_train,
                 list(task.references),
-                dataclasses.replace(config, method="neural", neural=args.neural_preset),
+                # neural maps generate images: they live in pixel space
+                dataclasses.replace(
+                    config, method="neural", neural=args.neural_preset, features="pixels"
+                ),
                 progress=fit_progress,
                 cache=cache,
             )
@@ -516,6 +523,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="test samples of the target (default: the whole test split)",
     )
     p.add_argument("--size", type=positive_int, default=32, help="image size (default 32)")
+    p.add_argument(
+        "--features",
+        choices=("pixels", "pca", "box", "encoder"),
+        default="pixels",
+        help="the space the OTDD maps and a_hat are computed in (default pixels); the "
+        "pretraining set P_a is made of images in every case",
+    )
+    p.add_argument(
+        "--encoder-preset",
+        choices=("tiny", "cpu"),
+        default="cpu",
+        help="training budget of --features encoder",
+    )
     p.add_argument(
         "--k", type=positive_int, default=5, help="labelled target samples per class (default 5)"
     )
