@@ -42,6 +42,7 @@ def form_values(scenario: Scenario) -> dict[str, object]:
         "form_seed": int(scenario.seed),
         "form_method": scenario.map_method,
         "form_budget": scenario.neural_preset,
+        "form_features": scenario.features,
     }
 
 
@@ -128,6 +129,12 @@ def scenario_form(model: SessionModel) -> None:
                 key="form_budget",
                 help="tiny: seconds on small data; cpu: minutes per map at 32×32; paper: GPU.",
             )
+        features = c1.selectbox(
+            "Feature space of the costs",
+            list(services.feature_space_names()),
+            key="form_features",
+            help=services.FEATURE_SPACE_HELP,
+        )
         submitted = st.form_submit_button("Apply scenario", type="primary")
     if submitted:
         target = options[target_tok]
@@ -147,6 +154,8 @@ def scenario_form(model: SessionModel) -> None:
                     seed=int(seed),
                     map_method=method,
                     neural_preset=budget,
+                    features=features,
+                    encoder_preset=model.settings.encoder_preset,
                 )
             )
         except GeovizError as err:

@@ -33,6 +33,7 @@ def _small_app(tmp_path_factory: pytest.TempPathFactory):
         mp.setenv("GEOVIZ_EMBEDDING", "pca")
         # no Ray cluster inside the test process (its driver would outlive the module)
         mp.setenv("GEOVIZ_TRANSFER_BACKEND", "sequential")
+        mp.setenv("GEOVIZ_ENCODER_PRESET", "tiny")
         mp.setenv("GEOVIZ_CACHE_DIR", str(tmp / "cache"))
         (tmp / "exports").mkdir()
         mp.setenv("GEOVIZ_EXPORT_ROOT", str(tmp / "exports"))
@@ -797,3 +798,28 @@ def test_scenario_form_sets_the_map_method_and_budget():
     assert "OTDD maps: neural (tiny budget)" in _sidebar(at)
     # the datasets are those of the barycentric scenario: nothing is reloaded
     assert scenario.data_key() == scenario.with_method("barycentric").data_key()
+
+
+def test_colour_preset_computes_in_the_encoder_space_and_shows_images():
+    """Issue 22: the colour preset's costs live in the encoder's space; the Geodesic page
+    works on images lifted through the plans, and the form switches spaces."""
+    from geoviz.app.settings import COLOUR_PRESET
+
+    at = _app()
+    at.selectbox(key="preset_name").set_value(COLOUR_PRESET)
+    at.button(key="load_preset").click().run()
+    _assert_clean(at, "colour preset")
+    scenario = at.session_state[SessionModel.SCENARIO]
+    assert scenario.features == "encoder" and scenario.encoder_preset == "tiny"
+    assert at.selectbox(key="form_features").value == "encoder"
+    assert "costs in the encoder feature space" in _sidebar(at)
+    at = _open(at, "pages/3_geodesic.py")
+    assert any(type(e).__name__ == "UnknownElement" for e in at.main)  # the explorer
+    # back to pixels from the form: another scenario key, same data
+    at = _open(at, "pages/1_datasets.py")
+    at.selectbox(key="form_features").set_value("pixels")
+    next(b for b in at.form_submit_button if b.label == "Apply scenario").click().run()
+    _assert_clean(at, "pixels")
+    pixels = at.session_state[SessionModel.SCENARIO]
+    assert pixels.features == "pixels" and pixels.key() != scenario.key()
+    assert pixels.data_key() == scenario.data_key()

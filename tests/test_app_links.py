@@ -418,3 +418,17 @@ def test_make_run_serves_this_machine_unless_given_an_address(tmp_path, args, ad
     ).stdout
     run_line = next(line for line in out.splitlines() if "streamlit run app.py" in line)
     assert f"--server.address {address} " in run_line
+
+
+def test_links_name_feature_spaces_never_paths():
+    """Issue 22: a link may name a built-in space or a registered model, never a file."""
+    model, problems = _restore(_token(_default_dict(features="encoder", encoder_preset="tiny")))
+    assert problems == ["<accepted>"] and model.scenario.features == "encoder"
+    for bad in ("/srv/models/x.pt", "model:../../x", "model:unregistered", "resnet18", 7):
+        _, problems = _restore(_token(_default_dict(features=bad)))
+        assert problems and "features must be one of" in problems[0], bad
+    _, problems = _restore(_token(_default_dict(features="pca", map_method="neural")))
+    assert problems and "barycentric" in problems[0]
+    # pixel-space scenarios keep the keys of links made before feature spaces existed
+    old = default_scenario(AppSettings(n_default=200))
+    assert "features" not in old._key_dict()

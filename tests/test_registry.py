@@ -65,7 +65,7 @@ def test_every_offline_dataset_loads_as_listed(name: str, split: str) -> None:
     assert ds.n_classes == info.n_classes and ds.image_shape == info.image_shape
     assert ds.n_features == info.n_features
     assert (ds.class_counts() > 0).all()
-    if info.kind == "bundled":
+    if info.kind == "bundled" and name not in ("mnist_m", "mnist_tex"):  # the samples
         assert (info.n_train, info.n_test) == (2000, 500)
     if ds.is_image:
         assert float(ds.features.min()) >= 0.0 and float(ds.features.max()) <= 1.0

@@ -31,6 +31,7 @@ from geoviz.data.choice import (
 from geoviz.data.formats import OutsideRootError, check_confined
 from geoviz.data.registry import dataset_info
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.features import BUILTIN_SPACES, ENCODER_PRESETS, registered_models
 from geoviz.geodesic.pipeline import GeodesicConfig
 from geoviz.geodesic.spec import GeodesicSpec, check_image_size
 from geoviz.ot.otdd import DEFAULT_EPSILON, OTDDConfig
@@ -107,6 +108,13 @@ class Scenario:
     neural_preset
         Training budget of neural maps (``"tiny"``, ``"cpu"``, ``"paper"``); only part
         of :meth:`key` for ``map_method="neural"``.
+    features
+        The feature space the OTDD costs live in (paper Sec. 5.3; :mod:`geoviz.features`):
+        ``"pixels"`` (default), ``"pca"``, ``"box"``, ``"encoder"`` or a model the server
+        registered (``"model:<name>"``); never a path. Part of :meth:`key` unless pixels.
+    encoder_preset
+        Training budget of the ``"encoder"`` space (``"tiny"``, ``"cpu"``); part of
+        :meth:`key` only for that space.
     """
 
     target: DatasetChoice
@@ -120,6 +128,8 @@ class Scenario:
     seed: int = 0
     map_method: MapMethod = "barycentric"
     neural_preset: NeuralPreset = "cpu"
+    features: str = "pixels"
+    encoder_preset: str = "cpu"
 
     def __post_init__(self) -> None:
         refs = tuple(self.references)
@@ -171,6 +181,21 @@ class Scenario:
             raise DatasetError(
                 f"neural_preset must be one of {', '.join(NEURAL_PRESET_NAMES)}, "
                 f"got {_short(self.neural_preset)}"
+            )
+        spaces = (*BUILTIN_SPACES, *registered_models())
+        if self.features not in spaces:
+            raise DatasetError(
+                f"features must be one of {', '.join(spaces)}, got {_short(self.features)}"
+            )
+        if self.encoder_preset not in ENCODER_PRESETS:
+            raise DatasetError(
+                f"encoder_preset must be one of {', '.join(ENCODER_PRESETS)}, "
+                f"got {_short(self.encoder_preset)}"
+            )
+        if self.features != "pixels" and self.map_method != "barycentric":
+            raise DatasetError(
+                f"maps in the {self.features} space are barycentric (their images come back "
+                "through the plans); choose the barycentric map or the pixel space"
             )
 
     # ------------------------------------------------------------------ views
@@ -237,7 +262,7 @@ class Scenario:
 
         def compute() -> str:
             d = self.to_dict()
-            for name in ("epsilon", "map_method", "neural_preset"):
+            for name in ("epsilon", "map_method", "neural_preset", "features", "encoder_preset"):
                 d.pop(name)
             return _hash(d)
 
@@ -250,6 +275,11 @@ class Scenario:
             # those of scenarios from before the map method existed (disk placements, links)
             d.pop("map_method")
             d.pop("neural_preset")
+        # scenarios in pixel space keep the keys of before feature spaces (disk, links)
+        if self.features == "pixels":
+            d.pop("features")
+        if self.features != "encoder":
+            d.pop("encoder_preset")
         return d
 
     def key(self) -> str:
@@ -267,7 +297,10 @@ class Scenario:
         between the datasets themselves (pairwise page) are shared by both.
         """
         return self._memo(
-            "_otdd_key", lambda: self.with_(map_method="barycentric", neural_preset="cpu").key()
+            "_otdd_key",
+            lambda: self.with_(
+                map_method="barycentric", neural_preset="cpu", features="pixels"
+            ).key(),
         )
 
     def with_method(self, method: MapMethod) -> Scenario:
@@ -321,6 +354,8 @@ class Scenario:
                 f"few-shot: {self.few_shot.k} labels per class + {self.few_shot.n_neighbors}-NN pseudo-labels"
             )
         lines.append(f"OTDD maps: {self.map_label}")
+        if self.features != "pixels":
+            lines.append(f"costs in the {self.features} feature space")
         return lines
 
     def spec(self) -> GeodesicSpec:
@@ -347,6 +382,8 @@ class Scenario:
                     otdd=OTDDConfig(epsilon=float(self.epsilon), seed=int(self.seed)),
                     method=self.map_method,
                     neural=self.neural_preset,
+                    features=self.features,
+                    encoder=self.encoder_preset,
                 ),
             )
             object.__setattr__(self, "_spec", cached)

@@ -14,6 +14,9 @@ Environment variables (read by :func:`AppSettings.from_env`):
 ``GEOVIZ_NEURAL_PRESET``
     Training budget of neural OTDD maps in new scenarios: ``tiny`` (seconds on small data;
     tests), ``cpu`` (default, minutes per map at 32x32) or ``paper`` (GPU scale).
+``GEOVIZ_ENCODER_PRESET``
+    Training budget of the encoder feature space: ``cpu`` (default, a few minutes on 2 cores)
+    or ``tiny`` (seconds; tests).
 ``GEOVIZ_TORCH_THREADS``
     torch's CPU threads for the whole server process, set once when the first page runs
     (default 0: torch's own default).
@@ -46,6 +49,7 @@ from geoviz.app.scenario import (
     served_path,
 )
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.features import ENCODER_PRESETS
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -104,6 +108,7 @@ class AppSettings:
     upload_disk_mb: int = 2048
     upload_ttl_hours: int = 24
     upload_idle_minutes: int = 10
+    encoder_preset: str = "cpu"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
@@ -122,6 +127,7 @@ class AppSettings:
             upload_disk_mb=_env_int(env, "GEOVIZ_UPLOAD_DISK_MB", 2048, minimum=1),
             upload_ttl_hours=_env_int(env, "GEOVIZ_UPLOAD_TTL_HOURS", 24, minimum=1),
             upload_idle_minutes=_env_int(env, "GEOVIZ_UPLOAD_IDLE_MINUTES", 10, minimum=1),
+            encoder_preset=_env_encoder_preset(env),
         )
 
     def admit(self, scenario: Scenario) -> Scenario:
@@ -163,6 +169,16 @@ def _env_backend(env: Mapping[str, str]) -> Literal["auto", "ray", "sequential"]
     return raw  # type: ignore[return-value]
 
 
+def _env_encoder_preset(env: Mapping[str, str]) -> str:
+    raw = env.get("GEOVIZ_ENCODER_PRESET", "").strip().lower() or "cpu"
+    if raw not in ENCODER_PRESETS:
+        raise GeovizError(
+            "environment variable GEOVIZ_ENCODER_PRESET must be one of "
+            f"{', '.join(ENCODER_PRESETS)}, got {raw!r}"
+        )
+    return raw
+
+
 def _env_neural_preset(env: Mapping[str, str]) -> NeuralPreset:
     raw = env.get("GEOVIZ_NEURAL_PRESET", "").strip().lower() or "cpu"
     if raw not in NEURAL_PRESET_NAMES:
@@ -194,6 +210,9 @@ def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]
       references drawn from different random mixtures (paper Fig. 3b style).
     * ``Chess-board`` — the 16-Gaussian chess board with the classes
       permuted differently in each reference (paper appendix, OTDD maps).
+    * :data:`COLOUR_PRESET` — Q = MNIST-M-style colour digits built offline
+      (:func:`geoviz.data.colour.photo_digits`), P = MNIST, Fashion-MNIST, USPS, with the
+      costs in the encoder's feature space (paper Sec. 5.3).
     """
     settings = settings or AppSettings.from_env()
     out = {"*NIST (MNIST ← Fashion-MNIST, USPS, KMNIST)": default_scenario(settings)}
@@ -221,4 +240,17 @@ def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]
         n_reference=min(settings.n_default, 800),
         neural_preset=settings.neural_preset,
     )
+    out[COLOUR_PRESET] = Scenario(
+        target=DatasetChoice("mnist_m"),
+        references=tuple(DatasetChoice(n) for n in ("mnist", "fashion_mnist", "usps")),
+        n_target=settings.n_default,
+        n_reference=settings.n_default,
+        neural_preset=settings.neural_preset,
+        features="encoder",
+        encoder_preset=settings.encoder_preset,
+    )
     return out
+
+
+#: the preset whose target is in colour: its costs live in the encoder's space
+COLOUR_PRESET = "Colour digits, encoder space (MNIST-M-style ← MNIST, Fashion-MNIST, USPS)"

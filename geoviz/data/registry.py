@@ -9,7 +9,8 @@
 Names
 -----
 * bundled samples (offline): ``mnist``, ``fashion_mnist``, ``kmnist``, ``usps``
-  (:mod:`geoviz.data.bundled`);
+  (:mod:`geoviz.data.bundled`), and the colour targets built from them ``mnist_m`` and
+  ``mnist_tex`` (:mod:`geoviz.data.colour`);
 * scikit-learn (offline): ``digits``, ``iris``, ``wine``
   (:mod:`geoviz.data.sklearn_sets`);
 * synthetic (offline): ``chessboard``, ``gmm2d``, ``gmm3d``
@@ -37,7 +38,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from geoviz.data import bundled, sklearn_sets, synthetic, torchvision_sets
+import torch
+
+from geoviz.data import bundled, colour, sklearn_sets, synthetic, torchvision_sets
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.data.formats import load_path
 from geoviz.data.preprocess import stratified_subsample
@@ -137,6 +140,34 @@ def _sklearn_entry(spec: sklearn_sets.SklearnSpec) -> _Entry:
     return _Entry(info, load, ("standardize",) if is_table else ())
 
 
+#: the colour targets' digits: the bundled MNIST *test* split (disjoint from the ``mnist``
+#: reference's training split), 400 for ``train`` and 100 for ``test``
+_COLOUR_SPLIT = {"train": slice(0, 400), "test": slice(400, 500)}
+
+
+def _colour_entry(name: str, title: str, description: str) -> _Entry:
+    info = DatasetInfo(
+        name=name,
+        title=title,
+        kind="bundled",
+        n_train=400,
+        n_test=100,
+        n_classes=10,
+        image_shape=(3, 28, 28),
+        offline=True,
+        description=description,
+        n_features=3 * 28 * 28,
+    )
+
+    def load(split: Split, seed: int) -> LabeledDataset:
+        digits = bundled.load_bundled("mnist", "test")
+        part = digits.subset(torch.arange(500)[_COLOUR_SPLIT[split]])
+        build = colour.photo_digits if name == "mnist_m" else colour.textured_digits
+        return build(part, size=28, seed=0 if split == "train" else 1, name=name)
+
+    return _Entry(info, load, ())
+
+
 _CHESS_N = {"train": 100, "test": 25}
 _GMM_N = {"train": 250, "test": 100}
 _GMM_CLASSES = 4
@@ -224,6 +255,20 @@ def _torchvision_entry(spec: torchvision_sets.TorchvisionSpec) -> _Entry:
 
 def _build_registry() -> dict[str, _Entry]:
     entries = [_bundled_entry(s) for s in bundled.BUNDLED.values()]
+    entries += [
+        _colour_entry(
+            "mnist_m",
+            "MNIST-M-style colour digits (built offline)",
+            "MNIST test digits blended by |patch - digit| into patches of scikit-learn's two "
+            "sample photos (geoviz.data.colour.photo_digits): a colour target for feature spaces.",
+        ),
+        _colour_entry(
+            "mnist_tex",
+            "Coloured digits on procedural textures (built offline)",
+            "MNIST test digits painted on random striped and blotched colour backgrounds "
+            "(geoviz.data.colour.textured_digits).",
+        ),
+    ]
     entries += [_sklearn_entry(s) for s in sklearn_sets.SKLEARN.values()]
     entries += [_chessboard_entry(), _gmm_entry(2), _gmm_entry(3)]
     entries += [_torchvision_entry(s) for s in torchvision_sets.TORCHVISION.values()]

@@ -14,8 +14,10 @@ made to ignore what carries no class meaning:
   channels permuted and rescaled, images turned grey or inverted, shifted, scaled and
   rotated. No photo is used, so a target built on photos (:func:`geoviz.data.colour.photo_digits`)
   is never seen in training except as itself, unlabelled;
-* **two losses** on a shared trunk: cross-entropy of one linear head per labelled dataset
-  (the references' own classes: digits stay apart from digits, garments from garments) and
+* **two losses** on a shared trunk: cross-entropy of one linear head per set of class
+  names among the labelled datasets (the references' own classes: digits stay apart from
+  digits, garments from garments; MNIST and USPS, both ``0``-``9``, share one head, so their
+  classes land in the same places) and
   a contrastive loss (NT-Xent, SimCLR) between two augmented views of every image of the
   union, the target's included (unlabelled), so that Q's colour images land where their
   grey counterparts do. ``benchmarks/bench_features.py`` measures each part
@@ -207,7 +209,7 @@ def augment(x: torch.Tensor, grey: torch.Tensor, gen: torch.Generator) -> torch.
     out = invert * (1 - out) + (1 - invert) * out
     # geometry: scale, rotation, shift
     angle = (rand(n) - 0.5) * (math.pi / 9)
-    scale = 0.8 + 0.4 * rand(n)
+    scale = 0.65 + 0.7 * rand(n)  # USPS digits fill their frame, MNIST's a 20/28 box
     shift = (rand(n, 2) - 0.5) * 0.25
     cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
     theta = torch.stack(
@@ -263,7 +265,7 @@ class EncoderSpace(FeatureSpace):
         self.device = device
 
     def params(self) -> dict[str, Any]:
-        return {"version": 1, **asdict(self.config)}
+        return {"version": 2, **asdict(self.config)}
 
     def with_seed(self, seed: int) -> EncoderSpace:
         """The same space with another training seed."""
@@ -319,12 +321,15 @@ class EncoderSpace(FeatureSpace):
             cfg.labels == "all" or (cfg.labels == "references" and i > 0)
             for i in range(len(datasets))
         ]
+        # one head per set of class names: datasets with the same classes (MNIST and USPS
+        # digits) share a classifier, so the trunk puts their classes in the same places
         head_of: dict[int, int] = {}
+        head_classes: dict[tuple[str, ...], int] = {}
         for i, ds in enumerate(datasets):
             idx = torch.randperm(ds.n_samples, generator=gen)[: cfg.max_per_dataset]
             xs.append(_to_rgb(ds.features[idx], shape, cfg.size))
             if labelled[i]:
-                head_of[i] = len(head_of)
+                head_of[i] = head_classes.setdefault(tuple(ds.classes), len(head_classes))
             labels.append(ds.labels[idx] if labelled[i] else torch.full((len(idx),), -1))
             heads.append(torch.full((len(idx),), head_of.get(i, -1)))
         x = torch.cat(xs)
@@ -332,7 +337,7 @@ class EncoderSpace(FeatureSpace):
         head = torch.cat(heads)
         # grey samples (one channel, or three equal ones) get random backgrounds
         grey = (x.amax(dim=1) - x.amin(dim=1)).amax(dim=(1, 2)) < 1e-3
-        n_classes = [datasets[i].n_classes for i in sorted(head_of, key=head_of.get)]
+        n_classes = [len(names) for names in head_classes]
         net = EncoderNet(cfg.width, cfg.dim).to(device)
         classifier = nn.ModuleList([nn.Linear(cfg.dim, c) for c in n_classes]).to(device)
         params = list(net.parameters()) + list(classifier.parameters())
@@ -354,7 +359,7 @@ class EncoderSpace(FeatureSpace):
                 loss = torch.zeros((), device=device)
                 if cfg.supervised > 0 and head_of:
                     yb, hb = y[batch].to(device), head[batch].to(device)
-                    for k in range(len(head_of)):
+                    for k in range(len(head_classes)):
                         mask = hb == k
                         if bool(mask.any()):
                             logits = classifier[k](z1[mask])

@@ -53,11 +53,13 @@ from geoviz.app.services.caches import (
     upload_store,
 )
 from geoviz.app.services.datasets import (
+    FEATURE_SPACE_HELP,
     ScenarioData,
     add_upload,
     choice_caption,
     choice_options,
     dataset_projection,
+    feature_space_names,
     pairwise_otdd,
     pairwise_otdd_if_ready,
     scenario_data,
@@ -135,6 +137,7 @@ from geoviz.viz.report import (
 
 __all__ = [
     "BACKGROUND_NICENESS",
+    "FEATURE_SPACE_HELP",
     "MAX_DERIVED",
     "MAX_FITS",
     "MAX_TEACHING_POINTS",
@@ -161,6 +164,7 @@ __all__ = [
     "export_folder",
     "export_payload",
     "export_ready",
+    "feature_space_names",
     "field_format",
     "field_text",
     "field_value",

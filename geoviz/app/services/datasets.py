@@ -24,6 +24,7 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats import load_path, rebased_errors
 from geoviz.data.registry import dataset_info, list_datasets
 from geoviz.errors import DatasetError, GeovizError
+from geoviz.features import BUILTIN_SPACES, registered_models
 from geoviz.geodesic.spec import SpecDatasets, load_spec_datasets
 from geoviz.memory import check_bytes, memory_guard
 from geoviz.ot.otdd import OTDDConfig, otdd
@@ -211,6 +212,21 @@ def add_upload(model: SessionModel, filename: str, data: bytes) -> tuple[UploadR
     ref, ds = upload_store(model.settings).add(filename, data)
     model.add_upload(ref)
     return ref, ds
+
+
+#: what the feature-space select box explains
+FEATURE_SPACE_HELP = (
+    "Where the OTDD costs live (paper Sec. 5.3). pixels: raw pixels (right for aligned grey "
+    "digits); pca: 50 principal components; box: grey digits box-normalised like MNIST; "
+    "encoder: a small network trained here on Q and the references to ignore colour, "
+    "background, contrast, position and scale (a few minutes the first time, then cached). "
+    "P_a's images always come back through the plans, from the references' own images."
+)
+
+
+def feature_space_names() -> tuple[str, ...]:
+    """The spaces a scenario may name: the built-in ones and the server's registered models."""
+    return (*BUILTIN_SPACES, *registered_models())
 
 
 def upload_notice(settings: AppSettings) -> str:
