@@ -949,3 +949,70 @@ def test_hostile_explorer_values_keep_the_explorer_and_the_last_pick(page, serve
         warnings = pg.locator("[data-testid='stAlertContentWarning']")
         assert warnings.count() >= 1 and len(warnings.first.inner_text()) <= 200, expr
     _shot(pg, "4_mccann_after_hostile_values")
+
+
+def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
+    """Issue 22: the colour preset, the encoder picked in the form, a drag on the Geodesic
+    page, an export; P_a's images come back through the plans (look at the screenshots)."""
+    from geoviz.app.settings import COLOUR_PRESET
+    from geoviz.app.state import scenario_from_token
+
+    pg = page
+    pg.goto(f"{server['url']}/datasets")
+    pg.wait_for_selector("h1:has-text('Datasets')")
+    _wait_idle(pg)
+    pg.locator("[data-testid='stSelectbox']").first.click()
+    pg.get_by_role("option", name="Colour digits").click()
+    pg.get_by_role("button", name="Load preset").click()
+    pg.wait_for_function(
+        "() => document.querySelector('[data-testid=stSidebar]').innerText.includes('mnist_m')"
+    )
+    _wait_idle(pg)
+    # pick the space in the form: pixels, then the encoder again
+    for space in ("pixels", "encoder"):
+        pg.get_by_label("Feature space of the costs").click()
+        pg.get_by_role("option", name=space, exact=True).click()
+        pg.get_by_role("button", name="Apply scenario").click()
+        _wait_idle(pg)
+        assert scenario_from_token(_query(pg)["scenario"]).features == space
+    assert "costs in the encoder feature space" in _sidebar_text(pg)
+    _shot(pg, "1_datasets_colour_preset")
+
+    _goto_page(pg, "3 · Geodesic")
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    _assert_no_exception(pg, "geodesic, encoder space")
+    box = frame.locator("canvas#simplex").bounding_box()
+    pg.mouse.move(box["x"] + 130, box["y"] + 280)
+    pg.mouse.down()
+    for k in range(12):
+        pg.mouse.move(box["x"] + 130 + 8 * k, box["y"] + 280 - 6 * k)
+    pg.mouse.up()
+    pg.wait_for_function("() => window.location.search.includes('a=')")
+    _wait_idle(pg)
+    _assert_no_exception(pg, "geodesic, encoder space, after the drag")
+    _shot(pg, "3_geodesic_colour_encoder")
+    header = frame.evaluate("() => geovizExplorer.header()")
+    assert header["image_shape"][0] == 3  # colour images, not feature vectors
+
+    _goto_page(pg, "2 · OTDD maps")
+    _assert_no_exception(pg, "maps, encoder space")
+    _shot(pg, "2_maps_colour_encoder")
+
+    _goto_page(pg, "5 · Export")
+    pg.get_by_role("button", name="Prepare npz file").click()
+    pg.wait_for_selector("[data-testid='stDownloadButton'] button")
+    _wait_idle(pg)
+    with pg.expect_download() as info:
+        pg.locator("[data-testid='stDownloadButton'] button").first.click()
+    target = server["export_dir"].parent / f"colour_{info.value.suggested_filename}"
+    info.value.save_as(str(target))
+    from geoviz.export import load_export
+
+    ds = load_export(target)
+    assert ds.image_shape is not None and ds.image_shape[0] == 3
+    assert ds.metadata["features"]["name"] == "encoder"
+    assert len(ds.metadata["features"]["digest"]) == 64
+    # sharp plans: a P_a image is a blend of a few real references, not a mean image
+    spread = float(ds.features.std(dim=0).mean())
+    assert spread > 0.05, spread

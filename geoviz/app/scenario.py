@@ -304,8 +304,16 @@ class Scenario:
         )
 
     def with_method(self, method: MapMethod) -> Scenario:
-        """The same data and OTDD options with the maps computed by ``method``."""
-        return self if method == self.map_method else self.with_(map_method=method)
+        """The same data and OTDD options with the maps computed by ``method``.
+
+        Neural maps generate images, so they live in pixel space: the neural scenario of a
+        scenario in another feature space is in pixel space.
+        """
+        if method == self.map_method:
+            return self
+        if method != "barycentric" and self.features != "pixels":
+            return self.with_(map_method=method, features="pixels")
+        return self.with_(map_method=method)
 
     @property
     def map_label(self) -> str:

@@ -54,6 +54,8 @@ def set_map_method(model: SessionModel, method: str, preset: str | None = None) 
         Unknown method or preset.
     """
     changes: dict[str, Any] = {"map_method": str(method)}
+    if str(method) != "barycentric":  # neural maps generate images: pixel space
+        changes["features"] = "pixels"
     if preset is not None:
         changes["neural_preset"] = str(preset)
     new = model.scenario.with_(**changes)
