@@ -90,7 +90,9 @@ def main() -> None:
         print("| run | wall | peak RSS | vs pixels | â |")
         print("|---|---:|---:|---:|---|")
         for label, wall, peak, a_hat in rows:
-            print(f"| {label} | {wall:.1f} s | {peak:,.0f} MB | {wall / rows[0][1]:.2f} | {a_hat} |")
+            print(
+                f"| {label} | {wall:.1f} s | {peak:,.0f} MB | {wall / rows[0][1]:.2f} | {a_hat} |"
+            )
 
 
 if __name__ == "__main__":

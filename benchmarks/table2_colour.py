@@ -1,0 +1,216 @@
+"""The paper's Table 2 protocol, small, on a colour target: pixel space vs the encoder (issue 22).
+
+Q is MNIST-M-style (:func:`geoviz.data.colour.photo_digits`: MNIST *test* digits on patches of
+scikit-learn's sample photos; Q's training split from the first 5000 test digits, its test
+split from the last 5000, so they never share a digit), the references are MNIST,
+Fashion-MNIST and USPS *training* samples (grey, as RGB), from ``../shared/data/nist``.
+For every seed the ``k``-shot task is drawn (:func:`geoviz.transfer.experiment.make_task`: the
+other target samples carry kNN pseudo-labels, no test label is used) and these pretraining
+sets are compared, each pretrained then fine-tuned on the ``k``-shot set and scored on Q's
+test split (preset ``--preset``):
+
+* none (train on the ``k``-shot set only; the denominator of the relative improvement);
+* each single reference ``P_i`` (its own samples and labels);
+* pooling (all references together, their labels concatenated);
+* sub-pooling (for each target sample its 10 nearest reference samples in the space,
+  labelled with the target sample's (pseudo-)label);
+* Mixup at uniform weights and at ``a_hat`` (random pairs of reference samples);
+* OTDD at uniform weights and at ``a_hat`` (``P_a`` of the geodesic in the space).
+
+Rows that depend on the space (sub-pooling, Mixup at ``a_hat``, OTDD) are run in pixel space
+and in the encoder's space. The relative improvement of a row is the paper's mean over seeds
+of ``accuracy / accuracy(none) - 1``. Also printed: each space's ``a_hat`` and the maps'
+class agreement on Q.
+
+Run: ``.venv/bin/python benchmarks/table2_colour.py --seeds 0,1,2`` (about 10 min per seed on
+2 cores at the defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_features import agreement, nist  # noqa: E402
+
+
+def pooled(refs, label_space):
+    """All references together, one-hot labels over the concatenated label space."""
+    from geoviz.data.dataset import SoftLabeledDataset
+
+    feats, soft = [], []
+    for i, ref in enumerate(refs):
+        block = label_space.block_slices[i]
+        onehot = torch.zeros(ref.n_samples, len(label_space.class_names))
+        onehot[torch.arange(ref.n_samples), block.start + ref.labels] = 1.0
+        feats.append(ref.features)
+        soft.append(onehot)
+    return SoftLabeledDataset(
+        features=torch.cat(feats),
+        soft_labels=torch.cat(soft),
+        class_names=tuple(label_space.class_names),
+        name="pool",
+        image_shape=refs[0].image_shape,
+    )
+
+
+def sub_pooled(target, refs, target_feats, ref_feats, k: int = 10):
+    """For each target sample its ``k`` nearest reference samples (in the given features),
+    labelled with the target sample's label."""
+    from geoviz.data.dataset import LabeledDataset
+
+    images = torch.cat([r.features for r in refs])
+    space = torch.cat(ref_feats)
+    picked, labels = [], []
+    for start in range(0, target.n_samples, 512):
+        d = torch.cdist(target_feats[start : start + 512], space)
+        nn_idx = d.topk(k, largest=False).indices
+        picked.append(nn_idx.reshape(-1))
+        labels.append(target.labels[start : start + 512].repeat_interleave(k))
+    idx = torch.cat(picked)
+    return LabeledDataset(
+        features=images[idx],
+        labels=torch.cat(labels),
+        classes=target.classes,
+        name="subpool",
+        image_shape=refs[0].image_shape,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument(
+        "--n", type=int, default=1000, help="samples of Q's train split and of each P_i"
+    )
+    parser.add_argument("--n-test", type=int, default=2000)
+    parser.add_argument("--k", type=int, default=10, help="labelled target samples per class")
+    parser.add_argument("--preset", default="cpu")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/table2-colour.json")
+    args = parser.parse_args()
+
+    from geoviz.backend import DiskCache, configure_torch
+    from geoviz.data.colour import photo_digits
+    from geoviz.data.preprocess import harmonize
+    from geoviz.features import EncoderSpace, PixelSpace
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.nn.training import evaluate, finetune, get_preset, pretrain
+    from geoviz.transfer.experiment import make_task, run_method
+
+    configure_torch(threads=2)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    digits = nist("mnist", "test", 10_000)
+    half = torch.arange(5000)
+    train_digits = digits.subset(half)
+    test_digits = digits.subset(half + 5000)
+    preset = get_preset(args.preset)
+    cache = DiskCache(ROOT / "benchmarks/results/.cache-table2")
+    results: dict[str, list[float]] = {}
+    facts: dict[str, list] = {}
+
+    def record(row: str, acc: float) -> None:
+        results.setdefault(row, []).append(acc)
+        print(f"  {row}: {100 * acc:.1f}", flush=True)
+
+    for seed in seeds:
+        start = time.perf_counter()
+        from geoviz.data.preprocess import stratified_subsample
+
+        q_train = photo_digits(
+            stratified_subsample(train_digits, args.n, seed=seed), size=32, seed=seed
+        )
+        q_test = photo_digits(
+            stratified_subsample(test_digits, args.n_test, seed=seed), size=32, seed=1000 + seed
+        )
+        refs = [nist(n, "train", args.n, seed) for n in ("mnist", "fashion_mnist", "usps")]
+        q_train, q_test, *refs = harmonize([q_train, q_test, *refs], size=32, channels="rgb")
+        task = make_task(q_train, q_test, refs, args.k, seed=seed)
+        print(f"seed {seed}: task ready", flush=True)
+
+        def trained(dataset, task=task, seed=seed) -> float:
+            model = pretrain(dataset, preset.pretrain, seed=seed)
+            model = finetune(model, task.target_fewshot, preset.finetune, seed=seed)
+            return evaluate(model, task.target_test)
+
+        record("none (k-shot only)", run_method(task, "fewshot", preset=preset, seed=seed).accuracy)
+        for ref in task.references:
+            record(f"single: {ref.name}", trained(ref))
+        m = task.m
+        uniform = np.full(m, 1.0 / m)
+        for space_name, space in (
+            ("pixels", PixelSpace()),
+            ("encoder", EncoderSpace("cpu", cache=cache).with_seed(seed)),
+        ):
+            geo = fit_geodesic(
+                task.target_train, list(task.references), cache=cache, features=space
+            )
+            facts.setdefault(f"a_hat ({space_name})", []).append(geo.a_hat.tolist())
+            facts.setdefault(f"agreement ({space_name})", []).append(
+                [agreement(geo, i, q_train) for i in range(m)]
+            )
+            if space_name == "pixels":
+                record("pooling", trained(pooled(task.references, geo.label_space)))
+                record(
+                    "Mixup, uniform",
+                    run_method(task, "mixup", weights=uniform, preset=preset, seed=seed).accuracy,
+                )
+                record(
+                    "OTDD, uniform",
+                    run_method(
+                        task, "otdd", geodesic=geo, weights=uniform, preset=preset, seed=seed
+                    ).accuracy,
+                )
+            fitted = space.fit([task.target_train, *task.references])
+            t_feats = fitted.transform(task.target_train).features
+            r_feats = [fitted.transform(r).features for r in task.references]
+            record(
+                f"sub-pooling ({space_name})",
+                trained(sub_pooled(task.target_train, task.references, t_feats, r_feats)),
+            )
+            record(
+                f"Mixup, a_hat ({space_name})",
+                run_method(task, "mixup", weights=geo.a_hat, preset=preset, seed=seed).accuracy,
+            )
+            if space_name == "encoder":
+                record(
+                    "OTDD, uniform (encoder)",
+                    run_method(
+                        task, "otdd", geodesic=geo, weights=uniform, preset=preset, seed=seed
+                    ).accuracy,
+                )
+            record(
+                f"OTDD, a_hat ({space_name})",
+                run_method(task, "otdd", geodesic=geo, preset=preset, seed=seed).accuracy,
+            )
+        print(f"seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                        "seeds_done": seeds[: seeds.index(seed) + 1],
+                                        "accuracy": results, "facts": facts}, indent=1))  # fmt: skip
+
+    base = np.asarray(results["none (k-shot only)"])
+    print()
+    print(f"Q = MNIST-M-style photo digits (32x32 RGB, {args.n} train / {args.n_test} test), "
+          f"k = {args.k}, references mnist, fashion_mnist, usps ({args.n} each), "
+          f"preset {args.preset}, seeds {seeds}")  # fmt: skip
+    print("| pretraining set | accuracy (mean ± sd) | relative improvement |")
+    print("|---|---:|---:|")
+    for row, accs in results.items():
+        acc = np.asarray(accs)
+        rel = np.mean(acc / base - 1.0)
+        print(f"| {row} | {100 * acc.mean():.1f} ± {100 * acc.std():.1f} | {100 * rel:+.1f}% |")
+    for key, values in facts.items():
+        print(f"{key}: {values}")
+
+
+if __name__ == "__main__":
+    main()
