@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -48,15 +47,33 @@ def write_folder(folder: Path, n: int, size: int) -> None:
         Image.fromarray(img).save(sub / f"{k:05d}.png")
 
 
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):  # the process's own peak resident size
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall seconds, peak RSS (MB, polled from /proc) and stdout of ``cmd``."""
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
+        peak = 0.0
+        while proc.poll() is None:
+            peak = max(peak, _rss_mb(proc.pid))
+            time.sleep(0.2)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return wall, max(peak, before) / 1024, proc.stdout
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{stderr[-3000:]}")
+    return wall, peak, stdout
 
 
 def main() -> None:

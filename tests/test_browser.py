@@ -970,7 +970,7 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
     _wait_idle(pg)
     # pick the space in the form: pixels, then the encoder again
     for space in ("pixels", "encoder"):
-        pg.get_by_label("Feature space of the costs").click()
+        pg.get_by_role("combobox", name="Feature space of the costs").click()
         pg.get_by_role("option", name=space, exact=True).click()
         pg.get_by_role("button", name="Apply scenario").click()
         _wait_idle(pg)
