@@ -159,7 +159,8 @@ class EncoderNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.trunk(self.standardise(x))
-        return self.out(h.mean(dim=(2, 3)))
+        out: torch.Tensor = self.out(h.mean(dim=(2, 3)))
+        return out
 
 
 def _to_rgb(x: torch.Tensor, shape: tuple[int, int, int], size: int) -> torch.Tensor:
@@ -374,7 +375,7 @@ class EncoderSpace(FeatureSpace):
                     z2 = net(augment(xb, gb, gen))
                     loss = loss + cfg.contrastive * _nt_xent(z1, z2, cfg.temperature)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 opt.step()
                 sched.step()
                 step += 1

@@ -105,7 +105,7 @@ class ModelSpace(FeatureSpace):
         except OSError as err:
             raise GeovizError(f"cannot read the model file {path.name}: {err.strerror}") from None
         try:
-            model = torch.jit.load(str(path), map_location="cpu")
+            model = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
         except Exception as err:  # torch raises RuntimeError / ValueError variants
             raise GeovizError(
                 f"{path.name} is not a TorchScript model ({type(err).__name__}); save one with "
