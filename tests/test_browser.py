@@ -954,7 +954,6 @@ def test_hostile_explorer_values_keep_the_explorer_and_the_last_pick(page, serve
 def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
     """Issue 22: the colour preset, the encoder picked in the form, a drag on the Geodesic
     page, an export; P_a's images come back through the plans (look at the screenshots)."""
-    from geoviz.app.settings import COLOUR_PRESET
     from geoviz.app.state import scenario_from_token
 
     pg = page
