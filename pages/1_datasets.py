@@ -22,7 +22,7 @@ from geoviz.ot.otdd import DEFAULT_EPSILON
 from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
 from geoviz.viz.plots import class_histograms, otdd_heatmap, point_set, scatter_sets
 
-SIZES = [16, 28, 32]
+SIZES = [16, 28, 32, 64]
 FORM_SYNCED = "geoviz_form_synced"  # key of the scenario the form widgets were last written from
 
 
