@@ -189,7 +189,10 @@ def test_geodesic_result_is_maps_distances_and_a_hat(pair, cache):
         "distances",
         "a_hat",
         "label_space",
+        "feature_space",
+        "mapped_images",
     ]
+    assert res.feature_space is None and res.mapped_images is None  # pixel space
     diags = res.diagnostics
     np.testing.assert_array_equal(res.otdd, [d.otdd for d in diags])
     np.testing.assert_array_equal(res.effective_neighbours, [d.effective_neighbours for d in diags])
