@@ -185,3 +185,67 @@ def test_colour_targets_keep_labels_and_are_deterministic():
     vectors = LabeledDataset(features=np.zeros((4, 3)), labels=[0, 1, 0, 1], classes=("a", "b"))
     with pytest.raises(DatasetError, match="image datasets"):
         photo_digits(vectors)
+
+
+def test_digests_ignore_the_labels_a_space_does_not_read(grey_problem):
+    """Q with true labels and Q with pseudo-labels fit the same space (one cache entry);
+    the references' labels train the encoder's heads, so they count there."""
+    q, *refs = grey_problem
+    relabelled_q = LabeledDataset(
+        features=q.features,
+        labels=torch.roll(q.labels, 1),
+        classes=q.classes,
+        name=q.name,
+        image_shape=q.image_shape,
+    )
+    relabelled_ref = LabeledDataset(
+        features=refs[0].features,
+        labels=torch.roll(refs[0].labels, 1),
+        classes=refs[0].classes,
+        name=refs[0].name,
+        image_shape=refs[0].image_shape,
+    )
+    encoder = EncoderSpace("tiny", cache=DiskCache(enabled=False))
+    assert encoder._digest_of([q, *refs]) == encoder._digest_of([relabelled_q, *refs])
+    assert encoder._digest_of([q, *refs]) != encoder._digest_of([q, relabelled_ref, *refs[1:]])
+    pca = PCASpace(4)
+    assert pca._digest_of([q, *refs]) == pca._digest_of([relabelled_q, relabelled_ref, *refs[1:]])
+
+
+def test_few_shot_pseudo_labels_in_a_given_embedding(grey_problem):
+    from geoviz.data.preprocess import few_shot
+
+    q = grey_problem[0]
+    # an embedding that is the true class: every pseudo-label is right
+    onehot = torch.nn.functional.one_hot(q.labels, q.n_classes).float()
+    fs = few_shot(q, 2, seed=0, embedding=onehot)
+    assert fs.pseudo_label_accuracy == 1.0
+    torch.testing.assert_close(fs.dataset.features, q.features)  # its own features
+    with pytest.raises(DatasetError, match="rows for"):
+        few_shot(q, 2, seed=0, embedding=onehot[:-1])
+
+
+def test_few_shot_targets_are_pseudo_labelled_in_the_feature_space(tmp_path, monkeypatch):
+    from geoviz.data.choice import DatasetChoice, FewShotOptions
+    from geoviz.data.preprocess import few_shot
+    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
+
+    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path))
+    spec = GeodesicSpec(
+        target=DatasetChoice("mnist_m"),
+        references=(DatasetChoice("mnist"), DatasetChoice("usps")),
+        n_target=200,
+        n_reference=200,
+        image_size=16,
+        few_shot=FewShotOptions(enabled=True, k=3),
+        config=GeodesicConfig(features="pca"),
+    )
+    loaded = load_spec_datasets(spec)
+    target, refs = loaded.target_true, list(loaded.references)
+    z = PCASpace(50).fit([target, *refs]).transform(target).features
+    expected = few_shot(target, 3, seed=spec.seed, embedding=z)
+    assert torch.equal(loaded.target.labels, expected.dataset.labels)
+    in_pixels = few_shot(target, 3, seed=spec.seed)
+    assert loaded.pseudo_label_accuracy == pytest.approx(expected.pseudo_label_accuracy)
+    assert not torch.equal(loaded.target.labels, in_pixels.dataset.labels)

@@ -507,7 +507,14 @@ class FewShotTarget:
     n_neighbors: int
 
 
-def few_shot(ds: LabeledDataset, k: int, *, seed: int = 0, n_neighbors: int = 1) -> FewShotTarget:
+def few_shot(
+    ds: LabeledDataset,
+    k: int,
+    *,
+    seed: int = 0,
+    n_neighbors: int = 1,
+    embedding: np.ndarray | torch.Tensor | None = None,
+) -> FewShotTarget:
     """Keep ``k`` labels per class and pseudo-label the rest by kNN.
 
     Parameters
@@ -522,11 +529,15 @@ def few_shot(ds: LabeledDataset, k: int, *, seed: int = 0, n_neighbors: int = 1)
     n_neighbors
         Neighbours of the (Euclidean, majority vote) classifier, at most the
         number of labelled samples and :data:`geoviz.limits.MAX_NEIGHBOURS`.
+    embedding
+        ``(N, d)`` coordinates the neighbours are found in (a feature space,
+        :mod:`geoviz.features`); default the dataset's own features. The returned
+        dataset keeps its own features either way.
 
     Raises
     ------
     DatasetError
-        ``k`` out of range or ``n_neighbors`` invalid.
+        ``k`` out of range, ``n_neighbors`` invalid, or an embedding of another length.
     """
     from sklearn.neighbors import KNeighborsClassifier
 
@@ -566,8 +577,20 @@ def few_shot(ds: LabeledDataset, k: int, *, seed: int = 0, n_neighbors: int = 1)
 
     new_labels = y.copy()
     accuracy = 1.0
+    if embedding is not None and len(embedding) != ds.n_samples:
+        raise DatasetError(
+            f"the embedding has {len(embedding)} rows for {ds.n_samples} samples", src
+        )
     if unlabelled.size:
-        x = ds.features.numpy()
+        x = (
+            ds.features.numpy()
+            if embedding is None
+            else np.asarray(
+                embedding.detach().cpu().numpy()
+                if isinstance(embedding, torch.Tensor)
+                else embedding
+            )
+        )
         knn = KNeighborsClassifier(n_neighbors=int(n_neighbors), algorithm="brute")
         knn.fit(x[labelled], y[labelled])
         predicted = knn.predict(x[unlabelled])

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from geoviz.backend import digest
+from geoviz.backend import digest, digest_bytes
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 
@@ -51,6 +51,13 @@ def _same_kind(datasets: Sequence[LabeledDataset]) -> list[LabeledDataset]:
             f"a feature space is fitted on datasets of one shape; got {detail} (harmonize first)"
         )
     return datasets
+
+
+def _features_fingerprint(ds: LabeledDataset) -> str:
+    """sha256 of a dataset's features and image shape (not its labels)."""
+    x = ds.features.detach().cpu().contiguous()
+    shape = str(list(ds.image_shape or ())).encode()
+    return digest_bytes([str(tuple(x.shape)).encode(), shape, x.numpy().tobytes()])
 
 
 def check_feature_output(out: Any, n: int, what: str) -> torch.Tensor:
@@ -148,6 +155,12 @@ class FeatureSpace(ABC):
     #: stable name, part of cache keys and manifests
     name: str = "space"
 
+    def uses_labels(self, index: int) -> bool:
+        """Whether fitting reads the labels of ``datasets[index]`` (``0`` is Q). A dataset
+        whose labels are not read enters the digest by its features only, so Q with true
+        labels and Q with pseudo-labels give the same fitted space (and cache entry)."""
+        return False
+
     @abstractmethod
     def params(self) -> dict[str, Any]:
         """JSON-able parameters that, with the data, determine the fitted space."""
@@ -169,14 +182,20 @@ class FeatureSpace(ABC):
             No datasets, or datasets of different shapes.
         """
         checked = _same_kind(datasets)
-        key = digest(
+        return self._fit(checked, self._digest_of(checked), progress)
+
+    def _digest_of(self, datasets: Sequence[LabeledDataset]) -> str:
+        """The digest a fit on ``datasets`` gets (parameters, data, labels it reads)."""
+        return digest(
             {
                 "space": self.name,
                 "params": self.params(),
-                "data": [ds.fingerprint for ds in checked],
+                "data": [
+                    ds.fingerprint if self.uses_labels(i) else _features_fingerprint(ds)
+                    for i, ds in enumerate(datasets)
+                ],
             }
         )
-        return self._fit(checked, key, progress)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())

@@ -271,6 +271,10 @@ class EncoderSpace(FeatureSpace):
     def params(self) -> dict[str, Any]:
         return {"version": 2, **asdict(self.config)}
 
+    def uses_labels(self, index: int) -> bool:
+        labels = self.config.labels
+        return labels == "all" or (labels == "references" and index > 0)
+
     def with_seed(self, seed: int) -> EncoderSpace:
         """The same space with another training seed."""
         return EncoderSpace(replace(self.config, seed=seed), cache=self.cache, device=self.device)

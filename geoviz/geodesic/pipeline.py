@@ -636,7 +636,7 @@ _MAP_STAGES = {
 }
 
 
-def _space_of(config: GeodesicConfig, cache: DiskCache) -> FeatureSpace:
+def space_of(config: GeodesicConfig, cache: DiskCache) -> FeatureSpace:
     """The feature space ``config.features`` names (the encoder caches in ``cache``)."""
     if config.features == "encoder":
         return EncoderSpace(config.encoder, cache=cache, device=config.otdd.device)
@@ -742,7 +742,7 @@ def fit_geodesic(
     target = _subsample(target, config.n_target, config.subsample_seed)
     refs = tuple(_subsample(ref, config.n_reference, config.subsample_seed) for ref in refs)
     images = (target, refs)
-    space = features if features is not None else _space_of(config, cache)
+    space = features if features is not None else space_of(config, cache)
     fitted_space: FittedFeatures | None = None
     if not isinstance(space, FeatureSpace):
         raise GeovizError(f"features must be a FeatureSpace, got {type(space).__name__}")

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from geoviz import limits
+from geoviz.backend import get_cache
 from geoviz.data.choice import ChoiceResolver, DatasetChoice, FewShotOptions, load_choice
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import ChannelMode, few_shot, harmonize
 from geoviz.errors import DatasetError
 from geoviz.geodesic.labels import unique_names
-from geoviz.geodesic.pipeline import GeodesicConfig
+from geoviz.geodesic.pipeline import GeodesicConfig, space_of
 
 __all__ = ["GeodesicSpec", "SpecDatasets", "check_image_size", "load_spec_datasets"]
 
@@ -191,7 +192,9 @@ def load_spec_datasets(
     Each choice is loaded by :func:`geoviz.data.choice.load_choice` (``n_target`` samples
     of ``Q``, ``n_reference`` of each ``P_i``, ``n_test`` of ``target_test``, seed
     ``spec.seed``), all are brought to one format (:attr:`GeodesicSpec.image_size`,
-    :attr:`GeodesicSpec.channels`), and with ``spec.few_shot`` the target keeps ``k`` labels per class and is pseudo-labelled.
+    :attr:`GeodesicSpec.channels`), and with ``spec.few_shot`` the target keeps ``k`` labels per class and is pseudo-labelled, by nearest neighbours in the
+    feature space of ``spec.config.features`` (fitted here on Q and the references; the
+    geodesic's fit then finds the same space in the cache).
 
     Parameters
     ----------
@@ -232,7 +235,19 @@ def load_spec_datasets(
     target, refs = geodesic_sets[0], tuple(geodesic_sets[1:])
     if spec.few_shot is None:
         return SpecDatasets(target=target, references=refs, target_true=target, target_test=test)
-    fs = few_shot(target, spec.few_shot.k, seed=spec.seed, n_neighbors=spec.few_shot.n_neighbors)
+    embedding = None
+    if spec.config.features != "pixels":
+        # the kNN pseudo-labels are found where the costs live: on colour images pixel
+        # neighbours are mostly background (the geodesic's fit reuses this fitted space)
+        space = space_of(spec.config, get_cache())
+        embedding = space.fit([target, *refs]).transform(target).features
+    fs = few_shot(
+        target,
+        spec.few_shot.k,
+        seed=spec.seed,
+        n_neighbors=spec.few_shot.n_neighbors,
+        embedding=embedding,
+    )
     return SpecDatasets(
         target=fs.dataset,
         references=refs,
