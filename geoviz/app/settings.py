@@ -33,7 +33,7 @@ Environment variables (read by :func:`AppSettings.from_env`):
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -169,24 +169,22 @@ def _env_backend(env: Mapping[str, str]) -> Literal["auto", "ray", "sequential"]
     return raw  # type: ignore[return-value]
 
 
-def _env_encoder_preset(env: Mapping[str, str]) -> str:
-    raw = env.get("GEOVIZ_ENCODER_PRESET", "").strip().lower() or "cpu"
-    if raw not in ENCODER_PRESETS:
+def _env_choice(env: Mapping[str, str], name: str, choices: Sequence[str], default: str) -> str:
+    """``env[name]`` (lower-cased, ``default`` when unset), one of ``choices``."""
+    raw = env.get(name, "").strip().lower() or default
+    if raw not in choices:
         raise GeovizError(
-            "environment variable GEOVIZ_ENCODER_PRESET must be one of "
-            f"{', '.join(ENCODER_PRESETS)}, got {raw!r}"
+            f"environment variable {name} must be one of {', '.join(choices)}, got {raw!r}"
         )
     return raw
 
 
+def _env_encoder_preset(env: Mapping[str, str]) -> str:
+    return _env_choice(env, "GEOVIZ_ENCODER_PRESET", tuple(ENCODER_PRESETS), "cpu")
+
+
 def _env_neural_preset(env: Mapping[str, str]) -> NeuralPreset:
-    raw = env.get("GEOVIZ_NEURAL_PRESET", "").strip().lower() or "cpu"
-    if raw not in NEURAL_PRESET_NAMES:
-        raise GeovizError(
-            "environment variable GEOVIZ_NEURAL_PRESET must be one of "
-            f"{', '.join(NEURAL_PRESET_NAMES)}, got {raw!r}"
-        )
-    return raw  # type: ignore[return-value]
+    return _env_choice(env, "GEOVIZ_NEURAL_PRESET", NEURAL_PRESET_NAMES, "cpu")  # type: ignore[return-value]
 
 
 def default_scenario(settings: AppSettings | None = None) -> Scenario:

@@ -24,6 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+import torch
+
+from geoviz.backend import DiskCache
 from geoviz.errors import GeovizError
 from geoviz.features.base import FeatureSpace, FittedFeatures, check_feature_output
 from geoviz.features.builtin import BoxSpace, PCASpace, PixelSpace
@@ -73,8 +76,17 @@ def registered_models() -> tuple[str, ...]:
     return tuple(f"model:{n}" for n in sorted(_MODELS))
 
 
-def make_space(name: str, *, encoder_preset: str = "cpu") -> FeatureSpace:
+def make_space(
+    name: str,
+    *,
+    encoder_preset: str = "cpu",
+    cache: DiskCache | None = None,
+    device: str | torch.device | None = None,
+) -> FeatureSpace:
     """The feature space a name gives: a built-in one or a registered model.
+
+    ``encoder_preset``, ``cache`` and ``device`` are those of the ``"encoder"`` space
+    (:class:`EncoderSpace`); the other spaces ignore them.
 
     Raises
     ------
@@ -88,7 +100,7 @@ def make_space(name: str, *, encoder_preset: str = "cpu") -> FeatureSpace:
     if name == "box":
         return BoxSpace()
     if name == "encoder":
-        return EncoderSpace(encoder_preset)
+        return EncoderSpace(encoder_preset, cache=cache, device=device)
     if isinstance(name, str) and name.startswith("model:") and name[6:] in _MODELS:
         return _MODELS[name[6:]]()
     known = ", ".join([*BUILTIN_SPACES, *registered_models()])

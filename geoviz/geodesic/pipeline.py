@@ -46,7 +46,6 @@ from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import (
     BUILTIN_SPACES,
     ENCODER_PRESETS,
-    EncoderSpace,
     FeatureSpace,
     FittedFeatures,
     make_space,
@@ -638,9 +637,9 @@ _MAP_STAGES = {
 
 def space_of(config: GeodesicConfig, cache: DiskCache) -> FeatureSpace:
     """The feature space ``config.features`` names (the encoder caches in ``cache``)."""
-    if config.features == "encoder":
-        return EncoderSpace(config.encoder, cache=cache, device=config.otdd.device)
-    return make_space(config.features, encoder_preset=config.encoder)
+    return make_space(
+        config.features, encoder_preset=config.encoder, cache=cache, device=config.otdd.device
+    )
 
 
 def lift_through_plan(fitted: FittedMap[Any], reference_images: torch.Tensor) -> torch.Tensor:
