@@ -12,6 +12,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_explorer import _app_test
 
 from geoviz.app.browser import (
     MAX_MESSAGE_CHARS,
@@ -129,18 +130,6 @@ def test_library_messages_do_not_echo_a_huge_input():
 
 
 # ---------------------------------------------------------------- the pages (AppTest)
-
-
-def _app_test(page: str):
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=600)
-    at.switch_page(page)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def _explorer_drawn(at) -> bool:
