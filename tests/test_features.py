@@ -82,6 +82,29 @@ def test_encoder_is_cached_on_disk(grey_problem, tmp_path):
     assert any((tmp_path / "feature_encoder").iterdir())
 
 
+def test_encoder_features_of_a_dataset_are_read_back_not_recomputed(grey_problem, tmp_path):
+    """A second run on the same pixels reads the vectors from the cache; other pixels or
+    another fitted space run the network."""
+    from dataclasses import replace
+
+    fitted = EncoderSpace("tiny", cache=DiskCache(tmp_path)).fit(grey_problem)
+    first = fitted.transform(grey_problem[1])
+
+    def must_not_run(x: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("the network ran for features that are cached")
+
+    restarted = replace(fitted, encode=must_not_run, cache=DiskCache(tmp_path))
+    again = restarted.transform(grey_problem[1])
+    assert torch.equal(again.features, first.features)
+    # relabelled: same pixels, same vectors (labels never enter the key)
+    relabelled = replace(grey_problem[1], labels=(grey_problem[1].labels + 1) % 10)
+    assert torch.equal(restarted.transform(relabelled).features, first.features)
+    with pytest.raises(AssertionError, match="network ran"):
+        restarted.transform(grey_problem[2])
+    with pytest.raises(AssertionError, match="network ran"):
+        replace(restarted, digest="another fit").transform(grey_problem[1])
+
+
 @pytest.mark.parametrize(
     "make",
     [lambda: PCASpace(6), lambda: EncoderSpace("tiny", cache=DiskCache(enabled=False))],

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from geoviz.backend import digest, digest_bytes
+from geoviz.backend import DiskCache, digest, digest_bytes
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 
@@ -105,6 +105,13 @@ class FittedFeatures:
         ``(N, D) float32 -> (N, d) float32``, batched by the caller; ``None`` for the identity.
     info
         JSON-able facts for manifests and tables (training time, losses, parameters).
+    batch_size
+        Rows given to ``encode`` at a time.
+    cache
+        Where :meth:`transform` keeps each dataset's features (namespace
+        ``feature_vectors``, keyed by :attr:`digest` and the dataset's pixels), so a
+        second run on the same data does not run the network again; ``None`` for none.
+        Spaces whose transform is cheap (pixels, PCA) leave it ``None``.
     """
 
     name: str
@@ -113,6 +120,7 @@ class FittedFeatures:
     encode: Callable[[torch.Tensor], torch.Tensor] | None = field(repr=False, default=None)
     info: dict[str, Any] = field(default_factory=dict)
     batch_size: int = 1024
+    cache: DiskCache | None = field(default=None, repr=False)
 
     @property
     def is_identity(self) -> bool:
@@ -129,19 +137,34 @@ class FittedFeatures:
         """
         if self.encode is None:
             return ds
+        if self.cache is None:
+            z = self._encode_all(ds)
+        else:
+            # labels never change the features: key on the pixels only
+            key = {"space": self.digest, "data": _features_fingerprint(ds)}
+            payload = self.cache.get_or_compute(
+                "feature_vectors", key, lambda: {"features": self._encode_all(ds)}
+            )
+            z = payload["features"]
+        return ds.with_features(z, image_shape=None)
+
+    def _encode_all(self, ds: LabeledDataset) -> torch.Tensor:
+        encode = self.encode
+        if encode is None:
+            return ds.features
         chunks = []
         with torch.no_grad():
             for start in range(0, ds.n_samples, self.batch_size):
                 x = ds.features[start : start + self.batch_size]
                 chunks.append(
-                    check_feature_output(self.encode(x), x.shape[0], f"feature space {self.name}")
+                    check_feature_output(encode(x), x.shape[0], f"feature space {self.name}")
                 )
         z = torch.cat(chunks, dim=0)
         if self.dim is not None and z.shape[1] != self.dim:
             raise GeovizError(
                 f"feature space {self.name} gave {z.shape[1]} features, expected {self.dim}"
             )
-        return ds.with_features(z, image_shape=None)
+        return z
 
     def manifest(self) -> dict[str, Any]:
         """What an export's manifest records of the space."""

@@ -311,7 +311,9 @@ class EncoderSpace(FeatureSpace):
             "trained_on": int(payload["trained_on"]),
             "preset": next((k for k, v in ENCODER_PRESETS.items() if v == cfg), "custom"),
         }
-        return FittedFeatures(name="encoder", digest=digest_, dim=cfg.dim, encode=encode, info=info)
+        return FittedFeatures(
+            name="encoder", digest=digest_, dim=cfg.dim, encode=encode, info=info, cache=cache
+        )
 
     def _train(
         self,
