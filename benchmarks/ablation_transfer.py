@@ -23,7 +23,7 @@ split (reported, never used to choose).
 Everything is checkpointed under ``--out``: pretrained weights in ``models/``, one JSON line
 per fine-tuned run in ``results.jsonl``; a stopped run resumes where it was. Units (one target,
 seed and pretraining set) run as Ray tasks when Ray is installed (``--backend``), else one
-after another, through :func:`geoviz.transfer.runner.run_tasks`.
+after another, through :func:`geoviz.tasks.run_tasks`.
 
 ``--model`` picks the network (:func:`geoviz.nn.models.make_model`'s ``architecture``):
 ``lenet5`` (default, the correlation study's) or ``spinalnet`` (the paper's Table 1 baseline
@@ -371,7 +371,7 @@ def report(out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from geoviz.ot.otdd import DEFAULT_EPSILON
-    from geoviz.transfer.runner import run_tasks
+    from geoviz.tasks import run_tasks
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--targets", default="mnist,kmnist")

@@ -18,7 +18,7 @@ references P_i; EMNIST is not available offline) this script
    the paper, resolution 7 = 36 grid points) and prints Pearson / Spearman r between
    ``W^2(P_a, Q)`` and the fine-tuned accuracy.
 
-Runs go through :func:`geoviz.transfer.runner.run_tasks`: Ray tasks when Ray is
+Runs go through :func:`geoviz.tasks.run_tasks`: Ray tasks when Ray is
 installed (``--backend``), else sequentially; grid points are checkpointed under
 ``--out`` so an interrupted run resumes. Results and timings are written to
 ``--out/bench_transfer.json``.

@@ -414,3 +414,71 @@ def test_project_with_a_users_torchscript_model(tmp_path, capsys):
     assert "bad.pt is not a TorchScript model" in capsys.readouterr().err
     assert main([*args, "--features", "pca"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- --bootstrap (issue 23)
+
+REFS_3 = ["--target", "gmm2d", "--refs", "chessboard,gmm2d,chessboard", "--n", "48", "--quiet"]
+
+
+def test_project_bootstrap_prints_intervals_and_writes_them_into_the_manifest(tmp_path, capsys):
+    import json
+
+    from geoviz.export import load_export
+
+    out_path = tmp_path / "p.npz"
+    args = ["project", *REFS_3, "--bootstrap", "40", "--bootstrap-seed", "3"]
+    assert main([*args, "--weights", "1,0,0", "--out", str(out_path)]) == 0
+    out = capsys.readouterr().out
+    assert "95% bootstrap intervals (q-resample" in out and "B = 40, seed 3" in out
+    assert "weights 1,0,0:" in out
+    ds = load_export(out_path)
+    manifest = json.loads(out_path.with_suffix(".manifest.json").read_text())
+    unc = manifest["uncertainty"]
+    assert unc["method"] == "q-resample" and unc["replicates"] == 40
+    for key in ("a_hat_low", "a_hat_high", "w_to_target_low", "w_to_target_high"):
+        assert len(unc[key]) == 3
+    # the interval brackets the printed a_hat, and the library gives the same numbers
+    a_hat = list(_a_hat(out).values())
+    for lo, a, hi in zip(unc["a_hat_low"], a_hat, unc["a_hat_high"], strict=True):
+        assert lo - 1e-4 <= a <= hi + 1e-4
+    assert ds.metadata["uncertainty"] == unc
+
+
+def test_grid_bootstrap_adds_interval_and_region_columns(tmp_path, capsys):
+    out_path = tmp_path / "grid.csv"
+    args = ["grid", *REFS_3, "--resolution", "4", "--bootstrap", "30", "--out", str(out_path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    with open(out_path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][-4:] == ["objective", "objective_low", "objective_high", "as_good_as_a_hat"]
+    values = np.array(rows[1:], dtype=float)
+    assert (values[:, 4] <= values[:, 5]).all()  # low <= high
+    assert set(values[:, 6]) <= {0.0, 1.0}
+    inside = int(values[:, 6].sum())
+    assert f"{inside} of 15 grid points are as good as â" in out
+    # the grid point nearest a_hat is inside the region
+    assert values[int(np.argmin(values[:, 3])), 6] == 1.0
+
+
+def test_distance_bootstrap_refit_runs_sequentially(capsys):
+    args = ["distance", *REFS_2D, "--bootstrap", "20", "--bootstrap-method", "refit"]
+    assert main([*args, "--backend", "sequential"]) == 0
+    out = capsys.readouterr().out
+    assert "(refit: Q and every reference drawn again, maps refitted; B = 20" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--bootstrap", "5"], "--bootstrap must be"),
+        (["--bootstrap", "100000"], "--bootstrap must be"),
+        (["--bootstrap", "50", "--bootstrap-seed", "-1"], "--bootstrap-seed"),
+        (["--bootstrap", "50", "--bootstrap-method", "refit", "--method", "neural"], "refit needs"),
+    ],
+)
+def test_bad_bootstrap_options_are_one_sentence(extra, message, capsys, no_loading):
+    assert main(["distance", *REFS_2D, *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

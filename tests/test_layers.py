@@ -59,6 +59,7 @@ LAYER_RANKS: dict[str, int] = {
     "geoviz.memory": 1,
     "geoviz.atomic": 1,
     "geoviz.backend": 2,
+    "geoviz.tasks": 2,
     "geoviz.data": 3,
     "geoviz.ot": 4,
     "geoviz.nn": 5,

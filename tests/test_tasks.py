@@ -1,4 +1,4 @@
-"""geoviz.transfer.runner: Ray tasks and sequential runs give the same, ordered results."""
+"""geoviz.tasks: Ray tasks and sequential runs give the same, ordered results."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from geoviz.errors import GeovizError
-from geoviz.transfer.runner import resolve_backend, run_tasks
+from geoviz.tasks import resolve_backend, run_tasks
 
 
 def _work(item: tuple[int, float]) -> tuple[int, float]:

@@ -12,6 +12,7 @@ bounds of :mod:`geoviz.limits`.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from geoviz import limits
@@ -19,6 +20,7 @@ from geoviz.errors import GeovizError
 
 __all__ = [
     "MAX_SEEDS",
+    "add_backend_args",
     "cli_epsilon",
     "cli_int",
     "cli_seed",
@@ -27,6 +29,7 @@ __all__ = [
     "number",
     "number_list",
     "positive_int",
+    "ray_address",
 ]
 
 #: training seeds of one command (``geoviz transfer --seeds``: each seed trains every method)
@@ -115,3 +118,31 @@ def cli_seeds(text: str, flag: str = "--seeds") -> list[int]:
     for seed in seeds:
         cli_seed(seed, f"{flag}: every seed")
     return seeds
+
+
+# --------------------------------------------------------------------------- shared options
+
+
+def add_backend_args(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--backend`` and ``--ray-address``: how independent tasks run (:mod:`geoviz.tasks`).
+
+    ``what`` names one task in the help text ("each (method, seed)", "each refit").
+    """
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "ray", "sequential"),
+        default="auto",
+        help=f"run {what} as a Ray task (ray), in this process (sequential), or Ray if "
+        "installed (auto, default)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="Ray cluster address (default: $RAY_ADDRESS, else a local cluster)",
+    )
+
+
+def ray_address(args: argparse.Namespace) -> str | None:
+    """``--ray-address``, else ``$RAY_ADDRESS``, else ``None`` (a local cluster)."""
+    address: str | None = args.ray_address or os.environ.get("RAY_ADDRESS") or None
+    return address

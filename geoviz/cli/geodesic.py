@@ -57,6 +57,7 @@ import numpy as np
 
 from geoviz import limits
 from geoviz.cli.args import (
+    add_backend_args,
     cli_epsilon,
     cli_int,
     cli_seed,
@@ -64,6 +65,7 @@ from geoviz.cli.args import (
     number,
     number_list,
     positive_int,
+    ray_address,
 )
 from geoviz.cli.output import progress_callback, refuse_existing, write_file
 from geoviz.errors import BlurWarning, ExportExistsError, GeovizError, WeightsError
@@ -79,6 +81,7 @@ from geoviz.glossary import (
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
     from geoviz.geodesic.pipeline import GeodesicResult
     from geoviz.geodesic.spec import GeodesicSpec
+    from geoviz.geodesic.uncertainty import GeodesicBootstrap
     from geoviz.maps.base import MapDiagnostics
 
 __all__ = ["check_args", "register", "spec_from_args"]
@@ -170,10 +173,33 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         ),
     )
     add_feature_args(parser)
+    add_bootstrap_args(parser)
     parser.add_argument(
         "--no-cache", action="store_true", help="do not read or write the on-disk cache"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_bootstrap_args(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap B``, ``--bootstrap-seed``, ``--bootstrap-method``, ``--backend``,
+    ``--ray-address``: intervals of the projection's numbers (issue 23)."""
+    parser.add_argument(
+        "--bootstrap",
+        type=positive_int,
+        default=None,
+        metavar="B",
+        help="print 95%% bootstrap intervals of W_i, a_hat and the objective from B "
+        "replicates (q-resample: cheap, Q's samples drawn again with the maps fixed)",
+    )
+    parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the replicates")
+    parser.add_argument(
+        "--bootstrap-method",
+        choices=("q-resample", "refit"),
+        default="q-resample",
+        help="q-resample (default) or refit: Q and every reference drawn again and the maps "
+        "refitted, each replicate one task (about one fit each)",
+    )
+    add_backend_args(parser, "each bootstrap refit")
 
 
 def add_feature_args(parser: argparse.ArgumentParser) -> None:
@@ -251,6 +277,13 @@ def check_args(args: argparse.Namespace) -> None:
         raise GeovizError(f"--refs takes at most {limits.MAX_REFERENCES} datasets, got {m}")
     cli_int(args.n, "--n", limits.MIN_SAMPLES, limits.MAX_SAMPLES, why="samples per dataset")
     cli_seed(args.seed)
+    if args.bootstrap is not None:
+        from geoviz.geodesic.uncertainty import check_replicates
+
+        check_replicates(args.bootstrap, "--bootstrap")
+        cli_seed(args.bootstrap_seed, "--bootstrap-seed")
+        if args.bootstrap_method == "refit" and args.method != "barycentric":
+            raise GeovizError("--bootstrap-method refit needs barycentric maps (--method)")
     if args.size is not None:
         cli_int(
             args.size,
@@ -476,6 +509,80 @@ def _print_maps(result: GeodesicResult, *, two_q: bool = False) -> None:
         print(line)
 
 
+def _bootstrap(args: argparse.Namespace, result: GeodesicResult) -> GeodesicBootstrap | None:
+    """The replicates ``--bootstrap`` asks for, or ``None``."""
+    if args.bootstrap is None:
+        return None
+    if args.bootstrap_method == "q-resample":
+        return result.bootstrap(args.bootstrap, seed=args.bootstrap_seed)
+    from geoviz.backend import DiskCache, get_cache
+    from geoviz.cli.output import PlainProgress
+    from geoviz.geodesic.refit import bootstrap_refit
+
+    bar = None if args.quiet else PlainProgress()
+
+    def report(done: int, total: int) -> None:
+        if bar is not None:
+            bar("bootstrap refits", done / max(total, 1), f"{done}/{total}")
+
+    return bootstrap_refit(
+        result,
+        args.bootstrap,
+        seed=args.bootstrap_seed,
+        backend=args.backend,
+        address=ray_address(args),
+        cache=DiskCache(enabled=False) if args.no_cache else get_cache(),
+        progress=report,
+    )
+
+
+def _print_intervals(result: GeodesicResult, boot: GeodesicBootstrap, weights: Any = None) -> None:
+    """The intervals of W_i and a_hat, and whether ``weights`` can be told from a_hat."""
+    what = (
+        "Q's samples drawn again, maps fixed"
+        if boot.method == "q-resample"
+        else "Q and every reference drawn again, maps refitted"
+    )
+    print(
+        f"\n{boot.level:.0%} bootstrap intervals ({boot.method}: {what}; "
+        f"B = {boot.replicates}, seed {boot.seed}):"
+    )
+    w_int = boot.w_to_target_interval()
+    a_int = boot.a_hat_interval()
+    rows = [
+        [
+            name,
+            _num(w_int.estimate[i]),
+            f"[{_num(w_int.low[i])}, {_num(w_int.high[i])}]",
+            _num(w_int.bias[i]),
+            f"{a_int.estimate[i]:.4f}",
+            f"[{a_int.low[i]:.4f}, {a_int.high[i]:.4f}]",
+        ]
+        for i, name in enumerate(_names_of(result))
+    ]
+    print(_table(["reference", W_TARGET, "interval", "bias", A_HAT, "interval"], rows))
+    f_int = boot.objective_interval(result.a_hat)
+    print(
+        f"{OBJECTIVE_AT_A_HAT} = {_num(float(f_int.estimate))} "
+        f"[{_num(float(f_int.low))}, {_num(float(f_int.high))}]"
+    )
+    if weights is not None and not boot.flat:
+        gap = boot.gap_interval(weights)
+        same = bool(boot.as_good_as_a_hat(weights))
+        verdict = (
+            "as good as â at this sample size (the interval holds 0)"
+            if same
+            else "worse than â beyond the sampling noise"
+        )
+        print(
+            f"weights {','.join(f'{w:g}' for w in np.asarray(weights))}: {OBJECTIVE} - "
+            f"{OBJECTIVE_AT_A_HAT} = {_num(float(gap.estimate))} "
+            f"[{_num(float(gap.low))}, {_num(float(gap.high))}]: {verdict}"
+        )
+    if boot.flat:
+        print("the references are identical as seen from Q: every weight vector is as good as â")
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -495,6 +602,9 @@ def _cmd_distance(args: argparse.Namespace) -> int:
         for i, name in enumerate(names)
     ]
     print(_table(header, body))
+    boot = _bootstrap(args, result)
+    if boot is not None:
+        _print_intervals(result, boot)
     return 0
 
 
@@ -518,10 +628,15 @@ def _cmd_project(args: argparse.Namespace) -> int:
         print(
             f"{OBJECTIVE} at --weights {','.join(f'{w:g}' for w in weights)} = {float(result.objective(weights)):.6g}"
         )
+    boot = _bootstrap(args, result)
+    if boot is not None:
+        _print_intervals(result, boot, args.checked_weights)
     if args.out is not None:
         from geoviz.export import export_dataset
 
         ds = result.interpolate(weights, n=args.n_out, seed=args.seed)
+        if boot is not None:
+            ds = dataclasses.replace(ds, metadata={**ds.metadata, "uncertainty": boot.manifest()})
         written = export_dataset(ds, args.out, format=args.format, overwrite=args.overwrite)
         print(f"wrote {ds.n_samples} samples of {ds.name} to {written.data_path}")
         print(f"manifest (with every map's OTDD and sharpness): {written.manifest_path}")
@@ -546,12 +661,17 @@ def _cmd_grid(args: argparse.Namespace) -> int:
     grid = simplex_grid(result.m, args.resolution)
     values = result.objective(grid)
     k = int(np.argmin(values))
-    _write_csv_atomic(
-        Path(args.out),
-        [*(f"a_{n}" for n in names), "objective"],
-        np.column_stack([grid, values]),
-        args.overwrite,
-    )
+    header = [*(f"a_{n}" for n in names), "objective"]
+    columns = [grid, values]
+    boot = _bootstrap(args, result)
+    if boot is not None:
+        f_int = boot.objective_interval(grid)
+        header += ["objective_low", "objective_high"]
+        columns += [f_int.low, f_int.high]
+        if not boot.flat:  # 1.0 where the weights are as good as a_hat at this sample size
+            header.append("as_good_as_a_hat")
+            columns.append(boot.as_good_as_a_hat(grid).astype(np.float64))
+    _write_csv_atomic(Path(args.out), header, np.column_stack(columns), args.overwrite)
     print(f"wrote {grid.shape[0]} simplex points (resolution {args.resolution}) to {args.out}")
     print(
         "grid minimum: "
@@ -564,6 +684,11 @@ def _cmd_grid(args: argparse.Namespace) -> int:
         + f"  {OBJECTIVE_AT_A_HAT} = {result.w2_hat:.6g}"
     )
     _print_maps(result)
+    if boot is not None:
+        _print_intervals(result, boot)
+        if not boot.flat:
+            inside = int(boot.as_good_as_a_hat(grid).sum())
+            print(f"{inside} of {grid.shape[0]} grid points are as good as â at this sample size")
     return 0
 
 

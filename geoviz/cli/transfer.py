@@ -9,7 +9,7 @@ fine-tune on ``k`` labelled target samples per class, test
 (:func:`geoviz.transfer.table.compare_methods`); or, with ``--grid R``, the
 simplex study correlating ``W²(P_a, Q)`` with accuracy
 (:func:`geoviz.transfer.study.run_grid`). Runs are Ray tasks with
-``--backend ray`` (:mod:`geoviz.transfer.runner`). The datasets are those of a
+``--backend ray`` (:mod:`geoviz.tasks`). The datasets are those of a
 :class:`~geoviz.geodesic.spec.GeodesicSpec` (the target's train split, the references
 and the target's test split, all at ``--size``), loaded by
 :func:`~geoviz.geodesic.spec.load_spec_datasets`; the geodesic is fitted only when a
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -40,7 +39,15 @@ from typing import Any
 import numpy as np
 
 from geoviz import limits
-from geoviz.cli.args import cli_epsilon, cli_int, cli_seed, cli_seeds, positive_int
+from geoviz.cli.args import (
+    add_backend_args,
+    cli_epsilon,
+    cli_int,
+    cli_seed,
+    cli_seeds,
+    positive_int,
+    ray_address,
+)
 from geoviz.cli.output import PlainProgress, format_table, stderr_is_terminal
 from geoviz.errors import BlurWarning, ExportError, GeovizError
 from geoviz.transfer.table import ALL_METHODS, METHODS
@@ -273,7 +280,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
             "preset": preset,
             "backend": args.backend,
             # the environment is read here, at the entry point (the library reads none)
-            "address": args.ray_address or os.environ.get("RAY_ADDRESS") or None,
+            "address": ray_address(args),
             "progress": run_progress,
         }
         if args.grid is not None:
@@ -600,18 +607,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "DIR/checkpoints (reused by a rerun) and correlation.html"
         ),
     )
-    p.add_argument(
-        "--backend",
-        choices=("auto", "ray", "sequential"),
-        default="auto",
-        help="run each (method or grid point, seed) as a Ray task (ray), in this process "
-        "(sequential), or Ray if installed (auto, default)",
-    )
-    p.add_argument(
-        "--ray-address",
-        default=None,
-        help="Ray cluster address (default: $RAY_ADDRESS, else a local cluster)",
-    )
+    add_backend_args(p, "each (method or grid point, seed)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the OTDD cache")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_cmd_transfer)

@@ -111,6 +111,7 @@ def _base_manifest(
         },
         "datasets": _provenance(meta),
         "weights": meta.get("weights"),
+        "uncertainty": meta.get("uncertainty"),
         "hard_labels": hard,
         "metadata": meta,
     }

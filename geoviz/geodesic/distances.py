@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -476,6 +476,13 @@ class TwoQDistances:
         ``(m,)`` the two (unweighted) terms of ``w_to_target``.
     feature_between, label_between
         ``(m, m)`` the two (unweighted) terms of ``w_between``.
+    per_sample_to_target
+        ``(N, m)`` the summand of ``W_i`` at each target sample (weighted terms), so
+        ``w_to_target == per_sample_to_target.mean(axis=0)``; ``None`` when not kept. With
+        the maps fixed, resampling these rows resamples ``Q``
+        (:func:`geoviz.geodesic.uncertainty.bootstrap_q`).
+    per_sample_between
+        ``(N, m, m)`` the summand of ``W_ij`` at each target sample, or ``None``.
     """
 
     w_to_target: np.ndarray
@@ -484,6 +491,13 @@ class TwoQDistances:
     label_to_target: np.ndarray
     feature_between: np.ndarray
     label_between: np.ndarray
+    per_sample_to_target: np.ndarray | None = field(default=None, repr=False)
+    per_sample_between: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def n_samples(self) -> int | None:
+        """``N``, the target samples the means run over (``None``: per-sample terms not kept)."""
+        return None if self.per_sample_to_target is None else self.per_sample_to_target.shape[0]
 
 
 def _f64(t: torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -580,6 +594,9 @@ def two_q_distances(
     lab_t = np.zeros(m)
     feat_b = np.zeros((m, m))
     lab_b = np.zeros((m, m))
+    # per-sample summands (weighted), for the bootstrap over Q's samples
+    per_t = np.zeros((n, m))
+    per_b = np.zeros((n, m, m))
     for i in range(m):
         mq = _f64(label_to_target[i])
         if mq.ndim != 2 or mq.shape[1] != ys[i].shape[1] or mq.shape[0] <= int(y_q.max()):
@@ -591,8 +608,11 @@ def two_q_distances(
         mq = _clean_label_matrix(
             mq, q_mass, ys[i].sum(dim=0), f"label distances target-reference {i}"
         )
-        feat_t[i] = float(((x - xs[i]) ** 2).sum(dim=1).mean())
-        lab_t[i] = float((mq[y_q] * ys[i]).sum(dim=1).mean())
+        feat_rows = ((x - xs[i]) ** 2).sum(dim=1)
+        lab_rows = (mq[y_q] * ys[i]).sum(dim=1)
+        feat_t[i] = float(feat_rows.mean())
+        lab_t[i] = float(lab_rows.mean())
+        per_t[:, i] = (lambda_x * feat_rows + lambda_y * lab_rows).numpy()
     for i in range(m):
         for j in range(i + 1, m):
             if (i, j) in label_between:
@@ -612,8 +632,11 @@ def two_q_distances(
                 ys[j].sum(dim=0),
                 f"label distances between references {i} and {j}",
             )
-            feat_b[i, j] = feat_b[j, i] = float(((xs[i] - xs[j]) ** 2).sum(dim=1).mean())
-            lab_b[i, j] = lab_b[j, i] = float(((ys[i] @ mij) * ys[j]).sum(dim=1).mean())
+            feat_rows = ((xs[i] - xs[j]) ** 2).sum(dim=1)
+            lab_rows = ((ys[i] @ mij) * ys[j]).sum(dim=1)
+            feat_b[i, j] = feat_b[j, i] = float(feat_rows.mean())
+            lab_b[i, j] = lab_b[j, i] = float(lab_rows.mean())
+            per_b[:, i, j] = per_b[:, j, i] = (lambda_x * feat_rows + lambda_y * lab_rows).numpy()
     w_t = lambda_x * feat_t + lambda_y * lab_t
     w_b = lambda_x * feat_b + lambda_y * lab_b
-    return TwoQDistances(w_t, w_b, feat_t, lab_t, feat_b, lab_b)
+    return TwoQDistances(w_t, w_b, feat_t, lab_t, feat_b, lab_b, per_t, per_b)

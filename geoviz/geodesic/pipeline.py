@@ -59,6 +59,7 @@ from geoviz.geodesic.distances import (
 )
 from geoviz.geodesic.interpolate import generalized_geodesic_dataset, mccann_dataset
 from geoviz.geodesic.labels import LabelSpace, label_space
+from geoviz.geodesic.uncertainty import DEFAULT_LEVEL, GeodesicBootstrap, bootstrap_q
 from geoviz.geodesic.weights import as_simplex_weights
 from geoviz.maps.base import FittedMap, MapDiagnostics, PlanNeighbours
 from geoviz.maps.methods import (
@@ -287,6 +288,24 @@ class GeodesicResult:
     def features_name(self) -> str:
         """The feature space the costs live in (``"pixels"`` when none was fitted)."""
         return "pixels" if self.feature_space is None else self.feature_space.name
+
+    def bootstrap(
+        self, replicates: int = 200, *, seed: int = 0, level: float = DEFAULT_LEVEL
+    ) -> GeodesicBootstrap:
+        """Q-resampling bootstrap of ``W_i``, ``W_ij``, ``W^2(P_a, Q)`` and ``a_hat``.
+
+        The maps stay fixed and ``Q``'s samples are drawn again with replacement
+        (:func:`geoviz.geodesic.uncertainty.bootstrap_q`); refits of the maps are
+        :func:`geoviz.geodesic.refit.bootstrap_refit`.
+        """
+        return bootstrap_q(
+            self.distances,
+            replicates,
+            seed=seed,
+            level=level,
+            qp_solver=self.config.qp_solver,
+            a_hat=self.a_hat,
+        )
 
     @property
     def soft_labels(self) -> tuple[torch.Tensor, ...]:

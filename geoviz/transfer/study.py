@@ -8,7 +8,7 @@ on the few-shot target ``Q`` and correlate its test accuracy with the objective
 targets.
 
 :func:`run_grid` runs one :func:`~geoviz.transfer.experiment.run_method` per
-(grid point, seed), each one task of :func:`~geoviz.transfer.runner.run_tasks`
+(grid point, seed), each one task of :func:`~geoviz.tasks.run_tasks`
 (Ray or sequential: the same results); with ``checkpoint_dir`` every finished
 run is stored at once (:mod:`geoviz.transfer.checkpoints`). The result, a
 :class:`GridStudy`, carries its :class:`StudyStatistics` (:func:`study_statistics`):
@@ -34,6 +34,7 @@ from geoviz.errors import GeovizError
 from geoviz.geodesic.distances import simplex_grid
 from geoviz.glossary import OBJECTIVE
 from geoviz.nn.training import TransferPreset
+from geoviz.tasks import Backend, run_tasks
 from geoviz.transfer.checkpoints import (
     CheckpointStore,
     checkpoint_key,
@@ -42,7 +43,6 @@ from geoviz.transfer.checkpoints import (
     study_scenario,
 )
 from geoviz.transfer.experiment import run_method
-from geoviz.transfer.runner import Backend, run_tasks
 
 # scipy.stats is imported where a statistic is computed, not here: it takes ~0.5 s to
 # import, and the app's server imports this module at start (the Evidence page)
@@ -674,7 +674,7 @@ def run_grid(
         (:class:`~geoviz.transfer.checkpoints.CheckpointStore`, created when
         needed); existing ones are loaded and not recomputed. ``None``: none.
     backend, address
-        See :func:`geoviz.transfer.runner.run_tasks`; each (point, seed) is one task.
+        See :func:`geoviz.tasks.run_tasks`; each (point, seed) is one task.
     progress
         ``progress(done, total)`` over all ``K x len(seeds)`` runs (loaded
         checkpoints count as done from the start).

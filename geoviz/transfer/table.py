@@ -5,7 +5,7 @@ with the OTDD maps at ``a = a_hat`` and fine-tune on the ``k``-shot target,
 against Mixup with the same weights, training on the few-shot set alone and
 1-NN on the few-shot set. Each ``(method, seed)`` pair is one independent,
 deterministic run (:func:`geoviz.transfer.experiment.run_method`), executed
-with :func:`geoviz.transfer.runner.run_tasks` (Ray tasks or sequentially, the
+with :func:`geoviz.tasks.run_tasks` (Ray tasks or sequentially, the
 same numbers either way).
 """
 
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from geoviz.errors import GeovizError
+from geoviz.tasks import Backend, run_tasks
 from geoviz.transfer.experiment import Method, MethodResult, TransferTask, run_method
-from geoviz.transfer.runner import Backend, run_tasks
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -171,7 +171,7 @@ def compare_methods(
         ``(m,)`` weights on the simplex; ``None`` = ``geodesic.a_hat``
         (required for ``"mixup"`` without a geodesic).
     backend, address
-        :func:`~geoviz.transfer.runner.run_tasks` options (Ray or sequential).
+        :func:`~geoviz.tasks.run_tasks` options (Ray or sequential).
     progress
         ``progress(done, total)`` after each finished run.
     neural_geodesic

@@ -24,8 +24,8 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.tasks import Backend
 from geoviz.transfer.experiment import make_task
-from geoviz.transfer.runner import Backend
 from geoviz.transfer.study import GridStudy, run_grid
 from geoviz.transfer.table import compare_methods
 
