@@ -468,6 +468,16 @@ class DiskCache:
         self.corrupt_ = 0
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a cache travels to Ray tasks and worker processes by its folder; the lock stays here
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def path_for(self, namespace: str, key: str) -> Path:
         return self.directory / namespace / f"{key}.pt"
 

@@ -485,3 +485,16 @@ def test_dataset_fingerprint_and_upload_digest_keep_their_values():
         old.update(b"\x00")
     assert ds.fingerprint == old.hexdigest()
     assert Upload("x.csv", b"1,2\n").digest == hashlib.sha256(b"1,2\n").hexdigest()
+
+
+def test_disk_cache_pickles_by_its_folder(tmp_path):
+    """A cache goes to Ray tasks by pickle: the copy reads and writes the same folder."""
+    import pickle
+
+    cache = DiskCache(tmp_path)
+    cache.get_or_compute("ns", {"k": 1}, lambda: {"v": torch.ones(2)})
+    copy = pickle.loads(pickle.dumps(cache))
+    assert copy.directory == cache.directory and copy.enabled
+    payload = copy.get_or_compute("ns", {"k": 1}, lambda: {"v": torch.zeros(2)})
+    assert torch.equal(payload["v"], torch.ones(2))  # read back, not recomputed
+    assert copy.hits_ == 1
