@@ -57,7 +57,10 @@ def population() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     w_t = np.array([mu @ mu + np.sum((a - eye) ** 2) for mu, a in zip(MEANS, MATS, strict=True)])
     w_b = np.array(
         [
-            [np.sum((MEANS[i] - MEANS[j]) ** 2) + np.sum((MATS[i] - MATS[j]) ** 2) for j in range(3)]
+            [
+                np.sum((MEANS[i] - MEANS[j]) ** 2) + np.sum((MATS[i] - MATS[j]) ** 2)
+                for j in range(3)
+            ]
             for i in range(3)
         ]
     )
@@ -173,7 +176,9 @@ def calibration(reps: int, refit_reps: int, refit_b: int, n: int, backend: str) 
     for r in range(refit_reps):
         fit = _fit(20_000 + r, n)
         t0 = time.perf_counter()
-        boot = bootstrap_refit(fit, refit_b, seed=r, backend=backend, cache=DiskCache(enabled=False))
+        boot = bootstrap_refit(
+            fit, refit_b, seed=r, backend=backend, cache=DiskCache(enabled=False)
+        )
         t_refit += time.perf_counter() - t0
         _tally(refit, boot, w_t, a_pop, f_pop)
     refit.print(f"entropic maps, refit, n={n}, B={refit_b}", refit_reps)
@@ -193,7 +198,9 @@ def bundled(backend: str) -> None:
         refs = [load_dataset(k, n=n, seed=0) for k in ("fashion_mnist", "usps", "kmnist")]
         return harmonize([q, *refs], size=32, channels="grey")
 
-    print("| n | fit (cold) | 200 q-resample replicates | share | width W_i (mean) | width â_i (mean) |")
+    print(
+        "| n | fit (cold) | 200 q-resample replicates | share | width W_i (mean) | width â_i (mean) |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     widths = {}
     fits = {}

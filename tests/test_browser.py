@@ -1015,3 +1015,59 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
     # sharp plans: a P_a image is a blend of a few real references, not a mean image
     spread = float(ds.features.std(dim=0).mean())
     assert spread > 0.05, spread
+
+
+def test_explorer_region_as_good_as_a_hat_and_the_readout_flag(page, server):
+    """Issue 23: the region and the cloud are drawn over the heatmap; a drag through the
+    region and out of it gives the readout's "distinguishable" flag, which equals the
+    library's at the released weights, and the browser's intervals equal the library's."""
+    from geoviz.app.explorer.component import EXPLORER_REPLICATES
+
+    pg = page
+    pg.goto(f"{server['url']}/geodesic")
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    header = frame.evaluate("() => geovizExplorer.header()")
+    assert header["boot"]["replicates"] == EXPLORER_REPLICATES
+    assert frame.evaluate("() => geovizExplorer.regionCells()") > 0
+    result = _app_result(server, _query(pg)["scenario"])
+    boot = result.bootstrap(EXPLORER_REPLICATES, seed=0)
+    # the browser's numbers at random weights against the library's
+    weights = np.random.default_rng(5).dirichlet(np.ones(3), size=40)
+    got = frame.evaluate("(ws) => ws.map((a) => geovizExplorer.uncertainty(a))", weights.tolist())
+    f_int = boot.objective_interval(weights)
+    gap = boot.gap_interval(weights)
+    np.testing.assert_allclose([g["value"][0] for g in got], f_int.low, rtol=1e-9)
+    np.testing.assert_allclose([g["value"][1] for g in got], f_int.high, rtol=1e-9)
+    np.testing.assert_allclose([g["gap"][0] for g in got], gap.low, rtol=1e-9, atol=1e-15)
+    assert [g["good"] for g in got] == boot.as_good_as_a_hat(weights).tolist()
+    # into the region (onto â) and out of it (to a corner), each released once
+    box = frame.locator("canvas#simplex").bounding_box()
+    a_hat = np.asarray(result.a_hat)
+    verdicts = []
+    for target_xy in ("star", "corner"):
+        if target_xy == "star":
+            # the canvas's triangle: top (cx, top), bottom-left, bottom-right (explorer.js)
+            xy = frame.evaluate(
+                """(a) => { const c = document.getElementById('simplex'), pad = 28;
+                const side = Math.min(c.width - 2 * pad, (c.height - 2 * pad) * 2 / Math.sqrt(3));
+                const hgt = side * Math.sqrt(3) / 2, cx = c.width / 2, top = (c.height - hgt) / 2 + 4;
+                const V = [[cx, top], [cx - side / 2, top + hgt], [cx + side / 2, top + hgt]];
+                return [a[0]*V[0][0] + a[1]*V[1][0] + a[2]*V[2][0], a[0]*V[0][1] + a[1]*V[1][1] + a[2]*V[2][1]]; }""",
+                a_hat.tolist(),
+            )
+        else:
+            xy = [box["width"] / 2, 40]  # near P1's corner
+        path = [(xy[0] + 30, xy[1] + 20), (xy[0] + 10, xy[1] + 8), (xy[0], xy[1])]
+        _drag(pg, frame, path)
+        frame.wait_for_function("(seq) => geovizExplorer.valuesSent >= seq", arg=len(verdicts) + 1)
+        _wait_idle(pg)
+        pick = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
+        flag = frame.evaluate(
+            "() => document.getElementById('verdict').getAttribute('data-distinguishable')"
+        )
+        verdicts.append((pick, flag == "true"))
+        assert (flag == "true") == (not bool(boot.as_good_as_a_hat(pick))), (pick, flag)
+        _shot(pg, f"3_geodesic_region_{target_xy}")
+    assert verdicts[0][1] is False and verdicts[1][1] is True
+    _assert_no_exception(pg, "geodesic explorer with the region")

@@ -8,6 +8,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Literal, TypeVar
 
+# plotly looks pandas up in sys.modules without importing it: if a job thread is the first to
+# import pandas (through scikit-learn or UMAP) while a page draws a figure, plotly finds a
+# half-initialised module and the page fails ("partially initialized module 'pandas' has no
+# attribute 'Series'", seen in the browser test). Importing it before any job starts closes
+# that race.
+import pandas  # noqa: F401  # isort: skip
+
 T = TypeVar("T")
 
 

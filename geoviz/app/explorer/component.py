@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 FRONTEND = Path(__file__).resolve().parent / "frontend"
 _component = components.declare_component("geoviz_explorer", path=str(FRONTEND))
 LOG = logging.getLogger(__name__)
+#: Q-resampling replicates behind the explorer's intervals and region (issue 23)
+EXPLORER_REPLICATES = 200
 
 __all__ = ["geodesic_explorer", "geodesic_payload", "mccann_explorer", "mccann_payload"]
 
@@ -55,7 +57,10 @@ def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
             def place(features: np.ndarray) -> np.ndarray:
                 return services.place_points(model, emb, features, ("explorer-grid",))
 
-        payload = build_geodesic(result, emb, place)
+        # Q-resampling replicates: a few hundred small QPs, well under a second (measured in
+        # benchmarks/bench_uncertainty.py), so they come with the payload
+        boot = result.bootstrap(EXPLORER_REPLICATES, seed=0) if result.distances.n_samples else None
+        payload = build_geodesic(result, emb, place, bootstrap=boot)
         LOG.info(
             "explorer payload: %.2f MB in %.2f s (%.2f s with the embedding)",
             payload.size / 1e6,

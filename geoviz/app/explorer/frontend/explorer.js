@@ -99,6 +99,10 @@
     header: () => { const h = Object.assign({}, S.P.header); delete h.arrays; return h; },
     /** the P_a (or P^M_t) points the view draws: [[x, y], ...] */
     points: () => (S.ui && S.ui.view ? viewPoints().map((p) => [p[0], p[1]]) : []),
+    /** the bootstrap readout at a: {value: [lo, hi], gap: [lo, hi], good}, or null */
+    uncertainty: (a) => (boot() ? bootReadout(a) : null),
+    /** lattice cells of the region as good as â drawn on the triangle (m = 3) */
+    regionCells: () => (S.ui ? S.ui.regionCells || 0 : 0),
     /** mix(a) as base64 (compact for tests) */
     mix64: (a) => { const px = mixAll(a); let s = ""; for (let k = 0; k < px.length; k += 8192) s += String.fromCharCode.apply(null, px.subarray(k, k + 8192)); return btoa(s); },
   });
@@ -116,6 +120,46 @@
       for (let j = 0; j < m; j++) if (j !== i) v -= 0.5 * a[i] * a[j] * b[i * m + j];
     }
     return v;
+  }
+
+  // ------------------------------------------------------------------ bootstrap (issue 23)
+  /** The payload's bootstrap header, or null (no replicates shipped). */
+  function boot() { return S.P.header.boot && A("boot_w_to_target") ? S.P.header.boot : null; }
+  /** numpy.quantile's default ("linear") of an ascending array. */
+  function quantileSorted(s, q) {
+    const pos = q * (s.length - 1), lo = Math.floor(pos), hi = Math.min(lo + 1, s.length - 1);
+    return s[lo] + (pos - lo) * (s[hi] - s[lo]);
+  }
+  /** W²(P_a, Q) of every replicate: Float64Array(B). */
+  function repObjectives(a) {
+    const W = A("boot_w_to_target"), Wb = A("boot_w_between").data, m = a.length, B = W.shape[0];
+    const out = new Float64Array(B);
+    for (let b = 0; b < B; b++) {
+      let v = 0;
+      for (let i = 0; i < m; i++) {
+        v += a[i] * W.data[b * m + i];
+        for (let j = 0; j < m; j++) if (j !== i) v -= 0.5 * a[i] * a[j] * Wb[(b * m + i) * m + j];
+      }
+      out[b] = v;
+    }
+    return out;
+  }
+  function percentile(vals) {
+    const s = Float64Array.from(vals).sort(), al = 1 - boot().level;
+    return [quantileSorted(s, al / 2), quantileSorted(s, 1 - al / 2)];
+  }
+  /** Paired gaps W²_b(P_a, Q) − W²_b(P_â, Q) over the replicates. */
+  function gapReplicates(a) {
+    if (!S.bootHat) S.bootHat = repObjectives(Array.from(A("a_hat").data));
+    const g = repObjectives(a);
+    for (let b = 0; b < g.length; b++) g[b] -= S.bootHat[b];
+    return g;
+  }
+  /** As good as â at this sample size: the gap's interval holds 0. */
+  function asGood(a) { return percentile(gapReplicates(a))[0] <= 0; }
+  /** The readout's numbers at ``a``: objective interval, gap interval, verdict. */
+  function bootReadout(a) {
+    return { value: percentile(repObjectives(a)), gap: percentile(gapReplicates(a)), good: asGood(a) };
   }
 
   /** Mixed uint8 pixels of the shown samples: round(sum_i a_i images[i+1]) (McCann: a = [1-t, t]
@@ -165,13 +209,23 @@
       const m = h.m;
       const size = m === 3 ? [400, 350] : m === 2 ? [460, 260] : [Math.max(360, 70 * m), 260];
       ui.simplex = el("canvas", { id: "simplex", width: size[0], height: size[1], tabindex: "0" }, left);
-      el("div", { class: "hint", text: m === 3
+      const bt = boot();
+      const region = bt ? (bt.flat ? " The references are identical as seen from Q: every a is as good as â."
+        : " Dotted outline: the weights as good as â at this sample size (" + Math.round(100 * bt.level) +
+          "% bootstrap, B = " + bt.replicates + ", " + (bt.method === "q-resample"
+            ? "Q's samples drawn again with the maps fixed: the maps' own noise is not in it"
+            : "Q and the references drawn again, maps refitted") + "); white dots: the replicates' â.") : "";
+      el("div", { class: "hint", id: "simplex-hint", text: (m === 3
         ? "Colour: W²(P_a, Q) computed here from W_i and W_ij (darker is lower); ★ â, ● the picked a."
-        : m === 2 ? "The geodesic from P1 (t = 0) to P2 (t = 1): W²(P_a, Q) along it; ★ â."
-        : "Linked bars: drag a bar (the others rescale) · arrows: ←/→ choose, ↑/↓ move." }, left);
+        : m === 2 ? "The geodesic from P1 (t = 0) to P2 (t = 1): W²(P_a, Q) along it (band: its interval); ★ â."
+        : "Linked bars: drag a bar (the others rescale) · arrows: ←/→ choose, ↑/↓ move; whiskers: â's interval.") + region }, left);
       ui.weights = el("div", { id: "weights" }, right);
       ui.value = el("div", { class: "big", id: "value" }, right);
       ui.gap = el("div", { class: "gap", id: "gap" }, right);
+      if (boot()) {
+        ui.interval = el("div", { id: "interval" }, right);
+        ui.verdict = el("div", { class: "verdict", id: "verdict" }, right);
+      }
       ui.ahat = el("div", { class: "hint" }, right);
       ui.ahat.textContent = "â = (" + Array.from(A("a_hat").data).map((x) => fmt(x, 3)).join(", ") +
         ") · W²(P_â, Q) = " + sig(h.w2_hat);
@@ -274,6 +328,42 @@
     off.width = W; off.height = Hh;
     off.getContext("2d").putImageData(img, 0, 0);
     S.ui.heat = off; S.ui.range = [lo, hi];
+    S.ui.region = boot() && !boot().flat ? buildRegion(W, Hh) : null;
+  }
+
+  /** The region as good as â on a 4-px lattice: a light fill and a dotted white outline. */
+  function buildRegion(W, Hh) {
+    const step = 4, nx = Math.ceil(W / step), ny = Math.ceil(Hh / step);
+    const mask = new Int8Array(nx * ny).fill(-1);  // -1 outside the triangle, 0 worse, 1 as good
+    for (let j = 0; j < ny; j++) for (let i = 0; i < nx; i++) {
+      const b = toBary(i * step + step / 2, j * step + step / 2);
+      if (b[0] < 0 || b[1] < 0 || b[2] < 0) continue;
+      mask[j * nx + i] = asGood(b) ? 1 : 0;
+    }
+    const off = document.createElement("canvas");
+    off.width = W; off.height = Hh;
+    const ctx = off.getContext("2d");
+    for (let j = 0; j < ny; j++) for (let i = 0; i < nx; i++) {
+      if (mask[j * nx + i] !== 1) continue;
+      ctx.fillStyle = "rgba(255,255,255,0.16)"; ctx.fillRect(i * step, j * step, step, step);
+      const worse = [[1, 0], [-1, 0], [0, 1], [0, -1]].some(([di, dj]) => {
+        const ii = i + di, jj = j + dj;
+        return ii >= 0 && jj >= 0 && ii < nx && jj < ny && mask[jj * nx + ii] === 0;
+      });
+      if (worse) { ctx.fillStyle = "rgba(255,255,255,0.95)"; ctx.fillRect(i * step + 1, j * step + 1, 2, 2); }
+    }
+    S.ui.regionCells = mask.reduce((n, v) => n + (v === 1 ? 1 : 0), 0);
+    return off;
+  }
+  function drawCloud(ctx, xy) {
+    const C = A("boot_a_hat"); if (!C) return;
+    const m = C.shape[1];
+    ctx.fillStyle = "rgba(255,255,255,0.55)";
+    for (let b = 0; b < C.shape[0]; b++) {
+      const a = Array.from(C.data.subarray(b * m, (b + 1) * m));
+      const [x, y] = xy(a);
+      ctx.fillRect(x - 1.5, y - 1.5, 3, 3);
+    }
   }
 
   function star(ctx, x, y, r, fill) {
@@ -303,6 +393,8 @@
       ctx.fillText("P1 · " + names[0], V[0][0], V[0][1] - 8);
       ctx.textAlign = "left"; ctx.fillText("P2 · " + names[1], 2, V[1][1] + 18);
       ctx.textAlign = "right"; ctx.fillText("P3 · " + names[2], c.width - 2, V[2][1] + 18);
+      if (S.ui.region) ctx.drawImage(S.ui.region, 0, 0);
+      if (boot()) drawCloud(ctx, toXY);
       const [sx, sy] = toXY(ahat); star(ctx, sx, sy, 9, "#fff");
       if (S.hover) { const [hx, hy] = toXY(S.hover); ctx.beginPath(); ctx.arc(hx, hy, 4, 0, 7); ctx.strokeStyle = "#fff"; ctx.stroke(); }
       const [px, py] = toXY(S.pick); dot(ctx, px, py, 6, "#ff4b4b");
@@ -310,8 +402,27 @@
       const g = lineGeom(), n = 200, vals = [];
       let lo = Infinity, hi = -Infinity;
       for (let k = 0; k <= n; k++) { const v = objective([1 - k / n, k / n]); vals.push(v); lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      let band = null;
+      if (boot()) {
+        if (!S.ui.band) S.ui.band = vals.map((_, k) => { const a = [1 - k / n, k / n]; return [...percentile(repObjectives(a)), asGood(a)]; });
+        band = S.ui.band;
+        band.forEach((q) => { lo = Math.min(lo, q[0]); hi = Math.max(hi, q[1]); });
+      }
       const Y = (v) => g.y1 - (v - lo) / (hi - lo || 1) * (g.y1 - g.y0);
       const X = (t) => g.x0 + t * (g.x1 - g.x0);
+      if (band) {
+        ctx.fillStyle = "rgba(99,110,250,0.18)"; ctx.beginPath();
+        band.forEach((q, k) => (k ? ctx.lineTo(X(k / n), Y(q[1])) : ctx.moveTo(X(0), Y(q[1]))));
+        for (let k = n; k >= 0; k--) ctx.lineTo(X(k / n), Y(band[k][0]));
+        ctx.closePath(); ctx.fill();
+        if (!boot().flat) {
+          ctx.fillStyle = "rgba(0,153,0,0.55)";
+          band.forEach((q, k) => { if (q[2]) ctx.fillRect(X(k / n) - 1.2, g.y1 - 3, 2.4, 6); });
+        }
+        const C = A("boot_a_hat");
+        ctx.fillStyle = "rgba(38,39,48,0.5)";
+        for (let b = 0; b < C.shape[0]; b++) ctx.fillRect(X(C.data[2 * b + 1]) - 0.5, g.y1 + 4, 1, 5);
+      }
       ctx.strokeStyle = "#ccc"; ctx.beginPath(); ctx.moveTo(g.x0, g.y1); ctx.lineTo(g.x1, g.y1); ctx.stroke();
       ctx.strokeStyle = "#636efa"; ctx.lineWidth = 2; ctx.beginPath();
       vals.forEach((v, k) => (k ? ctx.lineTo(X(k / n), Y(v)) : ctx.moveTo(X(0), Y(v)))); ctx.stroke();
@@ -329,6 +440,13 @@
         ctx.fillRect(x, g.y1 - v * (g.y1 - g.y0), w, v * (g.y1 - g.y0));
         ctx.strokeStyle = "#000"; ctx.setLineDash([4, 3]); ctx.beginPath();
         const yh = g.y1 - ahat[i] * (g.y1 - g.y0); ctx.moveTo(x - 3, yh); ctx.lineTo(x + w + 3, yh); ctx.stroke(); ctx.setLineDash([]);
+        if (boot()) {  // whiskers: â_i's interval
+          const ylo = g.y1 - A("boot_a_low").data[i] * (g.y1 - g.y0), yhi = g.y1 - A("boot_a_high").data[i] * (g.y1 - g.y0);
+          const xc = x + w / 2;
+          ctx.strokeStyle = "#262730"; ctx.lineWidth = 1.5; ctx.beginPath();
+          ctx.moveTo(xc, ylo); ctx.lineTo(xc, yhi); ctx.moveTo(xc - 6, ylo); ctx.lineTo(xc + 6, ylo);
+          ctx.moveTo(xc - 6, yhi); ctx.lineTo(xc + 6, yhi); ctx.stroke(); ctx.lineWidth = 1;
+        }
         ctx.fillStyle = "#262730"; ctx.textAlign = "center";
         ctx.fillText(fmt(v, 3), x + w / 2, g.y0 - 6);
         ctx.fillText("P" + (i + 1), x + w / 2, g.y1 + 16);
@@ -432,6 +550,16 @@
       ui.value.setAttribute("data-value", String(v));
       ui.gap.textContent = (gap >= 0 ? "+" : "") + Number(gap).toPrecision(3) + " vs â";
       ui.gap.className = "gap " + (gap > 1e-12 ? "up" : "down");
+      if (ui.interval) {
+        const bt = boot(), r = bootReadout(S.pick), pct = Math.round(100 * bt.level) + "%";
+        ui.interval.textContent = pct + " interval [" + sig(r.value[0]) + ", " + sig(r.value[1]) + "] · gap to â [" +
+          Number(r.gap[0]).toPrecision(3) + ", " + Number(r.gap[1]).toPrecision(3) + "] (" + bt.method + ", B = " + bt.replicates + ")";
+        const good = bt.flat || r.good;
+        ui.verdict.textContent = bt.flat ? "identical references: every a is as good as â"
+          : good ? "as good as â at this sample size" : "distinguishable from â: worse beyond the sampling noise";
+        ui.verdict.className = "verdict " + (good ? "same" : "worse");
+        ui.verdict.setAttribute("data-distinguishable", String(!good));
+      }
       if (S.hover) ui.ahat.dataset.hover = "";
     }
     drawMass();
@@ -692,6 +820,7 @@
     if (args.payload_id !== S.payloadId) {
       S.P = decode(args.payload);
       S.payloadId = args.payload_id;
+      S.bootHat = null;
       S.pick = null;
       S.ui = null;
     }
