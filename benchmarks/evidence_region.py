@@ -64,7 +64,7 @@ def main() -> None:
     boot = result.bootstrap(args.replicates, seed=0)
     gap = boot.gap_interval(weights)
     good = boot.as_good_as_a_hat(weights)
-    acc = np.array([p.accuracy_mean for p in study.points])
+    acc = np.array([p.mean_accuracy for p in study.points])
     best = int(np.argmax(acc))
     a_int = boot.a_hat_interval()
     out = {

@@ -17,6 +17,7 @@ from geoviz.viz.study import (
     correlation_sentence,
     correlation_table,
     objective_table,
+    region_sentence,
 )
 
 PRESET_HELP = {name: preset.note for name, preset in PRESETS.items()}
@@ -128,6 +129,18 @@ def stored_section() -> None:
                 key=f"stored_study_{stored.target}",
             )
             st.markdown(correlation_sentence(stored.target, stored.study))
+            if stored.region is not None:
+                region = stored.region
+                st.markdown(
+                    region_sentence(
+                        stored.target,
+                        stored.study,
+                        region.inside,
+                        region.best_index,
+                        region.replicates,
+                        region.level,
+                    )
+                )
     studies = {stored.target: stored.study for stored in evidence.studies}
     st.subheader(f"Correlation of {glossary.OBJECTIVE} and accuracy")
     st.dataframe(correlation_table(studies), hide_index=True)

@@ -108,3 +108,56 @@ def test_a_corrupt_stored_study_is_one_sentence(tmp_path: Path, text: str, expec
     assert expected in str(err.value) and "\n" not in str(err.value)
     evidence = stored_studies(tmp_path)
     assert evidence.studies == () and len(evidence.problems) == 1
+
+
+# --------------------------------------------------------------------------- region (issue 23)
+
+
+def _write_region(path: Path, n: int, inside: list[bool], best: int) -> None:
+    import json
+
+    path.write_text(
+        json.dumps(
+            {
+                "a_hat": [0.4, 0.6],
+                "a_hat_low": [0.3, 0.5],
+                "a_hat_high": [0.5, 0.7],
+                "method": "q-resample",
+                "replicates": 200,
+                "level": 0.95,
+                "points": [{"as_good_as_a_hat": v} for v in inside[:n]],
+                "best_accuracy_index": best,
+            }
+        ),
+        encoding="utf-8",
+    )
+
+
+def test_a_stored_region_is_read_beside_its_study_and_said_in_a_sentence(tmp_path: Path):
+    from geoviz.viz.study import region_sentence
+
+    study = _study([3.0, 2.0, 1.0, 2.0], [[0.5], [0.6], [0.7], [0.65]])
+    (tmp_path / "study_toy.json").write_text(study.to_json(), encoding="utf-8")
+    _write_region(tmp_path / "region_toy.json", 4, [False, True, True, False], best=2)
+    evidence = stored_studies(tmp_path)
+    assert evidence.problems == ()
+    region = evidence.studies[0].region
+    assert region is not None and region.best_inside and region.inside == (False, True, True, False)
+    text = region_sentence("toy", study, region.inside, region.best_index, 200, 0.95)
+    assert "a = (0.33, 0.67)" in text and "lies inside the region" in text
+    assert "2 of 4 grid points" in text and "70.0%" in text
+    outside = region_sentence("toy", study, (False, True, False, False), 2, 200, 0.95)
+    assert "lies outside the region" in outside
+
+
+@pytest.mark.parametrize(
+    ("n", "best", "expected"),
+    [(3, 0, "made for another grid"), (4, 9, "made for another grid")],
+)
+def test_a_region_for_another_grid_is_one_sentence(tmp_path: Path, n, best, expected):
+    study = _study([3.0, 2.0, 1.0, 2.0], [[0.5], [0.6], [0.7], [0.65]])
+    (tmp_path / "study_toy.json").write_text(study.to_json(), encoding="utf-8")
+    _write_region(tmp_path / "region_toy.json", n, [True] * 4, best=best)
+    evidence = stored_studies(tmp_path)
+    assert len(evidence.studies) == 1 and evidence.studies[0].region is None
+    assert len(evidence.problems) == 1 and expected in evidence.problems[0]

@@ -327,3 +327,28 @@ def correlation_sentence(target: str, study: GridStudy) -> str:
         f"{target}: no correlation shown at this budget (r = {estimate.r:+.3f}, 95% interval "
         f"[{low:+.3f}, {high:+.3f}] includes 0, {budget})."
     )
+
+
+def region_sentence(
+    target: str,
+    study: GridStudy,
+    inside: Sequence[bool],
+    best_index: int,
+    replicates: int,
+    level: float,
+) -> str:
+    """Whether the study's accuracy-best grid point lies in the region as good as â (issue 23).
+
+    ``inside`` flags each grid point (the study's order) whose interval of
+    ``W^2(P_a, Q) - W^2(P_â, Q)`` holds 0, from ``replicates`` Q-resampling replicates.
+    """
+    best = study.points[best_index]
+    weights = ", ".join(f"{w:.2f}" for w in best.weights)
+    n_in = sum(bool(v) for v in inside)
+    where = "inside" if inside[best_index] else "outside"
+    return (
+        f"{target}: the accuracy-best grid point a = ({weights}) (mean accuracy "
+        f"{100 * best.mean_accuracy:.1f}%) lies {where} the region as good as â "
+        f"({n_in} of {len(inside)} grid points; {round(100 * level)}% bootstrap of Q's samples, "
+        f"B = {replicates}, maps fixed)."
+    )

@@ -33,6 +33,81 @@ from geoviz.transfer.table import compare_methods
 EVIDENCE_FOLDER = "evidence"
 #: A stored study's file name is ``study_<target>.json``.
 STUDY_PREFIX = "study_"
+#: The region as good as a_hat beside it: ``region_<target>.json`` (benchmarks/evidence_region.py)
+REGION_PREFIX = "region_"
+
+
+@dataclass(frozen=True)
+class StoredRegion:
+    """The region as good as ``a_hat`` on a stored study's grid (issue 23).
+
+    Written by ``benchmarks/evidence_region.py`` from the study's own geodesic (its objective
+    at the grid points equals the study's) with Q-resampling replicates.
+
+    Attributes
+    ----------
+    a_hat, a_hat_low, a_hat_high
+        ``a_hat`` and its percentile interval, one value per reference.
+    method, replicates, level
+        The bootstrap (``"q-resample"``), ``B`` and the nominal coverage.
+    inside
+        Per grid point (the study's order): the interval of ``W^2(P_a, Q) - W^2(P_â, Q)``
+        holds 0.
+    best_index
+        The grid point with the highest mean accuracy.
+    """
+
+    a_hat: tuple[float, ...]
+    a_hat_low: tuple[float, ...]
+    a_hat_high: tuple[float, ...]
+    method: str
+    replicates: int
+    level: float
+    inside: tuple[bool, ...]
+    best_index: int
+
+    @property
+    def best_inside(self) -> bool:
+        """Whether the accuracy-best grid point is as good as ``a_hat``."""
+        return self.inside[self.best_index]
+
+
+def load_stored_region(path: Path, n_points: int) -> StoredRegion:
+    """Read ``region_<target>.json`` for a study of ``n_points`` grid points.
+
+    Raises
+    ------
+    GeovizError
+        Unreadable, malformed, or made for another grid (one sentence).
+    """
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        region = StoredRegion(
+            a_hat=tuple(float(v) for v in raw["a_hat"]),
+            a_hat_low=tuple(float(v) for v in raw["a_hat_low"]),
+            a_hat_high=tuple(float(v) for v in raw["a_hat_high"]),
+            method=str(raw["method"]),
+            replicates=int(raw["replicates"]),
+            level=float(raw["level"]),
+            inside=tuple(bool(p["as_good_as_a_hat"]) for p in raw["points"]),
+            best_index=int(raw["best_accuracy_index"]),
+        )
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise GeovizError(
+            f"The stored region {path.name} could not be read ({type(err).__name__}); "
+            "it is left out."
+        ) from err
+    except (KeyError, TypeError, ValueError) as err:
+        raise GeovizError(
+            f"The stored region {path.name} is not a region file (bad or missing field {err}); "
+            "it is left out."
+        ) from err
+    if len(region.inside) != n_points or not 0 <= region.best_index < n_points:
+        raise GeovizError(
+            f"The stored region {path.name} was made for another grid "
+            f"({len(region.inside)} points, the study has {n_points}); it is left out."
+        )
+    return region
 
 
 @dataclass(frozen=True)
@@ -47,11 +122,14 @@ class StoredStudy:
         The file's name inside the evidence folder.
     study
         The :class:`~geoviz.transfer.study.GridStudy` (its ``statistics`` come from its points).
+    region
+        The region as good as ``a_hat`` on its grid, when ``region_<target>.json`` is shipped.
     """
 
     target: str
     file_name: str
     study: GridStudy
+    region: StoredRegion | None = None
 
 
 @dataclass(frozen=True)
@@ -100,9 +178,18 @@ def _stored_in(folder: Path) -> StoredEvidence:
     problems: list[str] = []
     for path in sorted(folder.glob(f"{STUDY_PREFIX}*.json")):
         try:
-            studies.append(load_stored_study(path))
+            stored = load_stored_study(path)
         except GeovizError as err:
             problems.append(str(err))
+            continue
+        region_path = folder / f"{REGION_PREFIX}{stored.target}.json"
+        if region_path.exists():
+            try:
+                region = load_stored_region(region_path, len(stored.study.points))
+                stored = dataclasses.replace(stored, region=region)
+            except GeovizError as err:
+                problems.append(str(err))
+        studies.append(stored)
     return StoredEvidence(tuple(studies), tuple(problems))
 
 
