@@ -90,6 +90,10 @@ def test_stored_studies_are_shipped_and_read():
         assert len(study.points) == 36 and study.resolution == 7 and len(study.seeds) == 5
     assert by_target["mnist"].statistics.pearson.r == pytest.approx(-0.867, abs=5e-4)
     assert by_target["fashion_mnist"].statistics.pearson.r == pytest.approx(0.181, abs=5e-4)
+    # the region as good as a_hat is shipped beside each study (issue 23)
+    for stored in evidence.studies:
+        assert stored.region is not None and len(stored.region.inside) == 36
+        assert stored.region.replicates == 200 and not stored.region.best_inside
 
 
 @pytest.mark.parametrize(
