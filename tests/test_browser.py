@@ -1021,14 +1021,15 @@ def test_explorer_region_as_good_as_a_hat_and_the_readout_flag(page, server):
     """Issue 23: the region and the cloud are drawn over the heatmap; a drag through the
     region and out of it gives the readout's "distinguishable" flag, which equals the
     library's at the released weights, and the browser's intervals equal the library's."""
-    from geoviz.app.explorer.component import EXPLORER_REPLICATES
+    from geoviz.app.services import EXPLORER_REPLICATES
 
     pg = page
     pg.goto(f"{server['url']}/geodesic")
     frame = _explorer(pg)
+    # the bootstrap comes from a background job after the explorer is drawn
+    frame.wait_for_function("() => geovizExplorer.bootstrap() !== null", timeout=120_000)
     _wait_idle(pg)
-    header = frame.evaluate("() => geovizExplorer.header()")
-    assert header["boot"]["replicates"] == EXPLORER_REPLICATES
+    assert frame.evaluate("() => geovizExplorer.bootstrap()")["replicates"] == EXPLORER_REPLICATES
     assert frame.evaluate("() => geovizExplorer.regionCells()") > 0
     result = _app_result(server, _query(pg)["scenario"])
     boot = result.bootstrap(EXPLORER_REPLICATES, seed=0)

@@ -184,3 +184,88 @@ def test_mccann_page_hears_t_on_release(fresh_server):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("Released t = 1.00" in c.value for c in at.caption)
+
+
+def test_bootstrap_payload_gives_back_the_replicates_and_is_cached(fitted):
+    """Issue 23: the explorer's second, small payload decodes to the library's replicates."""
+    from geoviz.app.explorer.component import bootstrap_payload
+
+    model, _, result = fitted
+    boot = result.bootstrap(40, seed=2)
+    first = bootstrap_payload(model, boot)
+    assert bootstrap_payload(model, boot) is first
+    header, arrays = xp.decode(first.data)
+    assert header["mode"] == "bootstrap" and header["boot"]["replicates"] == 40
+    assert header["boot"]["method"] == "q-resample" and header["boot"]["flat"] is False
+    np.testing.assert_array_equal(arrays["boot_w_to_target"], boot.w_to_target_replicates)
+    np.testing.assert_array_equal(arrays["boot_w_between"], boot.w_between_replicates)
+    np.testing.assert_allclose(arrays["boot_a_hat"], boot.a_hat_replicates, atol=1e-7)
+    np.testing.assert_array_equal(arrays["boot_a_low"], boot.a_hat_interval().low)
+    assert first.size < 200_000
+
+
+def test_explorer_bootstrap_runs_in_the_background_once(fitted):
+    """The page gets None while the job runs and the bootstrap once it is done; the second
+    call reads the stored one (no second job)."""
+    model, _, result = fitted
+    boot, error = services.explorer_bootstrap(model.scenario, result)
+    assert error is None
+    job = services.bootstrap_job(model.scenario)
+    if boot is None:
+        assert job is not None
+        job.wait(60)
+        boot, error = services.explorer_bootstrap(model.scenario, result)
+    assert error is None and boot is not None and boot.replicates == services.EXPLORER_REPLICATES
+    again, _ = services.explorer_bootstrap(model.scenario, result)
+    assert again is boot and services.bootstrap_job(model.scenario) is None
+
+
+def test_a_failing_bootstrap_is_said_once_and_not_restarted(fitted, monkeypatch):
+    from geoviz.errors import GeovizError
+
+    model, _, result = fitted
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise GeovizError("no replicates today")
+
+    monkeypatch.setattr(type(result), "bootstrap", broken)
+    boot, error = services.explorer_bootstrap(model.scenario, result)
+    if error is None:
+        services.bootstrap_job(model.scenario).wait(30)
+        boot, error = services.explorer_bootstrap(model.scenario, result)
+    assert boot is None and "no replicates today" in str(error)
+    assert services.explorer_bootstrap(model.scenario, result)[1] is error
+    assert len(calls) == 1
+
+
+def test_geodesic_page_is_usable_before_a_slow_bootstrap_arrives(fresh_server, monkeypatch):
+    """A slow bootstrap goes on in the background: the page draws the explorer at once with a
+    progress line below it, and the next run has the intervals (no forced rerun)."""
+    import threading
+
+    from geoviz.geodesic.pipeline import GeodesicResult
+
+    release = threading.Event()
+    original = GeodesicResult.bootstrap
+
+    def slow(self, *args, **kwargs):
+        release.wait(30)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GeodesicResult, "bootstrap", slow)
+    at = _app_test("pages/3_geodesic.py")
+    assert any(type(e).__name__ == "UnknownElement" for e in at.main)  # the explorer
+    assert any("in the background" in (p.proto.text or "") for p in at.get("progress"))
+    release.set()
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        if not any("in the background" in (p.proto.text or "") for p in at.get("progress")):
+            break
+        time.sleep(0.2)
+    assert not any("in the background" in (p.proto.text or "") for p in at.get("progress"))

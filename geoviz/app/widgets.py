@@ -174,6 +174,41 @@ def throttled_progress(bar: Any, *, min_interval: float = 0.2) -> Progress:
     return progress
 
 
+def bootstrap_or_start(
+    model: SessionModel, result: GeodesicResult, wait_seconds: float = 2.0
+) -> tuple[Any | None, BaseException | None]:
+    """The scenario's bootstrap (:data:`services.EXPLORER_REPLICATES` Q-resampling replicates),
+    computed in a background job, and its error if it failed.
+
+    The page waits up to ``wait_seconds`` for it (on the bundled scenario it takes about 0.1 s,
+    ``benchmarks/README.md``); a slower one (many references) goes on in the background and
+    the explorer is drawn without intervals (:func:`bootstrap_note` says so below it): they
+    appear with the next pick, since the page forces no rerun (a rerun would remount the
+    explorer under a dragging pointer).
+    """
+    boot, error = services.explorer_bootstrap(model.scenario, result)
+    if boot is None and error is None:
+        job = services.bootstrap_job(model.scenario)
+        if job is not None and job.wait(wait_seconds):
+            boot, error = services.explorer_bootstrap(model.scenario, result)
+    return boot, error
+
+
+def bootstrap_note(model: SessionModel, error: BaseException | None) -> None:
+    """Below the explorer: why there are no intervals, or how far their job has got."""
+    if error is not None:
+        st.caption(f"No intervals: {services.error_text(error)}")
+        return
+    job = services.bootstrap_job(model.scenario)
+    if job is not None and not job.done():
+        stage, fraction, _log = job.snapshot()
+        st.progress(
+            fraction,
+            text=f"Intervals and the region as good as â: {stage}, in the background; they "
+            "appear with your next pick",
+        )
+
+
 def geodesic_with_status(
     model: SessionModel, poll_seconds: float = 0.1, scenario: Scenario | None = None
 ) -> GeodesicResult | None:

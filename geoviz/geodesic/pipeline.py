@@ -290,7 +290,12 @@ class GeodesicResult:
         return "pixels" if self.feature_space is None else self.feature_space.name
 
     def bootstrap(
-        self, replicates: int = 200, *, seed: int = 0, level: float = DEFAULT_LEVEL
+        self,
+        replicates: int = 200,
+        *,
+        seed: int = 0,
+        level: float = DEFAULT_LEVEL,
+        progress: Callable[[str, float], None] | None = None,
     ) -> GeodesicBootstrap:
         """Q-resampling bootstrap of ``W_i``, ``W_ij``, ``W^2(P_a, Q)`` and ``a_hat``.
 
@@ -305,6 +310,7 @@ class GeodesicResult:
             level=level,
             qp_solver=self.config.qp_solver,
             a_hat=self.a_hat,
+            progress=progress,
         )
 
     @property

@@ -31,6 +31,7 @@ the space the maps live in, weighted by the OTDD's ``lambda_x`` and ``lambda_y``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -308,6 +309,7 @@ def bootstrap_q(
     level: float = DEFAULT_LEVEL,
     qp_solver: str | None = None,
     a_hat: np.ndarray | None = None,
+    progress: Callable[[str, float], None] | None = None,
 ) -> GeodesicBootstrap:
     """Q-resampling bootstrap: the maps fixed, ``Q``'s samples drawn again with replacement.
 
@@ -330,6 +332,8 @@ def bootstrap_q(
         Passed to :func:`~geoviz.geodesic.distances.optimal_weights`.
     a_hat
         The estimate's minimiser if already known (default: solved here).
+    progress
+        ``progress(stage, fraction)`` while the replicates' QPs are solved.
 
     Raises
     ------
@@ -361,7 +365,11 @@ def bootstrap_q(
         w_t[start:stop] = counts @ per_t
         w_b[start:stop] = counts @ flat_b
     w_b3 = w_b.reshape(b_count, m, m)
-    hats = np.stack([optimal_weights(w_t[k], w_b3[k], solver=qp_solver) for k in range(b_count)])
+    hats = np.empty((b_count, m))
+    for k in range(b_count):
+        hats[k] = optimal_weights(w_t[k], w_b3[k], solver=qp_solver)
+        if progress is not None and (k % _CHUNK == 0 or k == b_count - 1):
+            progress(f"bootstrap: {k + 1}/{b_count} replicates", (k + 1) / b_count)
     estimate = (
         optimal_weights(distances.w_to_target, distances.w_between, solver=qp_solver)
         if a_hat is None

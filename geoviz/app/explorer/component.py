@@ -26,20 +26,25 @@ from geoviz.app.browser import (
     released_t,
     released_weights,
 )
-from geoviz.app.explorer.payload import Payload, build_geodesic, build_mccann
+from geoviz.app.explorer.payload import Payload, build_bootstrap, build_geodesic, build_mccann
 
 if TYPE_CHECKING:
     from geoviz.app.session import SessionModel
     from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.uncertainty import GeodesicBootstrap
     from geoviz.geodesic.weights import SimplexWeights
 
 FRONTEND = Path(__file__).resolve().parent / "frontend"
 _component = components.declare_component("geoviz_explorer", path=str(FRONTEND))
 LOG = logging.getLogger(__name__)
-#: Q-resampling replicates behind the explorer's intervals and region (issue 23)
-EXPLORER_REPLICATES = 200
 
-__all__ = ["geodesic_explorer", "geodesic_payload", "mccann_explorer", "mccann_payload"]
+__all__ = [
+    "bootstrap_payload",
+    "geodesic_explorer",
+    "geodesic_payload",
+    "mccann_explorer",
+    "mccann_payload",
+]
 
 
 def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
@@ -57,10 +62,7 @@ def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
             def place(features: np.ndarray) -> np.ndarray:
                 return services.place_points(model, emb, features, ("explorer-grid",))
 
-        # Q-resampling replicates: a few hundred small QPs, well under a second (measured in
-        # benchmarks/bench_uncertainty.py), so they come with the payload
-        boot = result.bootstrap(EXPLORER_REPLICATES, seed=0) if result.distances.n_samples else None
-        payload = build_geodesic(result, emb, place, bootstrap=boot)
+        payload = build_geodesic(result, emb, place)
         LOG.info(
             "explorer payload: %.2f MB in %.2f s (%.2f s with the embedding)",
             payload.size / 1e6,
@@ -71,6 +73,12 @@ def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
 
     # a fit-sized computation (the embedding's grid placement): kept with the fits
     return services.store().get_or_compute(key, compute, tier="fit")
+
+
+def bootstrap_payload(model: SessionModel, bootstrap: GeodesicBootstrap) -> Payload:
+    """The bootstrap's small payload for the current scenario. Cached."""
+    key = ("explorer-bootstrap", model.scenario.key(), bootstrap.replicates, bootstrap.seed)
+    return services.store().get_or_compute(key, lambda: build_bootstrap(bootstrap), tier="derived")
 
 
 def mccann_payload(model: SessionModel, result: GeodesicResult, i: int) -> Payload:
@@ -110,11 +118,17 @@ def _refused(err: BrowserValueError) -> None:
 
 
 def geodesic_explorer(
-    model: SessionModel, result: GeodesicResult, *, key: str = "geodesic_explorer"
+    model: SessionModel,
+    result: GeodesicResult,
+    *,
+    bootstrap: GeodesicBootstrap | None = None,
+    key: str = "geodesic_explorer",
 ) -> SimplexWeights | None:
     """Draw the explorer. Weights released in the browser since the last run are validated
     and stored once with ``model.set_weights`` first (so URL, Export and the other pages
-    follow) and returned; ``None`` when nothing new was released."""
+    follow) and returned; ``None`` when nothing new was released. ``bootstrap`` (once the
+    background bootstrap is done) adds the intervals, the region as good as â and the cloud;
+    the explorer is the same component before and after, so a drag is never interrupted."""
     released = None
     try:
         event = _new_event(st.session_state.get(key), key)
@@ -124,10 +138,15 @@ def geodesic_explorer(
         _refused(err)
     payload = geodesic_payload(model, result)
     picked = model.picked_weights(result.m)
+    boot = None if bootstrap is None else bootstrap_payload(model, bootstrap)
     _component(
         payload=payload.data,
         payload_id=f"{model.scenario.key()}-geodesic",
         picked=None if picked is None else picked.tolist(),
+        boot=None if boot is None else boot.data,
+        boot_id=None
+        if bootstrap is None
+        else f"{model.scenario.key()}-boot-{bootstrap.replicates}",
         key=key,
         default=None,
     )

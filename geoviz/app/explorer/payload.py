@@ -26,12 +26,12 @@ Arrays (``m`` maps, ``S`` fixed target samples, ``P`` placed points):
   and every reference (drawn faded);
 - ``coords (m + 1, N, d)`` float32 + ``labels (N,)`` uint8 + ``ref_coords``/``ref_set``:
   for 2-D/3-D data every target point and its images, so the whole scatter moves;
-- with a bootstrap (issue 23; :class:`~geoviz.geodesic.uncertainty.GeodesicBootstrap`):
-  ``boot_w_to_target (B, m)``, ``boot_w_between (B, m, m)`` float64 (the browser computes
-  each replicate's objective, the interval of ``W^2(P_a, Q)`` and of the gap to ``a_hat`` at
-  the pick, and the region as good as ``a_hat``) and ``boot_a_hat (B, m)`` float32 (the
-  cloud), ``boot_a_low``/``boot_a_high (m,)`` float64; header ``boot`` =
-  ``{"method", "level", "replicates", "seed"}``;
+- the bootstrap (issue 23; :func:`build_bootstrap`, its own small payload, sent when the
+  background bootstrap is done): ``boot_w_to_target (B, m)``, ``boot_w_between (B, m, m)``
+  float64 (the browser computes each replicate's objective, the interval of ``W^2(P_a, Q)``
+  and of the gap to ``a_hat`` at the pick, and the region as good as ``a_hat``),
+  ``boot_a_hat (B, m)`` float32 (the cloud), ``boot_a_low``/``boot_a_high (m,)`` float64;
+  header ``boot`` = ``{"method", "level", "replicates", "seed", "flat"}``;
 - McCann mode (:func:`build_mccann`): ``images (2, S, D)`` (x and ``T_i(x)``),
   ``soft (S, C_i)``, ``target_soft (S, C_Q)`` and for low-dimensional data
   ``coords (2, N, d)``.
@@ -64,6 +64,7 @@ MAX_GRID_NODES = 66
 
 __all__ = [
     "Payload",
+    "build_bootstrap",
     "build_geodesic",
     "build_mccann",
     "decode",
@@ -198,35 +199,18 @@ def build_geodesic(
     place: Any | None = None,
     *,
     grid_res: int | None = None,
-    bootstrap: Any | None = None,
 ) -> Payload:
     """The geodesic explorer's payload for ``result``.
 
     ``embedding`` (a :class:`~geoviz.viz.embedding.Embedding`) and ``place``
     (``features (n, D) -> (n, 2)``, e.g. a cached
     :func:`geoviz.app.services.place_points`) add the embedding view for image or
-    high-dimensional data; without them it is left out. ``bootstrap`` (a
-    :class:`~geoviz.geodesic.uncertainty.GeodesicBootstrap` of ``result``) adds the
-    replicates the browser draws the intervals, the region and the cloud from.
+    high-dimensional data; without them it is left out.
     """
     start = time.perf_counter()
     m = int(result.m)
     header, arrays = _common(result)
     header["mode"] = "geodesic"
-    if bootstrap is not None:
-        a_int = bootstrap.a_hat_interval()
-        header["boot"] = {
-            "method": str(bootstrap.method),
-            "level": float(bootstrap.level),
-            "replicates": int(bootstrap.replicates),
-            "seed": int(bootstrap.seed),
-            "flat": bool(bootstrap.flat),
-        }
-        arrays["boot_w_to_target"] = np.asarray(bootstrap.w_to_target_replicates, dtype="<f8")
-        arrays["boot_w_between"] = np.asarray(bootstrap.w_between_replicates, dtype="<f8")
-        arrays["boot_a_hat"] = np.asarray(bootstrap.a_hat_replicates, dtype="<f4")
-        arrays["boot_a_low"] = np.asarray(a_int.low, dtype="<f8")
-        arrays["boot_a_high"] = np.asarray(a_int.high, dtype="<f8")
     header["class_names"] = [list(r.classes) for r in result.references]
     header["target_classes"] = list(result.target.classes)
     mapped = [_np(f).astype(np.float32, copy=False) for f in result.mapped_features]
@@ -283,6 +267,33 @@ def build_geodesic(
         )
     else:
         header["view"] = "none"
+    data = encode(header, arrays)
+    return Payload(data, decode(data)[0], time.perf_counter() - start)
+
+
+def build_bootstrap(bootstrap: Any) -> Payload:
+    """The bootstrap's payload (a :class:`~geoviz.geodesic.uncertainty.GeodesicBootstrap`):
+    the replicates the browser draws the intervals, the region and the cloud from."""
+    start = time.perf_counter()
+    a_int = bootstrap.a_hat_interval()
+    header = {
+        "version": VERSION,
+        "mode": "bootstrap",
+        "boot": {
+            "method": str(bootstrap.method),
+            "level": float(bootstrap.level),
+            "replicates": int(bootstrap.replicates),
+            "seed": int(bootstrap.seed),
+            "flat": bool(bootstrap.flat),
+        },
+    }
+    arrays = {
+        "boot_w_to_target": np.asarray(bootstrap.w_to_target_replicates, dtype="<f8"),
+        "boot_w_between": np.asarray(bootstrap.w_between_replicates, dtype="<f8"),
+        "boot_a_hat": np.asarray(bootstrap.a_hat_replicates, dtype="<f4"),
+        "boot_a_low": np.asarray(a_int.low, dtype="<f8"),
+        "boot_a_high": np.asarray(a_int.high, dtype="<f8"),
+    }
     data = encode(header, arrays)
     return Payload(data, decode(data)[0], time.perf_counter() - start)
 

@@ -93,6 +93,10 @@ from geoviz.app.services.export import (
     save_export,
 )
 from geoviz.app.services.geodesic import (
+    EXPLORER_REPLICATES,
+    bootstrap_if_ready,
+    bootstrap_job,
+    explorer_bootstrap,
     finish_geodesic,
     geodesic_config,
     geodesic_if_ready,
@@ -137,6 +141,7 @@ from geoviz.viz.report import (
 
 __all__ = [
     "BACKGROUND_NICENESS",
+    "EXPLORER_REPLICATES",
     "FEATURE_SPACE_HELP",
     "MAX_DERIVED",
     "MAX_FITS",
@@ -146,6 +151,8 @@ __all__ = [
     "EvidenceResult",
     "ScenarioData",
     "add_upload",
+    "bootstrap_if_ready",
+    "bootstrap_job",
     "choice_caption",
     "choice_options",
     "companion_scenario",
@@ -161,6 +168,7 @@ __all__ = [
     "evidence_if_ready",
     "evidence_job",
     "evidence_scenario",
+    "explorer_bootstrap",
     "export_folder",
     "export_payload",
     "export_ready",

@@ -1,4 +1,4 @@
-"""Geodesic page: the background fit of the maps, ``P_a`` and the mixup baseline."""
+"""Geodesic page: the background fit of the maps, its bootstrap, ``P_a`` and the mixup baseline."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic.mixup import mixup_interpolation
 from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
+from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights
 
 
@@ -68,6 +69,54 @@ def geodesic_job(scenario: Scenario) -> BackgroundJob | None:
 def finish_geodesic(scenario: Scenario) -> BackgroundJob | None:
     """Move the finished job's result into the fit tier; the job, or ``None`` while it runs."""
     return store().claim_job(geodesic_key(scenario))
+
+
+#: Q-resampling replicates behind the explorer's intervals and region (issue 23)
+EXPLORER_REPLICATES = 200
+
+
+def bootstrap_key(scenario: Scenario) -> tuple[Hashable, ...]:
+    return ("bootstrap", scenario.key(), EXPLORER_REPLICATES)
+
+
+def bootstrap_if_ready(scenario: Scenario) -> GeodesicBootstrap | None:
+    """The scenario's Q-resampling bootstrap if computed, else ``None`` (never computes)."""
+    ready: GeodesicBootstrap | None = store().get(bootstrap_key(scenario))
+    return ready
+
+
+def explorer_bootstrap(
+    scenario: Scenario, result: GeodesicResult
+) -> tuple[GeodesicBootstrap | None, BaseException | None]:
+    """``(bootstrap, None)`` when done; ``(None, None)`` while its background job runs (started
+    or joined here: :data:`EXPLORER_REPLICATES` Q-resampling replicates, seed 0); ``(None,
+    error)`` when it failed (remembered, so a failing bootstrap is not restarted on every
+    rerun). The explorer is usable before it arrives."""
+    key = bootstrap_key(scenario)
+    ready = store().get(key)
+    if ready is not None:
+        return ready, None
+    failed = store().get(("bootstrap-failed", *key))
+    if failed is not None:
+        return None, failed
+
+    def run(progress: Progress) -> GeodesicBootstrap:
+        return result.bootstrap(EXPLORER_REPLICATES, seed=0, progress=progress)
+
+    job = store().start_job(key, run)
+    if not job.done():
+        return None, None
+    store().claim_job(key)  # the result (not an error) moves into the fit tier
+    if job.error_ is not None:
+        store().put(("bootstrap-failed", *key), job.error_, tier="derived")
+        return None, job.error_
+    done: GeodesicBootstrap = job.result_
+    return done, None
+
+
+def bootstrap_job(scenario: Scenario) -> BackgroundJob | None:
+    """The running or finished (unclaimed) bootstrap of the scenario, if any."""
+    return store().job(bootstrap_key(scenario))
 
 
 def interpolation(

@@ -101,6 +101,8 @@
     points: () => (S.ui && S.ui.view ? viewPoints().map((p) => [p[0], p[1]]) : []),
     /** the bootstrap readout at a: {value: [lo, hi], gap: [lo, hi], good}, or null */
     uncertainty: (a) => (boot() ? bootReadout(a) : null),
+    /** the bootstrap's header ({method, level, replicates, seed, flat}), or null before it arrives */
+    bootstrap: () => boot(),
     /** lattice cells of the region as good as â drawn on the triangle (m = 3) */
     regionCells: () => (S.ui ? S.ui.regionCells || 0 : 0),
     /** mix(a) as base64 (compact for tests) */
@@ -124,7 +126,8 @@
 
   // ------------------------------------------------------------------ bootstrap (issue 23)
   /** The payload's bootstrap header, or null (no replicates shipped). */
-  function boot() { return S.P.header.boot && A("boot_w_to_target") ? S.P.header.boot : null; }
+  function boot() { return S.B ? S.B.header.boot : null; }
+  function BA(name) { return S.B.arrays[name]; }
   /** numpy.quantile's default ("linear") of an ascending array. */
   function quantileSorted(s, q) {
     const pos = q * (s.length - 1), lo = Math.floor(pos), hi = Math.min(lo + 1, s.length - 1);
@@ -132,7 +135,7 @@
   }
   /** W²(P_a, Q) of every replicate: Float64Array(B). */
   function repObjectives(a) {
-    const W = A("boot_w_to_target"), Wb = A("boot_w_between").data, m = a.length, B = W.shape[0];
+    const W = BA("boot_w_to_target"), Wb = BA("boot_w_between").data, m = a.length, B = W.shape[0];
     const out = new Float64Array(B);
     for (let b = 0; b < B; b++) {
       let v = 0;
@@ -185,6 +188,28 @@
   }
 
   // ------------------------------------------------------------------ layout
+  function simplexHint() {
+    const m = H().m, bt = boot();
+    const base = m === 3
+      ? "Colour: W²(P_a, Q) computed here from W_i and W_ij (darker is lower); ★ â, ● the picked a."
+      : m === 2 ? "The geodesic from P1 (t = 0) to P2 (t = 1): W²(P_a, Q) along it; ★ â."
+      : "Linked bars: drag a bar (the others rescale) · arrows: ←/→ choose, ↑/↓ move.";
+    if (!bt) return base + " Intervals: computing the bootstrap…";
+    if (bt.flat) return base + " The references are identical as seen from Q: every a is as good as â.";
+    const what = m === 3 ? " Dotted outline: the weights as good as â at this sample size"
+      : m === 2 ? " Band: the interval of W²(P_a, Q); green ticks: the weights as good as â at this sample size"
+      : " Whiskers: â's interval";
+    return base + what + " (" + Math.round(100 * bt.level) + "% bootstrap, B = " + bt.replicates + ", " +
+      (bt.method === "q-resample" ? "Q's samples drawn again with the maps fixed: the maps' own noise is not in it"
+        : "Q and the references drawn again, maps refitted") + ")" + (m <= 3 ? "; dots: the replicates' â." : ".");
+  }
+  /** A bootstrap arrived (or changed): redraw what depends on it, in place (never mid-drag rebuild). */
+  function bootChanged() {
+    if (!S.ui || H().mode === "mccann") return;
+    S.bootHat = null; S.ui.band = null;
+    if (H().m === 3 && S.ui.simplex) S.ui.region = boot() && !boot().flat ? buildRegion(S.ui.simplex.width, S.ui.simplex.height) : null;
+    if (S.ui.hint) S.ui.hint.textContent = simplexHint();
+  }
   function build() {
     const root = document.getElementById("root");
     root.innerHTML = "";
@@ -209,23 +234,13 @@
       const m = h.m;
       const size = m === 3 ? [400, 350] : m === 2 ? [460, 260] : [Math.max(360, 70 * m), 260];
       ui.simplex = el("canvas", { id: "simplex", width: size[0], height: size[1], tabindex: "0" }, left);
-      const bt = boot();
-      const region = bt ? (bt.flat ? " The references are identical as seen from Q: every a is as good as â."
-        : " Dotted outline: the weights as good as â at this sample size (" + Math.round(100 * bt.level) +
-          "% bootstrap, B = " + bt.replicates + ", " + (bt.method === "q-resample"
-            ? "Q's samples drawn again with the maps fixed: the maps' own noise is not in it"
-            : "Q and the references drawn again, maps refitted") + "); white dots: the replicates' â.") : "";
-      el("div", { class: "hint", id: "simplex-hint", text: (m === 3
-        ? "Colour: W²(P_a, Q) computed here from W_i and W_ij (darker is lower); ★ â, ● the picked a."
-        : m === 2 ? "The geodesic from P1 (t = 0) to P2 (t = 1): W²(P_a, Q) along it (band: its interval); ★ â."
-        : "Linked bars: drag a bar (the others rescale) · arrows: ←/→ choose, ↑/↓ move; whiskers: â's interval.") + region }, left);
+      ui.hint = el("div", { class: "hint", id: "simplex-hint" }, left);
+      ui.hint.textContent = simplexHint();
       ui.weights = el("div", { id: "weights" }, right);
       ui.value = el("div", { class: "big", id: "value" }, right);
       ui.gap = el("div", { class: "gap", id: "gap" }, right);
-      if (boot()) {
-        ui.interval = el("div", { id: "interval" }, right);
-        ui.verdict = el("div", { class: "verdict", id: "verdict" }, right);
-      }
+      ui.interval = el("div", { id: "interval" }, right);
+      ui.verdict = el("div", { class: "verdict", id: "verdict" }, right);
       ui.ahat = el("div", { class: "hint" }, right);
       ui.ahat.textContent = "â = (" + Array.from(A("a_hat").data).map((x) => fmt(x, 3)).join(", ") +
         ") · W²(P_â, Q) = " + sig(h.w2_hat);
@@ -328,7 +343,7 @@
     off.width = W; off.height = Hh;
     off.getContext("2d").putImageData(img, 0, 0);
     S.ui.heat = off; S.ui.range = [lo, hi];
-    S.ui.region = boot() && !boot().flat ? buildRegion(W, Hh) : null;
+    S.ui.region = boot() && !boot().flat ? buildRegion(W, Hh) : null;  // or later, in bootChanged
   }
 
   /** The region as good as â on a 4-px lattice: a light fill and a dotted white outline. */
@@ -356,7 +371,8 @@
     return off;
   }
   function drawCloud(ctx, xy) {
-    const C = A("boot_a_hat"); if (!C) return;
+    if (!boot()) return;
+    const C = BA("boot_a_hat");
     const m = C.shape[1];
     ctx.fillStyle = "rgba(255,255,255,0.55)";
     for (let b = 0; b < C.shape[0]; b++) {
@@ -419,7 +435,7 @@
           ctx.fillStyle = "rgba(0,153,0,0.55)";
           band.forEach((q, k) => { if (q[2]) ctx.fillRect(X(k / n) - 1.2, g.y1 - 3, 2.4, 6); });
         }
-        const C = A("boot_a_hat");
+        const C = BA("boot_a_hat");
         ctx.fillStyle = "rgba(38,39,48,0.5)";
         for (let b = 0; b < C.shape[0]; b++) ctx.fillRect(X(C.data[2 * b + 1]) - 0.5, g.y1 + 4, 1, 5);
       }
@@ -441,7 +457,7 @@
         ctx.strokeStyle = "#000"; ctx.setLineDash([4, 3]); ctx.beginPath();
         const yh = g.y1 - ahat[i] * (g.y1 - g.y0); ctx.moveTo(x - 3, yh); ctx.lineTo(x + w + 3, yh); ctx.stroke(); ctx.setLineDash([]);
         if (boot()) {  // whiskers: â_i's interval
-          const ylo = g.y1 - A("boot_a_low").data[i] * (g.y1 - g.y0), yhi = g.y1 - A("boot_a_high").data[i] * (g.y1 - g.y0);
+          const ylo = g.y1 - BA("boot_a_low").data[i] * (g.y1 - g.y0), yhi = g.y1 - BA("boot_a_high").data[i] * (g.y1 - g.y0);
           const xc = x + w / 2;
           ctx.strokeStyle = "#262730"; ctx.lineWidth = 1.5; ctx.beginPath();
           ctx.moveTo(xc, ylo); ctx.lineTo(xc, yhi); ctx.moveTo(xc - 6, ylo); ctx.lineTo(xc + 6, ylo);
@@ -550,7 +566,8 @@
       ui.value.setAttribute("data-value", String(v));
       ui.gap.textContent = (gap >= 0 ? "+" : "") + Number(gap).toPrecision(3) + " vs â";
       ui.gap.className = "gap " + (gap > 1e-12 ? "up" : "down");
-      if (ui.interval) {
+      if (!boot()) { ui.interval.textContent = ""; ui.verdict.textContent = ""; ui.verdict.removeAttribute("data-distinguishable"); }
+      else {
         const bt = boot(), r = bootReadout(S.pick), pct = Math.round(100 * bt.level) + "%";
         ui.interval.textContent = pct + " interval [" + sig(r.value[0]) + ", " + sig(r.value[1]) + "] · gap to â [" +
           Number(r.gap[0]).toPrecision(3) + ", " + Number(r.gap[1]).toPrecision(3) + "] (" + bt.method + ", B = " + bt.replicates + ")";
@@ -820,7 +837,7 @@
     if (args.payload_id !== S.payloadId) {
       S.P = decode(args.payload);
       S.payloadId = args.payload_id;
-      S.bootHat = null;
+      S.bootHat = null; S.B = null; S.bootId = null;
       S.pick = null;
       S.ui = null;
     }
@@ -833,6 +850,12 @@
       S.sentPick = S.pick.slice();
     }
     if (!S.ui) build();
+    const bootId = args.boot ? args.boot_id : null;
+    if (bootId !== S.bootId) {
+      S.bootId = bootId;
+      S.B = args.boot ? decode(args.boot) : null;
+      bootChanged();
+    }
     draw();
     fitHeight();
     G.ready = true;
