@@ -158,6 +158,9 @@ def calibration(reps: int, refit_reps: int, refit_b: int, n: int, backend: str) 
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     exact = Tally()
+    if reps == 0:  # only the refits (``--reps 0``)
+        _refits(refit_reps, refit_b, n, backend, w_t, a_pop, f_pop)
+        return
     for r in range(reps):
         x = np.random.default_rng(10_000 + r).normal(size=(400, 2))
         _tally(exact, bootstrap_q(_exact_distances(x), 200, seed=r), w_t, a_pop, f_pop)
@@ -172,6 +175,16 @@ def calibration(reps: int, refit_reps: int, refit_b: int, n: int, backend: str) 
         t_fit += t1 - t0
         _tally(q_tally, boot, w_t, a_pop, f_pop)
     q_tally.print(f"entropic maps, q-resample, n={n}, B=200", reps)
+    t_refit = _refits(refit_reps, refit_b, n, backend, w_t, a_pop, f_pop)
+    print()
+    print(
+        f"time per draw (n={n}): fit {t_fit / reps:.2f} s, 200 q-resample replicates "
+        f"{t_boot / reps:.3f} s, {refit_b} refits {t_refit:.1f} s ({backend})"
+    )
+
+
+def _refits(refit_reps, refit_b, n, backend, w_t, a_pop, f_pop) -> float:
+    """The refit setting; returns the mean seconds of one draw's refits."""
     refit, t_refit = Tally(), 0.0
     for r in range(refit_reps):
         fit = _fit(20_000 + r, n)
@@ -181,12 +194,10 @@ def calibration(reps: int, refit_reps: int, refit_b: int, n: int, backend: str) 
         )
         t_refit += time.perf_counter() - t0
         _tally(refit, boot, w_t, a_pop, f_pop)
+        if (r + 1) % 25 == 0:
+            print(f"({r + 1} draws)", flush=True)
     refit.print(f"entropic maps, refit, n={n}, B={refit_b}", refit_reps)
-    print()
-    print(
-        f"time per draw (n={n}): fit {t_fit / reps:.2f} s, 200 q-resample replicates "
-        f"{t_boot / reps:.3f} s, {refit_b} refits {t_refit / max(refit_reps, 1):.1f} s ({backend})"
-    )
+    return t_refit / max(refit_reps, 1)
 
 
 def bundled(backend: str) -> None:

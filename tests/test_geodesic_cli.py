@@ -467,6 +467,7 @@ def test_distance_bootstrap_refit_runs_sequentially(capsys):
     assert main([*args, "--backend", "sequential"]) == 0
     out = capsys.readouterr().out
     assert "(refit: Q and every reference drawn again, maps refitted; B = 20" in out
+    assert "bias-corrected" in out  # refits see the maps' bias
 
 
 @pytest.mark.parametrize(

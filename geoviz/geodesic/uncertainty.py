@@ -287,6 +287,8 @@ class GeodesicBootstrap:
             "w_to_target_low": w_int.low.tolist(),
             "w_to_target_high": w_int.high.tolist(),
             "w_to_target_bias": w_int.bias.tolist(),
+            "w_to_target_corrected_low": w_int.corrected[0].tolist(),
+            "w_to_target_corrected_high": w_int.corrected[1].tolist(),
         }
 
 
