@@ -1072,3 +1072,88 @@ def test_explorer_region_as_good_as_a_hat_and_the_readout_flag(page, server):
         _shot(pg, f"3_geodesic_region_{target_xy}")
     assert verdicts[0][1] is False and verdicts[1][1] is True
     _assert_no_exception(pg, "geodesic explorer with the region")
+
+
+def _pixel(frame, canvas_id: str, x: float, y: float) -> list[int]:
+    return frame.evaluate(
+        """([id, x, y]) => Array.from(document.getElementById(id).getContext('2d')
+            .getImageData(Math.round(x), Math.round(y), 1, 1).data)""",
+        [canvas_id, x, y],
+    )
+
+
+def test_explorer_first_view_scale_gap_and_bar_labels(page, server):
+    """Issue 26, items 2, 3, 6: the first view says "at â" (not a red +4.5e-7) and shows the
+    star; the ternary has a colour scale and the m = 2 curve a y axis; with m = 4 the keyboard's
+    bar keeps its own colour and long names are not cut to 12 letters."""
+    from geoviz.app.state import DatasetChoice, Scenario
+
+    pg = page
+    pg.goto(f"{server['url']}/geodesic")
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    gap = frame.evaluate(
+        "() => [document.getElementById('gap').textContent, document.getElementById('gap').className]"
+    )
+    assert gap[0].startswith("at â") and "down" in gap[1], gap
+    # the star is drawn on top of the ring around it: its centre is white
+    star_xy = frame.evaluate(
+        """() => { const c = document.getElementById('simplex'), pad = 28, a = geovizExplorer.pick();
+        const side = Math.min(c.width - 2 * pad, (c.height - 2 * pad) * 2 / Math.sqrt(3));
+        const hgt = side * Math.sqrt(3) / 2, cx = c.width / 2, top = (c.height - hgt) / 2 + 4;
+        const V = [[cx, top], [cx - side / 2, top + hgt], [cx + side / 2, top + hgt]];
+        return [a[0]*V[0][0] + a[1]*V[1][0] + a[2]*V[2][0], a[0]*V[0][1] + a[1]*V[1][1] + a[2]*V[2][1]]; }"""
+    )
+    assert min(_pixel(frame, "simplex", *star_xy)[:3]) > 200
+    # the colour scale: a bar of viridis colours, dark at the bottom, light at the top
+    bar = frame.locator("canvas#colorbar").bounding_box()
+    assert bar is not None and bar["width"] > 40
+    top, bottom = _pixel(frame, "colorbar", 10, 60), _pixel(frame, "colorbar", 10, 290)
+    assert sum(top[:3]) > sum(bottom[:3]) + 150, (top, bottom)
+    _shot(pg, "3_geodesic_first_view_scale")
+
+    two = Scenario(
+        target=DatasetChoice("mnist"),
+        references=(DatasetChoice("usps"), DatasetChoice("fashion_mnist")),
+        n_target=60,
+        n_reference=60,
+        image_size=16,
+    )
+    pg.goto(_scenario_link(server, two))
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    # y axis: dark tick labels left of the curve's plot area
+    left = frame.evaluate(
+        """() => { const c = document.getElementById('simplex'), d = c.getContext('2d')
+            .getImageData(0, 0, 46, c.height).data; let n = 0;
+            for (let k = 0; k < d.length; k += 4) if (d[k + 3] > 0 && d[k] < 120) n++; return n; }"""
+    )
+    assert left > 40, left
+
+    four = Scenario(
+        target=DatasetChoice("gmm2d", seed=0, options=(("name", "Q"),)),
+        references=tuple(
+            DatasetChoice("gmm2d", seed=s, options=(("name", f"reference_number_{s}"),))
+            for s in (1, 2, 3, 4)
+        ),
+        n_target=150,
+        n_reference=150,
+    )
+    pg.goto(_scenario_link(server, four))
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    frame.locator("canvas#simplex").focus()
+    pg.keyboard.press("ArrowRight")  # bar 2 is the keyboard's now
+    pg.keyboard.press("ArrowUp")
+    pg.wait_for_timeout(300)
+    # bar 2's fill keeps P2's colour (#ef553b), not the pick's red (#ff4b4b)
+    colour = frame.evaluate(
+        """() => { const c = document.getElementById('simplex'), m = 4, w = (c.width - 40) / m;
+            const x = 20 + 1 * w + w / 2, y = c.height - 42;
+            return Array.from(c.getContext('2d').getImageData(Math.round(x), Math.round(y), 1, 1).data); }"""
+    )
+    assert colour[:3] == [0xEF, 0x55, 0x3B], colour
+    # whole names: the canvas is as wide as four "reference_number_k" labels need
+    width = frame.evaluate("() => document.getElementById('simplex').width")
+    assert width > 4 * 100, width
+    _shot(pg, "3_geodesic_m4_labels")

@@ -513,12 +513,11 @@ def test_weights_are_formatted_with_one_rounding_rule():
         WEIGHT_DECIMALS,
         display_weights,
         format_weights,
-        round_to_simplex,
     )
 
     for w in ([1 / 3, 1 / 3, 1 / 3], [0.045, 0.455, 0.5], [0.046, 0.3, 0.654], [0.125, 0.875]):
         w = np.asarray(w)
-        shown = round_to_simplex(w, WEIGHT_DECIMALS)  # what the sliders show
+        shown = np.round(w, WEIGHT_DECIMALS)  # each the nearest 2-decimal value (issue 26)
         np.testing.assert_allclose(display_weights(w), shown)
         assert format_weights(w) == "(" + ", ".join(f"{x:.2f}" for x in shown) + ")"
         names = [f"d{k}" for k in range(len(w))]
@@ -527,9 +526,9 @@ def test_weights_are_formatted_with_one_rounding_rule():
         )
         bar = weights_bar(w, names, a_hat=w)
         assert [a.text for a in bar.layout.annotations] == [f"{x:.2f}" for x in shown]
-    assert format_weights([1 / 3, 1 / 3, 1 / 3]) == "(0.34, 0.33, 0.33)"
+    assert format_weights([1 / 3, 1 / 3, 1 / 3]) == "(0.33, 0.33, 0.33)"
     fig = ternary_heatmap(_grid(4), np.zeros(15), ["a", "b", "c"], a_hat=[1 / 3, 1 / 3, 1 / 3])
-    assert fig.data[1].name.endswith("(0.34, 0.33, 0.33)")
+    assert fig.data[1].name.endswith("(0.33, 0.33, 0.33)")
 
 
 def test_weights_bar_labels_sit_above_bar_and_marker():

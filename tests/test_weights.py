@@ -176,11 +176,19 @@ def test_weights_tag_is_compact_ascii():
     assert weights_tag(np.array([1.0, 0.0])) == "1,0"
 
 
-def test_display_weights_rounds_on_the_simplex_only_when_check_weights_accepts():
-    # on the simplex (check_weights): largest-remainder rounding, the shown values sum to 1
-    np.testing.assert_allclose(display_weights([1 / 3, 1 / 3, 1 / 3]), [0.34, 0.33, 0.33])
-    # within check_weights' tolerance: still on the simplex
-    np.testing.assert_allclose(display_weights([0.5 + 1e-8, 0.5, -1e-8]), [0.5, 0.5, 0.0])
+def test_a_shown_weight_is_the_nearest_value_of_the_weight_it_stands_for():
+    """Issue 26, item 7: 0.2138 reads 0.21, even when the shown values then sum to 0.99."""
+    from geoviz.geodesic.weights import SimplexWeights
+
+    a = [0.2138, 0.2138, 0.5724]
+    np.testing.assert_allclose(display_weights(a), [0.21, 0.21, 0.57])
+    assert format_weights(a, ["p", "q", "r"]) == "p 0.21 · q 0.21 · r 0.57"
+    np.testing.assert_allclose(SimplexWeights.from_input(a, 3).display(), [0.21, 0.21, 0.57])
+    np.testing.assert_allclose(display_weights([1 / 3, 1 / 3, 1 / 3]), [0.33, 0.33, 0.33])
+    # within check_weights' tolerance below 0: shown as 0, never "-0.00"
+    shown = display_weights([0.5 + 1e-8, 0.5, -1e-8])
+    np.testing.assert_allclose(shown, [0.5, 0.5, 0.0])
+    assert format_weights([0.5 + 1e-8, 0.5, -1e-8]) == "(0.50, 0.50, 0.00)"
     # off the simplex (sum 1.2, negative, NaN): plain rounding, nothing projected
     np.testing.assert_allclose(display_weights([0.604, 0.604]), [0.6, 0.6])
     np.testing.assert_allclose(display_weights([1.5, -0.5]), [1.5, -0.5])

@@ -207,17 +207,19 @@ def _largest_remainder(w: np.ndarray, decimals: int) -> np.ndarray:
 def display_weights(
     weights: Sequence[float] | np.ndarray | SimplexWeights, digits: int = WEIGHT_DECIMALS
 ) -> np.ndarray:
-    """The values shown for ``weights``: :func:`round_to_simplex` when they lie on
-    the simplex (by :func:`check_weights`), so sliders, text and bar labels agree
-    and sum to 1; plain rounding otherwise."""
+    """The values shown for ``weights``: each rounded to the nearest ``digits`` places.
+
+    A shown weight is the nearest value to the weight it stands for (0.2138 reads 0.21),
+    so the shown values may sum to 0.99 or 1.01; forcing the sum to 1 (largest
+    remainders) made a shown weight disagree with the pick (issue 26). Entries within
+    :data:`WEIGHT_ATOL` below 0 are shown as 0."""
     if isinstance(weights, SimplexWeights):
         return weights.display(digits)
     w = np.asarray(weights, dtype=float).ravel()
-    try:
-        a = check_weights(w, w.size)
-    except WeightsError:
-        return np.round(w, int(digits))
-    return round_to_simplex(a, digits)
+    shown: np.ndarray = np.round(w, int(digits)) + 0.0  # + 0.0: no "-0.00"
+    tiny = (w < 0) & (w >= -WEIGHT_ATOL)
+    shown[tiny] = 0.0
+    return shown
 
 
 def format_weights(
@@ -385,9 +387,9 @@ class SimplexWeights:
         return weights_text(self.values, self.decimals)
 
     def display(self, digits: int = WEIGHT_DECIMALS) -> np.ndarray:
-        """``(m,)`` the values shown for these weights: rounded to ``digits`` places on the
-        simplex, the rule of :func:`display_weights` (no validation: they are valid)."""
-        return _largest_remainder(self.to_array(), digits)
+        """``(m,)`` the values shown for these weights: each rounded to the nearest ``digits``
+        places, the rule of :func:`display_weights`."""
+        return display_weights(self.to_array(), digits)
 
     def format(self, names: Sequence[str] | None = None, digits: int = WEIGHT_DECIMALS) -> str:
         """What a person reads, as :func:`format_weights` (``"usps 0.50 · kmnist 0.50"``)."""

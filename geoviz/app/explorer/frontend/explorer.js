@@ -60,6 +60,17 @@
     return e;
   }
   function fmt(x, d) { return Number(x).toFixed(d === undefined ? 2 : d); }
+  function tick(x) { const a = Math.abs(x); return a !== 0 && (a < 1e-3 || a >= 1e5) ? Number(x).toExponential(2) : Number(x).toPrecision(4); }
+  /** Text that fits ``width`` px: the font shrinks to 9 px, then the text is cut with an ellipsis. */
+  function fitText(ctx, text, x, y, width, px) {
+    let size = px || 12;
+    ctx.font = size + "px sans-serif";
+    while (ctx.measureText(text).width > width && size > 9) { size -= 1; ctx.font = size + "px sans-serif"; }
+    let t = String(text);
+    while (ctx.measureText(t).width > width && t.length > 2) t = t.slice(0, -2) + "…";
+    ctx.fillText(t, x, y);
+    ctx.font = "12px sans-serif";
+  }
   function sig(x) { return Number(x).toPrecision(7); }
   function mass2(x) { return x.toFixed(2).replace(/^0\./, "."); }
 
@@ -232,8 +243,13 @@
     } else {
       el("h4", { text: "Weights a (drag, click or use the arrow keys)" }, left);
       const m = h.m;
-      const size = m === 3 ? [400, 350] : m === 2 ? [460, 260] : [Math.max(360, 70 * m), 260];
-      ui.simplex = el("canvas", { id: "simplex", width: size[0], height: size[1], tabindex: "0" }, left);
+      // m > 3: each bar as wide as its reference's name needs (up to 200 px), so names are whole
+      const probe = document.createElement("canvas").getContext("2d"); probe.font = "11px sans-serif";
+      const barW = Math.min(200, Math.max(70, ...h.names.map((n) => probe.measureText(String(n)).width + 14)));
+      const size = m === 3 ? [400, 350] : m === 2 ? [460, 260] : [Math.max(360, 40 + barW * m), 260];
+      const simplexRow = el("div", { class: "row", style: "gap: 4px" }, left);
+      ui.simplex = el("canvas", { id: "simplex", width: size[0], height: size[1], tabindex: "0" }, simplexRow);
+      if (m === 3) ui.colorbar = el("canvas", { id: "colorbar", width: 86, height: size[1] }, simplexRow);
       ui.hint = el("div", { class: "hint", id: "simplex-hint" }, left);
       ui.hint.textContent = simplexHint();
       ui.weights = el("div", { id: "weights" }, right);
@@ -343,7 +359,27 @@
     off.width = W; off.height = Hh;
     off.getContext("2d").putImageData(img, 0, 0);
     S.ui.heat = off; S.ui.range = [lo, hi];
+    drawColorbar(lo, hi, levels);
     S.ui.region = boot() && !boot().flat ? buildRegion(W, Hh) : null;  // or later, in bootChanged
+  }
+
+  /** The heatmap's colour scale: W²(P_a, Q) from lo (dark) to hi, with the contour levels. */
+  function drawColorbar(lo, hi, levels) {
+    const c = S.ui.colorbar; if (!c) return;
+    const ctx = c.getContext("2d"), V = triangle(), top = V[0][1], bottom = V[1][1], x0 = 4, w = 14;
+    ctx.clearRect(0, 0, c.width, c.height);
+    for (let y = Math.floor(top); y <= bottom; y++) {
+      const col = viridis((bottom - y) / (bottom - top));
+      ctx.fillStyle = "rgb(" + col[0] + "," + col[1] + "," + col[2] + ")"; ctx.fillRect(x0, y, w, 1);
+    }
+    ctx.strokeStyle = "#444"; ctx.strokeRect(x0, top, w, bottom - top);
+    ctx.fillStyle = "#262730"; ctx.font = "11px sans-serif"; ctx.textAlign = "left";
+    for (let k = 0; k <= 4; k++) {
+      const v = lo + (hi - lo) * k / 4, y = bottom - (bottom - top) * k / 4;
+      ctx.fillRect(x0 + w, y, 4, 1); ctx.fillText(tick(v), x0 + w + 6, y + 4);
+    }
+    ctx.save(); ctx.translate(c.width - 4, (top + bottom) / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = "center";
+    ctx.fillText("W²(P_a, Q) · " + levels + " levels", 0, 0); ctx.restore();
   }
 
   /** The region as good as â on a 4-px lattice: a light fill and a dotted white outline. */
@@ -411,9 +447,13 @@
       ctx.textAlign = "right"; ctx.fillText("P3 · " + names[2], c.width - 2, V[2][1] + 18);
       if (S.ui.region) ctx.drawImage(S.ui.region, 0, 0);
       if (boot()) drawCloud(ctx, toXY);
-      const [sx, sy] = toXY(ahat); star(ctx, sx, sy, 9, "#fff");
+      const [sx, sy] = toXY(ahat);
       if (S.hover) { const [hx, hy] = toXY(S.hover); ctx.beginPath(); ctx.arc(hx, hy, 4, 0, 7); ctx.strokeStyle = "#fff"; ctx.stroke(); }
-      const [px, py] = toXY(S.pick); dot(ctx, px, py, 6, "#ff4b4b");
+      const [px, py] = toXY(S.pick);
+      if (Math.hypot(px - sx, py - sy) < 12) {  // the pick at â: a ring around the star, both seen
+        ctx.beginPath(); ctx.arc(sx, sy, 13, 0, 2 * Math.PI); ctx.strokeStyle = "#ff4b4b"; ctx.lineWidth = 3; ctx.stroke(); ctx.lineWidth = 1;
+        star(ctx, sx, sy, 9, "#fff");
+      } else { star(ctx, sx, sy, 9, "#fff"); dot(ctx, px, py, 6, "#ff4b4b"); }
     } else if (m === 2) {
       const g = lineGeom(), n = 200, vals = [];
       let lo = Infinity, hi = -Infinity;
@@ -440,6 +480,15 @@
         for (let b = 0; b < C.shape[0]; b++) ctx.fillRect(X(C.data[2 * b + 1]) - 0.5, g.y1 + 4, 1, 5);
       }
       ctx.strokeStyle = "#ccc"; ctx.beginPath(); ctx.moveTo(g.x0, g.y1); ctx.lineTo(g.x1, g.y1); ctx.stroke();
+      // y axis: W²(P_a, Q) at three ticks
+      ctx.strokeStyle = "#888"; ctx.beginPath(); ctx.moveTo(g.x0 - 6, g.y0); ctx.lineTo(g.x0 - 6, g.y1); ctx.stroke();
+      ctx.fillStyle = "#262730"; ctx.font = "10px sans-serif"; ctx.textAlign = "right";
+      for (let k = 0; k <= 2; k++) {
+        const v = lo + (hi - lo) * k / 2, y = Y(v);
+        ctx.fillRect(g.x0 - 9, y, 3, 1); ctx.fillText(tick(v), g.x0 - 11, y + 3);
+      }
+      ctx.save(); ctx.translate(10, (g.y0 + g.y1) / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = "center";
+      ctx.fillText("W²(P_a, Q)", 0, 0); ctx.restore(); ctx.font = "12px sans-serif";
       ctx.strokeStyle = "#636efa"; ctx.lineWidth = 2; ctx.beginPath();
       vals.forEach((v, k) => (k ? ctx.lineTo(X(k / n), Y(v)) : ctx.moveTo(X(0), Y(v)))); ctx.stroke();
       ctx.textAlign = "left"; ctx.fillText("P1 · " + names[0], g.x0 - 30, g.y1 + 18);
@@ -452,8 +501,11 @@
       for (let i = 0; i < m; i++) {
         const x = g.x(i) + 8, w = g.w - 16, v = S.pick[i];
         ctx.fillStyle = "#eee"; ctx.fillRect(x, g.y0, w, g.y1 - g.y0);
-        ctx.fillStyle = S.activeBar === i ? "#ff4b4b" : SET_COLORS[i % SET_COLORS.length];
+        ctx.fillStyle = SET_COLORS[i % SET_COLORS.length];  // its own colour, always
         ctx.fillRect(x, g.y1 - v * (g.y1 - g.y0), w, v * (g.y1 - g.y0));
+        if (S.activeBar === i) {  // the keyboard's bar: a thick outline, not another colour
+          ctx.strokeStyle = "#262730"; ctx.lineWidth = 3; ctx.strokeRect(x - 2, g.y0 - 2, w + 4, g.y1 - g.y0 + 4); ctx.lineWidth = 1;
+        }
         ctx.strokeStyle = "#000"; ctx.setLineDash([4, 3]); ctx.beginPath();
         const yh = g.y1 - ahat[i] * (g.y1 - g.y0); ctx.moveTo(x - 3, yh); ctx.lineTo(x + w + 3, yh); ctx.stroke(); ctx.setLineDash([]);
         if (boot()) {  // whiskers: â_i's interval
@@ -466,7 +518,7 @@
         ctx.fillStyle = "#262730"; ctx.textAlign = "center";
         ctx.fillText(fmt(v, 3), x + w / 2, g.y0 - 6);
         ctx.fillText("P" + (i + 1), x + w / 2, g.y1 + 16);
-        ctx.fillText(String(names[i]).slice(0, 12), x + w / 2, g.y1 + 30);
+        fitText(ctx, String(names[i]), x + w / 2, g.y1 + 30, g.w - 4, 11);
       }
     }
   }
@@ -564,8 +616,14 @@
       ui.weights.textContent = "a = (" + S.pick.map((x) => fmt(x, 4)).join(", ") + ")";
       ui.value.textContent = "W²(P_a, Q) = " + sig(v);
       ui.value.setAttribute("data-value", String(v));
-      ui.gap.textContent = (gap >= 0 ? "+" : "") + Number(gap).toPrecision(3) + " vs â";
-      ui.gap.className = "gap " + (gap > 1e-12 ? "up" : "down");
+      const ahatShown = roundToSimplex(Array.from(A("a_hat").data), 4);
+      if (S.pick.every((x, i) => Math.abs(x - ahatShown[i]) < 1e-12)) {
+        ui.gap.textContent = "at â (its weights rounded to 4 decimals)";  // not a red "+4.5e-7"
+        ui.gap.className = "gap down";
+      } else {
+        ui.gap.textContent = (gap >= 0 ? "+" : "") + Number(gap).toPrecision(3) + " vs â";
+        ui.gap.className = "gap " + (gap > 1e-12 ? "up" : "down");
+      }
       if (!boot()) { ui.interval.textContent = ""; ui.verdict.textContent = ""; ui.verdict.removeAttribute("data-distinguishable"); }
       else {
         const bt = boot(), r = bootReadout(S.pick), pct = Math.round(100 * bt.level) + "%";
@@ -667,7 +725,7 @@
         x += bw;
       }
       ctx.fillStyle = "#262730";
-      ctx.fillText(b.name.slice(0, 14) + " · " + fmt(b.w, 2), (x0 + x) / 2, y1 + 16);
+      fitText(ctx, b.name + " · " + fmt(b.w, 2), (x0 + x) / 2, y1 + 16, x - x0 - 2, 11);
       x += bw;
     });
     ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(0, y1); ctx.lineTo(c.width, y1); ctx.stroke();
