@@ -29,6 +29,7 @@ from geoviz.viz.plots import (
     point_set,
     soft_label_bars,
 )
+from geoviz.viz.report import blur_warning
 
 EPS_KEY = "maps_eps"
 METHOD_KEY = "maps_method"
@@ -129,11 +130,15 @@ def sharpness(result) -> None:
                 st.caption(line)
             if result.blurry[i]:
                 st.warning(
-                    f"**Blurry map.** Each T{i + 1}(x) averages a median of "
-                    f"{diag.effective_neighbours:.0f} reference samples (more than "
-                    f"{BLUR_NEIGHBOURS:g}), so mapped images look like a blurred mean and their "
-                    f"labels mix classes (confidence {diag.label_confidence:.2f}). "
-                    f"Lower ε above (default {DEFAULT_EPSILON:g}) for a sharp map."
+                    blur_warning(
+                        i,
+                        diag.effective_neighbours,
+                        diag.label_confidence,
+                        float(result.config.otdd.epsilon),
+                        images=result.image_shape is not None,
+                        default_epsilon=DEFAULT_EPSILON,
+                        blur_neighbours=BLUR_NEIGHBOURS,
+                    )
                 )
             held = services.field_value(diag, "heldout_ot")
             identity = services.field_value(diag, "heldout_ot_identity")

@@ -916,3 +916,20 @@ def test_a_new_map_kind_needs_no_change_in_the_app_tables(
         assert "nan" not in t.to_string().lower()
     with pytest.raises(GeovizError, match="two different map methods"):
         check_pair(plan, plan)
+
+
+def test_blur_warning_says_only_what_is_true_of_the_map():
+    """Issue 26, item 1: points are not images, sharp labels do not "mix", and at the default
+    epsilon the fix is not "lower it to the default"."""
+    from geoviz.viz.report import blur_warning
+
+    kwargs = {"default_epsilon": 1e-3, "blur_neighbours": 10.0}
+    points = blur_warning(0, 14.2, 0.99, 1e-3, images=False, **kwargs)
+    assert "T1(x) averages a median of 14" in points
+    assert "images" not in points and "points are pulled" in points
+    assert "labels stay sharp (confidence 0.99)" in points and "mix" not in points
+    assert "default" in points and "lower it further" in points and "Lower ε above" not in points
+    blurry = blur_warning(2, 80, 0.41, 0.1, images=True, **kwargs)
+    assert "T3(x)" in blurry and "blurred mean" in blurry
+    assert "labels mix classes (confidence 0.41)" in blurry
+    assert "Lower ε above (default 0.001)" in blurry

@@ -467,3 +467,46 @@ def map_comparison_tables(first: GeodesicResult, second: GeodesicResult) -> list
         rows.append(("hard labels agree", *[f"{agree[i]:.0%}"] * len(results)))
         out.append(pd.DataFrame(rows, columns=["quantity", *(r.method for r in results)]))
     return out
+
+
+#: below this mean largest soft-label entry a blurry map's labels are said to mix classes
+MIXED_LABELS = 0.9
+
+
+def blur_warning(
+    index: int,
+    effective_neighbours: float,
+    label_confidence: float,
+    epsilon: float,
+    *,
+    images: bool,
+    default_epsilon: float,
+    blur_neighbours: float,
+) -> str:
+    """The "Blurry map" sentence for map ``T_{index+1}``, saying only what is true of it.
+
+    Issue 26, item 1: on 2-D points at the default epsilon the old text spoke of "mapped
+    images", of labels that "mix classes" at confidence 0.99, and asked to lower epsilon "to
+    the default" it already had. Here: images or points by the data; labels mix only when the
+    confidence is below :data:`MIXED_LABELS`, else they are said to stay sharp; the fix is
+    "lower epsilon (default ...)" above the default, "lower it below the default" at or below.
+    """
+    what = (
+        "mapped images look like a blurred mean"
+        if images
+        else ("mapped points are pulled towards local means of the reference")
+    )
+    labels = (
+        f"their labels mix classes (confidence {label_confidence:.2f})"
+        if label_confidence < MIXED_LABELS
+        else f"their labels stay sharp (confidence {label_confidence:.2f})"
+    )
+    fix = (
+        f"Lower ε above (default {default_epsilon:g}) for a sharp map."
+        if epsilon > default_epsilon
+        else f"ε is {epsilon:g}, at or below the default; lower it further for a sharper map."
+    )
+    return (
+        f"**Blurry map.** Each T{index + 1}(x) averages a median of {effective_neighbours:.0f} "
+        f"reference samples (more than {blur_neighbours:g}), so {what}; {labels}. {fix}"
+    )
