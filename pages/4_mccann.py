@@ -37,6 +37,11 @@ def main(model: SessionModel) -> None:
 def mccann_view(model: SessionModel, result) -> None:
     """Reference and the browser's t: a release reruns only this part of the page."""
     names = list(result.reference_names)
+    ref, t_linked = model.mccann_pick()  # from the link, or this session's last choice
+    if ref is not None and "mc_ref" not in st.session_state:
+        st.session_state["mc_ref"] = ref
+    if t_linked is not None and T_KEY not in st.session_state:
+        st.session_state[T_KEY] = t_linked
     i = st.selectbox(
         "Reference P_i",
         list(range(result.m)),
@@ -44,7 +49,10 @@ def mccann_view(model: SessionModel, result) -> None:
         key="mc_ref",
     )
     t = mccann_explorer(model, result, int(i), t_key=T_KEY, t_default=T_DEFAULT)
+    model.set_mccann(ref=int(i), t=t)
     st.caption(f"Released t = {t:.2f} (P{int(i) + 1}: {names[int(i)]}).")
+    # a fragment rerun does not reach the page frame: keep the URL's t and reference current
+    widgets.sync_url(model)
 
 
 with widgets.app_page("4 · McCann") as model:

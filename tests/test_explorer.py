@@ -269,3 +269,42 @@ def test_geodesic_page_is_usable_before_a_slow_bootstrap_arrives(fresh_server, m
             break
         time.sleep(0.2)
     assert not any("in the background" in (p.proto.text or "") for p in at.get("progress"))
+
+
+def test_mccann_page_keeps_t_and_the_reference_in_the_url(fresh_server):
+    """Issue 26, item 8: a link names McCann's reference and t; a release updates both."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=600)
+    at.query_params["ref"] = "1"
+    at.query_params["t"] = "0.3"
+    at.switch_page("pages/4_mccann.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="mc_ref").value == 1
+    assert any("Released t = 0.30 (P2:" in c.value for c in at.caption)
+    at.session_state["mccann_explorer_1"] = {"t": 0.8, "seq": 1, "id": "x"}
+    at.run()
+    assert "0.8" in str(at.query_params["t"]) and "1" in str(at.query_params["ref"])
+    at.selectbox(key="mc_ref").set_value(2).run()
+    assert "2" in str(at.query_params["ref"])
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [({"t": "2"}, "McCann t was ignored"), ({"ref": "9"}, "McCann reference was ignored")],
+)
+def test_mccann_links_with_bad_values_are_one_sentence(fresh_server, params, message):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=600)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.switch_page("pages/4_mccann.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(message in w.value for w in at.warning)

@@ -20,6 +20,9 @@ WEIGHT_KEY_DECIMALS = ENTRY_DECIMALS
 #: URL query parameter names
 QUERY_SCENARIO = "scenario"
 QUERY_WEIGHTS = "a"
+#: McCann page: the reference index (0-based) and t
+QUERY_MCCANN_REF = "ref"
+QUERY_MCCANN_T = "t"
 
 
 def entry_weights(weights: Sequence[float] | np.ndarray, m: int) -> np.ndarray:

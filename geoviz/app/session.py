@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from geoviz.app.links import (
+    QUERY_MCCANN_REF,
+    QUERY_MCCANN_T,
     QUERY_SCENARIO,
     QUERY_WEIGHTS,
     WEIGHT_KEY_DECIMALS,
@@ -24,6 +26,7 @@ from geoviz.app.scenario import Scenario
 from geoviz.app.settings import AppSettings, default_scenario
 from geoviz.app.uploads import UploadRef
 from geoviz.errors import GeovizError
+from geoviz.geodesic.interpolate import check_t
 from geoviz.geodesic.weights import SimplexWeights
 
 
@@ -66,6 +69,7 @@ class SessionModel:
     UPLOADS = "geoviz_uploads"
     WEIGHTS = "geoviz_weights"
     SETTINGS = "geoviz_settings"
+    MCCANN = "geoviz_mccann"
 
     def __init__(
         self, state: MutableMapping[str, Any], settings: AppSettings | None = None
@@ -77,6 +81,8 @@ class SessionModel:
             state[self.UPLOADS] = {}
         if self.WEIGHTS not in state:
             state[self.WEIGHTS] = {}
+        if self.MCCANN not in state:
+            state[self.MCCANN] = {}
         if self.SCENARIO not in state:
             state[self.SCENARIO] = default_scenario(state[self.SETTINGS])
 
@@ -141,13 +147,38 @@ class SessionModel:
         return SimplexWeights.from_input(a_hat, len(a_hat), WEIGHT_KEY_DECIMALS) if w is None else w
 
     # ------------------------------------------------------------------ URL state
+    def mccann_pick(self) -> tuple[int | None, float | None]:
+        """The McCann page's reference index and ``t`` for the current scenario (``None``:
+        not chosen yet)."""
+        pick = self.state[self.MCCANN].get(self.scenario.key(), {})
+        return pick.get("ref"), pick.get("t")
+
+    def set_mccann(self, *, ref: int | None = None, t: float | None = None) -> None:
+        """Store the McCann page's reference (``0..m-1``) and/or ``t`` (in ``[0, 1]``, kept to
+        2 decimals as the slider sends it), checked once here."""
+        pick = dict(self.state[self.MCCANN].get(self.scenario.key(), {}))
+        if ref is not None:
+            m = self.scenario.m
+            if isinstance(ref, bool) or not isinstance(ref, (int, np.integer)) or not 0 <= ref < m:
+                raise GeovizError(f"the reference must be an index in 0..{m - 1}, got {ref!r}")
+            pick["ref"] = int(ref)
+        if t is not None:
+            pick["t"] = round(check_t(t), 2)
+        self.state[self.MCCANN][self.scenario.key()] = pick
+
     def query_state(self) -> dict[str, str]:
         """The session as URL query parameters: ``{"scenario": token}`` plus ``{"a": "0.5,0.3,0.2"}``
-        when weights were picked (see :func:`scenario_to_token`)."""
+        when weights were picked (see :func:`scenario_to_token`), and the McCann page's
+        ``{"ref": "1", "t": "0.3"}`` once chosen."""
         out = {QUERY_SCENARIO: scenario_to_token(self.scenario)}
         picked = self.picked_weights(self.scenario.m)
         if picked is not None:
             out[QUERY_WEIGHTS] = picked.to_text()
+        ref, t = self.mccann_pick()
+        if ref is not None:
+            out[QUERY_MCCANN_REF] = str(ref)
+        if t is not None:
+            out[QUERY_MCCANN_T] = f"{t:.2f}".rstrip("0").rstrip(".") or "0"
         return out
 
     def restore(self, params: Mapping[str, str]) -> list[str]:
@@ -172,4 +203,18 @@ class SessionModel:
                 self.set_weights(weights_from_text(text))
             except GeovizError as err:
                 problems.append(f"The link's weights were ignored: {err}")
+        ref_text, t_text = params.get(QUERY_MCCANN_REF), params.get(QUERY_MCCANN_T)
+        if ref_text:
+            try:
+                self.set_mccann(ref=int(ref_text[:6]))
+            except (ValueError, GeovizError):
+                problems.append(
+                    f"The link's McCann reference was ignored: expected an index in "
+                    f"0..{self.scenario.m - 1}."
+                )
+        if t_text:
+            try:
+                self.set_mccann(t=float(t_text[:12]))
+            except (ValueError, GeovizError):
+                problems.append("The link's McCann t was ignored: expected a number in [0, 1].")
         return problems
