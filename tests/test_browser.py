@@ -844,6 +844,23 @@ def test_explorer_teaching_preset_scatter_moves_point_by_point(page, server):
     pts = np.asarray(frame.evaluate("() => geovizExplorer.points()"))
     np.testing.assert_allclose(pts, result.interpolate(a).features.numpy(), atol=1e-4)
     pg.wait_for_selector("text=OT maps vs naive mixup")
+    # issue 26, item 5: the legends have their own column, no point is drawn over them, and
+    # P_a's class colours have a legend (a swatch per class of Q)
+    width = frame.evaluate("() => document.getElementById('view').width")
+    legend_w = frame.evaluate("() => geovizExplorer.legendWidth()")
+    xy = np.asarray(frame.evaluate("() => geovizExplorer.viewXY()"))
+    assert xy[:, 0].max() < width - legend_w
+    classes = frame.evaluate("() => geovizExplorer.header().target_classes")
+    swatches = frame.evaluate(
+        """([x0, n]) => { const c = document.getElementById('view'), d = c.getContext('2d')
+            .getImageData(x0, 0, c.width - x0, c.height).data; let k = 0;
+            for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && (d[i] !== d[i + 1] || d[i + 1] !== d[i + 2])) k++;
+            return k; }""",
+        [width - legend_w, len(classes)],
+    )
+    assert swatches > 40 * (len(classes) + 3), swatches  # coloured swatches in the column
+    frame.locator("canvas#view").scroll_into_view_if_needed()
+    _shot(pg, "3_geodesic_2d_legends")
 
 
 def test_explorer_mccann_play(page, server):

@@ -41,6 +41,8 @@
   // ------------------------------------------------------------------ helpers
   const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                    "#7f7f7f", "#bcbd22", "#17becf"];
+  /** width of the embedding/scatter view's legend column, px */
+  const LEGEND_W = 190;
   const SET_COLORS = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3"];
   // viridis, 9 stops
   const VIRIDIS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
@@ -112,6 +114,9 @@
     points: () => (S.ui && S.ui.view ? viewPoints().map((p) => [p[0], p[1]]) : []),
     /** the bootstrap readout at a: {value: [lo, hi], gap: [lo, hi], good}, or null */
     uncertainty: (a) => (boot() ? bootReadout(a) : null),
+    /** the view's P_a points in canvas pixels, and the legend column's width */
+    viewXY: () => (S.ui && S.ui.view ? viewPoints().map((p) => [S.ui.X(p[0]), S.ui.Y(p[1])]) : []),
+    legendWidth: () => LEGEND_W,
     /** the bootstrap's header ({method, level, replicates, seed, flat}), or null before it arrives */
     bootstrap: () => boot(),
     /** lattice cells of the region as good as â drawn on the triangle (m = 3) */
@@ -739,8 +744,9 @@
     else { push(A("ref_coords")); push(A("coords")); }
     let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
     for (const [x, y] of pts) { x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y); }
-    const c = S.ui.view, pad = 20;
-    const sx = (c.width - 2 * pad) / (x1 - x0 || 1), sy = (c.height - 2 * pad) / (y1 - y0 || 1);
+    // the legends get their own column on the right, so no point hides them (issue 26, item 5)
+    const c = S.ui.view, pad = 20, plotW = c.width - LEGEND_W;
+    const sx = (plotW - 2 * pad) / (x1 - x0 || 1), sy = (c.height - 2 * pad) / (y1 - y0 || 1);
     S.ui.X = (x) => pad + (x - x0) * sx;
     S.ui.Y = (y) => c.height - pad - (y - y0) * sy;
     // the faded background, drawn once
@@ -762,13 +768,30 @@
       for (let k = 0; k < n; k++) ctx.fillRect(S.ui.X(co.data[k * dd]) - 1.5, S.ui.Y(co.data[k * dd + 1]) - 1.5, 3, 3);
     }
     ctx.globalAlpha = 1;
-    ctx.font = "12px sans-serif"; ctx.fillStyle = "#262730";
-    const legend = h.view === "embedding" ? ["Q (black)", ...h.names.map((n, i) => n)]
-      : h.mode === "mccann" ? ["Q (black)", h.ref_name] : ["Q (black)", ...h.names];
+    const lx = plotW + 6, lw = LEGEND_W - 12;
+    ctx.fillStyle = "#fff"; ctx.fillRect(plotW, 0, LEGEND_W, c.height);
+    ctx.strokeStyle = "#ddd"; ctx.beginPath(); ctx.moveTo(plotW + 0.5, 4); ctx.lineTo(plotW + 0.5, c.height - 4); ctx.stroke();
+    ctx.fillStyle = "#262730"; ctx.textAlign = "left";
+    ctx.font = "bold 12px sans-serif"; ctx.fillText("Datasets (faded)", lx, 16); ctx.font = "12px sans-serif";
+    const legend = h.view === "embedding" ? ["Q", ...h.names]
+      : h.mode === "mccann" ? ["Q", h.ref_name] : ["Q", ...h.names];
     legend.forEach((name, i) => {
       ctx.fillStyle = i === 0 ? "#000" : SET_COLORS[(h.mode === "mccann" && h.view === "scatter" ? h.ref : i - 1) % SET_COLORS.length];
-      ctx.fillRect(8, 8 + 16 * i, 10, 10); ctx.fillStyle = "#262730"; ctx.textAlign = "left"; ctx.fillText(name + " (faded)", 22, 17 + 16 * i);
+      ctx.fillRect(lx, 24 + 16 * i, 10, 10); ctx.fillStyle = "#262730";
+      fitText(ctx, String(name), lx + 14, 33 + 16 * i, lw - 14, 12);  // left-aligned
     });
+    // P_a's colours: the class of its target sample
+    const classes = (h.mode === "mccann" ? (h.class_names || [[]])[0] : h.target_classes) || [];
+    let y = 40 + 16 * legend.length;
+    ctx.font = "bold 12px sans-serif"; ctx.textAlign = "left";
+    ctx.fillText((h.mode === "mccann" ? "P^M_t" : "P_a") + " by Q's class", lx, y); ctx.font = "12px sans-serif";
+    classes.slice(0, 20).forEach((name, k) => {
+      const yy = y + 8 + 15 * k;
+      ctx.beginPath(); ctx.arc(lx + 5, yy + 5, 4, 0, 2 * Math.PI); ctx.fillStyle = PALETTE[k % PALETTE.length]; ctx.fill();
+      ctx.strokeStyle = "#000"; ctx.lineWidth = 0.8; ctx.stroke();
+      ctx.fillStyle = "#262730"; fitText(ctx, String(name), lx + 14, yy + 9, lw - 14, 11);
+    });
+    ctx.textAlign = "left";
     S.ui.bg = off;
     if (h.view === "embedding") {
       const grid = A("grid"), K = grid.shape[0], m = grid.shape[1];
@@ -839,8 +862,6 @@
       ctx.fillStyle = PALETTE[lab % PALETTE.length]; ctx.fill();
       ctx.strokeStyle = "#000"; ctx.lineWidth = 0.8; ctx.stroke();
     }
-    ctx.fillStyle = "#262730"; ctx.textAlign = "right"; ctx.font = "12px sans-serif";
-    ctx.fillText((H().mode === "mccann" ? "P^M_t" : "P_a") + ": coloured by the class of its target sample", c.width - 8, 16);
   }
 
   function hoverView(ev) {
