@@ -217,11 +217,14 @@ def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
     cols = st.columns(len(data.datasets))
     for col, role, ds in zip(cols, roles, data.datasets, strict=True):
         shape = "×".join(map(str, ds.image_shape[1:])) if ds.is_image else f"D={ds.n_features}"
+        # the count alone as the value (a unit there was cut to "2000 sa…" in narrow columns)
+        # and the shape as a grey caption without the ↑ of a change (issue 26, item 6)
         col.metric(
             f"{role}: {ds.name}",
-            f"{ds.n_samples} samples",
-            f"{ds.n_classes} classes · {shape}",
+            f"{ds.n_samples:,}",
+            f"samples · {ds.n_classes} classes · {shape}",
             delta_color="off",
+            delta_arrow="off",
         )
     if data.labelled_indices is not None:
         st.info(

@@ -555,7 +555,10 @@ def test_sidebar_shows_actual_sample_counts_and_the_cap():
     assert "**Q** (target): upload: small60.npz, N = 60" in side
     assert "N capped at 60 for upload: small60.npz (it has only 60 samples)" in side
     assert f"N = {N} per reference" in side
-    assert at.metric[0].value == "60 samples"
+    # issue 26, item 6: the count alone (a unit was cut to "2000 sa…"), the shape without an arrow
+    assert at.metric[0].value == "60"
+    assert at.metric[0].proto.delta.startswith("samples · ")
+    assert at.metric[0].proto.direction == at.metric[0].proto.NONE  # no ↑ on a caption
 
 
 def test_page_icon_is_local_no_network():
