@@ -1174,3 +1174,42 @@ def test_explorer_first_view_scale_gap_and_bar_labels(page, server):
     width = frame.evaluate("() => document.getElementById('simplex').width")
     assert width > 4 * 100, width
     _shot(pg, "3_geodesic_m4_labels")
+
+
+def test_explorer_tile_zoom_and_sample_inspector(page, server):
+    """Issue 26, item 4: a zoom control for the tiles; a click on a tile shows x, every
+    T_i(x) and P_a(x) large, side by side; P_a(x) equals the library's mix."""
+    pg = page
+    pg.goto(f"{server['url']}/geodesic")
+    frame = _explorer(pg)
+    _wait_idle(pg)
+    header = frame.evaluate("() => geovizExplorer.header()")
+    before = frame.evaluate("() => document.getElementById('samples').height")
+    frame.locator("#zoom").fill("3")
+    frame.wait_for_function(f"() => document.getElementById('samples').height > {before}")
+    assert frame.evaluate("() => document.getElementById('samples').width") <= 1100
+    # a real click on the first tile opens the inspector
+    box = frame.locator("canvas#samples").bounding_box()
+    pg.mouse.click(box["x"] + 20, box["y"] + 20)
+    frame.wait_for_function("() => document.getElementById('inspector').style.display === 'block'")
+    # the 4th sample, large
+    frame.evaluate("() => geovizExplorer.inspect(3)")
+    _wait_idle(pg)
+    width = frame.evaluate("() => document.getElementById('inspector').width")
+    m = header["m"]
+    assert width >= (m + 2) * 130, width
+    # P_a(x) (the last panel), centre pixel, against the library's P_a at the picked weights
+    c, hh, ww = header["image_shape"]
+    big = max(2, 120 // max(hh, ww))
+    cell = max(ww * big + 16, 130)
+    x0 = (m + 1) * cell + (cell - ww * big) / 2
+    px = _pixel(
+        frame, "inspector", x0 + (ww // 2) * big + big // 2, 18 + (hh // 2) * big + big // 2
+    )
+    a = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
+    result = _app_result(server, _query(pg)["scenario"])
+    mix = _python_mix(result, header, a).reshape(header["n_shown"], c, hh, ww)
+    want = int(mix[3, 0, hh // 2, ww // 2])
+    assert abs(int(px[0]) - want) <= 1, (px, want)
+    frame.locator("canvas#inspector").scroll_into_view_if_needed()
+    _shot(pg, "3_geodesic_inspector")

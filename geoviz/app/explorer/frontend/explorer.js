@@ -114,6 +114,8 @@
     points: () => (S.ui && S.ui.view ? viewPoints().map((p) => [p[0], p[1]]) : []),
     /** the bootstrap readout at a: {value: [lo, hi], gap: [lo, hi], good}, or null */
     uncertainty: (a) => (boot() ? bootReadout(a) : null),
+    /** open the inspector on shown sample j (as a click on its tile does) */
+    inspect: (j) => { S.inspect = j; draw(); fitHeight(); },
     /** the view's P_a points in canvas pixels, and the legend column's width */
     viewXY: () => (S.ui && S.ui.view ? viewPoints().map((p) => [S.ui.X(p[0]), S.ui.Y(p[1])]) : []),
     legendWidth: () => LEGEND_W,
@@ -273,10 +275,23 @@
       el("h4", { text: (h.mode === "mccann" ? "P^M_t" : "P_a") +
         " of " + h.n_shown + " fixed target samples — caption: top soft label and its mass" }, root);
       const [c, hh, ww] = h.image_shape;
-      const cols = 10, rows = Math.ceil(h.n_shown / cols);
-      ui.scale = Math.max(1, Math.floor(56 / Math.max(hh, ww)));
-      ui.tileW = Math.max(ww * ui.scale + 30, 92); ui.tileH = hh * ui.scale + 34;
-      ui.samples = el("canvas", { id: "samples", width: cols * ui.tileW, height: rows * ui.tileH }, root);
+      const bar = el("div", { class: "row", style: "gap: 8px; align-items: center" }, root);
+      el("span", { class: "hint", text: "Tile size" }, bar);
+      ui.zoom = el("input", { type: "range", min: "1", max: "4", step: "1", id: "zoom", style: "width: 120px" }, bar);
+      ui.zoom.value = "1";
+      el("span", { class: "hint", text: "· click a tile to inspect it: x, every T_i(x) and " +
+        (h.mode === "mccann" ? "P^M_t(x)" : "P_a(x)") + " side by side" }, bar);
+      ui.baseScale = Math.max(1, Math.floor(56 / Math.max(hh, ww)));
+      ui.samples = el("canvas", { id: "samples" }, root);
+      layoutTiles(1);
+      ui.zoom.addEventListener("input", () => { layoutTiles(Number(ui.zoom.value)); request(null); fitHeight(); });
+      ui.samples.addEventListener("click", (ev) => {
+        const r = ui.samples.getBoundingClientRect(), cols = ui.cols;
+        const col = Math.floor((ev.clientX - r.left) / ui.tileW), row = Math.floor((ev.clientY - r.top) / ui.tileH);
+        const j = row * cols + col;
+        if (col >= 0 && col < cols && j >= 0 && j < h.n_shown) { S.inspect = j; request(null); fitHeight(); }
+      });
+      ui.inspector = el("canvas", { id: "inspector", width: 10, height: 10, style: "display: none" }, root);
       ui.tile = document.createElement("canvas");
       ui.tile.width = ww; ui.tile.height = hh;
     }
@@ -682,16 +697,76 @@
     for (let j = 0; j < h.n_shown; j++) {
       fillImage(img, px, j * D, ch, hh, ww);
       tctx.putImageData(img, 0, 0);
-      const col = j % 10, row = Math.floor(j / 10);
+      const col = j % ui.cols, row = Math.floor(j / ui.cols);
       const x = col * ui.tileW + (ui.tileW - ww * ui.scale) / 2, y = row * ui.tileH + 2;
       ctx.drawImage(ui.tile, x, y, ww * ui.scale, hh * ui.scale);
       const [name, v] = topLabel(j);
       ctx.fillStyle = "#262730";
       const cut = name.indexOf("/"), xc = x + ww * ui.scale / 2, yc = y + hh * ui.scale + 12;
-      ctx.fillText(name.slice(0, cut).slice(0, 16), xc, yc);
-      ctx.fillText(name.slice(cut + 1).slice(0, 12) + " " + mass2(v), xc, yc + 11);
+      fitText(ctx, name.slice(0, cut), xc, yc, ui.tileW - 4, 10);
+      fitText(ctx, name.slice(cut + 1) + " " + mass2(v), xc, yc + 11, ui.tileW - 4, 10);
+      if (S.inspect === j) { ctx.strokeStyle = "#ff4b4b"; ctx.lineWidth = 2; ctx.strokeRect(x - 2, y - 2, ww * ui.scale + 4, hh * ui.scale + 4); ctx.lineWidth = 1; }
     }
+    drawInspector();
   }
+  /** Tiles at ``zoom`` x the default size; 10 per row at 1x, fewer when larger. */
+  function layoutTiles(zoom) {
+    const h = H(), ui = S.ui, [, hh, ww] = h.image_shape;
+    ui.scale = ui.baseScale * zoom;
+    ui.tileW = Math.max(ww * ui.scale + 30, 92); ui.tileH = hh * ui.scale + 34;
+    ui.cols = Math.max(1, Math.min(10, Math.floor(1000 / ui.tileW)));
+    ui.samples.width = ui.cols * ui.tileW; ui.samples.height = Math.ceil(h.n_shown / ui.cols) * ui.tileH;
+  }
+
+  /** The inspected sample large: x, T_1(x) .. T_m(x) and the mix, each with its top label. */
+  function drawInspector() {
+    const h = H(), ui = S.ui, j = S.inspect, c = ui.inspector;
+    if (j === undefined || j === null) return;
+    const [ch, hh, ww] = h.image_shape, D = ch * hh * ww, im = A("images"), Sn = im.shape[1];
+    const big = Math.max(2, Math.floor(120 / Math.max(hh, ww))), W = ww * big, cellW = Math.max(W + 16, 130);
+    const mccann = h.mode === "mccann", m = mccann ? 1 : h.m;
+    const panels = m + 2;
+    c.style.display = "block"; c.width = panels * cellW; c.height = hh * big + 58;
+    const ctx = c.getContext("2d");
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, c.width, c.height);
+    ctx.imageSmoothingEnabled = false;
+    const tctx = ui.tile.getContext("2d"), img = tctx.createImageData(ww, hh);
+    const coef = mccann ? [1 - S.t, S.t] : S.pick;
+    const rows = [];  // [pixels, offset, title, caption]
+    const qClass = (mccann ? h.class_names[0] : h.target_classes)[h.sample_label[j]];
+    rows.push([im.data, j * D, "x (target sample #" + h.sample_index[j] + ")", "Q: " + qClass]);
+    const soft = A("soft");
+    for (let i = 0; i < m; i++) {
+      const names = mccann ? h.class_names[1] : h.class_names[i];
+      let best = -1, cls = "";
+      for (let k = 0; k < names.length; k++) {
+        const v = mccann ? soft.data[j * soft.shape[1] + k] : soft.data[(i * soft.shape[1] + j) * soft.shape[2] + k];
+        if (v > best) { best = v; cls = names[k]; }
+      }
+      const row = (mccann ? 1 : i + 1);
+      rows.push([im.data, (row * Sn + j) * D, "T" + ((mccann ? h.ref : i) + 1) + "(x) → " + (mccann ? h.ref_name : h.names[i]),
+                 cls + " " + mass2(best)]);
+    }
+    const mixed = mixRows(coef, mccann ? 0 : 1, h.n_shown);
+    const [name, v] = topLabel(j);
+    rows.push([mixed, j * D, (mccann ? "P^M_t(x), t = " + fmt(S.t, 2) : "P_a(x), a = (" + S.pick.map((x) => fmt(x, 2)).join(", ") + ")"),
+               name + " " + mass2(v)]);
+    ctx.textAlign = "center";
+    rows.forEach(([px, off, title, caption], k) => {
+      fillImage(img, px, off, ch, hh, ww);
+      tctx.putImageData(img, 0, 0);
+      const x = k * cellW + (cellW - W) / 2;
+      ctx.drawImage(ui.tile, x, 18, W, hh * big);
+      ctx.strokeStyle = k === rows.length - 1 ? "#ff4b4b" : "#ccc"; ctx.lineWidth = k === rows.length - 1 ? 2 : 1;
+      ctx.strokeRect(x - 1, 17, W + 2, hh * big + 2); ctx.lineWidth = 1;
+      ctx.fillStyle = "#262730";
+      fitText(ctx, title, k * cellW + cellW / 2, 12, cellW - 6, 11);
+      fitText(ctx, caption, k * cellW + cellW / 2, 18 + hh * big + 16, cellW - 6, 11);
+    });
+    ctx.fillStyle = "#808495";
+    fitText(ctx, "inspecting tile " + (j + 1) + " · its mass is the top soft label's", c.width / 2, c.height - 8, c.width - 8, 10);
+  }
+
   function fillImage(img, px, off, ch, hh, ww) {
     const n = hh * ww, d = img.data;
     for (let k = 0; k < n; k++) {
@@ -916,7 +991,7 @@
     if (args.payload_id !== S.payloadId) {
       S.P = decode(args.payload);
       S.payloadId = args.payload_id;
-      S.bootHat = null; S.B = null; S.bootId = null;
+      S.bootHat = null; S.B = null; S.bootId = null; S.inspect = null;
       S.pick = null;
       S.ui = null;
     }
