@@ -62,7 +62,7 @@ def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
             def place(features: np.ndarray) -> np.ndarray:
                 return services.place_points(model, emb, features, ("explorer-grid",))
 
-        payload = build_geodesic(result, emb, place)
+        payload = build_geodesic(result, emb, place, mixup_seed=model.scenario.seed)
         LOG.info(
             "explorer payload: %.2f MB in %.2f s (%.2f s with the embedding)",
             payload.size / 1e6,

@@ -25,7 +25,10 @@ Arrays (``m`` maps, ``S`` fixed target samples, ``P`` placed points):
 - ``bg (B, 2)`` float32 + ``bg_set (B,)`` uint8: the fitted embedding's points of Q
   and every reference (drawn faded);
 - ``coords (m + 1, N, d)`` float32 + ``labels (N,)`` uint8 + ``ref_coords``/``ref_set``:
-  for 2-D/3-D data every target point and its images, so the whole scatter moves;
+  for 2-D/3-D data every target point and its images, so the whole scatter moves (the
+  teaching view draws the coupling lines ``x -> T_i(x)`` from them); ``mixup_coords (m, N,
+  d)``: each output's random partner in every reference (:func:`geoviz.geodesic.mixup.mixup_pairs`,
+  seed ``mixup_seed``), so the naive-mixup comparison moves with the pick too;
 - the bootstrap (issue 23; :func:`build_bootstrap`, its own small payload, sent when the
   background bootstrap is done): ``boot_w_to_target (B, m)``, ``boot_w_between (B, m, m)``
   float64 (the browser computes each replicate's objective, the interval of ``W^2(P_a, Q)``
@@ -49,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from geoviz.geodesic.mixup import mixup_pairs
 from geoviz.viz.images import example_indices
 
 MAGIC = b"GVZX"
@@ -199,6 +203,7 @@ def build_geodesic(
     place: Any | None = None,
     *,
     grid_res: int | None = None,
+    mixup_seed: int = 0,
 ) -> Payload:
     """The geodesic explorer's payload for ``result``.
 
@@ -241,6 +246,11 @@ def build_geodesic(
         arrays["coords"] = np.stack([target, *mapped]).astype("<f4")
         arrays["labels"] = _np(result.target.labels).astype(np.uint8)
         refs = [_np(r.features).astype(np.float32) for r in result.references]
+        # the naive-mixup comparison: each output mixes random partners, the pairs of
+        # geoviz.geodesic.mixup (same seed as the app's mixup view)
+        pairs = mixup_pairs(target.shape[0], [len(r) for r in refs], seed=mixup_seed)
+        arrays["mixup_coords"] = np.stack([r[pairs[i]] for i, r in enumerate(refs)]).astype("<f4")
+        header["mixup_seed"] = int(mixup_seed)
         arrays["ref_coords"] = np.concatenate(refs).astype("<f4")
         arrays["ref_set"] = np.concatenate(
             [np.full(len(r), i, dtype=np.uint8) for i, r in enumerate(refs)]

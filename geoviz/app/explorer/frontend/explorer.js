@@ -119,6 +119,19 @@
     /** the view's P_a points in canvas pixels, and the legend column's width */
     viewXY: () => (S.ui && S.ui.view ? viewPoints().map((p) => [S.ui.X(p[0]), S.ui.Y(p[1])]) : []),
     legendWidth: () => LEGEND_W,
+    /** the teaching view's naive-mixup points at a: [[x, y], ...] (data coordinates) */
+    mixupPoints: (a) => {
+      const mx = A("mixup_coords"); if (!mx) return [];
+      const m = mx.shape[0], n = mx.shape[1], d = mx.shape[2], out = [];
+      for (let p = 0; p < n; p++) {
+        let x = 0, y = 0;
+        for (let i = 0; i < m; i++) { x += a[i] * mx.data[(i * n + p) * d]; y += a[i] * mx.data[(i * n + p) * d + 1]; }
+        out.push([x, y]);
+      }
+      return out;
+    },
+    /** the teaching view's caption */
+    teachingCaption: () => (S.ui && S.ui.teach ? S.ui.teach.textContent : ""),
     /** the bootstrap's header ({method, level, replicates, seed, flat}), or null before it arrives */
     bootstrap: () => boot(),
     /** lattice cells of the region as good as â drawn on the triangle (m = 3) */
@@ -299,7 +312,22 @@
       el("h4", { text: h.view === "embedding"
         ? (h.embedding_method || "").toUpperCase() + " of Q and the references (faded) with P_a moving (hover a point for its image)"
         : "The datasets: references and Q faded, " + (h.mode === "mccann" ? "P^M_t" : "P_a") + " moving point by point" }, root);
+      if (h.view === "scatter" && h.mode !== "mccann") {  // the teaching view's switches
+        const bar = el("div", { class: "row", style: "gap: 14px; align-items: center" }, root);
+        const toggle = (id, label, on) => {
+          const lab = el("label", { class: "hint" }, bar);
+          const box = el("input", { type: "checkbox", id: id }, lab);
+          box.checked = on; lab.appendChild(document.createTextNode(" " + label));
+          box.addEventListener("change", () => { S.teach[id] = box.checked; request(null); });
+          S.teach[id] = on;
+        };
+        S.teach = {};
+        toggle("teach-lines", "coupling x → T_i(x) (thinned)", false);
+        toggle("teach-maps", "T_i(x) of each reference", false);
+        toggle("teach-mixup", "naive mixup (random partners)", false);
+      }
       ui.view = el("canvas", { id: "view", width: 820, height: 460 }, root);
+      if (h.view === "scatter" && h.mode !== "mccann") ui.teach = el("div", { class: "hint", id: "teach-caption" }, root);
       setupView();
       ui.view.addEventListener("pointermove", hoverView);
       ui.view.addEventListener("pointerleave", () => { document.getElementById("tip").style.display = "none"; });
@@ -927,10 +955,75 @@
     return out;
   }
 
+  /** Teaching view (2-D/3-D data): lines x -> T_i(x), the T_i(x), the naive mixup. */
+  function drawTeaching(ctx) {
+    const h = H(), ui = S.ui, T = S.teach;
+    if (!T || h.view !== "scatter" || h.mode === "mccann") return;
+    const co = A("coords"), n = co.shape[1], d = co.shape[2], m = h.m;
+    const at = (row, p) => [ui.X(co.data[(row * n + p) * d]), ui.Y(co.data[(row * n + p) * d + 1])];
+    const step = Math.max(1, Math.ceil(n / 60));  // at most 60 points' lines
+    if (T["teach-lines"]) {
+      ctx.lineWidth = 1;
+      for (let p = 0; p < n; p += step) {
+        const [x0, y0] = at(0, p);
+        for (let i = 0; i < m; i++) {
+          if (S.pick[i] <= 0) continue;
+          const [x1, y1] = at(i + 1, p);
+          ctx.strokeStyle = SET_COLORS[i % SET_COLORS.length]; ctx.globalAlpha = 0.25 + 0.6 * S.pick[i];
+          ctx.beginPath(); ctx.moveTo(x0, y0); ctx.lineTo(x1, y1); ctx.stroke();
+        }
+      }
+      ctx.globalAlpha = 1;
+    }
+    if (T["teach-maps"]) {
+      for (let i = 0; i < m; i++) {
+        ctx.strokeStyle = SET_COLORS[i % SET_COLORS.length]; ctx.lineWidth = 1.2;
+        for (let p = 0; p < n; p++) { const [x, y] = at(i + 1, p); ctx.strokeRect(x - 2.5, y - 2.5, 5, 5); }
+      }
+    }
+    // the overlays' own legend, at the bottom of the legend column
+    const lx = ui.view.width - LEGEND_W + 6, items = [];
+    if (T["teach-lines"]) items.push(["line", "x → T_i(x), by reference"]);
+    if (T["teach-maps"]) items.push(["square", "T_i(x), by reference"]);
+    if (T["teach-mixup"]) items.push(["ring", "naive mixup, by Q's class"]);
+    items.forEach(([kind, text], k) => {
+      const y = ui.view.height - 14 - 16 * (items.length - 1 - k);
+      ctx.strokeStyle = "#262730"; ctx.lineWidth = 1.4;
+      if (kind === "line") { ctx.beginPath(); ctx.moveTo(lx, y - 4); ctx.lineTo(lx + 10, y - 4); ctx.stroke(); }
+      else if (kind === "square") ctx.strokeRect(lx + 2.5, y - 6.5, 5, 5);
+      else { ctx.beginPath(); ctx.arc(lx + 5, y - 4, 3.5, 0, 2 * Math.PI); ctx.stroke(); }
+      ctx.lineWidth = 1; ctx.fillStyle = "#262730"; ctx.textAlign = "left";
+      fitText(ctx, text, lx + 14, y, LEGEND_W - 26, 11);
+    });
+    if (T["teach-mixup"]) {
+      const mx = A("mixup_coords"), lab = A("labels").data;
+      for (let p = 0; p < n; p++) {
+        let x = 0, y = 0;
+        for (let i = 0; i < m; i++) { x += S.pick[i] * mx.data[(i * n + p) * d]; y += S.pick[i] * mx.data[(i * n + p) * d + 1]; }
+        ctx.beginPath(); ctx.arc(ui.X(x), ui.Y(y), 3.5, 0, 2 * Math.PI);
+        ctx.strokeStyle = PALETTE[lab[p] % PALETTE.length]; ctx.lineWidth = 1.6; ctx.stroke();
+      }
+      ctx.lineWidth = 1;
+    }
+  }
+  /** What the teaching view shows at the current weights, in words. */
+  function teachingCaption() {
+    const h = H(), T = S.teach || {}, a = S.pick;
+    const parts = a.map((w, i) => Math.round(100 * w) + "% of the way to T" + (i + 1) + "(x) in " + h.names[i]);
+    let text = "Each filled dot is a target sample x moved to Σ a_i T_i(x): " + parts.join(", ") +
+      ". Its colour is x's class in Q.";
+    if (T["teach-lines"]) text += " Lines join x to its images T_i(x) (one point in " + Math.max(1, Math.ceil(A("coords").shape[1] / 60)) + "), darker for larger a_i.";
+    if (T["teach-maps"]) text += " Squares are the T_i(x), coloured by reference.";
+    if (T["teach-mixup"]) text += " Rings are naive mixup at the same a: random partners instead of T_i(x), so a class no longer stays together.";
+    return text;
+  }
+
   function drawView() {
     const ui = S.ui, c = ui.view, ctx = c.getContext("2d");
     ctx.clearRect(0, 0, c.width, c.height);
     ctx.drawImage(ui.bg, 0, 0);
+    drawTeaching(ctx);
+    if (ui.teach) ui.teach.textContent = teachingCaption();
     const pts = (ui.points = viewPoints());
     for (const [x, y, lab] of pts) {
       ctx.beginPath(); ctx.arc(ui.X(x), ui.Y(y), 3.5, 0, 2 * Math.PI);
