@@ -1260,3 +1260,49 @@ def test_explorer_teaching_view_lines_maps_mixup_and_caption(page, server):
             f"teaching view on, pointer moves: {len(frames)}, median {np.median(frames):.1f} ms, "
             f"p95 {np.percentile(frames, 95):.1f} ms\n"
         )
+
+
+def test_explorer_figure_download_png_and_svg(page, server, tmp_path):
+    """Issue 26, figures out: the explorer's current view downloads as PNG (it opens, at the
+    figure's size) and as SVG (it parses; its text holds the readout), drawn by the page's
+    own drawing code."""
+    import base64
+    import io
+    import xml.etree.ElementTree as ET
+
+    from PIL import Image
+
+    pg = page
+    pg.goto(f"{server['url']}/geodesic")
+    frame = _explorer(pg)
+    frame.wait_for_function("() => geovizExplorer.bootstrap() !== null", timeout=120_000)
+    _wait_idle(pg)
+    value = frame.locator("#value").inner_text()
+    with pg.expect_download() as png_info:
+        frame.locator("#figure-png").click()
+    png_path = tmp_path / png_info.value.suggested_filename
+    png_info.value.save_as(str(png_path))
+    assert png_path.name == "geoviz-geodesic.png"
+    with Image.open(png_path) as img:
+        assert img.format == "PNG" and img.width >= 800 and img.height >= 600
+        shown = img.convert("RGB")
+        # not blank: the heatmap's dark purple is in it
+        assert min(sum(px) for px in shown.resize((80, 80)).getdata()) < 200
+    with pg.expect_download() as svg_info:
+        frame.locator("#figure-svg").click()
+    svg_path = tmp_path / svg_info.value.suggested_filename
+    svg_info.value.save_as(str(svg_path))
+    root = ET.parse(svg_path).getroot()
+    assert root.tag.endswith("svg")
+    texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert value in texts  # the readout, as text
+    assert any(t.startswith("P1 · ") for t in texts)  # the simplex's vertex labels are vectors
+    assert len(list(root.iter("{http://www.w3.org/2000/svg}image"))) >= 1  # the heatmap layer
+    # the same figure from the page's API: PNG of the same size as the SVG
+    data = frame.evaluate("() => geovizExplorer.figure('png')")
+    with Image.open(io.BytesIO(base64.b64decode(data.split(",", 1)[1]))) as again:
+        assert again.size == (int(root.get("width")), int(root.get("height")))
+    with contextlib.suppress(OSError):
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        (SHOTS / "figure_geodesic.png").write_bytes(png_path.read_bytes())
+        (SHOTS / "figure_geodesic.svg").write_bytes(svg_path.read_bytes())

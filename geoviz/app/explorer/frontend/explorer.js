@@ -114,6 +114,8 @@
     points: () => (S.ui && S.ui.view ? viewPoints().map((p) => [p[0], p[1]]) : []),
     /** the bootstrap readout at a: {value: [lo, hi], gap: [lo, hi], good}, or null */
     uncertainty: (a) => (boot() ? bootReadout(a) : null),
+    /** the current view as a figure: "svg" text or a "png" data URL */
+    figure: (kind) => figure(kind),
     /** open the inspector on shown sample j (as a click on its tile does) */
     inspect: (j) => { S.inspect = j; draw(); fitHeight(); },
     /** the view's P_a points in canvas pixels, and the legend column's width */
@@ -282,6 +284,10 @@
         ") · W²(P_â, Q) = " + sig(h.w2_hat);
       bindSimplex(ui.simplex);
     }
+    const figs = el("div", { class: "row", style: "gap: 6px; margin: 4px 0" }, right);
+    el("span", { class: "hint", text: "This view as a figure:" }, figs);
+    el("button", { id: "figure-png", text: "⤓ PNG" }, figs).addEventListener("click", () => download("png"));
+    el("button", { id: "figure-svg", text: "⤓ SVG" }, figs).addEventListener("click", () => download("svg"));
     el("h4", { text: "Label mass per class (block total = " + (h.mode === "mccann" ? "1 − t | t" : "a_i") + ")" }, right);
     ui.mass = el("canvas", { id: "mass", width: 420, height: 150 }, right);
     if (A("images")) {
@@ -406,15 +412,15 @@
     const off = document.createElement("canvas");
     off.width = W; off.height = Hh;
     off.getContext("2d").putImageData(img, 0, 0);
-    S.ui.heat = off; S.ui.range = [lo, hi];
+    S.ui.heat = off; S.ui.range = [lo, hi]; S.ui.colorArgs = [lo, hi, levels];
     drawColorbar(lo, hi, levels);
     S.ui.region = boot() && !boot().flat ? buildRegion(W, Hh) : null;  // or later, in bootChanged
   }
 
   /** The heatmap's colour scale: W²(P_a, Q) from lo (dark) to hi, with the contour levels. */
-  function drawColorbar(lo, hi, levels) {
+  function drawColorbar(lo, hi, levels, into) {
     const c = S.ui.colorbar; if (!c) return;
-    const ctx = c.getContext("2d"), V = triangle(), top = V[0][1], bottom = V[1][1], x0 = 4, w = 14;
+    const ctx = into || c.getContext("2d"), V = triangle(), top = V[0][1], bottom = V[1][1], x0 = 4, w = 14;
     ctx.clearRect(0, 0, c.width, c.height);
     for (let y = Math.floor(top); y <= bottom; y++) {
       const col = viridis((bottom - y) / (bottom - top));
@@ -479,8 +485,8 @@
     ctx.strokeStyle = "#000"; ctx.lineWidth = 2; ctx.stroke();
   }
 
-  function drawSimplex() {
-    const c = S.ui.simplex, ctx = c.getContext("2d"), h = H(), m = h.m, names = h.names;
+  function drawSimplex(into) {
+    const c = S.ui.simplex, ctx = into || c.getContext("2d"), h = H(), m = h.m, names = h.names;
     const ahat = Array.from(A("a_hat").data);
     ctx.clearRect(0, 0, c.width, c.height);
     ctx.font = "12px sans-serif"; ctx.fillStyle = "#262730";
@@ -713,8 +719,8 @@
     return [name, best];
   }
 
-  function drawSamples() {
-    const h = H(), ui = S.ui, ctx = ui.samples.getContext("2d");
+  function drawSamples(into) {
+    const h = H(), ui = S.ui, ctx = into || ui.samples.getContext("2d");
     const [ch, hh, ww] = h.image_shape, D = ch * hh * ww;
     const px = mixAll(h.mode === "mccann" ? S.t : S.pick);
     G.lastMix = px;
@@ -735,7 +741,7 @@
       fitText(ctx, name.slice(cut + 1) + " " + mass2(v), xc, yc + 11, ui.tileW - 4, 10);
       if (S.inspect === j) { ctx.strokeStyle = "#ff4b4b"; ctx.lineWidth = 2; ctx.strokeRect(x - 2, y - 2, ww * ui.scale + 4, hh * ui.scale + 4); ctx.lineWidth = 1; }
     }
-    drawInspector();
+    if (!into) drawInspector();
   }
   /** Tiles at ``zoom`` x the default size; 10 per row at 1x, fewer when larger. */
   function layoutTiles(zoom) {
@@ -805,8 +811,8 @@
     }
   }
 
-  function drawMass() {
-    const h = H(), c = S.ui.mass, ctx = c.getContext("2d");
+  function drawMass(into) {
+    const h = H(), c = S.ui.mass, ctx = into || c.getContext("2d");
     ctx.clearRect(0, 0, c.width, c.height);
     const blocks = [];
     if (h.mode === "mccann") {
@@ -1018,8 +1024,8 @@
     return text;
   }
 
-  function drawView() {
-    const ui = S.ui, c = ui.view, ctx = c.getContext("2d");
+  function drawView(into) {
+    const ui = S.ui, c = ui.view, ctx = into || c.getContext("2d");
     ctx.clearRect(0, 0, c.width, c.height);
     ctx.drawImage(ui.bg, 0, 0);
     drawTeaching(ctx);
@@ -1076,6 +1082,130 @@
       else { S.playing = false; G.playFps = frames / ((performance.now() - start) / 1000); sendT(); }
     };
     requestAnimationFrame(step);
+  }
+
+
+  // ------------------------------------------------------------------ figures out (PNG, SVG)
+  /** A recording 2-D context that writes SVG: the subset of CanvasRenderingContext2D the
+   * explorer draws with, so a figure comes from the page's own drawing code (issue 26).
+   * Raster layers the page keeps off-screen (heatmap, region, faded background, tiles) are
+   * embedded as PNG images; marks, lines and text are vectors. */
+  class SvgContext {
+    constructor(width, height) {
+      this.width = width; this.height = height; this.out = []; this.stack = []; this.path = [];
+      this.fillStyle = "#000"; this.strokeStyle = "#000"; this.lineWidth = 1; this.globalAlpha = 1;
+      this.font = "10px sans-serif"; this.textAlign = "start"; this.dash = []; this.imageSmoothingEnabled = true;
+      this.tf = [1, 0, 0, 1, 0, 0];
+      this.probe = document.createElement("canvas").getContext("2d");
+    }
+    static esc(t) { return String(t).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;"); }
+    num(x) { return Math.round(Number(x) * 100) / 100; }
+    attrs() {
+      const t = this.tf.map((v) => this.num(v)).join(" ");
+      return ` transform="matrix(${t})"` + (this.globalAlpha < 1 ? ` opacity="${this.num(this.globalAlpha)}"` : "");
+    }
+    save() { this.stack.push({ fillStyle: this.fillStyle, strokeStyle: this.strokeStyle, lineWidth: this.lineWidth,
+      globalAlpha: this.globalAlpha, font: this.font, textAlign: this.textAlign, dash: this.dash.slice(), tf: this.tf.slice() }); }
+    restore() { const st = this.stack.pop(); if (st) Object.assign(this, st); }
+    translate(x, y) { const [a, b, c, d, e, f] = this.tf; this.tf = [a, b, c, d, a * x + c * y + e, b * x + d * y + f]; }
+    rotate(r) {
+      const [a, b, c, d, e, f] = this.tf, cs = Math.cos(r), sn = Math.sin(r);
+      this.tf = [a * cs + c * sn, b * cs + d * sn, c * cs - a * sn, d * cs - b * sn, e, f];
+    }
+    setLineDash(d) { this.dash = Array.from(d); }
+    measureText(t) { this.probe.font = this.font; return this.probe.measureText(t); }
+    createImageData(w, h) { return this.probe.createImageData(w, h); }
+    clearRect() {}
+    stroked() {
+      return ` fill="none" stroke="${SvgContext.esc(this.strokeStyle)}" stroke-width="${this.num(this.lineWidth)}"` +
+        (this.dash.length ? ` stroke-dasharray="${this.dash.join(" ")}"` : "");
+    }
+    fillRect(x, y, w, h) { this.out.push(`<rect x="${this.num(x)}" y="${this.num(y)}" width="${this.num(w)}" height="${this.num(h)}" fill="${SvgContext.esc(this.fillStyle)}"${this.attrs()}/>`); }
+    strokeRect(x, y, w, h) { this.out.push(`<rect x="${this.num(x)}" y="${this.num(y)}" width="${this.num(w)}" height="${this.num(h)}"${this.stroked()}${this.attrs()}/>`); }
+    beginPath() { this.path = []; this.cur = null; }
+    moveTo(x, y) { this.path.push(`M${this.num(x)} ${this.num(y)}`); this.cur = [x, y]; }
+    lineTo(x, y) { this.path.push((this.path.length ? "L" : "M") + `${this.num(x)} ${this.num(y)}`); this.cur = [x, y]; }
+    closePath() { this.path.push("Z"); }
+    arc(x, y, r, a0, a1) {
+      if (Math.abs(a1 - a0) >= 2 * Math.PI - 1e-6) {
+        this.path.push(`M${this.num(x + r)} ${this.num(y)}A${this.num(r)} ${this.num(r)} 0 1 1 ${this.num(x - r)} ${this.num(y)}` +
+          `A${this.num(r)} ${this.num(r)} 0 1 1 ${this.num(x + r)} ${this.num(y)}`);
+        return;
+      }
+      const sx = x + r * Math.cos(a0), sy = y + r * Math.sin(a0), ex = x + r * Math.cos(a1), ey = y + r * Math.sin(a1);
+      this.path.push((this.path.length ? "L" : "M") + `${this.num(sx)} ${this.num(sy)}` +
+        `A${this.num(r)} ${this.num(r)} 0 ${a1 - a0 > Math.PI ? 1 : 0} 1 ${this.num(ex)} ${this.num(ey)}`);
+    }
+    fill() { if (this.path.length) this.out.push(`<path d="${this.path.join("")}" fill="${SvgContext.esc(this.fillStyle)}"${this.attrs()}/>`); }
+    stroke() { if (this.path.length) this.out.push(`<path d="${this.path.join("")}"${this.stroked()}${this.attrs()}/>`); }
+    fillText(text, x, y) {
+      const m = /(bold\s+)?(\d+(?:\.\d+)?)px\s+(.*)/.exec(this.font) || [];
+      const anchor = { center: "middle", right: "end", end: "end" }[this.textAlign] || "start";
+      this.out.push(`<text x="${this.num(x)}" y="${this.num(y)}" font-size="${m[2] || 10}" font-family="${SvgContext.esc(m[3] || "sans-serif")}"` +
+        (m[1] ? ` font-weight="bold"` : "") + ` text-anchor="${anchor}" fill="${SvgContext.esc(this.fillStyle)}"${this.attrs()}>${SvgContext.esc(text)}</text>`);
+    }
+    drawImage(img, x, y, w, h) {
+      const url = img.toDataURL ? img.toDataURL("image/png") : "";
+      w = w === undefined ? img.width : w; h = h === undefined ? img.height : h;
+      this.out.push(`<image href="${url}" x="${this.num(x)}" y="${this.num(y)}" width="${this.num(w)}" height="${this.num(h)}" preserveAspectRatio="none"` +
+        (this.imageSmoothingEnabled ? "" : ` style="image-rendering: pixelated"`) + `${this.attrs()}/>`);
+    }
+    toString() {
+      return `<svg xmlns="http://www.w3.org/2000/svg" width="${this.width}" height="${this.height}" viewBox="0 0 ${this.width} ${this.height}">` +
+        this.out.join("") + "</svg>";
+    }
+  }
+
+  /** Where each part of the current view goes in a figure, and the text lines beside it. */
+  function figureParts() {
+    const ui = S.ui, h = H(), parts = [], pad = 16;
+    let y = 34, x = pad;
+    const lines = [];
+    if (ui.simplex) {
+      parts.push({ canvas: ui.simplex, draw: (ctx) => drawSimplex(ctx), x, y });
+      x += ui.simplex.width;
+      if (ui.colorbar && ui.colorArgs) { parts.push({ canvas: ui.colorbar, draw: (ctx) => drawColorbar(...ui.colorArgs, ctx), x, y }); x += ui.colorbar.width; }
+      lines.push(ui.weights.textContent, ui.value.textContent, ui.gap.textContent);
+      if (ui.interval && ui.interval.textContent) lines.push(ui.interval.textContent, ui.verdict.textContent);
+    } else {
+      lines.push(ui.value.textContent);
+    }
+    const textX = x + 24, massY = y + 18 * lines.length + 16;
+    parts.push({ canvas: ui.mass, draw: (ctx) => drawMass(ctx), x: textX, y: massY });
+    let bottom = Math.max(ui.simplex ? y + ui.simplex.height : 0, massY + ui.mass.height) + 20;
+    const probe = document.createElement("canvas").getContext("2d"); probe.font = "13px sans-serif";
+    const textW = Math.max(0, ...lines.map((line) => probe.measureText(line).width));
+    let right = Math.max(x, textX + ui.mass.width, textX + textW);
+    if (ui.samples) { parts.push({ canvas: ui.samples, draw: (ctx) => drawSamples(ctx), x: pad, y: bottom }); bottom += ui.samples.height + 20; right = Math.max(right, pad + ui.samples.width); }
+    if (ui.view) { parts.push({ canvas: ui.view, draw: (ctx) => drawView(ctx), x: pad, y: bottom }); bottom += ui.view.height + 20; right = Math.max(right, pad + ui.view.width); }
+    const title = "geoviz · " + (h.mode === "mccann" ? "McCann: Q → " + h.ref_name : "P_a on the generalized geodesic of " + h.names.join(", ")) + " (target " + (h.target_name || "Q") + ")";
+    return { parts, lines, textX, textY: y + 14, title, width: Math.ceil(right + pad), height: Math.ceil(bottom) };
+  }
+  function paintFigure(ctx, f, vector) {
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, f.width, f.height);
+    ctx.fillStyle = "#262730"; ctx.font = "bold 14px sans-serif"; ctx.textAlign = "left";
+    ctx.fillText(f.title, 16, 20);
+    ctx.font = "13px sans-serif";
+    f.lines.forEach((line, k) => ctx.fillText(line, f.textX, f.textY + 18 * k));
+    for (const part of f.parts) {
+      if (vector) { ctx.save(); ctx.translate(part.x, part.y); part.draw(ctx); ctx.restore(); }
+      else ctx.drawImage(part.canvas, part.x, part.y);
+    }
+  }
+  /** The explorer's current view as "svg" (text) or "png" (a data URL). */
+  function figure(kind) {
+    const f = figureParts();
+    if (kind === "svg") { const ctx = new SvgContext(f.width, f.height); paintFigure(ctx, f, true); return ctx.toString(); }
+    const c = document.createElement("canvas"); c.width = f.width; c.height = f.height;
+    paintFigure(c.getContext("2d"), f, false);
+    return c.toDataURL("image/png");
+  }
+  function download(kind) {
+    const data = figure(kind);
+    const a = document.createElement("a");
+    a.download = "geoviz-" + (H().mode === "mccann" ? "mccann" : "geodesic") + "." + kind;
+    a.href = kind === "svg" ? URL.createObjectURL(new Blob([data], { type: "image/svg+xml" })) : data;
+    document.body.appendChild(a); a.click(); a.remove();
   }
 
   // ------------------------------------------------------------------ render
