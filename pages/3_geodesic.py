@@ -11,8 +11,8 @@ from geoviz.app.explorer.component import geodesic_explorer
 from geoviz.app.state import SessionModel
 from geoviz.errors import GeovizError
 from geoviz.geodesic.weights import SimplexWeights, format_weights
-from geoviz.viz.compare import side_by_side_scatter
-from geoviz.viz.plots import PointSet, otdd_heatmap, point_set
+from geoviz.viz.compare import mixup_comparison
+from geoviz.viz.plots import otdd_heatmap
 from geoviz.viz.ternary import OBJECTIVE_LABEL
 
 EXPLORER_KEY = "geodesic_explorer"
@@ -72,40 +72,22 @@ def picked_summary(model: SessionModel, result, weights: SimplexWeights, names: 
 
 
 def mixup_view(model: SessionModel, result, pa, weights: SimplexWeights, names: list[str]) -> None:
-    q = result.target
-    pa_set = point_set(pa, name="P_a")
     st.subheader("OT maps vs naive mixup")
     naive = services.mixup(model.scenario, result, weights)
-    refs = [
-        point_set(r, name=f"{n} samples") for r, n in zip(result.references, names, strict=True)
-    ]
-    naive_set = point_set(naive, name="naive")
-    fig = side_by_side_scatter(
-        [
-            ("Q", [point_set(q, name="Q")]),
-            (
-                "P_a with OTDD maps",
-                [
-                    *refs,
-                    PointSet(
-                        "P_a",
-                        pa_set.points,
-                        pa_set.labels,
-                        pa_set.confidence,
-                        indices=pa_set.indices,
-                        hover=pa_set.hover,
-                    ),
-                ],
-            ),
-            ("naive mixup (random couplings)", [*refs, naive_set]),
-        ],
-        faded=[s.name for s in refs],
-        title=f"Same weights a = {weights.format()}, different couplings (paper Fig. 3b)",
+    fig = mixup_comparison(
+        result.target,
+        list(result.references),
+        pa,
+        naive,
+        names,
+        f"Same weights a = {weights.format()}, different couplings (paper Fig. 3b)",
     )
     st.plotly_chart(fig, key="geo_compare")
     st.caption(
         "With the OTDD maps every sample of Q moves to matching classes of each P_i, so P_a keeps "
-        "Q's cluster structure; random couplings average unrelated samples and collapse towards the mean."
+        "Q's cluster structure; random couplings average unrelated samples and collapse towards the "
+        "mean. Colours: the class in Q of the target sample each point comes from, as in the "
+        "explorer above."
     )
 
 

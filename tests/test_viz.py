@@ -296,7 +296,7 @@ def test_side_by_side_scatter_colours_classes_consistently():
     for t in fig.data:
         colours.setdefault(t.name, set()).add(t.marker.color)
     assert all(len(c) == 1 for c in colours.values())
-    assert "reference samples" in colours
+    assert "references" in colours  # short: "reference samp…" was cut off (issue 26)
     assert sum(1 for t in fig.data if t.showlegend) == len(colours)
 
 
@@ -933,3 +933,37 @@ def test_blur_warning_says_only_what_is_true_of_the_map():
     assert "T3(x)" in blurry and "blurred mean" in blurry
     assert "labels mix classes (confidence 0.41)" in blurry
     assert "Lower ε above (default 0.001)" in blurry
+
+
+def test_mixup_comparison_uses_the_explorers_colours_by_q_class():
+    """Issue 26, item 5: the mixup comparison colours every point by the class in Q of its
+    target sample with the browser explorer's palette; the faded references' legend is short."""
+    import re
+    from pathlib import Path
+
+    from geoviz.data.registry import load_dataset
+    from geoviz.geodesic.mixup import mixup_interpolation
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.viz.compare import EXPLORER_PALETTE, mixup_comparison
+
+    q = load_dataset("gmm2d", n=60, seed=0)
+    refs = [load_dataset("gmm2d", n=60, seed=s) for s in (1, 2)]
+    result = fit_geodesic(q, refs)
+    a = [0.4, 0.6]
+    pa, naive = result.interpolate(a), mixup_interpolation(q, refs, a, seed=0)
+    fig = mixup_comparison(q, refs, pa, naive, ["P1", "P2"], "t")
+    js = (
+        Path(__file__).resolve().parents[1] / "geoviz/app/explorer/frontend/explorer.js"
+    ).read_text()
+    palette = re.search(r"const PALETTE = \[(.*?)\];", js, re.S).group(1)
+    assert tuple(re.findall(r'"(#[0-9a-f]{6})"', palette)) == EXPLORER_PALETTE
+    for trace in fig.data:
+        if trace.name in q.classes:
+            assert trace.marker.color == EXPLORER_PALETTE[q.classes.index(trace.name)]
+    names = {t.name for t in fig.data}
+    assert "references" in names and "reference samples" not in names
+    assert fig.layout.legend.title.text == "class in Q of the target sample"
+    # P_a's points of Q's class 0 are exactly the images of Q's class-0 samples
+    pa_trace = next(t for t in fig.data if t.name == q.classes[0] and t.xaxis == "x2")
+    idx = (q.labels == 0).numpy()
+    np.testing.assert_allclose(pa_trace.x, pa.features.numpy()[idx, 0])

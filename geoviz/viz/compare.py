@@ -14,12 +14,23 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+import torch
 from plotly.subplots import make_subplots
 
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import WeightsError
 from geoviz.viz.plots import PointSet, color_map
 
-__all__ = ["side_by_side_scatter"]
+__all__ = ["EXPLORER_PALETTE", "mixup_comparison", "side_by_side_scatter"]
+
+
+def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _points(name: str, x: torch.Tensor | np.ndarray, labels: tuple[str, ...]) -> PointSet:
+    pts = _np(x).astype(np.float64)
+    return PointSet(name, pts, labels, np.ones(len(labels)))
 
 
 def side_by_side_scatter(
@@ -30,13 +41,17 @@ def side_by_side_scatter(
     axis_titles: Sequence[str] = ("x₁", "x₂", "x₃"),
     height: int = 460,
     marker_size: float = 5,
+    class_order: Sequence[str] | None = None,
+    palette: Sequence[str] | None = None,
+    legend_title: str = "class (argmax label)",
 ) -> go.Figure:
     """Several 2-D or 3-D scatter panels in one row, coloured by class.
 
     ``panels`` is ``[(panel title, [PointSet, ...]), ...]``; the sets named
     in ``faded`` (e.g. the references, for context) are drawn small and light
     grey. A class keeps its colour across panels; the legend lists each class
-    once.
+    once. ``class_order`` and ``palette`` fix the colours (class ``k`` of
+    ``class_order`` gets ``palette[k]``), e.g. to match the browser explorer's.
     """
     if not panels:
         raise WeightsError("no panels to draw")
@@ -61,13 +76,13 @@ def side_by_side_scatter(
         if s.name not in faded
         for lab in dict.fromkeys(s.labels)
     ]
-    colors = color_map(labels)
+    colors = color_map([*(class_order or ()), *labels], palette)
     shown: set[str] = set()
     for col, (_, sets) in enumerate(panels, start=1):
         for s in sets:
             fade = s.name in faded
             groups = (
-                [("reference samples", np.ones(len(s.labels), bool))]
+                [("references", np.ones(len(s.labels), bool))]
                 if fade
                 else [
                     (lab, np.array([x == lab for x in s.labels])) for lab in dict.fromkeys(s.labels)
@@ -80,7 +95,7 @@ def side_by_side_scatter(
                     "color": "#bbbbbb" if fade else colors[lab],
                     "opacity": 0.35 if fade else 0.85,
                 }
-                legend_key = "reference samples" if fade else lab
+                legend_key = "references" if fade else lab
                 common = {
                     "mode": "markers",
                     "name": legend_key,
@@ -110,7 +125,55 @@ def side_by_side_scatter(
     fig.update_layout(
         title={"text": title} if title else None,
         height=height,
-        legend={"title": {"text": "class (argmax label)"}, "itemsizing": "constant"},
+        legend={"title": {"text": legend_title}, "itemsizing": "constant"},
         margin={"t": 80 if title else 50},
     )
     return fig
+
+
+#: the browser explorer's class colours (D3 category10, ``PALETTE`` in ``explorer.js``)
+EXPLORER_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+
+
+def mixup_comparison(
+    target: LabeledDataset,
+    references: Sequence[LabeledDataset],
+    pa: SoftLabeledDataset,
+    naive: SoftLabeledDataset,
+    names: Sequence[str],
+    title: str,
+) -> go.Figure:
+    """Q, ``P_a`` with the OTDD maps and the naive mixup at the same weights, side by side.
+
+    Every point of ``P_a`` and of the mixup is coloured by the class in Q of the target sample
+    it comes from (output ``n`` from target sample ``n``), with the explorer's colours, so
+    the figure reads like the browser's teaching view (issue 26, item 5): the maps keep a
+    class together, random partners do not. The references are drawn faded.
+    """
+    q_labels = tuple(target.classes[int(k)] for k in target.labels.tolist())
+    refs = [
+        _points(f"{n} samples", r.features, tuple("" for _ in range(r.n_samples)))
+        for r, n in zip(references, names, strict=True)
+    ]
+
+    def by_q(ds: SoftLabeledDataset, name: str) -> PointSet:
+        if ds.n_samples != len(q_labels):
+            raise WeightsError(f"{name} has {ds.n_samples} points, Q has {len(q_labels)}")
+        return _points(name, ds.features, q_labels)
+
+    faded = [r.name for r in refs]
+    return side_by_side_scatter(
+        [
+            ("Q", [_points("Q", target.features, q_labels)]),
+            ("P_a with OTDD maps", [*refs, by_q(pa, "P_a")]),
+            ("naive mixup (random couplings)", [*refs, by_q(naive, "naive")]),
+        ],
+        faded=faded,
+        title=title,
+        class_order=list(target.classes),
+        palette=EXPLORER_PALETTE,
+        legend_title="class in Q of the target sample",
+    )
