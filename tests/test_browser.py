@@ -877,6 +877,12 @@ def test_explorer_mccann_play(page, server):
     _wait_idle(pg)
     stats = frame.evaluate("() => ({fps: geovizExplorer.playFps, sent: geovizExplorer.valuesSent})")
     assert stats["sent"] == 1 and stats["fps"] >= 30, stats
+    # the embedding view for image data (issue 26, item 8): at t = 1 its points sit at T_i(x)'s
+    assert frame.evaluate("() => geovizExplorer.header().view") == "embedding"
+    at_end = np.asarray(frame.evaluate("() => geovizExplorer.points()"))
+    assert at_end.shape == (frame.evaluate("() => geovizExplorer.header().n_shown"), 2)
+    frame.locator("canvas#view").scroll_into_view_if_needed()
+    _shot(pg, "4_mccann_embedding")
     # P^M_t in the browser equals Python's McCann interpolation (to uint8 rounding)
     from geoviz.app.explorer.payload import quantize
 
@@ -888,6 +894,15 @@ def test_explorer_mccann_play(page, server):
         want = quantize(ds.features.numpy()[shown], header["pixel_lo"], header["pixel_hi"])
         got = _mix(frame, t)
         assert np.abs(got.astype(int) - want.ravel().astype(int)).max() <= 1
+    # issue 26, item 8: the W² readout, t² W_i (eq. (ds_eq) on {Q, P_i} at a = (1 - t, t))
+    t_now = frame.evaluate("() => geovizExplorer.t()")
+    shown_w2 = float(frame.locator("#mccann-w2").get_attribute("data-value"))
+    w_i = float(result.w_to_target[header["ref"]])
+    assert shown_w2 == pytest.approx(t_now**2 * w_i, rel=1e-9)
+    from geoviz.geodesic.distances import objective
+
+    both = objective([1 - t_now, t_now], [0.0, w_i], [[0.0, w_i], [w_i, 0.0]])
+    assert shown_w2 == pytest.approx(float(both), rel=1e-9)
 
 
 def _post_value(frame, value_js: str, seq: int) -> None:

@@ -123,6 +123,15 @@ def test_payload_is_cached_and_small(fitted):
     im = arrays["images"].astype(np.float64)
     got = np.floor((1 - t) * im[0] + t * im[1] + 0.5).astype(int)
     assert np.abs(want - got).max() <= 1
+    # issue 26, item 8: McCann has the embedding view for image data too
+    assert header["view"] == "embedding" and header["grid_res"] == 10
+    emb = services.embedding(model, services.scenario_data(model))
+    grid, place = arrays["grid"], arrays["place"]
+    assert grid.shape == (11, 2) and place.shape == (11, shown.size, 2)
+    k_end = int(np.flatnonzero(grid[:, 1] == 10)[0])  # the node t = 1: T_1(x)
+    mapped = result.mapped_features[1].numpy()[shown]
+    np.testing.assert_allclose(place[k_end], emb.place(mapped), atol=1e-3)
+    assert set(np.unique(arrays["bg_set"])) == {0, 2}  # Q and P_2 only
 
 
 def test_low_dimensional_payload_moves_every_point(fresh_server):

@@ -82,11 +82,22 @@ def bootstrap_payload(model: SessionModel, bootstrap: GeodesicBootstrap) -> Payl
 
 
 def mccann_payload(model: SessionModel, result: GeodesicResult, i: int) -> Payload:
-    """McCann mode's payload for reference ``i``. Cached."""
-    key = ("explorer-mccann", model.scenario.key(), int(i))
-    return services.store().get_or_compute(
-        key, lambda: build_mccann(result, int(i)), tier="derived"
-    )
+    """McCann mode's payload for reference ``i`` (with the embedding view for image data).
+    Cached."""
+    key = ("explorer-mccann", model.scenario.key(), int(i), model.settings.embed_per_dataset)
+
+    def compute() -> Payload:
+        emb = place = None
+        if result.image_shape is not None:
+            data = services.scenario_data(model)
+            emb = services.embedding(model, data)
+
+            def place(features: np.ndarray) -> np.ndarray:
+                return services.place_points(model, emb, features, ("mccann-grid", int(i)))
+
+        return build_mccann(result, int(i), emb, place)
+
+    return services.store().get_or_compute(key, compute, tier="fit")
 
 
 def _new_event(value: Any, key: str) -> ReleasedEvent | None:

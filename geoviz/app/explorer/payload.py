@@ -308,8 +308,21 @@ def build_bootstrap(bootstrap: Any) -> Payload:
     return Payload(data, decode(data)[0], time.perf_counter() - start)
 
 
-def build_mccann(result: Any, i: int) -> Payload:
-    """McCann mode: the fixed target samples ``x`` and ``T_i(x)`` (``P^M_t`` is their mix)."""
+def build_mccann(
+    result: Any,
+    i: int,
+    embedding: Any | None = None,
+    place: Any | None = None,
+    *,
+    grid_res: int = 10,
+) -> Payload:
+    """McCann mode: the fixed target samples ``x`` and ``T_i(x)`` (``P^M_t`` is their mix).
+
+    For image data, ``embedding`` and ``place`` (as for :func:`build_geodesic`) add the
+    embedding view: the shown samples' ``P^M_t`` placed at ``t = 0, 1/grid_res, ..., 1``
+    (``grid (K, 2)``, ``place (K, S, 2)``; the browser interpolates between nodes), over the
+    faded points of Q and ``P_i`` (issue 26, item 8).
+    """
     start = time.perf_counter()
     header, arrays = _common(result)
     header["mode"] = "mccann"
@@ -335,6 +348,27 @@ def build_mccann(result: Any, i: int) -> Payload:
             [quantize(target[shown], lo, hi), quantize(mapped[shown], lo, hi)]
         )
         header["view"] = "none"
+        if embedding is not None and place is not None:
+            res = int(grid_res)
+            comps = simplex_compositions(2, res)
+            nodes = comps.astype(np.float64) / res  # (K, 2): (1 - t, t)
+            feats = np.stack([target[shown], mapped[shown]])  # (2, S, D)
+            stacked = np.einsum("km,msd->ksd", nodes, feats).reshape(-1, target.shape[1])
+            pts = np.asarray(place(stacked), dtype=np.float32).reshape(len(comps), shown.size, 2)
+            keep = [embedding.names[0], embedding.names[i + 1]]  # Q and P_i
+            header["view"] = "embedding"
+            header["embedding_method"] = str(embedding.method)
+            header["axis_titles"] = list(embedding.axis_titles)
+            header["grid_res"] = res
+            arrays["grid"] = comps.astype(np.uint8)
+            arrays["place"] = pts.astype("<f4")
+            arrays["bg"] = np.concatenate([embedding.points[n] for n in keep]).astype("<f4")
+            arrays["bg_set"] = np.concatenate(
+                [
+                    np.full(len(embedding.points[keep[0]]), 0, dtype=np.uint8),
+                    np.full(len(embedding.points[keep[1]]), i + 1, dtype=np.uint8),
+                ]
+            )
     elif target.shape[1] in (2, 3):
         header["view"] = "scatter"
         arrays["coords"] = np.stack([target, mapped]).astype("<f4")

@@ -261,6 +261,7 @@
       ui.slider.addEventListener("change", () => sendT());
       ui.play.addEventListener("click", play);
       ui.value = el("div", { class: "big", id: "value" }, right);
+      ui.w2 = el("div", { class: "gap", id: "mccann-w2" }, right);
       ui.caption = el("div", { class: "hint" }, right);
     } else {
       el("h4", { text: "Weights a (drag, click or use the arrow keys)" }, left);
@@ -316,7 +317,8 @@
     }
     if (h.view === "embedding" || h.view === "scatter") {
       el("h4", { text: h.view === "embedding"
-        ? (h.embedding_method || "").toUpperCase() + " of Q and the references (faded) with P_a moving (hover a point for its image)"
+        ? (h.embedding_method || "").toUpperCase() + " of Q and the references (faded) with " +
+          (h.mode === "mccann" ? "P^M_t" : "P_a") + " moving (hover a point for its image)"
         : "The datasets: references and Q faded, " + (h.mode === "mccann" ? "P^M_t" : "P_a") + " moving point by point" }, root);
       if (h.view === "scatter" && h.mode !== "mccann") {  // the teaching view's switches
         const bar = el("div", { class: "row", style: "gap: 14px; align-items: center" }, root);
@@ -663,7 +665,13 @@
     if (h.mode === "mccann") {
       ui.slider.value = String(S.t);
       ui.value.textContent = "t = " + fmt(S.t, 2);
-      ui.caption.textContent = "P^M_t = ((1 − t) Id + t T_" + (h.ref + 1) + ")#Q; the server hears t on release.";
+      // McCann's path is the generalized geodesic of {Q (T = Id), P_i}: eq. (ds_eq) at
+      // a = (1 − t, t) with W_Q = 0 and W_{Q,i} = W_i gives t W_i − (1 − t) t W_i = t² W_i
+      const wi = A("w_to_target").data[h.ref], w2 = S.t * S.t * wi;
+      ui.w2.textContent = "W²(P^M_t, Q) = t² · W_" + (h.ref + 1) + " = " + sig(w2);
+      ui.w2.setAttribute("data-value", String(w2));
+      ui.caption.textContent = "P^M_t = ((1 − t) Id + t T_" + (h.ref + 1) + ")#Q; W_" + (h.ref + 1) + " = W²(P_" + (h.ref + 1) +
+        ", Q) = " + sig(wi) + " (paper Def. 2); the server hears t on release.";
     } else {
       drawSimplex();
       const v = objective(S.pick), gap = v - h.w2_hat;
@@ -882,10 +890,9 @@
     ctx.strokeStyle = "#ddd"; ctx.beginPath(); ctx.moveTo(plotW + 0.5, 4); ctx.lineTo(plotW + 0.5, c.height - 4); ctx.stroke();
     ctx.fillStyle = "#262730"; ctx.textAlign = "left";
     ctx.font = "bold 12px sans-serif"; ctx.fillText("Datasets (faded)", lx, 16); ctx.font = "12px sans-serif";
-    const legend = h.view === "embedding" ? ["Q", ...h.names]
-      : h.mode === "mccann" ? ["Q", h.ref_name] : ["Q", ...h.names];
+    const legend = h.mode === "mccann" ? ["Q", h.ref_name] : ["Q", ...h.names];
     legend.forEach((name, i) => {
-      ctx.fillStyle = i === 0 ? "#000" : SET_COLORS[(h.mode === "mccann" && h.view === "scatter" ? h.ref : i - 1) % SET_COLORS.length];
+      ctx.fillStyle = i === 0 ? "#000" : SET_COLORS[(h.mode === "mccann" ? h.ref : i - 1) % SET_COLORS.length];
       ctx.fillRect(lx, 24 + 16 * i, 10, 10); ctx.fillStyle = "#262730";
       fitText(ctx, String(name), lx + 14, 33 + 16 * i, lw - 14, 12);  // left-aligned
     });
@@ -941,7 +948,7 @@
   function viewPoints() {
     const h = H(), out = [];
     if (h.view === "embedding") {
-      const pl = A("place"), P = pl.shape[1], ws = gridWeights(S.pick);
+      const pl = A("place"), P = pl.shape[1], ws = gridWeights(currentCoef());
       for (let p = 0; p < P; p++) {
         let x = 0, y = 0;
         for (const [k, w] of ws) { x += w * pl.data[(k * P + p) * 2]; y += w * pl.data[(k * P + p) * 2 + 1]; }
@@ -1056,7 +1063,8 @@
       const [ch, hh, ww] = h.image_shape, D = ch * hh * ww, im = A("images"), Sn = im.shape[1];
       const acc = new Uint8ClampedArray(D);
       const tmp = new Float32Array(D);
-      S.pick.forEach((a, i) => { const base = ((i + 1) * Sn + idx) * D; for (let k = 0; k < D; k++) tmp[k] += a * im.data[base + k]; });
+      const off = h.mode === "mccann" ? 0 : 1;
+      currentCoef().forEach((a, i) => { const base = ((i + off) * Sn + idx) * D; for (let k = 0; k < D; k++) tmp[k] += a * im.data[base + k]; });
       for (let k = 0; k < D; k++) acc[k] = Math.round(tmp[k]);
       const cv = el("canvas", { width: ww, height: hh }, tip);
       cv.style.width = 3 * ww + "px"; cv.style.imageRendering = "pixelated";
