@@ -1321,3 +1321,24 @@ def test_explorer_figure_download_png_and_svg(page, server, tmp_path):
         SHOTS.mkdir(parents=True, exist_ok=True)
         (SHOTS / "figure_geodesic.png").write_bytes(png_path.read_bytes())
         (SHOTS / "figure_geodesic.svg").write_bytes(svg_path.read_bytes())
+
+
+def test_explorer_at_projector_width(page, server):
+    """Issue 26: at a projector's 1280 px the explorer's parts fit the page width (the
+    screenshot is looked at by a person)."""
+    pg = page
+    old = pg.viewport_size
+    pg.set_viewport_size({"width": 1280, "height": 900})
+    try:
+        pg.goto(f"{server['url']}/geodesic")
+        frame = _explorer(pg)
+        _wait_idle(pg)
+        widths = frame.evaluate(
+            "() => ['simplex', 'colorbar', 'samples', 'view', 'mass'].map((id) => {"
+            " const e = document.getElementById(id); return e ? e.getBoundingClientRect().right : 0; })"
+        )
+        page_width = frame.evaluate("() => document.documentElement.clientWidth")
+        assert max(widths) <= page_width + 1, (widths, page_width)
+        _shot(pg, "3_geodesic_projector_1280")
+    finally:
+        pg.set_viewport_size(old)

@@ -334,7 +334,8 @@
         toggle("teach-maps", "T_i(x) of each reference", false);
         toggle("teach-mixup", "naive mixup (random partners)", false);
       }
-      ui.view = el("canvas", { id: "view", width: 820, height: 460 }, root);
+      // as wide as the page allows (a projector at 1280 px leaves the iframe ~820 px)
+      ui.view = el("canvas", { id: "view", width: Math.max(LEGEND_W + 300, Math.min(820, availableWidth())), height: 460 }, root);
       if (h.view === "scatter" && h.mode !== "mccann") ui.teach = el("div", { class: "hint", id: "teach-caption" }, root);
       setupView();
       ui.view.addEventListener("pointermove", hoverView);
@@ -751,12 +752,15 @@
     }
     if (!into) drawInspector();
   }
+  /** Width the explorer's canvases may use: the frame's, less the root's padding. */
+  function availableWidth() { return Math.max(320, document.documentElement.clientWidth - 12); }
+
   /** Tiles at ``zoom`` x the default size; 10 per row at 1x, fewer when larger. */
   function layoutTiles(zoom) {
     const h = H(), ui = S.ui, [, hh, ww] = h.image_shape;
     ui.scale = ui.baseScale * zoom;
     ui.tileW = Math.max(ww * ui.scale + 30, 92); ui.tileH = hh * ui.scale + 34;
-    ui.cols = Math.max(1, Math.min(10, Math.floor(1000 / ui.tileW)));
+    ui.cols = Math.max(1, Math.min(10, Math.floor(Math.min(1000, availableWidth()) / ui.tileW)));
     ui.samples.width = ui.cols * ui.tileW; ui.samples.height = Math.ceil(h.n_shown / ui.cols) * ui.tileH;
   }
 
