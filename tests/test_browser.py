@@ -487,17 +487,9 @@ def test_maps_page_compares_barycentric_and_neural_maps(page, server):
     """A neural scenario (tiny budget, 16x16, N = 60): the maps train in the background with
     their stage shown, "Fit the other map" adds the barycentric ones, and both appear side by
     side on the same target points (screenshot ``2_maps_side_by_side.png``)."""
-    from geoviz.app.state import DatasetChoice, Scenario, scenario_to_token
+    from geoviz.app.state import scenario_to_token
 
-    scenario = Scenario(
-        target=DatasetChoice("mnist"),
-        references=(DatasetChoice("usps"), DatasetChoice("fashion_mnist")),
-        n_target=60,
-        n_reference=60,
-        image_size=16,
-        map_method="neural",
-        neural_preset="tiny",
-    )
+    scenario = _two_references(map_method="neural", neural_preset="tiny")
     pg = page
     pg.goto(f"{server['url']}/maps?scenario={scenario_to_token(scenario)}")
     pg.wait_for_selector("h1:has-text('OTDD maps')")
@@ -626,6 +618,35 @@ def _with_bootstrap(pg, frame):
         pg.reload()
         frame = _explorer(pg)
     raise AssertionError("the bootstrap never reached the explorer")
+
+
+def _two_references(**kwargs):
+    """Q = MNIST against USPS and Fashion-MNIST, 60 samples each at 16x16 (m = 2)."""
+    from geoviz.app.state import DatasetChoice, Scenario
+
+    return Scenario(
+        target=DatasetChoice("mnist"),
+        references=(DatasetChoice("usps"), DatasetChoice("fashion_mnist")),
+        n_target=60,
+        n_reference=60,
+        image_size=16,
+        **kwargs,
+    )
+
+
+def _four_references(name: str):
+    """Q and four references drawn from 2-D Gaussian mixtures, named ``name.format(seed)``."""
+    from geoviz.app.state import DatasetChoice, Scenario
+
+    return Scenario(
+        target=DatasetChoice("gmm2d", seed=0, options=(("name", "Q"),)),
+        references=tuple(
+            DatasetChoice("gmm2d", seed=s, options=(("name", name.format(s)),))
+            for s in (1, 2, 3, 4)
+        ),
+        n_target=150,
+        n_reference=150,
+    )
 
 
 def _count_url_changes(pg) -> None:
@@ -781,16 +802,9 @@ def _scenario_link(server, scenario, page_path: str = "geodesic") -> str:
 
 def test_explorer_two_and_four_references(page, server):
     """m = 2: the geodesic segment; m = 4: linked bars moved with the keyboard."""
-    from geoviz.app.state import DatasetChoice, Scenario
 
     pg = page
-    two = Scenario(
-        target=DatasetChoice("mnist"),
-        references=(DatasetChoice("usps"), DatasetChoice("fashion_mnist")),
-        n_target=60,
-        n_reference=60,
-        image_size=16,
-    )
+    two = _two_references()
     pg.goto(_scenario_link(server, two))
     frame = _explorer(pg)
     _wait_idle(pg)
@@ -807,14 +821,7 @@ def test_explorer_two_and_four_references(page, server):
     assert shown == pytest.approx(float(result.objective(a)), rel=1e-6)
     _shot(pg, "3_geodesic_explorer_m2")
 
-    four = Scenario(
-        target=DatasetChoice("gmm2d", seed=0, options=(("name", "Q"),)),
-        references=tuple(
-            DatasetChoice("gmm2d", seed=s, options=(("name", f"P{s}"),)) for s in (1, 2, 3, 4)
-        ),
-        n_target=150,
-        n_reference=150,
-    )
+    four = _four_references("P{}")
     pg.goto(_scenario_link(server, four))
     frame = _explorer(pg)
     _wait_idle(pg)
@@ -1093,15 +1100,7 @@ def test_explorer_region_as_good_as_a_hat_and_the_readout_flag(page, server):
     verdicts = []
     for target_xy in ("star", "corner"):
         if target_xy == "star":
-            # the canvas's triangle: top (cx, top), bottom-left, bottom-right (explorer.js)
-            xy = frame.evaluate(
-                """(a) => { const c = document.getElementById('simplex'), pad = 28;
-                const side = Math.min(c.width - 2 * pad, (c.height - 2 * pad) * 2 / Math.sqrt(3));
-                const hgt = side * Math.sqrt(3) / 2, cx = c.width / 2, top = (c.height - hgt) / 2 + 4;
-                const V = [[cx, top], [cx - side / 2, top + hgt], [cx + side / 2, top + hgt]];
-                return [a[0]*V[0][0] + a[1]*V[1][0] + a[2]*V[2][0], a[0]*V[0][1] + a[1]*V[1][1] + a[2]*V[2][1]]; }""",
-                a_hat.tolist(),
-            )
+            xy = frame.evaluate("(a) => geovizExplorer.simplexXY(a)", a_hat.tolist())
         else:
             xy = [box["width"] / 2, 40]  # near P1's corner
         path = [(xy[0] + 30, xy[1] + 20), (xy[0] + 10, xy[1] + 8), (xy[0], xy[1])]
@@ -1131,7 +1130,6 @@ def test_explorer_first_view_scale_gap_and_bar_labels(page, server):
     """Issue 26, items 2, 3, 6: the first view says "at â" (not a red +4.5e-7) and shows the
     star; the ternary has a colour scale and the m = 2 curve a y axis; with m = 4 the keyboard's
     bar keeps its own colour and long names are not cut to 12 letters."""
-    from geoviz.app.state import DatasetChoice, Scenario
 
     pg = page
     pg.goto(f"{server['url']}/geodesic")
@@ -1142,13 +1140,7 @@ def test_explorer_first_view_scale_gap_and_bar_labels(page, server):
     )
     assert gap[0].startswith("at â") and "down" in gap[1], gap
     # the star is drawn on top of the ring around it: its centre is white
-    star_xy = frame.evaluate(
-        """() => { const c = document.getElementById('simplex'), pad = 28, a = geovizExplorer.pick();
-        const side = Math.min(c.width - 2 * pad, (c.height - 2 * pad) * 2 / Math.sqrt(3));
-        const hgt = side * Math.sqrt(3) / 2, cx = c.width / 2, top = (c.height - hgt) / 2 + 4;
-        const V = [[cx, top], [cx - side / 2, top + hgt], [cx + side / 2, top + hgt]];
-        return [a[0]*V[0][0] + a[1]*V[1][0] + a[2]*V[2][0], a[0]*V[0][1] + a[1]*V[1][1] + a[2]*V[2][1]]; }"""
-    )
+    star_xy = frame.evaluate("() => geovizExplorer.simplexXY(geovizExplorer.pick())")
     assert min(_pixel(frame, "simplex", *star_xy)[:3]) > 200
     # the colour scale: a bar of viridis colours, dark at the bottom, light at the top
     bar = frame.locator("canvas#colorbar").bounding_box()
@@ -1157,13 +1149,7 @@ def test_explorer_first_view_scale_gap_and_bar_labels(page, server):
     assert sum(top[:3]) > sum(bottom[:3]) + 150, (top, bottom)
     _shot(pg, "3_geodesic_first_view_scale")
 
-    two = Scenario(
-        target=DatasetChoice("mnist"),
-        references=(DatasetChoice("usps"), DatasetChoice("fashion_mnist")),
-        n_target=60,
-        n_reference=60,
-        image_size=16,
-    )
+    two = _two_references()
     pg.goto(_scenario_link(server, two))
     frame = _explorer(pg)
     _wait_idle(pg)
@@ -1175,15 +1161,7 @@ def test_explorer_first_view_scale_gap_and_bar_labels(page, server):
     )
     assert left > 40, left
 
-    four = Scenario(
-        target=DatasetChoice("gmm2d", seed=0, options=(("name", "Q"),)),
-        references=tuple(
-            DatasetChoice("gmm2d", seed=s, options=(("name", f"reference_number_{s}"),))
-            for s in (1, 2, 3, 4)
-        ),
-        n_target=150,
-        n_reference=150,
-    )
+    four = _four_references("reference_number_{}")
     pg.goto(_scenario_link(server, four))
     frame = _explorer(pg)
     _wait_idle(pg)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from test_geodesic_distances import _population_two_q, _two_q_no_labels
 
 from geoviz.errors import GeovizError, ResourceError, WeightsError
-from geoviz.geodesic.distances import objective, optimal_weights, simplex_grid, two_q_distances
+from geoviz.geodesic.distances import objective, optimal_weights, simplex_grid
 from geoviz.geodesic.uncertainty import (
     MAX_REPLICATES,
     GeodesicBootstrap,
@@ -32,35 +32,9 @@ def _affine_maps():
     return means, mats
 
 
-def _population(means, mats):
-    eye = np.eye(2)
-    m = len(means)
-    w_t = np.array([means[i] @ means[i] + np.sum((mats[i] - eye) ** 2) for i in range(m)])
-    w_b = np.array(
-        [
-            [
-                np.sum((means[i] - means[j]) ** 2) + np.sum((mats[i] - mats[j]) ** 2)
-                for j in range(m)
-            ]
-            for i in range(m)
-        ]
-    )
-    return w_t, w_b
-
-
 def _distances(x: np.ndarray, means, mats):
     """two_q_distances of samples x ~ Q mapped by the exact maps (one class, no label cost)."""
-    n, m = x.shape[0], len(means)
-    mapped = [torch.from_numpy(mu + x @ a.T) for mu, a in zip(means, mats, strict=True)]
-    ones = torch.ones(n, 1, dtype=torch.float64)
-    return two_q_distances(
-        torch.from_numpy(x),
-        torch.zeros(n, dtype=torch.long),
-        mapped,
-        [ones] * m,
-        [torch.zeros(1, 1)] * m,
-        {(i, j): torch.zeros(1, 1) for i in range(m) for j in range(i + 1, m)},
-    )
+    return _two_q_no_labels(x, [mu + x @ a.T for mu, a in zip(means, mats, strict=True)])
 
 
 def test_per_sample_terms_average_to_the_distances():
@@ -141,7 +115,7 @@ def test_q_resampling_intervals_cover_the_closed_form():
     """Nominal 95% intervals of W_i and of each a_hat weight cover the population value in
     85-99% of 200 independent draws of Q (N = 400, B = 200)."""
     means, mats = _affine_maps()
-    w_t_pop, w_b_pop = _population(means, mats)
+    w_t_pop, w_b_pop = _population_two_q(means, mats)
     a_pop = optimal_weights(w_t_pop, w_b_pop)
     assert (a_pop > 0.1).all()  # an interior minimiser: percentile intervals make sense
     reps = 200

@@ -114,6 +114,8 @@
     points: () => (S.ui && S.ui.view ? viewPoints().map((p) => [p[0], p[1]]) : []),
     /** the bootstrap readout at a: {value: [lo, hi], gap: [lo, hi], good}, or null */
     uncertainty: (a) => (boot() ? bootReadout(a) : null),
+    /** canvas pixels of weights a on the ternary (m = 3), as the explorer draws them */
+    simplexXY: (a) => toXY(a),
     /** the current view as a figure: "svg" text or a "png" data URL */
     figure: (kind) => figure(kind),
     /** open the inspector on shown sample j (as a click on its tile does) */
