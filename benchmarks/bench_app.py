@@ -55,14 +55,20 @@ from test_browser import (  # noqa: E402  (the browser test's helpers, one copy)
     _wait_idle,
 )
 
+#: when the last server was launched (time.monotonic()): the "from launch" rows count from here
+_LAUNCHED = [0.0]
+
 
 def _start_server(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
+    """The app as ``make run`` starts it (``python -m geoviz.app.serve``: preload, prefetch of
+    the default scenario unless ``GEOVIZ_PREFETCH=0``, then ``streamlit run``)."""
     port = _free_port()
     cmd = [
-        sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+        sys.executable, "-m", "geoviz.app.serve",
         "--server.port", str(port), "--server.address", "127.0.0.1",
         "--server.headless", "true", "--browser.gatherUsageStats", "false",
     ]  # fmt: skip
+    _LAUNCHED[0] = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -70,8 +76,12 @@ def _start_server(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise SystemExit(f"streamlit did not start: {log.read_text()[-2000:]}")
-        time.sleep(0.2)
+        time.sleep(0.1)
     return proc, url
+
+
+def _since_launch() -> float:
+    return time.monotonic() - _LAUNCHED[0]
 
 
 def _stop(proc: subprocess.Popen) -> None:

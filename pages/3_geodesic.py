@@ -13,6 +13,7 @@ from geoviz.errors import GeovizError
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.compare import mixup_comparison
 from geoviz.viz.plots import otdd_heatmap
+from geoviz.viz.report import two_q_table
 from geoviz.viz.ternary import OBJECTIVE_LABEL
 
 EXPLORER_KEY = "geodesic_explorer"
@@ -46,12 +47,16 @@ def two_q_matrix(result) -> None:
             r"\mathcal{W}^2(P_a, Q) = \sum_i a_i\, \mathcal{W}^2_{2,Q}(P_i, Q)"
             r" - \tfrac12 \sum_{i \neq j} a_i a_j\, \mathcal{W}^2_{2,Q}(P_i, P_j)"
         )
-        st.plotly_chart(
-            otdd_heatmap(
-                mat, names, title="(2,Q) dataset distances", value_label=glossary.W_SYMBOL
-            ),
-            key="two_q_heatmap",
-        )
+        # a table first: the heatmap needs Plotly's script, whose first load kept the explorer
+        # below from drawing for ~2 s on 2 cores (issue 26); it comes when asked for
+        st.table(two_q_table(mat, names))
+        if st.toggle("As a heatmap", key="two_q_as_heatmap"):
+            st.plotly_chart(
+                otdd_heatmap(
+                    mat, names, title="(2,Q) dataset distances", value_label=glossary.W_SYMBOL
+                ),
+                key="two_q_heatmap",
+            )
 
 
 def picked_summary(model: SessionModel, result, weights: SimplexWeights, names: list[str]) -> None:

@@ -1,6 +1,7 @@
 """The served app in a real headless Chromium (marker ``browser``).
 
-Starts ``streamlit run app.py`` on a free localhost port with small-N settings,
+Starts the app as ``make run`` does (``python -m geoviz.app.serve``: ``streamlit run app.py``
+after preloading) on a free localhost port with small-N settings,
 drives Debian's Chromium through Playwright, visits every page, changes a
 weight on the geodesic page, downloads an export and saves screenshots under
 ``test-output/screenshots/`` (the barycentric-vs-neural maps comparison also
@@ -74,7 +75,7 @@ def sync_playwright():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterator[dict]:
-    """``streamlit run app.py`` on a free port; yields ``{"url", "export_dir"}``; always stopped."""
+    """The app (``python -m geoviz.app.serve``) on a free port; yields ``{"url", "export_dir"}``; always stopped."""
     tmp = tmp_path_factory.mktemp("browser")
     port = _free_port()
     env = {
@@ -90,12 +91,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterato
     }
     (tmp / "exports").mkdir()
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed in finally
-    cmd = [
+    cmd = [  # as `make run` starts it: preload, prefetch of the default scenario, streamlit run
         sys.executable,
         "-m",
-        "streamlit",
-        "run",
-        str(ROOT / "app.py"),
+        "geoviz.app.serve",
         "--server.port",
         str(port),
         "--server.address",

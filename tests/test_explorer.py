@@ -57,7 +57,7 @@ def test_simplex_compositions_and_resolution():
 
 
 def test_geodesic_payload_gives_back_the_result(fitted):
-    from geoviz.app.explorer.component import geodesic_payload
+    from geoviz.app.explorer.service import geodesic_payload
 
     model, data, result = fitted
     payload = geodesic_payload(model, result)
@@ -105,7 +105,7 @@ def test_geodesic_payload_gives_back_the_result(fitted):
 
 
 def test_payload_is_cached_and_small(fitted):
-    from geoviz.app.explorer.component import geodesic_payload, mccann_payload
+    from geoviz.app.explorer.service import geodesic_payload, mccann_payload
 
     model, _, result = fitted
     first = geodesic_payload(model, result)
@@ -135,7 +135,7 @@ def test_payload_is_cached_and_small(fitted):
 
 
 def test_low_dimensional_payload_moves_every_point(fresh_server):
-    from geoviz.app.explorer.component import geodesic_payload
+    from geoviz.app.explorer.service import geodesic_payload
     from geoviz.app.state import AppSettings, preset_scenarios
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 
@@ -197,7 +197,7 @@ def test_mccann_page_hears_t_on_release(fresh_server):
 
 def test_bootstrap_payload_gives_back_the_replicates_and_is_cached(fitted):
     """Issue 23: the explorer's second, small payload decodes to the library's replicates."""
-    from geoviz.app.explorer.component import bootstrap_payload
+    from geoviz.app.explorer.service import bootstrap_payload
 
     model, _, result = fitted
     boot = result.bootstrap(40, seed=2)

@@ -967,3 +967,18 @@ def test_mixup_comparison_uses_the_explorers_colours_by_q_class():
     pa_trace = next(t for t in fig.data if t.name == q.classes[0] and t.xaxis == "x2")
     idx = (q.labels == 0).numpy()
     np.testing.assert_allclose(pa_trace.x, pa.features.numpy()[idx, 0])
+
+
+def test_two_q_table_shows_every_entry_of_the_matrix_with_its_names():
+    from geoviz.errors import GeovizError
+    from geoviz.viz.report import two_q_table
+
+    mat = np.array([[0.0, 12.3456, 7.0], [12.3456, 0.0, 31415.9], [7.0, 31415.9, 0.0]])
+    table = two_q_table(mat, ["Q", "P1", "P2"])
+    assert list(table.index) == ["Q", "P1", "P2"] and list(table.columns) == ["Q", "P1", "P2"]
+    # 4 significant digits, read back: every cell is its matrix entry, symmetric like it
+    back = table.map(float).to_numpy()
+    np.testing.assert_allclose(back, mat, rtol=5e-4)
+    assert table.loc["P1", "P2"] == "3.142e+04" and table.loc["Q", "P1"] == "12.35"
+    with pytest.raises(GeovizError, match="3 names"):
+        two_q_table(mat[:2, :2], ["Q", "P1", "P2"])

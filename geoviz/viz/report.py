@@ -269,6 +269,26 @@ def map_table(result: GeodesicResult) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
+def two_q_table(matrix: np.ndarray, names: Sequence[str], digits: int = 4) -> pd.DataFrame:
+    """The (2,Q) dataset distances as a table (paper Def. 2): rows and columns ``names``
+    (``Q, P_1, ..., P_m``), each value as text with ``digits`` significant digits.
+
+    ``matrix`` is ``(m + 1, m + 1)``: row/column 0 is ``Q`` (``W_i`` against the
+    references), the rest ``W_ij``. Text, so a table shows ``1.234e+04`` and ``12.34``
+    alike, never a column rounded to one width.
+    """
+    import pandas as pd
+
+    mat = np.asarray(matrix, dtype=np.float64)
+    if mat.ndim != 2 or mat.shape[0] != mat.shape[1] or mat.shape[0] != len(names):
+        raise GeovizError(
+            f"two_q_table: a ({len(names)}, {len(names)}) matrix is needed for {len(names)} "
+            f"names, got shape {mat.shape}"
+        )
+    cells = [[format_stat(float(v), f".{int(digits)}g") for v in row] for row in mat]
+    return pd.DataFrame(cells, index=list(names), columns=list(names))
+
+
 def map_table_notes(result: GeodesicResult) -> tuple[list[str], list[str]]:
     """``(captions, warnings)`` under :func:`map_table`: the fields' ``caption`` texts, and
     the ``warn_when_false`` text of every boolean field that is ``False`` for some map."""

@@ -3,22 +3,18 @@
 :func:`geodesic_explorer` draws the weight simplex, ``P_a``'s samples, label mass
 and embedding in the browser and returns the weights only when the pointer is
 released; :func:`mccann_explorer` does the same for McCann's ``t``. The payloads
-are built once per scenario (and map method) and kept in
-:func:`geoviz.app.services.store`.
+are built once per scenario (and map method) by :mod:`geoviz.app.explorer.service`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import streamlit as st
 import streamlit.components.v1 as components
 
-from geoviz.app import services
 from geoviz.app.browser import (
     BrowserValueError,
     ReleasedEvent,
@@ -26,7 +22,7 @@ from geoviz.app.browser import (
     released_t,
     released_weights,
 )
-from geoviz.app.explorer.payload import Payload, build_bootstrap, build_geodesic, build_mccann
+from geoviz.app.explorer.service import bootstrap_payload, geodesic_payload, mccann_payload
 
 if TYPE_CHECKING:
     from geoviz.app.session import SessionModel
@@ -38,66 +34,7 @@ FRONTEND = Path(__file__).resolve().parent / "frontend"
 _component = components.declare_component("geoviz_explorer", path=str(FRONTEND))
 LOG = logging.getLogger(__name__)
 
-__all__ = [
-    "bootstrap_payload",
-    "geodesic_explorer",
-    "geodesic_payload",
-    "mccann_explorer",
-    "mccann_payload",
-]
-
-
-def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
-    """The geodesic explorer's payload for the current scenario. Cached."""
-    key = ("explorer", model.scenario.key(), model.settings.embed_per_dataset)
-
-    def compute() -> Payload:
-        start = time.perf_counter()
-        emb = place = None
-        dim = result.target.features.shape[1]
-        if result.image_shape is not None or dim not in (2, 3):
-            data = services.scenario_data(model)
-            emb = services.embedding(model, data)
-
-            def place(features: np.ndarray) -> np.ndarray:
-                return services.place_points(model, emb, features, ("explorer-grid",))
-
-        payload = build_geodesic(result, emb, place, mixup_seed=model.scenario.seed)
-        LOG.info(
-            "explorer payload: %.2f MB in %.2f s (%.2f s with the embedding)",
-            payload.size / 1e6,
-            payload.seconds,
-            time.perf_counter() - start,
-        )
-        return payload
-
-    # a fit-sized computation (the embedding's grid placement): kept with the fits
-    return services.store().get_or_compute(key, compute, tier="fit")
-
-
-def bootstrap_payload(model: SessionModel, bootstrap: GeodesicBootstrap) -> Payload:
-    """The bootstrap's small payload for the current scenario. Cached."""
-    key = ("explorer-bootstrap", model.scenario.key(), bootstrap.replicates, bootstrap.seed)
-    return services.store().get_or_compute(key, lambda: build_bootstrap(bootstrap), tier="derived")
-
-
-def mccann_payload(model: SessionModel, result: GeodesicResult, i: int) -> Payload:
-    """McCann mode's payload for reference ``i`` (with the embedding view for image data).
-    Cached."""
-    key = ("explorer-mccann", model.scenario.key(), int(i), model.settings.embed_per_dataset)
-
-    def compute() -> Payload:
-        emb = place = None
-        if result.image_shape is not None:
-            data = services.scenario_data(model)
-            emb = services.embedding(model, data)
-
-            def place(features: np.ndarray) -> np.ndarray:
-                return services.place_points(model, emb, features, ("mccann-grid", int(i)))
-
-        return build_mccann(result, int(i), emb, place)
-
-    return services.store().get_or_compute(key, compute, tier="fit")
+__all__ = ["geodesic_explorer", "mccann_explorer"]
 
 
 def _new_event(value: Any, key: str) -> ReleasedEvent | None:

@@ -91,6 +91,8 @@ def start_embedding(model: SessionModel, data: ScenarioData) -> BackgroundJob | 
         return None
 
     def run(progress: Progress) -> Embedding:
+        # niced: on 2 cores the maps' fit, which the first view waits for, comes first
+        lower_thread_priority()
         progress("embedding", 0.0)
         payload = disk_cache().get_or_compute(
             "app-embedding",

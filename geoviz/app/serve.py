@@ -1,0 +1,190 @@
+"""Start the app: ``python -m geoviz.app.serve [streamlit run options]`` (what ``make run`` runs).
+
+It is ``python -m streamlit run app.py [options]`` with two steps before the server answers:
+
+1. :func:`preload` imports the modules every page needs (torch, pandas, plotly, qpsolvers,
+   the app's services: about 2.3 s on 2 cores). Streamlit imports a page's modules only when
+   a visitor opens it, so without this the first visitor waited for them.
+2. :func:`prefetch_default_scenario` starts, in a background thread, what the Geodesic page
+   of the default scenario needs: its datasets, the OTDD maps and (2,Q) distances, the
+   embedding, the explorer's payload and the bootstrap behind its intervals. It goes through
+   the same cached services as the pages (one job per scenario and process), so a visitor who
+   arrives while it runs joins it instead of starting again, and one who arrives later finds
+   it done (issue 26). On a restarted server the maps come from the disk cache.
+   ``GEOVIZ_PREFETCH=0`` turns it off (a server that should do nothing until asked).
+
+Then Streamlit's own command line runs, unchanged, in this process (:func:`runpy.run_module`
+on the ``streamlit`` package, i.e. the documented ``python -m streamlit run``): every option
+of ``streamlit run`` is accepted as it is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import runpy
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from geoviz.app import services
+from geoviz.app.explorer.service import bootstrap_payload, geodesic_payload
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import AppSettings
+
+LOG = logging.getLogger("geoviz.app.serve")  # also when run as __main__
+
+#: the app's start page, served by ``streamlit run``
+APP_SCRIPT = Path(__file__).resolve().parents[2] / "app.py"
+
+#: modules a page imports on its first run, heaviest first (imported by :func:`preload`)
+PRELOAD_MODULES: tuple[str, ...] = (
+    "torch",
+    "pandas",  # plotly imports it while validating arrays; first here, never in a job thread
+    "plotly.graph_objects",
+    "qpsolvers",  # the QP behind a_hat (scipy.sparse): 0.3-1 s on its first import
+    "geoviz.app.services",
+    "geoviz.viz.plots",
+    "geoviz.viz.compare",
+)
+
+__all__ = [
+    "APP_SCRIPT",
+    "PRELOAD_MODULES",
+    "main",
+    "prefetch_default_scenario",
+    "prefetch_enabled",
+    "preload",
+    "start_prefetch",
+    "streamlit_argv",
+]
+
+
+def preload(modules: Sequence[str] = PRELOAD_MODULES) -> dict[str, float]:
+    """Import ``modules`` now, in this (the main) thread; returns the seconds each took.
+
+    In the main thread before the server starts, so no page's script thread can import the
+    same modules concurrently (a half-initialised module seen by another thread is how the
+    Geodesic page once failed, issue 23). A module that cannot be imported is skipped (the
+    page that needs it says why when it runs).
+    """
+    seconds: dict[str, float] = {}
+    for name in modules:
+        start = time.perf_counter()
+        try:
+            importlib.import_module(name)
+        except ImportError as err:  # an optional part missing: the page reports it
+            LOG.warning("preload: %s could not be imported (%s)", name, err)
+            continue
+        seconds[name] = time.perf_counter() - start
+    return seconds
+
+
+def prefetch_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """``GEOVIZ_PREFETCH``: unset, ``1``, ``true``, ``yes`` or ``on`` prefetch; ``0``,
+    ``false``, ``no`` or ``off`` do not; anything else is refused with one sentence."""
+    env = os.environ if env is None else env
+    raw = env.get("GEOVIZ_PREFETCH", "").strip().lower() or "1"
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise SystemExit(f"environment variable GEOVIZ_PREFETCH must be 0 or 1, got {raw!r}")
+
+
+def prefetch_default_scenario(settings: AppSettings | None = None) -> dict[str, float]:
+    """Compute what the Geodesic page shows for the default scenario, into the app's store.
+
+    Runs the same services, with the same keys, as a visitor's first Geodesic page
+    (:func:`geoviz.app.widgets.geodesic_with_status` and the explorer): the datasets, the
+    geodesic fit and the embedding as two background jobs, then the explorer's payload and
+    the Q-resampling bootstrap. Returns the seconds at which each part was ready.
+
+    Parameters
+    ----------
+    settings
+        The server's settings (default: from the environment, as the pages read them).
+    """
+    start = time.perf_counter()
+    ready: dict[str, float] = {}
+    model = SessionModel({}, settings)
+    services.configure_torch(model.settings.torch_threads)  # as every page's frame does first
+    data = services.scenario_data(model)
+    ready["data"] = time.perf_counter() - start
+    job = services.start_geodesic(model.scenario, data)
+    services.start_embedding(model, data)  # the embedding needs only the datasets
+    job.wait()
+    services.finish_geodesic(model.scenario)
+    if job.error_ is not None:
+        raise job.error_
+    result = job.result_
+    ready["geodesic"] = time.perf_counter() - start
+    geodesic_payload(model, result)
+    ready["explorer payload"] = time.perf_counter() - start
+    boot, error = services.explorer_bootstrap(model.scenario, result)
+    if boot is None and error is None:
+        boot_job = services.bootstrap_job(model.scenario)
+        if boot_job is not None:
+            boot_job.wait()
+        boot, error = services.explorer_bootstrap(model.scenario, result)
+    if error is not None:
+        raise error
+    if boot is not None:
+        bootstrap_payload(model, boot)
+    ready["bootstrap"] = time.perf_counter() - start
+    return ready
+
+
+def start_prefetch(settings: AppSettings | None = None) -> threading.Thread:
+    """:func:`prefetch_default_scenario` in a daemon thread; its outcome goes to the log
+    (a failure is the page's to show: the visitor's own run meets the same error)."""
+
+    def run() -> None:
+        try:
+            ready = prefetch_default_scenario(settings)
+        except Exception:  # the pages meet and report the same error themselves
+            LOG.exception("prefetching the default scenario failed")
+            return
+        LOG.info(
+            "default scenario prefetched: %s",
+            ", ".join(f"{part} at {sec:.1f} s" for part, sec in ready.items()),
+        )
+
+    thread = threading.Thread(target=run, name="geoviz-prefetch", daemon=True)
+    thread.start()
+    return thread
+
+
+def streamlit_argv(options: Sequence[str]) -> list[str]:
+    """``sys.argv`` of ``streamlit run app.py [options]``."""
+    return ["streamlit", "run", str(APP_SCRIPT), *options]
+
+
+def _log_to_stderr() -> None:
+    """geoviz's INFO lines (start-up, prefetch, payload sizes) on stderr, beside Streamlit's;
+    other libraries' loggers are left as they are."""
+    logger = logging.getLogger("geoviz")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Preload, start the prefetch, then run ``streamlit run app.py [argv]`` in this process."""
+    _log_to_stderr()
+    options = list(sys.argv[1:] if argv is None else argv)
+    seconds = preload()
+    LOG.info("preloaded the pages' modules in %.1f s", sum(seconds.values()))
+    if prefetch_enabled():
+        start_prefetch()
+    sys.argv = streamlit_argv(options)
+    runpy.run_module("streamlit", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

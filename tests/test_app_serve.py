@@ -1,0 +1,82 @@
+"""The app's launcher (geoviz.app.serve): what it preloads, the default scenario it prefetches
+(the same values, under the same keys, as a visitor's first Geodesic page) and the
+``streamlit run`` command it hands over to."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from geoviz.app import serve, services
+from geoviz.app.explorer.service import bootstrap_payload, geodesic_payload
+from geoviz.app.session import SessionModel
+from geoviz.geodesic.pipeline import fit_geodesic
+
+
+def test_prefetch_fills_the_store_with_what_the_geodesic_page_reads(fresh_server):
+    ready = serve.prefetch_default_scenario()
+    assert list(ready) == ["data", "geodesic", "explorer payload", "bootstrap"]
+    assert all(b >= a for a, b in zip(ready.values(), list(ready.values())[1:]))
+
+    model = SessionModel({})  # a visitor's session: the default scenario of the same settings
+    result = services.geodesic_if_ready(model.scenario)
+    assert result is not None, "the visitor's page would have to fit the maps again"
+    # independent: the library's own fit of the same datasets and configuration
+    data = services.scenario_data(model)
+    direct = fit_geodesic(data.target, list(data.references), model.scenario.spec().config)
+    np.testing.assert_allclose(result.w_to_target, direct.w_to_target, rtol=1e-9)
+    np.testing.assert_allclose(result.a_hat, direct.a_hat, atol=1e-7)
+
+    # the payloads are cache hits for the visitor: computing them again would fail here
+    before = services.store().fits.misses_, services.store().derived.misses_
+    payload = geodesic_payload(model, result)
+    boot, error = services.explorer_bootstrap(model.scenario, result)
+    assert error is None and boot is not None
+    bootstrap_payload(model, boot)
+    assert (services.store().fits.misses_, services.store().derived.misses_) == before
+    assert payload.header["m"] == result.m and payload.header["view"] == "embedding"
+
+
+def test_prefetch_reports_a_bad_scenario_as_the_page_would(fresh_server, monkeypatch):
+    from geoviz.errors import DatasetError
+
+    monkeypatch.setenv("GEOVIZ_APP_MAX_MB", "16")
+    monkeypatch.setenv("GEOVIZ_APP_N", "100000")  # far over 16 MB of features
+    with pytest.raises(DatasetError, match="GEOVIZ_APP_MAX_MB"):
+        serve.prefetch_default_scenario()
+
+
+@pytest.mark.parametrize(
+    ("raw", "enabled"),
+    [("", True), ("1", True), ("on", True), ("TRUE", True), ("0", False), ("off", False)],
+)
+def test_prefetch_switch(raw, enabled):
+    assert serve.prefetch_enabled({"GEOVIZ_PREFETCH": raw}) is enabled
+
+
+def test_prefetch_switch_refuses_other_values_in_one_sentence():
+    with pytest.raises(SystemExit, match="GEOVIZ_PREFETCH must be 0 or 1, got 'maybe'"):
+        serve.prefetch_enabled({"GEOVIZ_PREFETCH": "maybe"})
+
+
+def test_streamlit_argv_runs_the_app_script_with_the_options_given():
+    argv = serve.streamlit_argv(["--server.port", "8502"])
+    assert argv[:2] == ["streamlit", "run"]
+    assert argv[2] == str(serve.APP_SCRIPT) and serve.APP_SCRIPT.is_file()
+    assert argv[3:] == ["--server.port", "8502"]
+
+
+def test_preload_imports_the_modules_and_skips_a_missing_one():
+    code = (
+        "import sys\n"
+        "from geoviz.app import serve\n"
+        "got = serve.preload(['json', 'no_such_module_geoviz_test', 'qpsolvers'])\n"
+        "print(sorted(got), 'qpsolvers' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    ).stdout
+    assert out.strip() == "['json', 'qpsolvers'] True"
