@@ -5,9 +5,14 @@ references Fashion-MNIST, USPS, KMNIST; ``GEOVIZ_APP_N`` samples per dataset,
 default 2000; UMAP embedding), by driving the served app with Playwright and
 Debian's Chromium exactly as ``tests/test_browser.py`` does (issue 16's table):
 
+* the server is started as ``make run`` starts it (``python -m geoviz.app.serve``: the pages'
+  modules preloaded, the default scenario prefetched in the background; issue 26), and
+  the page opened as soon as it answers its health check, as a script would;
 * **cold**: a fresh server with an empty on-disk cache; open ``/geodesic`` until the
   weight simplex is drawn (the explorer component says it is ready: OTDD maps, (2,Q)
-  distances, ``a_hat``, the embedding and the payload computed and drawn), then idle;
+  distances, ``a_hat`` and the payload computed and drawn), until the embedding view and
+  the intervals arrive (computed after the maps, sent by the browser's polls), then idle;
+  also counted from the server's launch;
 * **explorer drag** (``--repeat`` drags of ``--moves`` pointer moves, ~60 Hz, across the
   triangle in the component's iframe): frame time per move as the component records it
   (``geovizExplorer.frameTimes``: ms from the event's ``timeStamp`` to the drawn frame;
@@ -119,14 +124,38 @@ def _explorer_frame(page):
     return None
 
 
+# the explorer has everything: the embedding view drawn and nothing pending (issue 26: it
+# arrives after the simplex, by the browser's polls)
+_ALL_DRAWN = """() => {
+  for (const f of document.querySelectorAll("iframe")) {
+    try {
+      const x = f.contentWindow && f.contentWindow.geovizExplorer;
+      if (x && x.ready && x.view() !== "pending" && x.pending().length === 0) return true;
+    } catch (e) {}
+  }
+  return false;
+}"""
+
+#: seconds from the last server's launch to the drawn simplex, and to everything drawn
+_LAST_OPEN: dict[str, float] = {}
+
+
 def _open_geodesic(browser, url: str) -> tuple[object, float, float]:
-    """New page on ``/geodesic``: (page, seconds to the drawn simplex, seconds to idle)."""
+    """New page on ``/geodesic``: (page, seconds to the drawn simplex, seconds to idle).
+
+    Also records in :data:`_LAST_OPEN` the seconds to the explorer with everything (the
+    embedding view and the intervals) and both times counted from the server's launch."""
     page = browser.new_page(viewport={"width": 1500, "height": 1900})
     page.set_default_timeout(600_000)
     t0 = time.monotonic()
     page.goto(f"{url}/geodesic")
     page.wait_for_function(_SIMPLEX_DRAWN, polling=50)
     t_ternary = time.monotonic() - t0
+    _LAST_OPEN["drawn_from_launch"] = _since_launch()
+    if _explorer_frame(page) is not None:
+        page.wait_for_function(_ALL_DRAWN, polling=50)
+    _LAST_OPEN["all"] = time.monotonic() - t0
+    _LAST_OPEN["all_from_launch"] = _since_launch()
     _wait_idle(page, settle_ms=300)
     return page, t_ternary, time.monotonic() - t0 - 0.3
 
@@ -409,8 +438,20 @@ def main(argv: list[str] | None = None) -> int:
                 proc, url = _start_server(env, log)
                 try:
                     page, t_tern, t_idle = _open_geodesic(browser, url)
-                    add("cold: /geodesic until the simplex is drawn", t_tern, "<= 15 s")
+                    add("cold: /geodesic until the simplex is drawn", t_tern, "<= 8 s")
+                    add(
+                        "cold: /geodesic until the embedding view and intervals are drawn",
+                        _LAST_OPEN["all"],
+                    )
                     add("cold: /geodesic until idle", t_idle, "")
+                    add(
+                        "cold, counted from the server's launch: until the simplex is drawn",
+                        _LAST_OPEN["drawn_from_launch"],
+                    )
+                    add(
+                        "cold, counted from the server's launch: until everything is drawn",
+                        _LAST_OPEN["all_from_launch"],
+                    )
                     if args.screenshot is not None:
                         page.set_viewport_size({"width": 1400, "height": 1250})
                         page.wait_for_timeout(1500)  # re-layout after the resize
@@ -481,11 +522,15 @@ def main(argv: list[str] | None = None) -> int:
                             proc, url = _start_server(env, log)
                         page, t_tern3, t_idle3 = _open_geodesic(browser, url)
                         page.close()
-                        restarts.append((t_tern3, t_idle3))
+                        restarts.append((t_tern3, t_idle3, _LAST_OPEN["drawn_from_launch"]))
                     add(
                         "restarted server, warm disk cache: until the simplex is drawn",
                         _median([r[0] for r in restarts]),
-                        "<= 5 s",
+                        "<= 3 s",
+                    )
+                    add(
+                        "restarted server, counted from the launch: until the simplex is drawn",
+                        _median([r[2] for r in restarts]),
                     )
                     add(
                         "restarted server, warm disk cache: until idle",

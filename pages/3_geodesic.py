@@ -100,13 +100,12 @@ def mixup_view(model: SessionModel, result, pa, weights: SimplexWeights, names: 
 def explorer(model: SessionModel, result) -> None:
     """The browser explorer; a release reruns only this part of the page, once."""
     names = list(result.reference_names)
-    boot, boot_error = widgets.bootstrap_or_start(model, result)
     try:
-        geodesic_explorer(model, result, bootstrap=boot, key=EXPLORER_KEY)
+        state = geodesic_explorer(model, result, key=EXPLORER_KEY)
     except GeovizError as err:  # e.g. weights off the simplex: the last good pick is kept
         widgets.show_error(err)
-    if boot is None:
-        widgets.bootstrap_note(model, boot_error)
+    else:
+        widgets.explorer_notes(model, state)
     weights = model.current_weights(result.a_hat)
     picked_summary(model, result, weights, names)
     if result.image_shape is None and result.target.features.shape[1] in (2, 3):

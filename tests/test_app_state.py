@@ -386,3 +386,16 @@ def test_scenario_keys_keep_their_stored_values():
     assert scenario_module._hash(payload) == old(payload)
     scenario = _scenario()
     assert scenario.key() == old(scenario._key_dict())
+
+
+def test_a_detached_model_reads_the_same_scenario_and_does_not_follow_the_session():
+    from geoviz.app.state import SessionModel, default_scenario
+
+    state: dict = {}
+    model = SessionModel(state)
+    model.scenario = default_scenario().with_(n_target=120, n_reference=60)
+    copy = model.detached()
+    assert copy.state is not state and copy.scenario == model.scenario
+    assert copy.settings is model.settings and copy.scenario.key() == model.scenario.key()
+    model.scenario = default_scenario().with_(n_target=130, n_reference=60)
+    assert copy.scenario.n_target == 120  # a job keeps what it was started with

@@ -57,7 +57,7 @@ def test_simplex_compositions_and_resolution():
 
 
 def test_geodesic_payload_gives_back_the_result(fitted):
-    from geoviz.app.explorer.service import geodesic_payload
+    from geoviz.app.explorer.service import embedding_payload, geodesic_payload
 
     model, data, result = fitted
     payload = geodesic_payload(model, result)
@@ -91,8 +91,16 @@ def test_geodesic_payload_gives_back_the_result(fitted):
         want = xp.quantize(pa.features.numpy()[shown], lo, hi).astype(int)
         got = mix_like_js(arrays, header, a).astype(int)
         assert np.abs(want - got).max() <= 1
+    # the embedding view comes in its own payload (issue 26: the first view never waits for
+    # UMAP); the browser adds its header fields and arrays to these
+    assert header["view"] == "pending" and "place" not in arrays
+    emb_payload, error = embedding_payload(model, result, wait_seconds=None)
+    assert error is None and emb_payload is not None
+    emb_header, emb_arrays = xp.decode(emb_payload.data)
+    assert emb_header["mode"] == "embedding" and emb_header["view"] == "embedding"
+    assert not set(emb_arrays) & set(arrays)  # nothing sent twice
+    header, arrays = {**header, **emb_header}, {**arrays, **emb_arrays}
     # embedding placements at the grid nodes: P_a placed by the embedding
-    assert header["view"] == "embedding"
     grid, place = arrays["grid"], arrays["place"]
     res = header["grid_res"]
     assert (grid.sum(1) == res).all() and place.shape == (len(grid), len(placed), 2)
@@ -317,3 +325,51 @@ def test_mccann_links_with_bad_values_are_one_sentence(fresh_server, params, mes
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any(message in w.value for w in at.warning)
+
+
+def test_embedding_payload_runs_in_the_background_and_equals_the_one_piece_build(fitted):
+    """Split or whole, the browser gets the same arrays: the embedding payload added to the
+    pending geodesic payload equals ``build_geodesic`` with the embedding."""
+    from geoviz.app.explorer.service import embedding_payload, embedding_payload_job
+
+    model, data, result = fitted
+    first, error = embedding_payload(model, result, wait_seconds=0.0)
+    job = embedding_payload_job(model)
+    assert error is None and (first is not None or job is not None)
+    if job is not None:
+        job.wait()
+    done, error = embedding_payload(model, result, wait_seconds=None)
+    assert error is None and embedding_payload(model, result)[0] is done  # kept: no second job
+    emb = services.embedding(model, data)
+
+    def place(features):
+        return services.place_points(model, emb, features, ("explorer-grid",))
+
+    whole_header, whole = xp.decode(xp.build_geodesic(result, emb, place).data)
+    base_header, base = xp.decode(xp.build_geodesic(result, embedding_pending=True).data)
+    assert base_header["view"] == "pending"
+    part_header, part = xp.decode(done.data)
+    assert set(whole) == set(base) | set(part)
+    for name, arr in {**base, **part}.items():
+        np.testing.assert_array_equal(arr, whole[name])
+    for field in ("view", "embedding_method", "axis_titles", "grid_res"):
+        assert part_header[field] == whole_header[field]
+
+
+def test_a_failing_embedding_is_reported_once_and_not_restarted(fitted, monkeypatch):
+    from geoviz.app.explorer.service import embedding_payload, embedding_payload_job
+    from geoviz.errors import GeovizError
+
+    model, _, result = fitted
+    calls = []
+
+    def broken(*_args, **_kwargs):
+        calls.append(1)
+        raise GeovizError("the embedding could not be fitted")
+
+    monkeypatch.setattr(services, "embedding", broken)
+    payload, error = embedding_payload(model, result, wait_seconds=None)
+    assert payload is None and "could not be fitted" in str(error)
+    again, error_again = embedding_payload(model, result, wait_seconds=None)
+    assert again is None and error_again is error and calls == [1]
+    assert embedding_payload_job(model) is None

@@ -7,7 +7,8 @@ It is ``python -m streamlit run app.py [options]`` with two steps before the ser
    a visitor opens it, so without this the first visitor waited for them.
 2. :func:`prefetch_default_scenario` starts, in a background thread, what the Geodesic page
    of the default scenario needs: its datasets, the OTDD maps and (2,Q) distances, the
-   embedding, the explorer's payload and the bootstrap behind its intervals. It goes through
+   explorer's payload, the bootstrap behind its intervals, then the embedding view (in that
+   order: what the first view waits for first). It goes through
    the same cached services as the pages (one job per scenario and process), so a visitor who
    arrives while it runs joins it instead of starting again, and one who arrives later finds
    it done (issue 26). On a restarted server the maps come from the disk cache.
@@ -31,7 +32,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from geoviz.app import services
-from geoviz.app.explorer.service import bootstrap_payload, geodesic_payload
+from geoviz.app.explorer.service import (
+    bootstrap_payload,
+    embedding_payload,
+    geodesic_payload,
+    has_embedding_view,
+)
 from geoviz.app.session import SessionModel
 from geoviz.app.settings import AppSettings
 
@@ -115,7 +121,6 @@ def prefetch_default_scenario(settings: AppSettings | None = None) -> dict[str, 
     data = services.scenario_data(model)
     ready["data"] = time.perf_counter() - start
     job = services.start_geodesic(model.scenario, data)
-    services.start_embedding(model, data)  # the embedding needs only the datasets
     job.wait()
     services.finish_geodesic(model.scenario)
     if job.error_ is not None:
@@ -135,6 +140,11 @@ def prefetch_default_scenario(settings: AppSettings | None = None) -> dict[str, 
     if boot is not None:
         bootstrap_payload(model, boot)
     ready["bootstrap"] = time.perf_counter() - start
+    if has_embedding_view(result):
+        _emb, emb_error = embedding_payload(model, result, wait_seconds=None)
+        if emb_error is not None:
+            raise emb_error
+        ready["embedding view"] = time.perf_counter() - start
     return ready
 
 

@@ -86,6 +86,17 @@ class SessionModel:
         if self.SCENARIO not in state:
             state[self.SCENARIO] = default_scenario(state[self.SETTINGS])
 
+    def detached(self) -> SessionModel:
+        """A copy over a plain ``dict`` (settings, scenario, uploads, weights; the mappings
+        copied one level deep) for a background job: ``st.session_state`` cannot be read
+        from a job's thread, and the job must not see later changes of the session."""
+        keys = (self.SETTINGS, self.SCENARIO, self.UPLOADS, self.WEIGHTS, self.MCCANN)
+        state = {
+            k: dict(self.state[k]) if isinstance(self.state[k], dict) else self.state[k]
+            for k in keys
+        }
+        return SessionModel(state)
+
     @property
     def settings(self) -> AppSettings:
         return self.state[self.SETTINGS]

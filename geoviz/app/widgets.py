@@ -25,6 +25,8 @@ import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import services
+from geoviz.app.explorer.component import ExplorerState
+from geoviz.app.explorer.service import embedding_payload_job
 from geoviz.app.state import Scenario, SessionModel
 from geoviz.geodesic.weights import format_weights
 
@@ -37,6 +39,7 @@ __all__ = [
     "AppPage",
     "app_page",
     "data_or_error",
+    "explorer_notes",
     "geodesic_with_status",
     "show_error",
     "sync_url",
@@ -174,39 +177,27 @@ def throttled_progress(bar: Any, *, min_interval: float = 0.2) -> Progress:
     return progress
 
 
-def bootstrap_or_start(
-    model: SessionModel, result: GeodesicResult, wait_seconds: float = 2.0
-) -> tuple[Any | None, BaseException | None]:
-    """The scenario's bootstrap (:data:`services.EXPLORER_REPLICATES` Q-resampling replicates),
-    computed in a background job, and its error if it failed.
-
-    The page waits up to ``wait_seconds`` for it (on the bundled scenario it takes about 0.1 s,
-    ``benchmarks/README.md``); a slower one (many references) goes on in the background and
-    the explorer is drawn without intervals (:func:`bootstrap_note` says so below it): they
-    appear with the next pick, since the page forces no rerun (a rerun would remount the
-    explorer under a dragging pointer).
-    """
-    boot, error = services.explorer_bootstrap(model.scenario, result)
-    if boot is None and error is None:
-        job = services.bootstrap_job(model.scenario)
-        if job is not None and job.wait(wait_seconds):
-            boot, error = services.explorer_bootstrap(model.scenario, result)
-    return boot, error
-
-
-def bootstrap_note(model: SessionModel, error: BaseException | None) -> None:
-    """Below the explorer: why there are no intervals, or how far their job has got."""
-    if error is not None:
-        st.caption(f"No intervals: {services.error_text(error)}")
-        return
-    job = services.bootstrap_job(model.scenario)
-    if job is not None and not job.done():
-        stage, fraction, _log = job.snapshot()
-        st.progress(
-            fraction,
-            text=f"Intervals and the region as good as â: {stage}, in the background; they "
-            "appear with your next pick",
-        )
+def explorer_notes(model: SessionModel, state: ExplorerState) -> None:
+    """Below the explorer: why the intervals or the embedding view will not come, or how far
+    their background jobs have got (they appear in the explorer by themselves when done)."""
+    if state.bootstrap_error is not None:
+        st.caption(f"No intervals: {services.error_text(state.bootstrap_error)}")
+    if state.embedding_error is not None:
+        st.caption(f"No embedding view: {services.error_text(state.embedding_error)}")
+    jobs = {
+        "intervals": (
+            services.bootstrap_job(model.scenario),
+            "Intervals and the region as good as â",
+        ),
+        "embedding": (embedding_payload_job(model), "The embedding view of P_a"),
+    }
+    for part in state.pending:
+        job, what = jobs[part]
+        if job is not None and not job.done():
+            stage, fraction, _log = job.snapshot()
+            st.progress(
+                fraction, text=f"{what}: {stage}, in the background; it appears above when ready"
+            )
 
 
 def geodesic_with_status(
@@ -230,9 +221,9 @@ def geodesic_with_status(
     data = data_or_error(model)
     if data is None:
         return None
+    # the embedding is not started alongside: on 2 cores it slowed the maps the first view
+    # waits for by half (issue 26); the explorer asks for it once the maps are there
     job = services.start_geodesic(scenario, data)
-    # the embedding needs only the datasets: fit it alongside the maps
-    services.start_embedding(model, data)
     # the scenario's configuration names the maps ("barycentric", "neural (tiny budget)")
     status = st.status(
         f"Fitting {scenario.map_label} OTDD maps and (2,Q) distances…", expanded=True

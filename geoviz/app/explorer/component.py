@@ -9,12 +9,14 @@ are built once per scenario (and map method) by :mod:`geoviz.app.explorer.servic
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 import streamlit.components.v1 as components
 
+from geoviz.app import services
 from geoviz.app.browser import (
     BrowserValueError,
     ReleasedEvent,
@@ -22,7 +24,13 @@ from geoviz.app.browser import (
     released_t,
     released_weights,
 )
-from geoviz.app.explorer.service import bootstrap_payload, geodesic_payload, mccann_payload
+from geoviz.app.explorer.service import (
+    bootstrap_payload,
+    embedding_payload,
+    geodesic_payload,
+    has_embedding_view,
+    mccann_payload,
+)
 
 if TYPE_CHECKING:
     from geoviz.app.session import SessionModel
@@ -34,7 +42,13 @@ FRONTEND = Path(__file__).resolve().parent / "frontend"
 _component = components.declare_component("geoviz_explorer", path=str(FRONTEND))
 LOG = logging.getLogger(__name__)
 
-__all__ = ["geodesic_explorer", "mccann_explorer"]
+__all__ = [
+    "FIRST_WAIT_SECONDS",
+    "POLL_WAIT_SECONDS",
+    "ExplorerState",
+    "geodesic_explorer",
+    "mccann_explorer",
+]
 
 
 def _new_event(value: Any, key: str) -> ReleasedEvent | None:
@@ -65,26 +79,69 @@ def _refused(err: BrowserValueError) -> None:
     st.warning(str(err))
 
 
+#: how long a run of the page waits for the bootstrap and the embedding view before drawing
+#: the explorer without them (they come with the browser's next poll)
+FIRST_WAIT_SECONDS = 0.3
+#: how long a poll from the browser waits for them (woken as soon as they are ready)
+POLL_WAIT_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class ExplorerState:
+    """What one run of :func:`geodesic_explorer` did and what is still to come.
+
+    Attributes
+    ----------
+    released
+        Weights released in the browser since the last run (validated and stored), or
+        ``None``.
+    pending
+        Parts still computed in the background (``"intervals"``, ``"embedding"``): the
+        browser polls for them and draws them when they arrive, without a click.
+    bootstrap_error, embedding_error
+        Why the intervals or the embedding view will not come (``None``: no error).
+    """
+
+    released: SimplexWeights | None
+    pending: tuple[str, ...]
+    bootstrap_error: BaseException | None
+    embedding_error: BaseException | None
+
+
 def geodesic_explorer(
-    model: SessionModel,
-    result: GeodesicResult,
-    *,
-    bootstrap: GeodesicBootstrap | None = None,
-    key: str = "geodesic_explorer",
-) -> SimplexWeights | None:
+    model: SessionModel, result: GeodesicResult, *, key: str = "geodesic_explorer"
+) -> ExplorerState:
     """Draw the explorer. Weights released in the browser since the last run are validated
     and stored once with ``model.set_weights`` first (so URL, Export and the other pages
-    follow) and returned; ``None`` when nothing new was released. ``bootstrap`` (once the
-    background bootstrap is done) adds the intervals, the region as good as â and the cloud;
-    the explorer is the same component before and after, so a drag is never interrupted."""
+    follow). The explorer is drawn at once; the bootstrap (intervals, the region as good as
+    â, the cloud) and, for image data, the embedding view are computed in the background and
+    sent when ready: while they are pending the browser sends a poll (an event without
+    weights) that reruns this fragment, which waits up to :data:`POLL_WAIT_SECONDS` for them.
+    The explorer is the same component before and after, so a drag is never interrupted
+    (the browser polls only between drags, and adds the embedding after a release)."""
     released = None
+    polled = False
     try:
         event = _new_event(st.session_state.get(key), key)
         if event is not None and "weights" in event.fields:
             released = model.set_weights(released_weights(event.fields["weights"], result.m))
+        polled = event is not None and "poll" in event.fields
     except BrowserValueError as err:  # the last good pick stays, and so does the explorer
         _refused(err)
+    wait = POLL_WAIT_SECONDS if polled else FIRST_WAIT_SECONDS
     payload = geodesic_payload(model, result)
+    bootstrap, boot_error = _bootstrap(model, result, wait)
+    emb = emb_error = None
+    if has_embedding_view(result):
+        emb, emb_error = embedding_payload(model, result, wait)
+    pending = tuple(
+        part
+        for part, missing in (
+            ("intervals", bootstrap is None and boot_error is None),
+            ("embedding", has_embedding_view(result) and emb is None and emb_error is None),
+        )
+        if missing
+    )
     picked = model.picked_weights(result.m)
     boot = None if bootstrap is None else bootstrap_payload(model, bootstrap)
     _component(
@@ -95,10 +152,30 @@ def geodesic_explorer(
         boot_id=None
         if bootstrap is None
         else f"{model.scenario.key()}-boot-{bootstrap.replicates}",
+        emb=None if emb is None else emb.data,
+        emb_id=None if emb is None else f"{model.scenario.key()}-embedding",
+        emb_error=None if emb_error is None else services.error_text(emb_error),
+        pending=list(pending),
+        # the event this run handled: every poll gets a render back, even with nothing new
+        handled=str(st.session_state.get(f"_{key}_seq")),
         key=key,
         default=None,
     )
-    return released
+    return ExplorerState(released, pending, boot_error, emb_error)
+
+
+def _bootstrap(
+    model: SessionModel, result: GeodesicResult, wait_seconds: float
+) -> tuple[GeodesicBootstrap | None, BaseException | None]:
+    """The scenario's bootstrap (:data:`~geoviz.app.services.EXPLORER_REPLICATES`
+    Q-resampling replicates, a background job started here) after waiting up to
+    ``wait_seconds`` for it, and its error if it failed."""
+    boot, error = services.explorer_bootstrap(model.scenario, result)
+    if boot is None and error is None:
+        job = services.bootstrap_job(model.scenario)
+        if job is not None and job.wait(wait_seconds):
+            boot, error = services.explorer_bootstrap(model.scenario, result)
+    return boot, error
 
 
 def mccann_explorer(

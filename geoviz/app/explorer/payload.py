@@ -69,11 +69,13 @@ MAX_GRID_NODES = 66
 __all__ = [
     "Payload",
     "build_bootstrap",
+    "build_embedding",
     "build_geodesic",
     "build_mccann",
     "decode",
     "encode",
     "grid_resolution",
+    "placed_indices",
     "quantize",
     "simplex_compositions",
 ]
@@ -204,16 +206,18 @@ def build_geodesic(
     *,
     grid_res: int | None = None,
     mixup_seed: int = 0,
+    embedding_pending: bool = False,
 ) -> Payload:
     """The geodesic explorer's payload for ``result``.
 
     ``embedding`` (a :class:`~geoviz.viz.embedding.Embedding`) and ``place``
     (``features (n, D) -> (n, 2)``, e.g. a cached
     :func:`geoviz.app.services.place_points`) add the embedding view for image or
-    high-dimensional data; without them it is left out.
+    high-dimensional data; without them it is left out (header ``view = "none"``), or, with
+    ``embedding_pending``, comes later as :func:`build_embedding`'s payload (``view =
+    "pending"``: the browser draws everything else first, issue 26).
     """
     start = time.perf_counter()
-    m = int(result.m)
     header, arrays = _common(result)
     header["mode"] = "geodesic"
     header["class_names"] = [list(r.classes) for r in result.references]
@@ -225,11 +229,7 @@ def build_geodesic(
     shown = sample_indices(result)
     dim = target.shape[1]
     low_dim = result.image_shape is None and dim in (2, 3)
-    if result.image_shape is not None:
-        n_place = int(min(MAX_PLACED, max(shown.size, IMAGE_BUDGET // ((m + 1) * dim))))
-    else:
-        n_place = MAX_PLACED
-    placed = _placed_indices(result, shown, n_place) if not low_dim else shown
+    placed = placed_indices(result)
     header["n_shown"] = int(shown.size)
     header["sample_index"] = placed.tolist()
     header["sample_label"] = _np(result.target.labels)[placed].astype(int).tolist()
@@ -256,27 +256,75 @@ def build_geodesic(
             [np.full(len(r), i, dtype=np.uint8) for i, r in enumerate(refs)]
         )
     elif embedding is not None and place is not None:
-        header["view"] = "embedding"
-        header["embedding_method"] = str(embedding.method)
-        header["axis_titles"] = list(embedding.axis_titles)
-        res = int(grid_res or grid_resolution(m))
-        comps = simplex_compositions(m, res)
-        header["grid_res"] = res
-        feats = np.stack([f[placed] for f in mapped])  # (m, P, D)
-        nodes = comps.astype(np.float64) / res
-        stacked = np.einsum("km,mpd->kpd", nodes, feats).reshape(-1, dim)
-        pts = np.asarray(place(stacked), dtype=np.float32).reshape(len(comps), placed.size, 2)
-        arrays["grid"] = comps.astype(np.uint8)
-        arrays["place"] = pts.astype("<f4")
-        arrays["bg"] = np.concatenate([embedding.points[n] for n in embedding.names]).astype("<f4")
-        arrays["bg_set"] = np.concatenate(
+        emb_header, emb_arrays = _embedding_view(result, embedding, place, grid_res)
+        header.update(emb_header)
+        arrays.update(emb_arrays)
+    else:
+        header["view"] = "pending" if embedding_pending else "none"
+    data = encode(header, arrays)
+    return Payload(data, decode(data)[0], time.perf_counter() - start)
+
+
+def placed_indices(result: Any) -> np.ndarray:
+    """The target samples whose ``P_a`` the view draws (and whose images the payload
+    carries): the shown samples first, then random others, up to :data:`MAX_PLACED` within
+    :data:`IMAGE_BUDGET` bytes of images; only the shown ones for 2-D/3-D data."""
+    m = int(result.m)
+    shown = sample_indices(result)
+    dim = int(result.target.features.shape[1])
+    if result.image_shape is None and dim in (2, 3):
+        return shown
+    if result.image_shape is not None:
+        n_place = int(min(MAX_PLACED, max(shown.size, IMAGE_BUDGET // ((m + 1) * dim))))
+    else:
+        n_place = MAX_PLACED
+    return _placed_indices(result, shown, n_place)
+
+
+def _embedding_view(
+    result: Any, embedding: Any, place: Any, grid_res: int | None
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The embedding view's header fields and arrays: ``grid``, ``place`` (``P_a`` of the
+    placed samples at every grid node, placed by ``place``), ``bg`` and ``bg_set``."""
+    m = int(result.m)
+    placed = placed_indices(result)
+    mapped = [_np(f).astype(np.float32, copy=False) for f in result.mapped_features]
+    dim = mapped[0].shape[1]
+    res = int(grid_res or grid_resolution(m))
+    comps = simplex_compositions(m, res)
+    feats = np.stack([f[placed] for f in mapped])  # (m, P, D)
+    nodes = comps.astype(np.float64) / res
+    stacked = np.einsum("km,mpd->kpd", nodes, feats).reshape(-1, dim)
+    pts = np.asarray(place(stacked), dtype=np.float32).reshape(len(comps), placed.size, 2)
+    header = {
+        "view": "embedding",
+        "embedding_method": str(embedding.method),
+        "axis_titles": list(embedding.axis_titles),
+        "grid_res": res,
+    }
+    arrays = {
+        "grid": comps.astype(np.uint8),
+        "place": pts.astype("<f4"),
+        "bg": np.concatenate([embedding.points[n] for n in embedding.names]).astype("<f4"),
+        "bg_set": np.concatenate(
             [
                 np.full(len(embedding.points[n]), k, dtype=np.uint8)
                 for k, n in enumerate(embedding.names)
             ]
-        )
-    else:
-        header["view"] = "none"
+        ),
+    }
+    return header, arrays
+
+
+def build_embedding(
+    result: Any, embedding: Any, place: Any, *, grid_res: int | None = None
+) -> Payload:
+    """The embedding view alone, for a geodesic payload built with ``embedding_pending``:
+    sent when the embedding is ready, the browser adds its header fields and arrays to the
+    payload it has (the same ones :func:`build_geodesic` with ``embedding`` carries)."""
+    start = time.perf_counter()
+    header, arrays = _embedding_view(result, embedding, place, grid_res)
+    header = {"version": VERSION, "mode": "embedding", **header}
     data = encode(header, arrays)
     return Payload(data, decode(data)[0], time.perf_counter() - start)
 

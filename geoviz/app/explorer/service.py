@@ -10,49 +10,122 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from geoviz.app import services
-from geoviz.app.explorer.payload import Payload, build_bootstrap, build_geodesic, build_mccann
+from geoviz.app.explorer.payload import (
+    Payload,
+    build_bootstrap,
+    build_embedding,
+    build_geodesic,
+    build_mccann,
+)
+from geoviz.app.services.caches import Progress
 
 if TYPE_CHECKING:
+    from geoviz.app.jobs import BackgroundJob
     from geoviz.app.session import SessionModel
     from geoviz.geodesic.pipeline import GeodesicResult
     from geoviz.geodesic.uncertainty import GeodesicBootstrap
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["bootstrap_payload", "geodesic_payload", "mccann_payload"]
+__all__ = [
+    "bootstrap_payload",
+    "embedding_payload",
+    "embedding_payload_job",
+    "geodesic_payload",
+    "has_embedding_view",
+    "mccann_payload",
+]
+
+
+def has_embedding_view(result: GeodesicResult) -> bool:
+    """Whether the explorer shows ``P_a`` in an embedding (images, or more than 3
+    features); 2-D/3-D data are drawn as they are."""
+    return result.image_shape is not None or result.target.features.shape[1] not in (2, 3)
 
 
 def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
-    """The geodesic explorer's payload for the current scenario. Cached."""
-    key = ("explorer", model.scenario.key(), model.settings.embed_per_dataset)
+    """The geodesic explorer's payload for the current scenario, without the embedding view
+    (header ``view = "pending"`` where there is one: :func:`embedding_payload` brings it, so
+    the simplex, the images and the label mass never wait for UMAP). Cached."""
+    key = ("explorer", model.scenario.key())
 
     def compute() -> Payload:
+        payload = build_geodesic(
+            result,
+            mixup_seed=model.scenario.seed,
+            embedding_pending=has_embedding_view(result),
+        )
+        LOG.info("explorer payload: %.2f MB in %.2f s", payload.size / 1e6, payload.seconds)
+        return payload
+
+    return services.store().get_or_compute(key, compute, tier="fit")
+
+
+def _embedding_payload_key(model: SessionModel) -> tuple[Hashable, ...]:
+    return ("explorer-embedding", model.scenario.key(), model.settings.embed_per_dataset)
+
+
+def embedding_payload_job(model: SessionModel) -> BackgroundJob | None:
+    """The running (or finished, unclaimed) job of :func:`embedding_payload`, if any."""
+    return services.store().job(_embedding_payload_key(model))
+
+
+def embedding_payload(
+    model: SessionModel, result: GeodesicResult, wait_seconds: float | None = 0.0
+) -> tuple[Payload | None, BaseException | None]:
+    """The explorer's embedding view for the current scenario (:func:`build_embedding`).
+
+    ``(payload, None)`` when ready; ``(None, None)`` while its background job runs (started
+    or joined here, and waited for up to ``wait_seconds``; ``None``: until done): the embedding of the scenario's
+    datasets (:func:`geoviz.app.services.embedding`, UMAP's import and fit, or the disk
+    cache) and the placement of ``P_a`` at the grid nodes; ``(None, error)`` when it failed
+    (remembered, so a failing fit is not restarted on every rerun).
+    """
+    key = _embedding_payload_key(model)
+    store = services.store()
+    ready = store.get(key)
+    if ready is not None:
+        return ready, None
+    failed = store.get(("explorer-embedding-failed", *key))
+    if failed is not None:
+        return None, failed
+
+    # read here, in the page's thread: a job's thread cannot read the session's state
+    data = services.scenario_data(model)
+    job_model = model.detached()
+
+    def run(progress: Progress) -> Payload:
         start = time.perf_counter()
-        emb = place = None
-        dim = result.target.features.shape[1]
-        if result.image_shape is not None or dim not in (2, 3):
-            data = services.scenario_data(model)
-            emb = services.embedding(model, data)
+        progress("embedding", 0.0)
+        emb = services.embedding(job_model, data)
+        progress("placing P_a on the grid", 0.7)
 
-            def place(features: np.ndarray) -> np.ndarray:
-                return services.place_points(model, emb, features, ("explorer-grid",))
+        def place(features: np.ndarray) -> np.ndarray:
+            return services.place_points(job_model, emb, features, ("explorer-grid",))
 
-        payload = build_geodesic(result, emb, place, mixup_seed=model.scenario.seed)
+        payload = build_embedding(result, emb, place)
         LOG.info(
-            "explorer payload: %.2f MB in %.2f s (%.2f s with the embedding)",
+            "explorer embedding: %.2f MB, ready %.2f s after it was asked for",
             payload.size / 1e6,
-            payload.seconds,
             time.perf_counter() - start,
         )
         return payload
 
-    # a fit-sized computation (the embedding's grid placement): kept with the fits
-    return services.store().get_or_compute(key, compute, tier="fit")
+    job = store.start_job(key, run)
+    if not job.wait(None if wait_seconds is None else max(float(wait_seconds), 0.0)):
+        return None, None
+    store.claim_job(key)  # the result (not an error) moves into the fit tier
+    if job.error_ is not None:
+        store.put(("explorer-embedding-failed", *key), job.error_, tier="derived")
+        return None, job.error_
+    done: Payload = job.result_
+    return done, None
 
 
 def bootstrap_payload(model: SessionModel, bootstrap: GeodesicBootstrap) -> Payload:

@@ -108,7 +108,11 @@
   const G = (window.geovizExplorer = {
     frameTimes: [], valuesSent: 0, renders: 0, playFrames: 0, playFps: null,
     objective: (a) => objective(a), mix: (a) => Array.from(mixAll(a)),
-    pick: () => S.pick.slice(), t: () => S.t, ready: false,
+    pick: () => S.pick.slice(), t: () => S.t, ready: false, polls: 0,
+    /** the view ("embedding", "scatter", "pending": the embedding is still being computed, "none") */
+    view: () => H().view,
+    /** what the server still computes in the background (the browser polls for it) */
+    pending: () => S.pendingParts.slice(),
     header: () => { const h = Object.assign({}, S.P.header); delete h.arrays; return h; },
     /** the P_a (or P^M_t) points the view draws: [[x, y], ...] */
     points: () => (S.ui && S.ui.view ? viewPoints().map((p) => [p[0], p[1]]) : []),
@@ -144,7 +148,11 @@
     mix64: (a) => { const px = mixAll(a); let s = ""; for (let k = 0; k < px.length; k += 8192) s += String.fromCharCode.apply(null, px.subarray(k, k + 8192)); return btoa(s); },
   });
   const S = { payloadId: null, P: null, pick: null, t: 0.5, dragging: false, pending: [],
-              rafQueued: false, seq: 0, hover: null, ui: null };
+              rafQueued: false, seq: 0, hover: null, ui: null,
+              embId: null, embWaiting: null, embError: null, pendingParts: [], pollTimer: null };
+  // polls for the parts computed in the background (issue 26): the next one this long after a
+  // render, and again after POLL_RETRY_MS if no render answered (a lost poll)
+  const POLL_MS = 300, POLL_RETRY_MS = 8000;
 
   function A(name) { return S.P.arrays[name]; }
   function H() { return S.P.header; }
@@ -343,8 +351,42 @@
       ui.view.addEventListener("pointermove", hoverView);
       ui.view.addEventListener("pointerleave", () => { document.getElementById("tip").style.display = "none"; });
     }
+    if (h.view === "pending") {  // the embedding comes later, by itself (issue 26)
+      el("h4", { text: "Embedding of Q and the references, with " + (h.mode === "mccann" ? "P^M_t" : "P_a") + " moving" }, root);
+      ui.pendingNote = el("div", { class: "hint", id: "view-pending" }, root);
+      ui.pendingNote.textContent = pendingText();
+    }
     fitHeight();
     if (h.mode !== "mccann" && h.m === 3) buildHeatmap();
+  }
+  function pendingText() {
+    return S.embError ? "No embedding view: " + S.embError
+      : "The embedding (UMAP, or PCA) is computed in the background: it appears here when ready, no click needed.";
+  }
+  /** The embedding view arrived: add its header fields and arrays to the payload and rebuild
+   * (after a drag, never during one). */
+  function applyEmbedding() {
+    const e = decode(S.embWaiting.data);
+    S.embId = S.embWaiting.id; S.embWaiting = null;
+    for (const k of ["view", "embedding_method", "axis_titles", "grid_res"]) if (k in e.header) S.P.header[k] = e.header[k];
+    Object.assign(S.P.arrays, e.arrays);
+    const zoom = S.ui && S.ui.zoom ? S.ui.zoom.value : null;
+    S.ui = null;
+    build();
+    if (zoom && S.ui.zoom && zoom !== "1") { S.ui.zoom.value = zoom; layoutTiles(Number(zoom)); }
+    bootChanged();
+  }
+  /** Ask the server again for the parts still pending (a rerun of the page's fragment). */
+  function schedulePoll() {
+    clearTimeout(S.pollTimer); S.pollTimer = null;
+    if (!S.pendingParts.length) return;
+    S.pollTimer = setTimeout(function poll() {
+      if (!S.pendingParts.length) return;
+      if (S.dragging) { S.pollTimer = setTimeout(poll, POLL_MS); return; }  // after the drag
+      S.seq += 1; G.polls += 1;
+      setValue({ poll: S.pendingParts.slice(0, 4), seq: S.seq, id: S.payloadId });
+      S.pollTimer = setTimeout(poll, POLL_RETRY_MS);
+    }, POLL_MS);
   }
 
   // ------------------------------------------------------------------ simplex widget
@@ -599,6 +641,7 @@
       S.dragging = false; S.activeBar = undefined;
       S.pick = weightsAt(...pos(ev)); S.activeBar = undefined;
       sendWeights();
+      if (S.embWaiting) { applyEmbedding(); request(null); }
     };
     c.addEventListener("pointerup", release);
     c.addEventListener("pointercancel", release);
@@ -1229,6 +1272,7 @@
       S.P = decode(args.payload);
       S.payloadId = args.payload_id;
       S.bootHat = null; S.B = null; S.bootId = null; S.inspect = null;
+      S.embId = null; S.embWaiting = null;
       S.pick = null;
       S.ui = null;
     }
@@ -1247,6 +1291,13 @@
       S.B = args.boot ? decode(args.boot) : null;
       bootChanged();
     }
+    S.embError = args.emb_error || null;
+    const embId = args.emb ? args.emb_id : null;
+    if (embId && embId !== S.embId && (!S.embWaiting || S.embWaiting.id !== embId)) S.embWaiting = { id: embId, data: args.emb };
+    if (S.embWaiting && !S.dragging) applyEmbedding();
+    else if (S.ui.pendingNote) S.ui.pendingNote.textContent = pendingText();
+    S.pendingParts = Array.isArray(args.pending) ? args.pending.map(String) : [];
+    schedulePoll();
     draw();
     fitHeight();
     G.ready = true;
