@@ -73,10 +73,10 @@ def sync_playwright():
     return pw.sync_playwright
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterator[dict]:
-    """The app (``python -m geoviz.app.serve``) on a free port; yields ``{"url", "export_dir"}``; always stopped."""
-    tmp = tmp_path_factory.mktemp("browser")
+@contextlib.contextmanager
+def _app_server(tmp: Path, **env_overrides: str) -> Iterator[dict]:
+    """The app (``python -m geoviz.app.serve``) on a free port with the test sizes and
+    ``env_overrides``; yields ``{"url", "export_dir", "log"}``; always stopped."""
     port = _free_port()
     env = {
         **os.environ,
@@ -88,8 +88,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterato
         "GEOVIZ_CACHE_DIR": str(tmp / "cache"),
         "GEOVIZ_EXPORT_ROOT": str(tmp / "exports"),
         "PYTHONUNBUFFERED": "1",
+        **env_overrides,
     }
-    (tmp / "exports").mkdir()
+    (tmp / "exports").mkdir(exist_ok=True)
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed in finally
     cmd = [  # as `make run` starts it: preload, prefetch of the default scenario, streamlit run
         sys.executable,
@@ -125,6 +126,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterato
             proc.kill()
             proc.wait(timeout=20)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterator[dict]:
+    """The app (``python -m geoviz.app.serve``) on a free port; yields
+    ``{"url", "export_dir", "log"}``; always stopped."""
+    with _app_server(tmp_path_factory.mktemp("browser")) as info:
+        yield info
 
 
 @pytest.fixture(scope="module")
@@ -607,16 +616,10 @@ def _explorer(pg, timeout_s: float = PAGE_TIMEOUT_MS / 1000):
 
 
 def _with_bootstrap(pg, frame):
-    """The explorer's frame once the background bootstrap is in it. The page waits up to
-    2 s for it and then goes on without (it comes with the next run); on a slow machine a
-    reload is that next run."""
-    for _ in range(6):
-        with contextlib.suppress(Exception):
-            frame.wait_for_function("() => geovizExplorer.bootstrap() !== null", timeout=10_000)
-            return frame
-        pg.reload()
-        frame = _explorer(pg)
-    raise AssertionError("the bootstrap never reached the explorer")
+    """The explorer's frame once the background bootstrap is in it: the page draws the
+    explorer without waiting for it, and the browser's polls bring it (no reload, no click)."""
+    frame.wait_for_function("() => geovizExplorer.bootstrap() !== null", timeout=120_000)
+    return frame
 
 
 def _two_references(**kwargs):
@@ -1332,3 +1335,64 @@ def test_explorer_at_projector_width(page, server):
         _shot(pg, "3_geodesic_projector_1280")
     finally:
         pg.set_viewport_size(old)
+
+
+def test_explorer_comes_first_and_the_embedding_arrives_without_a_click(sync_playwright, tmp_path):
+    """Issue 26: on a server that computes nothing ahead (``GEOVIZ_PREFETCH=0``) and fits
+    UMAP, the explorer is drawn as soon as the maps are there, with the embedding still
+    pending; the browser's polls bring the embedding view (no click, no reload), never during
+    a drag, and the pick made meanwhile stays."""
+    with (
+        _app_server(tmp_path, GEOVIZ_PREFETCH="0", GEOVIZ_EMBEDDING="umap") as srv,
+        sync_playwright() as p,
+    ):
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            pg = browser.new_page(viewport={"width": 1500, "height": 1900})
+            pg.set_default_timeout(PAGE_TIMEOUT_MS)
+            pg.goto(f"{srv['url']}/geodesic")
+            frame = _explorer(pg)
+            first = frame.evaluate(
+                "() => ({view: geovizExplorer.view(), pending: geovizExplorer.pending(),"
+                " note: document.getElementById('view-pending').textContent,"
+                " value: document.getElementById('value').textContent})"
+            )
+            assert first["view"] == "pending" and "embedding" in first["pending"], first
+            assert "appears here when ready" in first["note"]
+            assert first["value"].startswith("W²(P_a, Q) =")  # the simplex works meanwhile
+            _shot(pg, "3_geodesic_embedding_pending")
+            # a drag while the embedding is pending: no poll and no value until the release
+            box = frame.locator("canvas#simplex").bounding_box()
+            polls = frame.evaluate("() => geovizExplorer.polls")
+            pg.mouse.move(box["x"] + 200, box["y"] + 230)
+            pg.mouse.down()
+            for k in range(12):
+                pg.mouse.move(box["x"] + 200 + 6 * k, box["y"] + 230 + 3 * k)
+                pg.wait_for_timeout(100)
+            during = frame.evaluate("() => [geovizExplorer.polls, geovizExplorer.valuesSent]")
+            assert during == [polls, 0], "the explorer polled or sent a value mid-drag"
+            pg.mouse.up()
+            picked = frame.evaluate("() => geovizExplorer.pick()")
+            frame.wait_for_function(
+                "() => geovizExplorer.view() === 'embedding' && geovizExplorer.pending().length === 0",
+                timeout=240_000,
+            )
+            after = frame.evaluate(
+                "() => ({polls: geovizExplorer.polls, sent: geovizExplorer.valuesSent,"
+                " pick: geovizExplorer.pick(), points: geovizExplorer.viewXY().length,"
+                " header: geovizExplorer.header()})"
+            )
+            assert after["polls"] >= 1 and after["sent"] == 1  # polls, and the one release
+            assert after["pick"] == picked  # the embedding did not reset the pick
+            assert after["points"] == len(after["header"]["sample_index"]) > 0
+            assert after["header"]["embedding_method"] in ("umap", "pca")
+            assert document_has_no_pending_note(frame)
+            _wait_idle(pg)
+            _assert_no_exception(pg, "geodesic explorer after the embedding arrived")
+            _shot(pg, "3_geodesic_embedding_arrived")
+        finally:
+            browser.close()
+
+
+def document_has_no_pending_note(frame) -> bool:
+    return frame.evaluate("() => document.getElementById('view-pending') === null")

@@ -383,8 +383,8 @@
     S.pollTimer = setTimeout(function poll() {
       if (!S.pendingParts.length) return;
       if (S.dragging) { S.pollTimer = setTimeout(poll, POLL_MS); return; }  // after the drag
-      S.seq += 1; G.polls += 1;
-      setValue({ poll: S.pendingParts.slice(0, 4), seq: S.seq, id: S.payloadId });
+      S.seq += 1; G.polls += 1;  // a poll is not a value the user sent (G.valuesSent)
+      post("streamlit:setComponentValue", { value: { poll: S.pendingParts.slice(0, 4), seq: S.seq, id: S.payloadId }, dataType: "json" });
       S.pollTimer = setTimeout(poll, POLL_RETRY_MS);
     }, POLL_MS);
   }
