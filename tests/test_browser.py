@@ -1337,18 +1337,14 @@ def test_explorer_at_projector_width(page, server):
         pg.set_viewport_size(old)
 
 
-def test_explorer_comes_first_and_the_embedding_arrives_without_a_click(sync_playwright, tmp_path):
+def test_explorer_comes_first_and_the_embedding_arrives_without_a_click(page, tmp_path):
     """Issue 26: on a server that computes nothing ahead (``GEOVIZ_PREFETCH=0``) and fits
     UMAP, the explorer is drawn as soon as the maps are there, with the embedding still
     pending; the browser's polls bring the embedding view (no click, no reload), never during
     a drag, and the pick made meanwhile stays."""
-    with (
-        _app_server(tmp_path, GEOVIZ_PREFETCH="0", GEOVIZ_EMBEDDING="umap") as srv,
-        sync_playwright() as p,
-    ):
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    with _app_server(tmp_path, GEOVIZ_PREFETCH="0", GEOVIZ_EMBEDDING="umap") as srv:
+        pg = page.context.new_page()  # a second tab of the tests' browser, on this server
         try:
-            pg = browser.new_page(viewport={"width": 1500, "height": 1900})
             pg.set_default_timeout(PAGE_TIMEOUT_MS)
             pg.goto(f"{srv['url']}/geodesic")
             frame = _explorer(pg)
@@ -1391,7 +1387,7 @@ def test_explorer_comes_first_and_the_embedding_arrives_without_a_click(sync_pla
             _assert_no_exception(pg, "geodesic explorer after the embedding arrived")
             _shot(pg, "3_geodesic_embedding_arrived")
         finally:
-            browser.close()
+            pg.close()
 
 
 def document_has_no_pending_note(frame) -> bool:

@@ -201,7 +201,7 @@ def explorer_notes(model: SessionModel, state: ExplorerState) -> None:
 
 
 def geodesic_with_status(
-    model: SessionModel, poll_seconds: float = 0.1, scenario: Scenario | None = None
+    model: SessionModel, poll_seconds: float = 0.25, scenario: Scenario | None = None
 ) -> GeodesicResult | None:
     """The scenario's geodesic, computed in the background with an ``st.status`` box.
 

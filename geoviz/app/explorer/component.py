@@ -9,6 +9,7 @@ are built once per scenario (and map method) by :mod:`geoviz.app.explorer.servic
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,10 +80,11 @@ def _refused(err: BrowserValueError) -> None:
     st.warning(str(err))
 
 
-#: how long a run of the page waits for the bootstrap and the embedding view before drawing
-#: the explorer without them (they come with the browser's next poll)
+#: how long a run of the page waits for the bootstrap and the embedding view (together)
+#: before drawing the explorer without them (they come with the browser's next poll)
 FIRST_WAIT_SECONDS = 0.3
-#: how long a poll from the browser waits for them (woken as soon as they are ready)
+#: how long a poll from the browser waits for them, together (the bootstrap first, then the
+#: embedding in the time left)
 POLL_WAIT_SECONDS = 2.0
 
 
@@ -128,12 +130,13 @@ def geodesic_explorer(
         polled = event is not None and "poll" in event.fields
     except BrowserValueError as err:  # the last good pick stays, and so does the explorer
         _refused(err)
-    wait = POLL_WAIT_SECONDS if polled else FIRST_WAIT_SECONDS
+    # one deadline for both parts: a first run waits FIRST_WAIT_SECONDS in all, not per part
+    deadline = time.monotonic() + (POLL_WAIT_SECONDS if polled else FIRST_WAIT_SECONDS)
     payload = geodesic_payload(model, result)
-    bootstrap, boot_error = _bootstrap(model, result, wait)
+    bootstrap, boot_error = _bootstrap(model, result, max(0.0, deadline - time.monotonic()))
     emb = emb_error = None
     if has_embedding_view(result):
-        emb, emb_error = embedding_payload(model, result, wait)
+        emb, emb_error = embedding_payload(model, result, max(0.0, deadline - time.monotonic()))
     pending = tuple(
         part
         for part, missing in (
