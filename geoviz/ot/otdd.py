@@ -87,27 +87,33 @@ the transport cost of the entropic plan.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from geoviz import limits
-from geoviz.backend import DiskCache, check_memory, resolve_device, resolve_dtype
+from geoviz.backend import DiskCache, check_memory, resolve_device
 from geoviz.data.dataset import LabeledDataset
-from geoviz.errors import BlurWarning, DatasetError, GeovizError
+from geoviz.errors import BlurWarning, GeovizError
 from geoviz.ot.geometry import CostGeometry, PointCloudCost
-from geoviz.ot.labels import LabelMethod, label_distances
+from geoviz.ot.labels import label_distances
+from geoviz.ot.otdd_cost import (
+    BLUR_NEIGHBOURS,
+    DEFAULT_EPSILON,
+    N_NEIGHBOURS,
+    OTDDConfig,
+    check_compatible,
+    ground_cost,
+    itemsize,
+    mean_ground_cost,
+)
+from geoviz.ot.otdd_result import OTDDResult
 from geoviz.ot.sinkhorn import (
-    KernelPolicy,
     Sinkhorn,
     SinkhornCallback,
-    SinkhornMode,
     SinkhornResult,
     TransportProblem,
     uniform_measure,
@@ -127,516 +133,11 @@ __all__ = [
 
 ProgressFn = Callable[[str, float], None]
 
-#: bump when the numbers produced by :func:`otdd` change (part of cache keys)
-OTDD_ALGO_VERSION = "2"
-
-#: default relative regularisation (``eps_abs = DEFAULT_EPSILON * mean(C)``): sharp maps,
-#: see the table in the module docstring
-DEFAULT_EPSILON = 1e-3
-
-#: a plan whose median row perplexity exceeds this is reported as blurry (:class:`BlurWarning`)
-BLUR_NEIGHBOURS = 10.0
-
-#: plan entries kept per target point for :attr:`OTDDResult.neighbour_index`
-N_NEIGHBOURS = 8
-
-
-@dataclass(frozen=True)
-class OTDDConfig:
-    """Parameters of :func:`otdd` (and of the maps built on it).
-
-    Parameters
-    ----------
-    epsilon
-        Entropic regularisation **relative to the mean of the ground-cost
-        matrix** (``epsilon_abs = epsilon * mean(C)``, see module docstring), in
-        ``[geoviz.limits.EPSILON_MIN, geoviz.limits.EPSILON_MAX]`` = ``[1e-4, 10]``
-        (below 1e-4 the maps are already one-to-one and Sinkhorn stops converging,
-        see :data:`geoviz.limits.EPSILON_MIN`).
-        The default :data:`DEFAULT_EPSILON` (``1e-3``) gives sharp maps (a few
-        reference points per mapped point); ``0.05`` averages about half the
-        reference set (blur).
-    lambda_x, lambda_y
-        Weights of the feature and label terms of the ground cost (>= 0, not both 0).
-    label_method
-        ``"gaussian"`` or ``"exact"`` (see :func:`~geoviz.ot.labels.label_distances`).
-    max_per_class
-        Samples per class used by the label distances (``None``: all).
-    tol
-        Stop Sinkhorn when the L1 marginal error is ``<= tol``.
-    max_iter
-        Iteration budget of each Sinkhorn solve.
-    batch_size
-        ``None`` for the full problem, else the number ``B`` of target points
-        per batch.
-    stream_reference
-        Never materialise the ``B x N_ref`` cost (recompute blocks each iteration).
-    reference_subsample
-        In batched mode, solve each batch against a fresh seeded random
-        subsample of this many reference points (``None``: all). Ignored in
-        full mode.
-    debiased
-        Report the Sinkhorn divergence instead of ``<pi, C>``.
-    solver
-        Sinkhorn kernel: ``"auto"`` (dense while the plan is dense, truncated
-        sparse kernel once it is sparse), ``"dense"``, ``"sparse"`` or
-        ``"online"`` (see :class:`geoviz.ot.sinkhorn.KernelPolicy`).
-    truncation
-        Sparse kernel: drop plan entries below ``exp(-truncation)`` times their
-        row's largest (the dropped mass is measured and reported).
-    dtype
-        Compute dtype of the cost/kernel (potentials are always float64).
-    device
-        ``"auto"``, ``"cpu"`` or ``"cuda"``.
-    seed
-        Seeds the label-distance subsampling, the batch shuffling and the
-        reference subsamples.
-    """
-
-    epsilon: float = DEFAULT_EPSILON
-    lambda_x: float = 1.0
-    lambda_y: float = 1.0
-    label_method: LabelMethod = "gaussian"
-    max_per_class: int | None = 200
-    tol: float = 1e-4
-    max_iter: int = 5000
-    batch_size: int | None = None
-    stream_reference: bool = False
-    reference_subsample: int | None = None
-    debiased: bool = False
-    solver: SinkhornMode = "auto"
-    truncation: float = 20.0
-    dtype: Literal["float32", "float64"] = "float32"
-    device: str = "auto"
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        def bad(msg: str) -> GeovizError:
-            return GeovizError(f"OTDDConfig: {msg}")
-
-        for name in ("epsilon", "lambda_x", "lambda_y", "tol", "truncation"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-            ):
-                raise bad(f"{name} must be a finite number, got {value!r}")
-        try:  # the one range of relative epsilons (geoviz.limits explains the floor)
-            limits.check_epsilon(self.epsilon)
-        except GeovizError as err:
-            raise bad(str(err)) from None
-        if self.lambda_x < 0 or self.lambda_y < 0:
-            raise bad(
-                f"lambda_x and lambda_y must be >= 0, got {self.lambda_x!r}, {self.lambda_y!r}"
-            )
-        if self.lambda_x == 0 and self.lambda_y == 0:
-            raise bad("lambda_x and lambda_y cannot both be 0")
-        if self.tol <= 0:
-            raise bad(f"tol must be > 0, got {self.tol!r}")
-        if self.truncation <= 0:
-            raise bad(f"truncation must be > 0, got {self.truncation!r}")
-        if self.solver not in ("auto", "dense", "sparse", "online"):
-            raise bad(f"solver must be 'auto', 'dense', 'sparse' or 'online', got {self.solver!r}")
-        if self.label_method not in ("exact", "gaussian"):
-            raise bad(f"label_method must be 'exact' or 'gaussian', got {self.label_method!r}")
-        for name in ("max_iter", "batch_size", "reference_subsample", "max_per_class"):
-            value = getattr(self, name)
-            if value is None and name != "max_iter":
-                continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, np.integer))
-                or int(value) < 1
-            ):
-                raise bad(
-                    f"{name} must be a positive integer{'' if name == 'max_iter' else ' or None'}, got {value!r}"
-                )
-            if name != "max_iter" and int(value) > limits.MAX_SAMPLES:
-                raise bad(
-                    f"{name} must be at most {limits.MAX_SAMPLES:,} (samples of one dataset), "
-                    f"got {int(value):,}"
-                )
-        if self.dtype not in ("float32", "float64"):
-            raise bad(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        if str(self.device) not in ("auto", "cpu", "cuda") and not str(self.device).startswith(
-            "cuda:"
-        ):
-            raise bad(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
-            raise bad(f"seed must be an integer, got {self.seed!r}")
-
-    @property
-    def batched(self) -> bool:
-        """Whether the problem is split into target batches or streamed."""
-        return self.batch_size is not None or self.stream_reference
-
-    def cache_params(self) -> dict[str, Any]:
-        """Parameters that determine the numbers (everything but the device)."""
-        params = dataclasses.asdict(self)
-        params.pop("device")
-        params["algo"] = OTDD_ALGO_VERSION
-        return params
-
-    def cost_geometry(
-        self,
-        target: LabeledDataset,
-        reference: LabeledDataset,
-        label_cost: torch.Tensor,
-        *,
-        mean: float | None = None,
-        device: torch.device | str | None = None,
-    ) -> PointCloudCost:
-        """The OTDD ground cost between ``target`` and ``reference`` with this epsilon.
-
-        A :class:`~geoviz.ot.geometry.PointCloudCost` (evaluated by row blocks, never
-        stored) of ``lambda_x ||x - x'||^2 + lambda_y label_cost[y, y']`` (no 1/2) in
-        :attr:`dtype` on ``device`` (default :attr:`device`), holding the relative
-        :attr:`epsilon`: its ``epsilon_abs`` is ``epsilon * mean`` (``mean``: the
-        closed form of :func:`mean_ground_cost`, computed when not given).
-        """
-        dev = resolve_device(self.device if device is None else device)
-        n_points = target.n_samples + reference.n_samples
-        itemsize = _itemsize(resolve_dtype(self.dtype))
-        check_memory(n_points * target.n_features * itemsize, dev, "the OTDD point clouds")
-        if mean is None:
-            mean = mean_ground_cost(
-                target, reference, label_cost, lambda_x=self.lambda_x, lambda_y=self.lambda_y
-            )
-        return self._cloud(
-            (target.features, target.labels),
-            (reference.features, reference.labels),
-            label_cost,
-            dev,
-            mean=mean,
-            epsilon=self.epsilon,
-            relative_epsilon=True,
-        )
-
-    def _cloud(
-        self,
-        points: tuple[torch.Tensor, torch.Tensor],
-        points_ref: tuple[torch.Tensor, torch.Tensor],
-        label_cost: torch.Tensor,
-        device: torch.device,
-        *,
-        epsilon: float,
-        relative_epsilon: bool,
-        mean: float | None = None,
-    ) -> PointCloudCost:
-        """The ground cost between ``(features, labels)`` pairs with this config's weights."""
-        return PointCloudCost(
-            points[0],
-            points_ref[0],
-            labels=points[1],
-            labels_ref=points_ref[1],
-            label_cost=label_cost,
-            lambda_x=self.lambda_x,
-            lambda_y=self.lambda_y,
-            dtype=resolve_dtype(self.dtype),
-            device=device,
-            mean=mean,
-            epsilon=epsilon,
-            relative_epsilon=relative_epsilon,
-        )
-
-    def sinkhorn_solver(self, *, keep_plan: bool = False) -> Sinkhorn:
-        """The :class:`~geoviz.ot.sinkhorn.Sinkhorn` settings of this configuration."""
-        return Sinkhorn(
-            tol=self.tol,
-            max_iter=self.max_iter,
-            kernel=KernelPolicy(mode=self.solver, truncation=self.truncation),
-            keep_plan=keep_plan,
-        )
-
-
-_SCALARS = (
-    "effective_neighbours",
-    "label_confidence",
-    "truncated_mass",
-    "cost",
-    "marginal_error",
-    "converged",
-    "n_iter",
-    "epsilon_abs",
-    "transport_cost",
-    "regularized_cost",
-    "mean_ground_cost",
-    "n_batches",
-)
-
-
-@dataclass(frozen=True)
-class OTDDResult:
-    """Outcome of :func:`otdd`.
-
-    Attributes
-    ----------
-    cost
-        ``<pi, C>`` of the entropic plan, or the Sinkhorn divergence when
-        ``config.debiased`` (batched: mass-weighted mean over batches).
-    marginal_error
-        Largest L1 marginal error over the solves (``||pi 1 - a||_1 + ||pi^T 1 - b||_1``).
-    converged
-        Every solve reached ``tol``.
-    n_iter
-        Sinkhorn iterations, summed over batches.
-    epsilon_abs
-        Absolute regularisation ``epsilon * mean(C)``.
-    label_distances
-        ``(C_Q, C_P)`` float64 CPU ``W_2^2`` between target and reference classes.
-    coupling
-        ``(N_Q, N_P)`` float32 CPU plan (rows sum to ``1/N_Q``); ``None`` in
-        batched/streamed mode or when not kept.
-    transport_cost
-        ``<pi, C>`` (equals ``cost`` unless debiased).
-    regularized_cost
-        ``OT_eps = <f, a> + <g, b>`` of the cross problem (batched: mean).
-    mean_ground_cost
-        ``mean(C)`` used for ``epsilon_abs``.
-    mapped_features
-        ``(N_Q, D)`` float32 CPU barycentric projection (paper eq. (bary_map)),
-        when requested.
-    soft_labels
-        ``(N_Q, C_P)`` float32 CPU, rows sum to 1, when requested.
-    potentials
-        ``(f (N_Q,), g (N_P,))`` float64 CPU dual potentials when the problem was
-        solved in one piece against the whole reference (full mode, or streamed
-        / batched with a single batch and no reference subsample);
-        ``pi = (a (x) b) exp((f (+) g - C)/epsilon_abs)``.
-    n_batches
-        Number of target batches (1 in full mode).
-    effective_neighbours
-        **Sharpness**: median over target points of the plan-row perplexity
-        ``exp(H(pi_i. / sum_j pi_ij))``, the number of reference points a mapped
-        point effectively averages (1: a one-to-one map; ``N_P``: the mean
-        image). Above :data:`BLUR_NEIGHBOURS` the maps are blurry.
-    label_confidence
-        Mean over target points of the largest soft-label entry (1: every
-        mapped point gets one reference class; ``1/C_P``: uniform soft labels);
-        ``nan`` without barycentric outputs.
-    row_perplexity
-        ``(N_Q,)`` float32 CPU per-point perplexity (see ``effective_neighbours``).
-    neighbour_index, neighbour_weight
-        ``(N_Q, 8)`` int64 reference indices and float32 row-normalised plan
-        weights of the largest entries of every plan row, descending (index
-        ``-1``, weight 0 where a row has fewer entries): which reference points
-        each mapped point is made of.
-    truncated_mass
-        Sparse solver: mass of the dense entropic plan outside the kept support
-        (largest over batches; 0 for the dense solver).
-    solver_mode
-        Kernel of the final Sinkhorn stage (``"dense"``, ``"sparse"``, ``"online"``).
-    """
-
-    cost: float
-    marginal_error: float
-    converged: bool
-    n_iter: int
-    epsilon_abs: float
-    label_distances: torch.Tensor
-    coupling: torch.Tensor | None = None
-    transport_cost: float = float("nan")
-    regularized_cost: float = float("nan")
-    mean_ground_cost: float = float("nan")
-    mapped_features: torch.Tensor | None = dataclasses.field(default=None, repr=False)
-    soft_labels: torch.Tensor | None = dataclasses.field(default=None, repr=False)
-    potentials: tuple[torch.Tensor, torch.Tensor] | None = dataclasses.field(
-        default=None, repr=False
-    )
-    n_batches: int = 1
-    effective_neighbours: float = float("nan")
-    label_confidence: float = float("nan")
-    row_perplexity: torch.Tensor | None = dataclasses.field(default=None, repr=False)
-    neighbour_index: torch.Tensor | None = dataclasses.field(default=None, repr=False)
-    neighbour_weight: torch.Tensor | None = dataclasses.field(default=None, repr=False)
-    truncated_mass: float = 0.0
-    solver_mode: str = "dense"
-
-    @property
-    def is_blurry(self) -> bool:
-        """``effective_neighbours > BLUR_NEIGHBOURS``."""
-        return bool(self.effective_neighbours > BLUR_NEIGHBOURS)
-
-    def summary(self) -> dict[str, Any]:
-        """Plain-Python scalars (for manifests, the CLI and the app)."""
-        return {
-            "cost": self.cost,
-            "transport_cost": self.transport_cost,
-            "regularized_cost": self.regularized_cost,
-            "marginal_error": self.marginal_error,
-            "converged": self.converged,
-            "n_iter": self.n_iter,
-            "epsilon_abs": self.epsilon_abs,
-            "mean_ground_cost": self.mean_ground_cost,
-            "n_batches": self.n_batches,
-            "effective_neighbours": self.effective_neighbours,
-            "label_confidence": self.label_confidence,
-            "truncated_mass": self.truncated_mass,
-            "solver_mode": self.solver_mode,
-        }
-
-    def without_coupling(self) -> OTDDResult:
-        """A copy that drops the (large) coupling."""
-        return dataclasses.replace(self, coupling=None)
-
-    def to_payload(self) -> dict[str, Any]:
-        """Tensors and scalars for :class:`~geoviz.backend.DiskCache` (inverse: :meth:`from_payload`)."""
-        payload: dict[str, Any] = {k: getattr(self, k) for k in _SCALARS}
-        payload["label_distances"] = self.label_distances
-        payload["solver_mode"] = self.solver_mode
-        for key in (
-            "coupling",
-            "mapped_features",
-            "soft_labels",
-            "row_perplexity",
-            "neighbour_index",
-            "neighbour_weight",
-        ):
-            value = getattr(self, key)
-            if value is not None:
-                payload[key] = value
-        if self.potentials is not None:
-            payload["f"], payload["g"] = self.potentials
-        return payload
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> OTDDResult:
-        """Rebuild a result stored with :meth:`to_payload`."""
-        pots = (payload["f"], payload["g"]) if "f" in payload else None
-        return cls(
-            cost=float(payload["cost"]),
-            marginal_error=float(payload["marginal_error"]),
-            converged=bool(payload["converged"]),
-            n_iter=int(payload["n_iter"]),
-            epsilon_abs=float(payload["epsilon_abs"]),
-            label_distances=payload["label_distances"],
-            coupling=payload.get("coupling"),
-            transport_cost=float(payload["transport_cost"]),
-            regularized_cost=float(payload["regularized_cost"]),
-            mean_ground_cost=float(payload["mean_ground_cost"]),
-            mapped_features=payload.get("mapped_features"),
-            soft_labels=payload.get("soft_labels"),
-            potentials=pots,
-            n_batches=int(payload["n_batches"]),
-            effective_neighbours=float(payload["effective_neighbours"]),
-            label_confidence=float(payload["label_confidence"]),
-            row_perplexity=payload.get("row_perplexity"),
-            neighbour_index=payload.get("neighbour_index"),
-            neighbour_weight=payload.get("neighbour_weight"),
-            truncated_mass=float(payload["truncated_mass"]),
-            solver_mode=str(payload["solver_mode"]),
-        )
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def check_compatible(target: LabeledDataset, reference: LabeledDataset) -> None:
-    """Raise :class:`~geoviz.errors.DatasetError` unless both are datasets of equal dimension."""
-    for role, ds in (("target", target), ("reference", reference)):
-        if not isinstance(ds, LabeledDataset):
-            raise GeovizError(f"otdd: {role} must be a LabeledDataset, got {type(ds).__name__}")
-    if target.n_features != reference.n_features:
-        raise DatasetError(
-            f"feature dimensions differ: target {target.name!r} has {target.n_features} features per "
-            f"sample, reference {reference.name!r} has {reference.n_features}; harmonize them "
-            "(same image size/channels or feature extractor) first"
-        )
-
-
-def _moments(x: torch.Tensor, chunk: int = 8192) -> tuple[float, torch.Tensor]:
-    """``mean ||x||^2`` and ``mean x`` in float64, in row chunks (no full float64 copy)."""
-    total_sq = 0.0
-    total = torch.zeros(x.shape[1], dtype=torch.float64)
-    for r0 in range(0, x.shape[0], chunk):
-        blk = x[r0 : r0 + chunk].double()
-        total_sq += float(blk.square().sum())
-        total += blk.sum(0)
-    return total_sq / x.shape[0], total / x.shape[0]
-
-
-def mean_ground_cost(
-    target: LabeledDataset,
-    reference: LabeledDataset,
-    label_cost: torch.Tensor,
-    *,
-    lambda_x: float = 1.0,
-    lambda_y: float = 1.0,
-) -> float:
-    """Exact mean of the OTDD ground cost over all target x reference pairs (float64).
-
-    ``mean ||x - x'||^2 = mean||x||^2 + mean||x'||^2 - 2 xbar . xbar'`` and the
-    label part is ``p_Q^T W p_P`` with class frequencies ``p``.
-    """
-    sq_q, mean_q = _moments(target.features)
-    sq_p, mean_p = _moments(reference.features)
-    feat = float(sq_q + sq_p - 2.0 * mean_q @ mean_p)
-    pq = torch.from_numpy(target.class_counts() / target.n_samples)
-    pp = torch.from_numpy(reference.class_counts() / reference.n_samples)
-    w = label_cost.double().cpu()
-    iq, ip = pq > 0, pp > 0
-    lab = float(pq[iq] @ w[iq][:, ip] @ pp[ip])
-    return lambda_x * max(feat, 0.0) + lambda_y * lab
-
-
-def ground_cost(
-    xq: torch.Tensor,
-    yq: torch.Tensor,
-    xp: torch.Tensor,
-    yp: torch.Tensor,
-    label_cost: torch.Tensor,
-    *,
-    lambda_x: float = 1.0,
-    lambda_y: float = 1.0,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str | None = None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """OTDD ground-cost matrix ``lambda_x ||x_i - x'_j||^2 + lambda_y W[y_i, y'_j]``.
-
-    Built on ``device`` in ``dtype`` via ``||x||^2 + ||x'||^2 - 2 x.x'`` (one
-    GEMM per row chunk), clamped at 0; row chunks keep the temporaries below
-    ~64 MiB.
-
-    Parameters
-    ----------
-    xq, yq
-        ``(n, D)`` features and ``(n,)`` label indices into the rows of ``label_cost``.
-    xp, yp
-        ``(m, D)`` and ``(m,)`` (label indices into its columns).
-    label_cost
-        ``(C_Q, C_P)`` label distances (entries of absent classes are never read).
-    out
-        Optional preallocated ``(n, m)`` output.
-
-    Returns
-    -------
-    torch.Tensor
-        ``(n, m)``.
-    """
-    cloud = PointCloudCost(
-        xq,
-        xp,
-        labels=yq,
-        labels_ref=yp,
-        label_cost=label_cost,
-        lambda_x=lambda_x,
-        lambda_y=lambda_y,
-        dtype=dtype,
-        device=resolve_device(device),
-    )
-    return cloud.dense(out)
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
 
 def _block_cost(cloud: PointCloudCost, *, stream: bool, what: str) -> CostGeometry:
     """The OTDD cost of one block: ``cloud`` itself (streamed) or stored, memory checked first."""
     n, m = cloud.shape
-    item = _itemsize(cloud.dtype)
+    item = itemsize(cloud.dtype)
     if stream:
         block = min(64 * 2**20, n * m * item)  # one row block of the cost
         check_memory(block, cloud.device, f"the streamed {what}")
@@ -853,6 +354,122 @@ def otdd(
     )
 
 
+def _label_cost(
+    target: LabeledDataset,
+    reference: LabeledDataset,
+    config: OTDDConfig,
+    dev: torch.device,
+    label_cost: torch.Tensor | None,
+) -> torch.Tensor:
+    """``(C_Q, C_P)`` label distances: computed (:func:`label_distances`), or the given
+    ``label_cost`` checked for its shape."""
+    if label_cost is None:
+        return label_distances(
+            target,
+            reference,
+            method=config.label_method,
+            max_per_class=config.max_per_class,
+            seed=config.seed,
+            device=dev,
+        )
+    lab = torch.as_tensor(label_cost, dtype=torch.float64).cpu()
+    if tuple(lab.shape) != (target.n_classes, reference.n_classes):
+        raise GeovizError(
+            f"otdd: label_cost has shape {tuple(lab.shape)}, expected "
+            f"({target.n_classes}, {reference.n_classes})"
+        )
+    return lab
+
+
+def _batches(config: OTDDConfig, n_q: int) -> list[np.ndarray]:
+    """The target rows of each batch: all of them at once unless ``config.batched``."""
+    if not config.batched:
+        return [np.arange(n_q)]
+    size = config.batch_size or n_q
+    perm = (
+        np.arange(n_q) if size >= n_q else np.random.default_rng((config.seed, 1)).permutation(n_q)
+    )
+    return [perm[i : i + size] for i in range(0, n_q, size)]
+
+
+def _reference_columns(config: OTDDConfig, n_p: int, bi: int) -> torch.Tensor | None:
+    """Batch ``bi``'s random subsample of the reference, or ``None`` (all of it)."""
+    if not (
+        config.batched
+        and config.reference_subsample is not None
+        and config.reference_subsample < n_p
+    ):
+        return None
+    cols = np.random.default_rng((config.seed, 2, bi)).choice(
+        n_p, size=config.reference_subsample, replace=False
+    )
+    return torch.from_numpy(np.sort(cols))
+
+
+class _Totals:
+    """What the batches of one OTDD add up to (each batch weighted by its share of Q)."""
+
+    def __init__(self, n_q: int, dim: int, n_classes_p: int, barycentric: bool) -> None:
+        self.mapped = torch.empty((n_q, dim), dtype=torch.float32) if barycentric else None
+        self.soft = torch.empty((n_q, n_classes_p), dtype=torch.float32) if barycentric else None
+        self.transport = self.regularized = self.debias = 0.0
+        self.max_err, self.all_conv, self.iters = 0.0, True, 0
+        self.plan: torch.Tensor | None = None
+        self.pots: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.perplexity = torch.empty(n_q, dtype=torch.float32)
+        self.neighbour_index = torch.full((n_q, N_NEIGHBOURS), -1, dtype=torch.long)
+        self.neighbour_weight = torch.zeros((n_q, N_NEIGHBOURS), dtype=torch.float32)
+        self.truncated, self.modes = 0.0, set[str]()
+
+    def add(
+        self, out: _BlockOut, rows_t: torch.Tensor, cols_t: torch.Tensor | None, weight: float
+    ) -> None:
+        """One batch's solve: costs, errors, diagnostics and its rows of the maps."""
+        self.transport += weight * out.transport
+        self.regularized += weight * out.regularized
+        self.max_err = max(self.max_err, out.error)
+        self.all_conv = self.all_conv and out.converged
+        self.iters += out.n_iter
+        self.perplexity[rows_t] = out.perplexity
+        k = out.neighbour_index.shape[1]
+        nb = out.neighbour_index
+        if cols_t is not None:  # indices into the subsample -> into the reference
+            nb = torch.where(nb >= 0, cols_t[nb.clamp_min(0)], -1)
+        self.neighbour_index[rows_t, :k] = nb
+        self.neighbour_weight[rows_t, :k] = out.neighbour_weight
+        self.truncated = max(self.truncated, out.truncated_mass)
+        self.modes.add(out.mode)
+        if out.mapped is not None and out.soft is not None:
+            assert self.mapped is not None and self.soft is not None
+            self.mapped[rows_t] = out.mapped
+            self.soft[rows_t] = out.soft
+
+    def add_debias(self, self_q: SinkhornResult, self_p: SinkhornResult, weight: float) -> None:
+        """One batch's self-transport terms (the debiased divergence, Feydy et al. 2019)."""
+        self.debias += weight * 0.5 * (self_q.dual_value() + self_p.dual_value())
+        self.max_err = max(self.max_err, self_q.marginal_error, self_p.marginal_error)
+        self.all_conv = self.all_conv and self_q.converged and self_p.converged
+        self.iters += self_q.n_iter + self_p.n_iter
+
+
+def _warn_if_blurry(
+    target: LabeledDataset,
+    reference: LabeledDataset,
+    config: OTDDConfig,
+    effective: float,
+    confidence: float,
+) -> None:
+    if effective > BLUR_NEIGHBOURS:
+        warnings.warn(
+            f"OTDD {target.name!r} -> {reference.name!r}: each mapped point averages a median of "
+            f"{effective:.0f} reference points (label confidence {confidence:.2f}) at epsilon = "
+            f"{config.epsilon:g} x mean cost, so the maps are blurred averages; use a smaller "
+            f"epsilon (default {DEFAULT_EPSILON:g}) for sharp maps",
+            BlurWarning,
+            stacklevel=4,
+        )
+
+
 def _otdd(
     target: LabeledDataset,
     reference: LabeledDataset,
@@ -866,22 +483,7 @@ def _otdd(
     prog = _Progress(progress)
     dev = resolve_device(config.device)
     prog("labels", 0.0)
-    if label_cost is None:
-        lab = label_distances(
-            target,
-            reference,
-            method=config.label_method,
-            max_per_class=config.max_per_class,
-            seed=config.seed,
-            device=dev,
-        )
-    else:
-        lab = torch.as_tensor(label_cost, dtype=torch.float64).cpu()
-        if tuple(lab.shape) != (target.n_classes, reference.n_classes):
-            raise GeovizError(
-                f"otdd: label_cost has shape {tuple(lab.shape)}, expected "
-                f"({target.n_classes}, {reference.n_classes})"
-            )
+    lab = _label_cost(target, reference, config, dev, label_cost)
     prog("labels", 1.0)
     mean_c = mean_ground_cost(
         target, reference, lab, lambda_x=config.lambda_x, lambda_y=config.lambda_y
@@ -893,57 +495,19 @@ def _otdd(
     n_q, n_p = target.n_samples, reference.n_samples
     xq, yq, xp, yp = target.features, target.labels, reference.features, reference.labels
     n_classes_p = reference.n_classes
-
-    if not config.batched:
-        batches = [np.arange(n_q)]
-    else:
-        size = config.batch_size or n_q
-        perm = (
-            np.arange(n_q)
-            if size >= n_q
-            else np.random.default_rng((config.seed, 1)).permutation(n_q)
-        )
-        batches = [perm[i : i + size] for i in range(0, n_q, size)]
+    batches = _batches(config, n_q)
     n_b = len(batches)
-
-    mapped = torch.empty((n_q, xq.shape[1]), dtype=torch.float32) if barycentric else None
-    soft = torch.empty((n_q, n_classes_p), dtype=torch.float32) if barycentric else None
-    transport = regularized = debias = 0.0
-    max_err, all_conv, iters = 0.0, True, 0
-    plan = pots = None
-    perplexity = torch.empty(n_q, dtype=torch.float32)
-    neighbour_index = torch.full((n_q, N_NEIGHBOURS), -1, dtype=torch.long)
-    neighbour_weight = torch.zeros((n_q, N_NEIGHBOURS), dtype=torch.float32)
-    truncated, modes = 0.0, set[str]()
+    totals = _Totals(n_q, xq.shape[1], n_classes_p, barycentric)
     lab_qq = lab_pp = None
     if config.debiased:
-        lab_qq, lab_pp = (
-            label_distances(
-                ds,
-                ds,
-                method=config.label_method,
-                max_per_class=config.max_per_class,
-                seed=config.seed,
-                device=dev,
-            )
-            for ds in (target, reference)
-        )
+        lab_qq, lab_pp = (_label_cost(ds, ds, config, dev, None) for ds in (target, reference))
 
     solver = config.sinkhorn_solver(
         keep_plan=keep_coupling and not config.batched and not config.stream_reference
     )
     for bi, rows in enumerate(batches):
         rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        cols_t: torch.Tensor | None = None
-        if (
-            config.batched
-            and config.reference_subsample is not None
-            and config.reference_subsample < n_p
-        ):
-            cols = np.random.default_rng((config.seed, 2, bi)).choice(
-                n_p, size=config.reference_subsample, replace=False
-            )
-            cols_t = torch.from_numpy(np.sort(cols))
+        cols_t = _reference_columns(config, n_p, bi)
         whole_target = n_b == 1 and len(rows) == n_q
         bxq, byq = (xq, yq) if whole_target else (xq[rows_t], yq[rows_t])
         bxp, byp = (xp, yp) if cols_t is None else (xp[cols_t], yp[cols_t])
@@ -966,69 +530,42 @@ def _otdd(
         )
         prog("sinkhorn", (bi + 1) / n_b)
         weight = len(rows) / n_q
-        transport += weight * out.transport
-        regularized += weight * out.regularized
-        max_err = max(max_err, out.error)
-        all_conv = all_conv and out.converged
-        iters += out.n_iter
-        perplexity[rows_t] = out.perplexity
-        k = out.neighbour_index.shape[1]
-        nb = out.neighbour_index
-        if cols_t is not None:  # indices into the subsample -> into the reference
-            nb = torch.where(nb >= 0, cols_t[nb.clamp_min(0)], -1)
-        neighbour_index[rows_t, :k] = nb
-        neighbour_weight[rows_t, :k] = out.neighbour_weight
-        truncated = max(truncated, out.truncated_mass)
-        modes.add(out.mode)
-        if out.mapped is not None and out.soft is not None:
-            assert mapped is not None and soft is not None
-            mapped[rows_t] = out.mapped
-            soft[rows_t] = out.soft
+        totals.add(out, rows_t, cols_t, weight)
         if n_b == 1 and cols_t is None:
-            plan = out.plan
-            pots = (out.f, out.g)
+            totals.plan = out.plan
+            totals.pots = (out.f, out.g)
         if lab_qq is not None and lab_pp is not None:
             prog("debias", bi / n_b)
             self_q = _self_value(bxq, byq, lab_qq, config, eps_abs, dev)
             self_p = _self_value(bxp, byp, lab_pp, config, eps_abs, dev)
-            debias += weight * 0.5 * (self_q.dual_value() + self_p.dual_value())
-            max_err = max(max_err, self_q.marginal_error, self_p.marginal_error)
-            all_conv = all_conv and self_q.converged and self_p.converged
-            iters += self_q.n_iter + self_p.n_iter
+            totals.add_debias(self_q, self_p, weight)
         del out
     prog("done", 1.0)
-    cost = regularized - debias if config.debiased else transport
-    effective = float(perplexity.double().median())
+    cost = totals.regularized - totals.debias if config.debiased else totals.transport
+    effective = float(totals.perplexity.double().median())
+    soft = totals.soft
     confidence = float(soft.max(1).values.double().mean()) if soft is not None else float("nan")
-    if effective > BLUR_NEIGHBOURS:
-        warnings.warn(
-            f"OTDD {target.name!r} -> {reference.name!r}: each mapped point averages a median of "
-            f"{effective:.0f} reference points (label confidence {confidence:.2f}) at epsilon = "
-            f"{config.epsilon:g} x mean cost, so the maps are blurred averages; use a smaller "
-            f"epsilon (default {DEFAULT_EPSILON:g}) for sharp maps",
-            BlurWarning,
-            stacklevel=3,
-        )
+    _warn_if_blurry(target, reference, config, effective, confidence)
     return OTDDResult(
         cost=float(cost),
-        marginal_error=float(max_err),
-        converged=bool(all_conv),
-        n_iter=int(iters),
+        marginal_error=float(totals.max_err),
+        converged=bool(totals.all_conv),
+        n_iter=int(totals.iters),
         epsilon_abs=float(eps_abs),
         label_distances=lab,
-        coupling=plan,
-        transport_cost=float(transport),
-        regularized_cost=float(regularized),
+        coupling=totals.plan,
+        transport_cost=float(totals.transport),
+        regularized_cost=float(totals.regularized),
         mean_ground_cost=float(mean_c),
-        mapped_features=mapped,
+        mapped_features=totals.mapped,
         soft_labels=soft,
-        potentials=pots,
+        potentials=totals.pots,
         n_batches=n_b,
         effective_neighbours=effective,
         label_confidence=confidence,
-        row_perplexity=perplexity,
-        neighbour_index=neighbour_index,
-        neighbour_weight=neighbour_weight,
-        truncated_mass=float(truncated),
-        solver_mode="+".join(sorted(modes)),
+        row_perplexity=totals.perplexity,
+        neighbour_index=totals.neighbour_index,
+        neighbour_weight=totals.neighbour_weight,
+        truncated_mass=float(totals.truncated),
+        solver_mode="+".join(sorted(totals.modes)),
     )
