@@ -14,7 +14,6 @@ from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.compare import mixup_comparison
 from geoviz.viz.plots import otdd_heatmap
 from geoviz.viz.report import two_q_table
-from geoviz.viz.ternary import OBJECTIVE_LABEL
 
 EXPLORER_KEY = "geodesic_explorer"
 
@@ -65,7 +64,7 @@ def picked_summary(model: SessionModel, result, weights: SimplexWeights, names: 
     value = float(result.objective(weights))
     gap = value - result.w2_hat
     c1.markdown(
-        f"**Picked a** = {weights.format(names)} · {OBJECTIVE_LABEL} = {value:.6g}"
+        f"**Picked a** = {weights.format(names)} · {glossary.OBJECTIVE} = {value:.6g}"
         + (
             f" ({gap:+.3g} vs {glossary.A_HAT})"
             if model.picked_weights(result.m) is not None

@@ -12,8 +12,8 @@ from geoviz.app.state import SessionModel
 from geoviz.errors import ExportExistsError, GeovizError
 from geoviz.export import (
     DEFAULT_HARD_LABEL_RULE,
-    FORMATS,
     HARD_LABEL_RULES,
+    export_formats,
     format_description,
     load_snippet,
 )
@@ -62,7 +62,7 @@ def main(model: SessionModel) -> None:
     images = result.image_shape is not None
     c1, c2, c3 = st.columns(3)
     n = int(c1.number_input("Number of samples", 2, n_max, n_max, step=100, key="export_n"))
-    formats = [f for f in FORMATS if images or f != "imagefolder"]
+    formats = list(export_formats(images=images))  # what geoviz.export has registered
     fmt = c2.selectbox(
         "Format",
         formats,

@@ -301,6 +301,35 @@ def test_teaching_indices_parse_or_draw():
             teaching_indices(100, 3, seed=0, text=bad)
 
 
+def test_export_page_offers_a_registered_format(tmp_path):
+    """Issue 24: a format registered with geoviz.export (the toy one of the tests) is offered
+    on the Export page and downloads as it writes, with nothing in the app changed."""
+    import toy_export_format
+
+    from geoviz.app import services as app_compute
+    from geoviz.export import load_export, register_format, unregister_format
+
+    register_format(toy_export_format.SPEC)
+    try:
+        at = _open(_app(), "pages/5_export.py")
+        box = at.selectbox(key="export_fmt")
+        assert any("toyjson" in o for o in box.options)
+        box.set_value("toyjson").run()
+        at.button(key="export_prepare").click().run()
+        _assert_clean(at, "export prepare (toyjson)")
+        assert any("json.load" in c.value for c in at.code)  # the format's own snippet
+        data, filename, mime = next(
+            v
+            for k, v in app_compute.store().derived.items()
+            if isinstance(k, tuple) and k[0] == "export" and k[3] == "toyjson"
+        )
+        assert filename.endswith(".toyjson") and mime == "application/json"
+        (tmp_path / filename).write_bytes(data)
+        assert load_export(tmp_path / filename).n_samples == N
+    finally:
+        unregister_format(toy_export_format.NAME)
+
+
 def test_export_page_download_bytes_load_back(tmp_path):
     from geoviz.app import services as app_compute
     from geoviz.export import load_export

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -25,10 +26,10 @@ import geoviz.export as gx
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetFormatError, ExportError, ExportExistsError, GeovizError
 from geoviz.export import (
-    FORMATS,
     class_folder_names,
     export_bytes,
     export_dataset,
+    export_formats,
     load_export,
     load_snippet,
     safe_name,
@@ -509,7 +510,7 @@ def test_format_inference_and_errors(tmp_path):
         export_dataset(ds, tmp_path / "x.npz", format="hdf5")
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", export_formats())
 def test_export_bytes_round_trip(tmp_path, fmt):
     ds = _image_ds()
     data, filename, mime = export_bytes(ds, fmt)
@@ -771,3 +772,67 @@ def test_format_descriptions_flag_uint8_storage():
     assert "lossy" not in gx.format_description("npz") + gx.format_description("pt")
     with pytest.raises(ExportError):
         gx.format_description("tiff")
+
+
+# ---------------------------------------------------------------- one registry (issue 24)
+
+
+@pytest.fixture
+def toy_format():
+    """The toy JSON format of ``tests/toy_export_format.py``: one module, one registration."""
+    import toy_export_format
+
+    from geoviz.export import register_format, unregister_format
+
+    spec = register_format(toy_export_format.SPEC)
+    try:
+        yield spec
+    finally:
+        unregister_format(spec.name)
+
+
+def test_a_new_format_is_one_module_and_one_registration(toy_format, tmp_path, capsys):
+    from geoviz.cli import main
+    from geoviz.export import format_description, load_hard_labels, verify_manifest
+
+    assert toy_format.name in export_formats() and toy_format.name in export_formats(images=False)
+    assert format_description(toy_format.name).startswith("toyjson")
+    ds = _vector_ds()
+    # the library: written through the dispatcher (sidecar manifest, atomic), read back exactly
+    result = export_dataset(ds, tmp_path / "p.toyjson")
+    assert result.format == "toyjson" and result.manifest["format"] == "toyjson"
+    back = load_export(result.data_path, verify=True)
+    np.testing.assert_array_equal(back.features.numpy(), ds.features.numpy())
+    np.testing.assert_array_equal(back.soft_labels.numpy(), ds.soft_labels.numpy())
+    assert back.class_names == ds.class_names and back.fingerprint == ds.fingerprint
+    verify_manifest(result.data_path)
+    labels, info = load_hard_labels(result.data_path)
+    assert labels.shape == (ds.n_samples,) and info["rule"] == "block-sample"
+    # sniffed without its suffix, as every format is
+    renamed = tmp_path / "p.data"
+    renamed.write_bytes(result.data_path.read_bytes())
+    assert load_export(renamed).fingerprint == ds.fingerprint
+    data, filename, mime = export_bytes(ds, "toyjson")
+    assert filename.endswith(".toyjson") and mime == "application/json" and data.startswith(b"{")
+    # the CLI offers it: `geoviz project --format toyjson` writes it
+    out = tmp_path / "cli.toyjson"
+    args = ["project", "--target", "gmm2d", "--refs", "chessboard,gmm2d", "--n", "48", "--quiet"]
+    assert main([*args, "--format", "toyjson", "--out", str(out)]) == 0
+    assert load_export(out).n_samples == 48
+    capsys.readouterr()
+
+
+def test_an_unknown_or_clashing_format_is_refused():
+    import toy_export_format
+
+    from geoviz.errors import ExportError
+    from geoviz.export import format_spec, register_format
+
+    with pytest.raises(ExportError, match="unknown export format 'nope': use one of npz, pt"):
+        format_spec("nope")
+    with pytest.raises(ExportError, match="registered already"):
+        register_format(format_spec("npz"))
+    clash = dataclasses.replace(toy_export_format.SPEC, suffixes=(".npz",))
+    with pytest.raises(ExportError, match=re.escape("'.npz' already names 'npz'")):
+        register_format(clash)
+    assert clash.name not in export_formats()  # nothing registered by a refusal

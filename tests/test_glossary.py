@@ -99,9 +99,8 @@ def test_w_spellings():
 
 
 def test_figures_use_the_glossary_labels():
-    from geoviz.viz import plots, ternary
+    from geoviz.viz import plots
 
-    assert ternary.OBJECTIVE_LABEL == glossary.OBJECTIVE
     default = inspect.signature(plots.otdd_heatmap).parameters["value_label"].default
     assert default == glossary.OTDD_SHORT
 

@@ -12,7 +12,7 @@ import torch
 from synthetic_data import ring_blobs
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
-from geoviz.errors import DatasetError, WeightsError
+from geoviz.errors import DatasetError
 from geoviz.viz.compare import side_by_side_scatter
 from geoviz.viz.embedding import fit_embedding
 from geoviz.viz.images import (
@@ -37,19 +37,6 @@ from geoviz.viz.plots import (
     soft_label_summary,
 )
 from geoviz.viz.schematic import method_schematic
-from geoviz.viz.ternary import (
-    contour_levels,
-    geodesic_line,
-    simplex_contours,
-    ternary_heatmap,
-    weights_bar,
-)
-from geoviz.viz.weights import weights_from_selection
-
-
-def _grid(r: int) -> np.ndarray:
-    pts = [(i / r, j / r, (r - i - j) / r) for i in range(r + 1) for j in range(r + 1 - i)]
-    return np.array(pts)
 
 
 def _blobs(
@@ -60,87 +47,6 @@ def _blobs(
     x = np.concatenate([c + scale * rng.normal(size=(n, dim)) for c in centers])
     y = np.repeat(np.arange(len(centers)), n)
     return LabeledDataset(x, y, tuple(f"c{k}" for k in range(len(centers))), name=name)
-
-
-# ---------------------------------------------------------------- ternary / line / bar
-
-
-def test_ternary_heatmap_structure_and_click_roundtrip():
-    grid = _grid(10)
-    values = grid @ np.array([1.0, 2.0, 3.0]) - 0.5 * (grid[:, 0] * grid[:, 1])
-    a_hat = np.array([0.6, 0.3, 0.1])
-    picked = np.array([0.2, 0.2, 0.6])
-    fig = ternary_heatmap(
-        grid, values, ["fashion_mnist", "usps", "kmnist"], a_hat=a_hat, picked=picked
-    )
-    heat = fig.data[0]
-    assert isinstance(heat, go.Scatterternary)
-    np.testing.assert_allclose(heat.a, grid[:, 0])
-    np.testing.assert_allclose(np.asarray(heat.marker.color), values)
-    assert heat.marker.colorbar.title.text == "W²(P_a, Q)"
-    # vertices named by dataset
-    tern = fig.layout.ternary
-    assert "fashion_mnist" in tern.aaxis.title.text
-    assert "usps" in tern.baxis.title.text
-    assert "kmnist" in tern.caxis.title.text
-    # a_hat and the pick are marked and named in the legend
-    names = [t.name for t in fig.data[1:]]
-    assert any(n.startswith("â") for n in names) and any(n.startswith("picked") for n in names)
-    star = next(t for t in fig.data if t.name.startswith("â"))
-    assert star.marker.symbol == "star"
-    np.testing.assert_allclose([star.a[0], star.b[0], star.c[0]], a_hat)
-    # the markers are drawn last, on top of the contour lines
-    assert [t.name[:6] for t in fig.data[-2:]] == ["â (min", "picked"]
-    # a click on marker k (as Streamlit reports it) gives back grid[k]
-    k = 17
-    point = {
-        "point_index": k,
-        "customdata": list(heat.customdata[k]),
-        "a": heat.a[k],
-        "b": heat.b[k],
-        "c": heat.c[k],
-    }
-    np.testing.assert_allclose(weights_from_selection({"points": [point]}, 3, grid), grid[k])
-
-
-def test_ternary_heatmap_rejects_bad_shapes():
-    grid = _grid(4)
-    with pytest.raises(WeightsError):
-        ternary_heatmap(grid[:, :2], np.zeros(len(grid)), ["a", "b", "c"])
-    with pytest.raises(WeightsError):
-        ternary_heatmap(grid, np.zeros(len(grid) - 1), ["a", "b", "c"])
-    with pytest.raises(WeightsError):
-        ternary_heatmap(grid, np.zeros(len(grid)), ["a", "b"])
-
-
-def test_geodesic_line_marks_a_hat_on_the_curve():
-    t = np.linspace(0, 1, 21)
-    values = (t - 0.3) ** 2 + 1.0
-    fig = geodesic_line(
-        t, values, ["mnist", "usps"], a_hat=np.array([0.7, 0.3]), picked=np.array([0.2, 0.8])
-    )
-    assert fig.layout.xaxis.title.text.startswith("a₂ = weight of usps")
-    assert fig.layout.yaxis.title.text == "W²(P_a, Q)"
-    ahat = fig.data[1]
-    assert ahat.x[0] == pytest.approx(0.3)
-    assert ahat.y[0] == pytest.approx(1.0)
-    # click on the curve point x=0.5 -> a = (0.5, 0.5)
-    k = 10
-    np.testing.assert_allclose(
-        weights_from_selection(
-            {"points": [{"x": t[k], "customdata": list(fig.data[0].customdata[k])}]}, 2
-        ),
-        [0.5, 0.5],
-    )
-
-
-def test_weights_bar():
-    fig = weights_bar(np.array([0.2, 0.5, 0.3]), ["a", "b", "c"], a_hat=np.array([0.1, 0.6, 0.3]))
-    assert list(fig.data[0].y) == [0.2, 0.5, 0.3]
-    assert fig.data[1].name.startswith("â")
-    assert fig.layout.yaxis.title.text == "weight a_i"
-    with pytest.raises(WeightsError):
-        weights_bar(np.array([0.5, 0.5]), ["a", "b", "c"])
 
 
 # ---------------------------------------------------------------- images
@@ -490,24 +396,6 @@ def test_plan_neighbours_scatter_marker_sizes_follow_the_weights():
 # ---------------------------------------------------------------- issue 7 (browser review)
 
 
-def test_ternary_picked_ring_keeps_the_a_hat_star_visible_when_they_coincide():
-    grid = _grid(6)
-    a_hat = np.array([0.5, 0.3, 0.2])
-    fig = ternary_heatmap(grid, grid[:, 0], ["p", "q", "r"], a_hat=a_hat, picked=a_hat)
-    star = next(t for t in fig.data if t.name.startswith("â"))
-    pick = next(t for t in fig.data if t.name.startswith("picked"))
-    assert star.marker.symbol == "star"
-    # the pick is a hollow ring larger than the star: the star shows through it
-    assert str(pick.marker.symbol).endswith("-open")
-    assert pick.marker.size > star.marker.size
-    line = geodesic_line(
-        np.linspace(0, 1, 5), np.arange(5.0), ["p", "q"], a_hat=[0.4, 0.6], picked=[0.4, 0.6]
-    )
-    lstar, lpick = line.data[1], line.data[2]
-    assert lstar.marker.symbol == "star" and str(lpick.marker.symbol).endswith("-open")
-    assert lpick.marker.size > lstar.marker.size
-
-
 def test_weights_are_formatted_with_one_rounding_rule():
     from geoviz.geodesic.weights import (
         WEIGHT_DECIMALS,
@@ -524,25 +412,7 @@ def test_weights_are_formatted_with_one_rounding_rule():
         assert format_weights(w, names) == " · ".join(
             f"{n} {x:.2f}" for n, x in zip(names, shown, strict=True)
         )
-        bar = weights_bar(w, names, a_hat=w)
-        assert [a.text for a in bar.layout.annotations] == [f"{x:.2f}" for x in shown]
     assert format_weights([1 / 3, 1 / 3, 1 / 3]) == "(0.33, 0.33, 0.33)"
-    fig = ternary_heatmap(_grid(4), np.zeros(15), ["a", "b", "c"], a_hat=[1 / 3, 1 / 3, 1 / 3])
-    assert fig.data[1].name.endswith("(0.33, 0.33, 0.33)")
-
-
-def test_weights_bar_labels_sit_above_bar_and_marker():
-    w = np.array([0.2, 0.5, 0.3])
-    ah = np.array([0.25, 0.45, 0.3])
-    fig = weights_bar(w, ["a", "b", "c"], a_hat=ah)
-    assert not fig.data[0].text  # no bar text that a marker could cover
-    marker_half = fig.data[1].marker.size / 2
-    anns = list(fig.layout.annotations)
-    assert [a.x for a in anns] == ["a", "b", "c"]
-    for ann, top in zip(anns, np.maximum(w, ah), strict=True):
-        assert ann.y == pytest.approx(top)
-        assert ann.yanchor == "bottom" and ann.yshift > marker_half
-    assert fig.layout.yaxis.range[1] > 1.15  # room for a label above a full bar
 
 
 def test_scatter_legend_sorted_unique_and_bounded():
@@ -581,66 +451,6 @@ def test_scatter_legend_sorted_unique_and_bounded():
     small_names = [t.name for t in small.data if t.showlegend is not False]
     assert small_names == sorted(set(small_names)) and "kmnist/0" in small_names
     assert not any(n.startswith("other") for n in small_names)
-
-
-# ---------------------------------------------------------------- contours on the ternary heatmap
-
-
-def test_simplex_contours_interpolate_a_linear_field_exactly():
-    rng = np.random.default_rng(3)
-    grid = _grid(12)[rng.permutation(91)]  # any order of the grid points
-    c = np.array([0.3, -1.1, 2.0])
-    values = grid @ c
-    levels = contour_levels(values, 8)
-    assert len(levels) == 8 and values.min() < levels.min() and levels.max() < values.max()
-    np.testing.assert_allclose(np.diff(levels), np.diff(levels)[0])
-    lines = simplex_contours(grid, values, levels)
-    for level, polylines in zip(levels, lines, strict=True):
-        # a linear field has one straight iso-line per level, from edge to edge of the simplex
-        assert len(polylines) == 1
-        line = polylines[0]
-        assert line.shape[0] >= 2 and line.shape[1] == 3
-        assert np.abs(line @ c - level).max() < 1e-9
-        assert line.min() > -1e-12 and np.abs(line.sum(axis=1) - 1.0).max() < 1e-12
-        assert line[0].min() < 1e-12 and line[-1].min() < 1e-12
-    # the figure draws the same lines, one trace per level, None between polylines
-    fig = ternary_heatmap(grid, values, ["p", "q", "r"], a_hat=grid[0], picked=grid[1], contours=8)
-    iso = [t for t in fig.data if t.mode == "lines"]
-    assert len(iso) == 8
-    for t in iso:
-        level = t.meta["contour_level"]
-        abc = np.array(
-            [(a, b, cc) for a, b, cc in zip(t.a, t.b, t.c, strict=True) if a is not None]
-        )
-        assert np.abs(abc @ c - level).max() < 1e-9
-        assert t.hoverinfo == "skip"  # clicks go through to the heatmap
-    labels = next(t for t in fig.data if t.mode == "text")
-    assert len(labels.text) == 8 and labels.hoverinfo == "skip"
-    # heatmap first, iso-lines and labels above it, the a_hat / pick markers on top
-    kinds = [t.mode for t in fig.data]
-    assert kinds == ["markers", *["lines"] * 8, "text", "markers", "markers"]
-    assert fig.data[0].customdata.shape == (91, 4)
-
-
-def test_contours_of_a_constant_field_or_when_off():
-    grid = _grid(8)
-    fig = ternary_heatmap(grid, np.full(len(grid), 2.5), ["p", "q", "r"], contours=8)
-    assert [t.mode for t in fig.data] == ["markers"]
-    assert contour_levels(np.full(5, 2.5), 8).size == 0
-    assert simplex_contours(grid, np.full(len(grid), 2.5), [2.5]) == [[]]
-    off = ternary_heatmap(grid, grid[:, 0], ["p", "q", "r"], contours=0)
-    assert len(off.data) == 1
-
-
-def test_simplex_contours_close_around_an_interior_minimum():
-    grid = _grid(20)
-    values = ((grid - 1 / 3) ** 2).sum(axis=1)
-    (lines,) = simplex_contours(grid, values, [0.02])
-    assert len(lines) == 1
-    loop = lines[0]
-    np.testing.assert_array_equal(loop[0], loop[-1])  # a closed iso-line
-    # and follows the circle of squared radius 0.02 around the centre (up to the grid's linearisation)
-    assert np.all(np.abs(((loop - 1 / 3) ** 2).sum(axis=1) - 0.02) < 0.01)
 
 
 # ---------------------------------------------------------------- scatter exploration

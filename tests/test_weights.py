@@ -1,4 +1,4 @@
-"""The weight vector (geoviz.geodesic.weights) and the app's weight widgets (geoviz.viz.weights)."""
+"""The weight vector (geoviz.geodesic.weights)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,6 @@ from geoviz.geodesic.weights import (
     uniform_weights,
     weights_tag,
     weights_text,
-)
-from geoviz.viz.weights import (
-    selection_signature,
-    sync_weights,
-    weights_from_selection,
 )
 
 vectors = st.lists(st.floats(-5, 5, allow_nan=False, allow_infinity=False), min_size=1, max_size=7)
@@ -103,46 +98,6 @@ def test_projection_rejects_bad_input(bad):
 # ---------------------------------------------------------------- synced sliders
 
 
-def test_sync_keeps_ratios_of_untouched_weights():
-    w = sync_weights([0.2, 0.3, 0.5], 0, 0.6)
-    np.testing.assert_allclose(w, [0.6, 0.4 * 0.375, 0.4 * 0.625])
-    assert _on_simplex(w)
-
-
-def test_sync_spreads_evenly_when_others_are_zero():
-    np.testing.assert_allclose(sync_weights([1.0, 0.0, 0.0], 0, 0.4), [0.4, 0.3, 0.3])
-
-
-def test_sync_clips_and_moves_to_vertex():
-    np.testing.assert_allclose(sync_weights([0.2, 0.3, 0.5], 2, 1.7), [0.0, 0.0, 1.0])
-    np.testing.assert_allclose(sync_weights([0.2, 0.3, 0.5], 2, -1.0), [0.4, 0.6, 0.0])
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.floats(0, 1, allow_nan=False), min_size=2, max_size=6),
-    st.data(),
-)
-def test_sync_property(raw, data):
-    w0 = project_to_simplex(raw)
-    i = data.draw(st.integers(0, len(raw) - 1))
-    value = data.draw(st.floats(0, 1, allow_nan=False))
-    w = sync_weights(w0, i, value)
-    assert _on_simplex(w, 1e-9)
-    assert w[i] == pytest.approx(value, abs=1e-9)
-    others0, others = np.delete(w0, i), np.delete(w, i)
-    if others0.sum() > 1e-9 and others.sum() > 1e-9:
-        # untouched weights keep their proportions
-        np.testing.assert_allclose(others / others.sum(), others0 / others0.sum(), atol=1e-7)
-
-
-def test_sync_rejects_bad_index_and_value():
-    with pytest.raises(WeightsError):
-        sync_weights([0.5, 0.5], 2, 0.1)
-    with pytest.raises(WeightsError):
-        sync_weights([0.5, 0.5], 0, float("nan"))
-
-
 # ---------------------------------------------------------------- rounding / formatting
 
 
@@ -202,7 +157,6 @@ def test_one_definition_per_weight_function():
     import geoviz.geodesic as geodesic
     import geoviz.geodesic.distances as distances
     import geoviz.geodesic.interpolate as interpolate
-    import geoviz.viz.weights as viz_weights
 
     sinkhorn = importlib.import_module("geoviz.ot.sinkhorn")  # the package exports a function too
 
@@ -210,9 +164,6 @@ def test_one_definition_per_weight_function():
     from pathlib import Path
 
     names = ("format_weights", "project_to_simplex", "uniform_weights", "round_to_simplex")
-    for name in names:
-        found = getattr(viz_weights, name, None)
-        assert found is None or found.__module__ == "geoviz.geodesic.weights", name
     # and nowhere else in the package: exactly one `def` per weight function
     package = Path(geodesic.__file__).resolve().parents[1]
     defined: dict[str, list[str]] = {n: [] for n in (*names, "check_weights")}
@@ -233,67 +184,11 @@ def test_one_definition_per_weight_function():
 # ---------------------------------------------------------------- click -> weights
 
 
-def test_selection_prefers_customdata():
-    event = {
-        "selection": {
-            "points": [{"customdata": [0.2, 0.3, 0.5, 1.23], "a": 0.9, "b": 0.05, "c": 0.05}]
-        }
-    }
-    np.testing.assert_allclose(weights_from_selection(event, 3), [0.2, 0.3, 0.5])
-
-
-def test_selection_customdata_as_json_typed_array():
-    """What Streamlit really returns for a Scatterternary click (plotly.js typed array via JSON)."""
-    point = {
-        "point_index": 65,
-        "a": 1,
-        "b": 0,
-        "c": 0,
-        "customdata": {"0": 0.1, "1": 0.2, "2": 0.7, "3": 5.0},
-    }
-    np.testing.assert_allclose(weights_from_selection({"points": [point]}, 3), [0.1, 0.2, 0.7])
-    broken = {"a": 2.0, "b": 1.0, "c": 1.0, "customdata": {"x": "y"}}
-    np.testing.assert_allclose(weights_from_selection({"points": [broken]}, 3), [0.5, 0.25, 0.25])
-
-
-def test_selection_ternary_abc_is_normalised():
-    sel = {"points": [{"a": 2.0, "b": 1.0, "c": 1.0}]}
-    np.testing.assert_allclose(weights_from_selection(sel, 3), [0.5, 0.25, 0.25])
-
-
-def test_selection_line_x_for_two_references():
-    sel = {"points": [{"x": 0.3, "y": 1.0}]}
-    np.testing.assert_allclose(weights_from_selection(sel, 2), [0.7, 0.3])
-    np.testing.assert_allclose(weights_from_selection({"points": [{"x": 1.4}]}, 2), [0.0, 1.0])
-
-
-def test_selection_point_index_into_grid_and_last_point_wins():
-    grid = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
-    sel = {"points": [{"point_index": 0}, {"point_index": 2}]}
-    np.testing.assert_allclose(weights_from_selection(sel, 3, grid), [0.0, 0.0, 1.0])
-    assert weights_from_selection({"points": [{"point_index": 7}]}, 3, grid) is None
-
-
-def test_selection_empty_or_useless_gives_none():
-    assert weights_from_selection(None, 3) is None
-    assert weights_from_selection({"selection": {"points": []}}, 3) is None
-    assert weights_from_selection({"points": [{"y": 2.0}]}, 3) is None
-    assert selection_signature({"points": []}) is None
-
-
 class _Attr:
     """Streamlit returns attribute-style objects; both styles must work."""
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
-
-
-def test_selection_attribute_objects_and_signature():
-    event = _Attr(selection=_Attr(points=[{"customdata": [0.1, 0.9]}]))
-    np.testing.assert_allclose(weights_from_selection(event, 2), [0.1, 0.9])
-    s1 = selection_signature({"points": [{"point_index": 3, "a": 0.2, "b": 0.3, "c": 0.5}]})
-    s2 = selection_signature({"points": [{"point_index": 4, "a": 0.2, "b": 0.3, "c": 0.5}]})
-    assert s1 and s2 and s1 != s2
 
 
 # ---------------------------------------------------------------- SimplexWeights

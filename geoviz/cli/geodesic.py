@@ -703,6 +703,8 @@ def _cmd_grid(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``distance``, ``project`` and ``grid`` to the ``geoviz`` CLI."""
+    from geoviz.export import export_formats  # the registry, read when the parser is built
+
     commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
         (
             "distance",
@@ -725,8 +727,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 default=None,
                 help="export P_a here (.npz, .pt, .parquet, .zip or a folder)",
             )
-            parser.add_argument(
-                "--format", choices=("npz", "pt", "imagefolder", "parquet"), default=None
+            parser.add_argument(  # every registered export format (geoviz.export.registry)
+                "--format", choices=export_formats(), default=None
             )
             parser.add_argument(
                 "--overwrite", action="store_true", help="replace an existing export"

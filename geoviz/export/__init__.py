@@ -74,9 +74,10 @@ never overwritten silently (:class:`~geoviz.errors.ExportError` unless
 ``overwrite=True``).
 
 Modules: :mod:`~geoviz.export.dispatch` (:func:`export_dataset`,
-:func:`export_bytes`, :func:`load_export`), :mod:`~geoviz.export.formats`
-(format table, sniffing, per-format readers), one module per format with its
-writer and reader (:mod:`~geoviz.export.npz`, :mod:`~geoviz.export.pt`,
+:func:`export_bytes`, :func:`load_export`), :mod:`~geoviz.export.registry` (one
+:class:`ExportFormatSpec` per format: writer, reader, sniffing, description; the CLI and
+the app offer what is registered), :mod:`~geoviz.export.formats` (the built-in four,
+registered), one module per format with its writer, reader and spec (:mod:`~geoviz.export.npz`, :mod:`~geoviz.export.pt`,
 :mod:`~geoviz.export.parquet`, :mod:`~geoviz.export.imagefolder`),
 :mod:`~geoviz.export.png` (uint8 quantisation, PNG codec),
 :mod:`~geoviz.export.manifest` (contents, :func:`verify_manifest`),
@@ -93,7 +94,7 @@ from geoviz.export.dispatch import (
     export_dataset,
     load_export,
 )
-from geoviz.export.formats import FORMATS, ExportFormat, format_description, load_snippet
+from geoviz.export.formats import ExportFormat, format_description, load_snippet
 from geoviz.export.hard_labels import (
     DEFAULT_HARD_LABEL_RULE,
     HARD_LABEL_RULES,
@@ -113,13 +114,22 @@ from geoviz.export.names import (
     safe_name,
     sidecar_manifest_path,
 )
+from geoviz.export.registry import (
+    BuiltExport,
+    ExportFormatSpec,
+    export_formats,
+    format_spec,
+    register_format,
+    unregister_format,
+)
 
 __all__ = [
     "DEFAULT_HARD_LABEL_RULE",
-    "FORMATS",
     "HARD_LABEL_RULES",
     "MANIFEST_VERSION",
+    "BuiltExport",
     "ExportFormat",
+    "ExportFormatSpec",
     "ExportResult",
     "HardLabelRule",
     "check_hard_label_rule",
@@ -128,13 +138,17 @@ __all__ = [
     "export",
     "export_bytes",
     "export_dataset",
+    "export_formats",
     "format_description",
+    "format_spec",
     "hard_labels_from_soft",
     "label_blocks",
     "load_export",
     "load_hard_labels",
     "load_snippet",
+    "register_format",
     "safe_name",
     "sidecar_manifest_path",
+    "unregister_format",
     "verify_manifest",
 ]

@@ -16,15 +16,7 @@ from geoviz.atomic import AtomicWriteError, Content, atomic_write_many
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import ExportError, ExportExistsError
 from geoviz.export.datasets import _as_soft
-from geoviz.export.formats import (
-    _EXTENSION,
-    _MIME,
-    ExportFormat,
-    _check_format,
-    _existing,
-    _read_export,
-    _resolve_target,
-)
+from geoviz.export.formats import ExportFormat
 from geoviz.export.hard_labels import (
     DEFAULT_HARD_LABEL_RULE,
     HardLabelRule,
@@ -32,9 +24,8 @@ from geoviz.export.hard_labels import (
     check_hard_label_rule,
     dataset_hard_labels,
 )
-from geoviz.export.imagefolder import _imagefolder_files, _zip_bytes
+from geoviz.export.imagefolder import _zip_bytes
 from geoviz.export.manifest import (
-    _base_manifest,
     _file_entry,
     _is_geoviz_export_dir,
     _json_bytes,
@@ -42,10 +33,15 @@ from geoviz.export.manifest import (
     verify_manifest,
 )
 from geoviz.export.names import MANIFEST_NAME, safe_name, sidecar_manifest_path
-from geoviz.export.npz import _npz_bytes
-from geoviz.export.parquet import _parquet_bytes
-from geoviz.export.png import _png_payload
-from geoviz.export.pt import _pt_bytes
+from geoviz.export.registry import (
+    BuiltExport,
+    ExportFormatSpec,
+    existing,
+    export_formats,
+    format_spec,
+    read_export,
+    resolve_target,
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +59,7 @@ class ExportResult:
         The manifest as written (a plain JSON-able dict).
     """
 
-    format: ExportFormat
+    format: str
     paths: tuple[Path, ...]
     manifest: dict[str, Any]
 
@@ -76,40 +72,26 @@ class ExportResult:
         return self.paths[-1]
 
 
-@dataclass(frozen=True)
-class _Built:
-    """An export in memory: ``files`` (relative path -> bytes) and the base manifest."""
-
-    files: dict[str, bytes]
-    manifest: dict[str, Any]
-
-
 def _build(
     ds: SoftLabeledDataset,
-    fmt: ExportFormat,
+    spec: ExportFormatSpec,
     filename: str,
     created: str,
     rule: HardLabelRule,
     seed: int,
-) -> _Built:
-    """Serialise ``ds``; single-file formats embed the manifest (without checksums)."""
+) -> BuiltExport:
+    """Serialise ``ds`` with the format's writer; single-file formats embed the manifest
+    (without checksums)."""
+    if spec.images_only and ds.image_shape is None:
+        raise ExportError(
+            f"format {spec.name!r} holds images only and {ds.name!r} holds vectors: "
+            f"use one of {', '.join(export_formats(images=False))}"
+        )
     labels, hard = dataset_hard_labels(ds, rule, seed)
-    if fmt == "npz":
-        manifest = _base_manifest(ds, fmt, created, hard)
-        return _Built({filename: _npz_bytes(ds, manifest, labels)}, manifest)
-    if fmt == "pt":
-        manifest = _base_manifest(ds, fmt, created, hard)
-        return _Built({filename: _pt_bytes(ds, manifest, labels)}, manifest)
-    if fmt == "parquet":
-        pngs, quant = _png_payload(ds, fmt) if ds.image_shape is not None else (None, None)
-        manifest = _base_manifest(ds, fmt, created, hard, quant)
-        return _Built({filename: _parquet_bytes(ds, manifest, labels, pngs)}, manifest)
-    pngs, quant = _png_payload(ds, fmt)
-    manifest = _base_manifest(ds, fmt, created, hard, quant)
-    return _Built(_imagefolder_files(ds, pngs, labels), manifest)
+    return spec.build(ds, filename, created, labels, hard)
 
 
-def _with_inner_manifest(built: _Built) -> dict[str, bytes]:
+def _with_inner_manifest(built: BuiltExport) -> dict[str, bytes]:
     files = dict(built.files)
     manifest = {**built.manifest, "files": {rel: _file_entry(data) for rel, data in files.items()}}
     files[MANIFEST_NAME] = _json_bytes(manifest)
@@ -156,7 +138,7 @@ def export_dataset(
     ds: SoftLabeledDataset | LabeledDataset,
     path: str | Path,
     *,
-    format: ExportFormat | None = None,
+    format: ExportFormat | str | None = None,
     overwrite: bool = False,
     hard_label_rule: HardLabelRule = DEFAULT_HARD_LABEL_RULE,
     hard_label_seed: int = 0,
@@ -172,8 +154,9 @@ def export_dataset(
         ``*.npz``, ``*.pt``, ``*.parquet``, ``*.zip`` (ImageFolder zip) or a
         directory (ImageFolder).
     format
-        One of ``"npz"``, ``"pt"``, ``"imagefolder"``, ``"parquet"``; inferred
-        from ``path`` when ``None``. A known suffix must agree with it.
+        A registered format (:func:`~geoviz.export.registry.export_formats`: the built-in
+        ``"npz"``, ``"pt"``, ``"imagefolder"``, ``"parquet"``, and any other registered);
+        inferred from ``path`` when ``None``. A known suffix must agree with it.
     overwrite
         Replace existing output. Otherwise an existing data file, manifest or
         directory raises :class:`~geoviz.errors.ExportError` naming it. A
@@ -202,14 +185,14 @@ def export_dataset(
     rule = check_hard_label_rule(hard_label_rule)
     seed = _check_seed(hard_label_seed)
     path = Path(path)
-    fmt, container = _resolve_target(path, format)
+    spec, container = resolve_target(path, format)
     created = _now_utc()
-    built = _build(soft, fmt, path.name, created, rule, seed)
+    built = _build(soft, spec, path.name, created, rule, seed)
     if container == "dir":
         files = _with_inner_manifest(built)
         _atomic_write([(path, files)], overwrite)
         manifest = json.loads(files[MANIFEST_NAME])
-        return ExportResult(fmt, (path, path / MANIFEST_NAME), manifest)
+        return ExportResult(spec.name, (path, path / MANIFEST_NAME), manifest)
     data = (
         _zip_bytes(_with_inner_manifest(built), created)
         if container == "zip"
@@ -220,7 +203,7 @@ def export_dataset(
         manifest["container"] = "zip"
     sidecar = sidecar_manifest_path(path)
     _atomic_write([(path, data), (sidecar, _json_bytes(manifest))], overwrite)
-    return ExportResult(fmt, (path, sidecar), manifest)
+    return ExportResult(spec.name, (path, sidecar), manifest)
 
 
 #: Short alias: ``export(ds, "out/synth.npz")``.
@@ -229,7 +212,7 @@ export = export_dataset
 
 def export_bytes(
     ds: SoftLabeledDataset | LabeledDataset,
-    format: ExportFormat,
+    format: ExportFormat | str,
     *,
     hard_label_rule: HardLabelRule = DEFAULT_HARD_LABEL_RULE,
     hard_label_seed: int = 0,
@@ -249,17 +232,14 @@ def export_bytes(
         The filename is derived from ``ds.name``.
     """
     soft = _as_soft(ds)
-    fmt = _check_format(format)
+    spec = format_spec(format)
     rule = check_hard_label_rule(hard_label_rule)
     seed = _check_seed(hard_label_seed)
-    filename = safe_name(soft.name, fallback="synthetic") + _EXTENSION[fmt]
+    filename = safe_name(soft.name, fallback="synthetic") + spec.extension
     created = _now_utc()
-    built = _build(soft, fmt, filename, created, rule, seed)
-    if fmt == "imagefolder":
-        data = _zip_bytes(_with_inner_manifest(built), created)
-    else:
-        data = built.files[filename]
-    return data, filename, _MIME[fmt]
+    built = _build(soft, spec, filename, created, rule, seed)
+    data = _zip_bytes(_with_inner_manifest(built), created) if spec.tree else built.files[filename]
+    return data, filename, spec.mime
 
 
 def load_export(path: str | Path, *, verify: bool = False) -> SoftLabeledDataset:
@@ -281,7 +261,7 @@ def load_export(path: str | Path, *, verify: bool = False) -> SoftLabeledDataset
     DatasetFormatError
         Missing, corrupt or foreign files.
     """
-    path = _existing(path)
+    path = existing(path)
     if verify:
         verify_manifest(path)
-    return _read_export(path)
+    return read_export(path)

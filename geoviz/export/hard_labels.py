@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -13,11 +13,7 @@ import torch
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetFormatError, ExportError
 from geoviz.export.datasets import _as_soft
-from geoviz.export.formats import _embedded_manifest, _existing, _sniff_format
-from geoviz.export.imagefolder import _imagefolder_hard_labels
-from geoviz.export.npz import _npz_labels
-from geoviz.export.parquet import _parquet_labels
-from geoviz.export.pt import _pt_labels
+from geoviz.export.registry import embedded_manifest, existing, sniff_format
 
 #: How a hard label is derived from a soft label over concatenated reference blocks.
 HardLabelRule = Literal["argmax", "block-sample"]
@@ -233,14 +229,6 @@ def _legacy_hard_label_info(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return {"rule": LEGACY_HARD_LABEL_RULE, "seed": None, "legacy": True}
 
 
-#: The hard labels stored in a single-file export (``labels``/``label``), or ``None``.
-_STORED_LABELS: dict[str, Callable[[Path], np.ndarray | None]] = {
-    "npz": _npz_labels,
-    "pt": _pt_labels,
-    "parquet": _parquet_labels,
-}
-
-
 def load_hard_labels(path: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
     """The hard labels stored in an export and how they were derived.
 
@@ -263,19 +251,21 @@ def load_hard_labels(path: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
     DatasetFormatError
         Missing, corrupt or foreign files.
     """
-    path = _existing(path)
-    fmt, container = _sniff_format(path)
-    if fmt == "imagefolder":
-        labels, manifest = _imagefolder_hard_labels(path, container)
-        return labels, _legacy_hard_label_info(manifest)
+    path = existing(path)
+    spec, container = sniff_format(path)
+    if spec.hard_labels is None:
+        raise DatasetFormatError(f"{spec.name} exports store no hard labels", path)
     try:
-        manifest = _embedded_manifest(path) or {}
-    except ExportError as err:
-        raise DatasetFormatError(str(err), path) from err
-    try:
-        labels = _STORED_LABELS[fmt](path)
+        labels, manifest = spec.hard_labels(path, container)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        if isinstance(err, DatasetFormatError):
+            raise
         raise DatasetFormatError(f"corrupt export: {err}", path) from err
+    if manifest is None:
+        try:
+            manifest = embedded_manifest(path) or {}
+        except ExportError as err:
+            raise DatasetFormatError(str(err), path) from err
     if labels is None:
         raise DatasetFormatError("export stores no hard labels", path)
     return np.asarray(labels, dtype=np.int64), _legacy_hard_label_info(manifest)

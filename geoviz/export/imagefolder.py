@@ -20,8 +20,10 @@ import numpy as np
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import DatasetFormatError
 from geoviz.export.datasets import _dataset
+from geoviz.export.manifest import _base_manifest
 from geoviz.export.names import LABELS_NAME, MANIFEST_NAME, class_folder_names
-from geoviz.export.png import _decode_png, _stack_images
+from geoviz.export.png import _decode_png, _png_payload, _stack_images
+from geoviz.export.registry import BuiltExport, ExportFormatSpec
 
 
 def _imagefolder_files(
@@ -180,3 +182,35 @@ def _imagefolder_hard_labels(path: Path, container: str) -> tuple[np.ndarray, di
     except (OSError, zipfile.BadZipFile) as err:
         what = "corrupt zip archive" if container == "zip" else "unreadable ImageFolder"
         raise DatasetFormatError(f"{what}: {err}", path) from err
+
+
+def _build_imagefolder(
+    ds: SoftLabeledDataset, filename: str, created: str, labels: np.ndarray, hard: dict[str, Any]
+) -> BuiltExport:
+    pngs, quant = _png_payload(ds, "imagefolder")
+    manifest = _base_manifest(ds, "imagefolder", created, hard, quant)
+    return BuiltExport(_imagefolder_files(ds, pngs, labels), manifest)
+
+
+def _imagefolder_snippet(filename: str) -> str:
+    name = json.dumps(str(filename), ensure_ascii=False)
+    source = "data_files" if str(filename).lower().endswith(".zip") else "data_dir"
+    return f'from datasets import load_dataset; ds = load_dataset("imagefolder", {source}={name}, split="train")'
+
+
+#: the ``imagefolder`` format (registered by :mod:`geoviz.export.formats`)
+SPEC = ExportFormatSpec(
+    name="imagefolder",
+    extension=".zip",
+    description="ImageFolder zip — class/idx.png + labels.csv + manifest.json, lossy (uint8)",
+    mime="application/zip",
+    build=_build_imagefolder,
+    read=_load_imagefolder,
+    tree=True,
+    images_only=True,
+    sniff=lambda _head, names: (
+        names is not None and any(n.rsplit("/", 1)[-1] == LABELS_NAME for n in names)
+    ),
+    hard_labels=_imagefolder_hard_labels,
+    snippet=_imagefolder_snippet,
+)

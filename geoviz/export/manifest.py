@@ -13,9 +13,9 @@ from typing import Any
 from geoviz import __version__
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import DatasetFormatError, ExportError
-from geoviz.export.formats import _embedded_manifest, _read_export, _sniff_format
 from geoviz.export.names import MANIFEST_NAME, sidecar_manifest_path
 from geoviz.export.png import _lossy_dataset, _Quantised
+from geoviz.export.registry import embedded_manifest, read_export, sniff_format
 
 #: Version of the manifest layout written by :mod:`geoviz.export`.
 MANIFEST_VERSION = 1
@@ -226,22 +226,22 @@ def verify_manifest(path: str | Path) -> None:
         if data_paths is None:
             data_paths = [root / rel for rel in manifest["files"]]
         for data_path in data_paths:
-            if zipfile.is_zipfile(data_path) and _sniff_format(data_path) == ("imagefolder", "zip"):
+            if zipfile.is_zipfile(data_path) and _is_zipped_tree(data_path):
                 _verify_zip(data_path)
         return
     if data_paths is None:
         raise ExportError(f"{manifest_path}: manifest not found")
-    if _sniff_format(path) == ("imagefolder", "zip"):
+    if _is_zipped_tree(path):
         if not _verify_zip(path):
             raise ExportError(
                 f"{path}: no manifest (neither {manifest_path.name} nor one inside the zip)"
             )
         return
-    embedded = _embedded_manifest(path)
+    embedded = embedded_manifest(path)
     if not embedded or "export_fingerprint" not in embedded:
         raise ExportError(f"{path}: no manifest ({manifest_path.name} missing and none embedded)")
     try:
-        found = _read_export(path).fingerprint
+        found = read_export(path).fingerprint
     except DatasetFormatError as err:
         raise ExportError(f"{path}: corrupt export: {err.problem}") from err
     if found != embedded["export_fingerprint"]:
@@ -256,3 +256,9 @@ def _read_or_none(path: Path) -> bytes | None:
         return path.read_bytes()
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
+
+
+def _is_zipped_tree(path: Path) -> bool:
+    """Whether ``path`` is a tree format written as a ``.zip`` (its manifest inside)."""
+    spec, container = sniff_format(path)
+    return spec.tree and container == "zip"

@@ -13,7 +13,9 @@ import numpy as np
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import DatasetFormatError
 from geoviz.export.datasets import _dataset
+from geoviz.export.manifest import _base_manifest
 from geoviz.export.png import _quantise
+from geoviz.export.registry import BuiltExport, ExportFormatSpec
 
 
 def _npz_bytes(ds: SoftLabeledDataset, manifest: dict[str, Any], labels: np.ndarray) -> bytes:
@@ -73,3 +75,30 @@ def _npz_labels(path: Path) -> np.ndarray | None:
     """The hard labels stored in an npz export (``labels``), or ``None``."""
     with np.load(path, allow_pickle=False) as data:
         return data["labels"] if "labels" in data.files else None
+
+
+def _build_npz(
+    ds: SoftLabeledDataset, filename: str, created: str, labels: np.ndarray, hard: dict[str, Any]
+) -> BuiltExport:
+    manifest = _base_manifest(ds, "npz", created, hard)
+    return BuiltExport({filename: _npz_bytes(ds, manifest, labels)}, manifest)
+
+
+def _npz_snippet(filename: str) -> str:
+    name = json.dumps(str(filename), ensure_ascii=False)
+    return f'import numpy as np; d = np.load({name}); X, Y = d["features"], d["soft_labels"]'
+
+
+#: the ``npz`` format (registered by :mod:`geoviz.export.formats`)
+SPEC = ExportFormatSpec(
+    name="npz",
+    extension=".npz",
+    description="npz — NumPy archive (features, soft_labels, labels, class_names), lossless",
+    mime="application/octet-stream",
+    build=_build_npz,
+    read=lambda path, _container: _load_npz(path),
+    sniff=lambda _head, names: names is not None and "features.npy" in names,
+    manifest=_npz_manifest,
+    hard_labels=lambda path, _container: (_npz_labels(path), None),
+    snippet=_npz_snippet,
+)

@@ -14,7 +14,9 @@ import numpy as np
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import DatasetFormatError
 from geoviz.export.datasets import _dataset
-from geoviz.export.png import _decode_png, _stack_images
+from geoviz.export.manifest import _base_manifest
+from geoviz.export.png import _decode_png, _png_payload, _stack_images
+from geoviz.export.registry import BuiltExport, ExportFormatSpec
 
 
 def _list_array(matrix: np.ndarray):
@@ -140,3 +142,32 @@ def _parquet_labels(path: Path) -> np.ndarray | None:
 
     table = pq.read_table(path, columns=None)
     return table.column("label").to_numpy() if "label" in table.column_names else None
+
+
+def _build_parquet(
+    ds: SoftLabeledDataset, filename: str, created: str, labels: np.ndarray, hard: dict[str, Any]
+) -> BuiltExport:
+    pngs, quant = _png_payload(ds, "parquet") if ds.image_shape is not None else (None, None)
+    manifest = _base_manifest(ds, "parquet", created, hard, quant)
+    return BuiltExport({filename: _parquet_bytes(ds, manifest, labels, pngs)}, manifest)
+
+
+def _parquet_snippet(filename: str) -> str:
+    name = json.dumps(str(filename), ensure_ascii=False)
+    return f'from datasets import load_dataset; ds = load_dataset("parquet", data_files={name}, split="train")'
+
+
+#: the ``parquet`` format (registered by :mod:`geoviz.export.formats`)
+SPEC = ExportFormatSpec(
+    name="parquet",
+    extension=".parquet",
+    description="Parquet — one row per sample, Hugging Face datasets compatible",
+    mime="application/vnd.apache.parquet",
+    build=_build_parquet,
+    read=lambda path, _container: _load_parquet(path),
+    image_fidelity=("lossy (uint8) for images", "lossless for vectors"),
+    sniff=lambda head, _names: head == b"PAR1",
+    manifest=_parquet_manifest,
+    hard_labels=lambda path, _container: (_parquet_labels(path), None),
+    snippet=_parquet_snippet,
+)

@@ -6,6 +6,7 @@ Writer, reader, embedded manifest and stored hard labels.
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import torch
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import DatasetFormatError
 from geoviz.export.datasets import _dataset
+from geoviz.export.manifest import _base_manifest
+from geoviz.export.registry import BuiltExport, ExportFormatSpec
 
 
 def _pt_bytes(ds: SoftLabeledDataset, manifest: dict[str, Any], labels: np.ndarray) -> bytes:
@@ -64,3 +67,34 @@ def _pt_labels(path: Path) -> np.ndarray | None:
     obj = torch.load(path, weights_only=True, map_location="cpu")
     labels = obj.get("labels") if isinstance(obj, dict) else None
     return None if labels is None else labels.numpy()
+
+
+def _build_pt(
+    ds: SoftLabeledDataset, filename: str, created: str, labels: np.ndarray, hard: dict[str, Any]
+) -> BuiltExport:
+    manifest = _base_manifest(ds, "pt", created, hard)
+    return BuiltExport({filename: _pt_bytes(ds, manifest, labels)}, manifest)
+
+
+def _pt_snippet(filename: str) -> str:
+    name = json.dumps(str(filename), ensure_ascii=False)
+    return (
+        f"import torch; d = torch.load({name}, weights_only=True); "
+        'X, Y = d["features"], d["soft_labels"]'
+    )
+
+
+#: the ``pt`` format (registered by :mod:`geoviz.export.formats`)
+SPEC = ExportFormatSpec(
+    name="pt",
+    extension=".pt",
+    suffixes=(".pt", ".pth"),
+    description="pt — torch.load(weights_only=True) dict of tensors, lossless",
+    mime="application/octet-stream",
+    build=_build_pt,
+    read=lambda path, _container: _load_pt(path),
+    sniff=lambda _head, names: names is not None and any(n.endswith("data.pkl") for n in names),
+    manifest=_pt_manifest,
+    hard_labels=lambda path, _container: (_pt_labels(path), None),
+    snippet=_pt_snippet,
+)

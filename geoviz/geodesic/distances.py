@@ -44,6 +44,7 @@ __all__ = [
     "check_qp_solver",
     "objective",
     "optimal_weights",
+    "simplex_compositions",
     "simplex_grid",
     "two_q_distances",
 ]
@@ -54,6 +55,28 @@ MAX_ENUMERATION_M = 14
 
 
 # --------------------------------------------------------------------------- simplex grid
+
+
+def simplex_compositions(m: int, resolution: int) -> np.ndarray:
+    """All ``(K, m)`` non-negative integer vectors ``k`` with ``sum(k) = resolution``: the
+    nodes of :func:`simplex_grid` before the division by ``resolution`` (the explorer's
+    payload ships them as integers). Same bounds and order as :func:`simplex_grid`."""
+    if int(m) != m or m < 1:
+        raise WeightsError(f"simplex_grid needs m >= 1 references, got {m}")
+    m = int(m)
+    # resolution in [1, MAX_GRID_RESOLUTION] and at most MAX_GRID_POINTS points, checked
+    # before anything is enumerated
+    r = limits.check_grid(resolution, m, error=WeightsError)
+    if m == 1:
+        return np.full((1, 1), r, dtype=np.int64)
+    # stars and bars: choose m-1 bar positions among r+m-1 slots
+    bars = np.array(list(itertools.combinations(range(r + m - 1), m - 1)), dtype=np.int64)
+    bars = bars.reshape(-1, m - 1)
+    padded = np.concatenate(
+        [np.full((bars.shape[0], 1), -1), bars, np.full((bars.shape[0], 1), r + m - 1)], axis=1
+    )
+    counts: np.ndarray = np.diff(padded, axis=1) - 1
+    return counts
 
 
 def simplex_grid(m: int, resolution: int) -> np.ndarray:
@@ -76,22 +99,8 @@ def simplex_grid(m: int, resolution: int) -> np.ndarray:
         ``sum(k) = r`` (so each row sums to 1 up to rounding); the first row is
         the vertex ``e_m`` and the last ``e_1``.
     """
-    if int(m) != m or m < 1:
-        raise WeightsError(f"simplex_grid needs m >= 1 references, got {m}")
-    m = int(m)
-    # resolution in [1, MAX_GRID_RESOLUTION] and at most MAX_GRID_POINTS points, checked
-    # before anything is enumerated
-    r = limits.check_grid(resolution, m, error=WeightsError)
-    if m == 1:
-        return np.ones((1, 1))
-    # stars and bars: choose m-1 bar positions among r+m-1 slots
-    bars = np.array(list(itertools.combinations(range(r + m - 1), m - 1)), dtype=np.int64)
-    bars = bars.reshape(-1, m - 1)
-    padded = np.concatenate(
-        [np.full((bars.shape[0], 1), -1), bars, np.full((bars.shape[0], 1), r + m - 1)], axis=1
-    )
-    counts = np.diff(padded, axis=1) - 1
-    return counts.astype(np.float64) / r
+    counts = simplex_compositions(m, resolution)
+    return counts.astype(np.float64) / int(resolution)
 
 
 # --------------------------------------------------------------------------- objective

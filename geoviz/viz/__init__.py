@@ -1,7 +1,5 @@
 """Plotly figure builders for geoviz (no Streamlit import here).
 
-* :mod:`geoviz.viz.ternary` — ``W^2(P_a, Q)`` over the simplex (ternary heatmap,
-  line for ``m = 2``) and the weights bar; iso-lines by marching triangles.
 * :mod:`geoviz.viz.images` — tiled image grids with captions.
 * :mod:`geoviz.viz.neighbours` — what a mapped point is made of: its largest
   plan weights over the reference (sharp vs blurry maps).
@@ -12,7 +10,10 @@
 * :mod:`geoviz.viz.embedding` — a UMAP (or PCA) embedding fitted once, reused
   for new points.
 * :mod:`geoviz.viz.compare` — OT-map interpolation vs naive mixup.
-* :mod:`geoviz.viz.weights` — pure logic of the weight widgets.
+
+The weight simplex itself (``W^2(P_a, Q)`` over the weights, the pick, â and its region,
+the figure export) is drawn in the browser by the explorer
+(``geoviz/app/explorer/frontend/explorer.js``), the product's one renderer of it.
 """
 
 from geoviz.viz.compare import side_by_side_scatter
@@ -44,26 +45,13 @@ from geoviz.viz.plots import (
     soft_label_bars,
     soft_label_summary,
 )
-from geoviz.viz.ternary import (
-    OBJECTIVE_LABEL,
-    contour_levels,
-    geodesic_line,
-    simplex_contours,
-    ternary_heatmap,
-    weights_bar,
-)
-from geoviz.viz.weights import selection_signature, sync_weights, weights_from_selection
 
 __all__ = [
-    "OBJECTIVE_LABEL",
     "Embedding",
     "PointSet",
     "as_display_images",
     "class_histograms",
-    "contour_levels",
     "fit_embedding",
-    "format_weights",
-    "geodesic_line",
     "image_grid",
     "label_mass_bars",
     "label_transition",
@@ -74,22 +62,13 @@ __all__ = [
     "plan_neighbours_grid",
     "plan_neighbours_scatter",
     "point_set",
-    "project_to_simplex",
-    "round_to_simplex",
     "sample_captions",
     "sample_card",
     "scatter_sets",
     "selected_samples",
-    "selection_signature",
     "side_by_side_scatter",
-    "simplex_contours",
     "soft_label_bars",
     "soft_label_captions",
     "soft_label_summary",
-    "sync_weights",
-    "ternary_heatmap",
     "tile_images",
-    "uniform_weights",
-    "weights_bar",
-    "weights_from_selection",
 ]

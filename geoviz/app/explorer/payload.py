@@ -42,7 +42,6 @@ Arrays (``m`` maps, ``S`` fixed target samples, ``P`` placed points):
 
 from __future__ import annotations
 
-import itertools
 import json
 import struct
 import time
@@ -52,7 +51,9 @@ from typing import Any
 
 import numpy as np
 
+from geoviz.geodesic.distances import simplex_compositions
 from geoviz.geodesic.mixup import mixup_pairs
+from geoviz.geodesic.weights import ENTRY_DECIMALS
 from geoviz.viz.images import example_indices
 
 MAGIC = b"GVZX"
@@ -135,15 +136,6 @@ def quantize(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return np.rint(np.clip(y, 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
-def simplex_compositions(m: int, res: int) -> np.ndarray:
-    """All ``(K, m)`` non-negative integer vectors summing to ``res`` (grid nodes ``/ res``)."""
-    out = [
-        np.diff([0, *cuts, res])
-        for cuts in itertools.combinations_with_replacement(range(res + 1), m - 1)
-    ]
-    return np.asarray(out, dtype=np.int64).reshape(-1, m)
-
-
 def grid_resolution(m: int, max_nodes: int = MAX_GRID_NODES) -> int:
     """The finest resolution whose simplex grid has at most ``max_nodes`` nodes (>= 1)."""
     res = 1
@@ -185,6 +177,9 @@ def _placed_indices(result: Any, shown: np.ndarray, n: int, seed: int = 0) -> np
 def _common(result: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     header = {
         "version": VERSION,
+        # decimals of a picked weight (the URL's and the cache key's): the browser rounds
+        # its picks with this, never a number of its own
+        "weight_decimals": int(ENTRY_DECIMALS),
         "m": int(result.m),
         "names": list(result.reference_names),
         "target_name": str(result.target.name),

@@ -14,6 +14,7 @@ from geoviz.export import (
     HardLabelRule,
     export_bytes,
     export_dataset,
+    format_spec,
     safe_name,
 )
 
@@ -88,7 +89,7 @@ def save_export(
     GeovizError, OSError
         Invalid input, or the folder cannot be written.
     """
-    ext = {"npz": ".npz", "pt": ".pt", "parquet": ".parquet", "imagefolder": ".zip"}[fmt]
+    ext = format_spec(fmt).extension
     target = export_folder(root, subfolder) / (safe_name(ds.name, fallback="synthetic") + ext)
     return export_dataset(
         ds, target, format=fmt, overwrite=overwrite, hard_label_rule=rule, hard_label_seed=seed

@@ -667,7 +667,7 @@
         } else return;
       }
       ev.preventDefault();
-      S.pick = roundToSimplex(a, 4); S.keyMoved = true; request(ev);
+      S.pick = roundToSimplex(a, H().weight_decimals); S.keyMoved = true; request(ev);
     });
     c.addEventListener("keyup", (ev) => {
       if (S.keyMoved && ev.key.startsWith("Arrow")) { S.keyMoved = false; sendWeights(); }
@@ -675,7 +675,7 @@
   }
 
   function sendWeights() {
-    S.pick = roundToSimplex(S.pick, 4);
+    S.pick = roundToSimplex(S.pick, H().weight_decimals);
     S.sentPick = S.pick.slice();
     S.seq += 1;
     request(null);
@@ -721,12 +721,12 @@
     } else {
       drawSimplex();
       const v = objective(S.pick), gap = v - h.w2_hat;
-      ui.weights.textContent = "a = (" + S.pick.map((x) => fmt(x, 4)).join(", ") + ")";
+      ui.weights.textContent = "a = (" + S.pick.map((x) => fmt(x, h.weight_decimals)).join(", ") + ")";
       ui.value.textContent = "W²(P_a, Q) = " + sig(v);
       ui.value.setAttribute("data-value", String(v));
-      const ahatShown = roundToSimplex(Array.from(A("a_hat").data), 4);
+      const ahatShown = roundToSimplex(Array.from(A("a_hat").data), h.weight_decimals);
       if (S.pick.every((x, i) => Math.abs(x - ahatShown[i]) < 1e-12)) {
-        ui.gap.textContent = "at â (its weights rounded to 4 decimals)";  // not a red "+4.5e-7"
+        ui.gap.textContent = "at â (its weights rounded to " + h.weight_decimals + " decimals)";  // not a red "+4.5e-7"
         ui.gap.className = "gap down";
       } else {
         ui.gap.textContent = (gap >= 0 ? "+" : "") + Number(gap).toPrecision(3) + " vs â";
@@ -1281,7 +1281,7 @@
       if (!S.playing && args.t !== undefined && args.t !== null && S.ui == null) S.t = Number(args.t);
     } else if (!S.dragging) {
       const picked = args.picked && args.picked.length === h.m ? args.picked.map(Number) : Array.from(A("a_hat").data);
-      if (!S.pick || !S.sentPick || picked.some((x, i) => Math.abs(x - S.sentPick[i]) > 1e-9)) S.pick = roundToSimplex(picked, 4);
+      if (!S.pick || !S.sentPick || picked.some((x, i) => Math.abs(x - S.sentPick[i]) > 1e-9)) S.pick = roundToSimplex(picked, h.weight_decimals);
       S.sentPick = S.pick.slice();
     }
     if (!S.ui) build();
