@@ -43,6 +43,7 @@ __all__ = [
     "MAX_TOKEN_INFLATED_BYTES",
     "MIN_IMAGE_SIZE",
     "MIN_SAMPLES",
+    "RelativeEpsilon",
     "check_epsilon",
     "check_grid",
     "check_int",
@@ -126,8 +127,35 @@ def check_int(
     return number
 
 
-def check_epsilon(value: Any, *, error: type[GeovizError] = GeovizError) -> float:
-    """A relative epsilon in ``[EPSILON_MIN, EPSILON_MAX]`` as a float, else ``error``."""
+class RelativeEpsilon(float):
+    """A relative epsilon in ``[EPSILON_MIN, EPSILON_MAX]`` (``eps_abs = epsilon * mean(C)``),
+    checked when it is made: ``RelativeEpsilon(value)`` raises ``error`` (default
+    :class:`~geoviz.errors.GeovizError`) for anything else.
+
+    Made once, where the value enters (a CLI option, the app's scenario, a library caller's
+    :class:`~geoviz.ot.otdd.OTDDConfig`); made again from a :class:`RelativeEpsilon` it is
+    returned as it is, unchecked, so everything downstream receives a checked value
+    (issue 24). Arithmetic on it gives plain floats; it is a float to JSON, pickle and ``==``.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value: Any, error: type[GeovizError] = GeovizError) -> RelativeEpsilon:
+        if isinstance(value, RelativeEpsilon):
+            return value
+        return super().__new__(cls, _epsilon_in_range(value, error))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RelativeEpsilon, (float(self),))
+
+
+def check_epsilon(value: Any, *, error: type[GeovizError] = GeovizError) -> RelativeEpsilon:
+    """``RelativeEpsilon(value)``: a relative epsilon in ``[EPSILON_MIN, EPSILON_MAX]``, else
+    ``error``; a :class:`RelativeEpsilon` (checked already) is returned as it is."""
+    return RelativeEpsilon(value, error)
+
+
+def _epsilon_in_range(value: Any, error: type[GeovizError]) -> float:
     if isinstance(value, bool):
         raise error(f"epsilon must be a number, got {value!r}")
     try:

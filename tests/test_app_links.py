@@ -416,7 +416,7 @@ def test_make_run_serves_this_machine_unless_given_an_address(tmp_path, args, ad
         text=True,
         check=True,
     ).stdout
-    run_line = next(line for line in out.splitlines() if "streamlit run app.py" in line)
+    run_line = next(line for line in out.splitlines() if "-m geoviz.app.serve" in line)
     assert f"--server.address {address} " in run_line
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
 import numpy as np
 import pytest
+import torch
 
 from geoviz import limits
 from geoviz.errors import DatasetError, GeovizError, WeightsError
@@ -98,3 +100,40 @@ def test_simplex_grid_uses_the_shared_bounds_quickly():
     assert time.perf_counter() - start < 1.0
     grid = simplex_grid(3, limits.MAX_GRID_RESOLUTION)
     assert grid.shape == (limits.grid_points(limits.MAX_GRID_RESOLUTION, 3), 3)
+
+
+def test_a_relative_epsilon_is_checked_where_it_is_made_and_never_again(monkeypatch):
+    """Issue 24: the CLI, the app's scenario or a caller makes a RelativeEpsilon once; the
+    configuration, the cost geometry and the solver receive that value and do not check it
+    again (the range check is not even called), while a plain float is still checked."""
+    import pickle
+
+    from geoviz.ot.geometry import DenseCost
+    from geoviz.ot.otdd import OTDDConfig
+
+    eps = limits.check_epsilon(0.002)
+    assert isinstance(eps, limits.RelativeEpsilon) and eps == 0.002
+    assert json.loads(json.dumps({"e": eps})) == {"e": 0.002}
+    assert pickle.loads(pickle.dumps(eps)) == eps
+    calls = []
+    real = limits._epsilon_in_range
+
+    def counting(value, error):
+        calls.append(value)
+        return real(value, error)
+
+    monkeypatch.setattr(limits, "_epsilon_in_range", counting)
+    config = OTDDConfig(epsilon=eps)
+    geometry = DenseCost(torch.ones(3, 3)).with_epsilon(config.epsilon, relative=True)
+    assert config.epsilon is eps and geometry.epsilon is eps
+    assert limits.check_epsilon(eps) is eps and limits.RelativeEpsilon(eps) is eps
+    assert calls == []
+    # a plain float is checked once, where the configuration is made, and kept checked
+    plain = OTDDConfig(epsilon=0.01)
+    assert calls == [0.01] and isinstance(plain.epsilon, limits.RelativeEpsilon)
+    DenseCost(torch.ones(3, 3)).with_epsilon(plain.epsilon, relative=True)
+    assert calls == [0.01]
+    with pytest.raises(GeovizError, match=r"below 0\.0001"):
+        limits.RelativeEpsilon(1e-9)
+    with pytest.raises(GeovizError, match="epsilon"):
+        OTDDConfig(epsilon=1e-9)

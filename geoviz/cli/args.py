@@ -21,6 +21,7 @@ from geoviz.errors import GeovizError
 __all__ = [
     "MAX_SEEDS",
     "add_backend_args",
+    "add_epsilon_option",
     "cli_epsilon",
     "cli_int",
     "cli_seed",
@@ -84,8 +85,28 @@ def cli_int(value: Any, flag: str, low: int, high: int, *, why: str = "") -> int
     return limits.check_int(value, flag, low, high, why=why)
 
 
-def cli_epsilon(value: Any, flag: str = "--epsilon") -> float:
-    """A relative epsilon option checked by :func:`geoviz.limits.check_epsilon`.
+def add_epsilon_option(parser: argparse.ArgumentParser) -> None:
+    """``--epsilon`` (one definition for every command): parsed as a number, checked by
+    :func:`cli_epsilon` where the command validates its options (``None``: the default,
+    :data:`geoviz.ot.otdd.DEFAULT_EPSILON`)."""
+    from geoviz.ot.otdd_cost import DEFAULT_EPSILON  # deferred: the CLI starts without torch
+
+    parser.add_argument(
+        "--epsilon",
+        type=number,
+        default=None,
+        help=(
+            "entropic regularisation relative to the mean ground cost: eps_abs = epsilon x "
+            f"mean(||x-x'||^2 + W_2^2). Default {DEFAULT_EPSILON:g} (sharp maps: a few "
+            "reference points per mapped point); larger values blur the maps (0.05 averages "
+            f"about half the reference); {limits.EPSILON_MIN:g} to {limits.EPSILON_MAX:g}"
+        ),
+    )
+
+
+def cli_epsilon(value: Any, flag: str = "--epsilon") -> limits.RelativeEpsilon:
+    """A relative epsilon option checked by :func:`geoviz.limits.check_epsilon`: the
+    :class:`~geoviz.limits.RelativeEpsilon` that the library receives and never checks again.
 
     The message names the flag (``--epsilon 1e-20 is below 0.0001 ...``).
     """

@@ -58,6 +58,7 @@ import numpy as np
 from geoviz import limits
 from geoviz.cli.args import (
     add_backend_args,
+    add_epsilon_option,
     cli_epsilon,
     cli_int,
     cli_seed,
@@ -88,7 +89,6 @@ __all__ = ["check_args", "register", "spec_from_args"]
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    from geoviz.ot.otdd import DEFAULT_EPSILON
 
     parser.add_argument("--target", required=True, help="target dataset Q (registry name or path)")
     parser.add_argument(
@@ -130,17 +130,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
             "of N x N (e.g. 2000 for the full 60,000-sample splits); default: one problem"
         ),
     )
-    parser.add_argument(
-        "--epsilon",
-        type=number,
-        default=None,
-        help=(
-            "entropic regularisation relative to the mean ground cost: eps_abs = epsilon x "
-            f"mean(||x-x'||^2 + W_2^2). Default {DEFAULT_EPSILON:g} (sharp maps: a few "
-            "reference points per mapped point); larger values blur the maps (0.05 averages "
-            f"about half the reference); {limits.EPSILON_MIN:g} to {limits.EPSILON_MAX:g}"
-        ),
-    )
+    add_epsilon_option(parser)
     parser.add_argument("--lambda-x", type=number, default=None, help="weight of the feature cost")
     parser.add_argument("--lambda-y", type=number, default=None, help="weight of the label cost")
     parser.add_argument("--label-method", choices=("gaussian", "exact"), default=None)

@@ -41,6 +41,7 @@ import numpy as np
 from geoviz import limits
 from geoviz.cli.args import (
     add_backend_args,
+    add_epsilon_option,
     cli_epsilon,
     cli_int,
     cli_seed,
@@ -194,7 +195,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
     seeds = cli_seeds(args.seeds)
     weights = _weights_arg(args.weights, len(refs))
     preset = get_preset(args.preset)
-    epsilon = cli_epsilon(args.epsilon)
+    epsilon = None if args.epsilon is None else cli_epsilon(args.epsilon)
     if args.grid is not None:
         try:
             limits.check_grid(args.grid, len(refs))
@@ -232,7 +233,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
         target_test=DatasetChoice.named(args.target, "test"),
         n_test=args.n_test,
         config=GeodesicConfig(
-            otdd=dataclasses.replace(OTDDConfig(), epsilon=epsilon),
+            otdd=OTDDConfig() if epsilon is None else OTDDConfig(epsilon=epsilon),
             features=args.features,
             encoder=args.encoder_preset,
         ),
@@ -332,7 +333,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
             print(
                 f"BLURRY MAP T{i + 1} -> {ref_names[i]}: each mapped point averages a median of "
                 f"{geodesic.effective_neighbours[i]:.0f} reference points at --epsilon "
-                f"{args.epsilon:g}, so P_a holds blurred averages; lower --epsilon for sharp maps."
+                f"{spec.config.otdd.epsilon:g}, so P_a holds blurred averages; lower --epsilon for sharp maps."
             )
     if weights is not None:
         print(
@@ -374,7 +375,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
             "pretrain": dataclasses.asdict(preset.pretrain),
             "finetune": dataclasses.asdict(preset.finetune),
         },
-        "epsilon": float(args.epsilon),
+        "epsilon": float(spec.config.otdd.epsilon),
         "weights": "a_hat" if weights is None else [float(w) for w in weights],
         "a_hat": None if geodesic is None else [float(a) for a in geodesic.a_hat],
         "a_hat_neural": None
@@ -505,7 +506,6 @@ def _print_grid_study(study: Any, names: Sequence[str], seeds: Sequence[int]) ->
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``transfer`` to the ``geoviz`` CLI."""
-    from geoviz.ot.otdd import DEFAULT_EPSILON
 
     help_text = (
         "transfer experiments: pretrain on P_a, fine-tune on k-shot target, test "
@@ -585,12 +585,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="cpu",
         help="training budget: paper, cpu (default) or tiny (see geoviz.nn.training.PRESETS)",
     )
-    p.add_argument(
-        "--epsilon",
-        type=float,
-        default=DEFAULT_EPSILON,
-        help=f"OTDD entropic regularisation relative to the mean ground cost (default {DEFAULT_EPSILON:g})",
-    )
+    add_epsilon_option(p)
     p.add_argument(
         "--grid",
         type=positive_int,

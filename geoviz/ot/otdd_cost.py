@@ -136,7 +136,8 @@ class OTDDConfig:
             ):
                 raise bad(f"{name} must be a finite number, got {value!r}")
         try:  # the one range of relative epsilons (geoviz.limits explains the floor)
-            limits.check_epsilon(self.epsilon)
+            # kept as the checked RelativeEpsilon: the geometry and the solver never check again
+            object.__setattr__(self, "epsilon", limits.check_epsilon(self.epsilon))
         except GeovizError as err:
             raise bad(str(err)) from None
         if self.lambda_x < 0 or self.lambda_y < 0:
