@@ -80,10 +80,13 @@ from geoviz.glossary import (
 )
 
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
+    from geoviz.features import ModelSpace
     from geoviz.geodesic.pipeline import GeodesicResult
     from geoviz.geodesic.spec import GeodesicSpec
     from geoviz.geodesic.uncertainty import GeodesicBootstrap
     from geoviz.maps.base import MapDiagnostics
+    from geoviz.maps.neural import NeuralMapConfig
+    from geoviz.ot.otdd import OTDDConfig
 
 __all__ = ["check_args", "register", "spec_from_args"]
 
@@ -227,7 +230,7 @@ def add_feature_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def feature_space_from_args(args: argparse.Namespace) -> Any:
+def feature_space_from_args(args: argparse.Namespace) -> ModelSpace | None:
     """The user's model as a feature space (``--features-model``), or ``None``.
 
     Raises
@@ -311,7 +314,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise ExportExistsError(f"{args.out} already exists; pass --overwrite to replace it")
 
 
-def _otdd_config(args: argparse.Namespace) -> Any:
+def _otdd_config(args: argparse.Namespace) -> OTDDConfig:
     from geoviz.ot.otdd import OTDDConfig
 
     base = OTDDConfig()
@@ -333,7 +336,7 @@ def _otdd_config(args: argparse.Namespace) -> Any:
     return dataclasses.replace(base, **changes)
 
 
-def _neural_config(args: argparse.Namespace) -> Any:
+def _neural_config(args: argparse.Namespace) -> NeuralMapConfig:
     from geoviz.maps.neural import get_neural_preset
 
     cfg = get_neural_preset(getattr(args, "neural_preset", "cpu"))

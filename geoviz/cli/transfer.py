@@ -34,7 +34,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from geoviz.cli.args import (
 from geoviz.cli.output import PlainProgress, format_table, stderr_is_terminal
 from geoviz.errors import BlurWarning, ExportError, GeovizError
 from geoviz.transfer.table import ALL_METHODS, METHODS
+
+if TYPE_CHECKING:
+    from geoviz.transfer.experiment import Method
 
 __all__ = ["TRANSFER_REFS", "TRANSFER_TARGET", "register"]
 
@@ -293,7 +296,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
                 geodesic,
                 resolution=args.grid,
                 checkpoint_dir=checkpoints,
-                method=methods[0],
+                method=cast("Literal['otdd', 'mixup']", methods[0]),
                 **run_options,
             )
             comparison = None
@@ -301,7 +304,7 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
             comparison = compare_methods(
                 task,
                 geodesic,
-                methods=methods,
+                methods=cast("list[Method]", methods),
                 weights=weights,
                 neural_geodesic=neural_geodesic,
                 **run_options,

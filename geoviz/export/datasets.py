@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -44,11 +44,14 @@ def _dataset(
 ) -> SoftLabeledDataset:
     try:
         return SoftLabeledDataset(
-            features=features,
-            soft_labels=soft,
+            features=torch.as_tensor(features),
+            soft_labels=torch.as_tensor(soft),
             class_names=tuple(str(c) for c in class_names),
             name=str(name) if name is not None else where.stem,
-            image_shape=tuple(int(s) for s in image_shape) if image_shape else None,
+            image_shape=cast(
+                "tuple[int, int, int] | None",
+                tuple(int(s) for s in image_shape) if image_shape else None,
+            ),
             metadata=metadata if isinstance(metadata, dict) else {},
         )
     except DatasetError as err:

@@ -94,7 +94,8 @@ def hard_labels_from_soft(
         raise ExportError(f"soft labels must have shape (N, K) with K >= 1, got {soft.shape}")
     n, k = soft.shape
     if rule == "argmax":
-        return soft.argmax(axis=1).astype(np.int64)
+        argmax: np.ndarray = soft.argmax(axis=1).astype(np.int64)
+        return argmax
     seed = _check_seed(seed)
     cols: list[np.ndarray] = []
     for b in blocks:
@@ -119,7 +120,7 @@ def hard_labels_from_soft(
         probs[empty] = 1.0  # no mass anywhere: any block
         probs = probs / probs.sum(axis=1, keepdims=True)
     rng = np.random.default_rng(seed)
-    u = rng.random(n)
+    u = np.asarray(rng.random(n), dtype=np.float64)
     cum = np.cumsum(probs, axis=1)
     choice = np.minimum((u[:, None] >= cum).sum(axis=1), m - 1)
     out = np.empty(n, dtype=np.int64)
@@ -210,7 +211,9 @@ def dataset_hard_labels(
     entries = []
     for j, (name, cols) in enumerate(blocks):
         count = int(np.isin(labels, cols).sum())
-        weight = float(weights[j]) if known else float(soft[:, cols].sum() / n)
+        weight = (
+            float(weights[j]) if known and weights is not None else float(soft[:, cols].sum() / n)
+        )
         entries.append({"name": name, "weight": weight, "count": count, "share": count / n})
     info = {
         "rule": rule,

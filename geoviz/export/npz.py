@@ -33,7 +33,7 @@ def _npz_bytes(ds: SoftLabeledDataset, manifest: dict[str, Any], labels: np.ndar
     if ds.image_shape is not None:
         arrays["images"] = _quantise(ds).images
     buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
+    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub: **kwds arrays
     return buf.getvalue()
 
 

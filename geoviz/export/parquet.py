@@ -19,7 +19,7 @@ from geoviz.export.png import _decode_png, _png_payload, _stack_images
 from geoviz.export.registry import BuiltExport, ExportFormatSpec
 
 
-def _list_array(matrix: np.ndarray):
+def _list_array(matrix: np.ndarray) -> Any:
     """``(N, K)`` float32 -> Arrow ``list<float32>`` with N rows."""
     import pyarrow as pa
 
@@ -63,7 +63,8 @@ def _parquet_bytes(
     )
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def _list_column(table: Any, column: str, path: Path) -> np.ndarray:
