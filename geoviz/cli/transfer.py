@@ -33,6 +33,7 @@ import contextlib
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -54,6 +55,10 @@ from geoviz.errors import BlurWarning, ExportError, GeovizError
 from geoviz.transfer.table import ALL_METHODS, METHODS
 
 if TYPE_CHECKING:
+    from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult
+    from geoviz.geodesic.spec import GeodesicSpec
+    from geoviz.limits import RelativeEpsilon
+    from geoviz.nn.training import TransferPreset
     from geoviz.transfer.experiment import Method
 
 __all__ = ["TRANSFER_REFS", "TRANSFER_TARGET", "register"]
@@ -165,21 +170,23 @@ def _dataset_entry(ds: Any, name: str, split: str) -> dict[str, Any]:
     }
 
 
-def _cmd_transfer(args: argparse.Namespace) -> int:
-    import dataclasses
+@dataclass(frozen=True)
+class _TransferOptions:
+    """The checked options of ``geoviz transfer`` (:func:`_check_transfer_args`)."""
 
-    from geoviz import __version__
-    from geoviz.backend import DiskCache, get_cache
-    from geoviz.data.choice import DatasetChoice
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
-    from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
-    from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT
+    refs: list[str]
+    seeds: list[int]
+    weights: np.ndarray | None
+    preset: TransferPreset
+    epsilon: RelativeEpsilon | None
+    methods: list[str]
+    out_dir: Path | None
+
+
+def _check_transfer_args(args: argparse.Namespace) -> _TransferOptions:
+    """Every option checked before any work, in one sentence naming the flag."""
     from geoviz.nn.training import get_preset
-    from geoviz.ot.otdd import OTDDConfig
-    from geoviz.transfer.experiment import make_task
-    from geoviz.transfer.table import compare_methods
 
-    # ---- validate every option before any work
     refs = [part.strip() for part in args.refs.split(",") if part.strip()]
     if not refs:
         raise GeovizError("--refs: expected comma-separated dataset names")
@@ -199,36 +206,48 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
     weights = _weights_arg(args.weights, len(refs))
     preset = get_preset(args.preset)
     epsilon = None if args.epsilon is None else cli_epsilon(args.epsilon)
-    if args.grid is not None:
-        try:
-            limits.check_grid(args.grid, len(refs))
-        except GeovizError as err:
-            raise GeovizError(f"--grid: {err}") from None
-        if args.method == "otdd_neural":
-            raise GeovizError(
-                "--grid runs the barycentric geodesic; --method otdd_neural is not supported there"
-            )
-        if args.method in ("fewshot", "1nn"):
-            raise GeovizError(
-                f"--grid trains on P_a for every grid point: --method must be otdd or mixup, "
-                f"not {args.method}"
-            )
-        if weights is not None:
-            raise GeovizError("--weights has no effect with --grid (every grid point is run)")
-        methods = ["otdd" if args.method == "all" else args.method]
-    else:
-        methods = list(METHODS) if args.method == "all" else [args.method]
-        if args.method == "all" and args.neural:
-            methods.insert(1, "otdd_neural")
+    methods = _transfer_methods(args, len(refs), weights)
     out_dir = None if args.out is None else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"--out {out_dir} exists and is not a folder")
+    return _TransferOptions(refs, seeds, weights, preset, epsilon, methods, out_dir)
 
-    # ---- data and task
-    names = [args.target, *refs]
-    spec = GeodesicSpec(
+
+def _transfer_methods(args: argparse.Namespace, m: int, weights: np.ndarray | None) -> list[str]:
+    """The methods to run; with ``--grid`` the one method trained at every grid point."""
+    if args.grid is None:
+        methods = list(METHODS) if args.method == "all" else [args.method]
+        if args.method == "all" and args.neural:
+            methods.insert(1, "otdd_neural")
+        return methods
+    try:
+        limits.check_grid(args.grid, m)
+    except GeovizError as err:
+        raise GeovizError(f"--grid: {err}") from None
+    if args.method == "otdd_neural":
+        raise GeovizError(
+            "--grid runs the barycentric geodesic; --method otdd_neural is not supported there"
+        )
+    if args.method in ("fewshot", "1nn"):
+        raise GeovizError(
+            f"--grid trains on P_a for every grid point: --method must be otdd or mixup, "
+            f"not {args.method}"
+        )
+    if weights is not None:
+        raise GeovizError("--weights has no effect with --grid (every grid point is run)")
+    return ["otdd" if args.method == "all" else args.method]
+
+
+def _transfer_spec(args: argparse.Namespace, opts: _TransferOptions) -> GeodesicSpec:
+    """The study's problem, built with the library's constructors."""
+    from geoviz.data.choice import DatasetChoice
+    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.geodesic.spec import GeodesicSpec
+    from geoviz.ot.otdd import OTDDConfig
+
+    return GeodesicSpec(
         target=DatasetChoice.named(args.target),
-        references=tuple(DatasetChoice.named(name) for name in refs),
+        references=tuple(DatasetChoice.named(name) for name in opts.refs),
         n_target=args.n,
         n_reference=args.n,
         seed=args.seed,
@@ -236,52 +255,60 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
         target_test=DatasetChoice.named(args.target, "test"),
         n_test=args.n_test,
         config=GeodesicConfig(
-            otdd=OTDDConfig() if epsilon is None else OTDDConfig(epsilon=epsilon),
+            otdd=OTDDConfig() if opts.epsilon is None else OTDDConfig(epsilon=opts.epsilon),
             features=args.features,
             encoder=args.encoder_preset,
         ),
     )
-    data = load_spec_datasets(spec)
-    assert data.target_test is not None  # the spec names the test split
-    target_train, references, target_test = data.target, list(data.references), data.target_test
-    task = make_task(target_train, target_test, references, args.k, seed=args.seed)
 
+
+@dataclass
+class _TransferRun:
+    """What the fits and the runs gave."""
+
+    geodesic: GeodesicResult | None = None
+    neural_geodesic: GeodesicResult | None = None
+    study: Any = None
+    comparison: Any = None
+
+
+def _run_transfer(
+    args: argparse.Namespace, opts: _TransferOptions, config: GeodesicConfig, task: Any
+) -> _TransferRun:
+    """Fit the geodesic(s) the methods need, then run the comparison or the simplex study."""
+    import dataclasses
+
+    from geoviz.backend import DiskCache, get_cache
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.transfer.table import compare_methods
+
+    methods, weights = opts.methods, opts.weights
     needs_geodesic = (
         args.grid is not None or "otdd" in methods or ("mixup" in methods and weights is None)
     )
-    config = spec.config
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
     what = "simplex study" if args.grid is not None else "transfer"
-    geodesic = neural_geodesic = None
+    run = _TransferRun()
     with _transfer_progress(not args.quiet, what) as (fit_progress, run_progress):
+        refs = list(task.references)
         if needs_geodesic:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", BlurWarning)
-                geodesic = fit_geodesic(
-                    task.target_train,
-                    list(task.references),
-                    config,
-                    progress=fit_progress,
-                    cache=cache,
+                run.geodesic = fit_geodesic(
+                    task.target_train, refs, config, progress=fit_progress, cache=cache
                 )
         if "otdd_neural" in methods:
-            neural_geodesic = fit_geodesic(
-                task.target_train,
-                list(task.references),
-                # neural maps generate images: they live in pixel space
-                dataclasses.replace(
-                    config, method="neural", neural=args.neural_preset, features="pixels"
-                ),
-                progress=fit_progress,
-                cache=cache,
+            # neural maps generate images: they live in pixel space
+            neural = dataclasses.replace(
+                config, method="neural", neural=args.neural_preset, features="pixels"
             )
-        ref_names = (
-            list(geodesic.reference_names) if geodesic is not None else [r.name for r in references]
-        )
+            run.neural_geodesic = fit_geodesic(
+                task.target_train, refs, neural, progress=fit_progress, cache=cache
+            )
         # the options of every (method or grid point, seed) run
         run_options: dict[str, Any] = {
-            "seeds": seeds,
-            "preset": preset,
+            "seeds": opts.seeds,
+            "preset": opts.preset,
             "backend": args.backend,
             # the environment is read here, at the entry point (the library reads none)
             "address": ray_address(args),
@@ -290,53 +317,59 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
         if args.grid is not None:
             from geoviz.transfer.study import run_grid
 
-            checkpoints = None if out_dir is None else out_dir / "checkpoints"
-            study = run_grid(
+            checkpoints = None if opts.out_dir is None else opts.out_dir / "checkpoints"
+            run.study = run_grid(
                 task,
-                geodesic,
+                run.geodesic,
                 resolution=args.grid,
                 checkpoint_dir=checkpoints,
                 method=cast("Literal['otdd', 'mixup']", methods[0]),
                 **run_options,
             )
-            comparison = None
         else:
-            comparison = compare_methods(
+            run.comparison = compare_methods(
                 task,
-                geodesic,
+                run.geodesic,
                 methods=cast("list[Method]", methods),
                 weights=weights,
-                neural_geodesic=neural_geodesic,
+                neural_geodesic=run.neural_geodesic,
                 **run_options,
             )
-            study = None
+    return run
 
-    # ---- report
+
+def _print_transfer_header(
+    task: Any,
+    opts: _TransferOptions,
+    run: _TransferRun,
+    ref_names: list[str],
+    epsilon: float,
+    target_name: str,
+) -> None:
+    """The task, the preset, â (of both map methods) and any blurry map, before the results."""
+    from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT
+
     print(
-        f"target: {target_train.name} ({task.target_train.n_samples} train, "
+        f"target: {target_name} ({task.target_train.n_samples} train, "
         f"{task.target_fewshot.n_samples} labelled = {task.k} per class, "
         f"{task.target_test.n_samples} test); references: {', '.join(ref_names)}"
     )
-    print(f"preset: {preset.name} ({preset.note})")
+    print(f"preset: {opts.preset.name} ({opts.preset.note})")
+    geodesic, weights = run.geodesic, opts.weights
     if geodesic is not None:
-        print(
-            f"{A_HAT}: "
-            + ", ".join(f"{n}={a:.4f}" for n, a in zip(ref_names, geodesic.a_hat, strict=True))
-            + f"  {OBJECTIVE_AT_A_HAT} = {float(geodesic.w2_hat):.6g}"
-        )
-        if neural_geodesic is not None:
+        for label, fitted in ((A_HAT, geodesic), (f"{A_HAT} (neural maps)", run.neural_geodesic)):
+            if fitted is None:
+                continue
             print(
-                f"{A_HAT} (neural maps): "
-                + ", ".join(
-                    f"{n}={a:.4f}" for n, a in zip(ref_names, neural_geodesic.a_hat, strict=True)
-                )
-                + f"  {OBJECTIVE_AT_A_HAT} = {float(neural_geodesic.w2_hat):.6g}"
+                f"{label}: "
+                + ", ".join(f"{n}={a:.4f}" for n, a in zip(ref_names, fitted.a_hat, strict=True))
+                + f"  {OBJECTIVE_AT_A_HAT} = {float(fitted.w2_hat):.6g}"
             )
         for i in np.flatnonzero(geodesic.blurry):
             print(
                 f"BLURRY MAP T{i + 1} -> {ref_names[i]}: each mapped point averages a median of "
                 f"{geodesic.effective_neighbours[i]:.0f} reference points at --epsilon "
-                f"{spec.config.otdd.epsilon:g}, so P_a holds blurred averages; lower --epsilon for sharp maps."
+                f"{epsilon:g}, so P_a holds blurred averages; lower --epsilon for sharp maps."
             )
     if weights is not None:
         print(
@@ -348,17 +381,32 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
                 else f"  {OBJECTIVE} = {float(geodesic.objective(weights)):.6g}"
             )
         )
-    manifest: dict[str, Any] = {
+
+
+def _transfer_manifest(
+    args: argparse.Namespace,
+    opts: _TransferOptions,
+    spec: GeodesicSpec,
+    data: Any,
+    task: Any,
+    run: _TransferRun,
+) -> dict[str, Any]:
+    """``manifest.json`` of the run: what was run, on which data (fingerprints), with what."""
+    import dataclasses
+
+    from geoviz import __version__
+
+    names = [args.target, *opts.refs]
+    trains = [data.target, *data.references]
+    geodesic, neural = run.geodesic, run.neural_geodesic
+    return {
         "geoviz_version": __version__,
         "command": "transfer",
         "target": args.target,
-        "references": refs,
+        "references": opts.refs,
         "datasets": [
-            *(
-                _dataset_entry(ds, name, "train")
-                for ds, name in zip([target_train, *references], names, strict=True)
-            ),
-            _dataset_entry(target_test, args.target, "test"),
+            *(_dataset_entry(ds, name, "train") for ds, name in zip(trains, names, strict=True)),
+            _dataset_entry(data.target_test, args.target, "test"),
         ],
         "task": {
             "k": task.k,
@@ -371,43 +419,66 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
         "n_test": args.n_test,
         "size": args.size,
         "subsample_seed": args.seed,
-        "seeds": seeds,
-        "methods": methods,
+        "seeds": opts.seeds,
+        "methods": opts.methods,
         "preset": {
-            "name": preset.name,
-            "pretrain": dataclasses.asdict(preset.pretrain),
-            "finetune": dataclasses.asdict(preset.finetune),
+            "name": opts.preset.name,
+            "pretrain": dataclasses.asdict(opts.preset.pretrain),
+            "finetune": dataclasses.asdict(opts.preset.finetune),
         },
         "epsilon": float(spec.config.otdd.epsilon),
-        "weights": "a_hat" if weights is None else [float(w) for w in weights],
+        "weights": "a_hat" if opts.weights is None else [float(w) for w in opts.weights],
         "a_hat": None if geodesic is None else [float(a) for a in geodesic.a_hat],
-        "a_hat_neural": None
-        if neural_geodesic is None
-        else [float(a) for a in neural_geodesic.a_hat],
-        "neural_preset": args.neural_preset if neural_geodesic is not None else None,
+        "a_hat_neural": None if neural is None else [float(a) for a in neural.a_hat],
+        "neural_preset": args.neural_preset if neural is not None else None,
         "grid_resolution": args.grid,
         "backend": args.backend,
     }
 
-    if study is not None:
-        _print_grid_study(study, ref_names, seeds)
-        if out_dir is not None:
-            from geoviz.viz.study import correlation_figure
 
-            _write_out(out_dir / "grid.json", (study.to_json() + "\n").encode("utf-8"))
-            _write_out(out_dir / "grid.csv", study.to_frame().to_csv(index=False).encode("utf-8"))
-            html = correlation_figure(study, ref_names).to_html(include_plotlyjs="cdn")
-            _write_out(out_dir / "correlation.html", html.encode("utf-8"))
-            _write_out(out_dir / "manifest.json", _json_bytes(manifest))
-            print(
-                f"wrote {out_dir / 'grid.json'}, grid.csv, correlation.html, manifest.json "
-                f"and {study.n_computed + study.n_loaded} checkpoints under "
-                f"{out_dir / 'checkpoints'}"
-            )
+def _write_study(study: Any, ref_names: list[str], out_dir: Path, manifest: dict[str, Any]) -> None:
+    """The simplex study's files under ``--out``."""
+    from geoviz.viz.study import correlation_figure
+
+    _write_out(out_dir / "grid.json", (study.to_json() + "\n").encode("utf-8"))
+    _write_out(out_dir / "grid.csv", study.to_frame().to_csv(index=False).encode("utf-8"))
+    html = correlation_figure(study, ref_names).to_html(include_plotlyjs="cdn")
+    _write_out(out_dir / "correlation.html", html.encode("utf-8"))
+    _write_out(out_dir / "manifest.json", _json_bytes(manifest))
+    print(
+        f"wrote {out_dir / 'grid.json'}, grid.csv, correlation.html, manifest.json "
+        f"and {study.n_computed + study.n_loaded} checkpoints under "
+        f"{out_dir / 'checkpoints'}"
+    )
+
+
+def _cmd_transfer(args: argparse.Namespace) -> int:
+    """``geoviz transfer``: check, build the spec, load, fit and run, report."""
+    from geoviz.geodesic.spec import load_spec_datasets
+    from geoviz.transfer.experiment import make_task
+
+    opts = _check_transfer_args(args)
+    spec = _transfer_spec(args, opts)
+    data = load_spec_datasets(spec)
+    assert data.target_test is not None  # the spec names the test split
+    task = make_task(data.target, data.target_test, list(data.references), args.k, seed=args.seed)
+    run = _run_transfer(args, opts, spec.config, task)
+    ref_names = (
+        list(run.geodesic.reference_names)
+        if run.geodesic is not None
+        else [r.name for r in data.references]
+    )
+    _print_transfer_header(
+        task, opts, run, ref_names, float(spec.config.otdd.epsilon), data.target.name
+    )
+    manifest = _transfer_manifest(args, opts, spec, data, task, run)
+    if run.study is not None:
+        _print_grid_study(run.study, ref_names, opts.seeds)
+        if opts.out_dir is not None:
+            _write_study(run.study, ref_names, opts.out_dir, manifest)
         return 0
-
-    assert comparison is not None
-    _report_comparison(comparison, seeds, geodesic, out_dir, manifest)
+    assert run.comparison is not None
+    _report_comparison(run.comparison, opts.seeds, run.geodesic, opts.out_dir, manifest)
     return 0
 
 
