@@ -51,7 +51,7 @@ import copy
 import dataclasses
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -647,23 +647,30 @@ def _warm_start(
     report(1.0)
 
 
-def _train(
+@dataclass
+class _Frozen:
+    """What the max-min problem holds fixed: label distances ``M``, the hold-out splits
+    and the trained reference classifier ``l`` (paper eq. (max-min))."""
+
+    label_cost: torch.Tensor  # (C_Q, C_P) float64
+    rng: np.random.Generator  # goes on to the nearest-reference ratio at the end
+    q_train: np.ndarray
+    q_hold: np.ndarray
+    ref_train: LabeledDataset
+    ref_hold: LabeledDataset
+    classifier: nn.Module
+    classifier_accuracy: float
+
+
+def _frozen_ingredients(
     target: LabeledDataset,
     reference: LabeledDataset,
     cfg: NeuralMapConfig,
     otdd: OTDDConfig,
-    progress: ProgressFn | None,
-    cache: DiskCache,
-) -> dict[str, Any]:
-    start = time.perf_counter()
-    dev = resolve_device(cfg.device)
-    lam_x, lam_y = float(otdd.lambda_x), float(otdd.lambda_y)
-
-    def report(stage: str, fraction: float) -> None:
-        if progress is not None:
-            progress(stage, min(max(float(fraction), 0.0), 1.0))
-
-    # ---- frozen ingredients: label distances M, hold-out split, classifier l
+    dev: torch.device,
+    report: ProgressFn,
+) -> _Frozen:
+    """Label distances, the hold-out split of both datasets, and the classifier (frozen)."""
     report("labels", 0.0)
     label_cost = label_distances(
         target,
@@ -694,11 +701,15 @@ def _train(
     classifier = classifier.to(dev).eval()
     for p in classifier.parameters():
         p.requires_grad_(False)
+    return _Frozen(
+        label_cost, rng, q_train, q_hold, ref_train, ref_hold, classifier, classifier_accuracy
+    )
 
-    # ---- the max-min problem
-    kind = choose_architecture(target.image_shape, cfg.architecture)
-    spec = {
-        "kind": kind,
+
+def _network_spec(target: LabeledDataset, cfg: NeuralMapConfig) -> dict[str, Any]:
+    """What :func:`build_networks` builds (kept in the payload to rebuild the map)."""
+    return {
+        "kind": choose_architecture(target.image_shape, cfg.architecture),
         "n_features": int(target.n_features),
         "n_classes": int(target.n_classes),
         "image_shape": list(target.image_shape) if target.image_shape else None,
@@ -706,6 +717,118 @@ def _train(
         "hidden": cfg.hidden,
         "n_blocks": cfg.n_blocks,
     }
+
+
+@dataclass
+class _Adversarial:
+    """The max-min problem's state: networks, optimisers, batches, history, best EMA map."""
+
+    generator: nn.Module
+    critic: nn.Module
+    ema: nn.Module
+    opt_g: torch.optim.Optimizer
+    opt_f: torch.optim.Optimizer
+    q_batches: Iterator[torch.Tensor]
+    p_batches: Iterator[torch.Tensor]
+    history: dict[str, list[float]]
+    best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+    stopped_early: bool = False
+    iterations_run: int = 0
+
+    def record(self, it: int, score: float, loss_g: float, loss_f: float) -> None:
+        self.history["iteration"].append(float(it))
+        self.history["heldout_ot"].append(score)
+        self.history["loss_generator"].append(loss_g)
+        self.history["loss_critic"].append(loss_f)
+
+
+def _run_adversarial(
+    state: _Adversarial,
+    xq: torch.Tensor,
+    yq: torch.Tensor,
+    xp: torch.Tensor,
+    cost: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    scale: float,
+    heldout: Callable[[nn.Module], float],
+    cfg: NeuralMapConfig,
+    dev: torch.device,
+    names: tuple[str, str],
+    report: ProgressFn,
+) -> None:
+    """Alternate critic ascent and generator descent (paper eq. (max-min)); keep the best
+    EMA generator by held-out OT, stop after ``cfg.patience`` evaluations without gain."""
+    generator, critic, ema = state.generator, state.critic, state.ema
+    assert state.best is not None
+    since_best = 0
+    report("adversarial", 0.0)
+    for it in range(1, cfg.iterations + 1):
+        state.iterations_run = it
+        # critic ascent: f high on P, low on G#Q
+        qi, pi = next(state.q_batches).to(dev), next(state.p_batches).to(dev)
+        with torch.no_grad():
+            gx = generator(xq[qi], yq[qi])
+        loss_f = critic(gx).mean() - critic(xp[pi]).mean()
+        state.opt_f.zero_grad(set_to_none=True)
+        loss_f.backward()
+        state.opt_f.step()
+        # generator descent on cost/s - f(G)
+        for _ in range(cfg.generator_steps):
+            qi = next(state.q_batches).to(dev)
+            x, y = xq[qi], yq[qi]
+            gx = generator(x, y)
+            feat, lab = cost(x, y, gx)
+            loss_g = ((feat + lab) / scale - critic(gx)).mean()
+            state.opt_g.zero_grad(set_to_none=True)
+            loss_g.backward()
+            state.opt_g.step()
+        with torch.no_grad():
+            for pe, pg in zip(ema.parameters(), generator.parameters(), strict=True):
+                pe.lerp_(pg, 1.0 - cfg.ema_decay)
+            for be, bg in zip(ema.buffers(), generator.buffers(), strict=True):
+                be.copy_(bg)
+        if it % cfg.eval_every == 0 or it == cfg.iterations:
+            loss_g_val, loss_f_val = loss_g.item(), loss_f.item()
+            if not (math.isfinite(loss_g_val) and math.isfinite(loss_f_val)):
+                raise GeovizError(
+                    f"neural map {names[0]!r} -> {names[1]!r}: the losses became "
+                    f"{loss_g_val}, {loss_f_val} at iteration {it}; training diverged (lower "
+                    f"the learning rate, now {cfg.learning_rate:g})"
+                )
+            score = heldout(ema)
+            state.record(it, score, loss_g_val, loss_f_val)
+            if score < state.best[0] * (1.0 - _IMPROVEMENT):
+                state.best = (score, it, copy.deepcopy(ema.state_dict()))
+                since_best = 0
+            else:
+                since_best += 1
+                if since_best >= cfg.patience:
+                    state.stopped_early = True
+                    break
+            report("adversarial", it / cfg.iterations)
+    report("adversarial", 1.0)
+
+
+def _train(
+    target: LabeledDataset,
+    reference: LabeledDataset,
+    cfg: NeuralMapConfig,
+    otdd: OTDDConfig,
+    progress: ProgressFn | None,
+    cache: DiskCache,
+) -> dict[str, Any]:
+    start = time.perf_counter()
+    dev = resolve_device(cfg.device)
+    lam_x, lam_y = float(otdd.lambda_x), float(otdd.lambda_y)
+
+    def report(stage: str, fraction: float) -> None:
+        if progress is not None:
+            progress(stage, min(max(float(fraction), 0.0), 1.0))
+
+    frozen = _frozen_ingredients(target, reference, cfg, otdd, dev, report)
+    label_cost, classifier = frozen.label_cost, frozen.classifier
+
+    # ---- the max-min problem
+    spec = _network_spec(target, cfg)
     generator, critic = build_networks(spec, seeded_generator(int(cfg.seed)))
     generator, critic = generator.to(dev), critic.to(dev)
     ema = copy.deepcopy(generator).eval()
@@ -714,11 +837,12 @@ def _train(
 
     xq_all = target.features.to(dev)
     yq_all = target.labels.to(dev)
-    xq, yq = xq_all[torch.from_numpy(q_train).to(dev)], yq_all[torch.from_numpy(q_train).to(dev)]
-    xq_hold = xq_all[torch.from_numpy(q_hold).to(dev)]
-    yq_hold = yq_all[torch.from_numpy(q_hold).to(dev)]
-    xp = ref_train.features.to(dev)
-    xp_hold_cpu = ref_hold.features
+    q_train = torch.from_numpy(frozen.q_train).to(dev)
+    xq, yq = xq_all[q_train], yq_all[q_train]
+    xq_hold = xq_all[torch.from_numpy(frozen.q_hold).to(dev)]
+    yq_hold = yq_all[torch.from_numpy(frozen.q_hold).to(dev)]
+    xp = frozen.ref_train.features.to(dev)
+    xp_hold_cpu = frozen.ref_hold.features
     m_cost = torch.nan_to_num(label_cost, nan=0.0).to(device=dev, dtype=torch.float32) * lam_y
     scale = mean_ground_cost(target, reference, label_cost, lambda_x=lam_x, lambda_y=lam_y)
     scale = scale if scale > 0 and math.isfinite(scale) else 1.0
@@ -736,26 +860,28 @@ def _train(
     opt_g = torch.optim.Adam(generator.parameters(), lr=cfg.learning_rate, betas=betas)
     opt_f = torch.optim.Adam(critic.parameters(), lr=cfg.learning_rate, betas=betas)
     gen = torch.Generator().manual_seed(int(cfg.seed))
-    q_batches = _batches(xq.shape[0], cfg.batch_size, gen)
-    p_batches = _batches(xp.shape[0], cfg.batch_size, gen)
+    state = _Adversarial(
+        generator,
+        critic,
+        ema,
+        opt_g,
+        opt_f,
+        _batches(xq.shape[0], cfg.batch_size, gen),
+        _batches(xp.shape[0], cfg.batch_size, gen),
+        {"iteration": [], "heldout_ot": [], "loss_generator": [], "loss_critic": []},
+    )
 
     @torch.no_grad()
     def heldout(model: nn.Module) -> float:
         mapped = model(xq_hold, yq_hold)
         return _heldout_ot(mapped, xp_hold_cpu, lam_x)
 
-    history: dict[str, list[float]] = {
-        "iteration": [],
-        "heldout_ot": [],
-        "loss_generator": [],
-        "loss_critic": [],
-    }
     identity_ot = heldout(ema)
     if cfg.init == "barycentric":
         _warm_start(
             generator,
-            target.subset(q_train),
-            ref_train,
+            target.subset(frozen.q_train),
+            frozen.ref_train,
             otdd,
             cache,
             cfg,
@@ -770,63 +896,12 @@ def _train(
         for group in opt_g.param_groups:
             group["lr"] = cfg.learning_rate * cfg.warm_generator_lr_scale
     start_ot = identity_ot if cfg.init == "identity" else heldout(ema)
-    history["iteration"].append(0.0)
-    history["heldout_ot"].append(start_ot)
-    history["loss_generator"].append(float("nan"))
-    history["loss_critic"].append(float("nan"))
-    best = (start_ot, 0, copy.deepcopy(ema.state_dict()))
-    since_best = 0
-    stopped_early = False
-    loss_g_val = loss_f_val = 0.0
-    it = 0
-    report("adversarial", 0.0)
-    for it in range(1, cfg.iterations + 1):
-        # critic ascent: f high on P, low on G#Q
-        qi, pi = next(q_batches).to(dev), next(p_batches).to(dev)
-        with torch.no_grad():
-            gx = generator(xq[qi], yq[qi])
-        loss_f = critic(gx).mean() - critic(xp[pi]).mean()
-        opt_f.zero_grad(set_to_none=True)
-        loss_f.backward()
-        opt_f.step()
-        # generator descent on cost/s - f(G)
-        for _ in range(cfg.generator_steps):
-            qi = next(q_batches).to(dev)
-            x, y = xq[qi], yq[qi]
-            gx = generator(x, y)
-            feat, lab = cost(x, y, gx)
-            loss_g = ((feat + lab) / scale - critic(gx)).mean()
-            opt_g.zero_grad(set_to_none=True)
-            loss_g.backward()
-            opt_g.step()
-        with torch.no_grad():
-            for pe, pg in zip(ema.parameters(), generator.parameters(), strict=True):
-                pe.lerp_(pg, 1.0 - cfg.ema_decay)
-            for be, bg in zip(ema.buffers(), generator.buffers(), strict=True):
-                be.copy_(bg)
-        if it % cfg.eval_every == 0 or it == cfg.iterations:
-            loss_g_val, loss_f_val = loss_g.item(), loss_f.item()
-            if not (math.isfinite(loss_g_val) and math.isfinite(loss_f_val)):
-                raise GeovizError(
-                    f"neural map {target.name!r} -> {reference.name!r}: the losses became "
-                    f"{loss_g_val}, {loss_f_val} at iteration {it}; training diverged (lower "
-                    f"the learning rate, now {cfg.learning_rate:g})"
-                )
-            score = heldout(ema)
-            history["iteration"].append(float(it))
-            history["heldout_ot"].append(score)
-            history["loss_generator"].append(loss_g_val)
-            history["loss_critic"].append(loss_f_val)
-            if score < best[0] * (1.0 - _IMPROVEMENT):
-                best = (score, it, copy.deepcopy(ema.state_dict()))
-                since_best = 0
-            else:
-                since_best += 1
-                if since_best >= cfg.patience:
-                    stopped_early = True
-                    break
-            report("adversarial", it / cfg.iterations)
-    report("adversarial", 1.0)
+    state.record(0, start_ot, float("nan"), float("nan"))
+    state.best = (start_ot, 0, copy.deepcopy(ema.state_dict()))
+    _run_adversarial(
+        state, xq, yq, xp, cost, scale, heldout, cfg, dev, (target.name, reference.name), report
+    )
+    best = state.best
 
     # ---- the kept map on every target point
     ema.load_state_dict(best[2])
@@ -843,7 +918,7 @@ def _train(
     )
     feat_cost = lam_x * (mapped.double() - target.features.double()).square().sum(1)
     lab_term = (m_cost.double().cpu()[target.labels] * soft.double()).sum(1)
-    nearest = nearest_reference_ratio(mapped, reference.features, rng)
+    nearest = nearest_reference_ratio(mapped, reference.features, frozen.rng)
     return {
         "spec": spec,
         "generator": {k: v.detach().cpu() for k, v in ema.state_dict().items()},
@@ -852,18 +927,18 @@ def _train(
         "mapped_features": mapped,
         "soft_labels": soft,
         "feature_range": None if feature_range is None else list(feature_range),
-        "history": history,
+        "history": state.history,
         "scalars": {
             "transport_cost": float(feat_cost.mean()),
             "label_term": float(lab_term.mean()),
             "heldout_ot": float(best[0]),
             "heldout_ot_identity": float(identity_ot),
             "label_confidence": float(soft.max(dim=1).values.mean()) if soft.numel() else 1.0,
-            "classifier_accuracy": float(classifier_accuracy),
+            "classifier_accuracy": float(frozen.classifier_accuracy),
             "nearest_reference": float(nearest),
             "best_iteration": int(best[1]),
-            "iterations_run": int(it),
-            "stopped_early": bool(stopped_early),
+            "iterations_run": int(state.iterations_run),
+            "stopped_early": bool(state.stopped_early),
             "fit_seconds": float(time.perf_counter() - start),
             "cost_scale": float(scale),
         },

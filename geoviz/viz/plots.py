@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import plotly.express as px
@@ -281,32 +282,11 @@ def scatter_sets(
         per set (``color_by="dataset"``) or per set and class; the
         ``emphasis`` set's traces last.
     """
-    if not sets:
-        raise DatasetError("nothing to plot: no point sets")
-    dims = {s.points.shape[1] for s in sets}
-    if len(dims) != 1 or next(iter(dims)) not in (2, 3):
-        raise DatasetError(
-            f"scatter plots need 2-D or 3-D points of one dimension, got dims {sorted(dims)}"
-        )
-    dim = next(iter(dims))
-    if color_by not in ("label", "dataset"):
-        raise DatasetError(f"color_by must be 'label' or 'dataset', got {color_by!r}")
-    symbols = ["circle", "diamond", "square", "x", "cross", "triangle-up", "star", "pentagon"]
-    symbols3d = [
-        "circle",
-        "diamond",
-        "square",
-        "x",
-        "cross",
-        "circle-open",
-        "diamond-open",
-        "square-open",
-    ]
+    dim = _scatter_dim(sets, color_by)
     hl_sets = {str(x) for x in highlight_sets}
     hl_classes = {str(x) for x in highlight_classes}
     highlighting = bool(hl_sets or hl_classes)
     keep = [_highlight_mask(s, hl_sets, hl_classes) for s in sets]
-    ds_colors = color_map([s.name for s in sets], _DATASET_PALETTE)
     shown, merged = _legend_labels(
         [
             [lab for lab, k in zip(s.labels, m, strict=True) if k]
@@ -318,41 +298,15 @@ def scatter_sets(
     lab_colors = color_map(shown)
     lab_colors[other] = _OTHER_COLOR
     rank = {lab: k for k, lab in enumerate([*shown, other])}
-    in_legend: set[str] = set()
-    fig = go.Figure()
-
-    indices = [s.sample_indices() for s in sets]
-    hovers = [
-        np.array(_hover_texts(s, i), dtype=object) for s, i in zip(sets, indices, strict=True)
-    ]
-
-    def add(s: PointSet, si: int, mask: np.ndarray, marker: dict, common: dict) -> None:
-        texts = hovers[si][mask]
-        custom = [[s.name, int(i)] for i in indices[si][mask]]
-        p = s.points[mask]
-        common = {
-            "mode": "markers",
-            **common,
-            "text": list(texts),
-            "customdata": custom,
-            "hovertemplate": "%{text}<extra></extra>",
-        }
-        marker = dict(marker)
-        if dim == 2:
-            marker["symbol"] = symbols[si % len(symbols)]
-            fig.add_trace(go.Scatter(x=p[:, 0], y=p[:, 1], marker=marker, **common))
-        else:
-            marker["symbol"] = symbols3d[si % len(symbols3d)]
-            marker["size"] = marker["size"] * 0.6
-            fig.add_trace(go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], marker=marker, **common))
+    ds_colors = color_map([s.name for s in sets], _DATASET_PALETTE)
+    plot = _ScatterTraces(sets, dim)
 
     # 1. greyed context below everything else
     if highlighting and not hide_others:
         for si, s in enumerate(sets):
             dim_mask = ~keep[si]
             if dim_mask.any():
-                add(
-                    s,
+                plot.add(
                     si,
                     dim_mask,
                     {"color": _DIM_COLOR, "size": marker_size * 0.8, "opacity": _DIM_OPACITY},
@@ -362,10 +316,9 @@ def scatter_sets(
     # 2. highlighted (or all) points, the emphasised set last so it is on top
     order = [si for si, s in enumerate(sets) if s.name != emphasis]
     order += [si for si, s in enumerate(sets) if s.name == emphasis]
+    in_legend: set[str] = set()
     for si in order:
         s = sets[si]
-        fade = s.name in faded
-        emph = emphasis is not None and s.name == emphasis
         if color_by == "label":
             keys = np.array([other if x in merged else x for x in s.labels], dtype=object)
             present = set(keys[keep[si]].tolist())
@@ -385,20 +338,16 @@ def scatter_sets(
             else:
                 color = ds_colors[s.name]
                 legend = {"name": s.name, "legendgroup": s.name}
-            marker = {
-                "color": color,
-                "size": marker_size * (0.6 if fade else 1.0),
-                "opacity": 0.25 if fade else opacity,
-            }
-            if emph:
-                marker = {
-                    "color": color,
-                    "size": marker_size * _EMPHASIS_SCALE,
-                    "opacity": max(opacity, 0.9),
-                    "line": {"width": 1.2, "color": _EMPHASIS_LINE},
-                }
-            add(s, si, mask, marker, legend)
+            marker = _point_marker(
+                color,
+                marker_size,
+                opacity,
+                faded=s.name in faded,
+                emphasised=emphasis is not None and s.name == emphasis,
+            )
+            plot.add(si, mask, marker, legend)
 
+    fig = plot.fig
     if highlighting and hide_others and not fig.data:
         fig.add_annotation(
             text="no point matches the highlight",
@@ -409,26 +358,120 @@ def scatter_sets(
             showarrow=False,
         )
     if color_by == "label":
-        key = " · ".join(
-            f"{s.name}: {(symbols if dim == 2 else symbols3d)[si % len(symbols)]}"
-            for si, s in enumerate(sets)
+        _symbol_key(fig, sets, dim)
+    _scatter_layout(fig, dim, title, height, axis_titles)
+    return fig
+
+
+_SYMBOLS_2D = ("circle", "diamond", "square", "x", "cross", "triangle-up", "star", "pentagon")
+_SYMBOLS_3D = (
+    "circle",
+    "diamond",
+    "square",
+    "x",
+    "cross",
+    "circle-open",
+    "diamond-open",
+    "square-open",
+)
+
+
+def _scatter_dim(sets: Sequence[PointSet], color_by: str) -> int:
+    """The sets' common dimension (2 or 3); :class:`DatasetError` for anything else."""
+    if not sets:
+        raise DatasetError("nothing to plot: no point sets")
+    dims = {s.points.shape[1] for s in sets}
+    if len(dims) != 1 or next(iter(dims)) not in (2, 3):
+        raise DatasetError(
+            f"scatter plots need 2-D or 3-D points of one dimension, got dims {sorted(dims)}"
         )
-        fig.add_annotation(
-            text=f"symbol = dataset ({key})",
-            xref="paper",
-            yref="paper",
-            x=0.0,
-            y=-0.02,
-            yshift=-40,
-            xanchor="left",
-            yanchor="top",
-            showarrow=False,
-            font={"size": 11},
-        )
-        fig.update_layout(
-            legend={"title": {"text": "class"}, "font": {"size": 11}, "tracegroupgap": 0},
-            margin={"b": 90},
-        )
+    if color_by not in ("label", "dataset"):
+        raise DatasetError(f"color_by must be 'label' or 'dataset', got {color_by!r}")
+    dim: int = next(iter(dims))
+    return dim
+
+
+class _ScatterTraces:
+    """One figure's traces: each set's points under a mask, with its hover and customdata."""
+
+    def __init__(self, sets: Sequence[PointSet], dim: int) -> None:
+        self.sets, self.dim, self.fig = sets, dim, go.Figure()
+        self.indices = [s.sample_indices() for s in sets]
+        self.hovers = [
+            np.array(_hover_texts(s, i), dtype=object)
+            for s, i in zip(sets, self.indices, strict=True)
+        ]
+
+    def add(self, si: int, mask: np.ndarray, marker: dict, common: dict) -> None:
+        """Set ``si``'s points under ``mask``, in the set's symbol."""
+        s = self.sets[si]
+        texts = self.hovers[si][mask]
+        custom = [[s.name, int(i)] for i in self.indices[si][mask]]
+        p = s.points[mask]
+        common = {
+            "mode": "markers",
+            **common,
+            "text": list(texts),
+            "customdata": custom,
+            "hovertemplate": "%{text}<extra></extra>",
+        }
+        marker = dict(marker)
+        if self.dim == 2:
+            marker["symbol"] = _SYMBOLS_2D[si % len(_SYMBOLS_2D)]
+            self.fig.add_trace(go.Scatter(x=p[:, 0], y=p[:, 1], marker=marker, **common))
+        else:
+            marker["symbol"] = _SYMBOLS_3D[si % len(_SYMBOLS_3D)]
+            marker["size"] = marker["size"] * 0.6
+            self.fig.add_trace(
+                go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], marker=marker, **common)
+            )
+
+
+def _point_marker(
+    color: str, size: float, opacity: float, *, faded: bool, emphasised: bool
+) -> dict[str, Any]:
+    """A highlighted point's marker: faded sets small and translucent, the emphasised set
+    large with a dark outline."""
+    if emphasised:
+        return {
+            "color": color,
+            "size": size * _EMPHASIS_SCALE,
+            "opacity": max(opacity, 0.9),
+            "line": {"width": 1.2, "color": _EMPHASIS_LINE},
+        }
+    return {
+        "color": color,
+        "size": size * (0.6 if faded else 1.0),
+        "opacity": 0.25 if faded else opacity,
+    }
+
+
+def _symbol_key(fig: go.Figure, sets: Sequence[PointSet], dim: int) -> None:
+    """Under the plot: which symbol each dataset has (colours are classes)."""
+    symbols = _SYMBOLS_2D if dim == 2 else _SYMBOLS_3D
+    key = " · ".join(f"{s.name}: {symbols[si % len(_SYMBOLS_2D)]}" for si, s in enumerate(sets))
+    fig.add_annotation(
+        text=f"symbol = dataset ({key})",
+        xref="paper",
+        yref="paper",
+        x=0.0,
+        y=-0.02,
+        yshift=-40,
+        xanchor="left",
+        yanchor="top",
+        showarrow=False,
+        font={"size": 11},
+    )
+    fig.update_layout(
+        legend={"title": {"text": "class"}, "font": {"size": 11}, "tracegroupgap": 0},
+        margin={"b": 90},
+    )
+
+
+def _scatter_layout(
+    fig: go.Figure, dim: int, title: str | None, height: int, axis_titles: Sequence[str]
+) -> None:
+    """Title, height, legend, click-to-select and the axes (equal scales in 2-D)."""
     fig.update_layout(
         title={"text": title} if title else None,
         height=height,
@@ -448,7 +491,6 @@ def scatter_sets(
                 "zaxis": {"title": {"text": axis_titles[2]}},
             }
         )
-    return fig
 
 
 def _get(obj: object, key: str) -> object:
