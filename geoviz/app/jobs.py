@@ -237,6 +237,34 @@ class ResultStore:
             self.fits.put(key, job.result_)
         return job
 
+    def job_result(
+        self,
+        key: Hashable,
+        fn: Callable[[Callable[[str, float], None]], Any],
+        wait_seconds: float | None = 0.0,
+    ) -> tuple[Any, BaseException | None]:
+        """The value of a background job, for callers that must not block on it.
+
+        ``(value, None)`` once the job of ``key`` (``fn``, started or joined here) has
+        finished, waited for up to ``wait_seconds`` (``None``: until done); its value then
+        lives in the fit tier. ``(None, None)`` while it runs; ``(None, error)`` when it
+        failed, remembered (derived tier) so a failing job is not restarted on every call.
+        """
+        ready = self.get(key)
+        if ready is not None:
+            return ready, None
+        failed = self.get(("failed", key))
+        if failed is not None:
+            return None, failed
+        job = self.start_job(key, fn)
+        if not job.wait(None if wait_seconds is None else max(float(wait_seconds), 0.0)):
+            return None, None
+        self.claim_job(key)  # the result (not an error) moves into the fit tier
+        if job.error_ is not None:
+            self.put(("failed", key), job.error_, tier="derived")
+            return None, job.error_
+        return job.result_, None
+
     def clear(self) -> None:
         """Forget every cached value: both tiers and the results of finished, unclaimed jobs
         (a later :meth:`start_job` would hand those out as if cached); running jobs go on."""

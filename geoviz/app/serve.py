@@ -129,12 +129,7 @@ def prefetch_default_scenario(settings: AppSettings | None = None) -> dict[str, 
     ready["geodesic"] = time.perf_counter() - start
     geodesic_payload(model, result)
     ready["explorer payload"] = time.perf_counter() - start
-    boot, error = services.explorer_bootstrap(model.scenario, result)
-    if boot is None and error is None:
-        boot_job = services.bootstrap_job(model.scenario)
-        if boot_job is not None:
-            boot_job.wait()
-        boot, error = services.explorer_bootstrap(model.scenario, result)
+    boot, error = services.explorer_bootstrap(model.scenario, result, wait_seconds=None)
     if error is not None:
         raise error
     if boot is not None:

@@ -36,7 +36,6 @@ from geoviz.app.explorer.service import (
 if TYPE_CHECKING:
     from geoviz.app.session import SessionModel
     from geoviz.geodesic.pipeline import GeodesicResult
-    from geoviz.geodesic.uncertainty import GeodesicBootstrap
     from geoviz.geodesic.weights import SimplexWeights
 
 FRONTEND = Path(__file__).resolve().parent / "frontend"
@@ -133,7 +132,9 @@ def geodesic_explorer(
     # one deadline for both parts: a first run waits FIRST_WAIT_SECONDS in all, not per part
     deadline = time.monotonic() + (POLL_WAIT_SECONDS if polled else FIRST_WAIT_SECONDS)
     payload = geodesic_payload(model, result)
-    bootstrap, boot_error = _bootstrap(model, result, max(0.0, deadline - time.monotonic()))
+    bootstrap, boot_error = services.explorer_bootstrap(
+        model.scenario, result, max(0.0, deadline - time.monotonic())
+    )
     emb = emb_error = None
     if has_embedding_view(result):
         emb, emb_error = embedding_payload(model, result, max(0.0, deadline - time.monotonic()))
@@ -165,20 +166,6 @@ def geodesic_explorer(
         default=None,
     )
     return ExplorerState(released, pending, boot_error, emb_error)
-
-
-def _bootstrap(
-    model: SessionModel, result: GeodesicResult, wait_seconds: float
-) -> tuple[GeodesicBootstrap | None, BaseException | None]:
-    """The scenario's bootstrap (:data:`~geoviz.app.services.EXPLORER_REPLICATES`
-    Q-resampling replicates, a background job started here) after waiting up to
-    ``wait_seconds`` for it, and its error if it failed."""
-    boot, error = services.explorer_bootstrap(model.scenario, result)
-    if boot is None and error is None:
-        job = services.bootstrap_job(model.scenario)
-        if job is not None and job.wait(wait_seconds):
-            boot, error = services.explorer_bootstrap(model.scenario, result)
-    return boot, error
 
 
 def mccann_explorer(

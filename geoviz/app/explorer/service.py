@@ -88,13 +88,9 @@ def embedding_payload(
     (remembered, so a failing fit is not restarted on every rerun).
     """
     key = _embedding_payload_key(model)
-    store = services.store()
-    ready = store.get(key)
+    ready = services.store().get(key)
     if ready is not None:
         return ready, None
-    failed = store.get(("explorer-embedding-failed", *key))
-    if failed is not None:
-        return None, failed
 
     # read here, in the page's thread: a job's thread cannot read the session's state
     data = services.scenario_data(model)
@@ -117,15 +113,8 @@ def embedding_payload(
         )
         return payload
 
-    job = store.start_job(key, run)
-    if not job.wait(None if wait_seconds is None else max(float(wait_seconds), 0.0)):
-        return None, None
-    store.claim_job(key)  # the result (not an error) moves into the fit tier
-    if job.error_ is not None:
-        store.put(("explorer-embedding-failed", *key), job.error_, tier="derived")
-        return None, job.error_
-    done: Payload = job.result_
-    return done, None
+    done, error = services.store().job_result(key, run, wait_seconds)
+    return done, error
 
 
 def bootstrap_payload(model: SessionModel, bootstrap: GeodesicBootstrap) -> Payload:

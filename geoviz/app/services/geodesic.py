@@ -86,32 +86,19 @@ def bootstrap_if_ready(scenario: Scenario) -> GeodesicBootstrap | None:
 
 
 def explorer_bootstrap(
-    scenario: Scenario, result: GeodesicResult
+    scenario: Scenario, result: GeodesicResult, wait_seconds: float | None = 0.0
 ) -> tuple[GeodesicBootstrap | None, BaseException | None]:
     """``(bootstrap, None)`` when done; ``(None, None)`` while its background job runs (started
-    or joined here: :data:`EXPLORER_REPLICATES` Q-resampling replicates, seed 0); ``(None,
-    error)`` when it failed (remembered, so a failing bootstrap is not restarted on every
-    rerun). The explorer is usable before it arrives."""
-    key = bootstrap_key(scenario)
-    ready = store().get(key)
-    if ready is not None:
-        return ready, None
-    failed = store().get(("bootstrap-failed", *key))
-    if failed is not None:
-        return None, failed
+    or joined here: :data:`EXPLORER_REPLICATES` Q-resampling replicates, seed 0; waited for
+    up to ``wait_seconds``, ``None``: until done); ``(None, error)`` when it failed
+    (remembered, so a failing bootstrap is not restarted on every rerun). The explorer is
+    usable before it arrives."""
 
     def run(progress: Progress) -> GeodesicBootstrap:
         return result.bootstrap(EXPLORER_REPLICATES, seed=0, progress=progress)
 
-    job = store().start_job(key, run)
-    if not job.done():
-        return None, None
-    store().claim_job(key)  # the result (not an error) moves into the fit tier
-    if job.error_ is not None:
-        store().put(("bootstrap-failed", *key), job.error_, tier="derived")
-        return None, job.error_
-    done: GeodesicBootstrap = job.result_
-    return done, None
+    done, error = store().job_result(bootstrap_key(scenario), run, wait_seconds)
+    return done, error
 
 
 def bootstrap_job(scenario: Scenario) -> BackgroundJob | None:
