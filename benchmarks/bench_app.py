@@ -47,7 +47,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -136,28 +138,34 @@ _ALL_DRAWN = """() => {
   return false;
 }"""
 
-#: seconds from the last server's launch to the drawn simplex, and to everything drawn
-_LAST_OPEN: dict[str, float] = {}
+
+@dataclass(frozen=True)
+class Opened:
+    """A ``/geodesic`` page opened by :func:`_open_geodesic`, and its times (seconds)."""
+
+    page: Any  # playwright Page
+    drawn: float  # to the drawn simplex
+    idle: float  # to the page's idle state
+    all_drawn: float  # to the explorer with everything (the embedding view and the intervals)
+    drawn_from_launch: float  # the drawn simplex, counted from the server's launch
+    all_from_launch: float
 
 
-def _open_geodesic(browser, url: str) -> tuple[object, float, float]:
-    """New page on ``/geodesic``: (page, seconds to the drawn simplex, seconds to idle).
-
-    Also records in :data:`_LAST_OPEN` the seconds to the explorer with everything (the
-    embedding view and the intervals) and both times counted from the server's launch."""
+def _open_geodesic(browser, url: str) -> Opened:
+    """New page on ``/geodesic``, timed until the simplex is drawn, until everything is, and
+    until idle."""
     page = browser.new_page(viewport={"width": 1500, "height": 1900})
     page.set_default_timeout(600_000)
     t0 = time.monotonic()
     page.goto(f"{url}/geodesic")
     page.wait_for_function(_SIMPLEX_DRAWN, polling=50)
-    t_ternary = time.monotonic() - t0
-    _LAST_OPEN["drawn_from_launch"] = _since_launch()
+    drawn, drawn_from_launch = time.monotonic() - t0, _since_launch()
     if _explorer_frame(page) is not None:
         page.wait_for_function(_ALL_DRAWN, polling=50)
-    _LAST_OPEN["all"] = time.monotonic() - t0
-    _LAST_OPEN["all_from_launch"] = _since_launch()
+    all_drawn, all_from_launch = time.monotonic() - t0, _since_launch()
     _wait_idle(page, settle_ms=300)
-    return page, t_ternary, time.monotonic() - t0 - 0.3
+    idle = time.monotonic() - t0 - 0.3
+    return Opened(page, drawn, idle, all_drawn, drawn_from_launch, all_from_launch)
 
 
 def _about(browser, url: str) -> float:
@@ -444,20 +452,21 @@ def main(argv: list[str] | None = None) -> int:
                 # a fresh server and an empty disk cache: the default scenario's first visit
                 proc, url = _start_server(env, log)
                 try:
-                    page, t_tern, t_idle = _open_geodesic(browser, url)
+                    cold = _open_geodesic(browser, url)
+                    page, t_tern, t_idle = cold.page, cold.drawn, cold.idle
                     add("cold: /geodesic until the simplex is drawn", t_tern, "<= 8 s")
                     add(
                         "cold: /geodesic until the embedding view and intervals are drawn",
-                        _LAST_OPEN["all"],
+                        cold.all_drawn,
                     )
                     add("cold: /geodesic until idle", t_idle, "")
                     add(
                         "cold, counted from the server's launch: until the simplex is drawn",
-                        _LAST_OPEN["drawn_from_launch"],
+                        cold.drawn_from_launch,
                     )
                     add(
                         "cold, counted from the server's launch: until everything is drawn",
-                        _LAST_OPEN["all_from_launch"],
+                        cold.all_from_launch,
                     )
                     if args.screenshot is not None:
                         page.set_viewport_size({"width": 1400, "height": 1250})
@@ -512,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
                         mc = _mccann_steps(page, args.repeat)
                         add("McCann: one t slider step", _median(mc), "<= 1 s")
                     page.close()
-                    _, t_tern2, _ = _open_geodesic(browser, url)
+                    t_tern2 = _open_geodesic(browser, url).drawn
                     add("warm (same server, new session): until the simplex is drawn", t_tern2, "")
                     about = [_about(browser, url) for _ in range(args.repeat)]
                     add("yardstick: About page (no compute), warm server", _median(about))
@@ -527,9 +536,9 @@ def main(argv: list[str] | None = None) -> int:
                         if k:
                             _stop(proc)
                             proc, url = _start_server(env, log)
-                        page, t_tern3, t_idle3 = _open_geodesic(browser, url)
-                        page.close()
-                        restarts.append((t_tern3, t_idle3, _LAST_OPEN["drawn_from_launch"]))
+                        opened = _open_geodesic(browser, url)
+                        opened.page.close()
+                        restarts.append((opened.drawn, opened.idle, opened.drawn_from_launch))
                     add(
                         "restarted server, warm disk cache: until the simplex is drawn",
                         _median([r[0] for r in restarts]),

@@ -1382,13 +1382,9 @@ def test_explorer_comes_first_and_the_embedding_arrives_without_a_click(page, tm
             assert after["pick"] == picked  # the embedding did not reset the pick
             assert after["points"] == len(after["header"]["sample_index"]) > 0
             assert after["header"]["embedding_method"] in ("umap", "pca")
-            assert document_has_no_pending_note(frame)
+            assert frame.evaluate("() => document.getElementById('view-pending') === null")
             _wait_idle(pg)
             _assert_no_exception(pg, "geodesic explorer after the embedding arrived")
             _shot(pg, "3_geodesic_embedding_arrived")
         finally:
             pg.close()
-
-
-def document_has_no_pending_note(frame) -> bool:
-    return frame.evaluate("() => document.getElementById('view-pending') === null")
