@@ -42,6 +42,17 @@ def test_job_reports_progress_and_result():
     assert log[0][0] <= log[1][0] <= job.elapsed
 
 
+def test_parts_reporting_in_turn_log_each_stage_once():
+    def run(progress):
+        for k in range(50):  # two maps on two threads, reporting in turn
+            progress(f"map {k % 2 + 1}/2 (sinkhorn)", k / 100)
+        progress("objective", 0.9)
+
+    job = BackgroundJob(run)
+    assert job.wait(10)
+    assert [line for _, line in job.snapshot()[2]] == ["map 1/2", "map 2/2", "objective"]
+
+
 def test_job_keeps_the_error():
     def fail(progress):
         raise GeovizError("one class only")
@@ -321,6 +332,21 @@ def test_neural_budget_from_the_environment():
     assert default_scenario(settings).map_method == "barycentric"
     with pytest.raises(GeovizError, match="GEOVIZ_NEURAL_PRESET"):
         AppSettings.from_env({"GEOVIZ_NEURAL_PRESET": "fast"})
+
+
+def test_fit_workers_from_the_environment(monkeypatch):
+    import os
+
+    from geoviz.app.state import AppSettings
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    assert AppSettings.from_env({}).fit_workers_used() == 3  # the cores this process may use
+    assert AppSettings.from_env({"GEOVIZ_FIT_WORKERS": "1"}).fit_workers_used() == 1
+    assert AppSettings.from_env({"GEOVIZ_FIT_WORKERS": " 4 "}).fit_workers_used() == 4
+    with pytest.raises(GeovizError, match="GEOVIZ_FIT_WORKERS must be >= 0"):
+        AppSettings.from_env({"GEOVIZ_FIT_WORKERS": "-2"})
+    with pytest.raises(GeovizError, match="GEOVIZ_FIT_WORKERS must be an integer"):
+        AppSettings.from_env({"GEOVIZ_FIT_WORKERS": "two"})
 
 
 # ---------------------------------------------------------------- cache tiers

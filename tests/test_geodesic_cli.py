@@ -42,6 +42,13 @@ def test_distance_prints_otdd_and_two_q_matrix(capsys):
     assert float(matrix_rows[0][2]) == pytest.approx(float(matrix_rows[1][1]))
 
 
+def test_workers_give_the_same_distances(capsys):
+    assert main(["distance", *REFS_2D]) == 0
+    serial = capsys.readouterr().out
+    assert main(["distance", *REFS_2D, "--workers", "2", "--no-cache"]) == 0
+    assert capsys.readouterr().out == serial
+
+
 def test_project_exports_p_a_hat(tmp_path, capsys):
     out_path = tmp_path / "synth.npz"
     assert main(["project", *REFS_2D, "--out", str(out_path)]) == 0
@@ -287,6 +294,7 @@ def test_issue_epsilons_are_refused_at_once(epsilon, capsys, no_loading):
         ("distance", ["--size", "700"], "--size must be between 4 and 128, got 700"),
         ("distance", ["--size", "100000"], "--size must be between 4 and 128, got 100,000"),
         ("distance", ["--seed", "-3"], "--seed must be between 0 and 2,147,483,647, got -3"),
+        ("distance", ["--workers", "0"], "--workers must be between 1 and 64, got 0"),
         ("distance", ["--epsilon", "50"], "--epsilon 50 is above 10"),
         ("distance", ["--epsilon", "nan"], "--epsilon must be a positive number"),
         ("distance", ["--batch-size", "1"], "--batch-size must be between 2 and 100,000, got 1"),

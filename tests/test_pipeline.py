@@ -488,3 +488,51 @@ def test_feature_space_names_and_neural_maps_are_checked():
     q, *refs = _grey_problem(60)
     with pytest.raises(GeovizError, match="barycentric"):
         fit_geodesic(q, refs, GeodesicConfig(features="pca", method="neural", neural="tiny"))
+
+
+def test_parts_on_threads_give_the_same_geodesic(data, tmp_path):
+    target, refs = data
+    serial = fit_geodesic(target, refs, cache=DiskCache(tmp_path / "serial"))
+    stages: list[tuple[str, float]] = []
+    threaded = fit_geodesic(
+        target,
+        refs,
+        cache=DiskCache(tmp_path / "threads"),
+        workers=3,
+        progress=lambda s, f: stages.append((s, f)),
+    )
+    for i in range(3):
+        torch.testing.assert_close(threaded.mapped_features[i], serial.mapped_features[i])
+        torch.testing.assert_close(threaded.soft_labels[i], serial.soft_labels[i])
+    np.testing.assert_array_equal(threaded.w_to_target, serial.w_to_target)
+    np.testing.assert_array_equal(threaded.w_between, serial.w_between)
+    np.testing.assert_array_equal(threaded.a_hat, serial.a_hat)
+    fractions = [f for _, f in stages]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    # every map and every reference pair said where it was
+    said = " ".join(s for s, _ in stages)
+    assert all(f"-> {ref.name}" in said for ref in refs)
+    assert "label distances (3/3)" in said
+
+
+def test_a_failing_part_on_a_thread_reaches_the_caller(data, cache, monkeypatch):
+    target, refs = data
+
+    def broken(*args, **kwargs):
+        raise GeovizError("label distances broke")
+
+    monkeypatch.setattr(pipeline, "label_distances", broken)
+    with pytest.raises(GeovizError, match="label distances broke"):
+        fit_geodesic(target, refs, cache=cache, workers=2)
+
+
+def test_part_workers_are_capped_by_parts_and_memory(data, monkeypatch):
+    target, refs = data
+    monkeypatch.setattr(pipeline, "memory_budget_bytes", lambda: None)
+    assert pipeline._part_workers(8, 6, target.n_samples, refs) == 6
+    assert pipeline._part_workers(1, 6, target.n_samples, refs) == 1
+    one_map = target.n_samples * max(r.n_samples for r in refs) * pipeline._MAP_BYTES_PER_PAIR
+    monkeypatch.setattr(pipeline, "memory_budget_bytes", lambda: 2 * one_map + 1)
+    assert pipeline._part_workers(8, 6, target.n_samples, refs) == 2
+    monkeypatch.setattr(pipeline, "memory_budget_bytes", lambda: one_map // 2)
+    assert pipeline._part_workers(8, 6, target.n_samples, refs) == 1

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from geoviz.errors import GeovizError
-from geoviz.tasks import resolve_backend, run_tasks
+from geoviz.tasks import resolve_backend, run_in_threads, run_tasks
 
 
 def _work(item: tuple[int, float]) -> tuple[int, float]:
@@ -115,3 +116,51 @@ def test_auto_falls_back_to_sequential_when_ray_cannot_start(monkeypatch):
     assert out == [_fail_on(-1, x) for x in (1, 2, 3)]
     with pytest.raises(RuntimeError, match="no shared memory"):
         run_tasks(functools.partial(_fail_on, -1), [1, 2, 3], backend="ray")
+
+
+# ---- run_in_threads: the parts of one computation on threads of this process ----
+
+
+def test_run_in_threads_keeps_the_input_order_when_later_items_finish_first():
+    assert run_in_threads(_work, ITEMS, workers=3) == [_work(item) for item in ITEMS]
+
+
+def test_run_in_threads_runs_parts_at_the_same_time():
+    # two parties: one after another, the first part would wait for a second that never comes
+    barrier = threading.Barrier(2, timeout=10)
+
+    def meet(item: int) -> int:
+        barrier.wait()
+        return item
+
+    assert run_in_threads(meet, [1, 2], workers=2) == [1, 2]
+
+
+def test_run_in_threads_with_one_worker_stays_in_the_calling_thread():
+    caller = threading.get_ident()
+    seen = run_in_threads(lambda _: threading.get_ident(), [0, 1, 2], workers=1)
+    assert seen == [caller] * 3
+
+
+def test_run_in_threads_stops_at_a_failure_and_raises_the_first_in_item_order():
+    started: list[int] = []
+
+    def part(item: int) -> int:
+        started.append(item)
+        if item == 0:
+            time.sleep(0.2)  # fails last in time, first in order
+            raise GeovizError("item 0 is bad")
+        if item == 1:
+            raise GeovizError("item 1 is bad")
+        time.sleep(0.05)
+        return item
+
+    with pytest.raises(GeovizError, match="item 0 is bad"):
+        run_in_threads(part, list(range(40)), workers=2)
+    assert len(started) < 10  # the parts not started when item 1 failed were dropped
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True, "2"])
+def test_run_in_threads_refuses_a_bad_worker_count(workers):
+    with pytest.raises(GeovizError, match="workers must be an integer >= 1"):
+        run_in_threads(_work, ITEMS, workers=workers)

@@ -22,8 +22,9 @@ class BackgroundJob:
     """One long computation in a daemon thread, with progress any page can poll.
 
     ``fn(progress)`` runs once in the thread; ``progress(stage, fraction)``
-    records the latest stage and fraction and, for every new top-level stage
-    (the text before `` (``), a log line with the elapsed seconds. A Streamlit
+    records the latest stage and fraction and, the first time a top-level stage
+    (the text before `` (``) is reported, a log line with the elapsed seconds (parts that
+    run at the same time and report in turn log each stage once, not at every turn). A Streamlit
     page that polls the job can be left (its script is stopped, the thread is
     not) and re-entered: it finds the same job, further along.
 
@@ -41,6 +42,7 @@ class BackgroundJob:
         self._stage = "starting"
         self._fraction = 0.0
         self._log: list[tuple[float, str]] = []
+        self._logged: set[str] = set()
         self._started = time.perf_counter()
         self._finished: float | None = None
         self.result_: Any = None
@@ -53,7 +55,8 @@ class BackgroundJob:
         with self._lock:
             self._stage = str(stage)
             self._fraction = float(min(max(fraction, 0.0), 1.0))
-            if not self._log or self._log[-1][1] != top:
+            if top not in self._logged:
+                self._logged.add(top)
                 self._log.append((time.perf_counter() - self._started, top))
 
     def _run(self, fn: Callable[[Callable[[str, float], None]], Any]) -> None:

@@ -120,7 +120,7 @@ def prefetch_default_scenario(settings: AppSettings | None = None) -> dict[str, 
     services.configure_torch(model.settings.torch_threads)  # as every page's frame does first
     data = services.scenario_data(model)
     ready["data"] = time.perf_counter() - start
-    job = services.start_geodesic(model.scenario, data)
+    job = services.start_geodesic(model.scenario, data, model.settings.fit_workers_used())
     job.wait()
     services.finish_geodesic(model.scenario)
     if job.error_ is not None:

@@ -20,6 +20,9 @@ Environment variables (read by :func:`AppSettings.from_env`):
 ``GEOVIZ_TORCH_THREADS``
     torch's CPU threads for the whole server process, set once when the first page runs
     (default 0: torch's own default).
+``GEOVIZ_FIT_WORKERS``
+    Threads for the independent parts of one geodesic fit, its maps and label distances
+    (``fit_geodesic(workers=...)``; default 0: the CPU cores this process may use).
 ``GEOVIZ_DATA_DIRS``, ``GEOVIZ_EXPORT_ROOT``, ``GEOVIZ_APP_MAX_MB``
     Server folders a link may name, the server-side export folder, and the memory one
     scenario's datasets may take.
@@ -104,6 +107,7 @@ class AppSettings:
     export_root: Path | None = None
     max_scenario_mb: int = 1024
     torch_threads: int = 0
+    fit_workers: int = 0
     upload_memory_mb: int = 256
     upload_disk_mb: int = 2048
     upload_ttl_hours: int = 24
@@ -123,12 +127,25 @@ class AppSettings:
             export_root=_env_folder(env, "GEOVIZ_EXPORT_ROOT"),
             max_scenario_mb=_env_int(env, "GEOVIZ_APP_MAX_MB", 1024, minimum=16),
             torch_threads=_env_int(env, "GEOVIZ_TORCH_THREADS", 0, minimum=0),
+            fit_workers=_env_int(env, "GEOVIZ_FIT_WORKERS", 0, minimum=0),
             upload_memory_mb=_env_int(env, "GEOVIZ_UPLOAD_MEMORY_MB", 256, minimum=1),
             upload_disk_mb=_env_int(env, "GEOVIZ_UPLOAD_DISK_MB", 2048, minimum=1),
             upload_ttl_hours=_env_int(env, "GEOVIZ_UPLOAD_TTL_HOURS", 24, minimum=1),
             upload_idle_minutes=_env_int(env, "GEOVIZ_UPLOAD_IDLE_MINUTES", 10, minimum=1),
             encoder_preset=_env_encoder_preset(env),
         )
+
+    def fit_workers_used(self) -> int:
+        """Threads of one geodesic fit: :attr:`fit_workers`, or with 0 the CPU cores this
+        process may use (its affinity). On 2 cores the default scenario's first view came
+        1-1.5 s sooner with 2 than with 1 (issue 26): the label distances' LAPACK calls
+        and the solver's small steps leave a core idle that another map can use."""
+        if self.fit_workers > 0:
+            return self.fit_workers
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # pragma: no cover - not Linux
+            return max(1, os.cpu_count() or 1)
 
     def admit(self, scenario: Scenario) -> Scenario:
         """``scenario`` if this server runs it for anyone who asks (a link, the form), else

@@ -201,7 +201,7 @@ def explorer_notes(model: SessionModel, state: ExplorerState) -> None:
 
 
 def geodesic_with_status(
-    model: SessionModel, poll_seconds: float = 0.25, scenario: Scenario | None = None
+    model: SessionModel, poll_seconds: float = 0.5, scenario: Scenario | None = None
 ) -> GeodesicResult | None:
     """The scenario's geodesic, computed in the background with an ``st.status`` box.
 
@@ -223,7 +223,7 @@ def geodesic_with_status(
         return None
     # the embedding is not started alongside: on 2 cores it slowed the maps the first view
     # waits for by half (issue 26); the explorer asks for it once the maps are there
-    job = services.start_geodesic(scenario, data)
+    job = services.start_geodesic(scenario, data, model.settings.fit_workers_used())
     # the scenario's configuration names the maps ("barycentric", "neural (tiny budget)")
     status = st.status(
         f"Fitting {scenario.map_label} OTDD maps and (2,Q) distances…", expanded=True
@@ -231,13 +231,18 @@ def geodesic_with_status(
     with status:
         bar = st.progress(0.0, text="starting")
         log_box = st.empty()
-        shown: tuple[Any, ...] = ()
+        shown_bar: tuple[str, float] | None = None
+        shown_lines = 0
         while True:
             finished = job.wait(poll_seconds)
             stage, fraction, log = job.snapshot()
-            if (stage, round(fraction, 2), len(log)) != shown:
-                shown = (stage, round(fraction, 2), len(log))
+            # each update is redrawn by the visitor's browser, which on a small machine
+            # shares the cores with the fit: only what changed is sent
+            if (stage, round(fraction, 2)) != shown_bar:
+                shown_bar = (stage, round(fraction, 2))
                 bar.progress(fraction, text=stage)
+            if len(log) != shown_lines:
+                shown_lines = len(log)
                 log_box.markdown("  \n".join(f"`{t:5.1f} s` · {line}" for t, line in log))
             if finished:
                 break

@@ -139,6 +139,15 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label-method", choices=("gaussian", "exact"), default=None)
     parser.add_argument("--device", default=None, help="auto (default), cpu or cuda")
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help=(
+            "threads for the independent parts of the fit, its maps and label distances "
+            "(default 1: one after another; the values do not depend on it)"
+        ),
+    )
+    parser.add_argument(
         "--solver", default=None, help="QP solver for a_hat (quadprog, clarabel, osqp, enumerate)"
     )
     parser.add_argument(
@@ -270,6 +279,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise GeovizError(f"--refs takes at most {limits.MAX_REFERENCES} datasets, got {m}")
     cli_int(args.n, "--n", limits.MIN_SAMPLES, limits.MAX_SAMPLES, why="samples per dataset")
     cli_seed(args.seed)
+    cli_int(args.workers, "--workers", 1, 64, why="threads of the fit")
     if args.bootstrap is not None:
         from geoviz.geodesic.uncertainty import check_replicates
 
@@ -398,6 +408,7 @@ def _fit(args: argparse.Namespace) -> GeodesicResult:
             progress=progress,
             cache=cache,
             features=features,
+            workers=args.workers,
         )
 
 

@@ -31,6 +31,7 @@ with the same inputs solves no coupling; adding a reference only fits the new ma
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,8 +71,10 @@ from geoviz.maps.methods import (
     map_method_label,
 )
 from geoviz.maps.neural import NeuralMapConfig, get_neural_preset
+from geoviz.memory import memory_budget_bytes
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, OTDDConfig
+from geoviz.tasks import run_in_threads
 
 __all__ = [
     "MAP_METHODS",
@@ -702,6 +705,96 @@ def lift_through_plan(fitted: FittedMap[Any], reference_images: torch.Tensor) ->
     return out
 
 
+def _labels_between(
+    a: LabeledDataset, b: LabeledDataset, otdd_cfg: OTDDConfig, cache: DiskCache
+) -> torch.Tensor:
+    """Class-conditional label distances ``(C_a, C_b)`` float64, cached per unordered pair."""
+    # label_distances(a, b) == label_distances(b, a).T (per-class subsamples do not
+    # depend on the other dataset): one cache entry per unordered pair
+    if a.fingerprint > b.fingerprint:
+        return _labels_between(b, a, otdd_cfg, cache).T
+    params = {
+        "v": PIPELINE_CACHE_VERSION,
+        "a": a.fingerprint,
+        "b": b.fingerprint,
+        "method": otdd_cfg.label_method,
+        "max_per_class": otdd_cfg.max_per_class,
+        "seed": int(otdd_cfg.seed),
+    }
+    payload = cache.get_or_compute(
+        _LABEL_NAMESPACE,
+        params,
+        lambda: {
+            "distances": label_distances(
+                a,
+                b,
+                method=otdd_cfg.label_method,
+                max_per_class=otdd_cfg.max_per_class,
+                seed=int(otdd_cfg.seed),
+                device=otdd_cfg.device,
+            )
+        },
+    )
+    distances: torch.Tensor = payload["distances"]
+    return distances.to(torch.float64)
+
+
+class _PartsProgress:
+    """Overall progress of the maps and label pairs, which may run on several threads.
+
+    The maps take ``map_share`` of the bar (each ``1/m`` of it, split by its own stages,
+    :data:`_MAP_STAGES`), the pairs 90 % of the rest; the stage text is the latest any part
+    reported.
+    """
+
+    def __init__(
+        self, m: int, n_pairs: int, map_share: float, report: Callable[[str, float], None]
+    ) -> None:
+        self._lock = threading.Lock()
+        self._maps = [0.0] * m
+        self._pairs_done = 0
+        self._n_pairs = n_pairs
+        self._map_share = map_share
+        self._report = report
+
+    def _fraction(self) -> float:
+        maps = self._map_share * sum(self._maps) / len(self._maps)
+        return maps + (1 - self._map_share) * 0.9 * self._pairs_done / max(self._n_pairs, 1)
+
+    def map_stage(self, k: int, stage: str, sub: str | None, fraction: float) -> None:
+        lo, hi = _MAP_STAGES.get(sub or "", (0.0, 1.0))
+        within = lo + (hi - lo) * min(max(float(fraction), 0.0), 1.0)
+        with self._lock:
+            self._maps[k] = max(self._maps[k], within if sub is not None else 0.0)
+            text = stage if sub is None or sub == "done" else f"{stage} ({sub})"
+            self._report(text, self._fraction())
+
+    def pair_started(self, stage: str) -> None:
+        with self._lock:
+            self._report(stage, self._fraction())
+
+    def pair_done(self) -> None:
+        with self._lock:
+            self._pairs_done += 1
+            self._report(f"label distances ({self._pairs_done}/{self._n_pairs})", self._fraction())
+
+
+#: working memory of one barycentric map per target-reference sample pair, bytes: the dense
+#: cost, the kernel or plan, and the returned coupling (float64), with room for temporaries
+_MAP_BYTES_PER_PAIR = 4 * 8
+
+
+def _part_workers(workers: int, n_parts: int, n_target: int, refs: Sequence[LabeledDataset]) -> int:
+    """Threads for the maps and pairs: ``workers``, at most one per part, and no more maps
+    at once than the memory budget holds (each holds its own ``N_Q x N_P`` matrices)."""
+    used = max(1, min(int(workers), n_parts))
+    budget = memory_budget_bytes()
+    if used > 1 and budget is not None:
+        largest = max(n_target * ref.n_samples for ref in refs) * _MAP_BYTES_PER_PAIR
+        used = max(1, min(used, budget // max(largest, 1)))
+    return used
+
+
 def fit_geodesic(
     target: LabeledDataset,
     references: Sequence[LabeledDataset],
@@ -710,6 +803,7 @@ def fit_geodesic(
     progress: Progress | None = None,
     cache: DiskCache | None = None,
     features: FeatureSpace | None = None,
+    workers: int = 1,
 ) -> GeodesicResult:
     """Project ``target`` onto the generalized geodesic of ``references`` (paper Sec. 3).
 
@@ -736,6 +830,14 @@ def fit_geodesic(
     features
         A :class:`~geoviz.features.FeatureSpace` to use instead of ``config.features``
         (e.g. a :class:`~geoviz.features.ModelSpace` of the user's model).
+    workers
+        Threads for the independent parts: the ``m`` maps and the ``m(m-1)/2`` label
+        distances between references (:func:`geoviz.tasks.run_in_threads`; fewer when the
+        memory budget cannot hold that many maps at once). ``1`` (default) runs them one
+        after another. The values do not depend on it; each part still uses torch's own
+        threads, so ``workers`` above ``cores / torch.get_num_threads()`` mostly pays off
+        on a machine whose cores would otherwise idle in the single-threaded parts (the
+        label distances' LAPACK calls, the solver's small steps).
 
     Returns
     -------
@@ -785,58 +887,42 @@ def fit_geodesic(
     m = len(refs)
     labels_space = label_space(refs)
     otdd_cfg = config.otdd
-    n_pairs = m * (m - 1) // 2
     map_share = 0.85
 
-    # 1. one OTDD map per reference (paper Sec. 3.1), barycentric or neural; both
-    #    estimators cache every fitted map in `cache` under both fingerprints + config
+    # 1-2. one OTDD map per reference (paper Sec. 3.1) and the label distances between
+    #      references: independent parts, run one after another or on `workers` threads
     estimator = map_estimator(config.method, otdd_cfg, config.neural, cache)
     kind = map_method_label(config.method)
-    maps: list[FittedMap[Any]] = []
-    for i, ref in enumerate(refs):
-        stage = f"{kind} {i + 1}/{m}: {target.name} -> {labels_space.dataset_names[i]}"
-        report(stage, map_share * i / m)
+    pairs = [(i, j) for i in range(m) for j in range(i + 1, m)]
+    names = labels_space.dataset_names
+    progress_of_parts = _PartsProgress(m, len(pairs), map_share, report)
 
-        def sub_progress(sub: str, fraction: float, i: int = i, stage: str = stage) -> None:
-            lo, hi = _MAP_STAGES.get(sub, (0.0, 1.0))
-            within = lo + (hi - lo) * min(max(float(fraction), 0.0), 1.0)
-            report(f"{stage} ({sub})", map_share * (i + within) / m)
+    def run_part(part: tuple[str, int]) -> Any:
+        what, k = part
+        if what == "map":
+            stage = f"{kind} {k + 1}/{m}: {target.name} -> {names[k]}"
+            progress_of_parts.map_stage(k, stage, None, 0.0)
+            fitted = estimator.fit(
+                target,
+                refs[k],
+                lambda sub, fraction: progress_of_parts.map_stage(k, stage, sub, fraction),
+            )
+            progress_of_parts.map_stage(k, stage, "done", 1.0)
+            return fitted
+        i, j = pairs[k]
+        progress_of_parts.pair_started(f"label distances {names[i]} <-> {names[j]}")
+        between_ij = _labels_between(refs[i], refs[j], otdd_cfg, cache)
+        progress_of_parts.pair_done()
+        return between_ij
 
-        maps.append(estimator.fit(target, ref, sub_progress))
-    report("OTDD maps done", map_share)
+    # the maps first: they are the long parts, so the pairs fill the gaps at the end
+    parts = [("map", k) for k in range(m)] + [("pair", k) for k in range(len(pairs))]
+    workers_used = _part_workers(workers, len(parts), target.n_samples, refs)
+    outputs = run_in_threads(run_part, parts, workers_used)
+    maps: list[FittedMap[Any]] = outputs[:m]
+    between: dict[tuple[int, int], torch.Tensor] = dict(zip(pairs, outputs[m:], strict=True))
 
-    # 2. class-conditional label distances, target-reference and reference-reference
-    def labels_between(a: LabeledDataset, b: LabeledDataset) -> torch.Tensor:
-        # label_distances(a, b) == label_distances(b, a).T (per-class subsamples do not
-        # depend on the other dataset): one cache entry per unordered pair
-        if a.fingerprint > b.fingerprint:
-            return labels_between(b, a).T
-        params = {
-            "v": PIPELINE_CACHE_VERSION,
-            "a": a.fingerprint,
-            "b": b.fingerprint,
-            "method": otdd_cfg.label_method,
-            "max_per_class": otdd_cfg.max_per_class,
-            "seed": int(otdd_cfg.seed),
-        }
-        payload = cache.get_or_compute(
-            _LABEL_NAMESPACE,
-            params,
-            lambda: {
-                "distances": label_distances(
-                    a,
-                    b,
-                    method=otdd_cfg.label_method,
-                    max_per_class=otdd_cfg.max_per_class,
-                    seed=int(otdd_cfg.seed),
-                    device=otdd_cfg.device,
-                )
-            },
-        )
-        distances: torch.Tensor = payload["distances"]
-        return distances.to(torch.float64)
-
-    # the maps' own label distances (same datasets, method and seed as labels_between)
+    # the maps' own label distances (same datasets, method and seed as _labels_between)
     to_target = [fitted.label_cost_.to(torch.float64) for fitted in maps]
     for lab, ref in zip(to_target, refs, strict=True):
         if tuple(lab.shape) != (target.n_classes, ref.n_classes):
@@ -844,17 +930,6 @@ def fit_geodesic(
                 f"the map {target.name!r} -> {ref.name!r} has label distances of shape "
                 f"{tuple(lab.shape)}, expected {(target.n_classes, ref.n_classes)}"
             )
-    between: dict[tuple[int, int], torch.Tensor] = {}
-    done = 0
-    for i in range(m):
-        for j in range(i + 1, m):
-            report(
-                f"label distances {labels_space.dataset_names[i]} <-> "
-                f"{labels_space.dataset_names[j]}",
-                map_share + (1 - map_share) * 0.9 * done / max(n_pairs, 1),
-            )
-            between[(i, j)] = labels_between(refs[i], refs[j])
-            done += 1
 
     # 3. (2,Q) distances (Def. 2), objective (ds_eq) and a_hat (hat_a)
     report("(2,Q) distances and a_hat", map_share + (1 - map_share) * 0.9)

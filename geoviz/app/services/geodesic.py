@@ -39,7 +39,7 @@ def geodesic_if_ready(scenario: Scenario) -> GeodesicResult | None:
     return ready
 
 
-def start_geodesic(scenario: Scenario, data: ScenarioData) -> BackgroundJob:
+def start_geodesic(scenario: Scenario, data: ScenarioData, workers: int = 1) -> BackgroundJob:
     """Start (or join) the background fit of the scenario's geodesic.
 
     One job per scenario and process: every page and session asking for the
@@ -47,7 +47,10 @@ def start_geodesic(scenario: Scenario, data: ScenarioData) -> BackgroundJob:
     :func:`finish_geodesic`. ``scenario`` must describe the datasets loaded in ``data``
     (e.g. :func:`~geoviz.app.services.maps.companion_scenario`: the other map method on
     the same data). Neural maps report ``"... (classifier)"`` and ``"... (adversarial)"``
-    stages while they train.
+    stages while they train. ``workers``: threads for the fit's independent parts
+    (:func:`~geoviz.geodesic.pipeline.fit_geodesic`; the pages pass
+    :meth:`~geoviz.app.settings.AppSettings.fit_workers_used`); a visitor who joins a
+    running job joins it as started.
     """
     if scenario.data_key() != data.data_key:
         raise GeovizError("start_geodesic: the scenario's datasets differ from the loaded ones")
@@ -55,7 +58,12 @@ def start_geodesic(scenario: Scenario, data: ScenarioData) -> BackgroundJob:
 
     def run(progress: Progress) -> GeodesicResult:
         return fit_geodesic(
-            data.target, list(data.references), config, progress=progress, cache=disk_cache()
+            data.target,
+            list(data.references),
+            config,
+            progress=progress,
+            cache=disk_cache(),
+            workers=workers,
         )
 
     return store().start_job(geodesic_key(scenario), run)
