@@ -13,7 +13,7 @@ from geoviz.errors import GeovizError
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.compare import mixup_comparison
 from geoviz.viz.plots import otdd_heatmap
-from geoviz.viz.report import two_q_table
+from geoviz.viz.report import two_q_markdown
 
 EXPLORER_KEY = "geodesic_explorer"
 
@@ -46,9 +46,10 @@ def two_q_matrix(result) -> None:
             r"\mathcal{W}^2(P_a, Q) = \sum_i a_i\, \mathcal{W}^2_{2,Q}(P_i, Q)"
             r" - \tfrac12 \sum_{i \neq j} a_i a_j\, \mathcal{W}^2_{2,Q}(P_i, P_j)"
         )
-        # a table first: the heatmap needs Plotly's script, whose first load kept the explorer
-        # below from drawing for ~2 s on 2 cores (issue 26); it comes when asked for
-        st.table(two_q_table(mat, names))
+        # Markdown, not a table widget or a heatmap: their scripts (a data-frame renderer,
+        # Plotly) load before the explorer below can draw, ~2 s for Plotly on 2 cores
+        # (issue 26); the heatmap comes when asked for
+        st.markdown(two_q_markdown(mat, names))
         if st.toggle("As a heatmap", key="two_q_as_heatmap"):
             st.plotly_chart(
                 otdd_heatmap(

@@ -34,6 +34,42 @@ def test_embedding_and_placement_come_back_from_disk_after_a_restart(fresh_serve
     np.testing.assert_allclose(placed, emb.transform(features), atol=1e-5)
 
 
+def test_explorer_bootstrap_comes_back_from_disk_after_a_restart(fresh_server, monkeypatch):
+    import dataclasses
+
+    from geoviz.app.services import geodesic as geodesic_service
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+
+    model = SessionModel({})
+    model.scenario = default_scenario().with_(n_target=60, n_reference=60)
+    data = services.scenario_data(model)
+    result = fit_geodesic(data.target, list(data.references), GeodesicConfig())
+    disk = services.disk_cache()
+    first = geodesic_service.cached_bootstrap(result, 30, disk, seed=3)
+    direct = result.bootstrap(30, seed=3)
+    for name, value in dataclasses.asdict(direct).items():
+        got = getattr(first, name)
+        if isinstance(value, np.ndarray):
+            assert got.dtype == value.dtype
+            np.testing.assert_array_equal(got, value)
+        else:
+            assert got == value
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the bootstrap was computed again")
+
+    monkeypatch.setattr(type(result), "bootstrap", boom)
+    hits = disk.hits_
+    again = geodesic_service.cached_bootstrap(result, 30, disk, seed=3)  # the restart: disk only
+    assert disk.hits_ == hits + 1
+    np.testing.assert_array_equal(again.a_hat_replicates, direct.a_hat_replicates)
+    # other inputs are other entries: another seed, another replicate count
+    with pytest.raises(AssertionError, match="computed again"):
+        geodesic_service.cached_bootstrap(result, 30, disk, seed=4)
+    with pytest.raises(AssertionError, match="computed again"):
+        geodesic_service.cached_bootstrap(result, 31, disk, seed=3)
+
+
 def test_hard_label_shares_follow_the_weights(fresh_server):
     from geoviz.export import dataset_hard_labels
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic

@@ -779,6 +779,36 @@ def test_mixup_comparison_uses_the_explorers_colours_by_q_class():
     np.testing.assert_allclose(pa_trace.x, pa.features.numpy()[idx, 0])
 
 
+def _markdown_cells(line: str) -> list[str]:
+    """The cells of a Markdown table row, unescaped (a ``\\|`` stays in its cell)."""
+    cells, cell, chars = [], "", iter(line.strip()[1:-1])
+    for c in chars:
+        if c == "\\":
+            cell += next(chars)
+        elif c == "|":
+            cells.append(cell.strip())
+            cell = ""
+        else:
+            cell += c
+    return [*cells, cell.strip()]
+
+
+def test_two_q_markdown_reads_back_as_the_table_whatever_the_names():
+    from geoviz.viz.report import two_q_markdown, two_q_table
+
+    mat = np.array([[0.0, 12.3456, 7.0], [12.3456, 0.0, 31415.9], [7.0, 31415.9, 0.0]])
+    names = ["Q", "a|b $x$", "**bold** _it_\nnext"]
+    text = two_q_markdown(mat, names)
+    lines = text.splitlines()
+    assert len(lines) == 2 + len(names)  # header, alignment, one row per dataset
+    shown = [n.replace("\n", " ") for n in names]
+    assert _markdown_cells(lines[0]) == ["", *shown]
+    table = two_q_table(mat, names)
+    for name, line, row in zip(shown, lines[2:], table.to_numpy(), strict=True):
+        assert _markdown_cells(line) == [f"**{name}**", *row]
+    assert "$x$" not in text and "a|b" not in text  # escaped: no math, no extra cell
+
+
 def test_two_q_table_shows_every_entry_of_the_matrix_with_its_names():
     from geoviz.errors import GeovizError
     from geoviz.viz.report import two_q_table

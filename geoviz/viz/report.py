@@ -289,6 +289,34 @@ def two_q_table(matrix: np.ndarray, names: Sequence[str], digits: int = 4) -> pd
     return pd.DataFrame(cells, index=list(names), columns=list(names))
 
 
+#: characters Streamlit's Markdown would read as formatting: ``$`` starts math, ``|`` a cell
+_MARKDOWN_SPECIALS = frozenset("\\`*_{}[]()#+-.!|<>~$")
+
+
+def markdown_literal(text: str) -> str:
+    """``text`` backslash-escaped so Markdown shows it as typed (dataset names come from
+    users: a ``|`` must not split a table cell, nor a ``$`` start math); newlines become
+    spaces."""
+    flat = " ".join(str(text).splitlines())
+    return "".join(f"\\{c}" if c in _MARKDOWN_SPECIALS else c for c in flat)
+
+
+def two_q_markdown(matrix: np.ndarray, names: Sequence[str], digits: int = 4) -> str:
+    """:func:`two_q_table` as a Markdown pipe table (same cells, names escaped with
+    :func:`markdown_literal`). A page shows it with the Markdown it has already loaded,
+    where a table widget would first fetch a data-frame renderer (~1 MB of script in
+    Streamlit; issue 26)."""
+    table = two_q_table(matrix, names, digits)
+    head = [markdown_literal(n) for n in names]
+    lines = [
+        "| | " + " | ".join(head) + " |",
+        "|---|" + "---:|" * len(head),
+    ]
+    for name, row in zip(head, table.to_numpy(), strict=True):
+        lines.append(f"| **{name}** | " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
 def map_table_notes(result: GeodesicResult) -> tuple[list[str], list[str]]:
     """``(captions, warnings)`` under :func:`map_table`: the fields' ``caption`` texts, and
     the ``warn_when_false`` text of every boolean field that is ``False`` for some map."""

@@ -149,7 +149,7 @@
   });
   const S = { payloadId: null, P: null, pick: null, t: 0.5, dragging: false, pending: [],
               rafQueued: false, seq: 0, hover: null, ui: null,
-              embId: null, embWaiting: null, embError: null, pendingParts: [], pollTimer: null };
+              embId: null, embWaiting: null, embError: null, pendingParts: [], pollTimer: null, regionTimer: null };
   // polls for the parts computed in the background (issue 26): the next one this long after a
   // render, and again after POLL_RETRY_MS if no render answered (a lost poll)
   const POLL_MS = 300, POLL_RETRY_MS = 8000;
@@ -250,7 +250,7 @@
   function bootChanged() {
     if (!S.ui || H().mode === "mccann") return;
     S.bootHat = null; S.ui.band = null;
-    if (H().m === 3 && S.ui.simplex) S.ui.region = boot() && !boot().flat ? buildRegion(S.ui.simplex.width, S.ui.simplex.height) : null;
+    scheduleRegion();
     if (S.ui.hint) S.ui.hint.textContent = simplexHint();
   }
   function build() {
@@ -363,13 +363,18 @@
     return S.embError ? "No embedding view: " + S.embError
       : "The embedding (UMAP, or PCA) is computed in the background: it appears here when ready, no click needed.";
   }
+  /** The embedding view's arrays and header keys into the payload (the view is drawn by build). */
+  function mergeEmbedding(id, data) {
+    const e = decode(data);
+    S.embId = id;
+    for (const k of ["view", "embedding_method", "axis_titles", "grid_res"]) if (k in e.header) S.P.header[k] = e.header[k];
+    Object.assign(S.P.arrays, e.arrays);
+  }
   /** The embedding view arrived: add its header fields and arrays to the payload and rebuild
    * (after a drag, never during one). */
   function applyEmbedding() {
-    const e = decode(S.embWaiting.data);
-    S.embId = S.embWaiting.id; S.embWaiting = null;
-    for (const k of ["view", "embedding_method", "axis_titles", "grid_res"]) if (k in e.header) S.P.header[k] = e.header[k];
-    Object.assign(S.P.arrays, e.arrays);
+    const waiting = S.embWaiting; S.embWaiting = null;
+    mergeEmbedding(waiting.id, waiting.data);
     const zoom = S.ui && S.ui.zoom ? S.ui.zoom.value : null;
     S.ui = null;
     build();
@@ -461,7 +466,22 @@
     off.getContext("2d").putImageData(img, 0, 0);
     S.ui.heat = off; S.ui.range = [lo, hi]; S.ui.colorArgs = [lo, hi, levels];
     drawColorbar(lo, hi, levels);
-    S.ui.region = boot() && !boot().flat ? buildRegion(W, Hh) : null;  // or later, in bootChanged
+    scheduleRegion();
+  }
+
+  /** The region as good as â, built in a task of its own just after the frame that asked for
+   *  it: ~0.1 s of work that would otherwise hold back the first drawn simplex (issue 26). */
+  function scheduleRegion() {
+    const ui = S.ui;
+    ui.region = null; ui.regionCells = 0;
+    clearTimeout(S.regionTimer); S.regionTimer = null;
+    if (H().mode === "mccann" || H().m !== 3 || !ui.simplex || !boot() || boot().flat) return;
+    S.regionTimer = setTimeout(() => {
+      S.regionTimer = null;
+      if (S.ui !== ui) return;  // rebuilt since: the new one asked for its own
+      ui.region = buildRegion(ui.simplex.width, ui.simplex.height);
+      request(null);
+    }, 0);
   }
 
   /** The heatmap's colour scale: W²(P_a, Q) from lo (dark) to hi, with the contour levels. */
@@ -1284,6 +1304,10 @@
       if (!S.pick || !S.sentPick || picked.some((x, i) => Math.abs(x - S.sentPick[i]) > 1e-9)) S.pick = roundToSimplex(picked, h.weight_decimals);
       S.sentPick = S.pick.slice();
     }
+    const embId = args.emb ? args.emb_id : null;
+    // an embedding already there at the first render (a restarted server) goes into the one
+    // first build, instead of a second build right after it
+    if (!S.ui && embId && embId !== S.embId && !S.dragging) { S.embWaiting = null; mergeEmbedding(embId, args.emb); }
     if (!S.ui) build();
     const bootId = args.boot ? args.boot_id : null;
     if (bootId !== S.bootId) {
@@ -1292,7 +1316,6 @@
       bootChanged();
     }
     S.embError = args.emb_error || null;
-    const embId = args.emb ? args.emb_id : null;
     if (embId && embId !== S.embId && (!S.embWaiting || S.embWaiting.id !== embId)) S.embWaiting = { id: embId, data: args.emb };
     if (S.embWaiting && !S.dragging) applyEmbedding();
     else if (S.ui.pendingNote) S.ui.pendingNote.textContent = pendingText();
