@@ -481,7 +481,10 @@ def test_geodesic_page_tex_and_one_weight_format():
     assert any(r"\mathcal{W}^2_{2,Q}(P_i, P_j)" in t for t in tex), tex
     prose = [m.value for m in at.expander[0].markdown]
     for text in prose:
-        outside = re.sub(r"\$[^$]*\$", "", text)
+        # Markdown's escapes of punctuation (dataset names in the table: fashion\_mnist) are
+        # not TeX; a backslash before a letter would be
+        plain = re.sub(r"\\[!-/:-@\[-`{-~]", "", text)
+        outside = re.sub(r"\$[^$]*\$", "", plain)
         assert "_{" not in outside and "\\" not in outside, text
     # the sidebar's a_hat and the page's summary show the same 2-decimal numbers
     sidebar = next(m.value for m in at.sidebar.markdown if m.value.startswith("**â** ="))

@@ -73,6 +73,15 @@ def _new_event(value: Any, key: str) -> ReleasedEvent | None:
     return event
 
 
+def _handled_seq(key: str) -> int | None:
+    """The sequence number of the last event of ``key``'s explorer this session handled
+    (``None``: none yet, or a refused value)."""
+    marker = st.session_state.get(f"_{key}_seq")
+    if isinstance(marker, tuple) and len(marker) == 2 and isinstance(marker[1], int):
+        return marker[1]
+    return None
+
+
 def _refused(err: BrowserValueError) -> None:
     """Say why a sent value was ignored; the explorer is drawn below it all the same."""
     LOG.info("browser value refused: %s", err)
@@ -162,6 +171,9 @@ def geodesic_explorer(
         pending=list(pending),
         # the event this run handled: every poll gets a render back, even with nothing new
         handled=str(st.session_state.get(f"_{key}_seq")),
+        # its number: a render from before the browser's last release (a poll's answer that
+        # crossed it) must not put the pick back to the server's older one
+        handled_seq=_handled_seq(key),
         key=key,
         default=None,
     )

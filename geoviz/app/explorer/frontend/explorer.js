@@ -1299,7 +1299,8 @@
     const h = H();
     if (h.mode === "mccann") {
       if (!S.playing && args.t !== undefined && args.t !== null && S.ui == null) S.t = Number(args.t);
-    } else if (!S.dragging) {
+    } else if (!S.dragging && !(Number.isInteger(args.handled_seq) && args.handled_seq < S.seq)) {
+      // (a render that has not seen this page's last release yet keeps the browser's pick)
       const picked = args.picked && args.picked.length === h.m ? args.picked.map(Number) : Array.from(A("a_hat").data);
       if (!S.pick || !S.sentPick || picked.some((x, i) => Math.abs(x - S.sentPick[i]) > 1e-9)) S.pick = roundToSimplex(picked, h.weight_decimals);
       S.sentPick = S.pick.slice();
