@@ -255,6 +255,15 @@ def resolve_dtype(dtype: DTypeName | torch.dtype | None = None) -> torch.dtype:
     raise GeovizError(f"unsupported dtype {dtype!r}: use 'float32' or 'float64'")
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may use: its affinity (a container's or ``taskset``'s
+    share), or the machine's count where affinity is unknown (not Linux); at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def available_memory_bytes(device: torch.device) -> int | None:
     """Memory ``device`` can still give this process, in bytes, or ``None`` when unknown.
 

@@ -51,6 +51,7 @@ from geoviz.app.scenario import (
     scenario_feature_bytes,
     served_path,
 )
+from geoviz.backend import usable_cores
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import ENCODER_PRESETS
 
@@ -137,15 +138,11 @@ class AppSettings:
 
     def fit_workers_used(self) -> int:
         """Threads of one geodesic fit: :attr:`fit_workers`, or with 0 the CPU cores this
-        process may use (its affinity). On 2 cores the default scenario's first view came
-        1-1.5 s sooner with 2 than with 1 (issue 26): the label distances' LAPACK calls
-        and the solver's small steps leave a core idle that another map can use."""
-        if self.fit_workers > 0:
-            return self.fit_workers
-        try:
-            return max(1, len(os.sched_getaffinity(0)))
-        except AttributeError:  # pragma: no cover - not Linux
-            return max(1, os.cpu_count() or 1)
+        process may use (:func:`geoviz.backend.usable_cores`). On 2 cores the default
+        scenario's cold first view came about 0.9 s sooner with 2 than with 1 (issue 26,
+        3 interleaved probes each): the label distances' LAPACK calls and the solver's small
+        steps leave a core idle that another map can use."""
+        return self.fit_workers if self.fit_workers > 0 else usable_cores()
 
     def admit(self, scenario: Scenario) -> Scenario:
         """``scenario`` if this server runs it for anyone who asks (a link, the form), else

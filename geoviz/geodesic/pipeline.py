@@ -765,7 +765,7 @@ class _PartsProgress:
         lo, hi = _MAP_STAGES.get(sub or "", (0.0, 1.0))
         within = lo + (hi - lo) * min(max(float(fraction), 0.0), 1.0)
         with self._lock:
-            self._maps[k] = max(self._maps[k], within if sub is not None else 0.0)
+            self._maps[k] = max(self._maps[k], within)
             text = stage if sub is None or sub == "done" else f"{stage} ({sub})"
             self._report(text, self._fraction())
 

@@ -77,7 +77,6 @@ them because such classes carry no mass. ``missing="raise"`` raises a
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -86,7 +85,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from geoviz.backend import available_memory_bytes, resolve_device
+from geoviz.backend import available_memory_bytes, resolve_device, usable_cores
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import ConvergenceWarning, DatasetError, GeovizError
 
@@ -367,10 +366,7 @@ def _emd2_uniform(cost: np.ndarray) -> tuple[float, str | None]:
 
 def _cpu_workers(n_jobs: int, job_bytes: int) -> int:
     """Threads for the network-simplex solves: cores, jobs and memory permitting."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     free = available_memory_bytes(torch.device("cpu"))
     # a dense network simplex holds ~8 doubles per arc (cost, flow, plan, graph)
     by_memory = cores if free is None else max(1, free // (2 * 8 * max(1, job_bytes)))

@@ -6,19 +6,18 @@ import dataclasses
 from collections.abc import Hashable
 from typing import Any
 
-import numpy as np
 import torch
 
 from geoviz.app.jobs import BackgroundJob
 from geoviz.app.scenario import Scenario
 from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.services.datasets import ScenarioData
-from geoviz.backend import DiskCache, digest_bytes
+from geoviz.backend import DiskCache
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic.mixup import mixup_interpolation
 from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
-from geoviz.geodesic.uncertainty import DEFAULT_LEVEL, GeodesicBootstrap
+from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights
 
 
@@ -122,30 +121,6 @@ BOOTSTRAP_NAMESPACE = "geodesic_bootstrap"
 BOOTSTRAP_CACHE_VERSION = 1
 
 
-def bootstrap_inputs_digest(result: GeodesicResult, replicates: int, seed: int) -> str:
-    """Hash of everything :meth:`GeodesicResult.bootstrap` reads: the per-sample (2,Q) terms,
-    ``a_hat``, the QP solver, ``replicates`` and ``seed``. Equal digests give equal bootstraps."""
-    dist = result.distances
-
-    def raw(x: Any) -> bytes:
-        if x is None:
-            return b"none"
-        arr = np.ascontiguousarray(np.asarray(x, dtype=np.float64))
-        return repr(arr.shape).encode() + arr.tobytes()
-
-    parts = [
-        raw(dist.per_sample_to_target),
-        raw(dist.per_sample_between),
-        raw(dist.w_to_target),
-        raw(dist.w_between),
-        raw(result.a_hat),
-        repr(
-            (result.config.qp_solver, int(replicates), int(seed), BOOTSTRAP_CACHE_VERSION)
-        ).encode(),
-    ]
-    return digest_bytes(parts)
-
-
 def cached_bootstrap(
     result: GeodesicResult,
     replicates: int,
@@ -154,19 +129,31 @@ def cached_bootstrap(
     seed: int = 0,
     progress: Progress | None = None,
 ) -> GeodesicBootstrap:
-    """:meth:`GeodesicResult.bootstrap` (default level), kept in the disk cache under the
-    digest of its inputs (:func:`bootstrap_inputs_digest`), so a restarted server reads it
-    back (~10 ms) instead of solving ``replicates`` QPs again while its first visitor's page
-    loads (~0.4 s of Python on 2 cores; issue 26)."""
-    params = {"digest": bootstrap_inputs_digest(result, replicates, seed)}
+    """:meth:`GeodesicResult.bootstrap` (default level), kept in the disk cache under
+    everything it reads: the per-sample (2,Q) terms, ``a_hat``, the QP solver, ``replicates``
+    and ``seed`` (arrays are keyed by their content, :func:`geoviz.backend.fingerprint`). A
+    restarted server reads it back (~10 ms) instead of solving ``replicates`` QPs again while
+    its first visitor's page loads (~0.4 s of Python on 2 cores; issue 26)."""
+    dist = result.distances
+    params = {
+        "v": BOOTSTRAP_CACHE_VERSION,
+        "per_sample_to_target": dist.per_sample_to_target,
+        "per_sample_between": dist.per_sample_between,
+        "w_to_target": dist.w_to_target,
+        "w_between": dist.w_between,
+        "a_hat": result.a_hat,
+        "qp_solver": result.config.qp_solver,
+        "replicates": int(replicates),
+        "seed": int(seed),
+    }
 
     def compute() -> dict[str, Any]:
         boot = result.bootstrap(replicates, seed=seed, progress=progress)
         return dataclasses.asdict(boot)
 
     stored = cache.get_or_compute(BOOTSTRAP_NAMESPACE, params, compute)
-    fields = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in dict(stored).items()}
-    fields["level"] = float(fields.get("level", DEFAULT_LEVEL))
+    # the cache stores arrays as tensors; the bootstrap's fields are NumPy arrays
+    fields = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in stored.items()}
     return GeodesicBootstrap(**fields)
 
 
