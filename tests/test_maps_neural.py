@@ -29,6 +29,7 @@ from geoviz.maps.networks import (
     choose_architecture,
 )
 from geoviz.maps.neural import (
+    _IMPROVEMENT,
     NEURAL_PRESETS,
     FittedNeuralMap,
     NeuralMapConfig,
@@ -124,7 +125,12 @@ def test_gaussian_early_stopping_kept_better_than_identity(gaussian_fit):
     _, _, fitted, _ = gaussian_fit
     hist = fitted.history_
     assert len(hist["iteration"]) == len(hist["heldout_ot"]) >= 2
-    assert fitted.heldout_ot_ == pytest.approx(min(hist["heldout_ot"]))
+    # the kept score is one of the evaluations, and no later one beat it by the improvement
+    # threshold that resets patience (a 0.07 % gain is noise, not a new best: neural.py)
+    scores = [float(s) for s in hist["heldout_ot"]]
+    kept_at = [int(i) for i in hist["iteration"]].index(fitted.best_iteration_)
+    assert fitted.heldout_ot_ == pytest.approx(scores[kept_at])
+    assert min(scores) >= fitted.heldout_ot_ * (1.0 - _IMPROVEMENT)
     assert fitted.heldout_ot_ < 0.05 * fitted.heldout_ot_identity_
     assert fitted.best_iteration_ in [int(i) for i in hist["iteration"]]
 
