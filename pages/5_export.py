@@ -8,6 +8,7 @@ import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import services, widgets
+from geoviz.app.services.export import with_intervals
 from geoviz.app.state import SessionModel
 from geoviz.errors import ExportExistsError, GeovizError
 from geoviz.export import (
@@ -17,13 +18,43 @@ from geoviz.export import (
     format_description,
     load_snippet,
 )
+from geoviz.geodesic.pipeline import GeodesicResult
+from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
+from geoviz.viz.report import markdown_literal
 
 RULE_HELP = {
     "block-sample": "block-sample — draw reference i with probability a_i, then its top class",
     "argmax": "argmax — top class over all references (over-represents large a_i)",
 }
+
+
+def intervals_note(boot: GeodesicBootstrap | None, error: BaseException | None) -> None:
+    """One line on whether the written manifest carries the bootstrap intervals."""
+    if boot is not None:
+        st.caption(
+            f"The manifest carries the bootstrap intervals of page 3 ({boot.replicates} "
+            f"resamples of Q, level {boot.level:.0%}) under `uncertainty`."
+        )
+    elif error is not None:
+        st.caption("The manifest has no intervals: " + markdown_literal(services.error_text(error)))
+    else:
+        st.caption("The bootstrap intervals are being computed; the file will carry them.")
+
+
+def intervals_for_export(
+    model: SessionModel,
+    result: GeodesicResult,
+    boot: GeodesicBootstrap | None,
+    error: BaseException | None,
+) -> GeodesicBootstrap | None:
+    """The explorer's bootstrap, waited for when it is still running (a file written now
+    carries the intervals the page shows); ``None`` when it failed."""
+    if boot is not None or error is not None:
+        return boot
+    ready, _ = services.explorer_bootstrap(model.scenario, result, wait_seconds=None)
+    return ready
 
 
 def main(model: SessionModel) -> None:
@@ -113,17 +144,24 @@ def main(model: SessionModel) -> None:
         st.json(json.loads(json.dumps(pa.metadata, default=str)))
 
     st.subheader("Download")
-    ready = services.export_ready(pa, fmt, rule, label_seed)
+    # the manifest carries the bootstrap intervals the Geodesic page showed (its explorer's
+    # bootstrap, started here if no page asked for it yet), as `geoviz project --out` does
+    boot, boot_error = services.explorer_bootstrap(model.scenario, result, wait_seconds=0.0)
+    intervals_note(boot, boot_error)
+    ready = services.export_ready(with_intervals(pa, boot), fmt, rule, label_seed)
     if not ready and st.button(f"Prepare {fmt} file", type="primary", key="export_prepare"):
         with st.spinner("Serialising…"):
             try:
-                services.export_payload(pa, fmt, rule, label_seed)
+                boot = intervals_for_export(model, result, boot, boot_error)
+                services.export_payload(with_intervals(pa, boot), fmt, rule, label_seed)
             except GeovizError as err:
                 widgets.show_error(err)
             else:
                 st.rerun()  # show the download button instead of this one
     if ready:
-        data, filename, mime = services.export_payload(pa, fmt, rule, label_seed)
+        data, filename, mime = services.export_payload(
+            with_intervals(pa, boot), fmt, rule, label_seed
+        )
         st.download_button(
             f"Download {filename} ({len(data) / 1e6:.2f} MB)",
             data,
@@ -153,8 +191,15 @@ def main(model: SessionModel) -> None:
     overwrite = st.checkbox("Overwrite existing files", key="export_overwrite")
     if st.button("Save to folder", key="export_save"):
         try:
+            boot = intervals_for_export(model, result, boot, boot_error)
             res = services.save_export(
-                pa, root, fmt, subfolder=sub, overwrite=overwrite, rule=rule, seed=label_seed
+                with_intervals(pa, boot),
+                root,
+                fmt,
+                subfolder=sub,
+                overwrite=overwrite,
+                rule=rule,
+                seed=label_seed,
             )
         except ExportExistsError:
             st.error(

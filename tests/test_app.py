@@ -385,6 +385,47 @@ def test_export_page_download_bytes_load_back(tmp_path):
     assert at.success and "Wrote" in at.success[0].value
 
 
+def test_export_manifest_carries_the_intervals_of_the_geodesic_page(tmp_path):
+    """Issue 32: the app's exports wrote ``"uncertainty": null`` although the Geodesic page
+    had shown the bootstrap intervals; they now carry the very bootstrap the explorer drew
+    (the CLI's ``geoviz project --bootstrap --out`` block), in the download and on disk."""
+    from geoviz.app import services as app_compute
+
+    at = _open(_app(), "pages/3_geodesic.py")
+    scenario = at.session_state[SessionModel.SCENARIO]
+    result = app_compute.geodesic_if_ready(scenario)
+    # the intervals the page shows: the explorer's bootstrap of this scenario
+    shown, error = app_compute.explorer_bootstrap(scenario, result, wait_seconds=None)
+    assert error is None and shown is not None
+    expected = shown.manifest()
+    assert expected["a_hat_low"] and expected["replicates"] == app_compute.EXPLORER_REPLICATES
+
+    _open(at, "pages/5_export.py")
+    assert any("bootstrap intervals of page 3" in c.value for c in at.caption)
+    at.selectbox(key="export_fmt").set_value("npz").run()
+    # a hard-label seed no other test uses: this file is prepared here, not found ready
+    at.number_input(key="export_label_seed").set_value(7).run()
+    at.button(key="export_prepare").click().run()
+    _assert_clean(at, "export prepare")
+    data = next(
+        v[0]
+        for k, v in app_compute.store().derived.items()
+        if isinstance(k, tuple) and k[0] == "export" and k[3] == "npz" and k[5] == 7
+    )
+    with np.load(io.BytesIO(data)) as npz:
+        manifest = json.loads(str(npz["manifest_json"]))
+    assert manifest["uncertainty"] == json.loads(json.dumps(expected))
+
+    # saved on the server: the manifest file beside the data says the same
+    at.text_input(key="export_subfolder").set_value("with_intervals").run()
+    at.button(key="export_save").click().run()
+    _assert_clean(at, "export save")
+    root = Path(os.environ["GEOVIZ_EXPORT_ROOT"]) / "with_intervals"
+    (written,) = root.glob("*.manifest.json")
+    saved = json.loads(written.read_text(encoding="utf-8"))
+    assert saved["uncertainty"] == manifest["uncertainty"]
+
+
 def test_about_page():
     at = _open(_app(), "pages/6_about.py")
     assert at.title[0].value == "6 · About the method"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Hashable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from geoviz.app.services.caches import store
+from geoviz.backend import digest_bytes
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import ExportError
 from geoviz.export import (
@@ -17,6 +21,34 @@ from geoviz.export import (
     format_spec,
     safe_name,
 )
+
+if TYPE_CHECKING:
+    from geoviz.geodesic.uncertainty import GeodesicBootstrap
+
+
+def with_intervals(
+    ds: SoftLabeledDataset, bootstrap: GeodesicBootstrap | None
+) -> SoftLabeledDataset:
+    """``ds`` whose manifest will carry ``bootstrap``'s intervals, as the CLI's does.
+
+    The ``uncertainty`` entry of the metadata is :meth:`GeodesicBootstrap.manifest
+    <geoviz.geodesic.uncertainty.GeodesicBootstrap.manifest>` (what ``geoviz project
+    --bootstrap R --out ...`` writes), and :func:`geoviz.export.manifest` copies it into the
+    manifest. The app passes the explorer's bootstrap
+    (:func:`~geoviz.app.services.geodesic.explorer_bootstrap`): the very intervals the
+    Geodesic page showed. ``None`` (no bootstrap, or it failed): ``ds`` unchanged.
+    """
+    if bootstrap is None:
+        return ds
+    return dataclasses.replace(ds, metadata={**ds.metadata, "uncertainty": bootstrap.manifest()})
+
+
+def _uncertainty_key(ds: SoftLabeledDataset) -> str:
+    """The manifest's intervals as part of the export's cache key (the fingerprint covers
+    features and labels only: the same ``P_a`` with and without intervals differ)."""
+    block: Any = ds.metadata.get("uncertainty")
+    text = json.dumps(block, sort_keys=True, default=str)
+    return digest_bytes([text.encode()], length=16)
 
 
 def export_payload(
@@ -33,7 +65,7 @@ def export_payload(
 
 
 def _export_key(ds: SoftLabeledDataset, fmt: str, rule: str, seed: int) -> tuple[Hashable, ...]:
-    return ("export", ds.fingerprint, ds.name, fmt, rule, int(seed))
+    return ("export", ds.fingerprint, ds.name, fmt, rule, int(seed), _uncertainty_key(ds))
 
 
 def export_ready(ds: SoftLabeledDataset, fmt: ExportFormat, rule: HardLabelRule, seed: int) -> bool:
