@@ -165,19 +165,21 @@ def _undo(paths: Sequence[Path], created_dirs: Sequence[Path]) -> None:
             folder.rmdir()
 
 
-def _write_bytes(path: Path, data: bytes, *, sync: bool = False) -> None:
-    with open(path, "xb") as fh:  # default permissions (umask), unlike mkstemp's 0600
+def _write_bytes(path: Path, data: bytes, *, sync: bool = False, mode: int = 0o666) -> None:
+    # default permissions (0o666 less the umask), unlike mkstemp's 0600
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode)
+    with open(fd, "wb") as fh:
         fh.write(data)
         if sync:
             fh.flush()
             os.fsync(fh.fileno())
 
 
-def _write_temp(target: Path, content: Content) -> Path:
+def _write_temp(target: Path, content: Content, *, mode: int = 0o666) -> Path:
     tmp = _temp_sibling(target, "tmp")
     if isinstance(content, (bytes, bytearray)):
         try:
-            _write_bytes(tmp, bytes(content), sync=True)
+            _write_bytes(tmp, bytes(content), sync=True, mode=mode)
         except BaseException:
             _undo([tmp], [])
             raise
@@ -216,7 +218,9 @@ def _place(tmp: Path, target: Path) -> None:
     os.unlink(tmp)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool) -> None:
+def atomic_write_bytes(
+    path: str | Path, data: bytes, *, overwrite: bool, mode: int = 0o666
+) -> None:
     """Write ``data`` to the file ``path`` atomically (missing parent folders are created).
 
     The bytes go to a hidden temporary sibling, are flushed to disk and then
@@ -232,6 +236,8 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool) -> Non
     overwrite
         Replace an existing ``path``. With ``False`` an existing path (also one
         that appears while writing) is never replaced.
+    mode
+        Permission bits of the new file (less the umask); ``0o600`` for a secret.
 
     Raises
     ------
@@ -252,7 +258,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, overwrite: bool) -> Non
     created_dirs = _missing_dirs(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _write_temp(path, data)
+        tmp = _write_temp(path, data, mode=mode)
     except BaseException:
         _undo([], created_dirs)
         raise

@@ -310,12 +310,13 @@ def test_get_cache_follows_environment(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- entries bound to keys
 
 
-def _raw_entry(obj) -> bytes:
-    """An entry file with a valid checksum around ``torch.save(obj)``."""
+def _raw_entry(obj, cache: DiskCache) -> bytes:
+    """An entry file around ``torch.save(obj)`` signed as ``cache`` signs (a forger who
+    has the folder's secret)."""
     buf = io.BytesIO()
     torch.save(obj, buf)
     body = buf.getvalue()
-    return hashlib.sha256(body).hexdigest().encode("ascii") + body
+    return cache.signature(body, create=True) + body
 
 
 def test_entry_copied_under_another_key_is_ignored_removed_and_recomputed(tmp_path):
@@ -356,9 +357,19 @@ def test_entry_copied_under_another_key_is_ignored_removed_and_recomputed(tmp_pa
                 "namespace": "ns",
                 "key": "k" * 64,
                 "version": backend.CACHE_FORMAT_VERSION,
+                "structure": {"dict": {}},
                 "payload": 5,
             },
             "payload is not a dictionary",
+        ),
+        (  # format 2: no recorded structure
+            {
+                "namespace": "ns",
+                "key": "k" * 64,
+                "version": backend.CACHE_FORMAT_VERSION,
+                "payload": {},
+            },
+            "not a geoviz cache entry",
         ),
     ],
 )
@@ -366,7 +377,7 @@ def test_entry_with_unexpected_content_is_ignored_and_removed(tmp_path, stored, 
     cache = DiskCache(tmp_path)
     path = cache.path_for("ns", "k" * 64)
     path.parent.mkdir()
-    path.write_bytes(_raw_entry(stored))
+    path.write_bytes(_raw_entry(stored, cache))
     with pytest.warns(UserWarning, match=f"corrupt \\(.*{reason}.*ignored and removed"):
         assert cache.load("ns", "k" * 64) is None
     assert not path.exists() and cache.corrupt_ == 1
@@ -498,3 +509,175 @@ def test_disk_cache_pickles_by_its_folder(tmp_path):
     payload = copy.get_or_compute("ns", {"k": 1}, lambda: {"v": torch.zeros(2)})
     assert torch.equal(payload["v"], torch.ones(2))  # read back, not recomputed
     assert copy.hits_ == 1
+
+
+# ----------------------------------------------------------------------------- forged entries
+
+
+def _forge(cache: DiskCache, namespace: str, key: str, mutate, *, sign: str) -> None:
+    """Rewrite the entry ``namespace/key``: ``mutate(envelope)`` edits the stored object, then
+    the file is re-signed with a plain sha256 (``sign="sha256"``, the old envelope), with the
+    folder's secret and the old recorded structure (``"secret"``), or with the secret and a
+    structure recomputed for the forged payload (``"secret+structure"``: only the caller's
+    checks can tell)."""
+    path = cache.path_for(namespace, key)
+    envelope = torch.load(io.BytesIO(path.read_bytes()[64:]), weights_only=True)
+    mutate(envelope)
+    if sign == "secret+structure":
+        envelope["structure"] = backend._describe(envelope["payload"], namespace, key)
+    buf = io.BytesIO()
+    torch.save(envelope, buf)
+    body = buf.getvalue()
+    if sign == "sha256":
+        signature = hashlib.sha256(body).hexdigest().encode("ascii")
+    else:
+        signature = cache.signature(body)
+    path.write_bytes(signature + body)
+
+
+def _reshape(env):
+    env["payload"]["coupling"] = env["payload"]["coupling"].reshape(3, 2)
+
+
+def _drop_cost(env):
+    del env["payload"]["cost"]
+
+
+def _nan(env):
+    env["payload"]["coupling"][0, 1] = float("nan")
+
+
+def _scale(env):
+    env["payload"]["coupling"] = env["payload"]["coupling"] * 2.0
+
+
+def _scale_scalar(env):
+    env["payload"]["cost"] = 2.5
+
+
+_EXPECT = {"coupling": backend.ArraySpec((2, 3)), "cost": float, "names": list}
+
+
+_FORGERIES = [
+    (_reshape, r"shape \(3, 2\)"),
+    (_drop_cost, "lacks 'cost'"),
+    (_nan, "NaN"),
+    (_scale, "checksum"),
+    (_scale_scalar, "checksum"),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason", "sign"),
+    [(m, r, s) for m, r in _FORGERIES for s in ("sha256", "secret")]
+    # a forger who has the secret and rewrites the structure: the caller's expectations
+    # still catch shapes, keys and NaN (a consistent rescaling is then an entry like any)
+    + [(m, r, "secret+structure") for m, r in _FORGERIES[:3]],
+)
+def test_forged_entry_is_detected_warned_and_recomputed(tmp_path, mutate, reason, sign):
+    cache = DiskCache(tmp_path)
+    compute = Counter()
+    cache.get_or_compute("otdd", {"n": 1}, compute, expect=_EXPECT)
+    key = cache_key("otdd", {"n": 1})
+    path = cache.path_for("otdd", key)
+    _forge(cache, "otdd", key, mutate, sign=sign)
+    if sign == "sha256":
+        reason = "signature does not match"
+    with pytest.warns(backend.CacheCorruptWarning, match=rf"{path}.*corrupt \(.*{reason}"):
+        payload = cache.get_or_compute("otdd", {"n": 1}, compute, expect=_EXPECT)
+    _assert_payload(payload)  # the fresh computation's value, not the forged one
+    assert (compute.calls, cache.corrupt_, cache.hits_) == (2, 1, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _assert_payload(cache.get_or_compute("otdd", {"n": 1}, compute, expect=_EXPECT))
+    assert compute.calls == 2
+
+
+@pytest.mark.parametrize("sign", ["sha256", "secret"])
+def test_arrays_swapped_between_entries_are_detected(tmp_path, sign):
+    cache = DiskCache(tmp_path)
+    one = Counter({"x": torch.arange(6.0), "y": torch.ones(2)})
+    two = Counter({"x": torch.arange(6.0) * 3, "y": torch.ones(2)})
+    cache.get_or_compute("maps", {"n": 1}, one)
+    cache.get_or_compute("maps", {"n": 2}, two)
+    key_one, key_two = cache_key("maps", {"n": 1}), cache_key("maps", {"n": 2})
+    other = torch.load(io.BytesIO(cache.path_for("maps", key_two).read_bytes()[64:]))
+
+    def swap(env):  # entry two's payload and structure, entry one's place
+        env["payload"] = other["payload"]
+        env["structure"] = other["structure"]
+
+    _forge(cache, "maps", key_one, swap, sign=sign)
+    reason = "signature" if sign == "sha256" else r"array 'x' is not the one stored"
+    with pytest.warns(backend.CacheCorruptWarning, match=reason):
+        again = cache.get_or_compute("maps", {"n": 1}, one)
+    assert torch.equal(again["x"], torch.arange(6.0)) and one.calls == 2
+
+
+def test_the_callers_check_runs_on_read(tmp_path):
+    cache = DiskCache(tmp_path)
+    compute = Counter({"x": torch.ones(2)})
+    cache.get_or_compute("ns", {}, compute)
+
+    def rebuild(payload):
+        raise KeyError("w")
+
+    with pytest.warns(backend.CacheCorruptWarning, match=r"cannot be used: KeyError: 'w'"):
+        cache.get_or_compute("ns", {}, compute, check=rebuild)
+    assert compute.calls == 2
+
+
+@pytest.mark.parametrize(
+    ("expect", "reason"),
+    [
+        ({"x": backend.ArraySpec(("n", "n"))}, r"shape \(2, 3\), expected \(n, n\) with n = 2"),
+        ({"x": backend.ArraySpec((2, 3, 1))}, r"shape \(2, 3\), expected \(2, 3, 1\)"),
+        ({"x": float}, "is a Tensor, not a float"),
+        ({"y": backend.ArraySpec()}, "lacks 'y'"),
+        ({"c": int}, "is a bool, not a int"),
+    ],
+)
+def test_expectations_are_checked(tmp_path, expect, reason):
+    cache = DiskCache(tmp_path)
+    compute = Counter({"x": torch.zeros(2, 3), "c": True})
+    cache.get_or_compute("ns", {}, compute)
+    with pytest.warns(backend.CacheCorruptWarning, match=reason):
+        cache.get_or_compute("ns", {}, compute, expect=expect)
+    assert compute.calls == 2
+    # met expectations (an optional array may be missing, a float may be an int): a hit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ok = {"x": backend.ArraySpec((2, None)), "z": backend.ArraySpec(optional=True)}
+        cache.get_or_compute("ns", {}, compute, expect=ok)
+    assert compute.calls == 2
+
+
+def test_nan_stored_as_computed_is_not_corrupt(tmp_path):
+    """A value that was NaN when computed is read back as it was (only a change is corrupt)."""
+    cache = DiskCache(tmp_path)
+    compute = Counter({"x": torch.tensor([float("nan"), 1.0]), "cost": float("nan")})
+    cache.get_or_compute("ns", {}, compute)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = cache.get_or_compute("ns", {}, compute)
+    assert compute.calls == 1 and torch.isnan(again["x"][0])
+
+
+def test_the_secret_is_private_and_stays_in_its_folder(tmp_path):
+    import pickle
+
+    cache = DiskCache(tmp_path)
+    cache.get_or_compute("ns", {}, Counter({"x": torch.ones(1)}))
+    secret = tmp_path / backend.CACHE_SECRET_NAME
+    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == 32
+    assert secret.read_bytes() not in pickle.dumps(cache)
+    # a folder whose secret changed cannot vouch for the old entries: recomputed
+    secret.unlink()
+    fresh = DiskCache(tmp_path)
+    compute = Counter({"x": torch.ones(1)})
+    with pytest.warns(backend.CacheCorruptWarning, match="no readable secret"):
+        fresh.get_or_compute("ns", {}, compute)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DiskCache(tmp_path).get_or_compute("ns", {}, compute)
+    assert compute.calls == 1
