@@ -32,7 +32,13 @@ from geoviz.backend import DiskCache, digest, digest_bytes
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 
-__all__ = ["FeatureSpace", "FittedFeatures", "Progress", "check_feature_output"]
+__all__ = [
+    "FeatureSpace",
+    "FittedFeatures",
+    "Progress",
+    "check_feature_output",
+    "last_error_line",
+]
 
 #: ``progress(stage, fraction in [0, 1])``
 Progress = Callable[[str, float], None]
@@ -60,22 +66,54 @@ def _features_fingerprint(ds: LabeledDataset) -> str:
     return digest_bytes([str(tuple(x.shape)).encode(), shape, x.numpy().tobytes()])
 
 
+def last_error_line(err: BaseException, limit: int = 200) -> str:
+    """The last non-empty line of ``str(err)``, at most ``limit`` characters.
+
+    A TorchScript error is a many-line traceback of the scripted code with the cause on its
+    last line (``builtins.RuntimeError: ...``); its first ``limit`` characters would show
+    only the traceback's heading.
+    """
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    line = lines[-1] if lines else type(err).__name__
+    if line.startswith("builtins."):
+        line = line[len("builtins.") :]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def check_feature_output(out: Any, n: int, what: str) -> torch.Tensor:
     """The ``(n, d)`` float32 CPU tensor of a model's output, or a clear error.
 
-    Accepts ``(n, d)`` and ``(n, d, 1, 1)``-like outputs (flattened after the batch axis).
+    Accepts a tensor or a NumPy array of real numbers, ``(n, d)`` or any ``(n, ...)`` shape
+    (``(n, d, 1, 1)`` of a pooled convolution, ``(n, C, H, W)`` images), flattened after the
+    batch axis; ``(n,)`` and scalars are refused.
 
     Raises
     ------
     GeovizError
-        Not a tensor or array, another number of rows, no features, or NaN/inf values.
+        Not a tensor or array, complex or non-numeric values, another number of rows,
+        another rank, no features, or NaN/inf values.
     """
     if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
         out = out[0]  # models that return (features, extras)
     if isinstance(out, np.ndarray):
-        out = torch.from_numpy(out)
+        if out.dtype.kind not in "biuf":  # complex, object, strings: nothing torch reads as real
+            kind = "complex" if out.dtype.kind == "c" else f"{out.dtype} (not numbers)"
+            raise GeovizError(
+                f"{what} returned an array of {kind} values; features must be real numbers"
+            )
+        out = torch.from_numpy(np.ascontiguousarray(out))
     if not isinstance(out, torch.Tensor):
         raise GeovizError(f"{what} returned {type(out).__name__}, not a tensor of features")
+    if out.is_complex():
+        # converting would drop the imaginary part: the costs would be silently wrong
+        raise GeovizError(
+            f"{what} returned complex features ({out.dtype}); features must be real numbers: "
+            "return the real part, the magnitude or both as real features"
+        )
+    if out.layout != torch.strided or out.is_quantized or out.is_meta:
+        raise GeovizError(
+            f"{what} returned a {out.layout} tensor; return a dense tensor of real numbers"
+        )
     if out.ndim < 2 or out.shape[0] != n:
         raise GeovizError(
             f"{what} returned shape {tuple(out.shape)} for {n} inputs; expected ({n}, d)"
@@ -153,18 +191,30 @@ class FittedFeatures:
         if encode is None:
             return ds.features
         chunks = []
+        dim = self.dim
+        n_batches = -(-ds.n_samples // self.batch_size)
         with torch.no_grad():
-            for start in range(0, ds.n_samples, self.batch_size):
+            for index, start in enumerate(range(0, ds.n_samples, self.batch_size)):
                 x = ds.features[start : start + self.batch_size]
-                chunks.append(
-                    check_feature_output(encode(x), x.shape[0], f"feature space {self.name}")
+                where = (
+                    f"batch {index + 1} of {n_batches} (samples {start:,}-"
+                    f"{start + x.shape[0] - 1:,} of {ds.name})"
                 )
-        z = torch.cat(chunks, dim=0)
-        if self.dim is not None and z.shape[1] != self.dim:
-            raise GeovizError(
-                f"feature space {self.name} gave {z.shape[1]} features, expected {self.dim}"
-            )
-        return z
+                try:
+                    z = check_feature_output(encode(x), x.shape[0], f"feature space {self.name}")
+                except GeovizError as err:
+                    # the same error class (a ResourceError stays one), told where it happened
+                    err.args = (f"{err} in {where}",)
+                    raise
+                if dim is not None and z.shape[1] != dim:
+                    raise GeovizError(
+                        f"feature space {self.name} gave {z.shape[1]:,} features per sample in "
+                        f"{where}, and {dim:,} before; a feature model must give the same "
+                        "number for every batch"
+                    )
+                dim = int(z.shape[1])
+                chunks.append(z)
+        return torch.cat(chunks, dim=0)
 
     def manifest(self) -> dict[str, Any]:
         """What an export's manifest records of the space."""

@@ -79,6 +79,7 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats._common import (
     OutsideRootError,
     Split,
+    _check_file,
     _dir_name,
     _open_file,
     _read_raw,
@@ -183,6 +184,8 @@ def load_path(
     p = Path(path)
     if not p.exists():
         raise DatasetError("path does not exist", p)
+    if not p.is_dir():
+        _check_file(p)  # a FIFO would block and /dev/zero never end: refused before opening
     source = str(p)
     if p.is_file() and _file_kind(p.name) == "zip":
         return _load_zip(

@@ -6,8 +6,9 @@ scaling to ``[0, 1]``, label encoding to ``0..C-1``), reading bytes with
 transparent gzip (RFC 1952) handling, and the file-name and directory
 utilities (hidden entries, split names) that several formats use.
 
-Sizes are checked before anything large is allocated: a file's size before it is read
-(:func:`_read_raw`), gzip output while it is decompressed (:func:`_maybe_gunzip`), and
+Only regular files are opened (:mod:`geoviz.files`: a FIFO or a device such as
+``/dev/zero`` is refused before ``open``). Sizes are checked before anything large is
+allocated: a file's size before it is read (:func:`_read_raw`), gzip output while it is decompressed (:func:`_maybe_gunzip`), and
 declared array shapes through :func:`_check_dataset_memory`, all against the process's
 real memory limit (:mod:`geoviz.memory`).
 """
@@ -26,7 +27,7 @@ from typing import IO, Any, Literal, TypeVar
 
 import numpy as np
 
-from geoviz import memory
+from geoviz import files, memory
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.errors import DatasetError, DatasetFormatError, GeovizError
 from geoviz.memory import check_bytes
@@ -164,26 +165,25 @@ def _pick_by_split(
 
 
 # ============================================================== byte helpers
+def _file_error(p: Path) -> files.ErrorFactory:
+    return lambda problem: DatasetError(problem, p)
+
+
+def _check_file(p: Path) -> int:
+    """Check, before opening it, that ``p`` is a regular file (not a directory, a FIFO that
+    would block, or a device such as ``/dev/zero`` that never ends); its size."""
+    return files.check_regular_file(p, error=_file_error(p))
+
+
 def _read_raw(p: Path) -> bytes:
-    """The bytes of ``p``, after checking that they fit in memory."""
-    try:
-        size = p.stat().st_size
-    except OSError as exc:
-        raise DatasetError(f"cannot read file: {exc.strerror or exc}", p) from exc
-    check_bytes(size, f"reading {p}")
-    try:
-        return p.read_bytes()
-    except OSError as exc:
-        raise DatasetError(f"cannot read file: {exc.strerror or exc}", p) from exc
+    """The bytes of the regular file ``p``, after checking that they fit in memory."""
+    return files.read_regular_file(p, what=f"reading {p}", error=_file_error(p))
 
 
 @contextmanager
 def _open_file(p: Path) -> Iterator[IO[bytes]]:
-    try:
-        fh = open(p, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise DatasetError(f"cannot read file: {exc.strerror or exc}", p) from exc
-    with fh:
+    """``p`` open for reading, once it is known to be a regular file."""
+    with files.open_regular_file(p, error=_file_error(p)) as fh:
         yield fh
 
 

@@ -38,6 +38,7 @@ from geoviz.data.formats._common import (
     _is_gzip,
     _make,
     _maybe_gunzip,
+    _open_file,
     _pick_by_split,
     _read_raw,
     _visible,
@@ -282,7 +283,7 @@ def check_idx_head(head: bytes, source: str | Path) -> None:
 def _idx_file_data(p: Path) -> bytes:
     """An IDX file's bytes (gunzipped), its declared dimensions checked before the read."""
     try:
-        with open(p, "rb") as fh:
+        with _open_file(p) as fh:
             head = fh.read(_IDX_MAX_HEADER)
     except OSError as exc:
         raise DatasetError(f"cannot read file: {exc.strerror or exc}", p) from exc

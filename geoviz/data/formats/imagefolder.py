@@ -16,13 +16,16 @@ loop) or to an ancestor is not followed again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
+from geoviz import files
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.data.formats._common import _check_dataset_memory, _hidden, _make, _visible
 from geoviz.errors import DatasetFormatError
@@ -63,7 +66,7 @@ def _read_image(f: Path, root: Path) -> np.ndarray:
     from PIL import Image
 
     try:
-        with Image.open(f) as im:
+        with open_image_file(f, root) as fh, Image.open(fh) as im:
             im.load()
             mode = im.mode
             if mode == "L":
@@ -94,6 +97,17 @@ def _read_image(f: Path, root: Path) -> np.ndarray:
         raise
     except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, zlib.error...
         raise DatasetFormatError(f"cannot read image {_rel(f, root)} ({exc})", f) from exc
+
+
+def open_image_file(f: Path, root: Path) -> contextlib.AbstractContextManager[BinaryIO]:
+    """``f`` open for reading once it is known to be a regular file: an image name on a FIFO
+    or a device (``a.png`` linked to ``/dev/zero``) is refused before it is opened."""
+    return files.open_regular_file(
+        f,
+        error=lambda problem: DatasetFormatError(
+            f"cannot read image {_rel(f, root)}: {problem}", f
+        ),
+    )
 
 
 def _rel(f: Path, root: Path) -> str:
@@ -134,11 +148,14 @@ def _image_header(f: Path, root: Path) -> tuple[int, int, str]:
     from PIL import Image
 
     try:
-        with open(f, "rb") as fh:
+        with open_image_file(f, root) as fh:
             header = _png_header(fh.read(26))
-        if header is None:
-            with Image.open(f) as im:
-                header = (int(im.size[0]), int(im.size[1]), str(im.mode))
+            if header is None:
+                fh.seek(0)
+                with Image.open(fh) as im:
+                    header = (int(im.size[0]), int(im.size[1]), str(im.mode))
+    except DatasetFormatError:
+        raise
     except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError
         raise DatasetFormatError(f"cannot read image {_rel(f, root)} ({exc})", f) from exc
     width, height, mode = header
