@@ -8,6 +8,7 @@ import numpy as np
 import streamlit as st
 
 from geoviz.app import services, widgets
+from geoviz.app.services.datasets import apply_scenario, unavailable_note
 from geoviz.app.state import (
     MAP_METHODS,
     NEURAL_PRESET_NAMES,
@@ -136,30 +137,35 @@ def scenario_form(model: SessionModel) -> None:
             help=services.FEATURE_SPACE_HELP,
         )
         submitted = st.form_submit_button("Apply scenario", type="primary")
+    note = unavailable_note()
+    if note:
+        st.caption(note)
     if submitted:
         target = options[target_tok]
         if target.source == "registry":
             target = dataclasses.replace(target, split=target_split)
         try:
-            model.scenario = model.settings.admit(
-                Scenario(
-                    target=target,
-                    references=tuple(options[t] for t in ref_toks),
-                    n_target=int(n_target),
-                    n_reference=int(n_ref),
-                    few_shot=FewShotOptions(enabled=bool(few), k=int(k), n_neighbors=int(nn)),
-                    image_size=int(image_size),
-                    channels=scenario.channels,
-                    epsilon=float(epsilon),
-                    seed=int(seed),
-                    map_method=method,
-                    neural_preset=budget,
-                    features=features,
-                    encoder_preset=model.settings.encoder_preset,
-                )
+            # the datasets load before the scenario replaces the session's: one that cannot
+            # work here leaves the working scenario in place
+            scenario_new = Scenario(
+                target=target,
+                references=tuple(options[t] for t in ref_toks),
+                n_target=int(n_target),
+                n_reference=int(n_ref),
+                few_shot=FewShotOptions(enabled=bool(few), k=int(k), n_neighbors=int(nn)),
+                image_size=int(image_size),
+                channels=scenario.channels,
+                epsilon=float(epsilon),
+                seed=int(seed),
+                map_method=method,
+                neural_preset=budget,
+                features=features,
+                encoder_preset=model.settings.encoder_preset,
             )
-        except GeovizError as err:
-            widgets.show_error(err)
+            with st.spinner("Loading the scenario's datasets…"):
+                apply_scenario(model, scenario_new)
+        except Exception as err:  # a sentence for the visitor; tracebacks go to the log
+            widgets.show_error(err, "The scenario was not applied (the current one is kept)")
         else:
             reset_form()
             st.rerun()
@@ -305,9 +311,14 @@ def main(model: SessionModel) -> None:
     p1, p2 = st.columns([4, 1], vertical_alignment="bottom")
     preset = p1.selectbox("Preset scenarios", list(presets), key="preset_name")
     if p2.button("Load preset", key="load_preset"):
-        model.scenario = presets[preset]
-        reset_form()
-        st.rerun()
+        try:
+            with st.spinner("Loading the preset's datasets…"):
+                apply_scenario(model, presets[preset])
+        except Exception as err:  # a sentence for the visitor; tracebacks go to the log
+            widgets.show_error(err, "The preset was not loaded (the current scenario is kept)")
+        else:
+            reset_form()
+            st.rerun()
     upload_box(model)
     scenario_form(model)
     data = widgets.data_or_error(model)

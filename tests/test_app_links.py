@@ -169,7 +169,11 @@ def test_server_neural_budget_caps_links():
     assert problems == ["<accepted>"] and model.scenario.neural_preset == "paper"
 
 
-def test_scenario_memory_budget_is_checked_before_loading():
+def test_scenario_memory_budget_is_checked_before_loading(monkeypatch):
+    from geoviz.data import torchvision_sets
+
+    # as on a server with torchvision: the size, not the missing package, refuses it
+    monkeypatch.setattr(torchvision_sets, "torchvision_installed", lambda: True)
     big = Scenario(
         target=DatasetChoice("torchvision:mnist"),  # 60,000 images: refused before a download
         references=(DatasetChoice("torchvision:kmnist"), DatasetChoice("usps")),

@@ -153,6 +153,10 @@ class Scenario:
             raise DatasetError(
                 "a scenario names registry, uploaded or server datasets, not local paths"
             )
+        for choice in (self.target, *refs):
+            # a scenario names only data this server can load (no torchvision entry where
+            # torchvision is missing): a link or the form never gets one that cannot work
+            choice.check_available()
         if not isinstance(self.few_shot, FewShotOptions):
             raise DatasetError("few_shot must be FewShotOptions")
         for what in ("n_target", "n_reference"):

@@ -21,8 +21,8 @@ import numpy as np
 from geoviz import limits
 from geoviz.backend import digest_bytes
 from geoviz.data.dataset import LabeledDataset
-from geoviz.data.registry import DatasetInfo, dataset_info
-from geoviz.errors import DatasetError, UnknownDatasetError, short_repr
+from geoviz.data.registry import DatasetInfo, dataset_info, unavailable_reason
+from geoviz.errors import DatasetError, DownloadUnavailableError, UnknownDatasetError, short_repr
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -263,6 +263,23 @@ class DatasetChoice:
         except UnknownDatasetError:
             return cls(name=name, source="path", split=split)
         return cls(name=name, split=split)
+
+    def check_available(self) -> None:
+        """Refuse a registry dataset that cannot load in this process (a missing optional
+        package: :func:`geoviz.data.registry.unavailable_reason`); other sources pass.
+
+        Raises
+        ------
+        DownloadUnavailableError
+            A sentence naming the dataset and what it needs.
+        """
+        if self.source != "registry":
+            return
+        reason = unavailable_reason(self.name)
+        if reason is not None:
+            raise DownloadUnavailableError(
+                f"dataset {self.name!r} cannot be loaded on this server: {reason}"
+            )
 
     @property
     def label(self) -> str:

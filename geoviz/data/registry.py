@@ -297,17 +297,40 @@ for _prefix, _kind in (
     ALIASES.update({_prefix + n: n for n, e in _REGISTRY.items() if e.info.kind == _kind})
 
 
-def list_datasets(include_download: bool = True) -> list[DatasetInfo]:
+def list_datasets(
+    include_download: bool = True, *, available_only: bool = False
+) -> list[DatasetInfo]:
     """Every registered dataset, offline ones first.
 
     Parameters
     ----------
     include_download
         Also list the torchvision datasets that need a download.
+    available_only
+        List only the datasets that can load in this process (:func:`unavailable_reason`
+        is ``None``): no torchvision entry where torchvision is not installed.
     """
     infos = [e.info for e in _REGISTRY.values()]
     infos.sort(key=lambda info: not info.offline)  # stable: keeps registry order otherwise
-    return [info for info in infos if include_download or info.offline]
+    return [
+        info
+        for info in infos
+        if (include_download or info.offline)
+        and not (available_only and unavailable_reason(info.name) is not None)
+    ]
+
+
+def unavailable_reason(name: str) -> str | None:
+    """Why the registered dataset ``name`` cannot be loaded in this process, or ``None``.
+
+    A missing optional package (torchvision for the ``torchvision:`` downloads); unknown
+    names raise :class:`~geoviz.errors.UnknownDatasetError` as in :func:`dataset_info`.
+    The reason is a clause: ``"it needs torchvision, which is not installed here (...)"``.
+    """
+    info = dataset_info(name)
+    if info.name.startswith(TORCHVISION_PREFIX):
+        return torchvision_sets.unavailable_reason(info.name.removeprefix(TORCHVISION_PREFIX))
+    return None
 
 
 def dataset_names(include_download: bool = True) -> list[str]:

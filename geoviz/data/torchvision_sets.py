@@ -19,6 +19,7 @@ which files to put where for offline use.
 
 from __future__ import annotations
 
+import importlib.util
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,6 +152,28 @@ def offline_instructions(name: str, root: Path | str | None = None) -> str:
     if name in BUNDLED_NAMES:
         text += f", or use the bundled offline sample {name!r}"
     return text + "."
+
+
+def torchvision_installed() -> bool:
+    """Whether ``import torchvision`` can work in this process (looked up, not imported)."""
+    try:
+        return importlib.util.find_spec("torchvision") is not None
+    except (ImportError, ValueError):  # a broken or stubbed-out installation
+        return False
+
+
+def unavailable_reason(name: str) -> str | None:
+    """Why the torchvision dataset ``name`` cannot be loaded in this process, or ``None``.
+
+    Only what can be told without a download: a missing torchvision. A dataset whose
+    files are not yet under the root still needs the network on its first load; that
+    load's :class:`~geoviz.errors.DownloadUnavailableError` says so.
+    """
+    if name not in TORCHVISION:
+        return None
+    if not torchvision_installed():
+        return "it needs torchvision, which is not installed here (`pip install torchvision`)"
+    return None
 
 
 def _to_numpy(values: Any) -> np.ndarray:

@@ -22,7 +22,7 @@ from geoviz.app.uploads import UploadRef
 from geoviz.data import choice as data_choice
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats import load_path, rebased_errors
-from geoviz.data.registry import dataset_info, list_datasets
+from geoviz.data.registry import dataset_info, list_datasets, unavailable_reason
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import BUILTIN_SPACES, registered_models
 from geoviz.geodesic.spec import SpecDatasets, load_spec_datasets
@@ -125,16 +125,16 @@ def load_choice(model: SessionModel, choice: DatasetChoice, n: int, seed: int) -
     )
 
 
-def scenario_data(model: SessionModel) -> ScenarioData:
+def scenario_data(model: SessionModel, scenario: Scenario | None = None) -> ScenarioData:
     """Load, subsample, harmonise (and few-shot) the scenario's datasets. Cached.
 
-    The scenario is first admitted by the server's settings
+    ``scenario`` (default: the session's) is first admitted by the server's settings
     (:meth:`~geoviz.app.state.AppSettings.admit`: data folders, neural budget, memory per
     scenario), whichever way it came (form, link, preset); the datasets are then those of
     its :class:`~geoviz.geodesic.spec.GeodesicSpec`
     (:func:`geoviz.geodesic.spec.load_spec_datasets`, without local paths).
     """
-    scenario = model.settings.admit(model.scenario)
+    scenario = model.settings.admit(model.scenario if scenario is None else scenario)
 
     def compute() -> ScenarioData:
         start = time.perf_counter()
@@ -154,6 +154,25 @@ def scenario_data(model: SessionModel) -> ScenarioData:
     return store().get_or_compute(("data", scenario.data_key()), compute, tier="fit")
 
 
+def apply_scenario(model: SessionModel, scenario: Scenario) -> ScenarioData:
+    """Make ``scenario`` the session's only once its datasets have loaded.
+
+    The form's Apply and a preset go through here: the scenario is admitted and its
+    datasets are loaded (:func:`scenario_data`, cached, so the pages that follow reuse
+    them) *before* it replaces the session's. A scenario that cannot work here (an
+    upload that is gone, a download without network, a size over the server's budget)
+    raises, and the session keeps its working scenario.
+
+    Raises
+    ------
+    GeovizError
+        Why the scenario cannot be used; the session's scenario is unchanged.
+    """
+    data = scenario_data(model, scenario)
+    model.scenario = model.settings.admit(scenario)
+    return data
+
+
 def scenario_data_if_ready(scenario: Scenario) -> ScenarioData | None:
     """The loaded datasets of ``scenario`` if already in memory, else ``None`` (never loads)."""
     return store().get(("data", scenario.data_key()))
@@ -166,7 +185,7 @@ def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
     out: dict[str, DatasetChoice] = {}
     for c in model.scenario.choices:
         out.setdefault(c.token, c)
-    for info in list_datasets():
+    for info in list_datasets(available_only=True):  # never a choice that cannot load here
         c = DatasetChoice(info.name)
         out.setdefault(c.token, c)
     for up in model.uploads.values():
@@ -176,6 +195,32 @@ def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
         c = DatasetChoice(name, source="server")
         out.setdefault(c.token, c)
     return out
+
+
+def unavailable_datasets() -> dict[str, str]:
+    """Registry datasets left out of :func:`choice_options` here, ``name -> reason`` (a
+    clause: "it needs torchvision, which is not installed here (...)")."""
+    out: dict[str, str] = {}
+    for info in list_datasets():
+        reason = unavailable_reason(info.name)
+        if reason is not None:
+            out[info.name] = reason
+    return out
+
+
+def unavailable_note() -> str | None:
+    """One sentence under the dataset lists naming what they leave out and why, or ``None``.
+
+    Registry names only (never a visitor's text); the reasons are grouped so that five
+    torchvision entries read as one sentence.
+    """
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in unavailable_datasets().items():
+        by_reason.setdefault(reason, []).append(name)
+    if not by_reason:
+        return None
+    parts = [f"{', '.join(names)} ({reason})" for reason, names in by_reason.items()]
+    return "Not offered on this server: " + "; ".join(parts) + "."
 
 
 def choice_caption(choice: DatasetChoice) -> str:
