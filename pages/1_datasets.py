@@ -179,42 +179,76 @@ def reset_form() -> None:
     st.session_state.pop(FORM_SYNCED, None)
 
 
-UPLOAD_ROUND = "geoviz_upload_round"  # the uploader gets a new key after each accepted file
-UPLOAD_NOTE = "geoviz_upload_note"  # what the last accepted upload was, shown once
+UPLOAD_KEY = "dataset_upload"  # one uploader, one key: a new file replaces the last one
+UPLOAD_TAKEN = "geoviz_upload_taken"  # file_id of the file in the box the store already has
+UPLOAD_NOTE = "geoviz_upload_note"  # what the last accepted upload was
+UPLOAD_ERROR = "geoviz_upload_error"  # why the last file was refused, shown once
+
+#: clicks the uploader's own remove button (×) once the server has the file: the browser then
+#: asks Streamlit to delete its copy of the bytes, as when the visitor removes a file (Streamlit
+#: has no server-side call for it; a new key or a cleared session-state entry leaves the bytes
+#: in memory until the tab's session ends: benchmarks/bench_uploads.py measures both). Should
+#: the button not be found, the next file still replaces this one (one key).
+_RELEASE_SCRIPT = """<script>
+(() => {
+  let tries = 0;
+  const timer = setInterval(() => {
+    const box = document.querySelector(".st-key-__KEY__");
+    const remove = box && box.querySelector(
+      '[data-testid="stFileChipDeleteBtn"] button, button[data-testid="stFileChipDeleteBtn"]');
+    if (remove) { remove.click(); clearInterval(timer); }
+    else if (++tries > 100) { clearInterval(timer); }
+  }, 100);
+})();
+</script>""".replace("__KEY__", UPLOAD_KEY)
+
+
+def upload_limit_mb(model: SessionModel) -> int:
+    """The largest file the box takes, MB: Streamlit's ``server.maxUploadSize`` (from
+    ``.streamlit/config.toml`` or the command line), at most the upload store's disk quota."""
+    return max(1, min(int(st.get_option("server.maxUploadSize")), model.settings.upload_disk_mb))
 
 
 def upload_box(model: SessionModel) -> None:
+    limit_mb = upload_limit_mb(model)
     with st.expander("Upload a dataset (.npz, .csv, .zip of an ImageFolder or MNIST-M folder)"):
-        st.caption(services.upload_notice(model.settings))
-        note = st.session_state.pop(UPLOAD_NOTE, None)
-        if note:
-            st.success(note)
-        round_ = int(st.session_state.get(UPLOAD_ROUND, 0))
+        st.caption(services.upload_notice(model.settings, limit_mb))
         up = st.file_uploader(
             "Dataset file",
             type=["npz", "csv", "gz", "zip"],
-            key="dataset_upload" if round_ == 0 else f"dataset_upload_{round_}",
+            key=UPLOAD_KEY,
+            max_upload_size=limit_mb,
             help="npz keys x/y, images/labels, x_train/y_train…; CSV with a header and a label column.",
         )
+        if up is not None and st.session_state.get(UPLOAD_TAKEN) == up.file_id:
+            # the store has this file (or refused it): the box lets it go
+            st.html(_RELEASE_SCRIPT, unsafe_allow_javascript=True)
+            up = None
         if up is None:
+            error = st.session_state.pop(UPLOAD_ERROR, None)
+            if error is not None:
+                widgets.show_error(error)
+            note = st.session_state.get(UPLOAD_NOTE)
+            if note:
+                st.success(note)
             if model.uploads:
                 st.caption(
                     "Uploaded this session: "
                     + ", ".join(u.filename for u in model.uploads.values())
                 )
             return
+        st.session_state[UPLOAD_TAKEN] = up.file_id
         try:
             _, ds = services.add_upload(model, up.name, up.getvalue())
         except Exception as err:  # a sentence for the visitor; tracebacks go to the log
-            widgets.show_error(err)
-            return
-        shape = f"images {ds.image_shape}" if ds.is_image else f"{ds.n_features} features"
-        st.session_state[UPLOAD_NOTE] = (
-            f"{up.name}: {ds.n_samples} samples, {ds.n_classes} classes, {shape}. "
-            "It is now listed in the dataset choices below."
-        )
-        # a fresh, empty uploader: the page holds no reference to the file any more
-        st.session_state[UPLOAD_ROUND] = round_ + 1
+            st.session_state[UPLOAD_ERROR] = err
+            st.session_state.pop(UPLOAD_NOTE, None)
+        else:
+            shape = f"images {ds.image_shape}" if ds.is_image else f"{ds.n_features} features"
+            st.session_state[UPLOAD_NOTE] = (
+                f"{up.name}: {ds.n_samples} samples, {ds.n_classes} classes, {shape}. "
+                "It is now listed in the dataset choices below."
+            )
         st.rerun()
 
 

@@ -102,7 +102,7 @@ def test_uploads_expire_and_idle_datasets_leave_memory(tmp_path):
     store.sweep()
     assert store.disk_used == 0 and store.memory_used == 0
     assert list(tmp_path.glob("*.data")) == []
-    with pytest.raises(DatasetError, match="kept for 1 hours after their last use"):
+    with pytest.raises(DatasetError, match="deleted after 1 hours unused, or sooner"):
         store.dataset(ref.key)
 
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
+import sys
 import threading
 import time
+import types
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
+
+import numpy as np
 
 # plotly looks pandas up in sys.modules without importing it: if a job thread is the first to
 # import pandas (through scikit-learn or UMAP) while a page draws a figure, plotly finds a
@@ -93,20 +102,142 @@ class BackgroundJob:
 #: McCann steps, figures, tables, export bytes)
 CacheTier = Literal["fit", "derived"]
 
+#: objects :func:`nbytes_of` visits at most in one value (a bound on its own cost)
+NBYTES_MAX_NODES = 200_000
+
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
+
+def nbytes_of(obj: Any, *, max_nodes: int = NBYTES_MAX_NODES) -> int:
+    """Bytes of memory ``obj`` keeps alive: its arrays' buffers and its containers, walked.
+
+    Counts torch tensors (their storage, once however many views share it), NumPy arrays
+    (the buffer of the array that owns it, once), ``bytes``/``str``/``memoryview``, and
+    walks dicts, lists, tuples, sets, dataclasses and other objects' attributes (``__dict__``
+    and ``__slots__``; a torch module's parameters and buffers this way). Classes, modules
+    and functions are not walked (they are shared, not part of one value). Each object
+    counts once, so a dataset referenced twice costs once; at most ``max_nodes`` objects
+    are visited (what lies beyond is not counted).
+    """
+    torch = sys.modules.get("torch")  # no tensor exists unless torch was imported
+    seen: set[int] = set()
+    storages: set[int] = set()
+    total = 0
+    stack = [obj]
+    visited = 0
+    while stack and visited < max_nodes:
+        item = stack.pop()
+        if item is None or isinstance(item, (bool, int, float, complex)) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        visited += 1
+        if isinstance(item, np.ndarray):
+            owner = item
+            while isinstance(owner.base, np.ndarray):
+                owner = owner.base
+            if id(owner) not in storages:
+                storages.add(id(owner))
+                # a view of a foreign buffer (bytes, mmap, a tensor's) counts its own size
+                total += int(owner.nbytes)
+            continue
+        if torch is not None and isinstance(item, torch.Tensor):
+            try:
+                storage = item.untyped_storage()
+                ptr, size = int(storage.data_ptr()), int(storage.nbytes())
+            except (RuntimeError, NotImplementedError):  # meta or sparse tensors
+                ptr, size = id(item), int(item.element_size() * item.nelement())
+            if ptr not in storages:
+                storages.add(ptr)
+                total += size
+            if item.grad is not None:
+                stack.append(item.grad)
+            continue
+        if isinstance(item, (bytes, bytearray, str)):
+            total += sys.getsizeof(item)
+            continue
+        if isinstance(item, memoryview):
+            total += int(item.nbytes)
+            continue
+        if isinstance(item, _OPAQUE) or (callable(item) and not hasattr(item, "__dict__")):
+            continue
+        total += sys.getsizeof(item, 64)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        else:
+            attrs = getattr(item, "__dict__", None)
+            if isinstance(attrs, dict):
+                stack.append(attrs)
+            for cls in type(item).__mro__:
+                for name in getattr(cls, "__slots__", ()):
+                    value = getattr(item, name, None)
+                    if value is not None:
+                        stack.append(value)
+    return total
+
+
+def release_freed_memory() -> bool:
+    """Hand memory freed by Python back to the operating system (glibc's ``malloc_trim``).
+
+    Arrays above glibc's mmap threshold go back when freed; smaller ones (a few MB each: a
+    plan, a figure's arrays) stay in the heap, and the server's resident size would not fall
+    after a large eviction. Returns ``False`` where there is no glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+@dataclass
+class _Entry:
+    value: Any
+    nbytes: int
+    used: float
+
 
 class LRUCache:
-    """A thread-safe least-recently-used map with at most ``max_entries`` values.
+    """A thread-safe least-recently-used map bounded by entries and by bytes.
 
     Concurrent :meth:`get_or_compute` calls for one key compute once; the others wait.
+
+    Parameters
+    ----------
+    max_entries
+        Most values kept.
+    max_bytes
+        Most bytes the kept values hold together (``sizeof`` of each, measured once when
+        stored); ``None``: no byte bound. A value larger than this alone is returned to its
+        caller and not kept.
+    sizeof
+        Bytes a value holds (:func:`nbytes_of`).
+    clock
+        Seconds, for :meth:`idle_keys` (tests pass a fake one).
     """
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(
+        self,
+        max_entries: int,
+        max_bytes: int | None = None,
+        *,
+        sizeof: Callable[[Any], int] = nbytes_of,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_entries = int(max_entries)
-        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self.max_bytes = None if max_bytes is None else int(max_bytes)
+        self._sizeof = sizeof
+        self._clock = clock
+        self._data: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
         self._key_locks: dict[Hashable, threading.Lock] = {}
         self.hits_ = 0
         self.misses_ = 0
+        self.evicted_bytes_ = 0
 
     def __contains__(self, key: Hashable) -> bool:
         with self._lock:
@@ -115,37 +246,81 @@ class LRUCache:
     def __len__(self) -> int:
         return len(self._data)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the kept values hold (as measured when they were stored)."""
+        return self._bytes
+
     def items(self) -> list[tuple[Hashable, Any]]:
         """``[(key, value), ...]`` oldest first (a copy)."""
         with self._lock:
-            return list(self._data.items())
+            return [(k, e.value) for k, e in self._data.items()]
+
+    def ordered_keys(self) -> list[Hashable]:
+        """The keys, least recently used first (a copy)."""
+        with self._lock:
+            return list(self._data)
+
+    def _hit(self, key: Hashable) -> Any:
+        entry = self._data[key]
+        entry.used = self._clock()
+        self._data.move_to_end(key)
+        return entry.value
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         with self._lock:
             if key in self._data:
-                self._data.move_to_end(key)
-                return self._data[key]
+                return self._hit(key)
         return default
 
-    def put(self, key: Hashable, value: Any) -> None:
+    def _drop(self, key: Hashable) -> None:
+        entry = self._data.pop(key)
+        self._bytes -= entry.nbytes
+        self.evicted_bytes_ += entry.nbytes
+
+    def put(self, key: Hashable, value: Any) -> bool:
+        """Keep ``value`` under ``key``, evicting the least recently used values until both
+        bounds hold. Returns ``False`` when the value alone is over the byte bound (not
+        kept; an older value of ``key`` is dropped)."""
+        nbytes = int(self._sizeof(value)) if self.max_bytes is not None else 0
         with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
+            if key in self._data:
+                self._drop(key)
+            if self.max_bytes is not None and nbytes > self.max_bytes:
+                return False
+            self._data[key] = _Entry(value, nbytes, self._clock())
+            self._bytes += nbytes
+            while len(self._data) > self.max_entries or (
+                self.max_bytes is not None and self._bytes > self.max_bytes
+            ):
+                self._drop(next(iter(self._data)))
+        return True
+
+    def pop(self, key: Hashable) -> bool:
+        """Forget ``key``; ``True`` if it was kept."""
+        with self._lock:
+            if key not in self._data:
+                return False
+            self._drop(key)
+            return True
+
+    def idle_keys(self, seconds: float) -> list[Hashable]:
+        """Keys not read or stored for more than ``seconds``."""
+        now = self._clock()
+        with self._lock:
+            return [k for k, e in self._data.items() if now - e.used > seconds]
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], T]) -> T:
         with self._lock:
             if key in self._data:
-                self._data.move_to_end(key)
                 self.hits_ += 1
-                return self._data[key]
+                return self._hit(key)
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:
             with self._lock:
                 if key in self._data:  # computed by another thread meanwhile
                     self.hits_ += 1
-                    return self._data[key]
+                    return self._hit(key)
             value = compute()
             self.put(key, value)
             with self._lock:
@@ -156,6 +331,54 @@ class LRUCache:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._bytes = 0
+
+
+#: keys a :class:`CacheLease` remembers (its session's most recent ones)
+LEASE_MAX_KEYS = 2048
+
+
+class CacheLease:
+    """What one visitor's session uses of a :class:`ResultStore`: the keys its pages read.
+
+    A session keeps its lease in its session state, so the lease lives exactly as long as
+    the session (Streamlit drops a closed tab's session after
+    ``server.disconnectedSessionTTL``); the store holds it weakly. While a lease lives, the
+    store's idle sweep (:meth:`ResultStore.sweep`) keeps the values of its keys; the byte
+    bound evicts them like any other.
+    """
+
+    def __init__(self) -> None:
+        self._keys: OrderedDict[Hashable, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def note(self, key: Hashable) -> None:
+        with self._lock:
+            self._keys[key] = None
+            self._keys.move_to_end(key)
+            while len(self._keys) > LEASE_MAX_KEYS:
+                self._keys.popitem(last=False)
+
+    def holds(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._keys
+
+
+def _hash_tokens(key: Hashable) -> set[str]:
+    """The hex digests (16+ characters: scenario keys, fingerprints) inside a cache key."""
+    out: set[str] = set()
+    stack: list[Any] = [key]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) >= 16 and set(item) <= _HEX:
+                out.add(item)
+        elif isinstance(item, (tuple, list, frozenset)):
+            stack.extend(item)
+    return out
+
+
+_HEX = frozenset("0123456789abcdef")
 
 
 class ResultStore:
@@ -168,18 +391,160 @@ class ResultStore:
     ``st.cache_resource``, computing inside :meth:`get_or_compute` may report progress to
     Streamlit elements created by the caller.
 
+    Memory is bounded in bytes (each value measured by :func:`nbytes_of` when stored) and
+    given back when nobody uses it:
+
+    * each tier keeps at most ``fit_bytes`` / ``derived_bytes``, least recently used out;
+    * a page run inside :meth:`scope` notes the keys it reads in its session's
+      :class:`CacheLease`; :meth:`sweep` drops values idle for ``idle_seconds`` that no
+      living lease holds (the visitor closed the tab), and results of finished jobs nobody
+      collected;
+    * the keys read inside a scope whose session uses uploads depend on those uploads:
+      :meth:`forget_upload` (the upload store evicted one) drops every value whose key
+      shares a scenario key with them.
+
     Parameters
     ----------
     max_fits, max_derived
         Entries each tier keeps (least recently used first out).
+    fit_bytes, derived_bytes
+        Bytes each tier keeps (``None``: unbounded).
+    idle_seconds
+        A value unused for this long, held by no session, leaves at the next :meth:`sweep`.
+    clock
+        Seconds (tests pass a fake one).
     """
 
-    def __init__(self, max_fits: int = 32, max_derived: int = 64) -> None:
-        self.fits = LRUCache(max_fits)
-        self.derived = LRUCache(max_derived)
+    def __init__(
+        self,
+        max_fits: int = 32,
+        max_derived: int = 64,
+        *,
+        fit_bytes: int | None = None,
+        derived_bytes: int | None = None,
+        idle_seconds: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fits = LRUCache(max_fits, fit_bytes, clock=clock)
+        self.derived = LRUCache(max_derived, derived_bytes, clock=clock)
+        self.idle_seconds = float(idle_seconds)
+        self._clock = clock
         self._lock = threading.Lock()
         self._jobs: dict[Hashable, BackgroundJob] = {}
+        self._leases: weakref.WeakSet[CacheLease] = weakref.WeakSet()
+        self._scope = threading.local()
+        # upload key -> hex tokens (scenario keys) of cache keys read by sessions using it
+        self._upload_tokens: dict[str, set[str]] = {}
+        self._done_since: dict[Hashable, float] = {}
 
+    def configure(
+        self,
+        *,
+        fit_bytes: int | None,
+        derived_bytes: int | None,
+        idle_seconds: float | None = None,
+    ) -> None:
+        """Set the byte bounds (and the idle time) of a store in use; the next store evicts."""
+        self.fits.max_bytes = fit_bytes
+        self.derived.max_bytes = derived_bytes
+        if idle_seconds is not None:
+            self.idle_seconds = float(idle_seconds)
+
+    # ------------------------------------------------------------------ sessions
+    def lease(self) -> CacheLease:
+        """A new :class:`CacheLease` for one session (kept in its session state)."""
+        made = CacheLease()
+        with self._lock:
+            self._leases.add(made)
+        return made
+
+    @contextlib.contextmanager
+    def scope(
+        self, lease: CacheLease, uploads: Callable[[], Iterable[str]] = tuple
+    ) -> Iterator[None]:
+        """Within this block (one page run, in its thread) every key read or stored is noted in
+        ``lease``, and depends on the upload keys ``uploads()`` returns then."""
+        previous = getattr(self._scope, "value", None)
+        self._scope.value = (lease, uploads)
+        try:
+            yield
+        finally:
+            self._scope.value = previous
+
+    def _note(self, key: Hashable) -> None:
+        current = getattr(self._scope, "value", None)
+        if current is None:
+            return
+        lease, uploads = current
+        lease.note(key)
+        keys = [str(k) for k in uploads()]
+        if keys:
+            tokens = _hash_tokens(key)
+            with self._lock:
+                for upload in keys:
+                    self._upload_tokens.setdefault(upload, set()).update(tokens)
+
+    def held(self, key: Hashable) -> bool:
+        """Whether a living session's lease holds ``key``."""
+        with self._lock:
+            leases = list(self._leases)
+        return any(lease.holds(key) for lease in leases)
+
+    def forget_upload(self, upload_key: str) -> int:
+        """Drop every value (both tiers, finished jobs) that depends on the upload ``upload_key``
+        (see :meth:`scope`): called when the upload store evicts it, so nothing computed from
+        an upload outlives it. Returns how many values were dropped."""
+        with self._lock:
+            tokens = self._upload_tokens.pop(str(upload_key), set())
+        tokens.add(str(upload_key))
+
+        def depends(key: Hashable) -> bool:
+            return not _hash_tokens(key).isdisjoint(tokens)
+
+        dropped = 0
+        for cache in (self.fits, self.derived):
+            for key in cache.ordered_keys():
+                if depends(key) and cache.pop(key):
+                    dropped += 1
+        with self._lock:
+            for key in [k for k, job in self._jobs.items() if job.done() and depends(k)]:
+                del self._jobs[key]
+                dropped += 1
+        return dropped
+
+    def sweep(self) -> int:
+        """Give back memory nobody uses: values idle for ``idle_seconds`` that no living
+        session holds, and finished jobs nobody collected within ``idle_seconds`` (a
+        result moves to the fit tier, under its bound; an error is forgotten). Returns how
+        many values left memory."""
+        dropped = 0
+        idle = [(c, k) for c in (self.fits, self.derived) for k in c.idle_keys(self.idle_seconds)]
+        if any(self.held(key) for _, key in idle):
+            gc.collect()  # a closed session's state (and its lease) may sit in a reference cycle
+        for cache, key in idle:
+            if not self.held(key) and cache.pop(key):
+                dropped += 1
+        now = self._clock()
+        with self._lock:
+            done = [k for k, job in self._jobs.items() if job.done()]
+            for key in list(self._done_since):
+                if key not in done:
+                    del self._done_since[key]
+            stale = []
+            for key in done:
+                since = self._done_since.setdefault(key, now)
+                if now - since > self.idle_seconds:
+                    stale.append(key)
+        for key in stale:
+            job = self.claim_job(key)
+            if job is not None and job.error_ is None and not self.held(key):
+                self.fits.pop(key)  # nobody collected it and no session reads it
+                dropped += 1
+        if dropped:
+            release_freed_memory()
+        return dropped
+
+    # ------------------------------------------------------------------ tiers
     def tier(self, tier: CacheTier) -> LRUCache:
         """The cache of ``tier``."""
         if tier == "fit":
@@ -194,18 +559,26 @@ class ResultStore:
     def __len__(self) -> int:
         return len(self.fits) + len(self.derived)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes both tiers keep (as measured when stored)."""
+        return self.fits.nbytes + self.derived.nbytes
+
     def get(self, key: Hashable, default: Any = None) -> Any:
         """The value of ``key`` in either tier, else ``default``."""
+        self._note(key)
         for cache in (self.fits, self.derived):
             if key in cache:
                 return cache.get(key, default)
         return default
 
     def put(self, key: Hashable, value: Any, tier: CacheTier = "fit") -> None:
+        self._note(key)
         self.tier(tier).put(key, value)
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], T], *, tier: CacheTier) -> T:
         """The value of ``key`` in ``tier``, computed once (concurrent callers wait)."""
+        self._note(key)
         return self.tier(tier).get_or_compute(key, compute)
 
     def start_job(
@@ -224,6 +597,7 @@ class ResultStore:
             return job
 
     def job(self, key: Hashable) -> BackgroundJob | None:
+        self._note(key)
         with self._lock:
             return self._jobs.get(key)
 
@@ -231,6 +605,7 @@ class ResultStore:
         """Remove the job of ``key`` if it has finished; its result (not its error) is
         stored under ``key`` in the fit tier. Returns the finished job, or ``None`` while
         it runs."""
+        self._note(key)
         with self._lock:
             job = self._jobs.get(key)
             if job is None or not job.done():
@@ -274,5 +649,7 @@ class ResultStore:
         self.fits.clear()
         self.derived.clear()
         with self._lock:
+            self._upload_tokens.clear()
+            self._done_since.clear()
             for key in [k for k, job in self._jobs.items() if job.done()]:
                 del self._jobs[key]

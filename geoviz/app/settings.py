@@ -31,6 +31,12 @@ Environment variables (read by :func:`AppSettings.from_env`):
     memory (default 256 MB, dropped after 10 idle minutes), uploaded files kept on disk
     (default 2048 MB), and how long an upload (and a link naming it) lasts after its last
     use (default 24 hours).
+``GEOVIZ_FIT_CACHE_MB``, ``GEOVIZ_FIT_IDLE_MINUTES``
+    The server's in-memory results (:class:`geoviz.app.jobs.ResultStore`): at most this many
+    MB (default 2048; an eighth of it for values derived from fits, ``P_a``, figures,
+    export bytes), each result measured by its arrays' bytes, least recently used out; a
+    result no open session uses leaves after this many idle minutes (default 10). A fit
+    larger than the whole budget is computed for its page and not kept.
 """
 
 from __future__ import annotations
@@ -114,6 +120,8 @@ class AppSettings:
     upload_ttl_hours: int = 24
     upload_idle_minutes: int = 10
     encoder_preset: str = "cpu"
+    fit_cache_mb: int = 2048
+    fit_idle_minutes: int = 10
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:
@@ -134,6 +142,7 @@ class AppSettings:
             upload_ttl_hours=_env_int(env, "GEOVIZ_UPLOAD_TTL_HOURS", 24, minimum=1),
             upload_idle_minutes=_env_int(env, "GEOVIZ_UPLOAD_IDLE_MINUTES", 10, minimum=1),
             encoder_preset=_env_encoder_preset(env),
+            **fit_cache_knobs(env),
         )
 
     def fit_workers_used(self) -> int:
@@ -172,6 +181,16 @@ class AppSettings:
                 "(GEOVIZ_APP_MAX_MB); use fewer samples or a smaller image size"
             )
         return scenario
+
+
+def fit_cache_knobs(env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """``{"fit_cache_mb": ..., "fit_idle_minutes": ...}`` from ``GEOVIZ_FIT_CACHE_MB`` and
+    ``GEOVIZ_FIT_IDLE_MINUTES`` (the result store is made before any page reads the rest)."""
+    env = os.environ if env is None else env
+    return {
+        "fit_cache_mb": _env_int(env, "GEOVIZ_FIT_CACHE_MB", 2048, minimum=64),
+        "fit_idle_minutes": _env_int(env, "GEOVIZ_FIT_IDLE_MINUTES", 10, minimum=1),
+    }
 
 
 def _env_backend(env: Mapping[str, str]) -> Literal["auto", "ray", "sequential"]:

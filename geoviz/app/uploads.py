@@ -5,7 +5,11 @@ A visitor's upload lives in two places, both bounded, neither in the visitor's s
 * **on disk**, the file's bytes (``<folder>/<key>.data`` and a small ``<key>.json``), so a
   link naming the upload works after the visitor left and after a restart. The folder has
   a quota (``GEOVIZ_UPLOAD_DISK_MB``) and an expiry (``GEOVIZ_UPLOAD_TTL_HOURS`` after the
-  upload was last used); the least recently used uploads go first.
+  upload was last used); when the quota (or the disk itself) has no room for a new upload,
+  the least recently used uploads are deleted first, however recent: the expiry is the
+  longest an upload lasts, not a promise (:func:`upload_notice` says so to the visitor).
+  Whoever is told of an eviction (``on_evict``: the result store) drops what was computed
+  from the upload.
 * **in memory**, the parsed dataset (float32 features), so a scenario does not parse the
   same upload again: bounded by bytes (``GEOVIZ_UPLOAD_MEMORY_MB``), least recently used
   out first, and emptied of what nobody used for ``GEOVIZ_UPLOAD_IDLE_MINUTES``
@@ -18,16 +22,20 @@ sha256 of the bytes)``, not by the bare content hash: whoever holds a link can l
 upload, but nobody can test whether some file was uploaded by computing its hash. The
 secret is ``GEOVIZ_UPLOAD_SECRET``, else a random 32 bytes kept in ``<folder>/secret``
 (so links survive a restart). Every refusal for an unknown key is the same sentence.
+Changing the secret breaks every earlier link: an upload records which secret named it, and
+a key made under another secret is refused with a sentence that says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
 import os
 import secrets
+import shutil
 import threading
 import time
 from collections import OrderedDict
@@ -41,12 +49,33 @@ from geoviz.data.formats import load_upload
 from geoviz.errors import DatasetError, GeovizError, ResourceError
 from geoviz.memory import format_bytes
 
-__all__ = ["UploadRef", "UploadStore", "dataset_bytes"]
+__all__ = ["UploadRef", "UploadStore", "dataset_bytes", "upload_notice"]
 
 #: what parses an upload's bytes (its file name chooses the format)
 Parser = Callable[[bytes, str], LabeledDataset]
 
 _KEY_CHARS = frozenset("0123456789abcdef")
+
+#: bytes left free on the upload folder's disk beyond a new upload (logs, the disk cache)
+DISK_HEADROOM = 64 * 2**20
+
+
+def upload_notice(ttl_hours: float, disk_mb: int, file_limit_mb: int) -> str:
+    """What the upload box tells a visitor about where an upload goes and how long it lasts.
+
+    The expiry is an upper bound: when the server's upload space (shared by every visitor)
+    is full, the least recently used uploads are deleted to make room, possibly minutes
+    after they were made.
+    """
+    return (
+        f"Files up to {file_limit_mb:,} MB. Your file is kept on this server for at most "
+        f"{ttl_hours:g} hours after it was last used. The server keeps {disk_mb:,} MB of "
+        "uploads for all visitors together: when that space is full, the least recently used "
+        "uploads are deleted first, possibly within minutes, and links to them stop working. "
+        "It is named by a private key: a link to a scenario that uses it lets whoever you "
+        "send the link to load it, and nobody else can find it (not even with a copy of the "
+        "file)."
+    )
 
 
 @dataclass(frozen=True)
@@ -111,6 +140,9 @@ class UploadStore:
         Turns ``(bytes, file name)`` into a dataset (:func:`geoviz.data.formats.load_upload`).
     clock
         Seconds since the epoch (tests pass a fake one).
+    on_evict
+        Called with the key of every upload deleted from disk (expired, or evicted to make
+        room), after it is gone: the result store drops what was computed from it.
 
     Attributes
     ----------
@@ -130,8 +162,10 @@ class UploadStore:
         secret: bytes | None = None,
         parse: Parser = load_upload,
         clock: Callable[[], float] = time.time,
+        on_evict: Callable[[str], None] | None = None,
     ) -> None:
         self.folder = Path(folder)
+        self._on_evict = on_evict
         self.memory_bytes = int(memory_bytes)
         self.disk_bytes = int(disk_bytes)
         self.ttl_seconds = float(ttl_seconds)
@@ -175,14 +209,28 @@ class UploadStore:
     def _valid_key(key: str) -> bool:
         return isinstance(key, str) and len(key) == 64 and set(key) <= _KEY_CHARS
 
+    def _secret_id(self) -> str:
+        """Names the secret (not derivable back to it): which secret an upload was keyed by."""
+        return hmac.new(self._server_secret(), b"geoviz-upload-secret-id", "sha256").hexdigest()[
+            :16
+        ]
+
     def _paths(self, key: str) -> tuple[Path, Path]:
         return self.folder / f"{key}.data", self.folder / f"{key}.json"
 
     def _gone(self) -> DatasetError:
         hours = self.ttl_seconds / 3600
         return DatasetError(
-            "this upload is not on this server: uploads are kept for "
-            f"{hours:g} hours after their last use, then deleted; upload the file again"
+            "this upload is not on this server: uploads are deleted after "
+            f"{hours:g} hours unused, or sooner when the server's upload space is full; "
+            "upload the file again"
+        )
+
+    @staticmethod
+    def _rotated() -> DatasetError:
+        return DatasetError(
+            "this link names an upload keyed by an earlier upload secret of this server "
+            "(GEOVIZ_UPLOAD_SECRET was changed, which breaks earlier links); upload the file again"
         )
 
     # ------------------------------------------------------------------ public API
@@ -230,6 +278,9 @@ class UploadStore:
             if parsed is not None:
                 self._touch(key)
                 return parsed
+            meta = self._meta(key)
+            if meta is not None and meta.get("secret") not in (None, self._secret_id()):
+                raise self._rotated()
             ref = self.ref(key)
             data_path, _ = self._paths(key)
             try:
@@ -238,6 +289,8 @@ class UploadStore:
                 raise self._gone() from None
             if ref is None or len(data) != ref.size:
                 raise self._gone()
+            if not hmac.compare_digest(self.key_for(ref.filename, data), key):
+                raise self._rotated()  # stored before uploads recorded their secret
             parsed = self._parse_now(data, ref.filename)
             del data
             self._touch(key)
@@ -248,9 +301,11 @@ class UploadStore:
         """The upload ``key`` (file name and size), or ``None`` if it is not on disk or expired."""
         if not self._valid_key(key):
             return None
-        data_path, meta_path = self._paths(key)
+        data_path, _ = self._paths(key)
+        meta = self._meta(key)
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if meta is None:
+                return None
             used = data_path.stat().st_mtime
             ref = UploadRef(key=key, filename=str(meta["filename"]), size=int(meta["size"]))
         except (OSError, ValueError, KeyError, TypeError):
@@ -259,9 +314,17 @@ class UploadStore:
             return None
         return ref
 
+    def _meta(self, key: str) -> dict | None:
+        try:
+            meta = json.loads(self._paths(key)[1].read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return meta if isinstance(meta, dict) else None
+
     def sweep(self) -> int:
-        """Forget parsed datasets idle for ``idle_seconds`` and delete expired uploads from
-        disk. Returns how many items were dropped."""
+        """Forget parsed datasets idle for ``idle_seconds``, delete expired uploads from disk
+        and any ``.json`` left without its ``.data`` (a write killed half-way). Returns how
+        many items were dropped."""
         now = self._clock()
         dropped = 0
         with self._lock:
@@ -272,7 +335,21 @@ class UploadStore:
             if now - used > self.ttl_seconds:
                 self._delete(key)
                 dropped += 1
+        self._remove_orphans()
         return dropped
+
+    def _remove_orphans(self) -> None:
+        # the data is written before its .json, so a .json alone is never a write in progress
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return
+        for name in names:
+            key = name[:-5]
+            orphan = not (self.folder / f"{key}.data").exists()
+            if name.endswith(".json") and self._valid_key(key) and orphan:
+                with contextlib.suppress(OSError):
+                    (self.folder / name).unlink()
 
     @property
     def memory_used(self) -> int:
@@ -336,11 +413,22 @@ class UploadStore:
         return out
 
     def _delete(self, key: str) -> None:
+        """Delete the upload ``key`` (its data first: a .json never outlives it for long) and
+        tell ``on_evict``."""
         for path in self._paths(key):
             with contextlib.suppress(OSError):
                 path.unlink()
         with self._lock:
             self._parsed.pop(key, None)
+        if self._on_evict is not None:
+            self._on_evict(key)
+
+    def _free_bytes(self) -> int | None:
+        """Bytes free on the folder's disk (``None`` when it cannot be read)."""
+        try:
+            return int(shutil.disk_usage(self.folder).free)
+        except OSError:
+            return None
 
     def _touch(self, key: str) -> None:
         now = self._clock()
@@ -349,20 +437,55 @@ class UploadStore:
 
     def _write(self, ref: UploadRef, data: bytes) -> None:
         """Keep ``data`` on disk, first deleting expired uploads, then the least recently
-        used ones until the quota has room."""
+        used ones until both the quota and the disk itself have room.
+
+        The data is written before its ``.json`` (an upload exists once its ``.json`` does),
+        and a failed write leaves neither. When the disk is full even so, older uploads are
+        evicted one by one and the write retried.
+
+        Raises
+        ------
+        ResourceError
+            The disk has no room for the file even with every other upload deleted.
+        """
         data_path, meta_path = self._paths(ref.key)
-        if data_path.exists():
+        if data_path.exists() and meta_path.exists():
             self._touch(ref.key)
             return
         self.sweep()
+        self.folder.mkdir(parents=True, exist_ok=True)
         entries = sorted((e for e in self._disk_entries() if e[0] != ref.key), key=lambda e: e[1])
         used = sum(size for _, _, size in entries)
-        for key, _, size in entries:
-            if used + ref.size <= self.disk_bytes:
+        free = self._free_bytes()
+        while entries:
+            fits_quota = used + ref.size <= self.disk_bytes
+            fits_disk = free is None or free >= ref.size + DISK_HEADROOM
+            if fits_quota and fits_disk:
                 break
+            key, _, size = entries.pop(0)
             self._delete(key)
             used -= size
-        meta = {"filename": ref.filename, "size": ref.size, "created": self._clock()}
-        atomic_write_bytes(meta_path, json.dumps(meta).encode(), overwrite=True)
-        atomic_write_bytes(data_path, data, overwrite=True)
+            if free is not None:
+                free += size
+        meta = {
+            "filename": ref.filename,
+            "size": ref.size,
+            "created": self._clock(),
+            "secret": self._secret_id(),
+        }
+        while True:
+            try:
+                atomic_write_bytes(data_path, data, overwrite=True)
+                atomic_write_bytes(meta_path, json.dumps(meta).encode(), overwrite=True)
+                break
+            except OSError as err:
+                for path in (meta_path, data_path):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                if err.errno not in (errno.ENOSPC, errno.EDQUOT) or not entries:
+                    raise ResourceError(
+                        f"{ref.filename} could not be kept: the server's disk has no room for "
+                        f"{format_bytes(ref.size)} ({os.strerror(err.errno or errno.EIO)})"
+                    ) from None
+                self._delete(entries.pop(0)[0])  # the disk is fuller than it said: one more
         self._touch(ref.key)

@@ -102,12 +102,14 @@ def app_page(title: str) -> Iterator[SessionModel]:
         for page in PAGES:
             st.page_link(page.script, label=page.label, icon=page.icon)
     scenario_box = st.sidebar.container()
-    try:
-        yield model
-    finally:
-        _scenario_sidebar(scenario_box, model)
-        sync_url(model)
-        services.start_embedding_warm_up(model)
+    # the keys this run reads are the session's (the store keeps them while it lives)
+    with services.session_scope(model):
+        try:
+            yield model
+        finally:
+            _scenario_sidebar(scenario_box, model)
+            sync_url(model)
+            services.start_embedding_warm_up(model)
 
 
 def sync_url(model: SessionModel) -> None:

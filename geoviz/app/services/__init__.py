@@ -49,7 +49,9 @@ from geoviz.app.services.caches import (
     configure_torch,
     disk_cache,
     lower_thread_priority,
+    session_scope,
     store,
+    sweep_once,
     upload_store,
 )
 from geoviz.app.services.datasets import (
@@ -205,6 +207,7 @@ __all__ = [
     "save_export",
     "scenario_data",
     "scenario_data_if_ready",
+    "session_scope",
     "set_epsilon",
     "set_map_method",
     "side_by_side_figures",
@@ -213,6 +216,7 @@ __all__ = [
     "start_evidence",
     "start_geodesic",
     "store",
+    "sweep_once",
     "teaching_indices",
     "upload_dataset",
     "upload_notice",

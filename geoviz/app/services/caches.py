@@ -1,20 +1,34 @@
 """What every service shares, once per server process: the job runner with its two cache
-tiers (:func:`store`), the disk cache, the torch settings and background thread priority."""
+tiers (:func:`store`), the disk cache, the torch settings and background thread priority.
+
+The result store is bounded in bytes (``GEOVIZ_FIT_CACHE_MB``) and given back when no
+visitor uses it: every page runs inside :func:`session_scope`, which notes the keys the
+page reads in its session's lease (kept in the session state, so it dies with the session);
+a sweeper thread drops, every :data:`UPLOAD_SWEEP_SECONDS`, results idle for
+``GEOVIZ_FIT_IDLE_MINUTES`` that no living session holds. An upload the upload store
+deletes takes the results computed from it along (:meth:`ResultStore.forget_upload`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-from geoviz.app.jobs import ResultStore
-from geoviz.app.settings import AppSettings
+from geoviz.app.jobs import CacheLease, ResultStore
+from geoviz.app.settings import AppSettings, fit_cache_knobs
 from geoviz.app.uploads import UploadStore
 from geoviz.backend import DiskCache, RuntimeSettings, configure, get_cache
 from geoviz.backend import configure_torch as configure_torch_settings
+from geoviz.errors import GeovizError
+
+if TYPE_CHECKING:
+    from geoviz.app.session import SessionModel
 
 Progress = Callable[[str, float], None]
 
@@ -24,7 +38,28 @@ MAX_FITS = 32
 #: derived values kept in memory (P_a at so many weights, McCann steps, figures, tables)
 MAX_DERIVED = 64
 
-_STORE = ResultStore(max_fits=MAX_FITS, max_derived=MAX_DERIVED)
+#: share of ``GEOVIZ_FIT_CACHE_MB`` the derived tier may take (the fits get the rest)
+DERIVED_SHARE = 1 / 8
+
+
+def _store_from_env() -> ResultStore:
+    try:
+        knobs = fit_cache_knobs()
+    except GeovizError as err:  # the server's start-up check names it; the pages still run
+        logging.getLogger("geoviz.app").warning("%s; using the default result budget", err)
+        knobs = fit_cache_knobs({})
+    budget = knobs["fit_cache_mb"] * 2**20
+    derived = int(budget * DERIVED_SHARE)
+    return ResultStore(
+        max_fits=MAX_FITS,
+        max_derived=MAX_DERIVED,
+        fit_bytes=budget - derived,
+        derived_bytes=derived,
+        idle_seconds=knobs["fit_idle_minutes"] * 60.0,
+    )
+
+
+_STORE = _store_from_env()
 _TORCH_CONFIGURED: list[int] = []
 _TORCH_LOCK = threading.Lock()
 
@@ -32,6 +67,31 @@ _TORCH_LOCK = threading.Lock()
 def store() -> ResultStore:
     """The process-wide job runner and in-memory caches (a fit tier and a derived tier)."""
     return _STORE
+
+
+#: where a session keeps its :class:`~geoviz.app.jobs.CacheLease`
+LEASE_KEY = "geoviz_cache_lease"
+
+
+@contextlib.contextmanager
+def session_scope(model: SessionModel) -> Iterator[None]:
+    """Run one page of ``model``'s session: the result store notes the keys it reads in the
+    session's lease (made on its first page, kept in its state), and they depend on the
+    uploads the session knows (its own and its scenario's; see
+    :meth:`~geoviz.app.jobs.ResultStore.forget_upload`). Also starts the sweeper thread."""
+    lease = model.state.get(LEASE_KEY)
+    if not isinstance(lease, CacheLease):
+        lease = _STORE.lease()
+        model.state[LEASE_KEY] = lease
+
+    def uploads() -> set[str]:
+        keys = set(model.uploads)
+        keys.update(str(c.digest) for c in model.scenario.choices if c.source == "upload")
+        return keys
+
+    _start_sweeper()
+    with _STORE.scope(lease, uploads):
+        yield
 
 
 def configure_torch(threads: int) -> bool:
@@ -90,27 +150,40 @@ def upload_store(settings: AppSettings | None = None) -> UploadStore:
             ttl_seconds=settings.upload_ttl_hours * 3600.0,
             idle_seconds=settings.upload_idle_minutes * 60.0,
             secret=os.environ.get("GEOVIZ_UPLOAD_SECRET", "").encode() or None,
+            on_evict=_STORE.forget_upload,
         )
         _UPLOADS[:] = [made]
         # uploads kept by sha256 before the store existed never expired: removed once here
         shutil.rmtree(disk_cache().directory / LEGACY_UPLOAD_NAMESPACE, ignore_errors=True)
-        if not any(t.name == "geoviz-upload-sweeper" for t in threading.enumerate()):
-            threading.Thread(
-                target=_sweep_forever, name="geoviz-upload-sweeper", daemon=True
-            ).start()
-        return made
+    _start_sweeper()
+    return made
+
+
+_SWEEPER = "geoviz-upload-sweeper"
+
+
+def _start_sweeper() -> None:
+    with _UPLOADS_LOCK:
+        if not any(t.name == _SWEEPER for t in threading.enumerate()):
+            threading.Thread(target=_sweep_forever, name=_SWEEPER, daemon=True).start()
+
+
+def sweep_once() -> None:
+    """One sweep of the upload store and of the result store (what the sweeper thread does
+    every :data:`UPLOAD_SWEEP_SECONDS`)."""
+    with _UPLOADS_LOCK:
+        current = list(_UPLOADS)
+    for swept in (*current, _STORE):
+        try:
+            swept.sweep()
+        except Exception:  # a sweep must never end the thread
+            logging.getLogger("geoviz.app").exception("sweep of %r failed", swept)
 
 
 def _sweep_forever() -> None:
     while True:
         time.sleep(UPLOAD_SWEEP_SECONDS)
-        with _UPLOADS_LOCK:
-            current = list(_UPLOADS)
-        for uploads in current:
-            try:
-                uploads.sweep()
-            except Exception:  # a sweep must never end the thread
-                logging.getLogger("geoviz.app").exception("upload sweep failed")
+        sweep_once()
 
 
 #: how much nicer (Linux thread niceness) a background fit that no page waits for runs

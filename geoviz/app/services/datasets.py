@@ -19,6 +19,7 @@ from geoviz.app.services.caches import Progress, disk_cache, store, upload_store
 from geoviz.app.session import SessionModel
 from geoviz.app.settings import AppSettings
 from geoviz.app.uploads import UploadRef
+from geoviz.app.uploads import upload_notice as uploads_notice
 from geoviz.data import choice as data_choice
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats import load_path, rebased_errors
@@ -274,14 +275,12 @@ def feature_space_names() -> tuple[str, ...]:
     return (*BUILTIN_SPACES, *registered_models())
 
 
-def upload_notice(settings: AppSettings) -> str:
-    """What the upload box says about where an upload goes and what a link to it gives."""
-    return (
-        f"Your file is kept on this server for {settings.upload_ttl_hours} hours after it was "
-        "last used, then deleted. It is named by a private key: a link to a scenario that "
-        "uses it lets whoever you send the link to load it, and nobody else can find it "
-        "(not even with a copy of the file)."
-    )
+def upload_notice(settings: AppSettings, file_limit_mb: int | None = None) -> str:
+    """What the upload box says about the largest file, where an upload goes, how long it
+    lasts (at most the expiry; less when the shared space fills) and what a link to it gives
+    (:func:`geoviz.app.uploads.upload_notice`)."""
+    limit = settings.upload_disk_mb if file_limit_mb is None else int(file_limit_mb)
+    return uploads_notice(settings.upload_ttl_hours, settings.upload_disk_mb, limit)
 
 
 def upload_dataset(key: str) -> LabeledDataset:
