@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -11,7 +14,13 @@ import numpy as np
 import pytest
 
 from geoviz.errors import GeovizError
-from geoviz.tasks import resolve_backend, run_in_threads, run_tasks
+from geoviz.tasks import (
+    check_ray_address,
+    probe_ray_address,
+    resolve_backend,
+    run_in_threads,
+    run_tasks,
+)
 
 
 def _work(item: tuple[int, float]) -> tuple[int, float]:
@@ -114,8 +123,130 @@ def test_auto_falls_back_to_sequential_when_ray_cannot_start(monkeypatch):
     with pytest.warns(RuntimeWarning, match="running the tasks sequentially"):
         out = run_tasks(functools.partial(_fail_on, -1), [1, 2, 3], backend="auto")
     assert out == [_fail_on(-1, x) for x in (1, 2, 3)]
-    with pytest.raises(RuntimeError, match="no shared memory"):
+    # "ray" says so in one sentence (issue 32: no traceback from Ray's start-up)
+    with pytest.raises(GeovizError, match=r"Ray could not start \(RuntimeError: no shared memory"):
         run_tasks(functools.partial(_fail_on, -1), [1, 2, 3], backend="ray")
+
+
+# ---- Ray addresses (issue 32): malformed ones refused up front, silent ones within a bound ----
+
+
+def _fake_ray(monkeypatch) -> list[dict]:
+    """A Ray whose ``init`` only records its calls (nothing may reach it in these tests)."""
+    import types
+
+    calls: list[dict] = []
+    fake = types.ModuleType("ray")
+    fake.is_initialized = lambda: False
+    fake.init = lambda **kwargs: calls.append(kwargs)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    return calls
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "address", ["garbage!!", "127.0.0.1:99999", "127.0.0.1:0", "host", "ray://", "x" * 5000]
+)
+def test_a_malformed_ray_address_is_refused_up_front(monkeypatch, address):
+    calls = _fake_ray(monkeypatch)
+    ran: list[int] = []
+    for backend in ("ray", "auto"):
+        with pytest.raises(GeovizError, match="is not a Ray address") as err:
+            run_tasks(ran.append, [1, 2], backend=backend, address=address)  # type: ignore[arg-type]
+        message = str(err.value)
+        assert "\n" not in message and len(message) < 200 and "host:port" in message
+    assert ran == [] and calls == []
+    with pytest.raises(GeovizError, match="--ray-address 'garbage!!' is not a Ray address"):
+        check_ray_address("garbage!!", "--ray-address")
+    # the forms Ray accepts pass unchanged (a sequential run never looks at the address)
+    for good in ("auto", "local", "10.0.0.2:6379", "ray://head.example.org:10001", "[::1]:6379"):
+        assert check_ray_address(f" {good} ") == good
+    assert run_tasks(abs, [-1], backend="sequential", address="garbage!!") == [1]
+
+
+def test_an_address_that_does_not_answer_is_refused_naming_it(monkeypatch):
+    calls = _fake_ray(monkeypatch)
+    port = _closed_port()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(GeovizError, match="does not answer") as err:
+            run_tasks(abs, [1, 2], backend="ray", address=address, connect_timeout=5)
+        assert repr(address) in str(err.value) and "\n" not in str(err.value)
+    # a port that accepts the connection but never answers: refused once the wait is over
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        address = f"127.0.0.1:{mute.getsockname()[1]}"
+        with pytest.raises(GeovizError, match=r"no answer within 0\.3 s"):
+            run_tasks(abs, [1, 2], backend="ray", address=address, connect_timeout=0.3)
+    # the wait's default comes from the environment, checked like every other knob
+    monkeypatch.setenv("GEOVIZ_RAY_CONNECT_TIMEOUT", "abc")
+    with pytest.raises(GeovizError, match="GEOVIZ_RAY_CONNECT_TIMEOUT must be a number"):
+        run_tasks(abs, [1, 2], backend="ray", address=f"127.0.0.1:{port}")
+    assert calls == []  # Ray itself was never asked to connect
+
+
+def test_a_dead_ray_address_in_the_environment_is_named(monkeypatch):
+    calls = _fake_ray(monkeypatch)
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{_closed_port()}")
+    with pytest.raises(GeovizError, match=r"^RAY_ADDRESS '127\.0\.0\.1:\d+' does not answer"):
+        run_tasks(abs, [1, 2], backend="ray", connect_timeout=5)
+    monkeypatch.setenv("RAY_ADDRESS", "garbage!!")
+    with pytest.raises(GeovizError, match="RAY_ADDRESS 'garbage!!' is not a Ray address"):
+        run_tasks(abs, [1, 2], backend="ray")
+    assert calls == []
+
+
+def test_auto_address_without_a_cluster_is_refused(monkeypatch):
+    services = pytest.importorskip("ray._private.services")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def nothing_running(addr, temp_dir):  # what Ray's lookup does when no cluster runs
+        if addr == "auto":
+            raise ConnectionError("Could not find any running Ray instance.")
+        return None
+
+    monkeypatch.setattr(services, "get_ray_address_from_environment", nothing_running)
+    with pytest.raises(GeovizError, match="no running Ray cluster was found for the Ray address"):
+        probe_ray_address("auto", timeout=5)
+    probe_ray_address(None, timeout=5)  # no address, no cluster: Ray starts a local one
+
+
+def test_auto_backend_falls_back_to_sequential_when_the_cluster_does_not_answer(monkeypatch):
+    calls = _fake_ray(monkeypatch)
+    address = f"127.0.0.1:{_closed_port()}"
+    with pytest.warns(RuntimeWarning, match="does not answer.*running the tasks sequentially"):
+        out = run_tasks(abs, [-1, -2, 3], backend="auto", address=address, connect_timeout=5)
+    assert out == [1, 2, 3] and calls == []
+
+
+def test_sigterm_ends_the_wait_for_a_silent_cluster(tmp_path):
+    """The wait is plain Python: SIGTERM ends the process at once (Ray's own wait ignored it)."""
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        mute.settimeout(120)
+        port = mute.getsockname()[1]
+        code = (
+            "from geoviz.tasks import probe_ray_address; "
+            f"probe_ray_address('127.0.0.1:{port}', timeout=600)"
+        )
+        child = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            conn, _ = mute.accept()  # the child is waiting for an answer now
+            conn.close()
+            child.send_signal(signal.SIGTERM)
+            assert child.wait(timeout=60) == -signal.SIGTERM
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
 
 
 # ---- run_in_threads: the parts of one computation on threads of this process ----

@@ -164,6 +164,10 @@ def add_backend_args(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def ray_address(args: argparse.Namespace) -> str | None:
-    """``--ray-address``, else ``$RAY_ADDRESS``, else ``None`` (a local cluster)."""
-    address: str | None = args.ray_address or os.environ.get("RAY_ADDRESS") or None
-    return address
+    """``--ray-address``, else ``$RAY_ADDRESS``, else ``None`` (a local cluster); a malformed
+    one is refused in one sentence naming where it came from."""
+    from geoviz.tasks import check_ray_address
+
+    if args.ray_address:
+        return check_ray_address(args.ray_address, "--ray-address")
+    return check_ray_address(os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS")

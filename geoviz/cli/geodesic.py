@@ -287,6 +287,8 @@ def check_args(args: argparse.Namespace) -> None:
         cli_seed(args.bootstrap_seed, "--bootstrap-seed")
         if args.bootstrap_method == "refit" and args.method != "barycentric":
             raise GeovizError("--bootstrap-method refit needs barycentric maps (--method)")
+        if args.bootstrap_method == "refit" and args.backend != "sequential":
+            ray_address(args)  # a malformed --ray-address / RAY_ADDRESS before any work
     if args.size is not None:
         cli_int(
             args.size,

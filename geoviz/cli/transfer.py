@@ -210,6 +210,8 @@ def _check_transfer_args(args: argparse.Namespace) -> _TransferOptions:
     out_dir = None if args.out is None else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"--out {out_dir} exists and is not a folder")
+    if args.backend != "sequential":
+        ray_address(args)  # a malformed --ray-address / RAY_ADDRESS before any work
     return _TransferOptions(refs, seeds, weights, preset, epsilon, methods, out_dir)
 
 
