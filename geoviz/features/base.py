@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from geoviz.backend import DiskCache, digest, digest_bytes
+from geoviz.backend import ArraySpec, DiskCache, digest, digest_bytes
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 
@@ -180,8 +180,12 @@ class FittedFeatures:
         else:
             # labels never change the features: key on the pixels only
             key = {"space": self.digest, "data": _features_fingerprint(ds)}
+            # checked on read: a damaged entry is recomputed, not blamed on the dataset's file
             payload = self.cache.get_or_compute(
-                "feature_vectors", key, lambda: {"features": self._encode_all(ds)}
+                "feature_vectors",
+                key,
+                lambda: {"features": self._encode_all(ds)},
+                expect={"features": ArraySpec((ds.n_samples, self.dim))},
             )
             z = payload["features"]
         return ds.with_features(z, image_shape=None)

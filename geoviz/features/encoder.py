@@ -289,13 +289,20 @@ class EncoderSpace(FeatureSpace):
             )
         cache = self.cache if self.cache is not None else get_cache()
         cfg = self.config
+
+        def load(payload: dict[str, Any]) -> EncoderNet:
+            net = EncoderNet(cfg.width, cfg.dim)
+            net.load_state_dict({k[4:]: v for k, v in payload.items() if k.startswith("net.")})
+            return net
+
         payload = cache.get_or_compute(
             "feature_encoder",
             {"digest": digest_},
             lambda: self._train(datasets, shape, progress),
+            expect={"train_seconds": float, "final_loss": float},
+            check=load,  # weights of another shape (or missing) are a corrupt entry
         )
-        net = EncoderNet(cfg.width, cfg.dim)
-        net.load_state_dict({k[4:]: v for k, v in payload.items() if k.startswith("net.")})
+        net = load(payload)
         net.eval()
         device = resolve_device(self.device)
         net.to(device)

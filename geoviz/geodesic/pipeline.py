@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from geoviz import limits
-from geoviz.backend import DiskCache, get_cache, jsonable
+from geoviz.backend import ArraySpec, DiskCache, get_cache, jsonable
 from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, GeovizError
@@ -734,6 +734,7 @@ def _labels_between(
                 device=otdd_cfg.device,
             )
         },
+        expect={"distances": ArraySpec((a.n_classes, b.n_classes), finite=False)},
     )
     distances: torch.Tensor = payload["distances"]
     return distances.to(torch.float64)

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from geoviz.backend import DiskCache, get_cache, resolve_device, resolve_dtype
+from geoviz.backend import ArraySpec, DiskCache, get_cache, resolve_device, resolve_dtype
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.maps.base import (
@@ -240,7 +240,20 @@ class BarycentricMap:
             )
             return res.to_payload()
 
-        payload = cache.get_or_compute("barycentric_map", params, compute)
+        payload = cache.get_or_compute(
+            "barycentric_map",
+            params,
+            compute,
+            expect=OTDDResult.payload_spec(
+                target.n_samples,
+                reference.n_samples,
+                target.n_classes,
+                reference.n_classes,
+                int(reference.features.shape[1]),
+                barycentric=True,
+            ),
+            check=lambda p: FittedBarycentricMap.from_payload(p, target, reference, self),
+        )
         return FittedBarycentricMap.from_payload(payload, target, reference, self)
 
 
@@ -467,5 +480,30 @@ class EntropicMap:
             payload["reference_index"] = torch.from_numpy(ridx)
             return payload
 
-        payload = cache.get_or_compute("entropic_map", params, compute)
+        # the map is fitted on k target and m reference points (subsamples by their indices)
+        expect = OTDDResult.payload_spec(
+            "k",
+            "m",
+            target.n_classes,
+            reference.n_classes,
+            int(reference.features.shape[1]),
+            barycentric=True,
+        )
+        expect["train_index"] = ArraySpec(("k",))
+        expect["reference_index"] = ArraySpec(("m",))
+
+        def rebuild(payload: dict[str, Any]) -> None:
+            # indices outside the datasets would select wrong points (or raise later)
+            for name, n in (
+                ("train_index", target.n_samples),
+                ("reference_index", reference.n_samples),
+            ):
+                index = payload[name]
+                if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
+                    raise GeovizError(f"{name} is outside the {n} points")
+            FittedEntropicMap.from_payload(payload, target, reference, self)
+
+        payload = cache.get_or_compute(
+            "entropic_map", params, compute, expect=expect, check=rebuild
+        )
         return FittedEntropicMap.from_payload(payload, target, reference, self)

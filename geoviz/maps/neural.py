@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from geoviz.backend import DiskCache, get_cache, jsonable, resolve_device
+from geoviz.backend import ArraySpec, DiskCache, get_cache, jsonable, resolve_device
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.maps.barycentric import BarycentricMap
@@ -594,7 +594,19 @@ class NeuralOTDDMap:
             # (geoviz.backend.configure_torch): this may run in one of several job threads
             return _train(target, reference, self.config, self.otdd, progress, cache)
 
-        payload = cache.get_or_compute(_NAMESPACE, self.cache_params(target, reference), compute)
+        # checked on read: the networks must load and the projection fit these datasets
+        expect = {
+            "mapped_features": ArraySpec((target.n_samples, int(reference.features.shape[1]))),
+            "soft_labels": ArraySpec((target.n_samples, reference.n_classes)),
+            "label_cost": ArraySpec((target.n_classes, reference.n_classes), finite=False),
+        }
+        payload = cache.get_or_compute(
+            _NAMESPACE,
+            self.cache_params(target, reference),
+            compute,
+            expect=expect,
+            check=lambda p: FittedNeuralMap.from_payload(p, target, reference, self),
+        )
         if progress is not None:
             progress("done", 1.0)
         return FittedNeuralMap.from_payload(payload, target, reference, self)

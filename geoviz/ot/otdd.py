@@ -341,6 +341,15 @@ def otdd(
                 keep_coupling=keep_coupling,
                 label_cost=label_cost,
             ).to_payload(),
+            expect=OTDDResult.payload_spec(
+                target.n_samples,
+                reference.n_samples,
+                target.n_classes,
+                reference.n_classes,
+                int(reference.features.shape[1]),
+                barycentric=barycentric,
+            ),
+            check=OTDDResult.from_payload,
         )
         return OTDDResult.from_payload(payload)
     return _otdd(

@@ -164,6 +164,37 @@ class OTDDResult:
             payload["f"], payload["g"] = self.potentials
         return payload
 
+    @staticmethod
+    def payload_spec(
+        n_target: int | str,
+        n_reference: int | str,
+        target_classes: int,
+        reference_classes: int,
+        dim: int,
+        *,
+        barycentric: bool,
+    ) -> dict[str, Any]:
+        """What a cached :meth:`to_payload` must hold (``expect`` of
+        :meth:`geoviz.backend.DiskCache.get_or_compute`): the plan is ``n_target x
+        n_reference``, the projection ``n_target x dim`` with ``reference_classes`` soft
+        labels (required with ``barycentric``), all finite; the other arrays sized by the
+        same counts. A ``str`` count is a name: any size, the same in every array."""
+        from geoviz.backend import ArraySpec
+
+        n, m = n_target, n_reference
+        spec: dict[str, Any] = {k: (float, int, bool) for k in _SCALARS}
+        spec["solver_mode"] = str
+        spec["label_distances"] = ArraySpec((target_classes, reference_classes), finite=False)
+        spec["coupling"] = ArraySpec((n, m), optional=True)
+        spec["mapped_features"] = ArraySpec((n, dim), optional=not barycentric)
+        spec["soft_labels"] = ArraySpec((n, reference_classes), optional=not barycentric)
+        spec["row_perplexity"] = ArraySpec((n,), finite=False, optional=True)
+        spec["neighbour_index"] = ArraySpec((n, "neighbours"), optional=True)
+        spec["neighbour_weight"] = ArraySpec((n, "neighbours"), optional=True)
+        spec["f"] = ArraySpec((n,), finite=False, optional=True)
+        spec["g"] = ArraySpec((m,), finite=False, optional=True)
+        return spec
+
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> OTDDResult:
         """Rebuild a result stored with :meth:`to_payload`."""

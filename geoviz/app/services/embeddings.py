@@ -12,7 +12,7 @@ from geoviz.app.jobs import BackgroundJob
 from geoviz.app.services.caches import Progress, disk_cache, lower_thread_priority, store
 from geoviz.app.services.datasets import ScenarioData
 from geoviz.app.session import SessionModel
-from geoviz.backend import cache_key
+from geoviz.backend import ArraySpec, cache_key
 from geoviz.viz.embedding import Embedding, auto_method, fit_embedding, warm_up_umap
 
 _WARM_UP: dict[str, threading.Thread | None] = {}
@@ -63,6 +63,16 @@ def _embedding_key(params: dict[str, Any]) -> tuple[Hashable, ...]:
     return ("embedding", *params.values())
 
 
+def _usable_embedding(payload: dict[str, Any], n_datasets: int) -> Embedding:
+    """The embedding a disk-cache entry holds, if it has one finite 2-D point set per dataset
+    (else an error, and the cache recomputes it)."""
+    emb = Embedding.from_payload(payload)
+    points = list(emb.points.values())
+    if len(points) != n_datasets or not all(p.ndim == 2 and np.isfinite(p).all() for p in points):
+        raise ValueError("its points do not match the scenario's datasets")
+    return emb
+
+
 def embedding_on_disk(model: SessionModel) -> bool:
     """Whether the scenario's fitted embedding is in the disk cache (nothing is read)."""
     disk = disk_cache()
@@ -103,6 +113,7 @@ def start_embedding(model: SessionModel, data: ScenarioData) -> BackgroundJob | 
                 seed=params["seed"],
                 method=params["method"],
             ).to_payload(),
+            check=lambda p: _usable_embedding(p, len(data.datasets)),
         )
         return Embedding.from_payload(payload)
 
@@ -139,7 +150,10 @@ def place_points(
 
     def compute() -> np.ndarray:
         payload = disk_cache().get_or_compute(
-            "app-placement", params, lambda: {"points": emb.place(features)}
+            "app-placement",
+            params,
+            lambda: {"points": emb.place(features)},
+            expect={"points": ArraySpec((None, 2))},
         )
         return np.asarray(payload["points"], dtype=np.float64)
 

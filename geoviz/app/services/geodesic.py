@@ -6,13 +6,14 @@ import dataclasses
 from collections.abc import Hashable
 from typing import Any
 
+import numpy as np
 import torch
 
 from geoviz.app.jobs import BackgroundJob
 from geoviz.app.scenario import Scenario
 from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.services.datasets import ScenarioData
-from geoviz.backend import DiskCache
+from geoviz.backend import ArraySpec, DiskCache
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic.mixup import mixup_interpolation
@@ -151,10 +152,26 @@ def cached_bootstrap(
         boot = result.bootstrap(replicates, seed=seed, progress=progress)
         return dataclasses.asdict(boot)
 
-    stored = cache.get_or_compute(BOOTSTRAP_NAMESPACE, params, compute)
-    # the cache stores arrays as tensors; the bootstrap's fields are NumPy arrays
-    fields = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in stored.items()}
-    return GeodesicBootstrap(**fields)
+    def rebuild(stored: dict[str, Any]) -> GeodesicBootstrap:
+        # the cache stores arrays as tensors; the bootstrap's fields are NumPy arrays
+        fields = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in stored.items()}
+        return GeodesicBootstrap(**fields)
+
+    def check(stored: dict[str, Any]) -> None:
+        boot = rebuild(stored)
+        # the estimates are the result's own: a stored bootstrap of other numbers is not this one
+        for name in ("w_to_target", "w_between", "a_hat"):
+            if not np.allclose(getattr(boot, name), np.asarray(params[name]), equal_nan=True):
+                raise GeovizError(f"its {name} is not the result's")
+
+    m, b = len(result.references), int(replicates)
+    expect = {
+        "w_to_target_replicates": ArraySpec((b, m), finite=False),
+        "w_between_replicates": ArraySpec((b, m, m), finite=False),
+        "a_hat_replicates": ArraySpec((b, m), finite=False),
+    }
+    stored = cache.get_or_compute(BOOTSTRAP_NAMESPACE, params, compute, expect=expect, check=check)
+    return rebuild(stored)
 
 
 def bootstrap_job(scenario: Scenario) -> BackgroundJob | None:
