@@ -13,6 +13,7 @@ import pytest
 from geoviz.app import serve, services
 from geoviz.app.explorer.service import bootstrap_payload, embedding_payload, geodesic_payload
 from geoviz.app.session import SessionModel
+from geoviz.errors import GeovizError
 from geoviz.geodesic.pipeline import fit_geodesic
 
 
@@ -61,7 +62,7 @@ def test_prefetch_switch(raw, enabled):
 
 
 def test_prefetch_switch_refuses_other_values_in_one_sentence():
-    with pytest.raises(SystemExit, match="GEOVIZ_PREFETCH must be 0 or 1, got 'maybe'"):
+    with pytest.raises(GeovizError, match=r"GEOVIZ_PREFETCH must be 0 or 1 \(.*\), got 'maybe'"):
         serve.prefetch_enabled({"GEOVIZ_PREFETCH": "maybe"})
 
 
@@ -83,3 +84,47 @@ def test_preload_imports_the_modules_and_skips_a_missing_one():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
     ).stdout
     assert out.strip() == "['json', 'qpsolvers'] True"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "sentence"),
+    [
+        ("GEOVIZ_FIT_WORKERS", "abc", "GEOVIZ_FIT_WORKERS must be an integer >= 0, got 'abc'"),
+        ("GEOVIZ_APP_GRID", "1", "GEOVIZ_APP_GRID must be >= 2, got 1"),
+        ("GEOVIZ_TRANSFER_BACKEND", "fast", "must be auto, ray or sequential, got 'fast'"),
+        ("GEOVIZ_PREFETCH", "maybe", "GEOVIZ_PREFETCH must be 0 or 1"),
+        ("GEOVIZ_DEVICE", "gpu", "GEOVIZ_DEVICE must be auto, cpu or cuda, got 'gpu'"),
+    ],
+)
+def test_settings_problem_names_the_variable_and_its_values(name, raw, sentence):
+    assert sentence in serve.settings_problem({name: raw})
+    assert serve.settings_problem({}) is None
+
+
+def test_a_bad_setting_stops_the_server_before_it_starts():
+    """``GEOVIZ_FIT_WORKERS=abc`` used to start a server whose every page was an error box:
+    now the launcher exits with status 2 and one sentence, before Streamlit runs."""
+    import os
+
+    env = {**os.environ, "GEOVIZ_FIT_WORKERS": "abc", "GEOVIZ_PREFETCH": "0"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "geoviz.app.serve",
+            "--server.port",
+            "8599",
+            "--server.headless",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [
+        "geoviz: environment variable GEOVIZ_FIT_WORKERS must be an integer >= 0, got 'abc'"
+    ]
+    assert "Traceback" not in proc.stderr and "streamlit" not in proc.stdout.lower()

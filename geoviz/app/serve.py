@@ -31,6 +31,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import torch
+
 from geoviz.app import services
 from geoviz.app.explorer.service import (
     bootstrap_payload,
@@ -40,6 +42,8 @@ from geoviz.app.explorer.service import (
 )
 from geoviz.app.session import SessionModel
 from geoviz.app.settings import AppSettings
+from geoviz.backend import RuntimeSettings
+from geoviz.errors import GeovizError
 
 LOG = logging.getLogger("geoviz.app.serve")  # also when run as __main__
 
@@ -64,6 +68,7 @@ __all__ = [
     "prefetch_default_scenario",
     "prefetch_enabled",
     "preload",
+    "settings_problem",
     "start_prefetch",
     "streamlit_argv",
 ]
@@ -98,7 +103,36 @@ def prefetch_enabled(env: Mapping[str, str] | None = None) -> bool:
         return True
     if raw in ("0", "false", "no", "off"):
         return False
-    raise SystemExit(f"environment variable GEOVIZ_PREFETCH must be 0 or 1, got {raw!r}")
+    raise GeovizError(
+        "environment variable GEOVIZ_PREFETCH must be 0 or 1 (or off/on, false/true, no/yes), "
+        f"got {raw!r}"
+    )
+
+
+def settings_problem(env: Mapping[str, str] | None = None) -> str | None:
+    """One sentence naming the environment variable the server cannot start with (and the
+    values it accepts), or ``None`` when every setting is usable.
+
+    Checked by :func:`main` before Streamlit starts: a server started with, say,
+    ``GEOVIZ_FIT_WORKERS=abc`` would otherwise answer every page with an error box.
+    """
+    env = os.environ if env is None else env
+    try:
+        AppSettings.from_env(env)
+        prefetch_enabled(env)
+        device = RuntimeSettings.from_env(env).device
+        if device not in ("auto", "cpu", "cuda"):
+            raise GeovizError(
+                f"environment variable GEOVIZ_DEVICE must be auto, cpu or cuda, got {device!r}"
+            )
+        if device == "cuda" and not torch.cuda.is_available():
+            raise GeovizError(
+                "environment variable GEOVIZ_DEVICE is cuda, but no CUDA GPU is available to "
+                "torch here: use auto or cpu"
+            )
+    except GeovizError as err:
+        return str(err)
+    return None
 
 
 def prefetch_default_scenario(settings: AppSettings | None = None) -> dict[str, float]:
@@ -180,7 +214,19 @@ def _log_to_stderr() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Preload, start the prefetch, then run ``streamlit run app.py [argv]`` in this process."""
+    """Check the settings, preload, start the prefetch, then run ``streamlit run app.py
+    [argv]`` in this process.
+
+    Raises
+    ------
+    SystemExit
+        Status 2 after one sentence on stderr when an environment variable is unusable
+        (:func:`settings_problem`); nothing was started.
+    """
+    problem = settings_problem()
+    if problem is not None:  # before anything starts: one sentence and the usage status
+        print(f"geoviz: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     _log_to_stderr()
     options = list(sys.argv[1:] if argv is None else argv)
     seconds = preload()

@@ -69,7 +69,9 @@ def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) 
     try:
         value = int(raw)
     except ValueError as err:
-        raise GeovizError(f"environment variable {name} must be an integer, got {raw!r}") from err
+        raise GeovizError(
+            f"environment variable {name} must be an integer >= {minimum}, got {raw!r}"
+        ) from err
     if value < minimum:
         raise GeovizError(f"environment variable {name} must be >= {minimum}, got {value}")
     return value
