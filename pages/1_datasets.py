@@ -22,6 +22,7 @@ from geoviz.errors import GeovizError
 from geoviz.ot.otdd import DEFAULT_EPSILON
 from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
 from geoviz.viz.plots import class_histograms, otdd_heatmap, point_set, scatter_sets
+from geoviz.viz.report import markdown_literal
 
 SIZES = [16, 28, 32, 64]
 FORM_SYNCED = "geoviz_form_synced"  # key of the scenario the form widgets were last written from
@@ -260,7 +261,7 @@ def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
         # the count alone as the value (a unit there was cut to "2000 sa…" in narrow columns)
         # and the shape as a grey caption without the ↑ of a change (issue 26, item 6)
         col.metric(
-            f"{role}: {ds.name}",
+            f"{role}: {markdown_literal(ds.name)}",  # a link's or an upload's name, as typed
             f"{ds.n_samples:,}",
             f"samples · {ds.n_classes} classes · {shape}",
             delta_color="off",
@@ -275,7 +276,12 @@ def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
 
     st.subheader("Samples")
     if data.is_image:
-        tabs = st.tabs([f"{r}: {ds.name}" for r, ds in zip(roles, data.datasets, strict=True)])
+        tabs = st.tabs(
+            [
+                f"{r}: {markdown_literal(ds.name)}"
+                for r, ds in zip(roles, data.datasets, strict=True)
+            ]
+        )
         for tab, ds in zip(tabs, data.datasets, strict=True):
             idx = example_indices(ds.labels, min(30, ds.n_samples), seed=0)
             with tab:
@@ -331,7 +337,8 @@ def pairwise_section(model: SessionModel, data: services.ScenarioData) -> None:
         st.plotly_chart(otdd_heatmap(mat, list(data.names)), key="pairwise_heatmap")
         closest = int(np.argmin(mat[0, 1:])) + 1
         st.caption(
-            f"Closest single reference to Q by OTDD: **{data.names[closest]}** (d² = {mat[0, closest]:.4g})."
+            f"Closest single reference to Q by OTDD: **{markdown_literal(data.names[closest])}** "
+            f"(d² = {mat[0, closest]:.4g})."
         )
 
 

@@ -29,7 +29,7 @@ from geoviz.viz.plots import (
     point_set,
     soft_label_bars,
 )
-from geoviz.viz.report import blur_warning
+from geoviz.viz.report import blur_warning, markdown_literal, plotly_literal
 
 EPS_KEY = "maps_eps"
 METHOD_KEY = "maps_method"
@@ -113,9 +113,11 @@ def sharpness(result) -> None:
     cols = st.columns(result.m)
     for i, (col, diag) in enumerate(zip(cols, result.diagnostics, strict=True)):
         ref, name = result.references[i], result.reference_names[i]
-        context = {"reference": name, "n_reference": ref.n_samples, "n_classes": ref.n_classes}
+        # names come from links and uploads: shown as typed, never as Markdown
+        shown = markdown_literal(name)
+        context = {"reference": shown, "n_reference": ref.n_samples, "n_classes": ref.n_classes}
         with col:
-            st.markdown(f"**T{i + 1}: Q → {name}**")
+            st.markdown(f"**T{i + 1}: Q → {shown}**")
             absent = []
             for field in services.diagnostic_fields([diag]):
                 fmt = services.field_format(type(diag), field)
@@ -171,7 +173,7 @@ def mapped_samples(result) -> None:
     if q.is_image:
         mapped = [
             (
-                f"T{i + 1}(x)<br>{name}",
+                f"T{i + 1}(x)<br>{plotly_literal(name)}",
                 as_display_images(result.mapped_features[i][idx], q.image_shape),
                 soft_label_captions(result.soft_labels[i][idx], ref.classes),
             )
@@ -217,7 +219,8 @@ def mapped_samples(result) -> None:
                     result.soft_labels[i][idx],
                     [f"{result.reference_names[i]}/{c}" for c in ref.classes],
                     names,
-                    title=f"Soft labels of T{i + 1}(x) over {result.reference_names[i]}",
+                    title=f"Soft labels of T{i + 1}(x) over "
+                    + plotly_literal(result.reference_names[i]),
                 ),
                 key=f"maps_bars_{i}",
             )
@@ -273,7 +276,7 @@ def _pick_points(q, prefix: str, n_col, seed_col) -> np.ndarray:
     try:
         return services.teaching_indices(q.n_samples, n, int(seed), text)
     except GeovizError as err:
-        st.warning(f"{err}; showing random points instead.")
+        st.warning(f"{markdown_literal(str(err))}; showing random points instead.")
         return services.teaching_indices(q.n_samples, n, int(seed))
 
 
@@ -317,7 +320,9 @@ def transitions(result) -> None:
         "Mass of each Q class sent to each P_i class, Y_Qᵀ S_i / N (rows normalised). "
         "A sharp row means the map sends that class of Q to one class of P_i."
     )
-    tabs = st.tabs([f"P{i + 1}: {n}" for i, n in enumerate(result.reference_names)])
+    tabs = st.tabs(
+        [f"P{i + 1}: {markdown_literal(n)}" for i, n in enumerate(result.reference_names)]
+    )
     for i, (tab, ref) in enumerate(zip(tabs, result.references, strict=True)):
         with tab:
             mat = label_transition(q.labels, result.soft_labels[i], q.n_classes)
@@ -326,13 +331,13 @@ def transitions(result) -> None:
                     mat,
                     q.classes,
                     ref.classes,
-                    target_name=f"Q ({q.name})",
-                    reference_name=result.reference_names[i],
+                    target_name=f"Q ({plotly_literal(q.name)})",
+                    reference_name=plotly_literal(result.reference_names[i]),
                 ),
                 key=f"maps_transition_{i}",
             )
             diag = result.diagnostics[i]
-            name = result.reference_names[i]
+            name = markdown_literal(result.reference_names[i])
             st.markdown(
                 f"{glossary.OTDD_SHORT}(Q, {name}) = {_stat(diag, 'otdd')} · "
                 f"marginal error {_stat(diag, 'marginal_error')} · "

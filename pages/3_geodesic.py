@@ -13,7 +13,7 @@ from geoviz.errors import GeovizError
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.compare import mixup_comparison
 from geoviz.viz.plots import otdd_heatmap
-from geoviz.viz.report import two_q_markdown
+from geoviz.viz.report import markdown_literal, plotly_literal, two_q_markdown
 
 EXPLORER_KEY = "geodesic_explorer"
 
@@ -62,6 +62,7 @@ def two_q_matrix(result) -> None:
 def picked_summary(model: SessionModel, result, weights: SimplexWeights, names: list[str]) -> None:
     """What the server holds after a release (the URL, Export and other pages use it)."""
     c1, c2 = st.columns([4, 1], vertical_alignment="center")
+    names = [markdown_literal(n) for n in names]  # a link's or an upload's names, as typed
     value = float(result.objective(weights))
     gap = value - result.w2_hat
     c1.markdown(
@@ -84,7 +85,7 @@ def mixup_view(model: SessionModel, result, pa, weights: SimplexWeights, names: 
         list(result.references),
         pa,
         naive,
-        names,
+        [plotly_literal(n) for n in names],
         f"Same weights a = {weights.format()}, different couplings (paper Fig. 3b)",
     )
     st.plotly_chart(fig, key="geo_compare")

@@ -12,6 +12,7 @@ import streamlit as st
 from geoviz.app import widgets
 from geoviz.app.explorer.component import mccann_explorer
 from geoviz.app.state import SessionModel
+from geoviz.viz.report import markdown_literal
 
 T_KEY = "mc_t"
 T_DEFAULT = 0.5
@@ -50,7 +51,7 @@ def mccann_view(model: SessionModel, result) -> None:
     )
     t = mccann_explorer(model, result, int(i), t_key=T_KEY, t_default=T_DEFAULT)
     model.set_mccann(ref=int(i), t=t)
-    st.caption(f"Released t = {t:.2f} (P{int(i) + 1}: {names[int(i)]}).")
+    st.caption(f"Released t = {t:.2f} (P{int(i) + 1}: {markdown_literal(names[int(i)])}).")
     # a fragment rerun does not reach the page frame: keep the URL's t and reference current
     widgets.sync_url(model)
 

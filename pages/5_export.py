@@ -22,7 +22,7 @@ from geoviz.geodesic.pipeline import GeodesicResult
 from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
-from geoviz.viz.report import markdown_literal
+from geoviz.viz.report import markdown_literal, plotly_literal
 
 RULE_HELP = {
     "block-sample": "block-sample — draw reference i with probability a_i, then its top class",
@@ -85,7 +85,8 @@ def main(model: SessionModel) -> None:
         else SimplexWeights.from_input(result.a_hat, result.m, decimals=None)  # a_hat exactly
     )
     st.markdown(
-        f"a = {format_weights(weights, names)} · {glossary.OBJECTIVE} = "
+        f"a = {format_weights(weights, [markdown_literal(n) for n in names])} · "
+        f"{glossary.OBJECTIVE} = "
         f"{float(result.objective(weights)):.4g}"
     )
 
@@ -134,7 +135,7 @@ def main(model: SessionModel) -> None:
                 as_display_images(pa.features[:k], pa.image_shape),
                 soft_label_captions(pa.soft_labels[:k], pa.class_names, two_lines=True),
                 ncols=10,
-                title=f"{pa.name}: first {k} of {pa.n_samples} samples",
+                title=f"{plotly_literal(pa.name)}: first {k} of {pa.n_samples} samples",
             ),
             key="export_preview",
         )
@@ -163,7 +164,7 @@ def main(model: SessionModel) -> None:
             with_intervals(pa, boot), fmt, rule, label_seed
         )
         st.download_button(
-            f"Download {filename} ({len(data) / 1e6:.2f} MB)",
+            f"Download {markdown_literal(filename)} ({len(data) / 1e6:.2f} MB)",
             data,
             file_name=filename,
             mime=mime,
@@ -210,7 +211,11 @@ def main(model: SessionModel) -> None:
             widgets.show_error(err, "Could not save")
         else:
             shown = [str(p.relative_to(root)) for p in res.paths]
-            st.success("Wrote " + ", ".join(shown) + " in the server's export folder.")
+            st.success(
+                "Wrote "
+                + ", ".join(markdown_literal(p) for p in shown)
+                + " in the server's export folder."
+            )
 
 
 with widgets.app_page("5 · Export") as model:

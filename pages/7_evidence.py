@@ -12,6 +12,7 @@ from geoviz.app.state import SessionModel
 from geoviz.geodesic.weights import format_weights
 from geoviz.nn.training import PRESETS
 from geoviz.transfer.table import METHOD_TITLES
+from geoviz.viz.report import markdown_literal
 from geoviz.viz.study import (
     correlation_figure,
     correlation_sentence,
@@ -61,8 +62,9 @@ def watch(model: SessionModel, request: services.EvidenceRequest) -> None:
     if job is None:
         return
     stage, fraction, log = job.snapshot()
-    st.progress(fraction, text=f"{stage} · {job.elapsed:.0f} s")
-    st.caption("  \n".join(f"`{t:5.1f} s` · {line}" for t, line in log))
+    # stages and log lines may name the scenario's datasets: shown as typed
+    st.progress(fraction, text=f"{markdown_literal(stage)} · {job.elapsed:.0f} s")
+    st.caption("  \n".join(f"`{t:5.1f} s` · {markdown_literal(line)}" for t, line in log))
     if job.done():
         st.rerun()
 
@@ -74,7 +76,7 @@ def comparison_section(result: services.EvidenceResult) -> None:
     st.caption(
         f"{comp.k}-shot target, accuracy on {result.n_test} test samples of Q, mean ± std over "
         f"{rows[0]['n_seeds']} seed(s), preset “{comp.preset}”; "
-        f"a = {format_weights(comp.weights, result.reference_names)}."
+        f"a = {format_weights(comp.weights, [markdown_literal(n) for n in result.reference_names])}."
     )
     fig = go.Figure(
         go.Bar(

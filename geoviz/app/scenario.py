@@ -333,11 +333,17 @@ class Scenario:
 
         ``n_samples`` are the sample counts of the loaded ``(Q, P_1, ..., P_m)`` when known:
         the lines then show them instead of the requested N, with a note for every dataset
-        that has fewer samples than requested (it is used whole).
+        that has fewer samples than requested (it is used whole). Dataset labels are
+        escaped (:func:`geoviz.viz.report.markdown_literal`): a link or an upload names
+        them, and they show as typed, never as a link or an image.
         """
+        from geoviz.viz.report import markdown_literal
+
+        def label(choice: DatasetChoice) -> str:
+            return markdown_literal(choice.label)
 
         def ref(i: int, r: DatasetChoice) -> str:
-            return r.label if r.label == f"P{i + 1}" else f"P{i + 1} = {r.label}"
+            return label(r) if r.label == f"P{i + 1}" else f"P{i + 1} = {label(r)}"
 
         size = f" · images {self.image_size}×{self.image_size}" if is_image is not False else ""
         counts = None if n_samples is None else [int(n) for n in n_samples]
@@ -352,7 +358,7 @@ class Scenario:
             else:
                 ref_n = "N = " + ", ".join(f"{n} (P{i + 1})" for i, n in enumerate(counts[1:]))
         lines = [
-            f"**Q** (target): {self.target.label}, N = {n_q}",
+            f"**Q** (target): {label(self.target)}, N = {n_q}",
             "**References**: " + ", ".join(ref(i, r) for i, r in enumerate(self.references)),
             f"{ref_n}{size}",
         ]
@@ -360,7 +366,7 @@ class Scenario:
             requested = [self.n_target] + [self.n_reference] * self.m
             for choice, n, want in zip(self.choices, counts, requested, strict=True):
                 if n < want:
-                    lines.append(f"N capped at {n} for {choice.label} (it has only {n} samples)")
+                    lines.append(f"N capped at {n} for {label(choice)} (it has only {n} samples)")
         if self.few_shot.enabled:
             lines.append(
                 f"few-shot: {self.few_shot.k} labels per class + {self.few_shot.n_neighbors}-NN pseudo-labels"

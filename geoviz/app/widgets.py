@@ -29,6 +29,7 @@ from geoviz.app.explorer.component import ExplorerState
 from geoviz.app.explorer.service import embedding_payload_job
 from geoviz.app.state import Scenario, SessionModel
 from geoviz.geodesic.weights import format_weights
+from geoviz.viz.report import markdown_literal
 
 if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicResult
@@ -97,7 +98,7 @@ def app_page(title: str) -> Iterator[SessionModel]:
     if not st.session_state.get(_URL_RESTORED):
         st.session_state[_URL_RESTORED] = True
         for problem in model.restore(st.query_params.to_dict()):
-            st.warning(problem)
+            st.warning(markdown_literal(problem))  # it may quote the link's names
     with st.sidebar:
         for page in PAGES:
             st.page_link(page.script, label=page.label, icon=page.icon)
@@ -131,7 +132,7 @@ def _scenario_sidebar(box: Any, model: SessionModel) -> None:
             st.markdown(line)
         result = services.geodesic_if_ready(model.scenario)
         if result is not None:
-            names = list(result.reference_names)
+            names = [markdown_literal(n) for n in result.reference_names]
             st.markdown(f"**{glossary.A_HAT}** = {format_weights(result.a_hat, names)}")
         else:
             st.caption("OTDD maps not computed yet (pages 2–5 compute them).")
@@ -140,7 +141,8 @@ def _scenario_sidebar(box: Any, model: SessionModel) -> None:
 
 def show_error(err: BaseException, what: str = "") -> None:
     """Show an exception inline: the library's message for input errors, else its type too."""
-    text = services.error_text(err)
+    # the message may quote what a visitor named (an upload, a link's dataset): as text
+    text = markdown_literal(services.error_text(err))
     st.error(f"{what}: {text}" if what else text)
 
 
@@ -173,7 +175,7 @@ def throttled_progress(bar: Any, *, min_interval: float = 0.2) -> Progress:
             or frac - state["fraction"] >= 0.01
             or now - state["time"] >= min_interval
         ):
-            bar.progress(frac, text=stage)
+            bar.progress(frac, text=markdown_literal(stage))  # stages name datasets
             state.update(stage=stage, fraction=frac, time=now)
 
     return progress
@@ -183,9 +185,11 @@ def explorer_notes(model: SessionModel, state: ExplorerState) -> None:
     """Below the explorer: why the intervals or the embedding view will not come, or how far
     their background jobs have got (they appear in the explorer by themselves when done)."""
     if state.bootstrap_error is not None:
-        st.caption(f"No intervals: {services.error_text(state.bootstrap_error)}")
+        st.caption(f"No intervals: {markdown_literal(services.error_text(state.bootstrap_error))}")
     if state.embedding_error is not None:
-        st.caption(f"No embedding view: {services.error_text(state.embedding_error)}")
+        st.caption(
+            f"No embedding view: {markdown_literal(services.error_text(state.embedding_error))}"
+        )
     jobs = {
         "intervals": (
             services.bootstrap_job(model.scenario),
@@ -242,10 +246,12 @@ def geodesic_with_status(
             # shares the cores with the fit: only what changed is sent
             if (stage, round(fraction, 2)) != shown_bar:
                 shown_bar = (stage, round(fraction, 2))
-                bar.progress(fraction, text=stage)
+                bar.progress(fraction, text=markdown_literal(stage))  # stages name datasets
             if len(log) != shown_lines:
                 shown_lines = len(log)
-                log_box.markdown("  \n".join(f"`{t:5.1f} s` · {line}" for t, line in log))
+                log_box.markdown(
+                    "  \n".join(f"`{t:5.1f} s` · {markdown_literal(line)}" for t, line in log)
+                )
             if finished:
                 break
     services.finish_geodesic(scenario)

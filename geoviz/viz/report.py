@@ -289,16 +289,37 @@ def two_q_table(matrix: np.ndarray, names: Sequence[str], digits: int = 4) -> pd
     return pd.DataFrame(cells, index=list(names), columns=list(names))
 
 
-#: characters Streamlit's Markdown would read as formatting: ``$`` starts math, ``|`` a cell
-_MARKDOWN_SPECIALS = frozenset("\\`*_{}[]()#+-.!|<>~$")
+#: characters Streamlit's Markdown would read as formatting: ``$`` starts math, ``|`` a cell,
+#: ``[``/``]``/``(``/``)``/``!`` links and images, ``<`` HTML and autolinks, ``&`` character
+#: references, ``:`` the ``http://`` autolinks and Streamlit's ``:red[...]``/``:material/x:``
+#: directives, ``@`` e-mail autolinks (every one an ASCII punctuation CommonMark lets a
+#: backslash escape)
+_MARKDOWN_SPECIALS = frozenset("\\`*_{}[]()#+-.!|<>~$&:@")
 
 
 def markdown_literal(text: str) -> str:
-    """``text`` backslash-escaped so Markdown shows it as typed (dataset names come from
-    users: a ``|`` must not split a table cell, nor a ``$`` start math); newlines become
-    spaces."""
+    """``text`` backslash-escaped so Markdown shows it as typed.
+
+    For every string a visitor names (dataset, class, upload and file names, link
+    parameters, error messages that quote them) that a page puts into Markdown:
+    ``st.markdown``, ``st.caption``, the alert boxes, widget labels and help texts, tab,
+    expander and metric labels. ``![x](http://host/a.png)`` then shows as those
+    characters, with no image fetched and no link made; a ``|`` does not split a table
+    cell, a ``$`` starts no math. Control characters and line breaks become spaces (one
+    line: no heading, list or code block can start).
+    """
     flat = " ".join(str(text).splitlines())
+    flat = "".join(" " if (ord(c) < 32 or ord(c) == 127) else c for c in flat)
     return "".join(f"\\{c}" if c in _MARKDOWN_SPECIALS else c for c in flat)
+
+
+def plotly_literal(text: str) -> str:
+    """``text`` as Plotly shows it literally in a title, legend entry, axis title, tick or
+    hover label: Plotly reads a subset of HTML there (``<a href>``, ``<b>``, ``<span
+    style>``, ``<br>``, entities), so ``&``, ``<`` and ``>`` become entities and line
+    breaks spaces."""
+    flat = " ".join(str(text).splitlines())
+    return flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def two_q_markdown(matrix: np.ndarray, names: Sequence[str], digits: int = 4) -> str:
