@@ -836,3 +836,62 @@ def test_an_unknown_or_clashing_format_is_refused():
     with pytest.raises(ExportError, match=re.escape("'.npz' already names 'npz'")):
         register_format(clash)
     assert clash.name not in export_formats()  # nothing registered by a refusal
+
+
+# ----------------------------------------------------------------------------- Windows device names
+
+
+@pytest.mark.parametrize(
+    ("name", "folder"),
+    [
+        ("COM¹", "_COM¹"),  # superscript one: a device on Windows, kept as is before
+        ("com²", "_com²"),
+        ("LPT³.txt", "_LPT³.txt"),
+        ("COM0", "_COM0"),
+        ("lpt0.tar.gz", "_lpt0.tar.gz"),
+        ("nul.txt", "_nul.txt"),
+        ("AUX. .", "_AUX"),  # trailing dots and spaces are dropped by Windows too
+        ("Con  ", "_Con"),
+        ("x/COM¹", "x_COM¹"),  # not a device once prefixed
+        ("COM10", "COM10"),
+        ("COM¹¹", "COM¹¹"),
+        ("CONSOLE", "CONSOLE"),
+    ],
+)
+def test_windows_device_names_are_made_safe(name, folder):
+    assert safe_name(name) == folder
+    assert not gx.names.is_windows_reserved(folder)
+
+
+def test_no_safe_name_is_a_windows_device_name():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    devices = st.sampled_from(["CON", "PRN", "AUX", "NUL", "COM", "LPT"])
+    digits = st.sampled_from(["", "0", "1", "9", "\u00b9", "\u00b2", "\u00b3"])
+    tails = st.text(alphabet=". _-xtT", max_size=4)
+    cases = st.tuples(devices, digits, tails).map(lambda t: "".join(t))
+    anything = st.text(max_size=12)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.one_of(cases, anything).flatmap(lambda n: st.tuples(st.just(n), st.booleans())))
+    def check(case):
+        name, lower = case
+        name = name.lower() if lower else name
+        assert not gx.names.is_windows_reserved(safe_name(name))
+
+    check()
+
+
+def test_device_class_names_get_unique_recorded_folders_and_round_trip(tmp_path):
+    names = ("COM¹", "_COM¹", "com¹", "nul.txt", "LPT²")
+    ds = _image_ds(n=len(names) * 2, names=names)
+    folders = class_folder_names(names)
+    assert folders == ["_COM¹", "_COM¹_1", "_com¹_2", "_nul.txt", "_LPT²"]
+    result = export_dataset(ds, tmp_path / "synth")
+    assert result.manifest["class_folders"] == folders  # the mapping, in class order
+    tops = {p.name for p in result.data_path.iterdir() if p.is_dir()}
+    assert tops == set(folders)
+    _assert_same(load_export(result.data_path), ds)
+    labels, _ = gx.load_hard_labels(result.data_path)
+    np.testing.assert_array_equal(labels, _block_sampled(ds))

@@ -165,7 +165,14 @@ def _imagefolder_hard_labels(path: Path, container: str) -> tuple[np.ndarray, di
         if not rows or len(rows[0]) < 2:
             raise DatasetFormatError(f"{LABELS_NAME} has no label columns", path)
         class_names = manifest.get("class_names", rows[0][1:])
-        index = {f: k for k, f in enumerate(class_folder_names(class_names))}
+        folders = manifest.get("class_folders")
+        if not (
+            isinstance(folders, list)
+            and len(folders) == len(class_names)
+            and all(isinstance(f, str) for f in folders)
+        ):  # an export written before the folders were recorded: derive them as its writer did
+            folders = class_folder_names(class_names)
+        index = {f: k for k, f in enumerate(folders)}
         out = []
         for line, row in enumerate(rows[1:], start=2):
             folder = PurePosixPath(row[0]).parts[0] if row and row[0] else ""
@@ -189,6 +196,9 @@ def _build_imagefolder(
 ) -> BuiltExport:
     pngs, quant = _png_payload(ds, "imagefolder")
     manifest = _base_manifest(ds, "imagefolder", created, hard, quant)
+    # the folder of each class, in class order: names are made safe (Windows devices such as
+    # COM¹ get a "_" prefix, clashes a "_<index>" suffix), so a reader need not re-derive them
+    manifest["class_folders"] = class_folder_names(ds.class_names)
     return BuiltExport(_imagefolder_files(ds, pngs, labels), manifest)
 
 

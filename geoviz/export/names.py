@@ -8,11 +8,24 @@ from pathlib import Path
 
 MANIFEST_NAME = "manifest.json"
 LABELS_NAME = "labels.csv"
+#: Windows device names, reserved with any extension and in any case (its documentation's
+#: list: COM0-9 and LPT0-9 include the superscript digits ¹ ² ³, which Windows also takes
+#: for device numbers)
+_DEVICE_DIGITS = "0123456789\u00b9\u00b2\u00b3"
 _WINDOWS_RESERVED = frozenset(
-    {"CON", "PRN", "AUX", "NUL"}
-    | {f"COM{i}" for i in range(1, 10)}
-    | {f"LPT{i}" for i in range(1, 10)}
+    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
+    | {f"COM{d}" for d in _DEVICE_DIGITS}
+    | {f"LPT{d}" for d in _DEVICE_DIGITS}
 )
+
+
+def is_windows_reserved(name: str) -> bool:
+    """Whether Windows refuses ``name`` as a file or folder name because it is a device:
+    its part before the first dot, without trailing spaces and dots, is one of
+    ``CON PRN AUX NUL COM0-9 LPT0-9 COM¹²³ LPT¹²³`` (case-insensitive; ``nul.txt``,
+    ``Com¹.tar.gz`` and ``AUX . `` too)."""
+    stem = str(name).rstrip(" .").split(".")[0].rstrip(" ")
+    return stem.upper() in _WINDOWS_RESERVED
 
 
 def sidecar_manifest_path(path: str | Path) -> Path:
@@ -27,8 +40,8 @@ def safe_name(name: str, fallback: str = "item", max_bytes: int = 100) -> str:
     Letters and digits (any script, NFC-normalised) and ``-_.+`` are kept;
     everything else (``/``, ``\\``, ``:``, spaces, quotes, control characters...)
     becomes ``_``; runs of ``_`` collapse; leading/trailing dots, underscores and
-    spaces are dropped (no hidden files, no ``..``); Windows device names get a
-    ``_`` prefix; the result is at most ``max_bytes`` UTF-8 bytes. Empty results
+    spaces are dropped (no hidden files, no ``..``); Windows device names
+    (:func:`is_windows_reserved`, e.g. ``CON``, ``nul.txt``, ``COM¹``) get a ``_`` prefix; the result is at most ``max_bytes`` UTF-8 bytes. Empty results
     give ``fallback``. Distinct names can map to the same result: see
     :func:`class_folder_names` for a collision-free mapping.
     """
@@ -39,7 +52,7 @@ def safe_name(name: str, fallback: str = "item", max_bytes: int = 100) -> str:
         text = text[:-1].rstrip("._ ")
     if not text:
         text = fallback
-    if text.split(".")[0].upper() in _WINDOWS_RESERVED:
+    if is_windows_reserved(text):
         text = f"_{text}"
     return text
 
