@@ -930,11 +930,13 @@ def test_explorer_mccann_play(page, server):
 def _post_value(frame, value_js: str, seq: int) -> None:
     """Post a component value from inside the explorer's frame, as a hostile page script
     would: ``value_js`` is a JavaScript expression for the ``weights`` / ``t`` field or, with
-    seq < 0, for the whole value."""
+    seq < 0, for the whole value. Through ``window.top``, around the frame's own guard on
+    ``window.parent`` (tests/test_explorer_guard.py), so the server's checks are what is
+    tested here."""
     frame.evaluate(
         "([expr, seq]) => { const v = eval(expr);"
         " const value = seq < 0 ? v : Object.assign({seq: seq, id: 'hostile'}, v);"
-        " window.parent.postMessage({isStreamlitMessage: true,"
+        " window.top.postMessage({isStreamlitMessage: true,"
         " type: 'streamlit:setComponentValue', value: value, dataType: 'json'}, '*'); }",
         [value_js, seq],
     )

@@ -51,23 +51,39 @@ __all__ = [
 ]
 
 
+def _forget(key: str) -> None:
+    """Drop the component's value from this run's state before the component is drawn.
+
+    Streamlit deep-copies a widget's value when the widget is drawn: a refused value nested a
+    few hundred deep (short of the JSON parser's limit) would fail there, on every rerun,
+    outside the page's checks. A value the page has refused or already handled is not needed
+    again, so it never reaches that copy (the browser's next release replaces it).
+    """
+    st.session_state[key] = None
+
+
 def _new_event(value: Any, key: str) -> ReleasedEvent | None:
     """The component's value when it is a release the page has not handled yet.
 
     Checked once here (:func:`geoviz.app.browser.released_event`): a malformed value raises
     :class:`~geoviz.app.browser.BrowserValueError` once, and is then marked as handled so the
-    same bad value is not reported on every rerun.
+    same bad value is not reported on every rerun. A value that is not a new release is
+    forgotten (:func:`_forget`).
     """
     seen = f"_{key}_seq"
     try:
         event = released_event(value)
     except BrowserValueError as err:
+        _forget(key)
         marker = ("<refused>", str(err))  # short, and the same for the same bad value
         if st.session_state.get(seen) == marker:
             return None
         st.session_state[seen] = marker
         raise
-    if event is None or st.session_state.get(seen) == event.marker:
+    if event is None:
+        return None
+    if st.session_state.get(seen) == event.marker:
+        _forget(key)
         return None
     st.session_state[seen] = event.marker
     return event
@@ -137,6 +153,7 @@ def geodesic_explorer(
             released = model.set_weights(released_weights(event.fields["weights"], result.m))
         polled = event is not None and "poll" in event.fields
     except BrowserValueError as err:  # the last good pick stays, and so does the explorer
+        _forget(key)
         _refused(err)
     # one deadline for both parts: a first run waits FIRST_WAIT_SECONDS in all, not per part
     deadline = time.monotonic() + (POLL_WAIT_SECONDS if polled else FIRST_WAIT_SECONDS)
@@ -197,6 +214,7 @@ def mccann_explorer(
         if event is not None and "t" in event.fields:
             st.session_state[t_key] = released_t(event.fields["t"])
     except BrowserValueError as err:  # the last good t stays, and so does the explorer
+        _forget(ckey)
         _refused(err)
     t = float(st.session_state.setdefault(t_key, t_default))
     payload = mccann_payload(model, result, i)
