@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import plotly.graph_objects as go
 import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import services, widgets
-from geoviz.app.services.evidence import StoredStudy, stored_studies
+from geoviz.app.services.evidence import StoredStudy, evidence_failure, stored_studies
 from geoviz.app.state import SessionModel
 from geoviz.geodesic.weights import format_weights
+from geoviz.isolation import WorkerExitedError
 from geoviz.nn.training import PRESETS
 from geoviz.transfer.table import METHOD_TITLES
 from geoviz.viz.report import markdown_literal
@@ -184,6 +187,23 @@ def study_section(result: services.EvidenceResult) -> None:
         st.dataframe(study.to_frame(), hide_index=True)
 
 
+def failure_action(
+    model: SessionModel, request: services.EvidenceRequest
+) -> Literal["none", "shown", "restart"]:
+    """Show why the last run of ``request`` failed, with a button to start it again:
+    ``"restart"`` when that button was pressed now, ``"shown"`` otherwise, ``"none"`` when
+    the last run did not fail."""
+    failure = evidence_failure(model.scenario, request)
+    if failure is None:
+        return "none"
+    # a worker's exit is already a whole sentence ("The transfer run stopped: ...")
+    what = "" if isinstance(failure, WorkerExitedError) else "The transfer experiments failed"
+    widgets.show_error(failure, what)
+    if st.button("Start the run again", key="evidence_restart", type="primary"):
+        return "restart"
+    return "shown"
+
+
 def main(model: SessionModel) -> None:
     st.title("7 · Evidence")
     stored_section()
@@ -193,8 +213,9 @@ def main(model: SessionModel) -> None:
         "Pretrain a small CNN (LeNet-5) on $P_a$, fine-tune it on $k$ labelled samples per class of "
         "Q, test it on Q's test split (paper Sec. 5). The maps are refitted from the $k$-shot "
         "target (the other target samples get kNN pseudo-labels), so no test label is used. "
-        "The job runs in the background (Ray tasks when Ray is installed): leave the page and "
-        "come back."
+        "The job runs in the background, its training in a worker process of its own (Ray "
+        "tasks when Ray is installed): leave the page and come back. Should the worker die, "
+        "this page says so and the run starts again from its checkpoints."
     )
     request, submitted = request_form(model)
     if request is None:
@@ -203,14 +224,13 @@ def main(model: SessionModel) -> None:
     ready = services.evidence_if_ready(model.scenario, request)
     job = services.evidence_job(model.scenario, request)
     if ready is None and job is not None and job.done():
-        services.finish_evidence(model.scenario, request)
-        if job.error_ is not None:
-            widgets.show_error(job.error_, "The transfer experiments failed")
-            return
-        ready = job.result_
+        services.finish_evidence(model.scenario, request)  # an error is remembered there
+        ready, job = job.result_, None
     if ready is None and job is None:
-        if not submitted:
+        action = "restart" if submitted else failure_action(model, request)
+        if action == "none":
             st.info("Press Run to start the experiments for this scenario and these settings.")
+        if action != "restart":
             return
         services.start_evidence(model, request)
     if ready is None:

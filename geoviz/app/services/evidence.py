@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.isolation import run_in_child
 from geoviz.tasks import Backend
 from geoviz.transfer.experiment import make_task
 from geoviz.transfer.study import GridStudy, run_grid
@@ -254,14 +257,46 @@ def evidence_if_ready(scenario: Scenario, request: EvidenceRequest) -> EvidenceR
     return store().get(_evidence_key(evidence_scenario(scenario, request.k), request))
 
 
+#: The last failures of evidence jobs, by job key, so that every session watching a job
+#: that failed sees why until someone starts it again (bounded: oldest out).
+_FAILURES: OrderedDict[Hashable, BaseException] = OrderedDict()
+_FAILURES_LOCK = threading.Lock()
+_MAX_FAILURES = 32
+
+
 def finish_evidence(scenario: Scenario, request: EvidenceRequest) -> BackgroundJob | None:
-    """Collect the finished job (its result goes to the store; an error stays on the job)."""
-    return store().claim_job(_evidence_key(evidence_scenario(scenario, request.k), request))
+    """Collect the finished job: its result goes to the store, its error (also kept on the
+    job) is remembered for :func:`evidence_failure`."""
+    key = _evidence_key(evidence_scenario(scenario, request.k), request)
+    job = store().claim_job(key)
+    if job is not None and job.error_ is not None:
+        with _FAILURES_LOCK:
+            _FAILURES[key] = job.error_
+            _FAILURES.move_to_end(key)
+            while len(_FAILURES) > _MAX_FAILURES:
+                _FAILURES.popitem(last=False)
+    return job
+
+
+def evidence_failure(scenario: Scenario, request: EvidenceRequest) -> BaseException | None:
+    """Why the last evidence job for the scenario and ``request`` failed, until it is
+    started again (:func:`start_evidence`); ``None`` when it did not."""
+    key = _evidence_key(evidence_scenario(scenario, request.k), request)
+    with _FAILURES_LOCK:
+        return _FAILURES.get(key)
 
 
 def evidence_job(scenario: Scenario, request: EvidenceRequest) -> BackgroundJob | None:
     """The running (or finished, unclaimed) evidence job, if any."""
     return store().job(_evidence_key(evidence_scenario(scenario, request.k), request))
+
+
+#: The sentence a failed run ends with: the simplex study's finished grid points are
+#: checkpointed in the disk cache, so a new run reads them back.
+RESTART_ADVICE = "Start it again to resume from the checkpoints."
+#: Seconds a Ray driver in the job's worker waits for a lost coordinator (Ray's default 60)
+#: before it exits, so that a run whose cluster died fails soon.
+GCS_RECONNECT_S = 15
 
 
 def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJob:
@@ -273,12 +308,20 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
     study (:func:`geoviz.transfer.study.run_grid`, checkpointed per grid point in
     the disk cache folder, so an interrupted job resumes). Runs as Ray tasks when
     Ray is installed (``request.backend``), else sequentially.
+
+    The training runs (and Ray's driver and cluster) are in a child process the job
+    supervises (:func:`geoviz.isolation.run_in_child`): Ray ends the process of a driver
+    whose cluster died, and that must never be the server. When the child dies, the job
+    fails with a :class:`~geoviz.isolation.WorkerExitedError` sentence ending with
+    :data:`RESTART_ADVICE`; the server and every other page go on.
     """
     scenario = evidence_scenario(model.scenario, request.k)
     sub = SessionModel({}, model.settings)
     sub.uploads.update(model.uploads)
     sub.scenario = scenario
     key = _evidence_key(scenario, request)
+    with _FAILURES_LOCK:
+        _FAILURES.pop(key, None)
 
     def run(progress: Progress) -> EvidenceResult:
         start = time.perf_counter()
@@ -303,29 +346,20 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
             seed=scenario.seed,
             n_neighbors=scenario.few_shot.n_neighbors,
         )
-
-        def runs(stage: str, start: float, span: float) -> Callable[[int, int], None]:
-            return lambda done, n: progress(f"{stage} ({done}/{n} runs)", start + span * done / n)
-
-        # the same task, preset, seeds and backend for the table and the simplex study
-        backend = cast("Backend", request.backend)
-        comparison = compare_methods(
+        runs = functools.partial(
+            transfer_runs,
             task,
             geodesic,
-            seeds=request.seeds,
-            preset=request.preset,
-            backend=backend,
-            progress=runs("Table 1 at a_hat", 0.25, 0.25),
+            request,
+            default_cache_dir() / "transfer" / scenario.key(),
         )
-        study = run_grid(
-            task,
-            geodesic,
-            resolution=request.resolution,
-            seeds=request.seeds,
-            preset=request.preset,
-            backend=backend,
-            checkpoint_dir=default_cache_dir() / "transfer" / scenario.key(),
-            progress=runs("simplex study", 0.5, 0.5),
+        progress("starting the training worker", 0.25)
+        comparison, study = run_in_child(
+            runs,
+            progress=progress,
+            what="The transfer run",
+            advice=RESTART_ADVICE,
+            env={"RAY_gcs_rpc_server_reconnect_timeout_s": str(GCS_RECONNECT_S)},
         )
         progress("done", 1.0)
         return EvidenceResult(
@@ -337,6 +371,45 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
         )
 
     return store().start_job(key, run)
+
+
+def transfer_runs(
+    task: Any,
+    geodesic: Any,
+    request: EvidenceRequest,
+    checkpoint_dir: Path,
+    progress: Progress,
+) -> tuple[Any, Any]:
+    """Table 1 at ``a_hat`` and the simplex study of ``task``: the job's training runs.
+
+    Runs in the job's child process (:func:`start_evidence`); the same task, preset, seeds
+    and backend for the table and the study, whose grid points are checkpointed in
+    ``checkpoint_dir``. Progress fractions go from 0.25 to 1 (the datasets and maps before).
+    """
+
+    def runs(stage: str, start: float, span: float) -> Callable[[int, int], None]:
+        return lambda done, n: progress(f"{stage} ({done}/{n} runs)", start + span * done / n)
+
+    backend = cast("Backend", request.backend)
+    comparison = compare_methods(
+        task,
+        geodesic,
+        seeds=request.seeds,
+        preset=request.preset,
+        backend=backend,
+        progress=runs("Table 1 at a_hat", 0.25, 0.25),
+    )
+    study = run_grid(
+        task,
+        geodesic,
+        resolution=request.resolution,
+        seeds=request.seeds,
+        preset=request.preset,
+        backend=backend,
+        checkpoint_dir=checkpoint_dir,
+        progress=runs("simplex study", 0.5, 0.5),
+    )
+    return comparison, study
 
 
 def _target_test_split(model: SessionModel, data: ScenarioData) -> LabeledDataset:
