@@ -231,11 +231,11 @@ def upload_box(model: SessionModel) -> None:
                 widgets.show_error(error)
             note = st.session_state.get(UPLOAD_NOTE)
             if note:
-                st.success(note)
+                st.success(markdown_literal(note))  # it quotes the upload's name
             if model.uploads:
                 st.caption(
                     "Uploaded this session: "
-                    + ", ".join(u.filename for u in model.uploads.values())
+                    + ", ".join(markdown_literal(u.filename) for u in model.uploads.values())
                 )
             return
         st.session_state[UPLOAD_TAKEN] = up.file_id

@@ -135,7 +135,14 @@ def _markdown_strings(at) -> list[str]:
         for node in root:
             proto = getattr(node, "proto", None)
             kind = getattr(node, "type", "")
-            if proto is None or kind in ("plotly_chart", "code", "json", "arrow_data_frame"):
+            # the app's own HTML (st.html) and non-Markdown payloads are not scanned
+            if proto is None or kind in (
+                "plotly_chart",
+                "code",
+                "json",
+                "arrow_data_frame",
+                "html",
+            ):
                 continue
             collect(MessageToDict(proto), "", kind)
     return out
@@ -192,3 +199,24 @@ def test_an_upload_name_in_a_link_is_text_in_the_error_box(small_app):
     assert errors and "Could not load the scenario's datasets" in errors[0], errors
     plain = _check_page(at, "datasets (upload gone)", (name,))
     assert f"upload: {name}" in plain  # the sidebar's Q/P lines
+
+
+def test_a_hostile_upload_name_is_text_in_the_upload_notes(small_app):
+    import io
+
+    import numpy as np
+    from streamlit.testing.v1 import AppTest
+
+    buf = io.BytesIO()
+    rng = np.random.default_rng(0)
+    np.savez(buf, x=rng.random((40, 4)).astype(np.float32), y=np.repeat([0, 1], 20))
+    name = f"{IMAGE}.npz"
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.switch_page("pages/1_datasets.py")
+    at.run()
+    at.file_uploader(key="dataset_upload").set_value(
+        (name, buf.getvalue(), "application/octet-stream")
+    )
+    at.run()
+    plain = _check_page(at, "upload", (name,))
+    assert f"{name}: 40 samples, 2 classes" in plain
