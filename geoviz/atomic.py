@@ -8,10 +8,14 @@ created for the write are removed again. Existing paths are replaced only with
 ``overwrite=True``.
 
 A process killed mid-write (``kill -9``, a power cut) cannot clean up: its
-``.<name>.<random>.tmp`` sibling stays behind. Every later successful write into the
-same folder removes such temporaries once they are older than
-:data:`STALE_TEMP_SECONDS` (one hour; a live writer's temporary is younger, since
-writing it updates its modification time). Backups (``.<name>.<random>.old``) are never
+``.<name>.<random>.p<pid>h<host>.tmp`` sibling stays behind. The name records the
+writer's process id and a token of its machine (host name, boot and process namespace),
+so a later write into the same folder, from this machine, removes the temporaries whose
+writer is no longer running, whatever their age; :func:`atomic_write_many` (exports) does
+so before it starts, every write after it succeeds. A temporary of another machine (or one
+written before these names) is removed once it is older than :data:`STALE_TEMP_SECONDS`
+(one hour; a live writer's temporary is younger, since writing it updates its
+modification time). Backups (``.<name>.<random>.old``) are never
 removed automatically: after a crash in the middle of a replacement the backup may be
 the only copy of what was replaced.
 
@@ -23,10 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import secrets
 import shutil
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -49,7 +55,43 @@ __all__ = [
 STALE_TEMP_SECONDS = 3600.0
 
 _TEMP_TOKEN_HEX = 12  # secrets.token_hex(6)
-_STALE_TEMP_RE = re.compile(rf"^\..+\.[0-9a-f]{{{_TEMP_TOKEN_HEX}}}\.tmp$")
+#: ``.<name>.<random>[.p<pid>h<machine>].tmp`` (the writer's part is absent in old names)
+_STALE_TEMP_RE = re.compile(
+    rf"^\..+\.[0-9a-f]{{{_TEMP_TOKEN_HEX}}}(?:\.p(?P<pid>[0-9]+)h(?P<host>[0-9a-f]{{8}}))?\.tmp$"
+)
+
+
+def _machine_token() -> str:
+    """8 hex digits naming this machine, boot and process namespace: a process id in a
+    temporary's name means this process only where the token is the same."""
+    parts = [socket.gethostname()]
+    for probe in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        with contextlib.suppress(OSError):
+            parts.append(
+                Path(probe).read_text().strip()
+                if probe.endswith("boot_id")
+                else str(os.stat(probe).st_ino)
+            )
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
+
+
+_MACHINE = _machine_token()
+
+
+def _writer_gone(pid: int) -> bool:
+    """Whether process ``pid`` of this machine has ended (a zombie has: it writes no more)."""
+    if os.name != "posix" or pid <= 0:
+        return False  # os.kill(pid, 0) is not a probe on Windows: age decides there
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: running
+        return False
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    return False
 
 
 class AtomicWriteError(OSError):
@@ -79,7 +121,10 @@ def _exists_error(path: Path) -> FileExistsError:
 
 
 def _temp_sibling(path: Path, tag: str) -> Path:
-    return path.with_name(f".{path.name}.{secrets.token_hex(_TEMP_TOKEN_HEX // 2)}.{tag}")
+    token = secrets.token_hex(_TEMP_TOKEN_HEX // 2)
+    if tag == "tmp":  # who writes it: a later write may remove it once this process is gone
+        token = f"{token}.p{os.getpid()}h{_MACHINE}"
+    return path.with_name(f".{path.name}.{token}.{tag}")
 
 
 def _newest_mtime(path: Path, since: float) -> float:
@@ -100,10 +145,12 @@ def _newest_mtime(path: Path, since: float) -> float:
 def remove_stale_temps(folder: str | Path, *, older_than: float = STALE_TEMP_SECONDS) -> int:
     """Remove the temporaries that killed writes left in ``folder``.
 
-    Only hidden names of the form the writer uses (``.<name>.<12 hex digits>.tmp``,
-    files or trees) whose newest modification is more than ``older_than`` seconds old
-    are removed; backups (``.old``) and every other file are left alone. Failures are
-    ignored (another process may be removing the same entry).
+    Only hidden names of the form the writer uses (``.<name>.<12 hex digits>.tmp`` or
+    ``.<name>.<12 hex digits>.p<pid>h<machine>.tmp``, files or trees) are removed: those
+    whose writer was a process of this machine that is no longer running, and the others
+    once their newest modification is more than ``older_than`` seconds old. Backups
+    (``.old``) and every other file are left alone. Failures are ignored (another process
+    may be removing the same entry).
 
     Parameters
     ----------
@@ -121,12 +168,16 @@ def remove_stale_temps(folder: str | Path, *, older_than: float = STALE_TEMP_SEC
     removed = 0
     try:
         with os.scandir(folder) as it:
-            candidates = [Path(e.path) for e in it if _STALE_TEMP_RE.match(e.name)]
+            candidates = [
+                (Path(e.path), match) for e in it if (match := _STALE_TEMP_RE.match(e.name))
+            ]
     except OSError:
         return 0
-    for path in candidates:
+    for path, match in candidates:
+        pid, host = match.group("pid"), match.group("host")
+        gone = host == _MACHINE and pid is not None and _writer_gone(int(pid))
         try:
-            if _newest_mtime(path, cutoff) > cutoff:
+            if not gone and _newest_mtime(path, cutoff) > cutoff:
                 continue
             _remove(path)
         except OSError:
@@ -304,14 +355,16 @@ def atomic_write_many(entries: Sequence[tuple[Path, Content]], *, overwrite: boo
 
     Notes
     -----
-    After a successful write, temporaries of killed writes older than
-    :data:`STALE_TEMP_SECONDS` are removed from the folder (:func:`remove_stale_temps`).
+    Before writing and after a successful write, temporaries of killed writes are removed
+    from the folder (:func:`remove_stale_temps`).
     """
     if not overwrite:
         for target, _ in entries:
             if os.path.lexists(target):
                 raise AtomicWriteError(target, _exists_error(target))
     parent = entries[0][0].parent
+    # an export killed here before (SIGKILL, a power cut) left its temporaries: gone first
+    remove_stale_temps(parent)
     created_dirs = _missing_dirs(parent)
     temps: list[Path] = []
     placed: list[Path] = []

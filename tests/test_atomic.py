@@ -275,10 +275,32 @@ def test_temp_left_by_kill_9_is_removed_by_a_later_write(tmp_path):
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     (temp,) = tmp_path.iterdir()
-    assert temp.name.startswith(".entry.pt.") and temp.name.endswith(".tmp")
+    assert temp.name.startswith(".entry.pt.") and temp.name.endswith(
+        f".p{child.pid}h{atomic._MACHINE}.tmp"
+    )
     assert not target.exists()
+    # its writer is gone: the next write removes it at once, not an hour later
     atomic_write_bytes(target, b"complete", overwrite=True)
-    assert temp.exists()  # younger than an hour: perhaps a live writer, kept
-    _age(temp, atomic.STALE_TEMP_SECONDS + 1)
-    atomic_write_bytes(target, b"again", overwrite=True)
-    assert _listing(tmp_path) == {"entry.pt": b"again"}
+    assert _listing(tmp_path) == {"entry.pt": b"complete"}
+
+
+def test_temps_of_running_writers_and_other_machines_are_kept_until_old(tmp_path):
+    hour = atomic.STALE_TEMP_SECONDS
+    mine = tmp_path / f".a.bin.0123456789ab.p{os.getpid()}h{atomic._MACHINE}.tmp"  # running
+    elsewhere = tmp_path / ".b.bin.0123456789ab.p999999h00000000.tmp"  # another machine
+    dead_pid = _dead_pid()
+    gone = tmp_path / f".c.bin.0123456789ab.p{dead_pid}h{atomic._MACHINE}.tmp"
+    for p in (mine, elsewhere, gone):
+        p.write_bytes(b"part")
+    assert atomic.remove_stale_temps(tmp_path) == 1
+    assert mine.exists() and elsewhere.exists() and not gone.exists()
+    _age(elsewhere, hour + 60)
+    assert atomic.remove_stale_temps(tmp_path) == 1
+    assert not elsewhere.exists() and mine.exists()
+
+
+def _dead_pid() -> int:
+    """The id of a process that has ended (and was reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    return child.pid

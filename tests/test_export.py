@@ -895,3 +895,48 @@ def test_device_class_names_get_unique_recorded_folders_and_round_trip(tmp_path)
     _assert_same(load_export(result.data_path), ds)
     labels, _ = gx.load_hard_labels(result.data_path)
     np.testing.assert_array_equal(labels, _block_sampled(ds))
+
+
+# ----------------------------------------------------------------------------- killed exports
+
+
+def test_an_export_killed_mid_write_is_cleaned_up_by_the_next_one(tmp_path):
+    """SIGKILL during an ImageFolder export leaves its hidden temporary folder; the next
+    export into the same folder removes it before writing, and is complete."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "exports"
+    code = (
+        "import sys, time, numpy as np\n"
+        "import geoviz.atomic as a\n"
+        "from geoviz.data.dataset import SoftLabeledDataset\n"
+        "from geoviz.export import export_dataset\n"
+        "real, count = a._write_bytes, [0]\n"
+        "def slow(path, data, **kw):\n"
+        "    real(path, data, **kw)\n"
+        "    count[0] += 1\n"
+        "    if count[0] == 3:\n"
+        "        print('writing', flush=True); time.sleep(120)\n"
+        "a._write_bytes = slow\n"
+        "soft = np.full((8, 2), 0.5, dtype=np.float32)\n"
+        "ds = SoftLabeledDataset(features=np.zeros((8, 4), np.float32), soft_labels=soft,\n"
+        "    class_names=('a', 'b'), name='synth', image_shape=(1, 2, 2))\n"
+        f"export_dataset(ds, {str(out / 'synth')!r})\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    left = [p.name for p in out.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".synth.") and left[0].endswith(".tmp")
+
+    ds = _image_ds()
+    result = export_dataset(ds, out / "synth")
+    assert [p.name for p in out.iterdir()] == ["synth"]
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    verify_manifest(result.data_path)
+    _assert_same(load_export(result.data_path), ds)
