@@ -7,13 +7,18 @@ that anyone knowing a file's hash could use, or use to learn whether it was uplo
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
+import json
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
 from geoviz.app import services
+from geoviz.app.settings import AppSettings
 from geoviz.app.state import DatasetChoice, SessionModel, default_scenario
 from geoviz.app.uploads import UploadRef, UploadStore, dataset_bytes
 from geoviz.data.formats import load_upload
@@ -238,3 +243,156 @@ def test_uploads_of_the_old_disk_cache_are_removed(fresh_server):
     _UPLOADS.clear()
     services.upload_store()
     assert not legacy.exists()
+
+
+# ---------------------------------------------------------------- issue 32
+
+
+def _npz_files(folder) -> tuple[set[str], set[str]]:
+    """Keys of the ``.data`` and of the ``.json`` files in an upload folder."""
+    return (
+        {p.stem for p in folder.glob("*.data")},
+        {p.stem for p in folder.glob("*.json")},
+    )
+
+
+def test_the_notice_says_a_full_upload_space_removes_files_early(tmp_path):
+    """The notice promised "kept 24 hours" while quota pressure removed files in minutes."""
+    text = services.upload_notice(AppSettings(upload_ttl_hours=24, upload_disk_mb=100), 50)
+    assert "Files up to 50 MB" in text and "at most 24 hours" in text
+    assert "100 MB of uploads for all visitors together" in text
+    assert "possibly within minutes" in text
+    # and that is what happens: with room for two files, the third removes the first
+    file_size, _ = one_size()
+    clock = Clock()
+    store = UploadStore(
+        tmp_path, disk_bytes=int(2.5 * file_size), ttl_seconds=24 * 3600.0, clock=clock
+    )
+    first, _ = store.add("a.npz", npz_bytes(seed=1))
+    for i in (2, 3):
+        clock.now += 60
+        store.add(f"{i}.npz", npz_bytes(seed=i))
+    assert store.ref(first.key) is None  # two minutes, not 24 hours
+
+
+def test_a_changed_secret_breaks_old_links_with_a_sentence(tmp_path):
+    """The README says changing GEOVIZ_UPLOAD_SECRET breaks earlier links; they still opened."""
+    ref, _ = UploadStore(tmp_path, secret=b"a" * 32).add("a.npz", npz_bytes())
+    rotated = UploadStore(tmp_path, secret=b"b" * 32)
+    with pytest.raises(DatasetError, match="GEOVIZ_UPLOAD_SECRET was changed"):
+        rotated.dataset(ref.key)
+    # an upload stored before uploads recorded their secret: its key gives it away
+    meta_path = tmp_path / f"{ref.key}.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["secret"]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(DatasetError, match="GEOVIZ_UPLOAD_SECRET was changed"):
+        UploadStore(tmp_path, secret=b"b" * 32).dataset(ref.key)
+    assert UploadStore(tmp_path, secret=b"a" * 32).dataset(ref.key).n_samples == 200
+
+
+class _Usage(NamedTuple):
+    total: int
+    used: int
+    free: int
+
+
+def test_a_full_disk_evicts_older_uploads_and_leaves_no_orphans(tmp_path, monkeypatch):
+    """On a nearly full disk the older upload was not evicted to make room, and the new one
+    left a .json without its data."""
+    import geoviz.app.uploads as uploads_module
+
+    folder = tmp_path / "up"
+    size = len(npz_bytes(seed=1))
+    capacity = int(2.5 * size)  # the disk holds two uploads
+
+    def used() -> int:
+        return sum(p.stat().st_size for p in folder.glob("*.data"))
+
+    real_write = uploads_module.atomic_write_bytes
+
+    def write(path, data, *, overwrite, mode=0o666):
+        if str(path).endswith(".data") and used() + len(data) > capacity:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(path, data, overwrite=overwrite, mode=mode)
+
+    monkeypatch.setattr(uploads_module, "atomic_write_bytes", write)
+    monkeypatch.setattr(uploads_module, "DISK_HEADROOM", 0)
+    disk = {"free": lambda: capacity - used()}
+    monkeypatch.setattr(
+        uploads_module.shutil, "disk_usage", lambda path: _Usage(capacity, used(), disk["free"]())
+    )
+    evicted: list[str] = []
+    store = UploadStore(folder, disk_bytes=10**9, on_evict=evicted.append)  # the quota is no limit
+    a, _ = store.add("a.npz", npz_bytes(seed=1))
+    b, _ = store.add("b.npz", npz_bytes(seed=2))
+    c, _ = store.add("c.npz", npz_bytes(seed=3))
+    assert evicted == [a.key]
+    assert _npz_files(folder) == ({b.key, c.key}, {b.key, c.key})
+    # the disk says it has room, and then has not: one more upload goes, the write is retried
+    disk["free"] = lambda: 10 * capacity
+    d, _ = store.add("d.npz", npz_bytes(seed=4))
+    assert evicted == [a.key, b.key]
+    assert _npz_files(folder) == ({c.key, d.key}, {c.key, d.key})
+    assert store.dataset(d.key).n_samples == 200
+    # a file the disk cannot hold even empty: a sentence, and the others stay
+    disk["free"] = lambda: capacity - used()
+    with pytest.raises(ResourceError, match="no room"):
+        store.add("huge.npz", npz_bytes(n=2000, seed=9))
+    assert _npz_files(folder) == ({c.key, d.key}, {c.key, d.key})
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []
+    # a .json left by an older version's failed write is removed by the next sweep
+    (folder / ("e" * 64 + ".json")).write_text("{}")
+    store.sweep()
+    assert _npz_files(folder) == ({c.key, d.key}, {c.key, d.key})
+
+
+def test_results_of_an_evicted_upload_go_with_it(fresh_server, monkeypatch):
+    """An upload evicted under quota pressure was still served through the fit cache."""
+    monkeypatch.setenv("GEOVIZ_UPLOAD_DISK_MB", "1")
+    model = SessionModel({})
+    refs = [services.add_upload(model, f"u{i}.npz", npz_bytes(n=1500, seed=i))[0] for i in range(3)]
+    model.scenario = _upload_scenario(model, refs)
+    with services.session_scope(model):
+        data = services.scenario_data(model)
+    key = ("data", model.scenario.data_key())
+    assert key in services.store() and data.target.n_samples == 200
+    # another visitor's three uploads fill the 1 MB quota: this visitor's are evicted
+    other = SessionModel({})
+    for i in range(3, 6):
+        services.add_upload(other, f"u{i}.npz", npz_bytes(n=1500, seed=i))
+    assert all(services.upload_store().ref(r.key) is None for r in refs)
+    assert key not in services.store()
+    with services.session_scope(model), pytest.raises(DatasetError, match="not on this server"):
+        services.scenario_data(model)
+
+
+def test_the_upload_box_states_the_configured_limit_and_lets_go_of_the_file(fresh_server):
+    """The box said "1GB per file" while .streamlit/config.toml sets maxUploadSize = 512; after
+    each accepted file the uploader took a new key and Streamlit kept the old file's bytes."""
+    import tomllib
+    from streamlit.testing.v1 import AppTest
+
+    root = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / ".streamlit" / "config.toml").read_text())
+    configured = int(config["server"]["maxUploadSize"])
+    limit = min(configured, AppSettings.from_env().upload_disk_mb)
+    at = AppTest.from_file(str(root / "app.py"), default_timeout=300)
+    at.switch_page("pages/1_datasets.py")
+    at.run()
+    (box,) = at.get("file_uploader")
+    assert box.proto.max_upload_size_mb == limit
+    assert any(f"Files up to {limit:,} MB" in c.value for c in at.caption)
+    at.file_uploader(key="dataset_upload").set_value(
+        ("tiny.npz", npz_bytes(n=60, d=4), "application/octet-stream")
+    )
+    at.run()
+    assert not at.exception
+    assert any("tiny.npz: 60 samples" in s.value for s in at.success)
+    # one key for the box (a new file replaces the last), and the page asks the browser to
+    # remove the stored file from it, which deletes Streamlit's copy
+    assert [u.key for u in at.get("file_uploader")] == ["dataset_upload"]
+    scripts = [h.proto.body for h in at.get("html")]
+    assert any(
+        "stFileChipDeleteBtn" in body and "st-key-dataset_upload" in body for body in scripts
+    )

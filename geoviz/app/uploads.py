@@ -423,6 +423,13 @@ class UploadStore:
         if self._on_evict is not None:
             self._on_evict(key)
 
+    @staticmethod
+    def _no_room(ref: UploadRef, code: int | None) -> ResourceError:
+        return ResourceError(
+            f"{ref.filename} could not be kept: the server's disk has no room for "
+            f"{format_bytes(ref.size)} ({os.strerror(code or errno.EIO)})"
+        )
+
     def _free_bytes(self) -> int | None:
         """Bytes free on the folder's disk (``None`` when it cannot be read)."""
         try:
@@ -457,6 +464,8 @@ class UploadStore:
         entries = sorted((e for e in self._disk_entries() if e[0] != ref.key), key=lambda e: e[1])
         used = sum(size for _, _, size in entries)
         free = self._free_bytes()
+        if free is not None and free + used < ref.size + DISK_HEADROOM:
+            raise self._no_room(ref, errno.ENOSPC)  # not even with every other upload deleted
         while entries:
             fits_quota = used + ref.size <= self.disk_bytes
             fits_disk = free is None or free >= ref.size + DISK_HEADROOM
@@ -483,9 +492,6 @@ class UploadStore:
                     with contextlib.suppress(OSError):
                         path.unlink()
                 if err.errno not in (errno.ENOSPC, errno.EDQUOT) or not entries:
-                    raise ResourceError(
-                        f"{ref.filename} could not be kept: the server's disk has no room for "
-                        f"{format_bytes(ref.size)} ({os.strerror(err.errno or errno.EIO)})"
-                    ) from None
+                    raise self._no_room(ref, err.errno) from None
                 self._delete(entries.pop(0)[0])  # the disk is fuller than it said: one more
         self._touch(ref.key)
