@@ -16,6 +16,13 @@ drops a closed tab's session after ``server.disconnectedSessionTTL``, 120 s; geo
 drops parsed uploads idle for ``GEOVIZ_UPLOAD_IDLE_MINUTES``); and the bytes the upload
 folder holds against its quota. The yardstick is the same server before any upload.
 
+``--one-tab`` uploads every file in one tab that stays open (issue 32: the uploader took a new
+key after each file and Streamlit kept every earlier file's bytes, +510 MB for five 103 MB
+files; now the page removes each stored file from the box, and Streamlit deletes its copy).
+
+The server listens on a port in 8720-8739 and takes ``.streamlit/config.toml``'s
+``maxUploadSize`` (512 MB), as a server started from the checkout does.
+
 ``--root`` runs another checkout's app.py (e.g. a ``git worktree`` of the commit before
 issue 25) with the same steps, for the before/after table in ``benchmarks/README.md``.
 
@@ -38,7 +45,24 @@ import numpy as np
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "tests"))
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS, _free_port, _healthy, _wait_idle  # noqa: E402
+from test_browser import CHROMIUM, CHROMIUM_ARGS, _healthy, _wait_idle  # noqa: E402
+
+#: the ports the benchmarks may use
+PORTS = range(8720, 8740)
+
+
+def _free_port() -> int:
+    """The first free port of :data:`PORTS`."""
+    import socket
+
+    for port in PORTS:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise SystemExit(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 def rss_mb(pid: int) -> float:
@@ -77,7 +101,6 @@ def start(root: Path, env: dict[str, str], log: Path) -> tuple[subprocess.Popen,
         sys.executable, "-m", "streamlit", "run", str(root / "app.py"),
         "--server.port", str(port), "--server.address", "127.0.0.1",
         "--server.headless", "true", "--browser.gatherUsageStats", "false",
-        "--server.maxUploadSize", "1024",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -90,24 +113,36 @@ def start(root: Path, env: dict[str, str], log: Path) -> tuple[subprocess.Popen,
     return proc, url
 
 
-def upload(browser, url: str, path: Path) -> float:
-    """Upload ``path`` on the Datasets page in a new tab; seconds until the page took it."""
+def upload_in(page, path: Path) -> float:
+    """Upload ``path`` through the upload box of an open Datasets page; seconds until the page
+    took it (and let go of the file)."""
+    start_t = time.perf_counter()
+    page.locator("input[type='file']").first.set_input_files(str(path))
+    page.wait_for_function(
+        "(name) => document.body.innerText.includes(name + ': ')"
+        " && document.body.innerText.includes('samples')",
+        arg=path.name,
+    )
+    _wait_idle(page)
+    return time.perf_counter() - start_t
+
+
+def open_datasets(browser, url: str):
+    """A new tab (its own session) on the Datasets page with the upload box open."""
     context = browser.new_context(viewport={"width": 1400, "height": 1200})
     page = context.new_page()
     page.set_default_timeout(600_000)
+    page.goto(f"{url}/datasets")
+    _wait_idle(page)
+    page.get_by_text("Upload a dataset").first.click()
+    return context, page
+
+
+def upload(browser, url: str, path: Path) -> float:
+    """Upload ``path`` on the Datasets page in a new tab; seconds until the page took it."""
+    context, page = open_datasets(browser, url)
     try:
-        page.goto(f"{url}/datasets")
-        _wait_idle(page)
-        page.get_by_text("Upload a dataset").first.click()
-        start_t = time.perf_counter()
-        page.locator("input[type='file']").first.set_input_files(str(path))
-        page.wait_for_function(
-            "(name) => document.body.innerText.includes(name + ': ')"
-            " && document.body.innerText.includes('samples')",
-            arg=path.name,
-        )
-        _wait_idle(page)
-        return time.perf_counter() - start_t
+        return upload_in(page, path)
     finally:
         context.close()
 
@@ -121,6 +156,9 @@ def main() -> None:
     parser.add_argument("--disk-mb", type=int, default=500, help="GEOVIZ_UPLOAD_DISK_MB")
     parser.add_argument("--memory-mb", type=int, default=256, help="GEOVIZ_UPLOAD_MEMORY_MB")
     parser.add_argument("--idle-minutes", type=int, default=2, help="GEOVIZ_UPLOAD_IDLE_MINUTES")
+    parser.add_argument(
+        "--one-tab", action="store_true", help="every upload in one tab that stays open"
+    )
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
@@ -159,17 +197,32 @@ def main() -> None:
                 time.sleep(3)
                 idle = rss_mb(proc.pid)
                 rows.append(("idle (one visit)", idle, folder_mb(cache), ""))
+                tab = open_datasets(browser, url) if args.one_tab else None
                 for i, path in enumerate(files):
-                    seconds = upload(browser, url, path)
+                    if tab is None:
+                        seconds, where = upload(browser, url, path), "tab closed"
+                    else:
+                        seconds, where = upload_in(tab[1], path), "tab open"
                     rows.append(
                         (
-                            f"after upload {i + 1} (tab closed)",
+                            f"after upload {i + 1} ({where})",
                             rss_mb(proc.pid),
                             folder_mb(cache),
                             f"{seconds:.1f} s",
                         )
                     )
                     print(rows[-1], flush=True)
+                if tab is not None:
+                    time.sleep(args.settle)  # the tab stays open
+                    rows.append(
+                        (
+                            f"{args.settle:.0f} s later, tab still open",
+                            rss_mb(proc.pid),
+                            folder_mb(cache),
+                            "",
+                        )
+                    )
+                    tab[0].close()
                 browser.close()
             rows.append(("all tabs closed", rss_mb(proc.pid), folder_mb(cache), ""))
             step = 20.0
