@@ -314,13 +314,15 @@ class LRUCache:
         with self._lock:
             if key in self._data:
                 self.hits_ += 1
-                return self._hit(key)
+                hit: T = self._hit(key)
+                return hit
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:
             with self._lock:
                 if key in self._data:  # computed by another thread meanwhile
                     self.hits_ += 1
-                    return self._hit(key)
+                    meanwhile: T = self._hit(key)
+                    return meanwhile
             value = compute()
             self.put(key, value)
             with self._lock:

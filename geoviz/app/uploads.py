@@ -42,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from geoviz.atomic import atomic_write_bytes
 from geoviz.data.dataset import LabeledDataset
@@ -314,7 +315,7 @@ class UploadStore:
             return None
         return ref
 
-    def _meta(self, key: str) -> dict | None:
+    def _meta(self, key: str) -> dict[str, Any] | None:
         try:
             meta = json.loads(self._paths(key)[1].read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -397,7 +398,7 @@ class UploadStore:
     # ------------------------------------------------------------------ disk
     def _disk_entries(self) -> list[tuple[str, float, int]]:
         """``(key, last use, bytes)`` of every upload on disk."""
-        out = []
+        out: list[tuple[str, float, int]] = []
         try:
             names = os.listdir(self.folder)
         except OSError:

@@ -150,13 +150,17 @@ def upload_store(settings: AppSettings | None = None) -> UploadStore:
             ttl_seconds=settings.upload_ttl_hours * 3600.0,
             idle_seconds=settings.upload_idle_minutes * 60.0,
             secret=os.environ.get("GEOVIZ_UPLOAD_SECRET", "").encode() or None,
-            on_evict=_STORE.forget_upload,
+            on_evict=_forget_upload,
         )
         _UPLOADS[:] = [made]
         # uploads kept by sha256 before the store existed never expired: removed once here
         shutil.rmtree(disk_cache().directory / LEGACY_UPLOAD_NAMESPACE, ignore_errors=True)
     _start_sweeper()
     return made
+
+
+def _forget_upload(key: str) -> None:
+    _STORE.forget_upload(key)
 
 
 _SWEEPER = "geoviz-upload-sweeper"
@@ -173,11 +177,12 @@ def sweep_once() -> None:
     every :data:`UPLOAD_SWEEP_SECONDS`)."""
     with _UPLOADS_LOCK:
         current = list(_UPLOADS)
-    for swept in (*current, _STORE):
+    sweeps: list[Callable[[], int]] = [u.sweep for u in current] + [_STORE.sweep]
+    for sweep in sweeps:
         try:
-            swept.sweep()
+            sweep()
         except Exception:  # a sweep must never end the thread
-            logging.getLogger("geoviz.app").exception("sweep of %r failed", swept)
+            logging.getLogger("geoviz.app").exception("sweep %r failed", sweep)
 
 
 def _sweep_forever() -> None:
