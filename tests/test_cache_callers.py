@@ -151,3 +151,33 @@ def test_cached_results_read_back_without_warnings(tmp_path, pair):
             BarycentricMap(OTDDConfig(), cache=cache).fit(q, p)
             EntropicMap(OTDDConfig(batch_size=20, reference_subsample=16), cache=cache).fit(q, p)
     assert cache.hits_ == 4 and cache.corrupt_ == 0
+
+
+@pytest.mark.parametrize("field", ["a_hat", "a_hat_replicates"])
+def test_a_forged_explorer_bootstrap_is_recomputed(fresh_server, field):
+    """The explorer's bootstrap cache (issue 26): replicates of another shape, or estimates
+    that are not the result's, are a corrupt entry even when the structure was forged too."""
+    import numpy as np
+
+    from geoviz.app import services
+    from geoviz.app.services import geodesic as geodesic_service
+    from geoviz.app.session import SessionModel
+    from geoviz.app.settings import default_scenario
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+
+    model = SessionModel({})
+    model.scenario = default_scenario().with_(n_target=60, n_reference=60)
+    data = services.scenario_data(model)
+    result = fit_geodesic(data.target, list(data.references), GeodesicConfig())
+    disk = services.disk_cache()
+    first = geodesic_service.cached_bootstrap(result, 20, disk, seed=3)
+
+    def forge(payload):
+        value = payload[field]
+        payload[field] = value[:-1] if field.endswith("replicates") else value * 0.5
+
+    _forge(disk, geodesic_service.BOOTSTRAP_NAMESPACE, forge, sign="secret")
+    with pytest.warns(CacheCorruptWarning, match="corrupt"):
+        again = geodesic_service.cached_bootstrap(result, 20, disk, seed=3)
+    np.testing.assert_array_equal(again.a_hat_replicates, first.a_hat_replicates)
+    np.testing.assert_array_equal(again.a_hat, first.a_hat)
