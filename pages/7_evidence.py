@@ -233,6 +233,8 @@ def main(model: SessionModel) -> None:
         if action != "restart":
             return
         services.start_evidence(model, request)
+        if not submitted:  # the failure drawn above this run's button goes with a new run
+            st.rerun()
     if ready is None:
         watch(model, request)
         return

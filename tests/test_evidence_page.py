@@ -165,3 +165,64 @@ def test_a_region_for_another_grid_is_one_sentence(tmp_path: Path, n, best, expe
     evidence = stored_studies(tmp_path)
     assert len(evidence.studies) == 1 and evidence.studies[0].region is None
     assert len(evidence.problems) == 1 and expected in evidence.problems[0]
+
+
+# --------------------------------------------------------------------------- a run that dies (issue 32)
+
+
+def test_a_run_whose_worker_is_killed_says_so_and_starts_again(fresh_server, monkeypatch):
+    """The Evidence page's training runs in a child process: SIGKILL it mid-run and the page
+    shows the sentence with a button; the button starts a new run (the server goes on)."""
+    import os
+    import signal
+    import time
+
+    from test_app import TIMEOUT, _app, _open, _plain
+    from test_isolation import CHILD_ENV, _wait_forever
+
+    import geoviz.app.services.evidence as evidence
+    from geoviz.isolation import run_in_child
+
+    runs: list[int] = []
+
+    def killed_mid_run(fn, **kwargs):
+        """The job's worker as it is, but running a stand-in that is SIGKILLed once running."""
+
+        def progress(stage: str, fraction: float) -> None:
+            if stage.startswith("helper "):
+                os.kill(runs[-1], signal.SIGKILL)
+
+        kwargs.pop("env", None)
+        return run_in_child(
+            _wait_forever, **{**kwargs, "progress": progress}, env=CHILD_ENV, on_start=runs.append
+        )
+
+    monkeypatch.setattr(evidence, "run_in_child", killed_mid_run)
+    at = _open(_app(), "pages/7_evidence.py")
+    at.selectbox[0].set_value("tiny")
+    at.select_slider[1].set_value(1)
+    at.select_slider[2].set_value(1)
+    at.button[0].click().run()
+    sentence = (
+        "The transfer run stopped: its worker process was ended by signal 9 (SIGKILL) before it "
+        "finished. Start it again to resume from the checkpoints."
+    )
+
+    def wait_for_the_failure() -> str:
+        deadline = time.monotonic() + TIMEOUT
+        while not at.error and time.monotonic() < deadline:
+            time.sleep(1.0)
+            at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert at.error, "the page never said that the run stopped"
+        return _plain(at.error[0].value)  # as the visitor reads the Markdown
+
+    assert sentence in wait_for_the_failure()
+    # the sentence stays on later visits (another session would see it too) until a restart
+    at.run()
+    assert at.error and sentence in _plain(at.error[0].value)
+    restart = next(b for b in at.button if b.label == "Start the run again")
+    restart.click().run()
+    assert len(runs) >= 1
+    assert sentence in wait_for_the_failure()
+    assert len(runs) == 2  # the button ran the job a second time
