@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from geoviz.errors import GeovizError
 
@@ -154,7 +154,7 @@ def run_in_child(
             returncode = proc.wait()
         finally:
             _end_group(proc)
-        return _outcome(result, returncode, error, log_path, what, advice)
+        return cast("R", _outcome(result, returncode, error, log_path, what, advice))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

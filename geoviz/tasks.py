@@ -163,7 +163,8 @@ def _cluster_to_join(address: str | None) -> tuple[str, str] | None:
     try:  # Ray's own lookup of a running cluster (its temp folder, its processes)
         from ray._private.services import get_ray_address_from_environment
 
-        found = get_ray_address_from_environment(wanted, None)
+        # Ray's annotation says str; None is what its own ray.init passes for no address
+        found = get_ray_address_from_environment(wanted, None)  # type: ignore[arg-type]
     except ConnectionError:
         found = None
     except Exception:  # a Ray without this helper: let ray.init decide

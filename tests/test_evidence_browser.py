@@ -94,10 +94,12 @@ def _ray_head_of_the_job() -> tuple[int, list[int]]:
     raise AssertionError("the Evidence job's worker never started its Ray cluster")
 
 
-def test_killing_the_ray_head_of_an_evidence_run_leaves_the_server_up(
-    sync_playwright, tmp_path, monkeypatch
-):
+def test_killing_the_ray_head_of_an_evidence_run_leaves_the_server_up(tmp_path, monkeypatch):
     pytest.importorskip("ray")
+    pw = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    if not Path(tb.CHROMIUM).exists():
+        pytest.skip(f"Chromium not found at {tb.CHROMIUM}")
+    sync_playwright = pw.sync_playwright
     monkeypatch.setattr(tb, "_free_port", _port_in_range)
     with (
         tb._app_server(tmp_path, GEOVIZ_TRANSFER_BACKEND="ray") as server,

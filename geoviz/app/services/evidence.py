@@ -254,7 +254,8 @@ def _evidence_key(scenario: Scenario, request: EvidenceRequest) -> tuple[Hashabl
 
 def evidence_if_ready(scenario: Scenario, request: EvidenceRequest) -> EvidenceResult | None:
     """The collected evidence for the scenario and ``request``, else ``None`` (never computes)."""
-    return store().get(_evidence_key(evidence_scenario(scenario, request.k), request))
+    key = _evidence_key(evidence_scenario(scenario, request.k), request)
+    return cast("EvidenceResult | None", store().get(key))
 
 
 #: The last failures of evidence jobs, by job key, so that every session watching a job
