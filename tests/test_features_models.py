@@ -206,3 +206,26 @@ def test_the_model_size_bound_can_be_changed(tmp_path, monkeypatch):
     monkeypatch.setattr(files, "MAX_MODEL_BYTES", 100)
     with pytest.raises(GeovizError, match=r"the model file flat\.pt is .* larger than"):
         ModelSpace.from_torchscript(path)
+
+
+def test_the_cli_reports_a_models_cause_and_the_size_bound(tmp_path, capsys):
+    from geoviz.cli import main
+
+    digits = [
+        "--target",
+        "mnist",
+        "--refs",
+        "usps,fashion_mnist",
+        "--n",
+        "30",
+        "--size",
+        "16",
+        "--quiet",
+    ]
+    path = _scripted(_Raises(), tmp_path / "raises.pt")
+    assert main(["project", *digits, "--features-model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "RuntimeError: boom: cause here" in err and "Traceback" not in err
+    args = ["project", *digits, "--features-model", str(path), "--features-size", "2000"]
+    assert main(args) == 2
+    assert "--features-size) must be between 1 and 512, got 2,000" in capsys.readouterr().err

@@ -20,6 +20,7 @@ of the references' own images under each plan.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,17 +67,22 @@ def _features_fingerprint(ds: LabeledDataset) -> str:
     return digest_bytes([str(tuple(x.shape)).encode(), shape, x.numpy().tobytes()])
 
 
+_NAMES_ITS_TYPE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit):")
+
+
 def last_error_line(err: BaseException, limit: int = 200) -> str:
     """The last non-empty line of ``str(err)``, at most ``limit`` characters.
 
     A TorchScript error is a many-line traceback of the scripted code with the cause on its
     last line (``builtins.RuntimeError: ...``); its first ``limit`` characters would show
-    only the traceback's heading.
+    only the traceback's heading. The line is prefixed with the exception's type unless it
+    starts with one.
     """
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    line = lines[-1] if lines else type(err).__name__
-    if line.startswith("builtins."):
-        line = line[len("builtins.") :]
+    line = lines[-1] if lines else ""
+    line = line.removeprefix("builtins.")
+    if not _NAMES_ITS_TYPE.match(line):  # "RuntimeError: ..." already says what it is
+        line = f"{type(err).__name__}: {line}" if line else type(err).__name__
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 

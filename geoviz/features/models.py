@@ -62,6 +62,18 @@ MAX_BATCH_INPUT_BYTES = 256 * 2**20
 _PREPARE_COPIES = 3
 
 
+def _check_input_size(input_size: Any) -> int | None:
+    if input_size is None:
+        return None
+    return limits.check_int(
+        input_size,
+        "the model's input size (--features-size)",
+        1,
+        MAX_INPUT_SIZE,
+        why="the side, in pixels, images are resized to before the model",
+    )
+
+
 def _model_file_error(path: Path) -> files.ErrorFactory:
     def make(problem: str) -> GeovizError:
         reason = problem.removeprefix("cannot read file: ")
@@ -130,14 +142,7 @@ class ModelSpace(FeatureSpace):
             raise GeovizError(f"a feature model must be callable, got {type(model).__name__}")
         if channels not in (None, 1, 3):
             raise GeovizError(f"channels must be 1, 3 or None, got {channels!r}")
-        if input_size is not None:
-            input_size = limits.check_int(
-                input_size,
-                "the model's input size (--features-size)",
-                1,
-                MAX_INPUT_SIZE,
-                why="the side, in pixels, images are resized to before the model",
-            )
+        input_size = _check_input_size(input_size)
         self.model = model
         self.label = str(name)
         self.name = f"model:{self.label}"
@@ -163,14 +168,14 @@ class ModelSpace(FeatureSpace):
             larger than :data:`geoviz.files.MAX_MODEL_BYTES`, or is not a TorchScript model.
         """
         path = Path(path)
+        _check_input_size(kwargs.get("input_size"))  # before reading up to 2 GiB
         data = _read_model_file(path)
         try:
             # from the bytes already read: the path is opened once, after its checks
             model = torch.jit.load(io.BytesIO(data), map_location="cpu")  # type: ignore[no-untyped-call]
         except Exception as err:  # torch raises RuntimeError / ValueError variants
             raise GeovizError(
-                f"{path.name} is not a TorchScript model ({type(err).__name__}: "
-                f"{last_error_line(err)}); save one with "
+                f"{path.name} is not a TorchScript model ({last_error_line(err)}); save one with "
                 "torch.jit.save(torch.jit.script(model), path)"
             ) from None
         kwargs.setdefault("name", path.stem)
@@ -338,8 +343,8 @@ class ModelSpace(FeatureSpace):
                 except Exception as err:
                     # a TorchScript error is many lines with the cause last
                     raise GeovizError(
-                        f"the model {self.label} failed on inputs of shape {sample_shape} "
-                        f"({type(err).__name__}: {last_error_line(err)})"
+                        f"the model {self.label} failed on inputs of shape {sample_shape}: "
+                        f"{last_error_line(err)}"
                     ) from None
             return check_feature_output(out, x.shape[0], f"the model {self.label}")
 
