@@ -218,10 +218,14 @@ def test_maps_page():
     df = at.dataframe[0].value
     assert list(df["reference P_i"]) == ["fashion_mnist", "usps", "kmnist"]
     assert (df["OTDD d²(Q, P_i)"] > 0).all()
-    assert [t.label for t in at.tabs][-3:] == ["P1: fashion_mnist", "P2: usps", "P3: kmnist"]
+    assert [_plain(t.label) for t in at.tabs][-3:] == [
+        "P1: fashion_mnist",
+        "P2: usps",
+        "P3: kmnist",
+    ]
     titles = [f["layout"].get("title", {}).get("text", "") for f in _figures(at)]
     assert sum(t.startswith("Label transition") for t in titles) == 3
-    assert any("OTDD d²(Q, fashion_mnist)" in m.value for m in at.markdown)
+    assert any("OTDD d²(Q, fashion_mnist)" in _plain(m.value) for m in at.markdown)
 
     # the default scenario uses the library's default (sharp) epsilon
     assert at.session_state[SessionModel.SCENARIO].epsilon == DEFAULT_EPSILON
@@ -788,7 +792,7 @@ def _page_text(at) -> str:
     parts += [f"{m.label} {m.value}" for m in at.metric]
     parts += [w.value for w in (*at.warning, *at.info, *at.success)]
     parts += [d.value.to_string() for d in (*at.dataframe, *at.table)]
-    return "\n".join(parts)
+    return _plain("\n".join(parts))  # names are escaped Markdown
 
 
 def test_maps_page_neural_maps_and_side_by_side(fast_neural):
