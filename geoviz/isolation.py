@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -45,6 +46,12 @@ R = TypeVar("R")
 _PARENT_POLL_S = 1.0
 #: characters of the child's last log line quoted in a message
 _LOG_LINE_CHARS = 160
+#: a log line's prefix: Ray's C++ ``[2026-01-01 10:00:00,000 E 1 2] rpc_client.h:204: `` or
+#: Python's ``2026-01-01 10:00:00,000 INFO worker.py:1841 -- ``
+_LOG_PREFIX = re.compile(
+    r"^(?:\[[^\]]*\]\s*[\w./-]+:\d+:\s*"
+    r"|\d{4}-\d\d-\d\d[ T][\d:.,]+\s+[A-Z]+\s+[\w./-]+:\d+\s+--\s*)"
+)
 
 
 class WorkerExitedError(GeovizError):
@@ -79,7 +86,10 @@ def _last_line(path: Path) -> str:
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     if not lines:
         return ""
-    line = lines[-1]
+    # what the line says, without a logger's time stamp and source position
+    line = _LOG_PREFIX.sub("", lines[-1]).strip() or lines[-1]
+    first, dot, rest = line.partition(". ")
+    line = first if dot and rest else line.rstrip(".")  # its first sentence
     return line if len(line) <= _LOG_LINE_CHARS else line[: _LOG_LINE_CHARS - 1] + "…"
 
 
