@@ -104,7 +104,10 @@ def bootstrap_refit(
     Raises
     ------
     GeovizError
-        Neural maps (a refit would retrain networks: use Q-resampling), ``B`` out of range.
+        Neural maps (a refit would retrain networks: use Q-resampling), ``B`` out of range;
+        with Ray, a malformed ``address`` or a cluster that does not answer within the
+        bounded wait of :func:`geoviz.tasks.probe_ray_address` (``backend="auto"`` runs
+        the refits in this process instead, with a warning).
     """
     b_count = check_replicates(replicates, "refit replicates")
     seed = limits.check_int(seed, "bootstrap seed", 0, limits.MAX_SEED)
