@@ -132,7 +132,8 @@ def open_regular_file(
     """
     make = error or _default_error(path)
     check_regular_file(path, max_bytes=max_bytes, error=make)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    nonblocking = getattr(os, "O_NONBLOCK", 0)  # POSIX; Windows has no FIFOs to open
+    flags = os.O_RDONLY | nonblocking | getattr(os, "O_NOCTTY", 0)
     flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
@@ -142,7 +143,7 @@ def open_regular_file(
         problem = file_kind_problem(os.fstat(fd), max_bytes)
         if problem is not None:
             raise make(problem)
-        if hasattr(os, "set_blocking"):
+        if nonblocking:
             os.set_blocking(fd, True)  # a regular file: reads as usual
         fh = os.fdopen(fd, "rb")
     except BaseException:

@@ -23,7 +23,7 @@ _RUNNER = """
 import json, resource, signal, sys
 resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit}))
 
-class Hung(Exception):
+class Hung(BaseException):  # not caught by a loader's "except Exception"
     pass
 
 def alarm(signum, frame):

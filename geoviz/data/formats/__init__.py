@@ -188,9 +188,10 @@ def load_path(
         _check_file(p)  # a FIFO would block and /dev/zero never end: refused before opening
     source = str(p)
     if p.is_file() and _file_kind(p.name) == "zip":
-        return _load_zip(
-            p, label=source, split=split, kind=kind, name=name, label_column=label_column
-        )
+        with _open_file(p) as fh:  # the file that was checked, not what the path is now
+            return _load_zip(
+                fh, label=source, split=split, kind=kind, name=name, label_column=label_column
+            )
     if kind == "auto":
         if p.is_dir():
             return _load_dir_auto(
