@@ -5,21 +5,22 @@ torchvision architecture with a local weights file.
 ``(N, C, H, W)`` in ``[0, 1]`` are resized to ``input_size`` (when given), turned to
 ``channels`` channels (grey repeated to RGB, RGB averaged to grey), normalised by ``mean``
 and ``std`` (when given, per channel), and the model's output ``(N, d)`` (other
-``(N, ...)`` shapes flattened) is the feature vector. Vector datasets go to the model as ``(N, D)``.
-Nothing is trained; the digest covers the model's weights (or the file's bytes).
+``(N, ...)`` shapes flattened) is the feature vector. Vector datasets go to the model as
+``(N, D)``. Nothing is trained; the digest covers the model's weights (or the file's bytes).
 
 The model is the user's code and is treated as such:
 
 * it gets a **copy** of each batch, never a view of a dataset's storage, so a model that
   works in place (``x.sub_(0.5)``) cannot change the datasets;
 * its output must be real and finite, ``(N, d)`` (other ``(N, ...)`` shapes are flattened
-  after the batch axis), with the same ``d`` for every batch (:func:`~geoviz.features.base.check_feature_output`); anything else is
-  refused in a sentence naming the model and the batch;
+  after the batch axis), with the same ``d`` for every batch
+  (:func:`~geoviz.features.base.check_feature_output`); anything else is refused in a
+  sentence naming the model and the batch;
 * its failure is reported with the last line of its error (where a TorchScript error
   states the cause);
 * only a regular file of at most :data:`geoviz.files.MAX_MODEL_BYTES` is read as a model
-  (:mod:`geoviz.files`), and the side inputs are resized to is at most
-  :data:`MAX_INPUT_SIZE`.
+  (:mod:`geoviz.files`), and images are resized to at most :data:`MAX_INPUT_SIZE` pixels a
+  side, in batches whose input stays under :data:`MAX_BATCH_INPUT_BYTES`.
 
 A TorchScript file is code: load only models you trust.
 
@@ -172,7 +173,8 @@ class ModelSpace(FeatureSpace):
         data = _read_model_file(path)
         try:
             # from the bytes already read: the path is opened once, after its checks
-            model = torch.jit.load(io.BytesIO(data), map_location="cpu")  # type: ignore[no-untyped-call]
+            buffer = io.BytesIO(data)
+            model = torch.jit.load(buffer, map_location="cpu")  # type: ignore[no-untyped-call]
         except Exception as err:  # torch raises RuntimeError / ValueError variants
             raise GeovizError(
                 f"{path.name} is not a TorchScript model ({last_error_line(err)}); save one with "

@@ -8,9 +8,10 @@ utilities (hidden entries, split names) that several formats use.
 
 Only regular files are opened (:mod:`geoviz.files`: a FIFO or a device such as
 ``/dev/zero`` is refused before ``open``). Sizes are checked before anything large is
-allocated: a file's size before it is read (:func:`_read_raw`), gzip output while it is decompressed (:func:`_maybe_gunzip`), and
-declared array shapes through :func:`_check_dataset_memory`, all against the process's
-real memory limit (:mod:`geoviz.memory`).
+allocated: a file's size before it is read (:func:`_read_raw`), gzip output while it is
+decompressed (:func:`_maybe_gunzip`), and declared array shapes through
+:func:`_check_dataset_memory`, all against the process's real memory limit
+(:mod:`geoviz.memory`).
 """
 
 from __future__ import annotations
