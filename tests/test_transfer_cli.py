@@ -113,7 +113,10 @@ def test_transfer_grid_writes_study_and_resumes(tmp_path, capsys) -> None:
         (["--epsilon", "1e-100"], "error: --epsilon 1e-100 is below 0.0001"),
         (["--n", "1000000000"], "error: --n must be between 10 and 100,000, got 1,000,000,000"),
         (["--n-test", "5"], "error: --n-test must be between 10 and 100,000, got 5"),
-        (["--size", "700"], "error: --size must be between 4 and 128, got 700"),
+        (["--size", "700"], "error: --size must be between 16 and 128, got 700"),
+        # issue 32: the transfer network needs 16 pixels (a message naming harmonize(size=...)
+        # came after the datasets were loaded)
+        (["--size", "8"], "error: --size must be between 16 and 128, got 8"),
         (["--k", "100000"], "error: --k must be between 1 and 1,000, got 100,000"),
         (["--seed", "-1"], "error: --seed must be between 0 and 2,147,483,647, got -1"),
         (["--seeds", "0,-5"], "error: --seeds: every seed must be between 0 and"),

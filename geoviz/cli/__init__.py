@@ -32,6 +32,14 @@ loaded or map fitted, against the shared bounds of :mod:`geoviz.limits`
 status 2 too, and it words library messages for the command line (``--overwrite``
 instead of ``overwrite=True``, ``--batch-size`` instead of "the batched mode").
 
+Every failure is one line on stderr and a non-zero exit status: bad input
+(:class:`~geoviz.errors.GeovizError`) and a file the system refuses (``OSError``) exit
+with 2, anything else (a bug) with 1 (``GEOVIZ_TRACEBACK=1`` prints its traceback
+too). Ctrl-C (``KeyboardInterrupt``) prints ``interrupted`` and exits with 130, as a
+shell reports a process ended by SIGINT. Warnings are one ``warning: ...`` line each.
+Library messages that name Python arguments are worded with the command's options
+(:func:`cli_message`).
+
 Progress goes to stderr (:func:`geoviz.cli.output.progress_callback`): a redrawn tqdm bar on a
 terminal; when stderr is a file or a pipe (CI logs, Ray workers) plain lines instead,
 one per stage and at most one per 10 % of the work.
@@ -46,8 +54,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
+import re
+import signal
 import sys
-from collections.abc import Sequence
+import traceback
+import warnings
+from collections.abc import Iterator, Sequence
 
 from geoviz.backend import RuntimeSettings, configure_torch, configured
 from geoviz.cli import otdd
@@ -55,10 +68,15 @@ from geoviz.errors import GeovizError
 from geoviz.memory import memory_guard
 from geoviz.nn.training import CPU_TRAIN_THREADS
 
-__all__ = ["PLUGIN_MODULES", "build_parser", "cli_message", "main"]
+__all__ = ["INTERRUPTED_STATUS", "PLUGIN_MODULES", "build_parser", "cli_message", "main"]
 
 #: command modules registered after ``datasets`` and ``show``, in order
 PLUGIN_MODULES: tuple[str, ...] = ("geoviz.cli.transfer", "geoviz.cli.geodesic")
+
+#: exit status after Ctrl-C: 128 + SIGINT, what a shell reports for a process SIGINT ended
+INTERRUPTED_STATUS = 130
+#: longest message printed for an unexpected error (its first line, cut)
+MAX_ERROR_CHARS = 400
 
 
 # --------------------------------------------------------------------------- parser
@@ -110,16 +128,50 @@ def _tolerant_streams() -> None:
 
 _BATCHED_HINT = "use a smaller sample or the batched mode"
 
+#: library wording (Python arguments) -> the command line's options; applied in order
+_CLI_WORDING: tuple[tuple[str, str], ...] = (
+    ("pass overwrite=True", "pass --overwrite"),
+    ("overwrite=True", "--overwrite"),
+    ("(use method='barycentric')", "(use --method barycentric)"),
+    ("use method='barycentric'", "use --method barycentric"),
+    ("or use backend='sequential'", "or use --backend sequential"),
+    ("or pass format=", "or pass --format"),
+    ("pass size=... to resize them", "use --size to resize them"),
+    (
+        "resize them with geoviz.data.preprocess.harmonize(size=...)",
+        "use a larger --size",
+    ),
+    (
+        "so a relative epsilon is undefined; give an absolute one",
+        "so the relative --epsilon is undefined: these datasets cannot be compared",
+    ),
+    ("increase max_iter or epsilon", "use a larger --epsilon"),
+)
+#: the same for wording with a value in it
+_CLI_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"cannot draw n=(\d+) samples"), r"cannot draw --n-out \1 samples"),
+    (
+        re.compile(r"use n <= (\d+) or fit with more target samples"),
+        r"use --n-out <= \1 or a larger --n",
+    ),
+    (re.compile(r"\bk=(\d+) labelled examples per class"), r"--k \1 labelled examples per class"),
+)
 
-def cli_message(err: GeovizError, args: argparse.Namespace | None = None) -> str:
-    """``str(err)`` worded for the command line.
 
-    Library messages name Python arguments; the CLI has flags for them:
-    ``overwrite=True`` becomes ``--overwrite``, and "the batched mode" of an
+def cli_message(err: BaseException | str, args: argparse.Namespace | None = None) -> str:
+    """``str(err)`` worded for the command line, on one line.
+
+    Library messages name Python arguments; the CLI has options for them:
+    ``overwrite=True`` becomes ``--overwrite``, ``method='barycentric'`` becomes
+    ``--method barycentric`` (:data:`_CLI_WORDING`), and "the batched mode" of an
     out-of-memory refusal becomes ``--batch-size`` where the command has it (else a
-    smaller ``--n``).
+    smaller ``--n``). Advice naming an option the command lacks is left out.
     """
-    text = str(err).replace("overwrite=True", "--overwrite")
+    text = " ".join(str(err).split())  # one line, whatever the library wrote
+    for python, cli in _CLI_WORDING:
+        text = text.replace(python, cli)
+    for pattern, cli in _CLI_PATTERNS:
+        text = pattern.sub(cli, text)
     if _BATCHED_HINT in text:
         if args is not None and hasattr(args, "batch_size"):
             hint = (
@@ -132,8 +184,79 @@ def cli_message(err: GeovizError, args: argparse.Namespace | None = None) -> str
     return text
 
 
+def _os_message(err: OSError) -> str:
+    """An ``OSError`` as one sentence: what failed and on which file (cut if very long)."""
+    what = err.strerror or type(err).__name__
+    name = err.filename
+    if name is None:
+        return f"{what}"
+    text = os.fsdecode(name) if isinstance(name, bytes) else str(name)
+    if len(text) > 120:
+        text = text[:60] + "…" + text[-40:]
+    return f"{what}: {text}"
+
+
+def _unexpected_message(err: BaseException) -> str:
+    """A bug's one line: its type and the first line of its message, cut."""
+    first = (str(err).strip().splitlines() or [""])[0]
+    if len(first) > MAX_ERROR_CHARS:
+        first = first[: MAX_ERROR_CHARS - 1] + "…"
+    detail = f"{type(err).__name__}: {first}" if first else type(err).__name__
+    return (
+        f"unexpected {detail} (a bug in geoviz; set GEOVIZ_TRACEBACK=1 to print where it happened)"
+    )
+
+
+@contextlib.contextmanager
+def _one_line_warnings(args: argparse.Namespace | None) -> Iterator[None]:
+    """Warnings printed as ``warning: <message>`` lines, worded for the command line."""
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: object = None,
+        line: str | None = None,
+    ) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            print(f"warning: {cli_message(str(message), args)}", file=sys.stderr)
+
+    previous = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
+def _interrupted(process: bool) -> int:
+    """Ctrl-C: one line, status :data:`INTERRUPTED_STATUS`; for the process's own command
+    line (``process``) a second Ctrl-C while Python shuts down is ignored, not a traceback."""
+    if process:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):
+        print("interrupted", file=sys.stderr, flush=True)
+    return INTERRUPTED_STATUS
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 2 bad input or not enough memory)."""
+    """Run the CLI; returns the exit status (0 ok, 2 bad input, a refused file or not enough
+    memory, 1 a bug, :data:`INTERRUPTED_STATUS` after Ctrl-C).
+
+    ``argv`` ``None`` reads the process's command line (the ``geoviz`` script,
+    ``python -m geoviz``).
+    """
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _interrupted(process=argv is None)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     _tolerant_streams()
     parser = build_parser()
     try:
@@ -151,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the environment is read here, once per command (GEOVIZ_DEVICE, GEOVIZ_CACHE_DIR,
         # ...); MemoryError / allocator failures anywhere in a command become a ResourceError
         with (
+            _one_line_warnings(args),
             configured(RuntimeSettings.from_env()),
             memory_guard(f"geoviz {args.command}"),
         ):
@@ -158,3 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GeovizError as err:
         print(f"error: {cli_message(err, args)}", file=sys.stderr)
         return 2
+    except OSError as err:  # a file the system refuses (a name too long, a full disk, ...)
+        print(f"error: {cli_message(_os_message(err), args)}", file=sys.stderr)
+        return 2
+    except Exception as err:  # a bug: one line, its traceback only when asked for
+        if os.environ.get("GEOVIZ_TRACEBACK", "").strip() not in ("", "0"):
+            traceback.print_exc()
+        print(f"error: {_unexpected_message(err)}", file=sys.stderr)
+        return 1

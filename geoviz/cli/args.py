@@ -6,13 +6,17 @@ Parsers (``type=`` of ``add_argument``; bad text is an argparse usage error, exi
 Checks (run right after parsing, before any dataset is loaded; a
 :class:`~geoviz.errors.GeovizError` naming the flag, printed by :func:`geoviz.cli.main`):
 :func:`cli_int`, :func:`cli_seed`, :func:`cli_epsilon`, :func:`cli_seeds` — the shared
-bounds of :mod:`geoviz.limits`.
+bounds of :mod:`geoviz.limits`; :func:`cli_path` — a path the file system can take;
+:func:`given_options` and :func:`refuse_unused` — an option that would do nothing in the
+given combination is refused, not silently ignored.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from geoviz import limits
@@ -20,21 +24,34 @@ from geoviz.errors import GeovizError
 
 __all__ = [
     "MAX_SEEDS",
+    "OUTPUT_NAME_MARGIN",
     "add_backend_args",
     "add_epsilon_option",
     "cli_epsilon",
     "cli_int",
+    "cli_path",
     "cli_seed",
     "cli_seeds",
+    "given_options",
     "names",
     "number",
     "number_list",
     "positive_int",
     "ray_address",
+    "refuse_unused",
 ]
 
 #: training seeds of one command (``geoviz transfer --seeds``: each seed trains every method)
 MAX_SEEDS = 100
+
+#: bytes an output's file name must leave free for the siblings geoviz writes beside it:
+#: the temporary ``.<name>.<12 hex>.p<pid>h<8 hex>.tmp`` (up to 46 bytes more) and the
+#: manifest ``<stem>.manifest.json`` (14 more)
+OUTPUT_NAME_MARGIN = 64
+
+#: longest file name and path where the file system cannot be asked (Linux's limits)
+_DEFAULT_NAME_MAX = 255
+_DEFAULT_PATH_MAX = 4096
 
 
 # --------------------------------------------------------------------------- argparse types
@@ -141,6 +158,82 @@ def cli_seeds(text: str, flag: str = "--seeds") -> list[int]:
     return seeds
 
 
+def _fs_limit(path: Path, name: str, default: int) -> int:
+    """``os.pathconf`` of the nearest existing folder of ``path`` (``default`` if unknown)."""
+    for folder in (path.parent, *path.parent.parents):
+        try:
+            if os.path.isdir(folder):
+                return int(os.pathconf(folder, name))
+        except (OSError, ValueError):
+            break
+    return default
+
+
+def _cut(text: str, limit: int = 24) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def cli_path(text: str | Path, flag: str, *, output: bool = False) -> Path:
+    """``text`` as a path the file system can take, else a one-sentence GeovizError naming
+    ``flag`` (before any work, instead of an ``OSError`` after it).
+
+    Refused: a NUL character, a path longer than the file system's ``PC_PATH_MAX``, a
+    name (path component) longer than its ``PC_NAME_MAX`` bytes (255 on Linux); for an
+    ``output``, a final name that leaves less than :data:`OUTPUT_NAME_MARGIN` bytes for
+    the temporary and manifest files written beside it.
+    """
+    raw = str(text)
+    if "\0" in raw:
+        raise GeovizError(f"{flag}: the path contains a NUL character")
+    path = Path(raw)
+    path_max = _fs_limit(path, "PC_PATH_MAX", _DEFAULT_PATH_MAX)
+    size = len(os.fsencode(raw))
+    if size >= path_max:
+        raise GeovizError(f"{flag}: the path is {size:,} bytes long; at most {path_max - 1:,}")
+    name_max = _fs_limit(path, "PC_NAME_MAX", _DEFAULT_NAME_MAX)
+    parts = path.parts
+    for k, part in enumerate(parts):
+        size = len(os.fsencode(part))
+        last = output and k == len(parts) - 1
+        limit = name_max - OUTPUT_NAME_MARGIN if last else name_max
+        if size > limit:
+            room = (
+                f" (the file system takes {name_max}, less {OUTPUT_NAME_MARGIN} for the "
+                "temporary and manifest files beside it)"
+                if last
+                else ""
+            )
+            raise GeovizError(
+                f"{flag}: the name {_cut(part)!r} is {size:,} bytes long; at most {limit}{room}"
+            )
+    return path
+
+
+def given_options(args: argparse.Namespace, defaults: Mapping[str, Any]) -> set[str]:
+    """The options of ``defaults`` (``dest`` -> default) given on the command line, and
+    their defaults filled in for the rest.
+
+    Those options are declared with ``default=None`` so that a value given explicitly
+    (even the default's) can be told apart from one left out (:func:`refuse_unused`).
+    """
+    given = set()
+    for dest, default in defaults.items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, default)
+        else:
+            given.add(dest)
+    return given
+
+
+def refuse_unused(given: Iterable[str], unused: Mapping[str, str]) -> None:
+    """Refuse the first option of ``given`` that ``unused`` (``dest`` -> why it would do
+    nothing) lists: one sentence naming the option, ``--option only applies ...``."""
+    given = set(given)
+    for dest, why in unused.items():
+        if dest in given:
+            raise GeovizError(f"--{dest.replace('_', '-')} {why}")
+
+
 # --------------------------------------------------------------------------- shared options
 
 
@@ -152,7 +245,7 @@ def add_backend_args(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--backend",
         choices=("auto", "ray", "sequential"),
-        default="auto",
+        default=None,  # "auto"; None tells a given --backend apart (geoviz.cli.args.given_options)
         help=f"run {what} as a Ray task (ray), in this process (sequential), or Ray if "
         "installed (auto, default)",
     )

@@ -61,12 +61,15 @@ from geoviz.cli.args import (
     add_epsilon_option,
     cli_epsilon,
     cli_int,
+    cli_path,
     cli_seed,
+    given_options,
     names,
     number,
     number_list,
     positive_int,
     ray_address,
+    refuse_unused,
 )
 from geoviz.cli.output import progress_callback, refuse_existing, write_file
 from geoviz.errors import BlurWarning, ExportExistsError, GeovizError, WeightsError
@@ -162,7 +165,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--neural-preset",
         choices=("tiny", "cpu", "paper"),
-        default="cpu",
+        default=None,  # "cpu" (_DEFAULTS): None tells a given option apart
         help="training budget of --method neural (default cpu: minutes per map at 32x32)",
     )
     parser.add_argument(
@@ -193,11 +196,13 @@ def add_bootstrap_args(parser: argparse.ArgumentParser) -> None:
         help="print 95%% bootstrap intervals of W_i, a_hat and the objective from B "
         "replicates (q-resample: cheap, Q's samples drawn again with the maps fixed)",
     )
-    parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the replicates")
+    parser.add_argument(
+        "--bootstrap-seed", type=int, default=None, help="seed of the replicates (default 0)"
+    )
     parser.add_argument(
         "--bootstrap-method",
         choices=("q-resample", "refit"),
-        default="q-resample",
+        default=None,  # "q-resample" (_DEFAULTS)
         help="q-resample (default) or refit: Q and every reference drawn again and the maps "
         "refitted, each replicate one task (about one fit each)",
     )
@@ -234,7 +239,7 @@ def add_feature_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--encoder-preset",
         choices=("tiny", "cpu"),
-        default="cpu",
+        default=None,  # "cpu" (_DEFAULTS)
         help="training budget of --features encoder (default cpu: about a minute)",
     )
 
@@ -259,19 +264,85 @@ def feature_space_from_args(args: argparse.Namespace) -> ModelSpace | None:
 
 # --------------------------------------------------------------------------- shared steps
 
+#: defaults of the options declared with ``default=None`` (a given one is told apart)
+_DEFAULTS: dict[str, Any] = {
+    "bootstrap_seed": 0,
+    "bootstrap_method": "q-resample",
+    "backend": "auto",
+    "ray_address": None,
+    "neural_preset": "cpu",
+    "encoder_preset": "cpu",
+    "neural_iterations": None,
+    "features_size": None,
+    "format": None,
+    "n_out": None,
+}
+
+
+def _refuse_unused_options(args: argparse.Namespace, given: set[str]) -> None:
+    """Options that would do nothing in the given combination, refused in one sentence
+    (they were silently ignored): the bootstrap's options without ``--bootstrap``, the
+    refits' backend without ``--bootstrap-method refit``, the neural maps' options without
+    ``--method neural``, ``--encoder-preset`` without ``--features encoder``,
+    ``--features-size`` without ``--features-model``, and the export's options without
+    ``--out``. ``given``: the options of :data:`_DEFAULTS` given on the command line."""
+    given = set(given)
+    if getattr(args, "overwrite", False) and args.command == "project":
+        given.add("overwrite")
+    unused: dict[str, str] = {}
+    if args.bootstrap is None:
+        for dest in ("bootstrap_method", "bootstrap_seed"):
+            unused[dest] = "only applies with --bootstrap B (the number of replicates)"
+    if args.bootstrap is None or args.bootstrap_method != "refit":
+        for dest in ("backend", "ray_address"):
+            unused[dest] = (
+                "only applies to --bootstrap B --bootstrap-method refit (each refit is a task)"
+            )
+    if args.method != "neural":
+        for dest in ("neural_preset", "neural_iterations"):
+            unused[dest] = "only applies with --method neural"
+    if args.features != "encoder":
+        unused["encoder_preset"] = "only applies with --features encoder"
+    if args.features_model is None:
+        unused["features_size"] = "only applies with --features-model FILE"
+    if args.command == "project" and args.out is None:
+        for dest in ("format", "n_out", "overwrite"):
+            unused[dest] = "only applies with --out (an export)"
+    refuse_unused(given, unused)
+    if args.method == "neural" and (args.features != "pixels" or args.features_model):
+        space = "--features-model" if args.features_model else f"--features {args.features}"
+        raise GeovizError(
+            f"--method neural maps images in pixel space; with {space} use --method barycentric"
+        )
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Every path option is one the file system can take (:func:`cli_path`)."""
+    cli_path(args.target, "--target")
+    for name in args.refs:
+        cli_path(name, "--refs")
+    if args.features_model is not None:
+        cli_path(args.features_model, "--features-model")
+    if getattr(args, "out", None) is not None:
+        cli_path(args.out, "--out", output=True)
+
 
 def check_args(args: argparse.Namespace) -> None:
     """Check every option of ``distance`` / ``project`` / ``grid`` before any work.
 
-    Sets ``args.checked_weights`` (the ``--weights`` on the simplex, or ``None``).
+    Sets ``args.checked_weights`` (the ``--weights`` on the simplex, or ``None``), and the
+    defaults of the options declared with ``default=None`` (:data:`_DEFAULTS`).
 
     Raises
     ------
     GeovizError
-        The first option out of its range (:mod:`geoviz.limits`), in one sentence
-        naming the flag; :class:`~geoviz.errors.WeightsError` for ``--weights``;
+        The first option out of its range (:mod:`geoviz.limits`), a path the file system
+        cannot take, or an option that would do nothing with the others given, in one
+        sentence naming the flag; :class:`~geoviz.errors.WeightsError` for ``--weights``;
         :class:`~geoviz.errors.ExportExistsError` for an existing ``--out``.
     """
+    given = given_options(args, _DEFAULTS)
+    _check_paths(args)
     m = len(args.refs)
     if m < 2:
         raise GeovizError(f"--refs needs at least 2 reference datasets (comma-separated), got {m}")
@@ -313,11 +384,17 @@ def check_args(args: argparse.Namespace) -> None:
             raise WeightsError(f"--weights: {err}") from err
     if getattr(args, "n_out", None) is not None:
         cli_int(args.n_out, "--n-out", 1, limits.MAX_SAMPLES, why="samples to export")
+        if args.n_out > args.n:  # P_a is the push-forward of the --n target samples
+            raise GeovizError(
+                f"--n-out {args.n_out:,} is more than the {args.n:,} target samples (--n) "
+                "P_a is made of; use --n-out <= --n"
+            )
     if getattr(args, "resolution", None) is not None:
         try:
             limits.check_grid(args.resolution, m)
         except GeovizError as err:
             raise GeovizError(f"--resolution: {err}") from None
+    _refuse_unused_options(args, given)
     if getattr(args, "out", None) is not None:
         if args.command == "grid":
             refuse_existing(args.out, args.overwrite)

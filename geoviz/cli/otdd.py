@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from geoviz import limits
-from geoviz.cli.args import cli_int, cli_seed, positive_int
+from geoviz.cli.args import cli_int, cli_path, cli_seed, positive_int
 from geoviz.cli.output import format_table, refuse_existing, write_file
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
@@ -136,6 +136,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
     cli_seed(args.seed)
     cli_int(args.per_class, "--per-class", 1, limits.MAX_PREVIEW_PER_CLASS)
     cli_int(args.zoom, "--zoom", 1, limits.MAX_PREVIEW_ZOOM)
+    cli_path(args.name, "NAME")
+    if args.grid is not None:
+        cli_path(args.grid, "--grid", output=True)
+    elif args.overwrite:  # it would do nothing
+        raise GeovizError("--overwrite only applies with --grid OUT.png")
     grid_path = None if args.grid is None else refuse_existing(args.grid, args.overwrite, "--grid")
 
     ds = load_dataset(args.name, split=args.split, n=args.n, seed=args.seed)

@@ -45,10 +45,13 @@ from geoviz.cli.args import (
     add_epsilon_option,
     cli_epsilon,
     cli_int,
+    cli_path,
     cli_seed,
     cli_seeds,
+    given_options,
     positive_int,
     ray_address,
+    refuse_unused,
 )
 from geoviz.cli.output import PlainProgress, format_table, stderr_is_terminal
 from geoviz.errors import BlurWarning, ExportError, GeovizError
@@ -183,10 +186,59 @@ class _TransferOptions:
     out_dir: Path | None
 
 
+#: defaults of the options declared with ``default=None`` (a given one is told apart)
+_DEFAULTS: dict[str, Any] = {
+    "features": "pixels",
+    "encoder_preset": "cpu",
+    "neural_preset": "cpu",
+    "weights": "a_hat",
+    "backend": "auto",
+    "ray_address": None,
+    "epsilon": None,
+}
+
+
+def _refuse_unused_options(
+    args: argparse.Namespace, given: set[str], methods: list[str], weights: np.ndarray | None
+) -> None:
+    """Options that would do nothing with the methods run, refused in one sentence (they
+    were silently ignored)."""
+    given = set(given) | ({"neural"} if args.neural else set())
+    # the barycentric geodesic is fitted for otdd, mixup at a_hat and the grid (as
+    # _run_transfer decides); otdd_neural fits a neural one, in pixel space
+    barycentric = (
+        args.grid is not None or "otdd" in methods or ("mixup" in methods and weights is None)
+    )
+    unused: dict[str, str] = {}
+    if args.method != "all" or args.grid is not None:
+        unused["neural"] = "only applies to --method all (without --grid)"
+    if "otdd_neural" not in methods:
+        unused["neural_preset"] = "only applies when otdd_neural runs (--method otdd_neural)"
+    if args.features != "encoder":
+        unused["encoder_preset"] = "only applies with --features encoder"
+    if not {"otdd", "mixup"} & set(methods):
+        unused["weights"] = "only applies to --method otdd, mixup or all (P_a's weights)"
+    if not barycentric:
+        unused["features"] = (
+            "only applies when the OTDD geodesic is fitted (otdd, or mixup at a_hat)"
+        )
+        if "otdd_neural" not in methods:
+            unused["epsilon"] = "only applies when a geodesic is fitted (otdd, mixup at a_hat)"
+    if args.backend == "sequential":
+        unused["ray_address"] = "only applies with --backend ray or auto"
+    refuse_unused(given, unused)
+
+
 def _check_transfer_args(args: argparse.Namespace) -> _TransferOptions:
-    """Every option checked before any work, in one sentence naming the flag."""
+    """Every option checked before any work, in one sentence naming the flag; an option
+    that would do nothing with the others is refused too."""
+    from geoviz.nn.models import MIN_LENET_SIZE
     from geoviz.nn.training import get_preset
 
+    given = given_options(args, _DEFAULTS)
+    cli_path(args.target, "--target")
+    if args.out is not None:
+        cli_path(args.out, "--out")
     refs = [part.strip() for part in args.refs.split(",") if part.strip()]
     if not refs:
         raise GeovizError("--refs: expected comma-separated dataset names")
@@ -198,7 +250,11 @@ def _check_transfer_args(args: argparse.Namespace) -> _TransferOptions:
     if args.n_test is not None:
         cli_int(args.n_test, "--n-test", limits.MIN_SAMPLES, limits.MAX_SAMPLES)
     cli_int(
-        args.size, "--size", limits.MIN_IMAGE_SIZE, limits.MAX_IMAGE_SIZE, why="pixels per side"
+        args.size,
+        "--size",
+        max(limits.MIN_IMAGE_SIZE, MIN_LENET_SIZE),
+        limits.MAX_IMAGE_SIZE,
+        why="pixels per side, for the transfer network",
     )
     cli_int(args.k, "--k", 1, limits.MAX_FEW_SHOT_K, why="labelled samples per class")
     cli_seed(args.seed)
@@ -207,6 +263,9 @@ def _check_transfer_args(args: argparse.Namespace) -> _TransferOptions:
     preset = get_preset(args.preset)
     epsilon = None if args.epsilon is None else cli_epsilon(args.epsilon)
     methods = _transfer_methods(args, len(refs), weights)
+    _refuse_unused_options(args, given, methods, weights)
+    for name in refs:
+        cli_path(name, "--refs")
     out_dir = None if args.out is None else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"--out {out_dir} exists and is not a folder")
@@ -609,15 +668,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--features",
         choices=("pixels", "pca", "box", "encoder"),
-        default="pixels",
+        default=None,  # "pixels" (_DEFAULTS): None tells a given option apart
         help="the space the OTDD maps and a_hat are computed in (default pixels); the "
         "pretraining set P_a is made of images in every case",
     )
     p.add_argument(
         "--encoder-preset",
         choices=("tiny", "cpu"),
-        default="cpu",
-        help="training budget of --features encoder",
+        default=None,  # "cpu" (_DEFAULTS)
+        help="training budget of --features encoder (default cpu)",
     )
     p.add_argument(
         "--k", type=positive_int, default=5, help="labelled target samples per class (default 5)"
@@ -645,12 +704,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--neural-preset",
         choices=("tiny", "cpu", "paper"),
-        default="cpu",
+        default=None,  # "cpu" (_DEFAULTS)
         help="training budget of the neural maps (default cpu)",
     )
     p.add_argument(
         "--weights",
-        default="a_hat",
+        default=None,  # "a_hat" (_DEFAULTS)
         help="weights a of P_a for otdd/mixup: a_hat (default) or comma-separated, e.g. 0.5,0.3,0.2",
     )
     p.add_argument(
