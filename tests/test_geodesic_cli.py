@@ -304,7 +304,10 @@ def test_issue_epsilons_are_refused_at_once(epsilon, capsys, no_loading):
             "--neural-iterations must be between 1 and 100,000",
         ),
         ("distance", ["--solver", "nope"], "unknown QP solver 'nope': available are"),
-        ("distance", ["--lambda-x", "-1"], "OTDDConfig: lambda_x and lambda_y must be >= 0"),
+        ("distance", ["--lambda-x", "-1"], "--lambda-x and --lambda-y must be >= 0"),
+        # issue 32: the messages name the options, not the library's config fields
+        ("distance", ["--lambda-x", "nan"], "--lambda-x must be a finite number"),
+        ("distance", ["--device", "tpu"], "--device must be 'auto', 'cpu' or 'cuda'"),
         ("project", ["--weights", "0.5,0.6"], "--weights: weights sum to 1.1"),
         ("project", ["--weights", "1"], "--weights: weights must have 2 entries"),
         ("project", ["--weights", "nan,1"], "--weights: "),

@@ -146,6 +146,10 @@ _CLI_WORDING: tuple[tuple[str, str], ...] = (
         "so the relative --epsilon is undefined: these datasets cannot be compared",
     ),
     ("increase max_iter or epsilon", "use a larger --epsilon"),
+    ("OTDDConfig: lambda_x and lambda_y", "--lambda-x and --lambda-y"),
+    ("OTDDConfig: lambda_x", "--lambda-x"),
+    ("OTDDConfig: lambda_y", "--lambda-y"),
+    ("OTDDConfig: device", "--device"),
 )
 #: the same for wording with a value in it
 _CLI_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
