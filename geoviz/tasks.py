@@ -490,9 +490,13 @@ def run_in_threads(fn: Callable[[T], R], items: Sequence[T], workers: int) -> li
     try:
         futures = [pool.submit(fn, item) for item in items]
         wait(futures, return_when=FIRST_EXCEPTION)
-    finally:
-        # after a failure: the parts not started are dropped, the running ones waited for
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:
+        # Ctrl-C (or SystemExit) while waiting: the user wants out now, not after the parts
+        # already running; they finish on their own and their results are dropped
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    # after a failure: the parts not started are dropped, the running ones waited for
+    pool.shutdown(wait=True, cancel_futures=True)
     failed = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
     if failed:
         raise failed[0]  # type: ignore[misc]

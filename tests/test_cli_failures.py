@@ -257,11 +257,14 @@ def test_keyboard_interrupt_in_a_command_is_status_130_and_one_line(monkeypatch,
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
-def test_ctrl_c_during_a_fit_exits_quietly_with_130(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_during_a_fit_exits_quietly_with_130(tmp_path, workers):
     """The issue: Ctrl-C during a fit printed about 40 lines of traceback. SIGINT is sent
-    once the fit reports progress (so the fit is running), not after a fixed delay."""
+    once the fit reports progress (so the fit is running), not after a fixed delay. With
+    parts on threads (``--workers 2``) the process leaves without joining them."""
     env = {**os.environ, "GEOVIZ_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     argv = ["distance", "--target", "mnist", "--refs", "fashion_mnist,usps", "--n", "2000"]
+    argv += ["--workers", str(workers)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "geoviz", *argv, "--no-cache"],
         cwd=ROOT,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import functools
 import signal
 import socket
@@ -295,3 +296,24 @@ def test_run_in_threads_stops_at_a_failure_and_raises_the_first_in_item_order():
 def test_run_in_threads_refuses_a_bad_worker_count(workers):
     with pytest.raises(GeovizError, match="workers must be an integer >= 1"):
         run_in_threads(_work, ITEMS, workers=workers)
+
+
+def test_ctrl_c_while_parts_run_leaves_without_waiting_for_them():
+    """Ctrl-C in the waiting thread does not join the parts still running (a fit's map can
+    take minutes); they finish on their own."""
+    release = threading.Event()
+    finished: list[int] = []
+
+    def part(i: int) -> int:
+        if i == 0:
+            _thread.interrupt_main()  # the user presses Ctrl-C while this part runs
+        release.wait(timeout=60)
+        finished.append(i)
+        return i
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_in_threads(part, [0, 1], workers=2)
+        assert finished == []  # out before the running parts ended
+    finally:
+        release.set()

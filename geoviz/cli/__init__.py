@@ -244,6 +244,10 @@ def _interrupted(process: bool) -> int:
         sys.stdout.flush()
     with contextlib.suppress(OSError, ValueError):
         print("interrupted", file=sys.stderr, flush=True)
+    if process:
+        # a fit's parts may still run on threads (--workers), and Python joins them at exit:
+        # leave now; their half-written cache entries are temporaries the next run removes
+        os._exit(INTERRUPTED_STATUS)
     return INTERRUPTED_STATUS
 
 
