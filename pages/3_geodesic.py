@@ -13,7 +13,7 @@ from geoviz.errors import GeovizError
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.compare import mixup_comparison
 from geoviz.viz.plots import otdd_heatmap
-from geoviz.viz.report import markdown_literal, plotly_literal, two_q_markdown
+from geoviz.viz.report import markdown_literal, two_q_markdown
 
 EXPLORER_KEY = "geodesic_explorer"
 
@@ -85,7 +85,7 @@ def mixup_view(model: SessionModel, result, pa, weights: SimplexWeights, names: 
         list(result.references),
         pa,
         naive,
-        [plotly_literal(n) for n in names],
+        names,  # as typed: the figure escapes the names it draws
         f"Same weights a = {weights.format()}, different couplings (paper Fig. 3b)",
     )
     st.plotly_chart(fig, key="geo_compare")

@@ -10,6 +10,9 @@
 * :mod:`geoviz.viz.embedding` — a UMAP (or PCA) embedding fitted once, reused
   for new points.
 * :mod:`geoviz.viz.compare` — OT-map interpolation vs naive mixup.
+* :mod:`geoviz.viz.literal` — names as Plotly text: every builder draws the dataset,
+  class and reference names it is given escaped (no tag, link or template placeholder
+  of a name); titles and captions are the caller's Plotly text.
 
 The weight simplex itself (``W^2(P_a, Q)`` over the weights, the pick, â and its region,
 the figure export) is drawn in the browser by the explorer

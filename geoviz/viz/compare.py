@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import WeightsError
+from geoviz.viz.literal import plotly_markup, plotly_name
 from geoviz.viz.plots import PointSet, color_map
 
 __all__ = ["EXPLORER_PALETTE", "mixup_comparison", "side_by_side_scatter"]
@@ -52,6 +53,10 @@ def side_by_side_scatter(
     grey. A class keeps its colour across panels; the legend lists each class
     once. ``class_order`` and ``palette`` fix the colours (class ``k`` of
     ``class_order`` gets ``palette[k]``), e.g. to match the browser explorer's.
+
+    Panel titles and the sets' and classes' names are as typed (drawn escaped:
+    :func:`geoviz.viz.literal.plotly_name`); ``title`` and ``legend_title`` are Plotly
+    text.
     """
     if not panels:
         raise WeightsError("no panels to draw")
@@ -63,7 +68,7 @@ def side_by_side_scatter(
     fig = make_subplots(
         rows=1,
         cols=len(panels),
-        subplot_titles=[t for t, _ in panels],
+        subplot_titles=[plotly_name(t) for t, _ in panels],
         specs=specs,
         horizontal_spacing=0.04,
         shared_xaxes=dim == 2,
@@ -98,11 +103,11 @@ def side_by_side_scatter(
                 legend_key = "references" if fade else lab
                 common = {
                     "mode": "markers",
-                    "name": legend_key,
-                    "legendgroup": legend_key,
+                    "name": plotly_name(legend_key),
+                    "legendgroup": plotly_name(legend_key),
                     "showlegend": legend_key not in shown,
                     "marker": marker,
-                    "hovertemplate": f"{s.name}: {lab}<extra></extra>",
+                    "hovertemplate": f"{plotly_name(s.name)}: {plotly_name(lab)}<extra></extra>",
                 }
                 shown.add(legend_key)
                 if dim == 2:
@@ -123,9 +128,9 @@ def side_by_side_scatter(
         }
         fig.update_scenes(**scene)
     fig.update_layout(
-        title={"text": title} if title else None,
+        title={"text": plotly_markup(title)} if title else None,
         height=height,
-        legend={"title": {"text": legend_title}, "itemsizing": "constant"},
+        legend={"title": {"text": plotly_markup(legend_title)}, "itemsizing": "constant"},
         margin={"t": 80 if title else 50},
     )
     return fig
@@ -152,6 +157,8 @@ def mixup_comparison(
     it comes from (output ``n`` from target sample ``n``), with the explorer's colours, so
     the figure reads like the browser's teaching view (issue 26, item 5): the maps keep a
     class together, random partners do not. The references are drawn faded.
+
+    ``names`` are the references' names as typed (drawn escaped); ``title`` is Plotly text.
     """
     q_labels = tuple(target.classes[int(k)] for k in target.labels.tolist())
     refs = [

@@ -19,6 +19,7 @@ from geoviz.viz.images import (
     sample_captions,
     soft_label_captions,
 )
+from geoviz.viz.literal import plotly_name
 from geoviz.viz.neighbours import plan_neighbours_grid, plan_neighbours_scatter, reference_cloud
 
 __all__ = [
@@ -108,7 +109,7 @@ def plan_neighbours_figure(
     flat = as_index(np.where(nb_idx >= 0, nb_idx, 0).reshape(-1))  # padding: any image, drawn blank
     rows = as_index(idx)
     map_name = f"T{i + 1}(x)"
-    title = f"Where {map_name} comes from: the {k} largest plan weights over {name}"
+    title = f"Where {map_name} comes from: the {k} largest plan weights over {plotly_name(name)}"
     if q.is_image and ref.is_image:
         shape = q.image_shape
         nb_images = as_display_images(ref.features[flat], shape)
@@ -158,7 +159,7 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
     n = len(idx)
     rows = as_index(idx)
     map_name = f"T{i + 1}(x)"
-    title = f"{map_name} next to real data: the {k} closest samples of {name}"
+    title = f"{map_name} next to real data: the {k} closest samples of {plotly_name(name)}"
     if q.is_image and ref.is_image:
         shape = q.image_shape
         x_img = as_display_images(q.features[rows], shape)
@@ -212,7 +213,7 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
             x=nb[..., 0].ravel(),
             y=nb[..., 1].ravel(),
             mode="markers",
-            name=f"closest samples of {name}",
+            name=f"closest samples of {plotly_name(name)}",
             marker={"size": 8, "color": "#2ca02c", "symbol": "circle-open", "line": {"width": 2}},
             text=[
                 f"#{int(nb_idx[r, j])} · {distance_caption(nb_d[r, j])}"
@@ -268,7 +269,7 @@ def side_by_side_images(
                 x_img,
                 x_caps,
                 columns,
-                title=f"P{i + 1}: {_name(first, i)}",
+                title=f"P{i + 1}: {plotly_name(_name(first, i))}",
                 tile_px=tile_px,
             )
         )
@@ -306,7 +307,7 @@ def side_by_side_scatter(
                     mode="markers",
                     name=f"{label} T{i + 1}#Q",
                     marker={"size": 5, "color": color, "symbol": symbol, "opacity": 0.55},
-                    text=[str(ref.classes[int(k)]) for k in top],
+                    text=[plotly_name(ref.classes[int(k)]) for k in top],
                     hovertemplate="%{text}<extra>" + label + "</extra>",
                 )
             )
@@ -343,7 +344,7 @@ def side_by_side_scatter(
         )
         fig.add_trace(_target_points(x, idx, "chosen x ∈ Q", size=10))
         fig.update_layout(
-            title=f"P{i + 1}: {_name(first, i)}",
+            title=f"P{i + 1}: {plotly_name(_name(first, i))}",
             height=420,
             xaxis_title=ax[0],
             yaxis_title=ax[1],

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import torch
 
 from geoviz.errors import DatasetError
+from geoviz.viz.literal import plotly_markup, plotly_name
 
 __all__ = [
     "as_display_images",
@@ -116,12 +117,16 @@ def image_grid(
         ``(N, H, W)`` grey or ``(N, H, W, 3)`` RGB in ``[0, 1]`` (see
         :func:`as_display_images`).
     captions
-        ``N`` short strings (label, soft-label summary...).
+        ``N`` short Plotly texts (label, soft-label summary...; ``<br>`` breaks a line):
+        names in them escaped, as :func:`sample_captions` and
+        :func:`soft_label_captions` do.
     ncols
         Images per row.
+    title
+        Plotly text (names in it escaped by the caller).
     column_titles
         Optional ``ncols`` headers drawn above the first row (e.g. ``Q``,
-        ``T_1(x)``, ...).
+        ``T_1(x)``, ...), Plotly text like ``captions``.
     tile_px
         Approximate on-screen size of one tile, sets the figure height.
     captions_below
@@ -156,7 +161,7 @@ def image_grid(
                     "x": c * cell_w + w / 2,
                     "y": r * cell_h
                     + (h + caption_pad * 0.5 if captions_below else caption_pad * 0.55),
-                    "text": str(text),
+                    "text": plotly_markup(text),
                     "showarrow": False,
                     "font": {"size": caption_size, "color": "#222"},
                     "xanchor": "center",
@@ -172,7 +177,7 @@ def image_grid(
                 y=0,
                 yref="y",
                 yshift=14,
-                text=f"<b>{text}</b>",
+                text=f"<b>{plotly_markup(text)}</b>",
                 showarrow=False,
                 font={"size": caption_size + 2},
                 yanchor="bottom",
@@ -182,7 +187,13 @@ def image_grid(
     height = int(nrows * cell_h * scale) + top + 10
     fig.update_layout(
         # title pinned to the top edge so it never meets the column headers below it
-        title={"text": title, "yref": "container", "y": 1.0, "yanchor": "top", "pad": {"t": 10}}
+        title={
+            "text": plotly_markup(title),
+            "yref": "container",
+            "y": 1.0,
+            "yanchor": "top",
+            "pad": {"t": 10},
+        }
         if title
         else None,
         height=max(height, 120),
@@ -212,13 +223,16 @@ def png_data_uri(image: np.ndarray) -> str:
 
 
 def _short(name: str, width: int) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+    """``name`` cut to ``width`` characters and escaped for Plotly (cut first: an entity is
+    never cut in two)."""
+    return plotly_name(name if len(name) <= width else name[: width - 1] + "…")
 
 
 def sample_captions(
     labels: np.ndarray | torch.Tensor, classes: Sequence[str], width: int = 12
 ) -> list[str]:
-    """Hard labels -> class-name captions."""
+    """Hard labels -> class-name captions (Plotly text: the names escaped, for
+    :func:`image_grid`)."""
     y = labels.numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
     return [_short(str(classes[int(k)]), width) for k in y]
 
@@ -234,7 +248,8 @@ def soft_label_captions(
     """``"usps/3 .62"``: top class of each soft label with its mass.
 
     ``two_lines`` puts a ``"dataset/"`` prefix on its own line
-    (``"fashion_mnist<br>Bag .62"``) so long names stay readable under a tile.
+    (``"fashion_mnist<br>Bag .62"``) so long names stay readable under a tile. Plotly
+    text for :func:`image_grid`: the names escaped.
     """
     s = (
         soft_labels.detach().cpu().numpy()
@@ -273,6 +288,8 @@ def mapped_samples_grid(
         ``n`` captions (their labels).
     mapped
         For each reference: ``(column title, (n, H, W[, 3]) images, n captions)``.
+
+    Titles and captions are Plotly text (:func:`image_grid`).
     """
     n = int(np.asarray(target_images).shape[0])
     columns = [("Q sample<br>x", np.asarray(target_images), list(target_captions))]

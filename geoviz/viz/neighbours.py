@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 
 from geoviz.errors import DatasetError
 from geoviz.viz.images import image_grid
+from geoviz.viz.literal import plotly_markup, plotly_name
 
 __all__ = [
     "neighbour_weight_caption",
@@ -97,6 +98,10 @@ def plan_neighbours_grid(
     map_name
         Column title of the mapped points (``"T₁(x)"``).
 
+    Captions, ``map_name`` and ``title`` are Plotly text
+    (:func:`geoviz.viz.images.image_grid`): names in them escaped by the caller, as
+    :func:`~geoviz.viz.images.sample_captions` does.
+
     Returns
     -------
     go.Figure
@@ -143,7 +148,7 @@ def plan_neighbours_grid(
         images.append(mp[r])
         extra = "" if mapped_captions is None else f"<br>{mapped_captions[r]}"
         captions.append(f"{p[r]:.1f} neighb.{extra}")
-    columns = ["x ∈ Q", *(f"#{j + 1}" for j in range(k)), map_name]
+    columns = ["x ∈ Q", *(f"#{j + 1}" for j in range(k)), map_name]  # image_grid: markup
     return image_grid(
         np.stack(images),
         captions,
@@ -160,12 +165,13 @@ REFERENCE_CLOUD_COLOUR = "rgba(150,150,150,0.35)"
 
 
 def reference_cloud(points: np.ndarray, name: str) -> go.Scattergl:
-    """The reference samples ``(N_P, 2)`` as a faint grey background trace (no hover)."""
+    """The reference samples ``(N_P, 2)`` as a faint grey background trace (no hover);
+    ``name`` as typed (the legend shows it escaped)."""
     return go.Scattergl(
         x=points[:, 0],
         y=points[:, 1],
         mode="markers",
-        name=name,
+        name=plotly_name(name),
         marker={"size": 4, "color": REFERENCE_CLOUD_COLOUR},
         hoverinfo="skip",
     )
@@ -203,7 +209,11 @@ def plan_neighbours_scatter(
     reference_points
         Optional ``(N_P, 2)`` whole reference, drawn faint grey.
     target_labels
-        Optional ``n`` names of the target points for the hover text.
+        Optional ``n`` names of the target points for the hover text, as typed.
+    reference_name
+        The reference's name, as typed (drawn escaped).
+    map_name, title
+        Plotly text (names in them escaped by the caller).
 
     Returns
     -------
@@ -222,7 +232,12 @@ def plan_neighbours_scatter(
             "plan_neighbours_scatter: expected points (n, 2), neighbours (n, k, 2) and mapped "
             f"(n, 2), got {x.shape}, {nb.shape}, {t.shape}"
         )
-    names = [f"#{r}" for r in range(n)] if target_labels is None else list(target_labels)
+    names = (
+        [f"#{r}" for r in range(n)]
+        if target_labels is None
+        else [plotly_name(t) for t in target_labels]
+    )
+    map_name = plotly_markup(map_name)  # it goes into a hover template
     fig = go.Figure()
     if reference_points is not None:
         ref = np.asarray(reference_points, dtype=float)
@@ -294,7 +309,7 @@ def plan_neighbours_scatter(
         )
     )
     fig.update_layout(
-        title=title,
+        title=plotly_markup(title) if title else None,
         xaxis_title=axis_titles[0],
         yaxis_title=axis_titles[1],
         yaxis={"scaleanchor": "x", "scaleratio": 1},

@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError
 from geoviz.glossary import OTDD_SHORT
+from geoviz.viz.literal import plotly_markup, plotly_name
 
 __all__ = [
     "PointSet",
@@ -69,11 +70,12 @@ class PointSet:
     Attributes
     ----------
     name
-        Dataset name (legend / symbol).
+        Dataset name (legend / symbol), as typed: the figures escape it
+        (:func:`geoviz.viz.literal.plotly_name`) where they draw it.
     points
         ``(N, 2)`` or ``(N, 3)`` coordinates.
     labels
-        ``N`` class names (hard label; argmax for soft labels).
+        ``N`` class names (hard label; argmax for soft labels), as typed.
     confidence
         ``(N,)`` mass of that class (1 for hard labels), shown on hover.
     indices
@@ -82,7 +84,7 @@ class PointSet:
         ``0..N-1``.
     hover
         ``N`` extra hover lines, e.g. the top soft labels of each point
-        (:func:`soft_label_summary`); ``None`` for none.
+        (:func:`soft_label_summary`), plain text; ``None`` for none.
     """
 
     name: str
@@ -208,17 +210,18 @@ def _highlight_mask(s: PointSet, sets: set[str], classes: set[str]) -> np.ndarra
 
 
 def _hover_texts(s: PointSet, idx: np.ndarray) -> list[str]:
-    """``"<b>P_a</b> · sample #12<br>class: usps/3 (0.62)<br>usps/3 0.62 · …"`` per point."""
+    """``"<b>P_a</b> · sample #12<br>class: usps/3 (0.62)<br>usps/3 0.62 · …"`` per point
+    (the set's and classes' names escaped)."""
     if s.hover is not None and len(s.hover) != len(s.labels):
         raise DatasetError(f"{len(s.labels)} points but {len(s.hover)} hover texts", s.name)
     out = []
     for k, (lab, conf) in enumerate(zip(s.labels, s.confidence, strict=True)):
         soft = s.hover is not None
-        text = f"<b>{s.name}</b> · sample #{int(idx[k])}<br>class: {lab}"
+        text = f"<b>{plotly_name(s.name)}</b> · sample #{int(idx[k])}<br>class: {plotly_name(lab)}"
         if soft or conf < 1.0 - 1e-9:
             text += f" ({float(conf):.2f})"
         if soft and s.hover[k]:
-            text += f"<br>{s.hover[k]}"
+            text += f"<br>{plotly_name(s.hover[k])}"
         out.append(text)
     return out
 
@@ -249,7 +252,10 @@ def scatter_sets(
     Parameters
     ----------
     sets
-        Point sets sharing a dimension (2 or 3).
+        Point sets sharing a dimension (2 or 3); their names and classes are drawn
+        escaped (:func:`geoviz.viz.literal.plotly_name`).
+    title
+        Plotly text (names in it escaped by the caller).
     color_by
         ``"label"``: colour = class, symbol = dataset; ``"dataset"``: colour = dataset.
     faded
@@ -310,7 +316,7 @@ def scatter_sets(
                     si,
                     dim_mask,
                     {"color": _DIM_COLOR, "size": marker_size * 0.8, "opacity": _DIM_OPACITY},
-                    {"name": f"{s.name} (not highlighted)", "showlegend": False},
+                    {"name": plotly_name(f"{s.name} (not highlighted)"), "showlegend": False},
                 )
 
     # 2. highlighted (or all) points, the emphasised set last so it is on top
@@ -329,15 +335,15 @@ def scatter_sets(
             if color_by == "label":
                 color = lab_colors[lab]
                 legend = {
-                    "name": lab,
-                    "legendgroup": lab,
+                    "name": plotly_name(lab),
+                    "legendgroup": plotly_name(lab),
                     "legendrank": 1000 + rank[lab],
                     "showlegend": lab not in in_legend,
                 }
                 in_legend.add(lab)
             else:
                 color = ds_colors[s.name]
-                legend = {"name": s.name, "legendgroup": s.name}
+                legend = {"name": plotly_name(s.name), "legendgroup": plotly_name(s.name)}
             marker = _point_marker(
                 color,
                 marker_size,
@@ -397,6 +403,8 @@ class _ScatterTraces:
     def __init__(self, sets: Sequence[PointSet], dim: int) -> None:
         self.sets, self.dim, self.fig = sets, dim, go.Figure()
         self.indices = [s.sample_indices() for s in sets]
+        # hover texts escape the names; customdata keeps them as typed (never drawn: read
+        # back by selected_samples to find the sample)
         self.hovers = [
             np.array(_hover_texts(s, i), dtype=object)
             for s, i in zip(sets, self.indices, strict=True)
@@ -449,7 +457,9 @@ def _point_marker(
 def _symbol_key(fig: go.Figure, sets: Sequence[PointSet], dim: int) -> None:
     """Under the plot: which symbol each dataset has (colours are classes)."""
     symbols = _SYMBOLS_2D if dim == 2 else _SYMBOLS_3D
-    key = " · ".join(f"{s.name}: {symbols[si % len(_SYMBOLS_2D)]}" for si, s in enumerate(sets))
+    key = " · ".join(
+        f"{plotly_name(s.name)}: {symbols[si % len(_SYMBOLS_2D)]}" for si, s in enumerate(sets)
+    )
     fig.add_annotation(
         text=f"symbol = dataset ({key})",
         xref="paper",
@@ -473,7 +483,7 @@ def _scatter_layout(
 ) -> None:
     """Title, height, legend, click-to-select and the axes (equal scales in 2-D)."""
     fig.update_layout(
-        title={"text": title} if title else None,
+        title={"text": plotly_markup(title)} if title else None,
         height=height,
         legend={"itemsizing": "constant", "yanchor": "top", "y": 1.0},
         clickmode="event+select",
@@ -584,7 +594,8 @@ def sample_card(
         (one row of :func:`geoviz.viz.images.as_display_images`) or uint8;
         ``None`` for non-image data (bars only).
     title
-        Figure title, e.g. ``"P_a · sample #12"``.
+        Figure title (Plotly text: names in it escaped by the caller), e.g.
+        ``"P_a · sample #12"``.
     soft_label
         ``(K,)`` soft label over ``class_names``: the ``top`` largest masses are
         drawn (those of mass ``>= 0.005``), the remaining mass as one grey
@@ -592,7 +603,7 @@ def sample_card(
         hard-labelled sample: one full bar of class ``label`` (or of the only
         entry of ``class_names``).
     class_names
-        ``K`` class names.
+        ``K`` class names, as typed (drawn escaped).
 
     Returns
     -------
@@ -621,7 +632,7 @@ def sample_card(
     colors = ["#5b8db8" if not n.startswith("other (") else _OTHER_COLOR for n, _ in bars]
     bar = go.Bar(
         x=[m for _, m in bars],
-        y=[n for n, _ in bars],
+        y=[plotly_name(n) for n, _ in bars],  # category ticks and %{y} show the names
         orientation="h",
         marker={"color": colors},
         text=[f"{m:.2f}" for _, m in bars],
@@ -644,7 +655,7 @@ def sample_card(
         fig.update_xaxes(**bar_axes, row=1, col=2)
         fig.update_yaxes(autorange="reversed", type="category", row=1, col=2)
     fig.update_layout(
-        title={"text": title},
+        title={"text": plotly_markup(title)},
         height=height,
         margin={"l": 10, "r": 20, "t": 50, "b": 40},
         bargap=0.25,
@@ -655,23 +666,24 @@ def sample_card(
 def class_histograms(
     datasets: Sequence[LabeledDataset], *, title: str = "Samples per class", height: int = 330
 ) -> go.Figure:
-    """One bar chart of class counts per dataset, side by side."""
+    """One bar chart of class counts per dataset, side by side (``title``: Plotly text;
+    the datasets' and classes' names are drawn escaped)."""
     if not datasets:
         raise DatasetError("no datasets to summarise")
     n = len(datasets)
     fig = make_subplots(
-        rows=1, cols=n, subplot_titles=[ds.name for ds in datasets], shared_yaxes=True
+        rows=1, cols=n, subplot_titles=[plotly_name(ds.name) for ds in datasets], shared_yaxes=True
     )
     colors = color_map([ds.name for ds in datasets], _DATASET_PALETTE)
     for j, ds in enumerate(datasets, start=1):
         counts = ds.class_counts()
         fig.add_trace(
             go.Bar(
-                x=list(ds.classes),
+                x=[plotly_name(c) for c in ds.classes],
                 y=counts,
-                name=ds.name,
+                name=plotly_name(ds.name),
                 marker={"color": colors[ds.name]},
-                hovertemplate="%{x}: %{y} samples<extra>" + ds.name + "</extra>",
+                hovertemplate="%{x}: %{y} samples<extra>" + plotly_name(ds.name) + "</extra>",
                 showlegend=False,
             ),
             row=1,
@@ -685,7 +697,9 @@ def class_histograms(
             col=j,
         )
     fig.update_yaxes(title_text="samples", row=1, col=1)
-    fig.update_layout(title={"text": title}, height=height, margin={"t": 70, "b": 40})
+    fig.update_layout(
+        title={"text": plotly_markup(title)}, height=height, margin={"t": 70, "b": 40}
+    )
     return fig
 
 
@@ -697,9 +711,12 @@ def otdd_heatmap(
     value_label: str = OTDD_SHORT,
     height: int = 460,
 ) -> go.Figure:
-    """Annotated heatmap of a symmetric ``(n, n)`` distance matrix between datasets."""
+    """Annotated heatmap of a symmetric ``(n, n)`` distance matrix between datasets.
+
+    ``names`` as typed (drawn escaped); ``title`` and ``value_label`` are Plotly text.
+    """
     mat = np.asarray(matrix, dtype=float)
-    names = [str(n) for n in names]
+    names = [plotly_name(n) for n in names]  # category ticks and %{x}/%{y} of the hover
     if mat.shape != (len(names), len(names)):
         raise DatasetError(
             f"distance matrix of shape {mat.shape} does not match {len(names)} names"
@@ -718,7 +735,7 @@ def otdd_heatmap(
         )
     )
     fig.update_layout(
-        title={"text": title},
+        title={"text": plotly_markup(title)},
         xaxis={
             "title": {"text": "dataset"},
             "side": "bottom",
@@ -785,7 +802,13 @@ def label_transition_heatmap(
     With ``row_normalize`` the colour shows, for each target class, the
     fraction of its mass that lands in each reference class (rows sum to 1);
     the hover also gives the raw mass ``Y_Q^T S / N``.
+
+    The class names are as typed (drawn escaped); ``target_name``, ``reference_name`` and
+    ``title`` are Plotly text, their names escaped by the caller
+    (:func:`geoviz.viz.report.plotly_literal`); a ``%`` in them is no placeholder of the
+    hover template.
     """
+    target_name, reference_name = plotly_markup(target_name), plotly_markup(reference_name)
     mat = np.asarray(matrix, dtype=float)
     if mat.shape != (len(target_classes), len(reference_classes)):
         raise DatasetError(
@@ -798,8 +821,8 @@ def label_transition_heatmap(
     fig = go.Figure(
         go.Heatmap(
             z=shown,
-            x=[str(c) for c in reference_classes],
-            y=[str(c) for c in target_classes],
+            x=[plotly_name(c) for c in reference_classes],
+            y=[plotly_name(c) for c in target_classes],
             customdata=mat,
             text=[[f"{v:.2f}" if v >= 0.005 else "" for v in row] for row in shown],
             texttemplate="%{text}",
@@ -815,7 +838,11 @@ def label_transition_heatmap(
         )
     )
     fig.update_layout(
-        title={"text": title or f"Label transition {target_name} → {reference_name}"},
+        title={
+            "text": plotly_markup(title)
+            if title
+            else f"Label transition {target_name} → {reference_name}"
+        },
         xaxis={
             "title": {"text": f"{reference_name} class (soft label of T(x))"},
             "tickangle": -45,
@@ -844,7 +871,8 @@ def soft_label_bars(
     """Stacked horizontal bars: one bar per sample, segments = classes.
 
     Classes whose mass never exceeds ``min_mass`` in any shown sample are
-    merged into an ``other`` segment so that the legend stays readable.
+    merged into an ``other`` segment so that the legend stays readable. Class and sample
+    names are as typed (drawn escaped); ``title`` is Plotly text.
     """
     s = _np(soft_labels).astype(float)
     if s.ndim != 2 or s.shape[1] != len(class_names) or s.shape[0] != len(sample_names):
@@ -853,23 +881,25 @@ def soft_label_bars(
         )
     keep = np.flatnonzero(s.max(axis=0) > min_mass)
     colors = color_map([class_names[k] for k in keep])
+    rows = [plotly_name(n) for n in sample_names]
     fig = go.Figure()
     for k in keep:
+        shown = plotly_name(class_names[k])
         fig.add_trace(
             go.Bar(
-                y=list(sample_names),
+                y=rows,
                 x=s[:, k],
-                name=str(class_names[k]),
+                name=shown,
                 orientation="h",
                 marker={"color": colors[class_names[k]]},
-                hovertemplate="%{y}: " + str(class_names[k]) + " %{x:.2f}<extra></extra>",
+                hovertemplate="%{y}: " + shown + " %{x:.2f}<extra></extra>",
             )
         )
     other = 1.0 - s[:, keep].sum(axis=1)
     if np.any(other > 1e-3):
         fig.add_trace(
             go.Bar(
-                y=list(sample_names),
+                y=rows,
                 x=other,
                 name="other",
                 orientation="h",
@@ -878,7 +908,7 @@ def soft_label_bars(
         )
     fig.update_layout(
         barmode="stack",
-        title={"text": title},
+        title={"text": plotly_markup(title)},
         xaxis={"title": {"text": "soft-label mass"}, "range": [0, 1]},
         yaxis={"title": {"text": "sample"}, "autorange": "reversed"},
         height=height or max(400, 60 + 34 * len(sample_names)),
@@ -899,7 +929,8 @@ def label_mass_bars(
 
     Class names are ``"dataset/class"``; the blocks show how label mass moves
     between datasets (e.g. from ``Q``'s block to ``P_i``'s along McCann's
-    interpolation, or how ``P_a`` shares mass among references).
+    interpolation, or how ``P_a`` shares mass among references). Names as typed (drawn
+    escaped); ``title`` is Plotly text.
     """
     s = _np(soft_labels).astype(float)
     if s.ndim != 2 or s.shape[1] != len(class_names):
@@ -914,9 +945,9 @@ def label_mass_bars(
         idx = [i for i, x in enumerate(blocks) if x == b]
         fig.add_trace(
             go.Bar(
-                x=[str(class_names[i]) for i in idx],
+                x=[plotly_name(class_names[i]) for i in idx],
                 y=mean[idx],
-                name=f"{b} (total {mean[idx].sum():.2f})" if b else "classes",
+                name=plotly_name(f"{b} (total {mean[idx].sum():.2f})") if b else "classes",
                 marker={"color": colors[b]},
                 hovertemplate="%{x}: %{y:.3f}<extra></extra>",
             )
@@ -924,14 +955,14 @@ def label_mass_bars(
     # the colour says which dataset a class belongs to: ticks show the class only
     short = [str(c).split("/", 1)[1] if "/" in str(c) else str(c) for c in class_names]
     fig.update_layout(
-        title={"text": title},
+        title={"text": plotly_markup(title)},
         xaxis={
             "title": {"text": "class (colour: dataset block)"},
             "tickangle": -60,
             "type": "category",
             "tickmode": "array",
-            "tickvals": [str(c) for c in class_names],
-            "ticktext": short,
+            "tickvals": [plotly_name(c) for c in class_names],
+            "ticktext": [plotly_name(c) for c in short],
         },
         yaxis={"title": {"text": "mean soft-label mass"}, "rangemode": "tozero"},
         height=height,

@@ -19,6 +19,7 @@ import numpy as np
 from geoviz.errors import GeovizError
 from geoviz.glossary import OBJECTIVE
 from geoviz.transfer.study import CorrelationEstimate, GridStudy
+from geoviz.viz.literal import plotly_name
 
 __all__ = [
     "correlation_figure",
@@ -63,6 +64,10 @@ def correlation_figure(
         Put before the title (e.g. the target's name); the scatter's title then
         takes two lines, to fit half a page.
 
+    Names, ``label`` and the study's note are as typed: the figure draws them escaped
+    (:func:`geoviz.viz.literal.plotly_name`; a ``%{...}`` in a name is no placeholder of
+    the hover template).
+
     Returns
     -------
     plotly.graph_objects.Figure
@@ -74,7 +79,7 @@ def correlation_figure(
         raise GeovizError("the study has no points to draw")
     grid = study.weights
     m = grid.shape[1]
-    names = [str(n) for n in (study.vertex_names() if names is None else names)]
+    names = [plotly_name(n) for n in (study.vertex_names() if names is None else names)]
     if len(names) != m:
         raise GeovizError(f"correlation_figure needs {m} reference names, got {len(names)}")
     values = study.objectives
@@ -89,11 +94,11 @@ def correlation_figure(
     )
     if label:
         title = (
-            f"<b>{label}</b><br>Pearson r = {r_text}, Spearman ρ = {rho_text} "
+            f"<b>{plotly_name(label)}</b><br>Pearson r = {r_text}, Spearman ρ = {rho_text} "
             f"({study.method}, preset {study.preset}, k={study.k})"
         )
     if study.note:
-        title += f"<br><sub>{study.note}</sub>"
+        title += f"<br><sub>{plotly_name(study.note)}</sub>"
     hover = "<br>".join(f"{n}: %{{customdata[{i}]:.3f}}" for i, n in enumerate(names))
     custom = np.column_stack([grid, values, acc, std])
     hover_values = (
