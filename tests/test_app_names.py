@@ -183,16 +183,27 @@ def test_hostile_names_from_a_link_show_as_text_on_every_page(small_app):
 
 def test_an_upload_name_in_a_link_is_text_in_the_error_box(small_app):
     """The issue's own case: a link naming an upload (gone, or never there) whose name is
-    an image and a link; the error box and the sidebar quote it as text."""
+    an image and a link; the link's warning (its scenario is not taken: its datasets do not
+    load), then the error box and the sidebar of a session whose upload went, quote it as
+    text."""
     from streamlit.testing.v1 import AppTest
+
+    from geoviz.app.state import SessionModel
 
     base = _hostile_scenario()
     name = f"{IMAGE} {LINK}.npz"
     gone = DatasetChoice(name, source="upload", digest="0" * 64)
-    token = scenario_to_token(base.with_(references=(gone, *base.references[1:])))
+    broken = base.with_(references=(gone, *base.references[1:]))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
-    at.query_params["scenario"] = token
+    at.query_params["scenario"] = scenario_to_token(broken)
     at.switch_page("pages/1_datasets.py")
+    at.run()
+    assert not at.exception
+    warnings = [w.value for w in at.warning]
+    assert warnings and "could not be loaded on this server" in warnings[0], warnings
+    _check_page(at, "datasets (link to an upload that is gone)", (name,))
+    # a session whose scenario's upload went away since: the page's error box
+    at.session_state[SessionModel.SCENARIO] = AppSettings.from_env().admit(broken)
     at.run()
     assert not at.exception
     errors = [e.value for e in at.error]

@@ -7,7 +7,8 @@ same choice.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -192,22 +193,38 @@ class SessionModel:
             out[QUERY_MCCANN_T] = f"{t:.2f}".rstrip("0").rstrip(".") or "0"
         return out
 
-    def restore(self, params: Mapping[str, str]) -> list[str]:
+    def restore(
+        self, params: Mapping[str, str], load: Callable[[Scenario], object] | None = None
+    ) -> list[str]:
         """Take the scenario and picked weights from URL query ``params``.
 
-        A missing parameter keeps the session's value. Returns the problems
-        found (a corrupt scenario token, weights that do not fit), each as a
-        sentence for the user; the session keeps its values for those.
+        A missing parameter keeps the session's value. The link's scenario is admitted by
+        the server's settings and its datasets are loaded (``load``, default the app's
+        cached :func:`geoviz.app.services.datasets.scenario_data`, so the page that follows
+        reuses them) *before* it replaces the session's, as Apply does
+        (:func:`~geoviz.app.services.datasets.apply_scenario`): a link naming a dataset that
+        is offered but cannot load here (a download without network, a file that does not
+        parse, an upload that is gone) keeps the working scenario.
+
+        Returns the problems found (a corrupt scenario token, datasets that do not load,
+        weights that do not fit), each as a sentence for the user; the session keeps its
+        values for those.
         """
         problems: list[str] = []
         token = params.get(QUERY_SCENARIO)
         if token:
             try:
-                self.scenario = self.settings.admit(scenario_from_token(token))
+                linked = self.settings.admit(scenario_from_token(token))
             except GeovizError as err:
                 problems.append(
                     f"The link's scenario could not be read ({err}); keeping the current scenario."
                 )
+            else:
+                problem = self._load_linked(linked, load)
+                if problem is None:
+                    self.scenario = linked
+                else:
+                    problems.append(problem)
         text = params.get(QUERY_WEIGHTS)
         if text:
             try:
@@ -229,3 +246,26 @@ class SessionModel:
             except (ValueError, GeovizError):
                 problems.append("The link's McCann t was ignored: expected a number in [0, 1].")
         return problems
+
+    def _load_linked(
+        self, scenario: Scenario, load: Callable[[Scenario], object] | None
+    ) -> str | None:
+        """Load a link's (admitted) ``scenario``; ``None`` when it loaded, else the sentence
+        saying why it did not. The session's own scenario needs no check here: its page
+        shows its state."""
+        if scenario == self.scenario:
+            return None
+        loader = load
+        if loader is None:
+            # the services import this module: the app's loader is looked up when used
+            from geoviz.app.services.datasets import scenario_data
+
+            loader = functools.partial(scenario_data, self)
+        try:
+            loader(scenario)
+        except GeovizError as err:
+            return (
+                f"The link's datasets could not be loaded on this server ({err}); "
+                "keeping the current scenario."
+            )
+        return None
