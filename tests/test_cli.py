@@ -18,7 +18,13 @@ from geoviz.data.registry import load_dataset
 from geoviz.errors import GeovizError
 
 
-def test_datasets_table(capsys: pytest.CaptureFixture[str]) -> None:
+def test_datasets_table(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from geoviz.data import torchvision_sets
+
+    # as where torchvision is installed (tests/test_cli_datasets.py: where it is not)
+    monkeypatch.setattr(torchvision_sets, "torchvision_installed", lambda: True)
     assert main(["datasets"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()

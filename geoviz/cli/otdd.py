@@ -107,9 +107,12 @@ def render_grid(
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from geoviz.data.registry import list_datasets
+    from geoviz.data.registry import list_datasets, unavailable_reason
 
     infos = list_datasets(include_download=not args.offline)
+    # entries that cannot load here (a torchvision download without torchvision) are
+    # marked, and each reason is said once under the table
+    reasons = {info.name: unavailable_reason(info.name) for info in infos}
     rows = [
         [
             info.name,
@@ -118,12 +121,16 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
             str(info.n_test),
             str(info.n_classes),
             _shape_text(info.image_shape, info.n_features),
-            "offline" if info.offline else "download",
+            "unavailable"
+            if reasons[info.name] is not None
+            else ("offline" if info.offline else "download"),
         ]
         for info in infos
     ]
     header = ["name", "kind", "train", "test", "classes", "shape", "availability"]
     print(format_table(header, rows, right={2, 3, 4}))
+    for reason in dict.fromkeys(r for r in reasons.values() if r is not None):
+        print(f"unavailable: {reason}.")
     return 0
 
 
