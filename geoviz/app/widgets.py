@@ -95,16 +95,19 @@ def app_page(title: str) -> Iterator[SessionModel]:
     st.set_page_config(page_title=f"{title} · geoviz", page_icon=PAGE_ICON, layout="wide")
     model = SessionModel(st.session_state)
     services.configure_torch(model.settings.torch_threads)  # once per process
-    if not st.session_state.get(_URL_RESTORED):
-        st.session_state[_URL_RESTORED] = True
-        for problem in model.restore(st.query_params.to_dict()):
-            st.warning(markdown_literal(problem))  # it may quote the link's names
-    with st.sidebar:
-        for page in PAGES:
-            st.page_link(page.script, label=page.label, icon=page.icon)
-    scenario_box = st.sidebar.container()
-    # the keys this run reads are the session's (the store keeps them while it lives)
+    # the keys this run reads are the session's (the store keeps them while it lives),
+    # the linked scenario's datasets included: restore() loads them before switching
     with services.session_scope(model):
+        if not st.session_state.get(_URL_RESTORED):
+            st.session_state[_URL_RESTORED] = True
+            with st.spinner("Loading the linked scenario's datasets..."):
+                problems = model.restore(st.query_params.to_dict())
+            for problem in problems:
+                st.warning(markdown_literal(problem))  # it may quote the link's names
+        with st.sidebar:
+            for page in PAGES:
+                st.page_link(page.script, label=page.label, icon=page.icon)
+        scenario_box = st.sidebar.container()
         try:
             yield model
         finally:
