@@ -940,3 +940,32 @@ def test_an_export_killed_mid_write_is_cleaned_up_by_the_next_one(tmp_path):
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
     verify_manifest(result.data_path)
     _assert_same(load_export(result.data_path), ds)
+
+
+def test_an_export_whose_files_are_not_regular_files_is_refused(tmp_path):
+    """Reading an export back opens only regular files: a FIFO named manifest.json or
+    put in an image's place blocked ``read_text``/``read_bytes`` (issue 32). Run in a child
+    with an alarm, so that the old code fails instead of hanging."""
+    from hostile_files import make_fifo, needs_posix_files, run_cases
+
+    needs_posix_files()
+    root = export_dataset(_image_ds(), tmp_path / "d").data_path
+    (root / "manifest.json").unlink()
+    make_fifo(root / "manifest.json")
+    other = export_dataset(_image_ds(), tmp_path / "e").data_path
+    png = next(other.rglob("*.png"))
+    png.unlink()
+    make_fifo(png)
+    results = run_cases(
+        f"""
+        from geoviz.export import verify_manifest
+        CASES = {{
+            "manifest": lambda: verify_manifest({str(root)!r}),
+            "member": lambda: verify_manifest({str(other)!r}),
+        }}
+        """
+    )
+    kind, message = results["manifest"]
+    assert kind == "ExportError" and "not a regular file" in message, results
+    kind, message = results["member"]
+    assert kind == "ExportError" and png.name in message, results

@@ -24,6 +24,7 @@ from geoviz.export.manifest import _base_manifest
 from geoviz.export.names import LABELS_NAME, MANIFEST_NAME, class_folder_names
 from geoviz.export.png import _decode_png, _png_payload, _stack_images
 from geoviz.export.registry import BuiltExport, ExportFormatSpec
+from geoviz.files import read_regular_file
 
 
 def _imagefolder_files(
@@ -94,10 +95,11 @@ def _imagefolder_reader(path: Path, container: str) -> Iterator[Callable[[str], 
             raise DatasetFormatError(
                 f"{LABELS_NAME} names a file outside the folder: {rel!r}", path
             )
-        try:
-            return target.read_bytes()
-        except FileNotFoundError:
+        if not target.exists():
             return None
+        return read_regular_file(  # a FIFO or a device in an image's place is refused
+            target, error=lambda problem: DatasetFormatError(f"{rel}: {problem}", path)
+        )
 
     yield read_dir
 

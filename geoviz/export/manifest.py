@@ -12,10 +12,14 @@ from typing import Any
 
 from geoviz import __version__
 from geoviz.data.dataset import SoftLabeledDataset
-from geoviz.errors import DatasetFormatError, ExportError
+from geoviz.errors import DatasetFormatError, ExportError, GeovizError
 from geoviz.export.names import MANIFEST_NAME, sidecar_manifest_path
 from geoviz.export.png import _lossy_dataset, _Quantised
 from geoviz.export.registry import embedded_manifest, read_export, sniff_format
+from geoviz.files import read_regular_file
+
+#: the largest ``manifest.json`` read back (one of 60,000 samples' hard labels is ~1 MB)
+MAX_MANIFEST_BYTES = 256 * 1024**2
 
 #: Version of the manifest layout written by :mod:`geoviz.export`.
 MANIFEST_VERSION = 1
@@ -122,17 +126,23 @@ def _is_geoviz_export_dir(path: Path) -> bool:
     if not any(path.iterdir()):
         return True
     try:
-        manifest = json.loads((path / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_regular_file(path / MANIFEST_NAME, max_bytes=MAX_MANIFEST_BYTES)
+        manifest = json.loads(raw.decode("utf-8"))
+    except (GeovizError, OSError, ValueError):  # missing, not a regular file, not JSON
         return False
     return isinstance(manifest, dict) and manifest.get("generator") == "geoviz"
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise ExportError(f"{path}: manifest not found") from err
+        if not path.exists():
+            raise ExportError(f"{path}: manifest not found")
+        raw = read_regular_file(  # a FIFO or /dev/zero named manifest.json is refused
+            path,
+            max_bytes=MAX_MANIFEST_BYTES,
+            error=lambda problem: ExportError(f"{path}: unreadable manifest: {problem}"),
+        )
+        manifest = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError) as err:
         raise ExportError(f"{path}: unreadable manifest: {err}") from err
     if (
@@ -252,10 +262,11 @@ def verify_manifest(path: str | Path) -> None:
 
 
 def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+    if not path.is_file():  # missing, a folder, a FIFO or a device: not an exported file
         return None
+    return read_regular_file(
+        path, error=lambda problem: ExportError(f"{path}: unreadable export file: {problem}")
+    )
 
 
 def _is_zipped_tree(path: Path) -> bool:

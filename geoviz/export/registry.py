@@ -20,6 +20,7 @@ import numpy as np
 
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import DatasetFormatError, ExportError
+from geoviz.files import open_regular_file
 
 #: how an export sits on disk: one file, a folder of files, or a ``.zip`` of that folder
 Container = Literal["file", "dir", "zip"]
@@ -238,7 +239,7 @@ def sniff_format(path: Path) -> tuple[ExportFormatSpec, Container]:
     if spec is not None:
         return spec, spec.container_for(path)
     try:
-        with open(path, "rb") as fh:
+        with open_regular_file(path, error=lambda problem: DatasetFormatError(problem, path)) as fh:
             head = fh.read(4)
     except OSError as err:
         raise DatasetFormatError(f"cannot read export: {err.strerror or err}", path) from err
