@@ -18,7 +18,6 @@ from geoviz.export import (
     format_description,
     load_snippet,
 )
-from geoviz.geodesic.pipeline import GeodesicResult
 from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
@@ -41,20 +40,6 @@ def intervals_note(boot: GeodesicBootstrap | None, error: BaseException | None) 
         st.caption("The manifest has no intervals: " + markdown_literal(services.error_text(error)))
     else:
         st.caption("The bootstrap intervals are being computed; the file will carry them.")
-
-
-def intervals_for_export(
-    model: SessionModel,
-    result: GeodesicResult,
-    boot: GeodesicBootstrap | None,
-    error: BaseException | None,
-) -> GeodesicBootstrap | None:
-    """The explorer's bootstrap, waited for when it is still running (a file written now
-    carries the intervals the page shows); ``None`` when it failed."""
-    if boot is not None or error is not None:
-        return boot
-    ready, _ = services.explorer_bootstrap(model.scenario, result, wait_seconds=None)
-    return ready
 
 
 def main(model: SessionModel) -> None:
@@ -153,7 +138,7 @@ def main(model: SessionModel) -> None:
     if not ready and st.button(f"Prepare {fmt} file", type="primary", key="export_prepare"):
         with st.spinner("Serialising…"):
             try:
-                boot = intervals_for_export(model, result, boot, boot_error)
+                boot = services.bootstrap_for_export(model.scenario, result, boot, boot_error)
                 services.export_payload(with_intervals(pa, boot), fmt, rule, label_seed)
             except GeovizError as err:
                 widgets.show_error(err)
@@ -192,7 +177,7 @@ def main(model: SessionModel) -> None:
     overwrite = st.checkbox("Overwrite existing files", key="export_overwrite")
     if st.button("Save to folder", key="export_save"):
         try:
-            boot = intervals_for_export(model, result, boot, boot_error)
+            boot = services.bootstrap_for_export(model.scenario, result, boot, boot_error)
             res = services.save_export(
                 with_intervals(pa, boot),
                 root,

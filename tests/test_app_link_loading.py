@@ -9,6 +9,7 @@ scenario and the visitor reads one sentence.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -38,12 +39,19 @@ def offline_torchvision(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torchvision_sets, "torchvision_installed", lambda: True)
 
 
+def _app_loader(model: SessionModel):
+    """The loader the app's pages give :meth:`SessionModel.restore` (widgets.app_page)."""
+    return functools.partial(services.scenario_data, model)
+
+
 def test_a_link_whose_download_fails_keeps_the_scenario(offline_torchvision):
     model = SessionModel({}, AppSettings(n_default=N))
     model.set_weights([0.2, 0.3, 0.5])
     before = model.scenario
     linked = before.with_(target=DatasetChoice("torchvision:usps"))
-    problems = model.restore({"scenario": scenario_to_token(linked), "a": "0.1,0.2,0.7"})
+    problems = model.restore(
+        {"scenario": scenario_to_token(linked), "a": "0.1,0.2,0.7"}, load=_app_loader(model)
+    )
     assert model.scenario == before
     assert len(problems) == 1, problems
     assert problems[0].startswith(NOT_LOADED) and "torchvision:usps" in problems[0]
@@ -69,14 +77,16 @@ def test_a_link_to_a_served_file_that_does_not_parse_keeps_the_scenario(tmp_path
 
     model = SessionModel({}, settings)
     before = model.scenario
-    problems = model.restore({"scenario": scenario_to_token(linked("served/bad.npz"))})
+    problems = model.restore(
+        {"scenario": scenario_to_token(linked("served/bad.npz"))}, load=_app_loader(model)
+    )
     assert model.scenario == before
     assert len(problems) == 1 and problems[0].startswith(NOT_LOADED), problems
     assert "served/bad.npz" in problems[0] and str(tmp_path) not in problems[0]
 
     # a file that parses is taken, its datasets loaded for the page that follows
     good = linked("served/good.npz")
-    assert model.restore({"scenario": scenario_to_token(good)}) == []
+    assert model.restore({"scenario": scenario_to_token(good)}, load=_app_loader(model)) == []
     assert model.scenario == good
     assert services.scenario_data_if_ready(good) is not None
 

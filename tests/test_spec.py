@@ -219,7 +219,11 @@ def test_fingerprint_is_the_disk_cache_key() -> None:
     params = {"a": 1, "b": np.arange(3), "c": (1.5, None)}
     key = backend.fingerprint("ns", params)
     assert key == backend.cache_key("ns", params)
-    # the value cache_key gave before fingerprint existed: stored entries are found again
-    assert key == "9b3e85cd2d2af3e190ae5fb5daaeda2f08898cbe60c3b7294e1ac61acd5203d7"
+    # the cache's format 3 (issue 32: entries record their structure); format 2's key, the
+    # value cache_key gave before fingerprint existed, is kept by version="2"
+    assert key == "11ea90eba308ebe53fa94037e819b35a9d83e4491ae1b91b9ece7d9289b85ce0"
+    assert backend.fingerprint("ns", params, version="2") == (
+        "9b3e85cd2d2af3e190ae5fb5daaeda2f08898cbe60c3b7294e1ac61acd5203d7"
+    )
     assert backend.fingerprint("ns", params, version="0") != key
     assert backend.fingerprint("ns", {**params, "b": np.arange(3).reshape(1, 3)}) != key

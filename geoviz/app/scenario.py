@@ -35,6 +35,7 @@ from geoviz.features import BUILTIN_SPACES, ENCODER_PRESETS, registered_models
 from geoviz.geodesic.pipeline import GeodesicConfig
 from geoviz.geodesic.spec import GeodesicSpec, check_image_size
 from geoviz.ot.otdd import DEFAULT_EPSILON, OTDDConfig
+from geoviz.viz.report import markdown_literal
 
 # the dataset choice is a library value (geoviz.data.choice); the app re-exports it
 __all__ = [
@@ -337,7 +338,6 @@ class Scenario:
         escaped (:func:`geoviz.viz.report.markdown_literal`): a link or an upload names
         them, and they show as typed, never as a link or an image.
         """
-        from geoviz.viz.report import markdown_literal
 
         def label(choice: DatasetChoice) -> str:
             return markdown_literal(choice.label)

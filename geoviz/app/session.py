@@ -7,7 +7,6 @@ same choice.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
@@ -199,9 +198,10 @@ class SessionModel:
         """Take the scenario and picked weights from URL query ``params``.
 
         A missing parameter keeps the session's value. The link's scenario is admitted by
-        the server's settings and its datasets are loaded (``load``, default the app's
+        the server's settings and its datasets are loaded by ``load`` (the app passes its
         cached :func:`geoviz.app.services.datasets.scenario_data`, so the page that follows
-        reuses them) *before* it replaces the session's, as Apply does
+        reuses them; ``None``: not loaded, only admitted) *before* it replaces the
+        session's, as Apply does
         (:func:`~geoviz.app.services.datasets.apply_scenario`): a link naming a dataset that
         is offered but cannot load here (a download without network, a file that does not
         parse, an upload that is gone) keeps the working scenario.
@@ -253,16 +253,10 @@ class SessionModel:
         """Load a link's (admitted) ``scenario``; ``None`` when it loaded, else the sentence
         saying why it did not. The session's own scenario needs no check here: its page
         shows its state."""
-        if scenario == self.scenario:
+        if scenario == self.scenario or load is None:
             return None
-        loader = load
-        if loader is None:
-            # the services import this module: the app's loader is looked up when used
-            from geoviz.app.services.datasets import scenario_data
-
-            loader = functools.partial(scenario_data, self)
         try:
-            loader(scenario)
+            load(scenario)
         except GeovizError as err:
             return (
                 f"The link's datasets could not be loaded on this server ({err}); "

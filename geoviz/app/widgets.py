@@ -14,6 +14,7 @@ computations live in :mod:`geoviz.app.services`.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -101,7 +102,9 @@ def app_page(title: str) -> Iterator[SessionModel]:
         if not st.session_state.get(_URL_RESTORED):
             st.session_state[_URL_RESTORED] = True
             with st.spinner("Loading the linked scenario's datasets..."):
-                problems = model.restore(st.query_params.to_dict())
+                problems = model.restore(
+                    st.query_params.to_dict(), load=functools.partial(services.scenario_data, model)
+                )
             for problem in problems:
                 st.warning(markdown_literal(problem))  # it may quote the link's names
         with st.sidebar:

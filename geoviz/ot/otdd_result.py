@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from geoviz.backend import ArraySpec
 from geoviz.ot.otdd_cost import BLUR_NEIGHBOURS
 
 __all__ = ["OTDDResult"]
@@ -179,7 +180,6 @@ class OTDDResult:
         n_reference``, the projection ``n_target x dim`` with ``reference_classes`` soft
         labels (required with ``barycentric``), all finite; the other arrays sized by the
         same counts. A ``str`` count is a name: any size, the same in every array."""
-        from geoviz.backend import ArraySpec
 
         n, m = n_target, n_reference
         spec: dict[str, Any] = {k: (float, int, bool) for k in _SCALARS}

@@ -96,6 +96,7 @@ from geoviz.app.services.export import (
 )
 from geoviz.app.services.geodesic import (
     EXPLORER_REPLICATES,
+    bootstrap_for_export,
     bootstrap_if_ready,
     bootstrap_job,
     explorer_bootstrap,
@@ -153,6 +154,7 @@ __all__ = [
     "EvidenceResult",
     "ScenarioData",
     "add_upload",
+    "bootstrap_for_export",
     "bootstrap_if_ready",
     "bootstrap_job",
     "choice_caption",

@@ -122,6 +122,21 @@ BOOTSTRAP_NAMESPACE = "geodesic_bootstrap"
 BOOTSTRAP_CACHE_VERSION = 1
 
 
+def bootstrap_for_export(
+    scenario: Scenario,
+    result: GeodesicResult,
+    boot: GeodesicBootstrap | None,
+    error: BaseException | None,
+) -> GeodesicBootstrap | None:
+    """The explorer's bootstrap for an export, waited for when it is still running (a file
+    written now carries the intervals the Geodesic page shows); ``None`` when it failed.
+    ``boot``/``error``: what :func:`explorer_bootstrap` already said on this run."""
+    if boot is not None or error is not None:
+        return boot
+    ready, _ = explorer_bootstrap(scenario, result, wait_seconds=None)
+    return ready
+
+
 def cached_bootstrap(
     result: GeodesicResult,
     replicates: int,
