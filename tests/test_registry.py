@@ -260,3 +260,18 @@ def test_torchvision_conversion_emnist_upright_and_usps(
     torch.testing.assert_close(us.images()[5, 0], torch.from_numpy(usps[5]).float() / 255)
     fm = load_dataset("torchvision:fashion_mnist", root=tmp_path)
     assert fm.classes[0] == "T-shirt/top" and fm.n_samples == 20
+
+
+def test_an_unknown_name_lists_only_what_can_load_here(monkeypatch) -> None:
+    """The "Available:" list named torchvision entries where torchvision is missing (issue 32:
+    no choice that cannot work here)."""
+    from geoviz.data import torchvision_sets
+
+    monkeypatch.setattr(torchvision_sets, "torchvision_installed", lambda: False)
+    with pytest.raises(UnknownDatasetError) as info:
+        load_dataset("no_such_set")
+    available = str(info.value).split("Available: ", 1)[1]
+    assert "mnist" in available and "torchvision:" not in available
+    monkeypatch.setattr(torchvision_sets, "torchvision_installed", lambda: True)
+    with pytest.raises(UnknownDatasetError, match="torchvision:usps"):
+        load_dataset("no_such_set")

@@ -371,13 +371,15 @@ def _unknown(name: str, *, paths: bool = True) -> UnknownDatasetError:
         resolved = list(dict.fromkeys(candidates[c] for c in close))[:3]
         suggestion = " Did you mean " + " or ".join(repr(c) for c in resolved) + "?"
     shown = name if len(name) <= 60 else name[:57] + "..."
+    # only what can load here (no torchvision entry without torchvision)
+    available = ", ".join(info.name for info in list_datasets(available_only=True))
     if not paths:
         return UnknownDatasetError(
-            f"unknown dataset {shown!r}.{suggestion} Available: {', '.join(_REGISTRY)}."
+            f"unknown dataset {shown!r}.{suggestion} Available: {available}."
         )
     return UnknownDatasetError(
         f"unknown dataset {shown!r}, and no file or folder of that name exists.{suggestion} "
-        f"Available: {', '.join(_REGISTRY)}; or pass the path of a dataset file or folder."
+        f"Available: {available}; or pass the path of a dataset file or folder."
     )
 
 
