@@ -282,7 +282,10 @@ def test_ctrl_c_during_a_fit_exits_quietly_with_130(tmp_path, workers):
                 break
         assert progress, "the fit reported no progress"
         proc.send_signal(signal.SIGINT)
-        _, rest = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        # read from the same buffered stream: communicate() reads the descriptor and would
+        # miss what the loop above already buffered (the "interrupted" line, when it came fast)
+        rest = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
