@@ -221,11 +221,13 @@ def _outcome(
 # --------------------------------------------------------------------------- the child's side
 
 
-def _watch_parent(parent: int) -> None:
-    """End this process group once the parent is gone (the child is re-parented)."""
+def _watch_parent(parent: int, folder: Path) -> None:
+    """End this process group once the parent is gone (the child is re-parented), removing
+    the job's folder first: the parent that would have removed it is gone."""
     while True:
         time.sleep(_PARENT_POLL_S)
         if os.getppid() != parent:
+            shutil.rmtree(folder, ignore_errors=True)
             os.killpg(0, signal.SIGKILL)
 
 
@@ -241,7 +243,10 @@ def _describe(err: BaseException) -> str:
 def _child_main(argv: list[str]) -> int:
     job, result, fd = Path(argv[0]), Path(argv[1]), int(argv[2])
     threading.Thread(
-        target=_watch_parent, args=(os.getppid(),), name="geoviz-parent-watch", daemon=True
+        target=_watch_parent,
+        args=(os.getppid(), job.parent),
+        name="geoviz-parent-watch",
+        daemon=True,
     ).start()
     pipe = os.fdopen(fd, "w", encoding="utf-8", buffering=1)
     lock = threading.Lock()

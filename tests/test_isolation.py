@@ -134,8 +134,11 @@ def test_a_child_killed_with_sigkill_fails_with_a_sentence_and_can_run_again():
 
 
 def test_the_child_ends_when_its_parent_dies(tmp_path):
-    """A server killed mid-run leaves no worker (nor its Ray cluster) behind."""
+    """A server killed mid-run leaves no worker (nor its Ray cluster) behind, nor the job's
+    temporary folder."""
     pids = tmp_path / "pids"
+    temp = tmp_path / "tmp"
+    temp.mkdir()
     code = (
         f"import os, sys; sys.path.insert(0, {str(HERE)!r})\n"
         "from geoviz.isolation import run_in_child\n"
@@ -145,16 +148,18 @@ def test_the_child_ends_when_its_parent_dies(tmp_path):
         "run_in_child(t._wait_forever, progress=note, env=t.CHILD_ENV,\n"
         f"             on_start=lambda pid: open({str(pids)!r}, 'a').write(str(pid) + '\\n'))\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", code])
+    parent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(temp)})
     try:
         deadline = time.monotonic() + 120
         while len(pids.read_text().split() if pids.exists() else []) < 2:
             assert time.monotonic() < deadline and parent.poll() is None, "no child started"
             time.sleep(0.2)
         child, helper = (int(p) for p in pids.read_text().split()[:2])
+        assert list(temp.glob("geoviz-child-*")), "the job's folder is under TMPDIR"
         parent.kill()
         parent.wait()
         assert _gone(child) and _gone(helper)
+        assert not list(temp.glob("geoviz-child-*"))  # the child removed it before it ended
     finally:
         if parent.poll() is None:
             parent.kill()
