@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cache_forgery import forge_entry
 
 import geoviz.backend as backend
 from geoviz.backend import (
@@ -514,27 +515,6 @@ def test_disk_cache_pickles_by_its_folder(tmp_path):
 # ----------------------------------------------------------------------------- forged entries
 
 
-def _forge(cache: DiskCache, namespace: str, key: str, mutate, *, sign: str) -> None:
-    """Rewrite the entry ``namespace/key``: ``mutate(envelope)`` edits the stored object, then
-    the file is re-signed with a plain sha256 (``sign="sha256"``, the old envelope), with the
-    folder's secret and the old recorded structure (``"secret"``), or with the secret and a
-    structure recomputed for the forged payload (``"secret+structure"``: only the caller's
-    checks can tell)."""
-    path = cache.path_for(namespace, key)
-    envelope = torch.load(io.BytesIO(path.read_bytes()[64:]), weights_only=True)
-    mutate(envelope)
-    if sign == "secret+structure":
-        envelope["structure"] = backend._describe(envelope["payload"], namespace, key)
-    buf = io.BytesIO()
-    torch.save(envelope, buf)
-    body = buf.getvalue()
-    if sign == "sha256":
-        signature = hashlib.sha256(body).hexdigest().encode("ascii")
-    else:
-        signature = cache.signature(body)
-    path.write_bytes(signature + body)
-
-
 def _reshape(env):
     env["payload"]["coupling"] = env["payload"]["coupling"].reshape(3, 2)
 
@@ -580,7 +560,7 @@ def test_forged_entry_is_detected_warned_and_recomputed(tmp_path, mutate, reason
     cache.get_or_compute("otdd", {"n": 1}, compute, expect=_EXPECT)
     key = cache_key("otdd", {"n": 1})
     path = cache.path_for("otdd", key)
-    _forge(cache, "otdd", key, mutate, sign=sign)
+    forge_entry(cache, "otdd", key, mutate, sign=sign)
     if sign == "sha256":
         reason = "signature does not match"
     with pytest.warns(backend.CacheCorruptWarning, match=rf"{path}.*corrupt \(.*{reason}"):
@@ -607,7 +587,7 @@ def test_arrays_swapped_between_entries_are_detected(tmp_path, sign):
         env["payload"] = other["payload"]
         env["structure"] = other["structure"]
 
-    _forge(cache, "maps", key_one, swap, sign=sign)
+    forge_entry(cache, "maps", key_one, swap, sign=sign)
     reason = "signature" if sign == "sha256" else r"array 'x' is not the one stored"
     with pytest.warns(backend.CacheCorruptWarning, match=reason):
         again = cache.get_or_compute("maps", {"n": 1}, one)

@@ -4,14 +4,12 @@ dataset."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import warnings
 
 import pytest
 import torch
+from cache_forgery import forge_entry
 
-import geoviz.backend as backend
 from geoviz.backend import CacheCorruptWarning, DiskCache
 from geoviz.data.synthetic import gaussian_mixture
 from geoviz.features.base import FittedFeatures
@@ -28,19 +26,13 @@ def _forge(cache: DiskCache, namespace: str, mutate, *, sign: str) -> None:
     """Edit the one entry of ``namespace`` and sign it again: with a plain sha256 (what the
     old envelope was), or with the folder's secret and a structure that matches the edit
     (a forger who has the secret: only the caller's expectations can tell)."""
-    key = _only_entry(cache, namespace)
-    path = cache.path_for(namespace, key)
-    envelope = torch.load(io.BytesIO(path.read_bytes()[64:]), weights_only=True)
-    mutate(envelope["payload"])
-    envelope["structure"] = backend._describe(envelope["payload"], namespace, key)
-    buf = io.BytesIO()
-    torch.save(envelope, buf)
-    body = buf.getvalue()
-    if sign == "sha256":
-        signature = hashlib.sha256(body).hexdigest().encode("ascii")
-    else:
-        signature = cache.signature(body)
-    path.write_bytes(signature + body)
+    forge_entry(
+        cache,
+        namespace,
+        _only_entry(cache, namespace),
+        lambda envelope: mutate(envelope["payload"]),
+        sign="sha256" if sign == "sha256" else "secret+structure",
+    )
 
 
 @pytest.fixture(scope="module")
