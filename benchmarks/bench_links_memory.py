@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,23 +36,8 @@ HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "tests"))
 sys.path.insert(0, str(HERE / "benchmarks"))
 
-from bench_uploads import rss_mb  # noqa: E402
+from bench_uploads import free_port, rss_mb  # noqa: E402
 from test_browser import CHROMIUM, CHROMIUM_ARGS, _healthy, _wait_idle  # noqa: E402
-
-#: the ports this benchmark may use
-PORTS = range(8720, 8740)
-
-
-def free_port() -> int:
-    """The first free port of :data:`PORTS`."""
-    for port in PORTS:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise SystemExit(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 def start(root: Path, env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:

@@ -51,7 +51,7 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS, _healthy, _wait_idle  # noqa: 
 PORTS = range(8720, 8740)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """The first free port of :data:`PORTS`."""
     import socket
 
@@ -96,7 +96,7 @@ def make_file(path: Path, mb: float, seed: int) -> None:
 
 
 def start(root: Path, env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     cmd = [
         sys.executable, "-m", "streamlit", "run", str(root / "app.py"),
         "--server.port", str(port), "--server.address", "127.0.0.1",
