@@ -21,25 +21,11 @@ import test_browser as tb
 
 pytestmark = pytest.mark.browser
 
-PORTS = range(8700, 8720)
 #: seconds for the job to reach its Ray cluster: the server fits the maps first
 HEAD_TIMEOUT = 600
 #: seconds from the kill to the page's sentence (the worker's Ray driver gives up after
 #: geoviz.app.services.evidence.GCS_RECONNECT_S at most)
 FAILURE_TIMEOUT = 240
-
-
-def _port_in_range() -> int:
-    import socket
-
-    for port in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.skip("no free port in 8700-8719")
 
 
 def _processes() -> dict[int, tuple[int, str, str]]:
@@ -94,13 +80,12 @@ def _ray_head_of_the_job() -> tuple[int, list[int]]:
     raise AssertionError("the Evidence job's worker never started its Ray cluster")
 
 
-def test_killing_the_ray_head_of_an_evidence_run_leaves_the_server_up(tmp_path, monkeypatch):
+def test_killing_the_ray_head_of_an_evidence_run_leaves_the_server_up(tmp_path):
     pytest.importorskip("ray")
     pw = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     if not Path(tb.CHROMIUM).exists():
         pytest.skip(f"Chromium not found at {tb.CHROMIUM}")
     sync_playwright = pw.sync_playwright
-    monkeypatch.setattr(tb, "_free_port", _port_in_range)
     with (
         tb._app_server(tmp_path, GEOVIZ_TRANSFER_BACKEND="ray") as server,
         sync_playwright() as p,

@@ -11,11 +11,8 @@ hold for the hostile shapes.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 from collections.abc import Iterator
 from typing import Any
-from unittest import mock
 
 import pytest
 
@@ -26,9 +23,6 @@ from geoviz.app.browser import (
     released_t,
     released_weights,
 )
-
-#: the ports this file's server may use
-PORTS = range(8760, 8780)
 
 
 def _nested(depth: int, inner: Any) -> Any:
@@ -129,14 +123,6 @@ def test_a_deep_value_on_the_geodesic_page_is_a_warning_and_the_next_release_cou
 # ---------------------------------------------------------------- the frame's guard, in Chromium
 
 
-def _port() -> int:
-    for port in PORTS:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s, contextlib.suppress(OSError):
-            s.bind(("127.0.0.1", port))
-            return port
-    pytest.skip(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
-
-
 @pytest.fixture(scope="module")
 def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     import shutil
@@ -146,10 +132,7 @@ def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     pytest.importorskip("playwright.sync_api")
     if not (Path(tb.CHROMIUM).exists() or shutil.which(tb.CHROMIUM)):
         pytest.skip(f"Chromium not found at {tb.CHROMIUM}")
-    with (
-        mock.patch.object(tb, "_free_port", _port),
-        tb._app_server(tmp_path_factory.mktemp("guard")) as info,
-    ):
+    with tb._app_server(tmp_path_factory.mktemp("guard")) as info:
         yield info
 
 
