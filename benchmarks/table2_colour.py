@@ -103,6 +103,12 @@ def main() -> None:
         default="space",
         help="where the encoder rows find Q's kNN pseudo-labels (default: the encoder's space)",
     )
+    parser.add_argument(
+        "--spaces",
+        default="pixels,default",
+        help="spaces of the space-dependent rows: pixels, default (what features='auto' "
+        "chooses for this target: the shipped encoder), encoder (one trained here, cpu preset)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/table2-colour.json")
     args = parser.parse_args()
 
@@ -110,7 +116,7 @@ def main() -> None:
     from geoviz.data.colour import photo_digits
     from geoviz.data.preprocess import few_shot, harmonize
     from geoviz.features import EncoderSpace, PixelSpace
-    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic, space_of
     from geoviz.nn.training import evaluate, finetune, get_preset, pretrain
     from geoviz.transfer.experiment import make_task, run_method
 
@@ -157,18 +163,26 @@ def main() -> None:
             record(f"single: {ref.name}", trained(ref))
         m = task.m
         uniform = np.full(m, 1.0 / m)
-        for space_name, space in (
-            ("pixels", PixelSpace()),
-            ("encoder", EncoderSpace("cpu", cache=cache).with_seed(seed)),
-        ):
+        spaces = []
+        for space_name in args.spaces.split(","):
+            if space_name == "pixels":
+                spaces.append((space_name, PixelSpace()))
+            elif space_name == "encoder":
+                spaces.append((space_name, EncoderSpace("cpu", cache=cache).with_seed(seed)))
+            else:  # the product's default: chosen from the data, as fit_geodesic does
+                space, choice = space_of(GeodesicConfig(), cache, [q_train, *refs])
+                assert choice is not None
+                facts.setdefault("default space", []).append(f"{choice.label}: {choice.reason}")
+                spaces.append((space_name, space))
+        for space_name, space in spaces:
             space_task = task
-            if space_name == "encoder" and args.pseudo_labels == "space":
+            if space_name != "pixels" and args.pseudo_labels == "space":
                 # Q's pseudo-labels found where the costs live (as load_spec_datasets does)
                 fitted0 = space.fit([task.target_train, *task.references])
                 z = fitted0.transform(q_train).features
                 shot = few_shot(q_train, args.k, seed=seed, embedding=z)
                 space_task = dataclasses.replace(task, target_train=shot.dataset)
-                facts.setdefault("pseudo-label accuracy (encoder)", []).append(
+                facts.setdefault(f"pseudo-label accuracy ({space_name})", []).append(
                     shot.pseudo_label_accuracy
                 )
             geo = fit_geodesic(
@@ -201,9 +215,13 @@ def main() -> None:
                 f"Mixup, a_hat ({space_name})",
                 run_method(task, "mixup", weights=geo.a_hat, preset=preset, seed=seed).accuracy,
             )
-            if space_name == "encoder":
+            pa = geo.interpolate(geo.a_hat)
+            facts.setdefault(f"P_a_hat size, label confidence ({space_name})", []).append(
+                [pa.n_samples, round(float(pa.soft_labels.max(dim=1).values.mean()), 3)]
+            )
+            if space_name != "pixels":
                 record(
-                    "OTDD, uniform (encoder)",
+                    f"OTDD, uniform ({space_name})",
                     run_method(
                         task, "otdd", geodesic=geo, weights=uniform, preset=preset, seed=seed
                     ).accuracy,

@@ -267,6 +267,8 @@ def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
             delta_color="off",
             delta_arrow="off",
         )
+    # which space the costs live in, and why when it was chosen from these data
+    st.info(markdown_literal(services.space_line(model.scenario, data)))
     if data.labelled_indices is not None:
         st.info(
             f"Few-shot target: {len(data.labelled_indices)} labelled samples of Q; the other "

@@ -891,8 +891,9 @@ def test_scenario_form_sets_the_map_method_and_budget():
 
 
 def test_colour_preset_computes_in_the_encoder_space_and_shows_images():
-    """Issue 22: the colour preset's costs live in the encoder's space; the Geodesic page
-    works on images lifted through the plans, and the form switches spaces."""
+    """Issues 22 and 33: the colour preset leaves the space to the default, which chooses
+    the pretrained encoder and says why; the Geodesic page works on images lifted through
+    the plans, and the form switches spaces."""
     from geoviz.app.settings import COLOUR_PRESET
 
     at = _app()
@@ -900,9 +901,14 @@ def test_colour_preset_computes_in_the_encoder_space_and_shows_images():
     at.button(key="load_preset").click().run()
     _assert_clean(at, "colour preset")
     scenario = at.session_state[SessionModel.SCENARIO]
-    assert scenario.features == "encoder" and scenario.encoder_preset == "tiny"
-    assert at.selectbox(key="form_features").value == "encoder"
-    assert "costs in the encoder feature space" in _sidebar(at)
+    assert scenario.features == "auto"
+    assert at.selectbox(key="form_features").value == "auto"
+    sidebar = _sidebar(at)
+    assert "Feature space: pretrained encoder (chosen automatically: the images are colour" in (
+        sidebar
+    )
+    datasets_page = " ".join(str(e.value) for e in at.info)
+    assert "space: pretrained encoder (chosen automatically" in datasets_page
     at = _open(at, "pages/3_geodesic.py")
     assert any(type(e).__name__ == "UnknownElement" for e in at.main)  # the explorer
     # back to pixels from the form: another scenario key, same data

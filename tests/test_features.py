@@ -22,7 +22,7 @@ from geoviz.features import (
     make_space,
     register_model,
 )
-from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,8 @@ def test_an_identity_model_gives_pixel_space_results(grey_problem, tmp_path):
         torch.testing.assert_close(a.features, b.features)
         assert torch.equal(a.labels, b.labels) and a.classes == b.classes
     in_model = fit_geodesic(feats[0], feats[1:], cache=cache)
-    in_pixels = fit_geodesic(grey_problem[0], grey_problem[1:], cache=cache)
+    pixels = GeodesicConfig(features="pixels")
+    in_pixels = fit_geodesic(grey_problem[0], grey_problem[1:], pixels, cache=cache)
     np.testing.assert_allclose(in_model.w_to_target, in_pixels.w_to_target, rtol=1e-6)
     np.testing.assert_allclose(in_model.a_hat, in_pixels.a_hat, atol=1e-6)
 

@@ -494,3 +494,27 @@ def test_bad_bootstrap_options_are_one_sentence(extra, message, capsys, no_loadi
     assert main(["distance", *REFS_2D, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_default_space_is_chosen_from_the_data_and_said_with_the_reason(tmp_path, capsys):
+    """Issue 33: with no --features the CLI chooses the space from the data, says which and
+    why, and the manifest records the choice; --features pixels stays available by name."""
+    import json
+
+    out_path = tmp_path / "synth.npz"
+    assert main(["project", *DIGITS, "--quiet", "--out", str(out_path)]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("space: "))
+    assert line.startswith("space: digit box (chosen automatically: ")
+    assert "grey glyphs" in line
+    manifest = json.loads((tmp_path / "synth.manifest.json").read_text())
+    space = json.dumps(manifest)
+    assert '"chosen_by": "auto"' in space and '"space": "box"' in space
+
+    assert main(["distance", *REFS_2D]) == 0  # vectors: their raw features
+    out = capsys.readouterr().out
+    assert "space: raw features (chosen automatically: the datasets are vectors" in out
+
+    assert main(["project", *DIGITS, "--quiet", "--features", "pixels"]) == 0
+    out = capsys.readouterr().out
+    assert "space: pixels (named, not chosen automatically)" in out

@@ -55,6 +55,7 @@ LAYER_RANKS: dict[str, int] = {
     "geoviz": 0,  # the package face (its version)
     "geoviz.errors": 0,
     "geoviz.glossary": 0,
+    "geoviz.vocabulary": 0,
     "geoviz.limits": 1,
     "geoviz.memory": 1,
     "geoviz.atomic": 1,

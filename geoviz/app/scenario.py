@@ -31,11 +31,12 @@ from geoviz.data.choice import (
 from geoviz.data.formats import OutsideRootError, check_confined
 from geoviz.data.registry import dataset_info
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.features import BUILTIN_SPACES, ENCODER_PRESETS, registered_models
+from geoviz.features import registered_models
 from geoviz.geodesic.pipeline import GeodesicConfig
 from geoviz.geodesic.spec import GeodesicSpec, check_image_size
 from geoviz.ot.otdd import DEFAULT_EPSILON, OTDDConfig
 from geoviz.viz.report import markdown_literal
+from geoviz.vocabulary import AUTO, BUILTIN_SPACES, ENCODER_PRESET_NAMES
 
 # the dataset choice is a library value (geoviz.data.choice); the app re-exports it
 __all__ = [
@@ -111,11 +112,12 @@ class Scenario:
         of :meth:`key` for ``map_method="neural"``.
     features
         The feature space the OTDD costs live in (paper Sec. 5.3; :mod:`geoviz.features`):
-        ``"pixels"`` (default), ``"pca"``, ``"box"``, ``"encoder"`` or a model the server
-        registered (``"model:<name>"``); never a path. Part of :meth:`key` unless pixels.
+        ``"auto"`` (default: chosen from the loaded data, :func:`geoviz.features.choose_space`),
+        ``"pixels"``, ``"pca"``, ``"box"``, ``"encoder"`` or a model the server registered
+        (``"model:<name>"``); never a path. Part of :meth:`key` unless pixels.
     encoder_preset
-        Training budget of the ``"encoder"`` space (``"tiny"``, ``"cpu"``); part of
-        :meth:`key` only for that space.
+        Weights of the ``"encoder"`` space: ``"pretrained"`` (shipped) or a training budget
+        (``"tiny"``, ``"cpu"``); part of :meth:`key` only for that space.
     """
 
     target: DatasetChoice
@@ -129,8 +131,8 @@ class Scenario:
     seed: int = 0
     map_method: MapMethod = "barycentric"
     neural_preset: NeuralPreset = "cpu"
-    features: str = "pixels"
-    encoder_preset: str = "cpu"
+    features: str = AUTO
+    encoder_preset: str = "pretrained"
 
     def __post_init__(self) -> None:
         refs = tuple(self.references)
@@ -192,12 +194,12 @@ class Scenario:
             raise DatasetError(
                 f"features must be one of {', '.join(spaces)}, got {_short(self.features)}"
             )
-        if self.encoder_preset not in ENCODER_PRESETS:
+        if self.encoder_preset not in ENCODER_PRESET_NAMES:
             raise DatasetError(
-                f"encoder_preset must be one of {', '.join(ENCODER_PRESETS)}, "
+                f"encoder_preset must be one of {', '.join(ENCODER_PRESET_NAMES)}, "
                 f"got {_short(self.encoder_preset)}"
             )
-        if self.features != "pixels" and self.map_method != "barycentric":
+        if self.features not in ("pixels", AUTO) and self.map_method != "barycentric":
             raise DatasetError(
                 f"maps in the {self.features} space are barycentric (their images come back "
                 "through the plans); choose the barycentric map or the pixel space"
@@ -316,7 +318,7 @@ class Scenario:
         """
         if method == self.map_method:
             return self
-        if method != "barycentric" and self.features != "pixels":
+        if method != "barycentric" and self.features not in ("pixels", AUTO):
             return self.with_(map_method=method, features="pixels")
         return self.with_(map_method=method)
 
@@ -328,7 +330,10 @@ class Scenario:
         return "barycentric"
 
     def describe(
-        self, is_image: bool | None = None, n_samples: Sequence[int] | None = None
+        self,
+        is_image: bool | None = None,
+        n_samples: Sequence[int] | None = None,
+        space: str | None = None,
     ) -> list[str]:
         """Markdown lines for the sidebar.
 
@@ -336,7 +341,10 @@ class Scenario:
         the lines then show them instead of the requested N, with a note for every dataset
         that has fewer samples than requested (it is used whole). Dataset labels are
         escaped (:func:`geoviz.viz.report.markdown_literal`): a link or an upload names
-        them, and they show as typed, never as a link or an image.
+        them, and they show as typed, never as a link or an image. ``space`` is the
+        sentence of the feature space once the data are loaded
+        (:func:`geoviz.geodesic.pipeline.space_sentence`); before, ``"auto"`` says that
+        the space will be chosen from the data.
         """
 
         def label(choice: DatasetChoice) -> str:
@@ -372,7 +380,11 @@ class Scenario:
                 f"few-shot: {self.few_shot.k} labels per class + {self.few_shot.n_neighbors}-NN pseudo-labels"
             )
         lines.append(f"OTDD maps: {self.map_label}")
-        if self.features != "pixels":
+        if space is not None:
+            lines.append(f"Feature {space}")
+        elif self.features == AUTO:
+            lines.append("Feature space: chosen from the data once they are loaded")
+        elif self.features != "pixels":
             lines.append(f"costs in the {self.features} feature space")
         return lines
 

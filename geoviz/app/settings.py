@@ -15,8 +15,9 @@ Environment variables (read by :func:`AppSettings.from_env`):
     Training budget of neural OTDD maps in new scenarios: ``tiny`` (seconds on small data;
     tests), ``cpu`` (default, minutes per map at 32x32) or ``paper`` (GPU scale).
 ``GEOVIZ_ENCODER_PRESET``
-    Training budget of the encoder feature space: ``cpu`` (default, a few minutes on 2 cores)
-    or ``tiny`` (seconds; tests).
+    Weights of the encoder feature space: ``pretrained`` (default: shipped in
+    ``assets/encoders``, nothing trained), or a budget to train one on each scenario's
+    references: ``cpu`` (a few minutes on 2 cores) or ``tiny`` (seconds; tests).
 ``GEOVIZ_TORCH_THREADS``
     torch's CPU threads for the whole server process, set once when the first page runs
     (default 0: torch's own default).
@@ -59,7 +60,7 @@ from geoviz.app.scenario import (
 )
 from geoviz.backend import usable_cores
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.features import ENCODER_PRESETS
+from geoviz.vocabulary import ENCODER_PRESET_NAMES
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -121,7 +122,7 @@ class AppSettings:
     upload_disk_mb: int = 2048
     upload_ttl_hours: int = 24
     upload_idle_minutes: int = 10
-    encoder_preset: str = "cpu"
+    encoder_preset: str = "pretrained"
     fit_cache_mb: int = 2048
     fit_idle_minutes: int = 10
 
@@ -215,7 +216,7 @@ def _env_choice(env: Mapping[str, str], name: str, choices: Sequence[str], defau
 
 
 def _env_encoder_preset(env: Mapping[str, str]) -> str:
-    return _env_choice(env, "GEOVIZ_ENCODER_PRESET", tuple(ENCODER_PRESETS), "cpu")
+    return _env_choice(env, "GEOVIZ_ENCODER_PRESET", ENCODER_PRESET_NAMES, "pretrained")
 
 
 def _env_neural_preset(env: Mapping[str, str]) -> NeuralPreset:
@@ -279,11 +280,10 @@ def preset_scenarios(settings: AppSettings | None = None) -> dict[str, Scenario]
         n_target=settings.n_default,
         n_reference=settings.n_default,
         neural_preset=settings.neural_preset,
-        features="encoder",
         encoder_preset=settings.encoder_preset,
     )
     return out
 
 
-#: the preset whose target is in colour: its costs live in the encoder's space
-COLOUR_PRESET = "Colour digits, encoder space (MNIST-M-style ← MNIST, Fashion-MNIST, USPS)"
+#: the preset whose target is in colour: the default space chooses the pretrained encoder
+COLOUR_PRESET = "Colour digits (MNIST-M-style ← MNIST, Fashion-MNIST, USPS)"

@@ -132,8 +132,9 @@ def _scenario_sidebar(box: Any, model: SessionModel) -> None:
         data = services.scenario_data_if_ready(model.scenario)
         # counts of the already loaded (cached) datasets: nothing is reloaded here
         counts = None if data is None else [ds.n_samples for ds in data.datasets]
+        space = None if data is None else services.space_line(model.scenario, data)
         for line in model.scenario.describe(
-            is_image=None if data is None else data.is_image, n_samples=counts
+            is_image=None if data is None else data.is_image, n_samples=counts, space=space
         ):
             st.markdown(line)
         result = services.geodesic_if_ready(model.scenario)

@@ -81,6 +81,7 @@ from geoviz.glossary import (
     W_BETWEEN,
     W_TARGET,
 )
+from geoviz.vocabulary import AUTO, BUILTIN_SPACES, ENCODER_PRESET_NAMES
 
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
     from geoviz.features import ModelSpace
@@ -213,13 +214,15 @@ def add_feature_args(parser: argparse.ArgumentParser) -> None:
     """``--features``, ``--features-model``, ``--features-size``, ``--encoder-preset``."""
     parser.add_argument(
         "--features",
-        choices=("pixels", "pca", "box", "encoder"),
-        default="pixels",
+        choices=BUILTIN_SPACES,
+        default=AUTO,
         help=(
-            "the space the OTDD costs live in (paper Sec. 5.3): pixels (default), pca (50 "
-            "components of the union), box (grey digits box-normalised like MNIST), encoder "
-            "(a small CNN trained here on the union, cached): P_a's images come back through "
-            "the couplings"
+            "the space the OTDD costs live in (paper Sec. 5.3): auto (default: chosen from the "
+            "data and printed with the reason: box for grey glyphs, the pretrained encoder for "
+            "colour or textured images, raw features for vectors), pixels, pca (50 components "
+            "of the union), box (grey digits box-normalised like MNIST), encoder (the shipped "
+            "pretrained CNN, or one trained here with --encoder-preset cpu): P_a's images come "
+            "back through the couplings"
         ),
     )
     parser.add_argument(
@@ -238,9 +241,11 @@ def add_feature_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--encoder-preset",
-        choices=("tiny", "cpu"),
-        default=None,  # "cpu" (_DEFAULTS)
-        help="training budget of --features encoder (default cpu: about a minute)",
+        choices=ENCODER_PRESET_NAMES,
+        default=None,  # "pretrained" (_DEFAULTS)
+        help="weights of --features encoder: pretrained (default, shipped in assets/encoders; "
+        "nothing trained) or a budget to train one here on your datasets (cpu: minutes, "
+        "cached; tiny: seconds, for tests)",
     )
 
 
@@ -257,7 +262,7 @@ def feature_space_from_args(args: argparse.Namespace) -> ModelSpace | None:
         return None
     from geoviz.features import ModelSpace
 
-    if getattr(args, "features", "pixels") != "pixels":
+    if getattr(args, "features", AUTO) != AUTO:
         raise GeovizError("give either --features or --features-model, not both")
     return ModelSpace.from_torchscript(path, input_size=getattr(args, "features_size", None))
 
@@ -271,7 +276,7 @@ _DEFAULTS: dict[str, Any] = {
     "backend": "auto",
     "ray_address": None,
     "neural_preset": "cpu",
-    "encoder_preset": "cpu",
+    "encoder_preset": "pretrained",
     "neural_iterations": None,
     "features_size": None,
     "format": None,
@@ -309,7 +314,7 @@ def _refuse_unused_options(args: argparse.Namespace, given: set[str]) -> None:
         for dest in ("format", "n_out", "overwrite"):
             unused[dest] = "only applies with --out (an export)"
     refuse_unused(given, unused)
-    if args.method == "neural" and (args.features != "pixels" or args.features_model):
+    if args.method == "neural" and (args.features not in ("pixels", AUTO) or args.features_model):
         space = "--features-model" if args.features_model else f"--features {args.features}"
         raise GeovizError(
             f"--method neural maps images in pixel space; with {space} use --method barycentric"
@@ -461,8 +466,8 @@ def spec_from_args(args: argparse.Namespace) -> GeodesicSpec:
             qp_solver=args.solver,
             method=getattr(args, "method", "barycentric"),
             neural=_neural_config(args),
-            features=getattr(args, "features", "pixels"),
-            encoder=getattr(args, "encoder_preset", "cpu"),
+            features=getattr(args, "features", AUTO),
+            encoder=getattr(args, "encoder_preset", "pretrained"),
         ),
     )
 
@@ -679,6 +684,7 @@ def _cmd_distance(args: argparse.Namespace) -> int:
     result = _fit(args)
     names = _names_of(result)
     print(f"target: {result.target.name} ({result.target.n_samples} samples)")
+    print(result.space_sentence)
     _print_maps(result, two_q=True)
     print(f"\n(2,Q) matrix {W_BETWEEN} (last column: {W_TARGET}):")
     header = ["", *names, "Q"]
@@ -701,6 +707,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
     result = _fit(args)
     names = _names_of(result)
     print(f"target: {result.target.name} ({result.target.n_samples} samples)")
+    print(result.space_sentence)
     print(
         f"{A_HAT}:  "
         + ", ".join(f"{name}={a:.4f}" for name, a in zip(names, result.a_hat, strict=True))
@@ -761,6 +768,7 @@ def _cmd_grid(args: argparse.Namespace) -> int:
             header.append("as_good_as_a_hat")
             columns.append(boot.as_good_as_a_hat(grid).astype(np.float64))
     _write_csv_atomic(Path(args.out), header, np.column_stack(columns), args.overwrite)
+    print(result.space_sentence)
     print(f"wrote {grid.shape[0]} simplex points (resolution {args.resolution}) to {args.out}")
     print(
         "grid minimum: "

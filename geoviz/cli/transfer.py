@@ -56,6 +56,7 @@ from geoviz.cli.args import (
 from geoviz.cli.output import PlainProgress, format_table, stderr_is_terminal
 from geoviz.errors import BlurWarning, ExportError, GeovizError
 from geoviz.transfer.table import ALL_METHODS, METHODS
+from geoviz.vocabulary import BUILTIN_SPACES, ENCODER_PRESET_NAMES
 
 if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult
@@ -188,8 +189,8 @@ class _TransferOptions:
 
 #: defaults of the options declared with ``default=None`` (a given one is told apart)
 _DEFAULTS: dict[str, Any] = {
-    "features": "pixels",
-    "encoder_preset": "cpu",
+    "features": "auto",
+    "encoder_preset": "pretrained",
     "neural_preset": "cpu",
     "weights": "a_hat",
     "backend": "auto",
@@ -418,6 +419,7 @@ def _print_transfer_header(
     print(f"preset: {opts.preset.name} ({opts.preset.note})")
     geodesic, weights = run.geodesic, opts.weights
     if geodesic is not None:
+        print(geodesic.space_sentence)
         for label, fitted in ((A_HAT, geodesic), (f"{A_HAT} (neural maps)", run.neural_geodesic)):
             if fitted is None:
                 continue
@@ -490,6 +492,7 @@ def _transfer_manifest(
         "epsilon": float(spec.config.otdd.epsilon),
         "weights": "a_hat" if opts.weights is None else [float(w) for w in opts.weights],
         "a_hat": None if geodesic is None else [float(a) for a in geodesic.a_hat],
+        "space": None if geodesic is None else geodesic.space_record(),
         "a_hat_neural": None if neural is None else [float(a) for a in neural.a_hat],
         "neural_preset": args.neural_preset if neural is not None else None,
         "grid_resolution": args.grid,
@@ -667,16 +670,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--size", type=positive_int, default=32, help="image size (default 32)")
     p.add_argument(
         "--features",
-        choices=("pixels", "pca", "box", "encoder"),
-        default=None,  # "pixels" (_DEFAULTS): None tells a given option apart
-        help="the space the OTDD maps and a_hat are computed in (default pixels); the "
-        "pretraining set P_a is made of images in every case",
+        choices=BUILTIN_SPACES,
+        default=None,  # "auto" (_DEFAULTS): None tells a given option apart
+        help="the space the OTDD maps and a_hat are computed in (default auto: chosen from "
+        "the data, as `geoviz project` does, and printed); the pretraining set P_a is made "
+        "of images in every case",
     )
     p.add_argument(
         "--encoder-preset",
-        choices=("tiny", "cpu"),
-        default=None,  # "cpu" (_DEFAULTS)
-        help="training budget of --features encoder (default cpu)",
+        choices=ENCODER_PRESET_NAMES,
+        default=None,  # "pretrained" (_DEFAULTS)
+        help="weights of --features encoder: pretrained (default, shipped) or a budget to "
+        "train one here (cpu, tiny)",
     )
     p.add_argument(
         "--k", type=positive_int, default=5, help="labelled target samples per class (default 5)"

@@ -7,10 +7,15 @@ maps each dataset to vectors. Built in:
 ========== =================================================================================
 name       space
 ========== =================================================================================
-pixels     the datasets as they are (default; right for aligned grey digits)
+auto       the default: chosen from the data by :func:`choose_space` (:mod:`.choice`): the
+           digit box for grey glyphs, the pretrained encoder for other images, raw
+           features for vectors; the reason is kept with the result
+pixels     the datasets as they are
 pca        50 principal components of the union (:class:`PCASpace`)
 box        grey digits box-normalised like MNIST, then pixels (:class:`BoxSpace`)
-encoder    a small CNN trained here on the union (:class:`EncoderSpace`, :mod:`.encoder`)
+encoder    a small CNN: the shipped pretrained one (preset ``pretrained``,
+           :class:`PretrainedEncoderSpace`, :mod:`.pretrained`) or one trained here on the
+           union (presets ``cpu``, ``tiny``: :class:`EncoderSpace`, :mod:`.encoder`)
 ========== =================================================================================
 
 and :class:`ModelSpace` for a model the user brings (a torch module or callable, a
@@ -22,7 +27,6 @@ name the built-in spaces (:data:`BUILTIN_SPACES`) and models the server register
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 import torch
 
@@ -30,12 +34,17 @@ from geoviz.backend import DiskCache
 from geoviz.errors import GeovizError
 from geoviz.features.base import FeatureSpace, FittedFeatures, check_feature_output
 from geoviz.features.builtin import BoxSpace, PCASpace, PixelSpace
+from geoviz.features.choice import SpaceChoice, choose_space
 from geoviz.features.encoder import ENCODER_PRESETS, EncoderConfig, EncoderSpace
 from geoviz.features.models import ModelSpace
+from geoviz.features.pretrained import PretrainedEncoderSpace
+from geoviz.vocabulary import AUTO, BUILTIN_SPACES, ENCODER_PRESET_NAMES, BuiltinSpace
 
 __all__ = [
+    "AUTO",
     "BUILTIN_SPACES",
     "ENCODER_PRESETS",
+    "ENCODER_PRESET_NAMES",
     "BoxSpace",
     "BuiltinSpace",
     "EncoderConfig",
@@ -45,16 +54,17 @@ __all__ = [
     "ModelSpace",
     "PCASpace",
     "PixelSpace",
+    "PretrainedEncoderSpace",
+    "SpaceChoice",
     "check_feature_output",
+    "choose_space",
     "make_space",
     "register_model",
     "registered_models",
 ]
 
-BuiltinSpace = Literal["pixels", "pca", "box", "encoder"]
-
-#: the spaces every link and command may name
-BUILTIN_SPACES: tuple[BuiltinSpace, ...] = ("pixels", "pca", "box", "encoder")
+if set(ENCODER_PRESET_NAMES) != {"pretrained", *ENCODER_PRESETS}:  # pragma: no cover
+    raise ImportError("geoviz.vocabulary.ENCODER_PRESET_NAMES lists other encoder presets")
 
 _MODELS: dict[str, Callable[[], ModelSpace]] = {}
 
@@ -79,7 +89,7 @@ def registered_models() -> tuple[str, ...]:
 def make_space(
     name: str,
     *,
-    encoder_preset: str = "cpu",
+    encoder_preset: str = "pretrained",
     cache: DiskCache | None = None,
     device: str | torch.device | None = None,
 ) -> FeatureSpace:
@@ -88,11 +98,18 @@ def make_space(
     ``encoder_preset``, ``cache`` and ``device`` are those of the ``"encoder"`` space
     (:class:`EncoderSpace`); the other spaces ignore them.
 
+    ``"auto"`` needs the data: resolve it with :func:`choose_space` first.
+
     Raises
     ------
     GeovizError
-        Any other name (a path is never opened from a name).
+        ``"auto"``, or any other name (a path is never opened from a name).
     """
+    if name == AUTO:
+        raise GeovizError(
+            "the space 'auto' is chosen from the data: call choose_space(datasets) and make "
+            "the space it names"
+        )
     if name == "pixels":
         return PixelSpace()
     if name == "pca":
@@ -100,6 +117,8 @@ def make_space(
     if name == "box":
         return BoxSpace()
     if name == "encoder":
+        if encoder_preset == "pretrained":
+            return PretrainedEncoderSpace(device=device)
         return EncoderSpace(encoder_preset, cache=cache, device=device)
     if isinstance(name, str) and name.startswith("model:") and name[6:] in _MODELS:
         return _MODELS[name[6:]]()

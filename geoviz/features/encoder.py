@@ -45,10 +45,18 @@ from torch import nn
 from geoviz import limits
 from geoviz.backend import DiskCache, get_cache, resolve_device
 from geoviz.data.dataset import LabeledDataset
+from geoviz.data.styles import STYLES, Style, render_mixed
 from geoviz.errors import GeovizError
 from geoviz.features.base import FeatureSpace, FittedFeatures, Progress
 
-__all__ = ["ENCODER_PRESETS", "EncoderConfig", "EncoderNet", "EncoderSpace", "augment"]
+__all__ = [
+    "ENCODER_PRESETS",
+    "EncoderConfig",
+    "EncoderNet",
+    "EncoderSpace",
+    "augment",
+    "train_encoder",
+]
 
 LabelUse = Literal["references", "all", "none"]
 
@@ -78,6 +86,9 @@ class EncoderConfig:
     labels
         Which datasets' labels train heads: ``"references"`` (all but the first, Q),
         ``"all"`` or ``"none"``.
+    styles
+        Colour styles (:data:`geoviz.data.styles.STYLES`) grey training images are drawn in;
+        ``()`` keeps them grey (the colour and geometry augmentations still apply).
     seed
         Seed of the initialisation, the sampling and the augmentations.
     """
@@ -93,6 +104,7 @@ class EncoderConfig:
     temperature: float = 0.2
     max_per_dataset: int = 3000
     labels: LabelUse = "references"
+    styles: tuple[Style, ...] = STYLES
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -113,6 +125,12 @@ class EncoderConfig:
             raise GeovizError("encoder lr and temperature must be > 0")
         if self.supervised == 0 and self.contrastive == 0:
             raise GeovizError("the encoder needs a loss: supervised or contrastive weight > 0")
+        unknown = [s for s in self.styles if s not in STYLES]
+        if unknown or len(set(self.styles)) != len(self.styles):
+            raise GeovizError(
+                f"encoder styles are distinct names among {', '.join(STYLES)}, "
+                f"got {list(self.styles)}"
+            )
         if self.labels not in ("references", "all", "none"):
             raise GeovizError(
                 f"encoder labels must be references, all or none, got {self.labels!r}"
@@ -178,10 +196,16 @@ def _to_rgb(x: torch.Tensor, shape: tuple[int, int, int], size: int) -> torch.Te
     return images.clamp(0.0, 1.0)
 
 
-def augment(x: torch.Tensor, grey: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def augment(
+    x: torch.Tensor,
+    grey: torch.Tensor,
+    gen: torch.Generator,
+    styles: tuple[Style, ...] = STYLES,
+) -> torch.Tensor:
     """A random view of every image of ``x`` ``(N, 3, S, S)`` (see the module docstring).
 
-    ``grey`` ``(N,)`` marks images that came in grey (they get a random background).
+    ``grey`` ``(N,)`` marks images that came in grey: 80 % of them are drawn in one of
+    ``styles`` (:mod:`geoviz.data.styles`), the rest stay grey.
     """
     n, _, s, _ = x.shape
     dev = x.device
@@ -190,19 +214,11 @@ def augment(x: torch.Tensor, grey: torch.Tensor, gen: torch.Generator) -> torch.
         return torch.rand(*size, generator=gen).to(dev)
 
     out = x.clone()
-    if bool(grey.any()):
+    if bool(grey.any()) and styles:
         idx = torch.nonzero(grey).flatten()
-        k = len(idx)
-        ink = x[idx, :1]  # the grey level: 1 on the strokes
-        c1, c2, paint = rand(k, 3, 1, 1), rand(k, 3, 1, 1), rand(k, 3, 1, 1)
-        field = torch.nn.functional.interpolate(rand(k, 1, 4, 4), size=(s, s), mode="bicubic")
-        background = c1 * field.clamp(0, 1) + c2 * (1 - field.clamp(0, 1))
-        alpha_blend = background * (1 - ink) + paint * ink
-        difference = (background - ink).abs()
-        use_diff = (rand(k, 1, 1, 1) < 0.5).to(x.dtype)
-        coloured = use_diff * difference + (1 - use_diff) * alpha_blend
-        keep = (rand(k, 1, 1, 1) < 0.2).to(x.dtype)  # some stay grey
-        out[idx] = keep * x[idx] + (1 - keep) * coloured
+        styled = render_mixed(x[idx, :1], styles, gen)
+        keep = (rand(len(idx), 1, 1, 1) < 0.2).to(x.dtype)  # some stay grey
+        out[idx] = keep * x[idx] + (1 - keep) * styled
     # colour: channel permutation and gains, grey, inversion
     perm = torch.stack([torch.randperm(3, generator=gen) for _ in range(n)]).to(dev)
     out = torch.gather(out, 1, perm[:, :, None, None].expand(-1, -1, s, s))
@@ -269,7 +285,7 @@ class EncoderSpace(FeatureSpace):
         self.device = device
 
     def params(self) -> dict[str, Any]:
-        return {"version": 2, **asdict(self.config)}
+        return {"version": 3, **asdict(self.config)}
 
     def uses_labels(self, index: int) -> bool:
         labels = self.config.labels
@@ -298,7 +314,7 @@ class EncoderSpace(FeatureSpace):
         payload = cache.get_or_compute(
             "feature_encoder",
             {"digest": digest_},
-            lambda: self._train(datasets, shape, progress),
+            lambda: train_encoder(datasets, cfg, device=self.device, progress=progress),
             expect={"train_seconds": float, "final_loss": float},
             check=load,  # weights of another shape (or missing) are a corrupt entry
         )
@@ -322,89 +338,99 @@ class EncoderSpace(FeatureSpace):
             name="encoder", digest=digest_, dim=cfg.dim, encode=encode, info=info, cache=cache
         )
 
-    def _train(
-        self,
-        datasets: list[LabeledDataset],
-        shape: tuple[int, int, int],
-        progress: Progress | None,
-    ) -> dict[str, Any]:
-        cfg = self.config
-        device = resolve_device(self.device)
-        gen = torch.Generator().manual_seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
-        # the training set: up to max_per_dataset samples of each dataset
-        xs, labels, heads = [], [], []
-        labelled = [
-            cfg.labels == "all" or (cfg.labels == "references" and i > 0)
-            for i in range(len(datasets))
-        ]
-        # one head per set of class names: datasets with the same classes (MNIST and USPS
-        # digits) share a classifier, so the trunk puts their classes in the same places
-        head_of: dict[int, int] = {}
-        head_classes: dict[tuple[str, ...], int] = {}
-        for i, ds in enumerate(datasets):
-            idx = torch.randperm(ds.n_samples, generator=gen)[: cfg.max_per_dataset]
-            xs.append(_to_rgb(ds.features[idx], shape, cfg.size))
-            if labelled[i]:
-                head_of[i] = head_classes.setdefault(tuple(ds.classes), len(head_classes))
-            labels.append(ds.labels[idx] if labelled[i] else torch.full((len(idx),), -1))
-            heads.append(torch.full((len(idx),), head_of.get(i, -1)))
-        x = torch.cat(xs)
-        y = torch.cat(labels)
-        head = torch.cat(heads)
-        # grey samples (one channel, or three equal ones) get random backgrounds
-        grey = (x.amax(dim=1) - x.amin(dim=1)).amax(dim=(1, 2)) < 1e-3
-        n_classes = [len(names) for names in head_classes]
-        net = EncoderNet(cfg.width, cfg.dim).to(device)
-        classifier = nn.ModuleList([nn.Linear(cfg.dim, c) for c in n_classes]).to(device)
-        params = list(net.parameters()) + list(classifier.parameters())
-        opt = torch.optim.Adam(params, lr=cfg.lr)
-        steps_per_epoch = max(1, len(x) // cfg.batch_size)
-        total = cfg.epochs * steps_per_epoch
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
-        start = time.perf_counter()
-        step, loss_value = 0, float("nan")
-        net.train()
-        for epoch in range(cfg.epochs):
-            order = torch.randperm(len(x), generator=gen)
-            for b in range(steps_per_epoch):
-                batch = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
-                xb = x[batch].to(device)
-                gb = grey[batch].to(device)
-                v1 = augment(xb, gb, gen)
-                z1 = net(v1)
-                loss = torch.zeros((), device=device)
-                if cfg.supervised > 0 and head_of:
-                    yb, hb = y[batch].to(device), head[batch].to(device)
-                    for k in range(len(head_classes)):
-                        mask = hb == k
-                        if bool(mask.any()):
-                            logits = classifier[k](z1[mask])
-                            share = mask.float().mean()
-                            loss = loss + cfg.supervised * share * nn.functional.cross_entropy(
-                                logits, yb[mask]
-                            )
-                if cfg.contrastive > 0:
-                    z2 = net(augment(xb, gb, gen))
-                    loss = loss + cfg.contrastive * _nt_xent(z1, z2, cfg.temperature)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                opt.step()
-                sched.step()
-                step += 1
-                loss_value = float(loss.detach())
-                if not math.isfinite(loss_value):
-                    raise GeovizError(
-                        "the encoder's training diverged (loss is not finite); "
-                        "try a smaller learning rate"
-                    )
-                if progress is not None:
-                    progress(f"training the encoder (epoch {epoch + 1}/{cfg.epochs})", step / total)
-        net.eval()
-        state = {f"net.{k}": v.detach().cpu() for k, v in net.state_dict().items()}
-        return {
-            **state,
-            "train_seconds": time.perf_counter() - start,
-            "final_loss": loss_value,
-            "trained_on": len(x),
-        }
+
+def train_encoder(
+    datasets: list[LabeledDataset],
+    config: EncoderConfig,
+    *,
+    device: str | torch.device | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Train an :class:`EncoderNet` on ``datasets`` (one image shape) as ``config`` says.
+
+    Which datasets' labels train a head follows ``config.labels`` (``"references"``: all but
+    ``datasets[0]``). Returns the weights as ``"net.<name>"`` CPU tensors plus
+    ``train_seconds``, ``final_loss`` and ``trained_on`` (images).
+    """
+    cfg = config
+    shape = datasets[0].image_shape
+    if shape is None:
+        raise GeovizError("the encoder embeds images; these datasets are vectors")
+    device = resolve_device(device)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    # the training set: up to max_per_dataset samples of each dataset
+    xs, labels, heads = [], [], []
+    labelled = [
+        cfg.labels == "all" or (cfg.labels == "references" and i > 0) for i in range(len(datasets))
+    ]
+    # one head per set of class names: datasets with the same classes (MNIST and USPS
+    # digits) share a classifier, so the trunk puts their classes in the same places
+    head_of: dict[int, int] = {}
+    head_classes: dict[tuple[str, ...], int] = {}
+    for i, ds in enumerate(datasets):
+        idx = torch.randperm(ds.n_samples, generator=gen)[: cfg.max_per_dataset]
+        xs.append(_to_rgb(ds.features[idx], shape, cfg.size))
+        if labelled[i]:
+            head_of[i] = head_classes.setdefault(tuple(ds.classes), len(head_classes))
+        labels.append(ds.labels[idx] if labelled[i] else torch.full((len(idx),), -1))
+        heads.append(torch.full((len(idx),), head_of.get(i, -1)))
+    x = torch.cat(xs)
+    y = torch.cat(labels)
+    head = torch.cat(heads)
+    # grey samples (one channel, or three equal ones) get random backgrounds
+    grey = (x.amax(dim=1) - x.amin(dim=1)).amax(dim=(1, 2)) < 1e-3
+    n_classes = [len(names) for names in head_classes]
+    net = EncoderNet(cfg.width, cfg.dim).to(device)
+    classifier = nn.ModuleList([nn.Linear(cfg.dim, c) for c in n_classes]).to(device)
+    params = list(net.parameters()) + list(classifier.parameters())
+    opt = torch.optim.Adam(params, lr=cfg.lr)
+    steps_per_epoch = max(1, len(x) // cfg.batch_size)
+    total = cfg.epochs * steps_per_epoch
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+    start = time.perf_counter()
+    step, loss_value = 0, float("nan")
+    net.train()
+    for epoch in range(cfg.epochs):
+        order = torch.randperm(len(x), generator=gen)
+        for b in range(steps_per_epoch):
+            batch = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
+            xb = x[batch].to(device)
+            gb = grey[batch].to(device)
+            v1 = augment(xb, gb, gen, cfg.styles)
+            z1 = net(v1)
+            loss = torch.zeros((), device=device)
+            if cfg.supervised > 0 and head_of:
+                yb, hb = y[batch].to(device), head[batch].to(device)
+                for k in range(len(head_classes)):
+                    mask = hb == k
+                    if bool(mask.any()):
+                        logits = classifier[k](z1[mask])
+                        share = mask.float().mean()
+                        loss = loss + cfg.supervised * share * nn.functional.cross_entropy(
+                            logits, yb[mask]
+                        )
+            if cfg.contrastive > 0:
+                z2 = net(augment(xb, gb, gen, cfg.styles))
+                loss = loss + cfg.contrastive * _nt_xent(z1, z2, cfg.temperature)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            opt.step()
+            sched.step()
+            step += 1
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
+                raise GeovizError(
+                    "the encoder's training diverged (loss is not finite); "
+                    "try a smaller learning rate"
+                )
+            if progress is not None:
+                progress(f"training the encoder (epoch {epoch + 1}/{cfg.epochs})", step / total)
+    net.eval()
+    state = {f"net.{k}": v.detach().cpu() for k, v in net.state_dict().items()}
+    return {
+        **state,
+        "train_seconds": time.perf_counter() - start,
+        "final_loss": loss_value,
+        "trained_on": len(x),
+    }

@@ -45,10 +45,13 @@ from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import (
+    AUTO,
     BUILTIN_SPACES,
-    ENCODER_PRESETS,
+    ENCODER_PRESET_NAMES,
     FeatureSpace,
     FittedFeatures,
+    SpaceChoice,
+    choose_space,
     make_space,
 )
 from geoviz.geodesic.distances import (
@@ -122,12 +125,16 @@ class GeodesicConfig:
         or a preset name ``"tiny"``/``"cpu"``/``"paper"``); ignored for
         ``method="barycentric"`` (and left out of :meth:`to_dict`).
     features
-        The feature space the costs live in (paper Sec. 5.3): ``"pixels"`` (default),
-        ``"pca"``, ``"box"``, ``"encoder"`` or a registered ``"model:<name>"``
-        (:func:`geoviz.features.make_space`); left out of :meth:`to_dict` for pixels, so
-        pixel-space keys are those of before feature spaces existed.
+        The feature space the costs live in (paper Sec. 5.3): ``"auto"`` (default: chosen
+        from the data by :func:`geoviz.features.choose_space`, the digit box for grey
+        glyphs, the pretrained encoder for other images, raw features for vectors; pixel
+        space for neural maps), ``"pixels"``, ``"pca"``, ``"box"``, ``"encoder"`` or a
+        registered ``"model:<name>"`` (:func:`geoviz.features.make_space`); left out of
+        :meth:`to_dict` for pixels, so pixel-space keys are those of before feature spaces
+        existed.
     encoder
-        Training budget of the ``"encoder"`` space (:data:`geoviz.features.ENCODER_PRESETS`).
+        The ``"encoder"`` space's weights: ``"pretrained"`` (default, the shipped ones) or
+        a training budget here (``"cpu"``, ``"tiny"``; :data:`geoviz.features.ENCODER_PRESETS`).
     """
 
     otdd: OTDDConfig = field(default_factory=OTDDConfig)
@@ -137,8 +144,8 @@ class GeodesicConfig:
     qp_solver: str | None = None
     method: MapMethod = "barycentric"
     neural: NeuralMapConfig = field(default_factory=lambda: get_neural_preset("cpu"))
-    features: str = "pixels"
-    encoder: str = "cpu"
+    features: str = AUTO
+    encoder: str = "pretrained"
 
     def __post_init__(self) -> None:
         # OTDDConfig validates its own fields on construction (epsilon within
@@ -183,9 +190,9 @@ class GeodesicConfig:
                 f"GeodesicConfig.features must be one of {', '.join(BUILTIN_SPACES)} or "
                 f"'model:<name>', got {str(self.features)[:40]!r}"
             )
-        if self.encoder not in ENCODER_PRESETS:
+        if self.encoder not in ENCODER_PRESET_NAMES:
             raise GeovizError(
-                f"GeodesicConfig.encoder must be one of {', '.join(ENCODER_PRESETS)}, "
+                f"GeodesicConfig.encoder must be one of {', '.join(ENCODER_PRESET_NAMES)}, "
                 f"got {str(self.encoder)[:40]!r}"
             )
 
@@ -238,6 +245,13 @@ class GeodesicResult:
         The joint label space: unique reference names (prefixes), the ``K =
         sum_i C_i`` class names ``"ref_name/class"`` and reference ``i``'s block
         of columns.
+    feature_space
+        The fitted feature space the costs live in (``None``: pixels / raw features).
+    mapped_images
+        With a feature space, the maps' images lifted back through the plans.
+    space_choice
+        With ``features="auto"``, what :func:`~geoviz.features.choose_space` picked and why
+        (``None`` when the space was named).
     """
 
     target: LabeledDataset
@@ -249,6 +263,7 @@ class GeodesicResult:
     label_space: LabelSpace
     feature_space: FittedFeatures | None = None
     mapped_images: tuple[torch.Tensor, ...] | None = field(default=None, repr=False)
+    space_choice: SpaceChoice | None = None
 
     # ------------------------------------------------------------------ derived
     @property
@@ -291,6 +306,11 @@ class GeodesicResult:
     def features_name(self) -> str:
         """The feature space the costs live in (``"pixels"`` when none was fitted)."""
         return "pixels" if self.feature_space is None else self.feature_space.name
+
+    @property
+    def space_sentence(self) -> str:
+        """One sentence: the space the costs live in and, when it was chosen, why."""
+        return space_sentence(self.space_choice, self.features_name)
 
     def bootstrap(
         self,
@@ -503,6 +523,18 @@ class GeodesicResult:
             )
         ]
 
+    def space_record(self) -> dict[str, Any]:
+        """The feature space for manifests: name, digest, facts and, when chosen, why."""
+        record = (
+            {"name": "pixels", "digest": "pixels"}
+            if self.feature_space is None
+            else self.feature_space.manifest()
+        )
+        record["sentence"] = self.space_sentence
+        if self.space_choice is not None:
+            record.update(self.space_choice.as_dict())
+        return record
+
     def _provenance(self) -> dict[str, Any]:
         return {
             "target": {"name": self.target.name, "fingerprint": self.target.fingerprint},
@@ -512,11 +544,7 @@ class GeodesicResult:
             ],
             "config": self.config.to_dict(),
             "maps": self.map_summaries(),
-            "features": (
-                {"name": "pixels", "digest": "pixels"}
-                if self.feature_space is None
-                else self.feature_space.manifest()
-            ),
+            "features": self.space_record(),
         }
 
     def interpolate(self, weights: Any, n: int | None = None, seed: int = 0) -> SoftLabeledDataset:
@@ -663,11 +691,46 @@ _MAP_STAGES = {
 }
 
 
-def space_of(config: GeodesicConfig, cache: DiskCache) -> FeatureSpace:
-    """The feature space ``config.features`` names (the encoder caches in ``cache``)."""
-    return make_space(
-        config.features, encoder_preset=config.encoder, cache=cache, device=config.otdd.device
-    )
+def space_sentence(choice: SpaceChoice | None, named: str) -> str:
+    """``"space: digit box (chosen: ...)"``, or ``"space: pca50 (named)"`` without a choice."""
+    if choice is not None:
+        return f"space: {choice.label} (chosen automatically: {choice.reason})"
+    words = {"box": "digit box", "pixels": "pixels"}.get(named, named)
+    return f"space: {words} (named, not chosen automatically)"
+
+
+def space_choice_for(
+    config: GeodesicConfig, datasets: Sequence[LabeledDataset]
+) -> SpaceChoice | None:
+    """What ``"auto"`` picks for ``datasets`` (Q first) under ``config``; ``None`` when
+    ``config.features`` names a space. Neural maps generate images, so for them ``"auto"``
+    is pixel space."""
+    if config.features != AUTO:
+        return None
+    if config.method != "barycentric":
+        return SpaceChoice(
+            "pixels",
+            "pretrained",
+            "neural maps generate images, so their costs are on pixels",
+            "images" if datasets and datasets[0].image_shape is not None else "vectors",
+        )
+    return choose_space(datasets)
+
+
+def space_of(
+    config: GeodesicConfig,
+    cache: DiskCache,
+    datasets: Sequence[LabeledDataset] = (),
+) -> tuple[FeatureSpace, SpaceChoice | None]:
+    """The feature space of ``config`` for ``datasets`` (the encoder caches in ``cache``).
+
+    Returns the space and, for ``"auto"``, the choice (:func:`space_choice_for`).
+    """
+    choice = space_choice_for(config, datasets)
+    name = config.features if choice is None else choice.name
+    preset = config.encoder if choice is None else choice.encoder_preset
+    space = make_space(name, encoder_preset=preset, cache=cache, device=config.otdd.device)
+    return space, choice
 
 
 def lift_through_plan(fitted: FittedMap[Any], reference_images: torch.Tensor) -> torch.Tensor:
@@ -869,7 +932,11 @@ def fit_geodesic(
     target = _subsample(target, config.n_target, config.subsample_seed)
     refs = tuple(_subsample(ref, config.n_reference, config.subsample_seed) for ref in refs)
     images = (target, refs)
-    space = features if features is not None else space_of(config, cache)
+    choice: SpaceChoice | None = None
+    if features is not None:
+        space = features
+    else:
+        space, choice = space_of(config, cache, [target, *refs])
     fitted_space: FittedFeatures | None = None
     if not isinstance(space, FeatureSpace):
         raise GeovizError(f"features must be a FeatureSpace, got {type(space).__name__}")
@@ -961,6 +1028,7 @@ def fit_geodesic(
         label_space=labels_space,
         feature_space=fitted_space,
         mapped_images=lifted,
+        space_choice=choice,
     )
     report("done", 1.0)
     return result

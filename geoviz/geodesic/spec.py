@@ -239,8 +239,9 @@ def load_spec_datasets(
     if spec.config.features != "pixels":
         # the kNN pseudo-labels are found where the costs live: on colour images pixel
         # neighbours are mostly background (the geodesic's fit reuses this fitted space)
-        space = space_of(spec.config, get_cache())
-        embedding = space.fit([target, *refs]).transform(target).features
+        space, _ = space_of(spec.config, get_cache(), [target, *refs])
+        if space.name != "pixels":
+            embedding = space.fit([target, *refs]).transform(target).features
     fs = few_shot(
         target,
         spec.few_shot.k,

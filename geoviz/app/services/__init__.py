@@ -66,6 +66,7 @@ from geoviz.app.services.datasets import (
     pairwise_otdd_if_ready,
     scenario_data,
     scenario_data_if_ready,
+    space_line,
     upload_dataset,
     upload_notice,
 )
@@ -209,6 +210,7 @@ __all__ = [
     "save_export",
     "scenario_data",
     "scenario_data_if_ready",
+    "space_line",
     "session_scope",
     "set_epsilon",
     "set_map_method",

@@ -26,6 +26,7 @@ from geoviz.data.formats import load_path, rebased_errors
 from geoviz.data.registry import dataset_info, list_datasets, unavailable_reason
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import BUILTIN_SPACES, registered_models
+from geoviz.geodesic.pipeline import space_choice_for, space_sentence
 from geoviz.geodesic.spec import SpecDatasets, load_spec_datasets
 from geoviz.memory import check_bytes, memory_guard
 from geoviz.ot.otdd import OTDDConfig, otdd
@@ -262,12 +263,22 @@ def add_upload(model: SessionModel, filename: str, data: bytes) -> tuple[UploadR
 
 #: what the feature-space select box explains
 FEATURE_SPACE_HELP = (
-    "Where the OTDD costs live (paper Sec. 5.3). pixels: raw pixels (right for aligned grey "
-    "digits); pca: 50 principal components; box: grey digits box-normalised like MNIST; "
-    "encoder: a small network trained here on Q and the references to ignore colour, "
-    "background, contrast, position and scale (a few minutes the first time, then cached). "
-    "P_a's images always come back through the plans, from the references' own images."
+    "Where the OTDD costs live (paper Sec. 5.3). auto (default): chosen from the data and "
+    "said on this page: the digit box for grey glyphs, the pretrained encoder for colour or "
+    "textured images, raw features for vectors. pixels: raw pixels; pca: 50 principal "
+    "components; box: grey digits box-normalised like MNIST; encoder: a small network "
+    "shipped with geoviz, trained on glyphs in many colour styles to ignore colour, "
+    "background, contrast, position and scale. P_a's images always come back through the "
+    "plans, from the references' own images."
 )
+
+
+def space_line(scenario: Scenario, data: ScenarioData) -> str:
+    """The sentence of the scenario's feature space for its loaded datasets: which space
+    and, for ``"auto"``, why (:func:`geoviz.geodesic.pipeline.space_choice_for`)."""
+    config = scenario.spec().config
+    choice = space_choice_for(config, list(data.datasets))
+    return space_sentence(choice, config.features)
 
 
 def feature_space_names() -> tuple[str, ...]:

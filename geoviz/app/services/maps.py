@@ -14,6 +14,7 @@ from geoviz.app.session import SessionModel
 from geoviz.errors import GeovizError
 from geoviz.viz import fitted_maps, report
 from geoviz.viz.images import example_indices
+from geoviz.vocabulary import AUTO
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,8 +55,8 @@ def set_map_method(model: SessionModel, method: str, preset: str | None = None) 
         Unknown method or preset.
     """
     changes: dict[str, Any] = {"map_method": str(method)}
-    if str(method) != "barycentric":  # neural maps generate images: pixel space
-        changes["features"] = "pixels"
+    if str(method) != "barycentric" and model.scenario.features != AUTO:
+        changes["features"] = "pixels"  # neural maps generate images: pixel space
     if preset is not None:
         changes["neural_preset"] = str(preset)
     new = model.scenario.with_(**changes)
