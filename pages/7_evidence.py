@@ -9,7 +9,16 @@ import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import services, widgets
-from geoviz.app.services.evidence import StoredStudy, evidence_failure, stored_studies
+from geoviz.app.services.evidence import (
+    StoredStudy,
+    StoredTable1,
+    evidence_failure,
+    geodesic_space_sentence,
+    meta_sentence,
+    mixup_sentence,
+    stored_studies,
+    table1_provenance,
+)
 from geoviz.app.state import SessionModel
 from geoviz.geodesic.weights import format_weights
 from geoviz.isolation import WorkerExitedError
@@ -17,9 +26,12 @@ from geoviz.nn.training import PRESETS
 from geoviz.transfer.table import METHOD_TITLES
 from geoviz.viz.report import markdown_literal
 from geoviz.viz.study import (
+    a_hat_sentence,
+    budget_warnings,
     correlation_figure,
     correlation_sentence,
     correlation_table,
+    interval_text,
     objective_table,
     region_sentence,
 )
@@ -111,44 +123,104 @@ def provenance(stored: StoredStudy) -> str:
     )
 
 
-def stored_section() -> None:
-    """The measured studies shipped with the app (paper Fig. "corr", Table "w_stat")."""
+def stored_column(stored: StoredStudy) -> None:
+    """One stored study: how it was made, its scatter with the grid point nearest to â,
+    and what its numbers say."""
+    sentence = meta_sentence(stored)
+    if sentence:
+        st.markdown(sentence)
+    a_hat = None if stored.region is None else stored.region.a_hat
+    st.plotly_chart(
+        correlation_figure(stored.study, kind="scatter", label=f"Q = {stored.target}", a_hat=a_hat),
+        key=f"stored_study_{stored.target}",
+    )
+    if a_hat is not None:
+        st.caption(
+            a_hat_sentence(stored.target, stored.study, a_hat)
+            + f" {glossary.A_HAT} is that of this study's own problem (its data, its N)."
+        )
+    st.markdown(correlation_sentence(stored.target, stored.study))
+    if stored.region is not None:
+        region = stored.region
+        st.markdown(
+            region_sentence(
+                stored.target,
+                stored.study,
+                region.inside,
+                region.best_index,
+                region.replicates,
+                region.level,
+            )
+        )
+
+
+def stored_simplex(studies: tuple[StoredStudy, ...]) -> None:
+    """The stored studies over the simplex (two ternaries each), with â marked."""
+    with st.expander(f"{glossary.OBJECTIVE} and accuracy over the simplex, with {glossary.A_HAT}"):
+        for stored in studies:
+            a_hat = None if stored.region is None else stored.region.a_hat
+            st.plotly_chart(
+                correlation_figure(stored.study, label=f"Q = {stored.target}", a_hat=a_hat),
+                key=f"stored_study_simplex_{stored.target}",
+            )
+
+
+def table1_section(table: StoredTable1) -> None:
+    """The measured Table 1 (digit box) beside the paper's numbers, stored with the app."""
+    st.subheader(f"Few-shot transfer at {glossary.A_HAT}, measured (paper Table 1)")
+    st.markdown(
+        f"{table.k}-shot transfer accuracy on Q's test split, every method at its "
+        f"target's {glossary.A_HAT}, measured in the {table.space}. "
+        f"{mixup_sentence(table)}"
+    )
+    st.dataframe(table.frame(), hide_index=True)
+    st.caption(
+        table1_provenance(table) + f" {glossary.A_HAT} here is each {table.k}-shot task's, "
+        "not the stored studies' above."
+    )
+
+
+def stored_section(model: SessionModel) -> None:
+    """The measured studies shipped with the app (paper Fig. "corr", Table "w_stat") and
+    the measured Table 1."""
     st.header("Stored study (measured)")
     evidence = stored_studies()
     for problem in evidence.problems:
         st.warning(problem)
     if not evidence.studies:
         st.info("No stored study is shipped with this installation (assets/evidence).")
-        return
+    else:
+        studies_part(evidence.studies, model)
+    if evidence.table1 is not None:
+        table1_section(evidence.table1)
+
+
+def studies_part(stored_list: tuple[StoredStudy, ...], model: SessionModel) -> None:
+    """The stored studies: one column each, the ternaries, the tables and their sources."""
+    resamples = stored_list[0].study.statistics.n_resamples
     st.markdown(
         "The paper's simplex study, run once and stored: LeNet-5 pretrained on $P_a$ at every "
         "point of the weight grid, fine-tuned on the few-shot target Q and tested on Q's test "
         "split; each dot is one grid point, its error bar the spread (± std) over the seeds. "
-        "Intervals are 95 % bootstrap intervals over the seeds."
+        f"Every r has two 95 % bootstrap intervals (B = {resamples}): **over the seeds** "
+        "(the seeds resampled, the grid points fixed: how far training noise moves r) and "
+        "**over the points** (the grid points resampled: how far r depends on which points "
+        "were drawn, the one to read for what the grid can support)."
     )
-    columns = st.columns(len(evidence.studies))
-    for column, stored in zip(columns, evidence.studies, strict=True):
+    columns = st.columns(len(stored_list))
+    for column, stored in zip(columns, stored_list, strict=True):
         with column:
-            st.plotly_chart(
-                correlation_figure(stored.study, kind="scatter", label=f"Q = {stored.target}"),
-                key=f"stored_study_{stored.target}",
-            )
-            st.markdown(correlation_sentence(stored.target, stored.study))
-            if stored.region is not None:
-                region = stored.region
-                st.markdown(
-                    region_sentence(
-                        stored.target,
-                        stored.study,
-                        region.inside,
-                        region.best_index,
-                        region.replicates,
-                        region.level,
-                    )
-                )
-    studies = {stored.target: stored.study for stored in evidence.studies}
+            stored_column(stored)
+    st.info(geodesic_space_sentence(model.settings.n_default))
+    stored_simplex(stored_list)
+    studies = {stored.target: stored.study for stored in stored_list}
     st.subheader(f"Correlation of {glossary.OBJECTIVE} and accuracy")
     st.dataframe(correlation_table(studies), hide_index=True)
+    st.caption(
+        "Pearson r and Spearman ρ [95% CI]: bootstrap over the seeds; the next column: "
+        "Pearson r's bootstrap over the grid points. "
+        + " ".join(f"{t}: {interval_text(study)}." for t, study in studies.items())
+    )
     st.subheader(f"Statistics of {glossary.OBJECTIVE} over the grid, and the accuracy gain")
     st.dataframe(objective_table(studies), hide_index=True)
     st.caption(
@@ -157,7 +229,7 @@ def stored_section() -> None:
         "grid point's mean accuracy, in percentage points (the paper's column is OTDD minus "
         "few-shot accuracy)."
     )
-    st.caption("  \n".join(provenance(stored) for stored in evidence.studies))
+    st.caption("  \n".join(provenance(stored) for stored in stored_list))
     st.caption(
         "Provenance, commands and dataset credits (MNIST, Fashion-MNIST, USPS, KMNIST): "
         "assets/evidence/README.md."
@@ -167,7 +239,12 @@ def stored_section() -> None:
 def study_section(result: services.EvidenceResult) -> None:
     study = result.study
     st.subheader(f"{glossary.OBJECTIVE} and accuracy over the simplex (paper Fig. 5)")
-    st.plotly_chart(correlation_figure(study, result.reference_names), key="evidence_study")
+    weights = tuple(float(w) for w in result.comparison.weights)
+    # the comparison's weights are the geodesic's a_hat (empty without a geodesic)
+    a_hat = weights if len(weights) == len(result.reference_names) else None
+    st.plotly_chart(
+        correlation_figure(study, result.reference_names, a_hat=a_hat), key="evidence_study"
+    )
     c1, c2, c3 = st.columns(3)
     c1.metric("Pearson r", f"{study.pearson:.2f}")
     c2.metric("Spearman ρ", f"{study.spearman:.2f}")
@@ -179,6 +256,7 @@ def study_section(result: services.EvidenceResult) -> None:
     )
     if study.note:
         st.info(study.note)
+    st.caption(f"Pearson r, 95% bootstrap intervals {interval_text(study)}.")
     st.caption(
         f"A negative r means that where {glossary.OBJECTIVE} is small (P_a close to Q) the "
         "fine-tuned model is more accurate: the weights picked on page 3 predict transfer."
@@ -206,7 +284,7 @@ def failure_action(
 
 def main(model: SessionModel) -> None:
     st.title("7 · Evidence")
-    stored_section()
+    stored_section(model)
     st.divider()
     st.header("Run the experiments on this scenario")
     st.markdown(
@@ -239,6 +317,8 @@ def main(model: SessionModel) -> None:
         watch(model, request)
         return
     st.success(f"Done in {ready.seconds:.0f} s.")
+    for warning in budget_warnings(request.preset, len(ready.study.points), len(request.seeds)):
+        st.warning(warning)
     comparison_section(ready)
     study_section(ready)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -226,3 +227,177 @@ def test_a_run_whose_worker_is_killed_says_so_and_starts_again(fresh_server, mon
     assert len(runs) >= 1
     assert sentence in wait_for_the_failure()
     assert len(runs) == 2  # the button ran the job a second time
+
+
+# --------------------------------------------------------------------------- space, N, Table 1 (issue 33)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _table1_source() -> dict[str, Any]:
+    """The benchmark output the shipped Table 1 is copied from (read here, independently)."""
+    import json
+
+    path = ROOT / "benchmarks" / "results" / "table1-box" / "bench_transfer.json"
+    source: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return source
+
+
+def test_each_stored_study_says_its_space_and_n() -> None:
+    from geoviz.app.services.evidence import meta_sentence
+
+    for stored in stored_studies().studies:
+        meta = stored.meta
+        assert meta is not None and meta.space == "digit box" and meta.preprocess == "box"
+        assert (meta.n_per_dataset, meta.n_test, meta.image_size) == (5000, 5000, 32)
+        text = meta_sentence(stored)
+        assert "space: digit box, every image box-normalised like MNIST" in text
+        assert "N = 5000 training samples per dataset, 5000 test samples of Q" in text
+        assert "20-shot target, 5 seeds, 36 grid points (resolution 7), preset “cpu”" in text
+
+
+def test_a_description_of_another_study_is_one_sentence(tmp_path: Path) -> None:
+    import json
+
+    study = _study([3.0, 2.0, 1.0, 2.0], [[0.5], [0.6], [0.7], [0.65]])
+    (tmp_path / "study_toy.json").write_text(study.to_json(), encoding="utf-8")
+    meta = json.loads((ROOT / "assets" / "evidence" / "meta_mnist.json").read_text("utf-8"))
+    (tmp_path / "meta_toy.json").write_text(json.dumps(meta), encoding="utf-8")
+    evidence = stored_studies(tmp_path)
+    assert len(evidence.studies) == 1 and evidence.studies[0].meta is None
+    (problem,) = evidence.problems
+    assert "meta_toy.json describes another study" in problem
+
+
+def test_the_stored_table1_is_the_benchmark_output() -> None:
+    from geoviz.app.services.evidence import measured_claim, mixup_sentence
+
+    table = stored_studies().table1
+    assert table is not None and table.space == "digit box" and table.preprocess == "box"
+    source = _table1_source()
+    assert source["args"]["preprocess"] == "box" and int(source["args"]["k"]) == table.k
+    assert [row.name for row in table.rows] == list(source["table1"])
+    for row in table.rows:
+        for entry in source["table1"][row.name]["summary"]:
+            score = row.results[entry["method"]]
+            assert (score.mean, score.std) == (entry["mean"], entry["std"])
+        assert row.a_hat == tuple(source["table1"][row.name]["a_hat"])
+    frame = table.frame()
+    assert frame["OTDD barycentric, pretrain on P_a (paper)"][0] == "78.5 ± 1.8 (93.7)"
+    # who leads, from the source: Mixup on three targets by 1.7-3.0 points, OTDD on KMNIST
+    leads = {t: {e["method"]: e["mean"] for e in v["summary"]} for t, v in source["table1"].items()}
+    gaps = {t: m["mixup"] - m["otdd"] for t, m in leads.items()}
+    ahead = sorted(t for t, g in gaps.items() if g > 0)
+    assert ahead == ["fashion_mnist", "mnist", "usps"] and gaps["kmnist"] < 0
+    span = f"{min(gaps[t] for t in ahead):.1f}–{max(gaps[t] for t in ahead):.1f}"
+    sentence = mixup_sentence(table)
+    assert f"Mixup at â is ahead on MNIST, Fashion-MNIST and USPS, by {span} points" in sentence
+    assert f"OTDD is ahead only on KMNIST, by {-gaps['kmnist']:.1f} points" in sentence
+    assert "on 4 of 4 targets" in measured_claim(table)
+
+
+def test_a_corrupt_table1_is_one_sentence(tmp_path: Path) -> None:
+    (tmp_path / "table1_box.json").write_text('{"methods": {"otdd": "x"}}', encoding="utf-8")
+    evidence = stored_studies(tmp_path)
+    assert evidence.table1 is None
+    (problem,) = evidence.problems
+    assert "table1_box.json is malformed" in problem and "\n" not in problem
+
+
+def test_evidence_page_states_space_n_table1_and_marks_a_hat(fresh_server: Path) -> None:
+    """The stored study's space and N, the Geodesic page's space at its N, both r intervals
+    named by what they resample, â marked on each scatter, and Table 1 beside the paper."""
+    import json
+
+    from test_app import _app, _assert_clean
+
+    at = _app("pages/7_evidence.py")
+    _assert_clean(at, "evidence stored")
+    texts = "\n".join(m.value for m in at.markdown)
+    assert texts.count("space: digit box, every image box-normalised like MNIST") == 2
+    assert "N = 5000 training samples per dataset, 5000 test samples of Q, 20-shot" in texts
+    infos = "\n".join(i.value for i in at.info)
+    assert "same space, at another N" in infos and "N = 60 bundled samples" in infos
+    captions = "\n".join(c.value for c in at.caption)
+    assert "over the 5 seeds: [" in captions and "over the 36 points: [" in captions
+    assert "nearest grid point to â, a = (0.14, 0.57, 0.29)" in captions
+    assert "accuracy-best grid point, a = (0.00, 0.86, 0.14), 90.8 ± " in captions
+    assert "--preprocess box --out benchmarks/results/table1-box" in captions
+    figures = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    scatters = [f for f in figures if f["data"][0]["type"] == "scatter"]
+    assert len(scatters) == 2
+    for fig in scatters:
+        names = [t.get("name") for t in fig["data"]]
+        assert "nearest grid point to â" in names and "accuracy-best grid point" in names
+    ternaries = [f for f in figures if f["data"][0]["type"] == "scatterternary"]
+    assert len(ternaries) == 2 and all(
+        any(t.get("name") == "â" for t in f["data"]) for f in ternaries
+    )
+    table = next(d.value for d in at.dataframe if "Mixup with the same a (paper)" in d.value)
+    assert list(table["target Q"]) == ["MNIST", "Fashion-MNIST", "USPS", "KMNIST"]
+    assert table["Mixup with the same a (paper)"][0] == "81.5 ± 2.5 (88.7)"
+    assert "Mixup at â is ahead on MNIST, Fashion-MNIST and USPS" in texts
+
+
+def test_about_page_says_the_papers_claim_and_the_measured_table(fresh_server: Path) -> None:
+    from test_app import _app, _assert_clean
+
+    at = _app("pages/6_about.py")
+    _assert_clean(at, "about")
+    texts = "\n".join(m.value for m in at.markdown)
+    assert "five of six targets" in texts
+    assert "Mixup at â is ahead on MNIST, Fashion-MNIST and USPS, by 1.7–3.0 points" in texts
+    assert "OTDD is ahead only on KMNIST" in texts and "in the digit box" in texts
+
+
+def test_a_small_run_gets_its_warnings_beside_the_result(
+    fresh_server: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished tiny run of 3 grid points and 1 seed: the page says, beside its result,
+    why its numbers cannot support a conclusion."""
+    from test_app import _app
+
+    from geoviz.app import services
+    from geoviz.transfer.experiment import Method, MethodResult
+    from geoviz.transfer.table import MethodComparison
+
+    weights = (0.2, 0.3, 0.5)
+    scores: tuple[tuple[Method, float], ...] = (
+        ("otdd", 0.5),
+        ("mixup", 0.4),
+        ("fewshot", 0.3),
+        ("1nn", 0.2),
+    )
+    comparison = MethodComparison(
+        tuple(
+            MethodResult(m, 0, a, weights if m in ("otdd", "mixup") else None, 1.0, 10)
+            for m, a in scores
+        ),
+        weights,
+        "tiny",
+        1,
+    )
+    grid = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))
+    study = GridStudy(
+        tuple(GridPoint(i, w, 1.0 + i, (0.5 - 0.1 * i,), 1.0) for i, w in enumerate(grid)),
+        -1.0,
+        -1.0,
+        "tiny",
+        1,
+        (0,),
+        1,
+        reference_names=("A", "B", "C"),
+    )
+    result = services.EvidenceResult(comparison, study, ("A", "B", "C"), 100, 1.0)
+    monkeypatch.setattr(services, "evidence_if_ready", lambda scenario, request: result)
+    at = _app("pages/7_evidence.py")
+    at.selectbox[0].set_value("tiny")
+    at.select_slider[1].set_value(1)
+    at.select_slider[2].set_value(1)
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.success and "Done" in at.success[0].value
+    warnings = [w.value for w in at.warning]
+    assert any("“tiny” training budget" in w for w in warnings)
+    assert any(w.startswith("3 grid points cannot support a correlation") for w in warnings)
+    assert any("With 1 seed" in w for w in warnings)
