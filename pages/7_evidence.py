@@ -295,6 +295,14 @@ def main(model: SessionModel) -> None:
         "tasks when Ray is installed): leave the page and come back. Should the worker die, "
         "this page says so and the run starts again from its checkpoints."
     )
+    data = services.scenario_data_if_ready(model.scenario)
+    if data is not None:
+        # the run's maps live where the Geodesic page's do: say which space, and why
+        st.info(
+            "This scenario's "
+            + markdown_literal(services.space_line(model.scenario, data))
+            + " The run below uses it, as the Geodesic page does."
+        )
     request, submitted = request_form(model)
     if request is None:
         st.info("Choose k, the training budget and the grid, then run the experiments.")

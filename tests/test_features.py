@@ -273,3 +273,17 @@ def test_few_shot_targets_are_pseudo_labelled_in_the_feature_space(tmp_path, mon
     in_pixels = few_shot(target, 3, seed=spec.seed)
     assert loaded.pseudo_label_accuracy == pytest.approx(expected.pseudo_label_accuracy)
     assert not torch.equal(loaded.target.labels, in_pixels.dataset.labels)
+
+
+@pytest.mark.parametrize("name", ["pca", "box", "encoder"])
+def test_a_fitted_space_pickles_and_encodes_the_same_after(name, tmp_path):
+    """A background job sends its geodesic, fitted space included, to a child process."""
+    import pickle
+
+    from geoviz.data.preprocess import harmonize
+    from geoviz.data.registry import load_dataset
+
+    sets = harmonize([load_dataset(n, n=60) for n in ("mnist", "usps")], size=16)
+    fitted = make_space(name, cache=DiskCache(tmp_path)).fit(sets)
+    again = pickle.loads(pickle.dumps(fitted))
+    torch.testing.assert_close(again.transform(sets[0]).features, fitted.transform(sets[0]).features)

@@ -25,6 +25,28 @@ from geoviz.features.base import FeatureSpace, FittedFeatures, Progress
 __all__ = ["BoxSpace", "PCASpace", "PixelSpace"]
 
 
+class _Affine:
+    """``(x - mean) @ axes.T``: a module-level callable, so a fitted space pickles (a
+    background job sends its geodesic to a child process)."""
+
+    def __init__(self, mean: torch.Tensor, axes: torch.Tensor) -> None:
+        self.mean, self.axes = mean, axes
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.to(torch.float32) - self.mean) @ self.axes.T
+
+
+class _BoxEncode:
+    """Grey ``h x w`` images -> their digit box, flattened (picklable, as :class:`_Affine`)."""
+
+    def __init__(self, h: int, w: int, box: int, canvas: int) -> None:
+        self.h, self.w, self.box, self.canvas = h, w, box, canvas
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = box_images(x.numpy().reshape(-1, self.h, self.w), self.box, self.canvas)
+        return torch.from_numpy(out.reshape(len(out), -1))
+
+
 class PixelSpace(FeatureSpace):
     """The identity: costs on raw features (pixels for images)."""
 
@@ -58,11 +80,7 @@ class PCASpace(FeatureSpace):
         if progress is not None:
             progress("PCA", 0.0)
         pca = PCAFeatures(self.n_components, seed=self.seed).fit(datasets)
-        mean, axes = pca.mean_, pca.components_
-
-        def encode(x: torch.Tensor) -> torch.Tensor:
-            return (x.to(torch.float32) - mean) @ axes.T
-
+        encode = _Affine(pca.mean_, pca.components_)
         if progress is not None:
             progress("PCA", 1.0)
         explained = float(pca.explained_variance_ratio_.sum())
@@ -99,11 +117,7 @@ class BoxSpace(FeatureSpace):
             )
 
         _, h, w = shape
-
-        def encode(x: torch.Tensor) -> torch.Tensor:
-            out = box_images(x.numpy().reshape(-1, h, w), self.box, self.canvas)
-            return torch.from_numpy(out.reshape(len(out), -1))
-
+        encode = _BoxEncode(h, w, self.box, self.canvas)
         return FittedFeatures(
             name="box", digest=digest_, dim=self.canvas * self.canvas, encode=encode
         )

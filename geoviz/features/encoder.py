@@ -54,6 +54,7 @@ __all__ = [
     "EncoderConfig",
     "EncoderNet",
     "EncoderSpace",
+    "NetEncode",
     "augment",
     "train_encoder",
 ]
@@ -179,6 +180,25 @@ class EncoderNet(nn.Module):
         h = self.trunk(self.standardise(x))
         out: torch.Tensor = self.out(h.mean(dim=(2, 3)))
         return out
+
+
+class NetEncode:
+    """Images ``(N, C*H*W)`` -> the network's L2-normalised embedding ``(N, dim)``.
+
+    A module-level callable (not a closure), so a fitted space pickles: a background job
+    sends its geodesic, feature space included, to a child process.
+    """
+
+    def __init__(
+        self, net: EncoderNet, shape: tuple[int, int, int], size: int, device: torch.device
+    ) -> None:
+        self.net = net.eval().to(device)
+        self.shape, self.size, self.device = shape, size, device
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            z = self.net(_to_rgb(x, self.shape, self.size).to(self.device))
+        return torch.nn.functional.normalize(z, dim=1).cpu()
 
 
 def _to_rgb(x: torch.Tensor, shape: tuple[int, int, int], size: int) -> torch.Tensor:
@@ -319,14 +339,7 @@ class EncoderSpace(FeatureSpace):
             check=load,  # weights of another shape (or missing) are a corrupt entry
         )
         net = load(payload)
-        net.eval()
-        device = resolve_device(self.device)
-        net.to(device)
-
-        def encode(x: torch.Tensor) -> torch.Tensor:
-            with torch.no_grad():
-                z = net(_to_rgb(x, shape, cfg.size).to(device))
-            return torch.nn.functional.normalize(z, dim=1).cpu()
+        encode = NetEncode(net, shape, cfg.size, resolve_device(self.device))
 
         info = {
             "train_seconds": round(float(payload["train_seconds"]), 2),

@@ -40,7 +40,7 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
 from geoviz.errors import GeovizError
 from geoviz.features.base import FeatureSpace, FittedFeatures, Progress
-from geoviz.features.encoder import EncoderConfig, EncoderNet, _to_rgb, train_encoder
+from geoviz.features.encoder import EncoderConfig, EncoderNet, NetEncode, train_encoder
 
 __all__ = [
     "DEFAULT_ENCODER",
@@ -153,15 +153,7 @@ def fitted_encoder(
         net.load_state_dict(state)
     except (RuntimeError, KeyError) as err:
         raise GeovizError(f"the encoder's weights do not fit its config: {err}") from None
-    net.eval()
-    dev = resolve_device(device)
-    net.to(dev)
-
-    def encode(x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            z = net(_to_rgb(x, shape, config.size).to(dev))
-        return torch.nn.functional.normalize(z, dim=1).cpu()
-
+    encode = NetEncode(net, shape, config.size, resolve_device(device))
     return FittedFeatures(name="encoder", digest=digest, dim=config.dim, encode=encode, info=info)
 
 
