@@ -907,7 +907,7 @@ def test_colour_preset_computes_in_the_encoder_space_and_shows_images():
     assert "Feature space: pretrained encoder (chosen automatically: the images are colour" in (
         sidebar
     )
-    datasets_page = " ".join(str(e.value) for e in at.info)
+    datasets_page = " ".join(str(e.value) for e in at.info).replace("\\", "")
     assert "space: pretrained encoder (chosen automatically" in datasets_page
     at = _open(at, "pages/3_geodesic.py")
     assert any(type(e).__name__ == "UnknownElement" for e in at.main)  # the explorer

@@ -434,5 +434,7 @@ def test_links_name_feature_spaces_never_paths():
     _, problems = _restore(_token(_default_dict(features="pca", map_method="neural")))
     assert problems and "barycentric" in problems[0]
     # pixel-space scenarios keep the keys of links made before feature spaces existed
-    old = default_scenario(AppSettings(n_default=200))
+    old = default_scenario(AppSettings(n_default=200)).with_(features="pixels")
     assert "features" not in old._key_dict()
+    # the default space is part of the key (issue 33)
+    assert default_scenario(AppSettings(n_default=200))._key_dict()["features"] == "auto"

@@ -63,8 +63,9 @@ def test_balanced_sources_give_exactly_balanced_stratified_samples(name: str) ->
 
 
 def test_assets_stay_small() -> None:
+    """A few MB: the four dataset samples (2.6 MB), the shipped encoder (1.2 MB), figures."""
     total = sum(p.stat().st_size for p in (ROOT / "assets").rglob("*") if p.is_file())
-    assert total < 4 * 2**20
+    assert total < 5 * 2**20
 
 
 def test_assets_dir_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -443,10 +443,11 @@ def test_images_come_back_through_the_plan(tmp_path):
     """In pixel space the lift of the references' images through each plan's largest
     entries equals the barycentric projection the map computed (up to the mass outside)."""
     from geoviz.backend import DiskCache
-    from geoviz.geodesic.pipeline import fit_geodesic, lift_through_plan
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic, lift_through_plan
 
     q, *refs = _grey_problem()
-    result = fit_geodesic(q, refs, cache=DiskCache(tmp_path))
+    pixels = GeodesicConfig(features="pixels")  # the default would choose the digit box
+    result = fit_geodesic(q, refs, pixels, cache=DiskCache(tmp_path))
     for fitted, ref in zip(result.maps, refs, strict=True):
         lifted = lift_through_plan(fitted, ref.features)
         exact = fitted.mapped_features_
@@ -474,8 +475,34 @@ def test_geodesic_in_a_feature_space_keeps_images_and_names_the_space(tmp_path):
     # the same space object gives the same result; pixels keep the old config keys
     again = fit_geodesic(q, refs, features=PCASpace(50), cache=cache)
     np.testing.assert_allclose(again.a_hat, result.a_hat)
-    assert "features" not in GeodesicConfig().to_dict()
+    assert "features" not in GeodesicConfig(features="pixels").to_dict()
+    assert GeodesicConfig().to_dict()["features"] == "auto"
     assert GeodesicConfig(features="pca").to_dict()["features"] == "pca"
+
+
+def test_default_space_is_chosen_from_the_data_and_kept_with_the_result(tmp_path):
+    """Issue 33: grey glyphs get the digit box, and the result and P_a's manifest say so;
+    the costs are those of the box space named explicitly."""
+    from geoviz.backend import DiskCache
+    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+
+    q, *refs = _grey_problem()
+    cache = DiskCache(tmp_path)
+    auto = fit_geodesic(q, refs, cache=cache)
+    assert auto.space_choice is not None and auto.space_choice.name == "box"
+    assert auto.space_sentence.startswith("space: digit box (chosen automatically: ")
+    named = fit_geodesic(q, refs, GeodesicConfig(features="box"), cache=cache)
+    assert named.space_choice is None and "named" in named.space_sentence
+    np.testing.assert_allclose(auto.w_to_target, named.w_to_target, rtol=1e-9)
+    np.testing.assert_allclose(auto.a_hat, named.a_hat, atol=1e-9)
+    meta = auto.interpolate(auto.a_hat).metadata["features"]
+    assert meta["chosen_by"] == "auto" and meta["space"] == "box" and "glyphs" in meta["reason"]
+    # neural maps generate images: auto is pixels for them, and says why
+    neural = GeodesicConfig(method="neural", neural="tiny")
+    from geoviz.geodesic.pipeline import space_choice_for
+
+    choice = space_choice_for(neural, [q, *refs])
+    assert choice is not None and choice.name == "pixels" and "neural" in choice.reason
 
 
 def test_feature_space_names_and_neural_maps_are_checked():

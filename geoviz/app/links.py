@@ -102,4 +102,7 @@ def scenario_from_token(token: str) -> Scenario:
         raise DatasetError("corrupt or truncated scenario token") from None
     if not isinstance(d, dict):
         raise DatasetError("corrupt scenario token (not a mapping)")
+    # a link made before feature spaces existed meant pixels, the default then; tokens
+    # made since name their space ("auto" since issue 33), so old links keep their meaning
+    d.setdefault("features", "pixels")
     return Scenario.from_dict(d)
