@@ -286,4 +286,6 @@ def test_a_fitted_space_pickles_and_encodes_the_same_after(name, tmp_path):
     sets = harmonize([load_dataset(n, n=60) for n in ("mnist", "usps")], size=16)
     fitted = make_space(name, cache=DiskCache(tmp_path)).fit(sets)
     again = pickle.loads(pickle.dumps(fitted))
-    torch.testing.assert_close(again.transform(sets[0]).features, fitted.transform(sets[0]).features)
+    torch.testing.assert_close(
+        again.transform(sets[0]).features, fitted.transform(sets[0]).features
+    )

@@ -53,7 +53,9 @@ def test_inverted_grey_glyphs_are_not_glyphs_on_dark() -> None:
 
 
 def test_grey_given_as_three_equal_channels_is_still_grey() -> None:
-    sets = harmonize([load_dataset(n) for n in ("mnist", "usps", "kmnist")], size=32, channels="rgb")
+    sets = harmonize(
+        [load_dataset(n) for n in ("mnist", "usps", "kmnist")], size=32, channels="rgb"
+    )
     assert sets[0].image_shape == (3, 32, 32)
     assert choose_space(sets).name == "box"
 

@@ -169,7 +169,8 @@ def save_encoder(
     target = (folder or encoder_path(name).parent) / f"{name}.npz"
     target.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
-    np.savez(buffer, **{k: v.detach().cpu().numpy() for k, v in state.items()})
+    arrays: dict[str, Any] = {k: v.detach().cpu().numpy() for k, v in state.items()}
+    np.savez(buffer, **arrays)
     blob = buffer.getvalue()
     target.write_bytes(blob)
     config_json = {f.name: getattr(config, f.name) for f in fields(EncoderConfig)}
