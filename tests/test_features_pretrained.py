@@ -114,3 +114,25 @@ def test_shipped_encoder_puts_coloured_digits_near_grey_ones_of_their_class(styl
     encoded = one_nn(fitted.transform(colour).features, fitted.transform(grey).features)
     pixels = one_nn(colour.features, grey.features)
     assert encoded >= 0.65 and encoded >= pixels + 0.2, (encoded, pixels)
+
+
+def test_folded_batch_norm_is_the_same_function() -> None:
+    """Inference folds each conv + batch norm into one conv: same embeddings, to rounding."""
+    from geoviz.features.encoder import fold_batch_norm
+
+    torch.manual_seed(0)
+    net = EncoderNet(8, 16)
+    with torch.no_grad():  # non-trivial running statistics, as after training
+        for module in net.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.2, 0.2)
+    net.eval()
+    folded = fold_batch_norm(net)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())  # not mutated
+    x = torch.rand(6, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(folded(x), net(x), atol=1e-4, rtol=1e-4)

@@ -34,6 +34,7 @@ retrain. Training runs on CUDA when present.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import asdict, dataclass, replace
@@ -41,6 +42,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from geoviz import limits
 from geoviz.backend import DiskCache, get_cache, resolve_device
@@ -182,6 +184,31 @@ class EncoderNet(nn.Module):
         return out
 
 
+def fold_batch_norm(net: EncoderNet) -> EncoderNet:
+    """A copy of ``net`` in eval mode with every ``Conv2d -> BatchNorm2d`` pair folded into
+    one convolution: the same function (to float rounding), about twice as fast on a CPU,
+    where batch norm over ``(N, C, H, W)`` costs as much as the convolution before it."""
+    folded = copy.deepcopy(net).eval()
+    for block in folded.trunk:
+        assert isinstance(block, nn.Sequential)
+        layers = list(block)
+        kept: list[nn.Module] = []
+        k = 0
+        while k < len(layers):
+            layer = layers[k]
+            after = layers[k + 1] if k + 1 < len(layers) else None
+            if isinstance(layer, nn.Conv2d) and isinstance(after, nn.BatchNorm2d):
+                kept.append(fuse_conv_bn_eval(layer, after))
+                k += 2
+            else:
+                kept.append(layer)
+                k += 1
+        block._modules.clear()
+        for index, layer in enumerate(kept):
+            block.add_module(str(index), layer)
+    return folded
+
+
 class NetEncode:
     """Images ``(N, C*H*W)`` -> the network's L2-normalised embedding ``(N, dim)``.
 
@@ -192,7 +219,7 @@ class NetEncode:
     def __init__(
         self, net: EncoderNet, shape: tuple[int, int, int], size: int, device: torch.device
     ) -> None:
-        self.net = net.eval().to(device)
+        self.net = fold_batch_norm(net).to(device)
         self.shape, self.size, self.device = shape, size, device
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
