@@ -89,7 +89,7 @@ def main() -> int:
     refs_grey = [load_dataset(n) for n in ("mnist", "fashion_mnist", "usps")]
     digits = nist("mnist", "test", args.n, 0)
 
-    for k, style in enumerate(styles):
+    for style in styles:
         if style in done:
             print(f"{style}: done before, skipped", flush=True)
             continue
@@ -107,7 +107,8 @@ def main() -> int:
         train_s = time.perf_counter() - start
 
         ink = harmonize([digits], size=32, channels="grey")[0]
-        gen = torch.Generator().manual_seed(900_000 + k)  # no training run uses these seeds
+        # one seed per style, whichever styles this run does; no training run uses these
+        gen = torch.Generator().manual_seed(900_000 + STYLES.index(style))
         rgb = render(ink.features.reshape(-1, 1, 32, 32), style, gen)
         q = ink.with_features(rgb.reshape(len(rgb), -1), image_shape=(3, 32, 32))
         q = dataclasses.replace(q, name=f"mnist_{style}") if dataclasses.is_dataclass(q) else q

@@ -301,7 +301,7 @@ def main(model: SessionModel) -> None:
         st.info(
             "This scenario's "
             + markdown_literal(services.space_line(model.scenario, data))
-            + " The run below uses it, as the Geodesic page does."
+            + ". The run below uses it, as the Geodesic page does."
         )
     request, submitted = request_form(model)
     if request is None:
