@@ -8,12 +8,11 @@ made to ignore what carries no class meaning:
 * **per-image standardisation** at the input (each channel minus its mean, divided by the
   image's standard deviation): brightness, contrast and colour cast are gone before the
   first convolution;
-* **augmentations** that change everything but the class: grey images are composited on
-  random procedural backgrounds (two colours mixed by a smooth random field; the digit
-  painted in a third colour, or blended by ``|background - image|`` as MNIST-M does),
-  channels permuted and rescaled, images turned grey or inverted, shifted, scaled and
-  rotated. No photo is used, so a target built on photos (:func:`geoviz.data.colour.photo_digits`)
-  is never seen in training except as itself, unlabelled;
+* **augmentations** that change everything but the class: grey images are drawn in the
+  colour styles of :mod:`geoviz.data.styles` named by ``EncoderConfig.styles`` (default all
+  six: gradient backgrounds, ``|patch - digit|`` on photo patches as MNIST-M does, textures,
+  outlined or inverted strokes, stroke widths, colour noise), channels permuted and
+  rescaled, images turned grey or inverted, shifted, scaled and rotated;
 * **supervised heads** on a shared trunk: cross-entropy of one linear head per set of class
   names among the labelled datasets (the references' own classes: digits stay apart from
   digits, garments from garments; MNIST and USPS, both ``0``-``9``, share one head, so their
@@ -140,8 +139,9 @@ class EncoderConfig:
             )
 
 
-#: training budgets: ``tiny`` for tests (seconds), ``cpu`` the default (about a minute per
-#: 10,000 training images on 2 cores)
+#: training budgets: ``tiny`` for tests (seconds), ``cpu`` to train one on a problem's own
+#: datasets (minutes: 290-350 s for 8,000 images on 2 cores, ``benchmarks/README.md``); the
+#: default encoder is the shipped one (:mod:`geoviz.features.pretrained`)
 ENCODER_PRESETS: dict[str, EncoderConfig] = {
     "tiny": EncoderConfig(
         size=16, width=8, dim=16, epochs=1, batch_size=64, max_per_dataset=200, contrastive=0.5
