@@ -57,6 +57,7 @@ __all__ = [
     "EncoderSpace",
     "NetEncode",
     "augment",
+    "encoder_input_shape",
     "train_encoder",
 ]
 
@@ -228,6 +229,24 @@ class NetEncode:
         return torch.nn.functional.normalize(z, dim=1).cpu()
 
 
+def encoder_input_shape(datasets: list[LabeledDataset]) -> tuple[int, int, int]:
+    """The ``(C, H, W)`` the datasets share, checked to be grey or RGB images.
+
+    Raises
+    ------
+    GeovizError
+        Vectors, or images of another number of channels.
+    """
+    shape = datasets[0].image_shape
+    if shape is None:
+        raise GeovizError(
+            "the encoder embeds images; these datasets are vectors (use pixels or pca)"
+        )
+    if shape[0] not in (1, 3):
+        raise GeovizError(f"the encoder takes grey or RGB images, got {shape[0]} channels")
+    return shape
+
+
 def _to_rgb(x: torch.Tensor, shape: tuple[int, int, int], size: int) -> torch.Tensor:
     """``(N, C*H*W)`` features -> ``(N, 3, size, size)`` in ``[0, 1]``."""
     c, h, w = shape
@@ -345,11 +364,7 @@ class EncoderSpace(FeatureSpace):
     def _fit(
         self, datasets: list[LabeledDataset], digest_: str, progress: Progress | None
     ) -> FittedFeatures:
-        shape = datasets[0].image_shape
-        if shape is None:
-            raise GeovizError(
-                "the encoder embeds images; these datasets are vectors (use pixels or pca)"
-            )
+        shape = encoder_input_shape(datasets)
         cache = self.cache if self.cache is not None else get_cache()
         cfg = self.config
 
@@ -393,9 +408,7 @@ def train_encoder(
     ``train_seconds``, ``final_loss`` and ``trained_on`` (images).
     """
     cfg = config
-    shape = datasets[0].image_shape
-    if shape is None:
-        raise GeovizError("the encoder embeds images; these datasets are vectors")
+    shape = encoder_input_shape(datasets)
     device = resolve_device(device)
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)

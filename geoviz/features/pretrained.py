@@ -33,14 +33,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from geoviz.backend import DiskCache, get_cache, resolve_device
 from geoviz.backend import digest as json_digest
-from geoviz.backend import get_cache, resolve_device
 from geoviz.data.bundled import assets_dir, load_bundled
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
 from geoviz.errors import GeovizError
 from geoviz.features.base import FeatureSpace, FittedFeatures, Progress
-from geoviz.features.encoder import EncoderConfig, EncoderNet, NetEncode, train_encoder
+from geoviz.features.encoder import (
+    EncoderConfig,
+    EncoderNet,
+    NetEncode,
+    encoder_input_shape,
+    train_encoder,
+)
 
 __all__ = [
     "DEFAULT_ENCODER",
@@ -146,6 +152,7 @@ def fitted_encoder(
     digest: str,
     info: dict[str, Any],
     device: str | torch.device | None = None,
+    cache: DiskCache | None = None,
 ) -> FittedFeatures:
     """A :class:`FittedFeatures` that embeds images of ``shape`` with the given weights."""
     net = EncoderNet(config.width, config.dim)
@@ -154,7 +161,9 @@ def fitted_encoder(
     except (RuntimeError, KeyError) as err:
         raise GeovizError(f"the encoder's weights do not fit its config: {err}") from None
     encode = NetEncode(net, shape, config.size, resolve_device(device))
-    return FittedFeatures(name="encoder", digest=digest, dim=config.dim, encode=encode, info=info)
+    return FittedFeatures(
+        name="encoder", digest=digest, dim=config.dim, encode=encode, info=info, cache=cache
+    )
 
 
 def save_encoder(
@@ -216,13 +225,7 @@ class PretrainedEncoderSpace(FeatureSpace):
     def _fit(
         self, datasets: list[LabeledDataset], digest_: str, progress: Progress | None
     ) -> FittedFeatures:
-        shape = datasets[0].image_shape
-        if shape is None:
-            raise GeovizError(
-                "the encoder embeds images; these datasets are vectors (use pixels or pca)"
-            )
-        if shape[0] not in (1, 3):
-            raise GeovizError(f"the encoder takes grey or RGB images, got {shape[0]} channels")
+        shape = encoder_input_shape(datasets)
         manifest = encoder_manifest(self.weights)
         config = _config_of(manifest)
         state = _load_weights(self.weights, manifest)
@@ -234,15 +237,9 @@ class PretrainedEncoderSpace(FeatureSpace):
             "labels_from": manifest.get("labels_from", []),
             "styles": list(config.styles),
         }
-        fitted = fitted_encoder(state, config, shape, digest=digest_, info=info, device=self.device)
         # the vectors are cached per dataset, as for the trained encoder
-        return FittedFeatures(
-            name=fitted.name,
-            digest=fitted.digest,
-            dim=fitted.dim,
-            encode=fitted.encode,
-            info=fitted.info,
-            cache=get_cache(),
+        return fitted_encoder(
+            state, config, shape, digest=digest_, info=info, device=self.device, cache=get_cache()
         )
 
 
