@@ -174,6 +174,26 @@ def _wait_idle(pg, settle_ms: int = 800) -> None:
     raise AssertionError("the app kept running past the page timeout")
 
 
+def _choose(pg, box, option: str, exact: bool = False) -> None:
+    """Open a select box and pick ``option``. A rerun that lands between the click and the
+    pick redraws the box and closes its list, so the click is retried until the option
+    shows (seen once on a loaded CI machine: the list never opened in 420 s)."""
+    deadline = time.monotonic() + PAGE_TIMEOUT_MS / 1000
+    wanted = pg.get_by_role("option", name=option, exact=exact)
+    while True:
+        _wait_idle(pg)
+        box.click()
+        try:
+            wanted.first.wait_for(state="visible", timeout=5_000)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            pg.keyboard.press("Escape")
+            continue
+        wanted.first.click()
+        return
+
+
 def _assert_no_exception(pg, where: str) -> None:
     errors = pg.locator("[data-testid='stException']")
     assert errors.count() == 0, f"{where}: {errors.first.inner_text()[:2000]}"
@@ -390,8 +410,7 @@ def test_every_page_weight_change_and_download(page, server):
 
     # a 2-D teaching preset: the datasets themselves and OT maps vs naive mixup
     _goto_page(pg, "1 · Datasets")
-    pg.locator("[data-testid='stSelectbox']").first.click()
-    pg.get_by_role("option", name="2-D Gaussian mixtures").click()
+    _choose(pg, pg.locator("[data-testid='stSelectbox']").first, "2-D Gaussian mixtures")
     pg.get_by_role("button", name="Load preset").click()
     _wait_idle(pg)
     assert "References: P1, P2, P3" in _sidebar_text(pg)
@@ -426,8 +445,7 @@ def test_load_preset_after_apply_shows_the_preset_in_the_form(page, server):
     _wait_idle(pg)
     assert scenario_from_token(_query(pg)["scenario"]).n_reference == 150
 
-    pg.locator("[data-testid='stSelectbox']").first.click()
-    pg.get_by_role("option", name="*NIST").click()
+    _choose(pg, pg.locator("[data-testid='stSelectbox']").first, "*NIST")
     pg.get_by_role("button", name="Load preset").click()
     pg.wait_for_function(
         "() => document.querySelector('[data-testid=stSidebar]').innerText.includes("
@@ -470,8 +488,7 @@ def test_evidence_page_runs_and_shows_both_results(page, server):
     pg.wait_for_selector("h1:has-text('Evidence')")
     _wait_idle(pg)
     _assert_no_exception(pg, "evidence")
-    pg.locator("[data-testid='stSelectbox']").first.click()
-    pg.get_by_role("option", name="tiny").click()
+    _choose(pg, pg.get_by_role("combobox", name="Training budget"), "tiny", exact=True)
     sliders = pg.locator("[data-testid='stSlider']")
     for index, presses in ((1, 2), (2, 2)):  # grid resolution 3 -> 1, seeds 3 -> 1
         sliders.nth(index).locator("input[type='range']").focus()
@@ -1023,8 +1040,7 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
     pg.goto(f"{server['url']}/datasets")
     pg.wait_for_selector("h1:has-text('Datasets')")
     _wait_idle(pg)
-    pg.locator("[data-testid='stSelectbox']").first.click()
-    pg.get_by_role("option", name="Colour digits").click()
+    _choose(pg, pg.locator("[data-testid='stSelectbox']").first, "Colour digits")
     started = time.monotonic()
     pg.get_by_role("button", name="Load preset").click()
     pg.wait_for_function(
@@ -1070,8 +1086,9 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
     # pick the space in the form: pixels, then the default again
     _goto_page(pg, "1 · Datasets")
     for space in ("pixels", "auto"):
-        pg.get_by_role("combobox", name="Feature space of the costs").click()
-        pg.get_by_role("option", name=space, exact=True).click()
+        _choose(
+            pg, pg.get_by_role("combobox", name="Feature space of the costs"), space, exact=True
+        )
         pg.get_by_role("button", name="Apply scenario").click()
         _wait_idle(pg)
         assert scenario_from_token(_query(pg)["scenario"]).features == space
