@@ -826,7 +826,8 @@ class _PartsProgress:
         return maps + (1 - self._map_share) * 0.9 * self._pairs_done / max(self._n_pairs, 1)
 
     def map_stage(self, k: int, stage: str, sub: str | None, fraction: float) -> None:
-        lo, hi = _MAP_STAGES.get(sub or "", (0.0, 1.0))
+        # "sinkhorn: batch 3/6" is a part of the "sinkhorn" stage
+        lo, hi = _MAP_STAGES.get((sub or "").split(":")[0], (0.0, 1.0))
         within = lo + (hi - lo) * min(max(float(fraction), 0.0), 1.0)
         with self._lock:
             self._maps[k] = max(self._maps[k], within)

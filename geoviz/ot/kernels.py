@@ -47,6 +47,7 @@ from geoviz.ot.geometry import CostGeometry
 __all__ = [
     "EXP_FLOOR",
     "AbsorbedKernel",
+    "Candidates",
     "DenseKernel",
     "DensePool",
     "Kernel",
@@ -434,6 +435,7 @@ def select_support(
     log_a: torch.Tensor | None = None,
     log_b: torch.Tensor | None = None,
     measure: bool = False,
+    max_per_row: int | None = None,
 ) -> tuple[Support | None, dict[str, torch.Tensor] | None]:
     """One pass over the cost choosing the entries of the truncated kernel.
 
@@ -446,6 +448,12 @@ def select_support(
     the pass also returns the marginals of the dense plan ``exp(w)``
     (``{"rows": (n,), "cols": (m,)}``). Returns ``(None, None)`` as soon as
     more than ``max_nnz`` entries would be kept.
+
+    ``max_per_row`` also caps every row at its ``max_per_row`` largest entries, so the
+    support holds at most ``n * max_per_row`` entries however many reference points fall
+    within the truncation window (their number grows with ``m`` at a fixed ``eps``: at
+    60,000 points a row can have thousands). What the cap drops is measured like the rest
+    of the truncation: the verification pass (``measure``) sums the dense plan.
     """
     n, m = geom.shape
     dev = G.device
@@ -476,14 +484,26 @@ def select_support(
         z = torch.add(g_s[None, :], c.to(g_s.dtype), alpha=-1.0 / eps)
         if f_s is not None:
             z.add_(f_s[r0:r1, None])
-            keep = z >= thr if uniform else z >= torch.minimum(la[r0:r1, None], lb[None, :])
+        if max_per_row is not None and max_per_row < m:
+            # only each row's largest entries are candidates, in column order
+            top_idx = z.topk(max_per_row, dim=1, sorted=False).indices.sort(1).values
+            top = z.gather(1, top_idx)
+            if f_s is not None:
+                keep = top >= thr if uniform else top >= torch.minimum(la[r0:r1, None], lb[top_idx])
+            else:
+                keep = top >= (top.amax(1, keepdim=True) - truncation)
+            rr = keep.nonzero()[:, 0]
+            cc = top_idx[keep]
         else:
-            keep = z >= (z.amax(1, keepdim=True) - truncation)
-        idx = keep.nonzero()
-        total += idx.shape[0]
+            if f_s is not None:
+                keep = z >= thr if uniform else z >= torch.minimum(la[r0:r1, None], lb[None, :])
+            else:
+                keep = z >= (z.amax(1, keepdim=True) - truncation)
+            idx = keep.nonzero()
+            rr, cc = idx[:, 0], idx[:, 1]
+        total += rr.shape[0]
         if total > max_nnz:
             return None, None
-        rr, cc = idx[:, 0], idx[:, 1]
         rows_l.append(rr + r0)
         cols_l.append(cc)
         cost_l.append(c[rr, cc])
@@ -509,6 +529,104 @@ def select_support(
     support = Support(rows, cols, cost, (n, m))
     stats = {"rows": row_mass, "cols": col_mass} if measure else None
     return support, stats
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Each row's nearest columns, found in one pass: where its support may lie.
+
+    At full size (60,000 x 60,000) a pass over the streamed cost is one 60,000 x D x 60,000
+    GEMM (about a minute on two cores), and the truncated kernel's support is re-chosen
+    several times per solve. Each row's ``k`` largest scores ``(G_j - C_ij)/eps`` are found
+    once (:meth:`scan`); every later choice of support is made among them
+    (:meth:`select`, ``O(n k)``, no pass). ``F_i`` is constant along a row, so the
+    candidates of the balanced score ``F_i + G_j - C_ij`` are the same. The verification
+    pass (:func:`select_support` with ``measure``) still sums the dense plan over every
+    entry, so what the candidates miss is measured, never assumed.
+
+    Attributes
+    ----------
+    cols
+        ``(n, k)`` int64, each row's candidate columns in increasing order.
+    cost
+        ``(n, k)`` their costs ``C_ij`` (the geometry's dtype).
+    best_row, best_cost
+        ``(m,)``: each column's nearest row (smallest ``C_ij``) and that cost, so a column
+        no row lists still keeps one entry.
+    """
+
+    cols: torch.Tensor
+    cost: torch.Tensor
+    best_row: torch.Tensor
+    best_cost: torch.Tensor
+
+    @classmethod
+    def scan(cls, geom: CostGeometry, G: torch.Tensor, eps: float, k: int) -> Candidates:
+        """One pass over the cost: each row's ``k`` largest ``(G_j - C_ij)/eps``."""
+        n, m = geom.shape
+        k = min(int(k), m)
+        dev, dt = G.device, geom.dtype
+        check_memory(n * k * 12 + m * 16, dev, f"the candidate lists ({n} x {k})")
+        g_s = (G / eps).to(dt)
+        cols = torch.empty((n, k), dtype=torch.long, device=dev)
+        cost = torch.empty((n, k), dtype=dt, device=dev)
+        best_cost = torch.full((m,), math.inf, dtype=dt, device=dev)
+        best_row = torch.zeros(m, dtype=torch.long, device=dev)
+        for r0, r1, c in geom.row_blocks(pass_rows(geom)):
+            z = torch.add(g_s[None, :], c, alpha=-1.0 / eps)
+            idx = z.topk(k, dim=1, sorted=False).indices.sort(1).values
+            cols[r0:r1] = idx
+            cost[r0:r1] = c.gather(1, idx)
+            low, arg = c.min(0)
+            better = low < best_cost
+            best_cost = torch.where(better, low, best_cost)
+            best_row = torch.where(better, arg + r0, best_row)
+        return cls(cols, cost, best_row, best_cost)
+
+    @property
+    def k(self) -> int:
+        return int(self.cols.shape[1])
+
+    def select(
+        self,
+        G: torch.Tensor,
+        eps: float,
+        truncation: float,
+        max_per_row: int,
+        F: torch.Tensor | None = None,
+        log_a: torch.Tensor | None = None,
+        log_b: torch.Tensor | None = None,
+    ) -> Support:
+        """The support :func:`select_support` would choose with ``max_per_row``, chosen
+        among the candidates (same rules: within ``truncation`` of the row's best, or
+        with ``F`` significant for its row or column; every column keeps an entry)."""
+        n, k = self.cols.shape
+        m = int(self.best_row.shape[0])
+        z = (G[self.cols] - self.cost.double()) / eps  # (n, k) float64
+        if F is not None:
+            assert log_a is not None and log_b is not None
+            z += (F / eps)[:, None]
+        top_k = min(int(max_per_row), k)
+        order = z.topk(top_k, dim=1, sorted=False).indices.sort(1).values
+        top = z.gather(1, order)
+        if F is not None:
+            assert log_a is not None and log_b is not None
+            floor = torch.minimum(log_a[:, None], log_b[self.cols.gather(1, order)]) - truncation
+            keep = top >= floor
+        else:
+            keep = top >= top.amax(1, keepdim=True) - truncation
+        rows = keep.nonzero()[:, 0]
+        cols = self.cols.gather(1, order)[keep]
+        cost = self.cost.gather(1, order)[keep]
+        covered = torch.bincount(cols, minlength=m) > 0
+        if not bool(covered.all()):
+            missing = (~covered).nonzero().squeeze(1)
+            rows = torch.cat([rows, self.best_row[missing]])
+            cols = torch.cat([cols, missing])
+            cost = torch.cat([cost, self.best_cost[missing]])
+            sort = torch.argsort(rows * m + cols)
+            rows, cols, cost = rows[sort], cols[sort], cost[sort]
+        return Support(rows, cols, cost, (n, m))
 
 
 def pass_rows(geom: CostGeometry) -> int:

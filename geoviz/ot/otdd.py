@@ -91,6 +91,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -100,6 +101,7 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import BlurWarning, GeovizError
 from geoviz.ot.geometry import CostGeometry, PointCloudCost
 from geoviz.ot.labels import label_distances
+from geoviz.ot.otdd_batches import BatchOut, BatchSolve, reference_columns, run_batches
 from geoviz.ot.otdd_cost import (
     BLUR_NEIGHBOURS,
     DEFAULT_EPSILON,
@@ -340,6 +342,8 @@ def otdd(
                 barycentric=barycentric,
                 keep_coupling=keep_coupling,
                 label_cost=label_cost,
+                cache=cache,
+                cache_params=params,
             ).to_payload(),
             expect=OTDDResult.payload_spec(
                 target.n_samples,
@@ -390,31 +394,6 @@ def _label_cost(
     return lab
 
 
-def _batches(config: OTDDConfig, n_q: int) -> list[np.ndarray]:
-    """The target rows of each batch: all of them at once unless ``config.batched``."""
-    if not config.batched:
-        return [np.arange(n_q)]
-    size = config.batch_size or n_q
-    perm = (
-        np.arange(n_q) if size >= n_q else np.random.default_rng((config.seed, 1)).permutation(n_q)
-    )
-    return [perm[i : i + size] for i in range(0, n_q, size)]
-
-
-def _reference_columns(config: OTDDConfig, n_p: int, bi: int) -> torch.Tensor | None:
-    """Batch ``bi``'s random subsample of the reference, or ``None`` (all of it)."""
-    if not (
-        config.batched
-        and config.reference_subsample is not None
-        and config.reference_subsample < n_p
-    ):
-        return None
-    cols = np.random.default_rng((config.seed, 2, bi)).choice(
-        n_p, size=config.reference_subsample, replace=False
-    )
-    return torch.from_numpy(np.sort(cols))
-
-
 class _Totals:
     """What the batches of one OTDD add up to (each batch weighted by its share of Q)."""
 
@@ -430,21 +409,20 @@ class _Totals:
         self.neighbour_weight = torch.zeros((n_q, N_NEIGHBOURS), dtype=torch.float32)
         self.truncated, self.modes = 0.0, set[str]()
 
-    def add(
-        self, out: _BlockOut, rows_t: torch.Tensor, cols_t: torch.Tensor | None, weight: float
-    ) -> None:
-        """One batch's solve: costs, errors, diagnostics and its rows of the maps."""
+    def add(self, out: BatchOut, rows: np.ndarray, weight: float) -> None:
+        """One batch's solve: costs, errors, diagnostics, its rows of the maps and, in
+        debiased mode, its self-transport terms (Feydy et al. 2019)."""
+        rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
         self.transport += weight * out.transport
         self.regularized += weight * out.regularized
-        self.max_err = max(self.max_err, out.error)
-        self.all_conv = self.all_conv and out.converged
-        self.iters += out.n_iter
+        self.max_err = max(self.max_err, out.error, out.self_error)
+        self.all_conv = self.all_conv and out.converged and out.self_converged
+        self.iters += out.n_iter + out.self_iterations
+        if math.isfinite(out.self_value):
+            self.debias += weight * out.self_value
         self.perplexity[rows_t] = out.perplexity
         k = out.neighbour_index.shape[1]
-        nb = out.neighbour_index
-        if cols_t is not None:  # indices into the subsample -> into the reference
-            nb = torch.where(nb >= 0, cols_t[nb.clamp_min(0)], -1)
-        self.neighbour_index[rows_t, :k] = nb
+        self.neighbour_index[rows_t, :k] = out.neighbour_index
         self.neighbour_weight[rows_t, :k] = out.neighbour_weight
         self.truncated = max(self.truncated, out.truncated_mass)
         self.modes.add(out.mode)
@@ -452,13 +430,6 @@ class _Totals:
             assert self.mapped is not None and self.soft is not None
             self.mapped[rows_t] = out.mapped
             self.soft[rows_t] = out.soft
-
-    def add_debias(self, self_q: SinkhornResult, self_p: SinkhornResult, weight: float) -> None:
-        """One batch's self-transport terms (the debiased divergence, Feydy et al. 2019)."""
-        self.debias += weight * 0.5 * (self_q.dual_value() + self_p.dual_value())
-        self.max_err = max(self.max_err, self_q.marginal_error, self_p.marginal_error)
-        self.all_conv = self.all_conv and self_q.converged and self_p.converged
-        self.iters += self_q.n_iter + self_p.n_iter
 
 
 def _warn_if_blurry(
@@ -479,6 +450,11 @@ def _warn_if_blurry(
         )
 
 
+def _batch_stage(batch: int, n_batches: int) -> str:
+    """The progress stage of the solves: ``"sinkhorn"``, or ``"sinkhorn: batch k/n"``."""
+    return "sinkhorn" if n_batches == 1 else f"sinkhorn: batch {batch}/{n_batches}"
+
+
 def _otdd(
     target: LabeledDataset,
     reference: LabeledDataset,
@@ -488,6 +464,8 @@ def _otdd(
     barycentric: bool,
     keep_coupling: bool,
     label_cost: torch.Tensor | None,
+    cache: DiskCache | None = None,
+    cache_params: dict[str, Any] | None = None,
 ) -> OTDDResult:
     prog = _Progress(progress)
     dev = resolve_device(config.device)
@@ -501,54 +479,47 @@ def _otdd(
     # and every batch (a part of it) solves at that absolute value
     whole = config.cost_geometry(target, reference, lab, mean=mean_c, device=dev)
     eps_abs = whole.epsilon_abs
-    n_q, n_p = target.n_samples, reference.n_samples
-    xq, yq, xp, yp = target.features, target.labels, reference.features, reference.labels
-    n_classes_p = reference.n_classes
-    batches = _batches(config, n_q)
-    n_b = len(batches)
-    totals = _Totals(n_q, xq.shape[1], n_classes_p, barycentric)
-    lab_qq = lab_pp = None
+    n_q = target.n_samples
+    totals = _Totals(n_q, target.features.shape[1], reference.n_classes, barycentric)
+    self_labels = None
     if config.debiased:
         lab_qq, lab_pp = (_label_cost(ds, ds, config, dev, None) for ds in (target, reference))
-
-    solver = config.sinkhorn_solver(
-        keep_plan=keep_coupling and not config.batched and not config.stream_reference
+        self_labels = (lab_qq, lab_pp)
+    keep_plan = keep_coupling and not config.batched
+    solve = BatchSolve(
+        target,
+        reference,
+        config,
+        lab,
+        self_labels,
+        float(mean_c),
+        barycentric,
+        keep_plan=keep_plan,
+        cache=cache if config.batched else None,
+        cache_params=cache_params,
     )
-    for bi, rows in enumerate(batches):
-        rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        cols_t = _reference_columns(config, n_p, bi)
-        whole_target = n_b == 1 and len(rows) == n_q
-        bxq, byq = (xq, yq) if whole_target else (xq[rows_t], yq[rows_t])
-        bxp, byp = (xp, yp) if cols_t is None else (xp[cols_t], yp[cols_t])
-        # a part has its own mean (for the schedule) and the whole's epsilon_abs
-        part = (
-            whole
-            if whole_target and cols_t is None
-            else whole.subset(None if whole_target else rows_t, cols_t)
-        )
-        geom = _block_cost(part, stream=config.stream_reference, what="OTDD cost matrix")
-        problem = TransportProblem(
-            geom,
-            uniform_measure(geom.shape[0], geom.device),
-            uniform_measure(geom.shape[1], geom.device),
-            groups=(byq, byp),
-        )
-        cb = prog.sinkhorn_callback("sinkhorn", bi / n_b, (bi + 1) / n_b, config.tol)
-        out = _solve_block(
-            problem, solver, cb, map_onto=(bxp, byp, n_classes_p) if barycentric else None
-        )
-        prog("sinkhorn", (bi + 1) / n_b)
-        weight = len(rows) / n_q
-        totals.add(out, rows_t, cols_t, weight)
-        if n_b == 1 and cols_t is None:
+    rows = solve.rows
+    n_b = len(rows)
+
+    # the potentials (and the plan) are the whole problem's when one batch is all of it
+    whole_problem = n_b == 1 and reference_columns(config, reference.n_samples, 0) is None
+
+    def add(out: BatchOut) -> None:
+        totals.add(out, rows[out.index], len(rows[out.index]) / n_q)
+        if whole_problem:
             totals.plan = out.plan
             totals.pots = (out.f, out.g)
-        if lab_qq is not None and lab_pp is not None:
-            prog("debias", bi / n_b)
-            self_q = _self_value(bxq, byq, lab_qq, config, eps_abs, dev)
-            self_p = _self_value(bxp, byp, lab_pp, config, eps_abs, dev)
-            totals.add_debias(self_q, self_p, weight)
-        del out
+
+    def callback_for(bi: int, n: int) -> SinkhornCallback | None:
+        return prog.sinkhorn_callback(_batch_stage(bi + 1, n), bi / n, (bi + 1) / n, config.tol)
+
+    run_batches(
+        solve,
+        callback_for=callback_for,
+        progress=lambda done, total: prog(_batch_stage(max(done, 1), total), done / total),
+        on_result=add,
+        on_debias=lambda bi, n: prog("debias", bi / n),
+    )
     prog("done", 1.0)
     cost = totals.regularized - totals.debias if config.debiased else totals.transport
     effective = float(totals.perplexity.double().median())

@@ -27,12 +27,14 @@ from geoviz.errors import DatasetError, GeovizError
 from geoviz.ot.geometry import PointCloudCost
 from geoviz.ot.labels import LabelMethod
 from geoviz.ot.sinkhorn import KernelPolicy, Sinkhorn, SinkhornMode
+from geoviz.tasks import BACKENDS, Backend, check_ray_address
 
 __all__ = [
     "BLUR_NEIGHBOURS",
     "DEFAULT_EPSILON",
     "N_NEIGHBOURS",
     "OTDD_ALGO_VERSION",
+    "STREAMED_SUPPORT_PER_ROW",
     "OTDDConfig",
     "check_compatible",
     "ground_cost",
@@ -52,6 +54,13 @@ BLUR_NEIGHBOURS = 10.0
 
 #: plan entries kept per target point for :attr:`OTDDResult.neighbour_index`
 N_NEIGHBOURS = 8
+
+
+#: the sparse kernel's default cap per row when the cost is streamed (full size): at the
+#: default epsilon a mapped point averages 2-5 reference points, so 256 candidates per row
+#: leave a dropped mass that the verification measures as negligible (benchmarks/README.md,
+#: "Full size"), in 60,000 x 256 x 72 bytes = 1.1 GB
+STREAMED_SUPPORT_PER_ROW = 256
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,12 @@ class OTDDConfig:
     truncation
         Sparse kernel: drop plan entries below ``exp(-truncation)`` times their
         row's largest (the dropped mass is measured and reported).
+    support_per_row
+        Sparse kernel: keep at most this many entries per row (each row's largest;
+        :class:`~geoviz.ot.sinkhorn.KernelPolicy`). ``None``: no cap with a stored
+        cost, :data:`STREAMED_SUPPORT_PER_ROW` when streamed, where it bounds the
+        one-problem solve at full size (60,000 x 60,000: ~1 GiB of support instead of
+        the tens of GiB the truncation window alone would keep).
     dtype
         Compute dtype of the cost/kernel (potentials are always float64).
     device
@@ -104,6 +119,14 @@ class OTDDConfig:
     seed
         Seeds the label-distance subsampling, the batch shuffling and the
         reference subsamples.
+    backend
+        How the batches of the batched mode run (:func:`geoviz.tasks.run_tasks`):
+        ``"sequential"`` (default: one after another in this process), ``"ray"``
+        (one Ray task per batch) or ``"auto"`` (Ray when installed). The values do
+        not depend on it; a single problem always runs in this process.
+    ray_address
+        The Ray cluster of ``backend="ray"`` (``None``: a local cluster, or
+        ``$RAY_ADDRESS``).
     """
 
     epsilon: float = DEFAULT_EPSILON
@@ -119,9 +142,12 @@ class OTDDConfig:
     debiased: bool = False
     solver: SinkhornMode = "auto"
     truncation: float = 20.0
+    support_per_row: int | None = None
     dtype: Literal["float32", "float64"] = "float32"
     device: str = "auto"
     seed: int = 0
+    backend: Backend = "sequential"
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> GeovizError:
@@ -154,7 +180,13 @@ class OTDDConfig:
             raise bad(f"solver must be 'auto', 'dense', 'sparse' or 'online', got {self.solver!r}")
         if self.label_method not in ("exact", "gaussian"):
             raise bad(f"label_method must be 'exact' or 'gaussian', got {self.label_method!r}")
-        for name in ("max_iter", "batch_size", "reference_subsample", "max_per_class"):
+        for name in (
+            "max_iter",
+            "batch_size",
+            "reference_subsample",
+            "max_per_class",
+            "support_per_row",
+        ):
             value = getattr(self, name)
             if value is None and name != "max_iter":
                 continue
@@ -179,16 +211,28 @@ class OTDDConfig:
             raise bad(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
             raise bad(f"seed must be an integer, got {self.seed!r}")
+        if self.backend not in BACKENDS:
+            raise bad(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.ray_address is not None:
+            check_ray_address(self.ray_address, "OTDDConfig: ray_address")
 
     @property
     def batched(self) -> bool:
         """Whether the problem is split into target batches or streamed."""
         return self.batch_size is not None or self.stream_reference
 
+    @property
+    def max_support_per_row(self) -> int | None:
+        """The sparse kernel's cap per row (:attr:`support_per_row`, its default resolved)."""
+        if self.support_per_row is not None:
+            return int(self.support_per_row)
+        return STREAMED_SUPPORT_PER_ROW if self.stream_reference else None
+
     def cache_params(self) -> dict[str, Any]:
-        """Parameters that determine the numbers (everything but the device)."""
+        """Parameters that determine the numbers (everything but where they run)."""
         params = dataclasses.asdict(self)
-        params.pop("device")
+        for where in ("device", "backend", "ray_address"):
+            params.pop(where)
         params["algo"] = OTDD_ALGO_VERSION
         return params
 
@@ -259,7 +303,11 @@ class OTDDConfig:
         return Sinkhorn(
             tol=self.tol,
             max_iter=self.max_iter,
-            kernel=KernelPolicy(mode=self.solver, truncation=self.truncation),
+            kernel=KernelPolicy(
+                mode=self.solver,
+                truncation=self.truncation,
+                max_per_row=self.max_support_per_row,
+            ),
             keep_plan=keep_plan,
         )
 

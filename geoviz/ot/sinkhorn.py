@@ -80,11 +80,13 @@ import torch
 from geoviz.errors import ConvergenceWarning, GeovizError
 from geoviz.ot.geometry import CostGeometry, as_geometry
 from geoviz.ot.kernels import (
+    Candidates,
     DenseKernel,
     DensePool,
     Kernel,
     OnlineKernel,
     SparseKernel,
+    Support,
     check_sparse_memory,
     select_support,
 )
@@ -118,6 +120,8 @@ _STAGE_TRUNCATION = 10.0
 #: the final sparse stage iterates to this fraction of tol, so that the dense plan
 #: (whose error adds the truncated mass) meets tol at the first verification
 _SPARSE_TOL_FRACTION = 0.5
+#: candidates per row found in one pass for each entry a streamed support may keep
+_CANDIDATES_PER_CAP = 2
 #: the final sparse stage re-selects its support once the error is below this
 _RESELECT_TOL = 1e-3
 #: iterations without the error halving after which the support is re-selected
@@ -146,12 +150,18 @@ class KernelPolicy:
         fraction of the ``n m`` entries.
     absorb_threshold
         Absorb scalings into the kernel when ``|log u|`` or ``|log v|`` exceeds it.
+    max_per_row
+        Sparse kernel: keep at most this many entries per row (each row's largest), or
+        ``None`` (no cap). Bounds the support at ``n * max_per_row`` entries when the
+        truncation window holds thousands of points per row (large ``m``); the dropped
+        mass is measured at verification like the rest of the truncation.
     """
 
     mode: SinkhornMode = "auto"
     truncation: float = 20.0
     max_density: float = 0.1
     absorb_threshold: float = 30.0
+    max_per_row: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "dense", "sparse", "online"):
@@ -162,6 +172,63 @@ class KernelPolicy:
             raise GeovizError(f"sinkhorn: truncation must be > 0, got {self.truncation!r}")
         if not (0.0 < self.max_density <= 1.0):
             raise GeovizError(f"sinkhorn: max_density must be in (0, 1], got {self.max_density!r}")
+        if self.max_per_row is not None and (
+            isinstance(self.max_per_row, bool)
+            or not isinstance(self.max_per_row, int)
+            or self.max_per_row < 1
+        ):
+            raise GeovizError(
+                f"sinkhorn: max_per_row must be a positive integer or None, got {self.max_per_row!r}"
+            )
+
+
+class _SupportSource:
+    """Where a solve's truncated supports are chosen: a pass over the cost each time, or,
+    for a streamed cost with a cap per row, among each row's candidates found in one pass
+    (:class:`~geoviz.ot.kernels.Candidates`, :data:`_CANDIDATES_PER_CAP` per kept entry)."""
+
+    def __init__(self, geom: CostGeometry, policy: KernelPolicy) -> None:
+        self.geom, self.policy = geom, policy
+        self.use_candidates = geom.matrix is None and policy.max_per_row is not None
+        self.candidates: Candidates | None = None
+
+    def refresh(self, G: torch.Tensor, eps: float) -> None:
+        """Find the candidates again around the column potential ``G`` (one pass)."""
+        assert self.policy.max_per_row is not None
+        self.candidates = Candidates.scan(
+            self.geom, G, eps, _CANDIDATES_PER_CAP * self.policy.max_per_row
+        )
+
+    def choose(
+        self,
+        G: torch.Tensor,
+        eps: float,
+        truncation: float,
+        max_nnz: int,
+        F: torch.Tensor | None = None,
+        log_a: torch.Tensor | None = None,
+        log_b: torch.Tensor | None = None,
+    ) -> Support | None:
+        """:func:`~geoviz.ot.kernels.select_support`'s support (``None``: above ``max_nnz``)."""
+        cap = self.policy.max_per_row
+        if not self.use_candidates or cap is None:
+            support, _ = select_support(
+                self.geom,
+                G,
+                eps,
+                truncation,
+                max_nnz,
+                F=F,
+                log_a=log_a,
+                log_b=log_b,
+                max_per_row=cap,
+            )
+            return support
+        if self.candidates is None:
+            self.refresh(G, eps)
+        assert self.candidates is not None
+        support = self.candidates.select(G, eps, truncation, cap, F=F, log_a=log_a, log_b=log_b)
+        return support if support.nnz <= max_nnz else None
 
 
 @dataclass(frozen=True)
@@ -355,10 +422,11 @@ class Sinkhorn:
         n, m = geom.shape
         groups = make_groups(problem.groups, n, m, geom.device, self.coarse_every)
         loop = Loop(problem.a, problem.b, F, G, groups, callback, max(1, int(self.check_every)))
-        kernel, err = self._anneal(problem, loop, init is None)
+        source = _SupportSource(geom, self.kernel)
+        kernel, err = self._anneal(problem, loop, init is None, source)
         truncated_mass, sparse_plan = 0.0, None
         if isinstance(kernel, SparseKernel):
-            kernel, err, truncated_mass = self._verify_sparse(problem, kernel, loop, err)
+            kernel, err, truncated_mass = self._verify_sparse(problem, kernel, loop, err, source)
             sparse_plan = kernel.plan_csr(loop.F, loop.G)
         converged = err <= self.tol
         if not converged:
@@ -394,7 +462,9 @@ class Sinkhorn:
         )
 
     # -- stages
-    def _anneal(self, problem: TransportProblem, loop: Loop, cold: bool) -> tuple[Kernel, float]:
+    def _anneal(
+        self, problem: TransportProblem, loop: Loop, cold: bool, source: _SupportSource
+    ) -> tuple[Kernel, float]:
         """Run the epsilon schedule down to ``eps``; return the last kernel and its error."""
         geom, eps, policy = problem.geometry, problem.epsilon_abs, self.kernel
         n, m = geom.shape
@@ -432,7 +502,7 @@ class Sinkhorn:
             if want_sparse:
                 # intermediate stages only warm-start the next: a thinner support is enough
                 trunc = policy.truncation if final else min(policy.truncation, _STAGE_TRUNCATION)
-                support, _ = select_support(geom, loop.G, e, trunc, max_nnz)
+                support = source.choose(loop.G, e, trunc, max_nnz)
                 if support is not None:
                     check_sparse_memory(support.nnz, geom.device)
                     kernel = SparseKernel(
@@ -450,7 +520,7 @@ class Sinkhorn:
             elif isinstance(kernel, SparseKernel):
                 # leave room for the dense plan's extra error, measured at verification
                 kernel, err = self._final_sparse_stage(
-                    kernel, loop, geom, e, self.tol * _SPARSE_TOL_FRACTION, budget
+                    kernel, loop, geom, e, self.tol * _SPARSE_TOL_FRACTION, budget, source
                 )
             else:
                 err = loop.run(kernel, self.tol, budget, self.overrelax, self.omega_max, True)
@@ -458,7 +528,12 @@ class Sinkhorn:
         return kernel, err
 
     def _verify_sparse(
-        self, problem: TransportProblem, kernel: SparseKernel, loop: Loop, err: float
+        self,
+        problem: TransportProblem,
+        kernel: SparseKernel,
+        loop: Loop,
+        err: float,
+        source: _SupportSource,
     ) -> tuple[SparseKernel, float, float]:
         """Measure the dense plan of the returned potentials; re-select the support if needed.
 
@@ -479,6 +554,7 @@ class Sinkhorn:
                 log_a=loop.log_a,
                 log_b=loop.log_b,
                 measure=True,
+                max_per_row=policy.max_per_row,
             )
             assert stats is not None and new_support is not None
             dense_err = float(
@@ -494,8 +570,10 @@ class Sinkhorn:
             check_sparse_memory(support.nnz, geom.device)
             kernel = SparseKernel(geom, loop.log_a, loop.log_b, policy.absorb_threshold, support)
             kernel.set_eps(eps)
+            if source.use_candidates:  # the potentials moved: look for candidates again
+                source.refresh(loop.G, eps)
             kernel, err = self._final_sparse_stage(
-                kernel, loop, geom, eps, self.tol * _SPARSE_TOL_FRACTION, left
+                kernel, loop, geom, eps, self.tol * _SPARSE_TOL_FRACTION, left, source
             )
         return kernel, err, truncated_mass
 
@@ -507,6 +585,7 @@ class Sinkhorn:
         eps: float,
         stage_tol: float,
         budget: int,
+        source: _SupportSource,
     ) -> tuple[SparseKernel, float]:
         """Iterate on the truncated kernel, re-selecting its support when it is stale or too thin.
 
@@ -527,7 +606,7 @@ class Sinkhorn:
             budget -= loop.n_iter - used0
             if budget <= 0 or err <= stage_tol:
                 break
-            grown = self._resupport(kernel, geom, loop, eps)
+            grown = self._resupport(kernel, loop, eps, source)
             if err <= phase_tol:
                 phase_tol = stage_tol  # the planned re-selection
             elif grown.support.nnz == kernel.support.nnz:
@@ -536,12 +615,11 @@ class Sinkhorn:
         return kernel, err
 
     def _resupport(
-        self, kernel: SparseKernel, geom: CostGeometry, loop: Loop, eps: float
+        self, kernel: SparseKernel, loop: Loop, eps: float, source: _SupportSource
     ) -> SparseKernel:
         """A sparse kernel on the old support plus the entries significant for ``(F, G)``."""
-        n, m = geom.shape
-        support, _ = select_support(
-            geom,
+        n, m = kernel.support.shape
+        support = source.choose(
             loop.G,
             eps,
             self.kernel.truncation,
@@ -553,7 +631,9 @@ class Sinkhorn:
         assert support is not None
         merged = kernel.support.union(support)
         check_sparse_memory(merged.nnz, merged.rows.device)
-        out = SparseKernel(geom, loop.log_a, loop.log_b, self.kernel.absorb_threshold, merged)
+        out = SparseKernel(
+            source.geom, loop.log_a, loop.log_b, self.kernel.absorb_threshold, merged
+        )
         out.set_eps(eps)
         return out
 

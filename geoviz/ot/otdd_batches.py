@@ -1,0 +1,323 @@
+"""The batches of one OTDD: each a self-contained task, cached, run on an engine.
+
+Paper appendix "Complexity": at full size (60,000 images per dataset) the OTDD is solved in
+batches of ``B`` target points, each against the reference or a seeded subsample of it
+(:mod:`geoviz.ot.otdd`, "Modes and memory"). A batch depends only on the datasets, the
+configuration and its index, so it is a task (:func:`geoviz.tasks.run_tasks`):
+
+* :class:`BatchSolve` holds everything the batches share (both datasets, the label
+  distances, the whole problem's mean cost, the configuration). It is the task's function:
+  :func:`~geoviz.tasks.run_tasks` puts it into Ray's object store **once** and every task
+  receives it from there, so the datasets travel to each worker once, not once per batch.
+  A batch's memory in its worker is the one checked by :func:`~geoviz.backend.check_memory`
+  before its cost is built (``~B x N_ref x itemsize``, or one row block when streamed).
+* With a :class:`~geoviz.backend.DiskCache`, every batch's result is an entry of its own
+  (namespace ``"otdd_batch"``, keyed by both fingerprints, the numbers-determining
+  configuration, the batch index and count): a run that was killed resumes from the batches
+  it had finished, and a second run reads them all.
+* The engine is ``config.backend``: ``"sequential"`` (this process, with the solver's own
+  progress inside each batch), ``"ray"`` (one Ray task per batch: a local cluster, or the one
+  at ``config.ray_address``) or ``"auto"``. A batch is deterministic (seeded rows and
+  columns, the same solver), so every engine gives the same values.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from geoviz.backend import DiskCache, resolve_device
+from geoviz.data.dataset import LabeledDataset
+from geoviz.ot.otdd_cost import OTDDConfig
+from geoviz.ot.sinkhorn import SinkhornCallback
+from geoviz.tasks import resolve_backend, run_tasks
+
+__all__ = ["BatchOut", "BatchSolve", "batch_rows", "run_batches"]
+
+#: the floats of a batch's self-transport terms (debiased mode), in this order
+_SELF_FIELDS = ("self_value", "self_error", "self_converged", "self_iterations")
+
+
+def batch_rows(config: OTDDConfig, n_q: int) -> tuple[np.ndarray, ...]:
+    """The target rows of each batch: all of them at once unless ``config.batched``
+    (a seeded shuffle cut into batches of ``config.batch_size``)."""
+    if not config.batched:
+        return (np.arange(n_q),)
+    size = config.batch_size or n_q
+    perm = (
+        np.arange(n_q) if size >= n_q else np.random.default_rng((config.seed, 1)).permutation(n_q)
+    )
+    return tuple(perm[i : i + size] for i in range(0, n_q, size))
+
+
+def reference_columns(config: OTDDConfig, n_p: int, bi: int) -> torch.Tensor | None:
+    """Batch ``bi``'s seeded random subsample of the reference, or ``None`` (all of it)."""
+    if not (
+        config.batched
+        and config.reference_subsample is not None
+        and config.reference_subsample < n_p
+    ):
+        return None
+    cols = np.random.default_rng((config.seed, 2, bi)).choice(
+        n_p, size=config.reference_subsample, replace=False
+    )
+    return torch.from_numpy(np.sort(cols))
+
+
+@dataclass(frozen=True)
+class BatchOut:
+    """What one target batch contributes (every tensor on the CPU).
+
+    ``transport`` is ``<pi, C>`` of the batch's plan, ``regularized`` its dual value, both
+    per unit mass; ``self_value`` is ``(OT_eps(B, B) + OT_eps(R, R)) / 2`` of the debiased
+    mode (``nan`` otherwise). ``neighbour_index`` indexes the whole reference.
+    """
+
+    index: int
+    transport: float
+    regularized: float
+    error: float
+    converged: bool
+    n_iter: int
+    mapped: torch.Tensor | None
+    soft: torch.Tensor | None
+    f: torch.Tensor
+    g: torch.Tensor
+    perplexity: torch.Tensor
+    neighbour_index: torch.Tensor
+    neighbour_weight: torch.Tensor
+    truncated_mass: float
+    mode: str
+    plan: torch.Tensor | None = None
+    self_value: float = math.nan
+    self_error: float = 0.0
+    self_converged: bool = True
+    self_iterations: int = 0
+
+    def to_payload(self) -> dict[str, Any]:
+        """A :class:`~geoviz.backend.DiskCache` payload (tensors and plain values)."""
+        payload: dict[str, Any] = {
+            "index": self.index,
+            "transport": self.transport,
+            "regularized": self.regularized,
+            "error": self.error,
+            "converged": self.converged,
+            "n_iter": self.n_iter,
+            "f": self.f,
+            "g": self.g,
+            "perplexity": self.perplexity,
+            "neighbour_index": self.neighbour_index,
+            "neighbour_weight": self.neighbour_weight,
+            "truncated_mass": self.truncated_mass,
+            "mode": self.mode,
+            **{name: getattr(self, name) for name in _SELF_FIELDS},
+        }
+        if self.mapped is not None and self.soft is not None:
+            payload["mapped"], payload["soft"] = self.mapped, self.soft
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> BatchOut:
+        """The batch stored by :meth:`to_payload` (its plan is never stored)."""
+        return cls(
+            index=int(payload["index"]),
+            transport=float(payload["transport"]),
+            regularized=float(payload["regularized"]),
+            error=float(payload["error"]),
+            converged=bool(payload["converged"]),
+            n_iter=int(payload["n_iter"]),
+            mapped=payload.get("mapped"),
+            soft=payload.get("soft"),
+            f=payload["f"],
+            g=payload["g"],
+            perplexity=payload["perplexity"],
+            neighbour_index=payload["neighbour_index"],
+            neighbour_weight=payload["neighbour_weight"],
+            truncated_mass=float(payload["truncated_mass"]),
+            mode=str(payload["mode"]),
+            self_value=float(payload["self_value"]),
+            self_error=float(payload["self_error"]),
+            self_converged=bool(payload["self_converged"]),
+            self_iterations=int(payload["self_iterations"]),
+        )
+
+
+@dataclass(frozen=True)
+class BatchSolve:
+    """The task of one batch: ``solve(bi)`` is batch ``bi``'s :class:`BatchOut`.
+
+    Parameters
+    ----------
+    target, reference
+        ``Q`` (``N_Q`` points) and ``P`` (``N_P``), features on the CPU.
+    config
+        The OTDD configuration (its ``epsilon`` is resolved on the whole problem).
+    label_cost
+        ``(C_Q, C_P)`` label distances ``W_2^2(alpha_y, alpha_y')``.
+    self_label_costs
+        ``(C_Q x C_Q, C_P x C_P)`` for the debiased mode, else ``None``.
+    mean_cost
+        The whole problem's mean ground cost (closed form): every batch solves at
+        ``epsilon_abs = epsilon x mean_cost``.
+    barycentric
+        Also return the batch's barycentric maps (paper eq. (bary_map)).
+    keep_plan
+        Return the batch's dense plan (single-problem mode only).
+    cache, cache_params
+        Where each batch is stored, and the parameters that name the whole problem.
+    """
+
+    target: LabeledDataset
+    reference: LabeledDataset
+    config: OTDDConfig
+    label_cost: torch.Tensor
+    self_label_costs: tuple[torch.Tensor, torch.Tensor] | None
+    mean_cost: float
+    barycentric: bool
+    keep_plan: bool = False
+    cache: DiskCache | None = None
+    cache_params: dict[str, Any] | None = None
+
+    @property
+    def rows(self) -> tuple[np.ndarray, ...]:
+        return batch_rows(self.config, self.target.n_samples)
+
+    def __call__(self, bi: int) -> BatchOut:
+        return self.solve(bi)
+
+    def solve(
+        self,
+        bi: int,
+        callback: SinkhornCallback | None = None,
+        on_debias: Callable[[], None] | None = None,
+    ) -> BatchOut:
+        """Batch ``bi`` (from the cache when it holds it); ``callback`` follows Sinkhorn,
+        ``on_debias`` is called before the self-transport terms."""
+        if self.cache is None or self.cache_params is None or self.keep_plan:
+            return self._solve(bi, callback, on_debias)
+        params = {**self.cache_params, "batch": int(bi), "n_batches": len(self.rows)}
+        payload = self.cache.get_or_compute(
+            "otdd_batch", params, lambda: self._solve(bi, callback, on_debias).to_payload()
+        )
+        return BatchOut.from_payload(payload)
+
+    def _solve(
+        self,
+        bi: int,
+        callback: SinkhornCallback | None,
+        on_debias: Callable[[], None] | None,
+    ) -> BatchOut:
+        # imported here: geoviz.ot.otdd imports this module
+        from geoviz.ot.otdd import _block_cost, _self_value, _solve_block
+        from geoviz.ot.problem import TransportProblem, uniform_measure
+
+        config = self.config
+        dev = resolve_device(config.device)
+        target, reference = self.target, self.reference
+        n_q, n_p = target.n_samples, reference.n_samples
+        rows = self.rows[bi]
+        rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        cols_t = reference_columns(config, n_p, bi)
+        whole_target = len(rows) == n_q
+        xq, yq, xp, yp = target.features, target.labels, reference.features, reference.labels
+        bxq, byq = (xq, yq) if whole_target else (xq[rows_t], yq[rows_t])
+        bxp, byp = (xp, yp) if cols_t is None else (xp[cols_t], yp[cols_t])
+        whole = config.cost_geometry(
+            target, reference, self.label_cost, mean=self.mean_cost, device=dev
+        )
+        # a part has its own mean (for the schedule) and the whole's epsilon_abs
+        part = (
+            whole
+            if whole_target and cols_t is None
+            else whole.subset(None if whole_target else rows_t, cols_t)
+        )
+        geom = _block_cost(part, stream=config.stream_reference, what="OTDD cost matrix")
+        problem = TransportProblem(
+            geom,
+            uniform_measure(geom.shape[0], geom.device),
+            uniform_measure(geom.shape[1], geom.device),
+            groups=(byq, byp),
+        )
+        solver = config.sinkhorn_solver(keep_plan=self.keep_plan)
+        block = _solve_block(
+            problem,
+            solver,
+            callback,
+            map_onto=(bxp, byp, reference.n_classes) if self.barycentric else None,
+        )
+        neighbours = block.neighbour_index
+        if cols_t is not None:  # indices into the subsample -> into the reference
+            neighbours = torch.where(neighbours >= 0, cols_t[neighbours.clamp_min(0)], -1)
+        self_terms: dict[str, Any] = {}
+        if self.self_label_costs is not None:
+            if on_debias is not None:
+                on_debias()
+            lab_qq, lab_pp = self.self_label_costs
+            eps_abs = whole.epsilon_abs
+            self_q = _self_value(bxq, byq, lab_qq, config, eps_abs, dev)
+            self_p = _self_value(bxp, byp, lab_pp, config, eps_abs, dev)
+            self_terms = {
+                "self_value": 0.5 * (self_q.dual_value() + self_p.dual_value()),
+                "self_error": max(self_q.marginal_error, self_p.marginal_error),
+                "self_converged": bool(self_q.converged and self_p.converged),
+                "self_iterations": int(self_q.n_iter + self_p.n_iter),
+            }
+        return BatchOut(
+            index=int(bi),
+            transport=block.transport,
+            regularized=block.regularized,
+            error=block.error,
+            converged=block.converged,
+            n_iter=block.n_iter,
+            mapped=block.mapped,
+            soft=block.soft,
+            f=block.f,
+            g=block.g,
+            perplexity=block.perplexity,
+            neighbour_index=neighbours,
+            neighbour_weight=block.neighbour_weight,
+            truncated_mass=block.truncated_mass,
+            mode=block.mode,
+            plan=block.plan,
+            **self_terms,
+        )
+
+
+def run_batches(
+    solve: BatchSolve,
+    *,
+    callback_for: Callable[[int, int], SinkhornCallback | None],
+    progress: Callable[[int, int], None],
+    on_result: Callable[[BatchOut], None],
+    on_debias: Callable[[int, int], None] | None = None,
+) -> int:
+    """Every batch of ``solve`` on ``solve.config.backend``; returns the number of batches.
+
+    Each result goes to ``on_result`` as it arrives (so the caller adds it up and no list
+    of all batches is kept beyond the engine's); ``progress(done, total)`` counts finished
+    batches. In this process (one batch, or the sequential engine) ``callback_for(bi,
+    n_batches)`` also follows the solver inside each batch.
+    """
+    n_batches = len(solve.rows)
+    if n_batches == 1 or resolve_backend(solve.config.backend) == "sequential":
+        progress(0, n_batches)
+        for bi in range(n_batches):
+            debias = None if on_debias is None else functools.partial(on_debias, bi, n_batches)
+            on_result(solve.solve(bi, callback_for(bi, n_batches), debias))
+            progress(bi + 1, n_batches)
+        return n_batches
+    run_tasks(
+        solve,
+        list(range(n_batches)),
+        backend=solve.config.backend,
+        address=solve.config.ray_address,
+        progress=progress,
+        on_result=lambda _i, out: on_result(out),
+    )
+    return n_batches
