@@ -195,3 +195,10 @@ def check_grid(resolution: Any, m: int, *, error: type[GeovizError] = GeovizErro
             f"points, more than {MAX_GRID_POINTS:,}; use a smaller resolution"
         )
     return res
+
+
+#: the sparse kernel's default cap per row when the OTDD cost is streamed (full size): at
+#: the default epsilon a mapped point averages 2-5 reference points, so 256 candidates per
+#: row leave a dropped mass the verification measures as negligible (benchmarks/README.md,
+#: "Full size"), in 60,000 x 256 x 72 bytes = 1.1 GB
+STREAMED_SUPPORT_PER_ROW = 256

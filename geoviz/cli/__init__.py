@@ -71,7 +71,11 @@ from geoviz.nn.training import CPU_TRAIN_THREADS
 __all__ = ["INTERRUPTED_STATUS", "PLUGIN_MODULES", "build_parser", "cli_message", "main"]
 
 #: command modules registered after ``datasets`` and ``show``, in order
-PLUGIN_MODULES: tuple[str, ...] = ("geoviz.cli.transfer", "geoviz.cli.geodesic")
+PLUGIN_MODULES: tuple[str, ...] = (
+    "geoviz.cli.transfer",
+    "geoviz.cli.geodesic",
+    "geoviz.cli.screen",
+)
 
 #: exit status after Ctrl-C: 128 + SIGINT, what a shell reports for a process SIGINT ended
 INTERRUPTED_STATUS = 130

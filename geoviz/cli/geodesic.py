@@ -137,6 +137,16 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
             "of N x N (e.g. 2000 for the full 60,000-sample splits); default: one problem"
         ),
     )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help=(
+            "one problem with the cost streamed by row blocks instead of stored (at most "
+            f"{limits.STREAMED_SUPPORT_PER_ROW} kept entries per row): every target point can map "
+            "to any reference point; chosen automatically when the stored N x N cost would "
+            "not fit in memory"
+        ),
+    )
     add_epsilon_option(parser)
     parser.add_argument("--lambda-x", type=number, default=None, help="weight of the feature cost")
     parser.add_argument("--lambda-y", type=number, default=None, help="weight of the label cost")
@@ -207,7 +217,7 @@ def add_bootstrap_args(parser: argparse.ArgumentParser) -> None:
         help="q-resample (default) or refit: Q and every reference drawn again and the maps "
         "refitted, each replicate one task (about one fit each)",
     )
-    add_backend_args(parser, "each bootstrap refit")
+    add_backend_args(parser, "each bootstrap refit and each OTDD batch (--batch-size)")
 
 
 def add_feature_args(parser: argparse.ArgumentParser) -> None:
@@ -298,10 +308,12 @@ def _refuse_unused_options(args: argparse.Namespace, given: set[str]) -> None:
     if args.bootstrap is None:
         for dest in ("bootstrap_method", "bootstrap_seed"):
             unused[dest] = "only applies with --bootstrap B (the number of replicates)"
-    if args.bootstrap is None or args.bootstrap_method != "refit":
+    refits = args.bootstrap is not None and args.bootstrap_method == "refit"
+    if not refits and getattr(args, "batch_size", None) is None:
         for dest in ("backend", "ray_address"):
             unused[dest] = (
-                "only applies to --bootstrap B --bootstrap-method refit (each refit is a task)"
+                "only applies to --batch-size B (each batch is a task) or to --bootstrap B "
+                "--bootstrap-method refit (each refit is a task)"
             )
     if args.method != "neural":
         for dest in ("neural_preset", "neural_iterations"):
@@ -377,6 +389,12 @@ def check_args(args: argparse.Namespace) -> None:
         args.epsilon = cli_epsilon(args.epsilon)
     if args.batch_size is not None:
         cli_int(args.batch_size, "--batch-size", 2, limits.MAX_SAMPLES)
+        if args.stream:
+            raise GeovizError(
+                "--stream solves one problem; --batch-size B solves batches: give one of them"
+            )
+        if args.backend != "sequential":
+            ray_address(args)  # a malformed --ray-address / RAY_ADDRESS before any work
     if args.neural_iterations is not None:
         cli_int(args.neural_iterations, "--neural-iterations", 1, limits.MAX_NEURAL_ITERATIONS)
     args.checked_weights = None
@@ -427,6 +445,11 @@ def _otdd_config(args: argparse.Namespace) -> OTDDConfig:
         )
         if value is not None and key in names
     }
+    if args.batch_size is not None:
+        changes["backend"] = args.backend or "auto"
+        changes["ray_address"] = ray_address(args)
+    elif args.stream or not base.fits_stored(args.n, args.n):
+        changes["stream_reference"] = True
     return dataclasses.replace(base, **changes)
 
 

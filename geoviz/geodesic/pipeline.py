@@ -77,7 +77,7 @@ from geoviz.maps.neural import NeuralMapConfig, get_neural_preset
 from geoviz.memory import memory_budget_bytes
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, OTDDConfig
-from geoviz.tasks import run_in_threads
+from geoviz.tasks import resolve_backend, run_in_threads
 
 __all__ = [
     "MAP_METHODS",
@@ -849,9 +849,24 @@ class _PartsProgress:
 _MAP_BYTES_PER_PAIR = 4 * 8
 
 
-def _part_workers(workers: int, n_parts: int, n_target: int, refs: Sequence[LabeledDataset]) -> int:
+def _part_workers(
+    workers: int,
+    n_parts: int,
+    n_target: int,
+    refs: Sequence[LabeledDataset],
+    otdd_cfg: OTDDConfig | None = None,
+) -> int:
     """Threads for the maps and pairs: ``workers``, at most one per part, and no more maps
-    at once than the memory budget holds (each holds its own ``N_Q x N_P`` matrices)."""
+    at once than the memory budget holds (each holds its own ``N_Q x N_P`` matrices).
+
+    Batches that run as Ray tasks hold nothing that large in this process: every map then
+    submits its batches at once, so each (reference, batch) pair is a task of its own."""
+    if (
+        otdd_cfg is not None
+        and otdd_cfg.batch_size is not None
+        and resolve_backend(otdd_cfg.backend) == "ray"
+    ):
+        return n_parts
     used = max(1, min(int(workers), n_parts))
     budget = memory_budget_bytes()
     if used > 1 and budget is not None:
@@ -986,7 +1001,7 @@ def fit_geodesic(
 
     # the maps first: they are the long parts, so the pairs fill the gaps at the end
     parts = [("map", k) for k in range(m)] + [("pair", k) for k in range(len(pairs))]
-    workers_used = _part_workers(workers, len(parts), target.n_samples, refs)
+    workers_used = _part_workers(workers, len(parts), target.n_samples, refs, otdd_cfg)
     outputs = run_in_threads(run_part, parts, workers_used)
     maps: list[FittedMap[Any]] = outputs[:m]
     between: dict[tuple[int, int], torch.Tensor] = dict(zip(pairs, outputs[m:], strict=True))

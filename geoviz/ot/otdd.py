@@ -98,7 +98,7 @@ import torch
 
 from geoviz.backend import DiskCache, check_memory, resolve_device
 from geoviz.data.dataset import LabeledDataset
-from geoviz.errors import BlurWarning, GeovizError
+from geoviz.errors import BlurWarning, GeovizError, ResourceError
 from geoviz.ot.geometry import CostGeometry, PointCloudCost
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd_batches import BatchOut, BatchSolve, reference_columns, run_batches
@@ -144,7 +144,13 @@ def _block_cost(cloud: PointCloudCost, *, stream: bool, what: str) -> CostGeomet
         block = min(64 * 2**20, n * m * item)  # one row block of the cost
         check_memory(block, cloud.device, f"the streamed {what}")
         return cloud
-    check_memory(n * m * item, cloud.device, f"the {what} ({n} x {m})")
+    try:
+        check_memory(n * m * item, cloud.device, f"the {what} ({n} x {m})")
+    except ResourceError as err:
+        raise ResourceError(
+            f"{err}; or solve it as one problem in bounded memory with stream_reference=True "
+            "(CLI: --stream)"
+        ) from None
     return cloud.stored()
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from geoviz import limits
-from geoviz.backend import check_memory, resolve_device, resolve_dtype
+from geoviz.backend import available_memory_bytes, check_memory, resolve_device, resolve_dtype
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.ot.geometry import PointCloudCost
@@ -56,11 +56,8 @@ BLUR_NEIGHBOURS = 10.0
 N_NEIGHBOURS = 8
 
 
-#: the sparse kernel's default cap per row when the cost is streamed (full size): at the
-#: default epsilon a mapped point averages 2-5 reference points, so 256 candidates per row
-#: leave a dropped mass that the verification measures as negligible (benchmarks/README.md,
-#: "Full size"), in 60,000 x 256 x 72 bytes = 1.1 GB
-STREAMED_SUPPORT_PER_ROW = 256
+#: the sparse kernel's default cap per row when the cost is streamed (full size)
+STREAMED_SUPPORT_PER_ROW = limits.STREAMED_SUPPORT_PER_ROW
 
 
 @dataclass(frozen=True)
@@ -227,6 +224,13 @@ class OTDDConfig:
         if self.support_per_row is not None:
             return int(self.support_per_row)
         return STREAMED_SUPPORT_PER_ROW if self.stream_reference else None
+
+    def fits_stored(self, n_q: int, n_p: int) -> bool:
+        """Whether one problem of ``n_q x n_p`` can store its cost (and a dense kernel
+        buffer) on :attr:`device`; if not, ``stream_reference=True`` solves it in bounded
+        memory (:func:`~geoviz.backend.check_memory`'s rule: twice the bytes must be free)."""
+        free = available_memory_bytes(resolve_device(self.device))
+        return free is None or 2 * 2 * n_q * n_p * itemsize(resolve_dtype(self.dtype)) <= free
 
     def cache_params(self) -> dict[str, Any]:
         """Parameters that determine the numbers (everything but where they run)."""

@@ -192,12 +192,17 @@ class _SupportSource:
         self.use_candidates = geom.matrix is None and policy.max_per_row is not None
         self.candidates: Candidates | None = None
 
+    @property
+    def candidates_k(self) -> int | None:
+        """Candidates per row (``None`` when supports are chosen by full passes)."""
+        if not self.use_candidates or self.policy.max_per_row is None:
+            return None
+        return _CANDIDATES_PER_CAP * self.policy.max_per_row
+
     def refresh(self, G: torch.Tensor, eps: float) -> None:
-        """Find the candidates again around the column potential ``G`` (one pass)."""
-        assert self.policy.max_per_row is not None
-        self.candidates = Candidates.scan(
-            self.geom, G, eps, _CANDIDATES_PER_CAP * self.policy.max_per_row
-        )
+        """Find the candidates around the column potential ``G`` (one pass)."""
+        assert self.candidates_k is not None
+        self.candidates = Candidates.scan(self.geom, G, eps, self.candidates_k)
 
     def choose(
         self,
@@ -555,6 +560,7 @@ class Sinkhorn:
                 log_b=loop.log_b,
                 measure=True,
                 max_per_row=policy.max_per_row,
+                candidates_k=source.candidates_k,
             )
             assert stats is not None and new_support is not None
             dense_err = float(
@@ -570,8 +576,8 @@ class Sinkhorn:
             check_sparse_memory(support.nnz, geom.device)
             kernel = SparseKernel(geom, loop.log_a, loop.log_b, policy.absorb_threshold, support)
             kernel.set_eps(eps)
-            if source.use_candidates:  # the potentials moved: look for candidates again
-                source.refresh(loop.G, eps)
+            if "candidate_cols" in stats:  # the potentials moved: the pass found new ones
+                source.candidates = Candidates.from_stats(stats)
             kernel, err = self._final_sparse_stage(
                 kernel, loop, geom, eps, self.tol * _SPARSE_TOL_FRACTION, left, source
             )
