@@ -307,6 +307,7 @@ def run_tasks(
     progress: Callable[[int, int], None] | None = None,
     on_result: Callable[[int, R], None] | None = None,
     connect_timeout: float | None = None,
+    memory_per_task: int | None = None,
 ) -> list[R]:
     """``[fn(item) for item in items]``, run as Ray tasks or sequentially.
 
@@ -334,6 +335,9 @@ def run_tasks(
     connect_timeout
         Seconds the cluster's port has to answer before it is refused
         (:func:`probe_ray_address`); ``None``: ``GEOVIZ_RAY_CONNECT_TIMEOUT``, else 30.
+    memory_per_task
+        Bytes of memory each Ray task reserves (Ray's ``memory`` resource: a node runs no
+        more tasks at once than its memory holds); ``None``: no reservation.
 
     Returns
     -------
@@ -369,7 +373,7 @@ def run_tasks(
         # "auto" means Ray when it works here: a machine where it cannot start still computes
         warnings.warn(f"{err}; running the tasks sequentially", RuntimeWarning, stacklevel=2)
         return _run_sequential(fn, items, progress, on_result)
-    return _run_ray(fn, items, num_gpus_per_task, progress, on_result)
+    return _run_ray(fn, items, num_gpus_per_task, progress, on_result, memory_per_task)
 
 
 def _ray_ready(address: str | None, connect_timeout: float | None) -> None:
@@ -417,12 +421,31 @@ def _run_ray(
     num_gpus_per_task: float | None,
     progress: Callable[[int, int], None] | None,
     on_result: Callable[[int, R], None] | None,
+    memory_per_task: int | None = None,
 ) -> list[R]:
     ray = _import_ray()
     if ray is None:  # pragma: no cover - resolve_backend checked it
         raise GeovizError(_RAY_MISSING)
     gpus = _default_gpus() if num_gpus_per_task is None else float(num_gpus_per_task)
-    remote = ray.remote(num_gpus=gpus)(_call)
+    options: dict[str, Any] = {"num_gpus": gpus}
+    if memory_per_task is not None:
+        # a task no node can hold would wait forever: refuse it in one sentence instead
+        largest = max(
+            (
+                float(node.get("Resources", {}).get("memory", 0.0))
+                for node in ray.nodes()
+                if node.get("Alive")
+            ),
+            default=0.0,
+        )
+        if largest and memory_per_task > largest:
+            raise GeovizError(
+                f"each task needs about {memory_per_task / 2**30:.1f} GiB of memory, but the "
+                f"largest node of the Ray cluster offers {largest / 2**30:.1f} GiB; use smaller "
+                "batches (--batch-size) or a node with more memory"
+            )
+        options["memory"] = int(memory_per_task)
+    remote = ray.remote(**options)(_call)
     fn_ref = ray.put(fn)
     refs = [remote.remote(fn_ref, item) for item in items]
     position = {ref: i for i, ref in enumerate(refs)}

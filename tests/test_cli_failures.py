@@ -62,6 +62,7 @@ BAD = [
     (["distance", *REFS_2D, "--backend", "sequential"], "--backend"),
     (["distance", *REFS_2D, "--bootstrap", "50", "--backend", "ray"], "--backend"),
     (["distance", *REFS_2D, "--ray-address", "127.0.0.1:1"], "--ray-address"),
+    (["distance", *REFS_2D, "--batch-size", "20", "--stream"], "--stream"),
     (["distance", *REFS_2D, "--neural-preset", "tiny"], "--neural-preset"),
     (["distance", *REFS_2D, "--neural-iterations", "5"], "--neural-iterations"),
     (["distance", *REFS_2D, "--encoder-preset", "tiny"], "--encoder-preset"),

@@ -49,6 +49,41 @@ def test_workers_give_the_same_distances(capsys):
     assert capsys.readouterr().out == serial
 
 
+def _otdd_column(out: str) -> dict[str, float]:
+    """Each map's OTDD from the maps table (the first number after the reference's name)."""
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 8 and parts[0] in ("chessboard", "gmm2d") and parts[-2] == "converged":
+            rows[parts[0]] = float(parts[1])
+    return rows
+
+
+def test_stream_solves_the_same_one_problem(capsys):
+    """``--stream`` (the full-size solver) against the stored cost: the same OTDD values
+    to the solver's tolerance and the same a_hat to 3 decimals."""
+    assert main(["project", *REFS_2D, "--no-cache"]) == 0
+    stored = capsys.readouterr().out
+    assert main(["project", *REFS_2D, "--no-cache", "--stream"]) == 0
+    streamed = capsys.readouterr().out
+    a, b = _otdd_column(stored), _otdd_column(streamed)
+    assert set(a) == {"chessboard", "gmm2d"} and set(b) == set(a)
+    for name in a:
+        assert b[name] == pytest.approx(a[name], rel=1e-3)
+    for name, value in _a_hat(stored).items():
+        assert _a_hat(streamed)[name] == pytest.approx(value, abs=2e-3)
+
+
+def test_batches_run_in_order_and_say_so(capsys):
+    """``--batch-size`` with the sequential engine: the maps come from 3 batches each."""
+    assert (
+        main(["distance", *REFS_2D, "--no-cache", "--batch-size", "16", "--backend", "sequential"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert set(_otdd_column(out)) == {"chessboard", "gmm2d"}
+
+
 def test_project_exports_p_a_hat(tmp_path, capsys):
     out_path = tmp_path / "synth.npz"
     assert main(["project", *REFS_2D, "--out", str(out_path)]) == 0

@@ -280,8 +280,12 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help(sys.stderr)
         return 2
     # process-wide torch settings, once per process, here at the entry point (the library
-    # sets none): one intra-op thread suits the small networks, subnormals flushed
-    configure_torch(threads=CPU_TRAIN_THREADS, flush_denormal=True)
+    # sets none): one intra-op thread suits the small networks, subnormals flushed; a
+    # command of large GEMMs (the OTDD's costs) sets torch_threads=None to keep every core
+    threads = getattr(args, "torch_threads", CPU_TRAIN_THREADS)
+    if getattr(args, "method", None) == "neural":  # small networks, like the transfer CLI's
+        threads = CPU_TRAIN_THREADS
+    configure_torch(threads=threads, flush_denormal=True)
     try:
         # the environment is read here, once per command (GEOVIZ_DEVICE, GEOVIZ_CACHE_DIR,
         # ...); MemoryError / allocator failures anywhere in a command become a ResourceError

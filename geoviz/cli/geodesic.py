@@ -870,4 +870,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 "--out", required=True, help="CSV file (columns a_<ref>..., objective)"
             )
             parser.add_argument("--overwrite", action="store_true", help="replace an existing CSV")
-        parser.set_defaults(func=handler)
+        # the OTDD's cost passes are GEMMs that use every core (neural maps: see _cmd_*)
+        parser.set_defaults(func=handler, torch_threads=None)

@@ -11,6 +11,7 @@ It prints the table, the time, and the ``geoviz project`` command on the ``--top
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from geoviz import limits
@@ -55,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--top", type=positive_int, default=3, help="references named in the suggested command"
     )
-    parser.set_defaults(func=_cmd_screen)
+    parser.set_defaults(func=_cmd_screen, torch_threads=None)
 
 
 def _cmd_screen(args: argparse.Namespace) -> int:
@@ -93,6 +94,10 @@ def _cmd_screen(args: argparse.Namespace) -> int:
         loaded = load_spec_datasets(spec, distinct_names=True)
         target = loaded.target
         datasets += list(loaded.references)
+    # the table and the suggested command name each candidate as the user typed it
+    datasets = [
+        dataclasses.replace(ds, name=typed) for ds, typed in zip(datasets, refs, strict=True)
+    ]
     space, choice = space_of(config, get_cache(), [target, *datasets])
     fitted = space.fit([target, *datasets]) if space.name != "pixels" else None
     if fitted is not None:

@@ -442,6 +442,7 @@ def select_support(
     measure: bool = False,
     max_per_row: int | None = None,
     candidates_k: int | None = None,
+    cover_columns: bool = True,
 ) -> tuple[Support | None, dict[str, torch.Tensor] | None]:
     """One pass over the cost choosing the entries of the truncated kernel.
 
@@ -464,7 +465,9 @@ def select_support(
     With ``measure`` and ``candidates_k`` the same pass also finds each row's
     ``candidates_k`` best columns (:class:`Candidates`, returned in the statistics as
     ``"candidates"``, a :meth:`Candidates.to_stats` dictionary), so a failed verification
-    needs no further pass to look for them.
+    needs no further pass to look for them. ``cover_columns=False`` (a support for some
+    rows only, added to one that covers the columns) skips the entry every column otherwise
+    keeps.
     """
     n, m = geom.shape
     dev = G.device
@@ -534,7 +537,7 @@ def select_support(
     cols = torch.cat(cols_l)
     cost = torch.cat(cost_l)
     covered = torch.bincount(cols, minlength=m) > 0
-    if not bool(covered.all()):
+    if cover_columns and not bool(covered.all()):
         # every column needs an entry: its best row (smallest cost, or largest (F_i - C_ij)/eps)
         missing = (~covered).nonzero().squeeze(1)
         cm = geom.subset(None, missing).dense()  # (n, k)

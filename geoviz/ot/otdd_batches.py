@@ -184,6 +184,23 @@ class BatchSolve:
     cache: DiskCache | None = None
     cache_params: dict[str, Any] | None = None
 
+    def task_memory_bytes(self) -> int:
+        """What one batch holds in its worker: both datasets, and the batch's stored cost
+        and dense kernel (``B x N_ref``, twice, with room for temporaries), or its
+        streamed row blocks and support."""
+        config = self.config
+        item = 8 if config.dtype == "float64" else 4
+        rows = max(len(r) for r in self.rows)
+        cols = config.reference_subsample or self.reference.n_samples
+        cols = min(cols, self.reference.n_samples)
+        data = (self.target.n_samples + self.reference.n_samples) * self.target.n_features * 4
+        if config.stream_reference:
+            per_row = config.max_support_per_row or cols
+            solve = rows * min(per_row, cols) * 100 + 512 * cols * item * 4
+        else:
+            solve = 3 * rows * cols * item
+        return int(data + solve)
+
     @property
     def rows(self) -> tuple[np.ndarray, ...]:
         return batch_rows(self.config, self.target.n_samples)
@@ -319,5 +336,6 @@ def run_batches(
         address=solve.config.ray_address,
         progress=progress,
         on_result=lambda _i, out: on_result(out),
+        memory_per_task=solve.task_memory_bytes(),
     )
     return n_batches

@@ -122,6 +122,9 @@ _STAGE_TRUNCATION = 10.0
 _SPARSE_TOL_FRACTION = 0.5
 #: candidates per row found in one pass for each entry a streamed support may keep
 _CANDIDATES_PER_CAP = 2
+#: after each failed verification, the rows whose mass spreads beyond the cap per row get
+#: this many times more entries (the rest keep the cap)
+_WIDE_GROWTH = 4
 #: the final sparse stage re-selects its support once the error is below this
 _RESELECT_TOL = 1e-3
 #: iterations without the error halving after which the support is re-selected
@@ -191,6 +194,11 @@ class _SupportSource:
         self.geom, self.policy = geom, policy
         self.use_candidates = geom.matrix is None and policy.max_per_row is not None
         self.candidates: Candidates | None = None
+
+    @property
+    def capped(self) -> bool:
+        """Whether supports keep at most a fixed number of entries per row."""
+        return self.policy.max_per_row is not None and self.policy.max_per_row < self.geom.shape[1]
 
     @property
     def candidates_k(self) -> int | None:
@@ -548,7 +556,7 @@ class Sinkhorn:
         geom, eps, policy = problem.geometry, problem.epsilon_abs, self.kernel
         n, m = geom.shape
         truncated_mass = 0.0
-        for _ in range(_MAX_VERIFY):
+        for attempt in range(_MAX_VERIFY):
             new_support, stats = select_support(
                 geom,
                 loop.G,
@@ -573,6 +581,11 @@ class Sinkhorn:
             if err <= self.tol or left <= 0:
                 break
             support = kernel.support.union(new_support)
+            if policy.max_per_row is not None and policy.max_per_row < m:
+                wide = self._wide_rows(kernel, loop, stats["rows"], n)
+                cap = min(m, policy.max_per_row * _WIDE_GROWTH ** (attempt + 1))
+                support = support.union(self._rows_support(geom, loop, eps, wide, cap))
+            del kernel, new_support  # the old kernel's buffers go before the new one's
             check_sparse_memory(support.nnz, geom.device)
             kernel = SparseKernel(geom, loop.log_a, loop.log_b, policy.absorb_threshold, support)
             kernel.set_eps(eps)
@@ -582,6 +595,38 @@ class Sinkhorn:
                 kernel, loop, geom, eps, self.tol * _SPARSE_TOL_FRACTION, left, source
             )
         return kernel, err, truncated_mass
+
+    def _wide_rows(
+        self, kernel: SparseKernel, loop: Loop, dense_rows: torch.Tensor, n: int
+    ) -> torch.Tensor:
+        """Rows whose dense plan holds more than ``tol / (4 n)`` outside the support: the
+        rows whose mass spreads over more reference points than the cap keeps."""
+        inside = torch.zeros(n, dtype=torch.float64, device=dense_rows.device).index_add_(
+            0, kernel.rows, kernel.plan_values(loop.F, loop.G)
+        )
+        return ((dense_rows - inside) > self.tol / (4 * n)).nonzero().squeeze(1)
+
+    def _rows_support(
+        self, geom: CostGeometry, loop: Loop, eps: float, rows: torch.Tensor, cap: int
+    ) -> Support:
+        """The support of ``rows`` alone with ``cap`` entries each (one pass over those rows)."""
+        n, m = geom.shape
+        if rows.numel() == 0:
+            return Support(rows, rows, torch.empty(0, dtype=geom.dtype, device=rows.device), (n, m))
+        part, _ = select_support(
+            geom.subset(rows, None),
+            loop.G,
+            eps,
+            self.kernel.truncation,
+            rows.numel() * m + m,
+            F=loop.F[rows],
+            log_a=loop.log_a[rows],
+            log_b=loop.log_b,
+            max_per_row=cap,
+            cover_columns=False,
+        )
+        assert part is not None
+        return Support(rows[part.rows], part.cols, part.cost, (n, m))
 
     def _final_sparse_stage(
         self,
@@ -616,6 +661,10 @@ class Sinkhorn:
             if err <= phase_tol:
                 phase_tol = stage_tol  # the planned re-selection
             elif grown.support.nnz == kernel.support.nnz:
+                if source.capped:
+                    # the cap per row may be what stalls: the verification pass measures
+                    # which rows spread wider and widens them (_verify_sparse)
+                    return kernel, err
                 window *= 2  # complete support, slow convergence: check less often
             kernel = grown
         return kernel, err
