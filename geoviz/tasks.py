@@ -202,6 +202,9 @@ def _grpc_answers(host: str, port: int, timeout: float) -> str | None:
                     if not chunk:
                         break
                     head += chunk
+        except TimeoutError:  # the socket's own timeout: the same sentence as the join's
+            result.append(f"no answer within {timeout:g} s")
+            return
         except OSError as err:
             result.append(str(err.strerror or type(err).__name__).lower())
             return
