@@ -125,7 +125,8 @@ def _yardstick(n: int) -> list[dict]:
     code = f"""
 import json, resource, time, numpy as np, torch, ot
 from geoviz.data.dataset import LabeledDataset
-from geoviz.features.choice import choose_space
+from geoviz.backend import get_cache
+from geoviz.geodesic.pipeline import GeodesicConfig, space_of
 from geoviz.ot.otdd import OTDDConfig, otdd
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd_cost import mean_ground_cost
@@ -136,8 +137,8 @@ def load(name):
     return LabeledDataset(torch.from_numpy(x.astype(np.float32) / 255), torch.from_numpy(z['y_train'][:n]),
                           tuple(str(c) for c in z['classes']), name=name, image_shape=(1, 28, 28))
 q, p = load('mnist'), load('fashion_mnist')
-choice = choose_space([q, p])
-space = choice.space.fit([q, p])
+space, choice = space_of(GeodesicConfig(), get_cache(), [q, p])
+space = space.fit([q, p])
 q, p = space.transform(q), space.transform(p)
 cfg = OTDDConfig()
 rows = []
@@ -157,7 +158,7 @@ err = float((plan.sum(1) - a).abs().sum() + (plan.sum(0) - b).abs().sum())
 perp = torch.exp(-(torch.special.xlogy(plan * n, plan * n)).sum(1)).median()
 rows.append(dict(name=f'POT sinkhorn_log, {{n}} x {{n}}', seconds=sec, otdd=float((plan * c).sum()),
                  error=err, converged=err <= 1e-4, iterations=None, neighbours=float(perp)))
-print('JSON' + json.dumps(dict(rows=rows, space=choice.space.name, peak=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))
+print('JSON' + json.dumps(dict(rows=rows, space=space.name, peak=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))
 """
     run = _run([sys.executable, "-c", code])
     if run["rc"] != 0:

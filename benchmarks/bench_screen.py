@@ -30,10 +30,10 @@ import numpy as np
 import torch
 from scipy.stats import kendalltau, spearmanr
 
-from geoviz.backend import configure_torch
+from geoviz.backend import configure_torch, get_cache
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
-from geoviz.features.choice import choose_space
+from geoviz.geodesic.pipeline import GeodesicConfig, space_of
 from geoviz.ot.otdd import OTDDConfig, otdd
 from geoviz.ot.sliced import screen_references
 
@@ -108,8 +108,8 @@ def main() -> None:
         q = _load(target_name, args.n)
         refs = candidates(args.n, target_name)
         sets = harmonize([q, *refs], size=28)
-        choice = choose_space(sets)
-        space = choice.space.fit(sets)
+        space, _choice = space_of(GeodesicConfig(), get_cache(), sets)
+        space = space.fit(sets)
         q, refs = space.transform(sets[0]), [space.transform(ds) for ds in sets[1:]]
         rows, screen_s = screen_references(q, refs)
         start = time.perf_counter()

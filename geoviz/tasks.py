@@ -73,6 +73,8 @@ Backend = Literal["auto", "ray", "sequential"]
 #: The accepted values of ``backend``.
 BACKENDS: tuple[str, ...] = ("auto", "ray", "sequential")
 
+_RAY_INIT_LOCK = threading.Lock()
+
 _RAY_MISSING = (
     "the Ray backend needs the optional dependency ray: pip install 'geoviz[ray]' "
     "(or use backend='sequential')"
@@ -390,6 +392,13 @@ def _ray_ready(address: str | None, connect_timeout: float | None) -> None:
     ray = _import_ray()
     if ray is None:  # pragma: no cover - resolve_backend checked it
         raise GeovizError(_RAY_MISSING)
+    # several threads of one fit (the maps of a geodesic) may each start their tasks:
+    # one of them starts Ray, the others find it started
+    with _RAY_INIT_LOCK:
+        _ray_start(ray, address, connect_timeout)
+
+
+def _ray_start(ray: Any, address: str | None, connect_timeout: float | None) -> None:
     if ray.is_initialized():
         return
     probe_ray_address(address, connect_timeout)

@@ -317,3 +317,39 @@ def test_ctrl_c_while_parts_run_leaves_without_waiting_for_them():
         assert finished == []  # out before the running parts ended
     finally:
         release.set()
+
+
+def test_threads_that_start_ray_together_start_it_once(monkeypatch):
+    """The maps of one geodesic run on threads and each submits its batches: Ray is
+    started by one of them (``ray.init`` twice at once fails inside Ray)."""
+    import types
+
+    from geoviz import tasks
+
+    started: list[int] = []
+    fake = types.ModuleType("ray")
+
+    def init(**_kwargs):
+        if started:
+            raise AssertionError("Perhaps you called ray.init twice by accident?")
+        time.sleep(0.2)  # a start takes a while: the other thread arrives meanwhile
+        started.append(1)
+
+    fake.is_initialized = lambda: bool(started)
+    fake.init = init
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            tasks._ray_ready(None, None)
+        except BaseException as err:  # pragma: no cover - the failure this test looks for
+            errors.append(err)
+
+    threads = [threading.Thread(target=start) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and started == [1]
