@@ -46,14 +46,22 @@ DATA_DIR = Path(os.environ.get("GEOVIZ_NIST_DIR", ROOT / ".." / "shared" / "data
 ROWS = ("one", "batched", "ray", "yardstick")
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None) -> dict:
-    """Run ``cmd``; its wall time, peak RSS (GiB), exit status and output tail."""
+def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float | None = None) -> dict:
+    """Run ``cmd``; its wall time, peak RSS (GiB), exit status and output tail (killed after
+    ``timeout`` seconds: exit status -9)."""
+    import threading
+
     start = time.perf_counter()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
     )
+    timer = threading.Timer(timeout, proc.kill) if timeout else None
+    if timer is not None:
+        timer.start()
     assert proc.stdout is not None
     out = proc.stdout.read()
+    if timer is not None:
+        timer.cancel()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return {
@@ -120,7 +128,7 @@ def _labels_of(path: Path):
         return {k: z[k] for k in keys}
 
 
-def _yardstick(n: int) -> list[dict]:
+def _yardstick(n: int, pot_timeout: float) -> list[dict]:
     """POT and geoviz on the same n x n problem in the default space, same eps_abs."""
     code = f"""
 import json, resource, time, numpy as np, torch, ot
@@ -147,6 +155,7 @@ res = otdd(q, p, cfg, barycentric=True, keep_coupling=False)
 rows.append(dict(name=f'geoviz stored, {{n}} x {{n}}', seconds=time.perf_counter() - t,
                  otdd=res.cost, error=res.marginal_error, converged=res.converged,
                  iterations=res.n_iter, neighbours=res.effective_neighbours))
+print('GEOVIZ' + json.dumps(rows[0]), flush=True)
 lab = res.label_distances
 c = cfg.cost_geometry(q, p, lab).stored().matrix
 eps = res.epsilon_abs
@@ -160,9 +169,23 @@ rows.append(dict(name=f'POT sinkhorn_log, {{n}} x {{n}}', seconds=sec, otdd=floa
                  error=err, converged=err <= 1e-4, iterations=None, neighbours=float(perp)))
 print('JSON' + json.dumps(dict(rows=rows, space=space.name, peak=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))
 """
-    run = _run([sys.executable, "-c", code])
-    if run["rc"] != 0:
+    run = _run([sys.executable, "-c", code], timeout=pot_timeout)
+    if "GEOVIZ" not in run["output"]:
         return [{"name": "yardstick", "failed": run["output"][-2000:]}]
+    geoviz_row = json.loads(run["output"].split("GEOVIZ", 1)[1].splitlines()[0])
+    if run["rc"] != 0 or "JSON" not in run["output"]:
+        pot = {
+            "name": f"POT sinkhorn_log, {n} x {n}: killed after {pot_timeout:.0f} s"
+            if run["rc"] == -9
+            else f"POT failed: {run['output'][-300:]!r}",
+            "seconds": float("nan"),
+            "otdd": float("nan"),
+            "error": float("nan"),
+            "converged": False,
+            "iterations": None,
+            "neighbours": float("nan"),
+        }
+        return [geoviz_row, pot]
     payload = json.loads(run["output"].split("JSON", 1)[1])
     return payload["rows"]
 
@@ -174,6 +197,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=60000, help="samples per dataset (default 60000)")
     parser.add_argument("--batch-size", type=int, default=10000)
     parser.add_argument("--yardstick-n", type=int, default=10000)
+    parser.add_argument("--pot-timeout", type=float, default=600.0, help="seconds POT may run")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"subset of {','.join(ROWS)}")
     args = parser.parse_args()
     rows = [r for r in args.rows.split(",") if r]
@@ -232,7 +256,7 @@ def main() -> None:
             "| median neighbours |"
         )
         print("|---|---:|---:|---:|---|---:|---:|")
-        for r in _yardstick(args.yardstick_n):
+        for r in _yardstick(args.yardstick_n, args.pot_timeout):
             if "failed" in r:
                 print(f"| yardstick failed: {r['failed'][-300:]!r} |")
                 continue

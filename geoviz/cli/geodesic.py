@@ -217,7 +217,10 @@ def add_bootstrap_args(parser: argparse.ArgumentParser) -> None:
         help="q-resample (default) or refit: Q and every reference drawn again and the maps "
         "refitted, each replicate one task (about one fit each)",
     )
-    add_backend_args(parser, "each bootstrap refit and each OTDD batch (--batch-size)")
+    add_backend_args(
+        parser,
+        "each bootstrap refit and each OTDD batch (--batch-size; batches: sequential unless --backend or --ray-address is given)",
+    )
 
 
 def add_feature_args(parser: argparse.ArgumentParser) -> None:
@@ -446,8 +449,11 @@ def _otdd_config(args: argparse.Namespace) -> OTDDConfig:
         if value is not None and key in names
     }
     if args.batch_size is not None:
-        changes["backend"] = args.backend or "auto"
-        changes["ray_address"] = ray_address(args)
+        # Ray only when asked for (--backend, --ray-address or $RAY_ADDRESS): an embedded
+        # cluster started inside a caller's process ends that process if it dies
+        address = ray_address(args)
+        changes["backend"] = args.backend or ("ray" if address else "sequential")
+        changes["ray_address"] = address
     elif args.stream or not base.fits_stored(args.n, args.n):
         changes["stream_reference"] = True
     return dataclasses.replace(base, **changes)
