@@ -201,8 +201,8 @@ class BatchSolve:
             solve = 3 * rows * cols * item
         return int(data + solve)
 
-    @property
-    def rows(self) -> tuple[np.ndarray, ...]:
+    @functools.cached_property
+    def rows(self) -> tuple[np.ndarray, ...]:  # one seeded shuffle, not one per batch
         return batch_rows(self.config, self.target.n_samples)
 
     def __call__(self, bi: int) -> BatchOut:
