@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+
+
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(getattr(ray, "is_initialized", lambda: False)())
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_ray_cluster(request):
+    """A test that starts Ray in this process without a ``ray_cluster`` fixture fails (and
+    the cluster is shut down): an embedded cluster left running ends the whole test run
+    when its GCS dies later ("Failed to connect to GCS within 60 seconds")."""
+    before = _ray_running()
+    yield
+    if before or "ray_cluster" in request.fixturenames or not _ray_running():
+        return
+    sys.modules["ray"].shutdown()
+    pytest.fail("this test started a Ray cluster inside the test process and left it running")
 
 
 @pytest.fixture(autouse=True)

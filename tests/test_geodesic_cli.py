@@ -383,9 +383,27 @@ def test_existing_outputs_are_refused_before_the_fit(tmp_path, capsys, no_loadin
 
 
 def test_batch_size_selects_the_batched_otdd_mode(capsys):
-    assert main(["distance", *REFS_2D, "--batch-size", "16"]) == 0
+    assert main(["distance", *REFS_2D, "--batch-size", "16", "--no-cache"]) == 0
     out = capsys.readouterr().out
     assert "(2,Q) matrix" in out and "neighbours" in out
+
+
+def test_batches_run_in_this_process_unless_ray_is_asked_for(monkeypatch):
+    """An embedded Ray cluster started inside the caller's process ends that process when
+    its GCS dies (it ended the test run in CI): batches are sequential unless --backend,
+    --ray-address or $RAY_ADDRESS asks for Ray."""
+    import geoviz.tasks as tasks
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    started = []
+
+    def no_ray(*args, **kwargs):
+        started.append(args)
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(tasks, "_ray_start", no_ray)
+    assert main(["distance", *REFS_2D, "--batch-size", "16", "--no-cache"]) == 0
+    assert started == []
 
 
 def test_out_of_memory_refusal_names_the_batch_size_flag(capsys, monkeypatch):

@@ -350,8 +350,8 @@ def _check_paths(args: argparse.Namespace) -> None:
 def check_args(args: argparse.Namespace) -> None:
     """Check every option of ``distance`` / ``project`` / ``grid`` before any work.
 
-    Sets ``args.checked_weights`` (the ``--weights`` on the simplex, or ``None``), and the
-    defaults of the options declared with ``default=None`` (:data:`_DEFAULTS`).
+    Sets ``args.checked_weights`` (the ``--weights`` on the simplex, or ``None``),
+    ``args.backend_given`` (whether ``--backend`` was typed), and the defaults of the options declared with ``default=None`` (:data:`_DEFAULTS`).
 
     Raises
     ------
@@ -362,6 +362,7 @@ def check_args(args: argparse.Namespace) -> None:
         :class:`~geoviz.errors.ExportExistsError` for an existing ``--out``.
     """
     given = given_options(args, _DEFAULTS)
+    args.backend_given = "backend" in given
     _check_paths(args)
     m = len(args.refs)
     if m < 2:
@@ -452,7 +453,11 @@ def _otdd_config(args: argparse.Namespace) -> OTDDConfig:
         # Ray only when asked for (--backend, --ray-address or $RAY_ADDRESS): an embedded
         # cluster started inside a caller's process ends that process if it dies
         address = ray_address(args)
-        changes["backend"] = args.backend or ("ray" if address else "sequential")
+        # (check_args fills in --backend's default "auto": only a given one counts)
+        given_backend = getattr(args, "backend_given", args.backend is not None)
+        changes["backend"] = (
+            args.backend if given_backend else ("ray" if address else "sequential")
+        )
         changes["ray_address"] = address
     elif args.stream or not base.fits_stored(args.n, args.n):
         changes["stream_reference"] = True
