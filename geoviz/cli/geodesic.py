@@ -455,9 +455,7 @@ def _otdd_config(args: argparse.Namespace) -> OTDDConfig:
         address = ray_address(args)
         # (check_args fills in --backend's default "auto": only a given one counts)
         given_backend = getattr(args, "backend_given", args.backend is not None)
-        changes["backend"] = (
-            args.backend if given_backend else ("ray" if address else "sequential")
-        )
+        changes["backend"] = args.backend if given_backend else ("ray" if address else "sequential")
         changes["ray_address"] = address
     elif args.stream or not base.fits_stored(args.n, args.n):
         changes["stream_reference"] = True
