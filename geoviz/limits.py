@@ -202,3 +202,9 @@ def check_grid(resolution: Any, m: int, *, error: type[GeovizError] = GeovizErro
 #: row leave a dropped mass the verification measures as negligible (benchmarks/README.md,
 #: "Full size"), in 60,000 x 256 x 72 bytes = 1.1 GB
 STREAMED_SUPPORT_PER_ROW = 256
+
+#: one OTDD problem with more cost entries than this is streamed on every machine (its
+#: stored float32 cost would take 4 GB, with a dense kernel buffer as large again): a
+#: rule by size, not by free memory, so the CLI and the app choose the same solve and
+#: find each other's full-size fits in the disk cache (``OTDDConfig.sized_for``)
+STREAM_ABOVE_ENTRIES = 1_000_000_000

@@ -438,3 +438,53 @@ def test_links_name_feature_spaces_never_paths():
     assert "features" not in old._key_dict()
     # the default space is part of the key (issue 33)
     assert default_scenario(AppSettings(n_default=200))._key_dict()["features"] == "auto"
+
+
+def test_readable_query_round_trips_and_reads_like_a_token():
+    """The CLI's ``app`` line names a scenario in plain fields (issue 34)."""
+    from geoviz.app.links import scenario_from_query, scenario_query
+
+    scenario = Scenario(
+        DatasetChoice("mnist"),
+        (DatasetChoice("usps"), DatasetChoice("kmnist")),
+        n_target=500,
+        n_reference=500,
+        image_size=28,
+        seed=3,
+        epsilon=0.002,
+    )
+    query = scenario_query(scenario)
+    assert query["refs"] == "usps,kmnist" and query["n"] == "500"
+    assert scenario_from_query(query) == scenario
+    # served datasets (a "/" in the name) keep their source
+    served = scenario_from_query({"target": "digits/mnist.npz", "refs": "usps,kmnist"})
+    assert served.target.source == "server" and served.references[0].source == "registry"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"target": "mnist"}, "the link names no refs"),
+        ({"refs": "usps,kmnist"}, "the link names no target"),
+        ({"target": "mnist", "refs": "usps,kmnist", "n": "many"}, "the link's n is not a number"),
+        ({"target": "mnist", "refs": "usps,kmnist", "n": "5"}, "n_target"),
+        ({"target": "mnist", "refs": "usps,kmnist", "split": "all"}, "split must be"),
+        ({"target": "x" * 5000, "refs": "usps,kmnist"}, "too many"),
+        ({"target": "mnist", "refs": ",".join(["usps"] * 40)}, "reference datasets"),
+        ({"target": "mnist", "refs": "usps,kmnist", "epsilon": "1e9"}, "epsilon"),
+    ],
+)
+def test_readable_query_refusals_are_one_sentence(params, message):
+    from geoviz.app.links import scenario_from_query
+
+    with pytest.raises(DatasetError) as err:
+        scenario_from_query(params)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_readable_link_with_a_bad_field_keeps_the_session_scenario():
+    model = SessionModel({}, AppSettings(n_default=100))
+    before = model.scenario
+    problems = model.restore({"target": "mnist", "refs": "usps", "n": "200"})
+    assert model.scenario == before
+    assert len(problems) == 1 and problems[0].startswith("The link's scenario could not be read")

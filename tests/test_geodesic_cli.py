@@ -573,3 +573,114 @@ def test_default_space_is_chosen_from_the_data_and_said_with_the_reason(tmp_path
     assert main(["project", *DIGITS, "--quiet", "--features", "pixels"]) == 0
     out = capsys.readouterr().out
     assert "space: pixels (named, not chosen automatically)" in out
+
+
+def test_a_full_size_problem_is_streamed_by_the_cli_and_the_app_alike():
+    """Both size a problem by its entry count (OTDDConfig.sized_for), so a full-size fit
+    of the CLI is the app's computation too, whatever memory each process sees."""
+    from geoviz.app.scenario import Scenario
+    from geoviz.cli.geodesic import _otdd_config
+    from geoviz.data.choice import DatasetChoice
+    from geoviz.limits import STREAM_ABOVE_ENTRIES
+    from geoviz.ot.otdd import OTDDConfig
+
+    full = 60_000
+    assert full * full > STREAM_ABOVE_ENTRIES
+    scenario = Scenario(
+        DatasetChoice("mnist"),
+        (DatasetChoice("usps"), DatasetChoice("kmnist")),
+        n_target=full,
+        n_reference=full,
+    )
+    app_otdd = scenario.spec().config.otdd
+    args = _parsed(["distance", "--target", "mnist", "--refs", "usps,kmnist", "--n", str(full)])
+    assert app_otdd.stream_reference and app_otdd == _otdd_config(args)
+    # small problems keep the stored cost; batches and streamed configs are left as they are
+    assert not OTDDConfig().sized_for(2000, 2000).stream_reference
+    batched = OTDDConfig(batch_size=100)
+    assert batched.sized_for(full, full) is batched
+
+
+def _parsed(argv):
+    import argparse
+
+    from geoviz.cli import geodesic
+
+    parser = argparse.ArgumentParser()
+    geodesic.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    geodesic.check_args(args)
+    return args
+
+
+def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
+    tmp_path, monkeypatch, capsys
+):
+    """Issue 34: the app opens a fit the CLI computed (server datasets, same options):
+    the link's scenario loads the same data and every map is found in the disk cache."""
+    import functools
+    import shutil
+    from pathlib import Path
+    from urllib.parse import parse_qs, urlparse
+
+    from geoviz.app import services
+    from geoviz.app.state import AppSettings, SessionModel
+    from geoviz.cli import geodesic
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.ot.sinkhorn import Sinkhorn
+
+    assets = Path(__file__).resolve().parents[1] / "assets" / "nist"
+    served = tmp_path / "digits"
+    served.mkdir()
+    for name in ("mnist", "usps", "fashion_mnist"):
+        shutil.copy(assets / f"{name}.npz", served / f"{name}.npz")
+    monkeypatch.setenv("GEOVIZ_DATA_DIRS", str(served))
+    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    fitted = []
+    fit = geodesic._fit
+    monkeypatch.setattr(geodesic, "_fit", lambda args: fitted.append(fit(args)) or fitted[-1])
+    paths = [str(served / f"{n}.npz") for n in ("mnist", "usps", "fashion_mnist")]
+    argv = ["distance", "--target", paths[0], "--refs", ",".join(paths[1:]), "--n", "60"]
+    assert main([*argv, "--quiet"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("app ")]
+    assert len(lines) == 1, lines
+    url = urlparse(lines[0].rsplit(" ", 1)[-1])
+    assert url.path == "/geodesic"
+    params = {k: v[0] for k, v in parse_qs(url.query).items()}
+    # the app reads the link as a visitor's browser gives it (SessionModel.restore)
+    model = SessionModel({}, AppSettings.from_env())
+    assert model.restore(params, load=functools.partial(services.scenario_data, model)) == []
+    scenario = model.scenario
+    assert [c.name for c in scenario.choices] == [
+        "digits/mnist.npz",
+        "digits/usps.npz",
+        "digits/fashion_mnist.npz",
+    ]
+    # the app's loading of the link's scenario, then its fit, with no solve allowed
+    data = services.scenario_data(model, scenario)
+
+    def no_solve(*args, **kwargs):
+        raise AssertionError("the app solved a problem the CLI had cached")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Sinkhorn, "__call__", no_solve)
+        opened = fit_geodesic(
+            data.target,
+            list(data.references),
+            services.geodesic_config(scenario),
+            cache=services.disk_cache(),
+        )
+    np.testing.assert_allclose(opened.w_between, fitted[0].w_between, rtol=1e-6)
+    np.testing.assert_allclose(opened.a_hat, fitted[0].a_hat, atol=1e-6)
+    # options the app cannot state give no link
+    assert main([*argv, "--quiet", "--lambda-x", "0.5"]) == 0
+    assert "app " not in capsys.readouterr().out
+
+
+def test_no_app_link_for_files_outside_the_served_folders(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("GEOVIZ_DATA_DIRS", raising=False)
+    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["distance", *REFS_2D]) == 0
+    out = capsys.readouterr().out
+    # registry datasets of a vector kind: the app's scenarios are image datasets here
+    assert "app " not in out

@@ -5,14 +5,17 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from geoviz import limits
-from geoviz.app.scenario import Scenario, _short
+from geoviz.app.scenario import MAX_NAME_CHARS, DatasetChoice, Scenario, _short
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights, weights_text
+from geoviz.ot.otdd import DEFAULT_EPSILON
+from geoviz.vocabulary import AUTO
 
 #: decimals of the weights the app computes with (the cache key uses the same numbers)
 WEIGHT_KEY_DECIMALS = ENTRY_DECIMALS
@@ -20,6 +23,9 @@ WEIGHT_KEY_DECIMALS = ENTRY_DECIMALS
 #: URL query parameter names
 QUERY_SCENARIO = "scenario"
 QUERY_WEIGHTS = "a"
+#: a readable scenario (the CLI's ``app`` line): ``target``, ``refs`` (comma-separated), ``n``,
+#: ``size``, ``seed``, ``epsilon``, ``features``, ``method``, ``split``
+QUERY_FIELDS = ("target", "refs", "n", "size", "seed", "epsilon", "features", "method", "split")
 #: McCann page: the reference index (0-based) and t
 QUERY_MCCANN_REF = "ref"
 QUERY_MCCANN_T = "t"
@@ -106,3 +112,100 @@ def scenario_from_token(token: str) -> Scenario:
     # made since name their space ("auto" since issue 33), so old links keep their meaning
     d.setdefault("features", "pixels")
     return Scenario.from_dict(d)
+
+
+def scenario_query(scenario: Scenario) -> dict[str, str]:
+    """The readable query of ``scenario`` (:data:`QUERY_FIELDS`), for registry and served
+    datasets without few-shot options; inverse of :func:`scenario_from_query`.
+
+    Raises
+    ------
+    DatasetError
+        A scenario the readable form cannot state (uploads, few-shot, neural budgets,
+        derived datasets): use :func:`scenario_to_token`.
+    """
+    plain = all(
+        c.source in ("registry", "server") and not c.options and c.seed is None
+        for c in scenario.choices
+    )
+    splits = {c.split for c in scenario.choices}
+    if (
+        not plain
+        or len(splits) != 1
+        or scenario.few_shot.enabled
+        or scenario.n_target != scenario.n_reference
+        or scenario.map_method != "barycentric"
+        or scenario.channels != "auto"
+    ):
+        raise DatasetError("this scenario has options a readable link cannot state")
+    return {
+        "target": scenario.target.name,
+        "refs": ",".join(r.name for r in scenario.references),
+        "n": str(scenario.n_target),
+        "size": str(scenario.image_size),
+        "seed": str(scenario.seed),
+        "epsilon": repr(float(scenario.epsilon)),
+        "features": scenario.features,
+        "method": scenario.map_method,
+        "split": splits.pop(),
+    }
+
+
+def scenario_from_query(params: Mapping[str, str]) -> Scenario:
+    """The scenario of a readable query (:data:`QUERY_FIELDS`; ``target`` and ``refs``
+    required). A name with a ``/`` is a served dataset (``<folder>/<path>``), others are
+    registry names. Every value is bounded before it is parsed and the scenario is checked
+    like any other (:class:`Scenario`).
+
+    Raises
+    ------
+    DatasetError
+        A missing, overlong or malformed field, or an invalid scenario, in one sentence.
+    """
+    values: dict[str, str] = {}
+    for name in QUERY_FIELDS:
+        raw = params.get(name)
+        if raw is None:
+            continue
+        text = str(raw).strip()
+        longest = (
+            (MAX_NAME_CHARS + 1) * (limits.MAX_REFERENCES + 1) if name == "refs" else MAX_NAME_CHARS
+        )
+        if len(text) > longest:
+            raise DatasetError(f"the link's {name} has {len(text):,} characters, too many")
+        values[name] = text
+    for needed in ("target", "refs"):
+        if not values.get(needed):
+            raise DatasetError(f"the link names no {needed}")
+    split = values.get("split", "train")
+    if split not in ("train", "test"):
+        raise DatasetError(f"the link's split must be 'train' or 'test', got {_short(split)}")
+
+    def choice(name: str) -> DatasetChoice:
+        return DatasetChoice(name, source="server" if "/" in name else "registry", split=split)
+
+    def number(name: str, kind: type[int] | type[float], default: Any) -> Any:
+        if name not in values:
+            return default
+        try:
+            return kind(values[name])
+        except ValueError:
+            raise DatasetError(
+                f"the link's {name} is not a number: {_short(values[name])}"
+            ) from None
+
+    refs = [r.strip() for r in values["refs"].split(",")]
+    if len(refs) > limits.MAX_REFERENCES:
+        raise DatasetError(f"at most {limits.MAX_REFERENCES} reference datasets, got {len(refs)}")
+    n = number("n", int, 2000)
+    return Scenario(
+        target=choice(values["target"]),
+        references=tuple(choice(r) for r in refs),
+        n_target=n,
+        n_reference=n,
+        image_size=number("size", int, 32),
+        seed=number("seed", int, 0),
+        epsilon=number("epsilon", float, DEFAULT_EPSILON),
+        features=values.get("features", AUTO),
+        map_method=values.get("method", "barycentric"),  # type: ignore[arg-type]
+    )

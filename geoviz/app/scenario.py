@@ -409,7 +409,11 @@ class Scenario:
                 channels=self.channels,
                 few_shot=self.few_shot if self.few_shot.enabled else None,
                 config=GeodesicConfig(
-                    otdd=OTDDConfig(epsilon=float(self.epsilon), seed=int(self.seed)),
+                    # sized like the CLI's problems: a full-size fit the CLI computed is
+                    # found in the disk cache (OTDDConfig.sized_for)
+                    otdd=OTDDConfig(epsilon=float(self.epsilon), seed=int(self.seed)).sized_for(
+                        self.n_target, self.n_reference
+                    ),
                     method=self.map_method,
                     neural=self.neural_preset,
                     features=self.features,

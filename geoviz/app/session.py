@@ -18,6 +18,7 @@ from geoviz.app.links import (
     QUERY_SCENARIO,
     QUERY_WEIGHTS,
     WEIGHT_KEY_DECIMALS,
+    scenario_from_query,
     scenario_from_token,
     scenario_to_token,
     weights_from_text,
@@ -197,7 +198,9 @@ class SessionModel:
     ) -> list[str]:
         """Take the scenario and picked weights from URL query ``params``.
 
-        A missing parameter keeps the session's value. The link's scenario is admitted by
+        A missing parameter keeps the session's value. The scenario comes as a token
+        (``scenario=``) or, from the CLI's ``app`` line, as readable fields (``target=``,
+        ``refs=``, ..., :func:`~geoviz.app.links.scenario_from_query`). The link's scenario is admitted by
         the server's settings and its datasets are loaded by ``load`` (the app passes its
         cached :func:`geoviz.app.services.datasets.scenario_data`, so the page that follows
         reuses them; ``None``: not loaded, only admitted) *before* it replaces the
@@ -212,9 +215,11 @@ class SessionModel:
         """
         problems: list[str] = []
         token = params.get(QUERY_SCENARIO)
-        if token:
+        readable = not token and bool(params.get("target") or params.get("refs"))
+        if token or readable:
             try:
-                linked = self.settings.admit(scenario_from_token(token))
+                read = scenario_from_query(params) if readable else scenario_from_token(token)
+                linked = self.settings.admit(read)
             except GeovizError as err:
                 problems.append(
                     f"The link's scenario could not be read ({err}); keeping the current scenario."

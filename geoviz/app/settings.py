@@ -59,6 +59,7 @@ from geoviz.app.scenario import (
     served_path,
 )
 from geoviz.backend import usable_cores
+from geoviz.data.served import served_folders
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.vocabulary import ENCODER_PRESET_NAMES
 
@@ -80,18 +81,9 @@ def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) 
 
 def _env_data_dirs(env: Mapping[str, str]) -> tuple[tuple[str, Path], ...]:
     """``GEOVIZ_DATA_DIRS``: folders (``os.pathsep``-separated) whose datasets a link may
-    name, each as ``<folder name>/<path inside>``; unset, the app reads no server path."""
-    raw = env.get("GEOVIZ_DATA_DIRS", "").strip()
-    out: dict[str, Path] = {}
-    for part in filter(None, (p.strip() for p in raw.split(os.pathsep))):
-        folder = Path(part).expanduser().resolve()
-        if not folder.is_dir():
-            raise GeovizError(f"GEOVIZ_DATA_DIRS names {part!r}, which is not a folder")
-        label = folder.name or "data"
-        while label in out:
-            label += "_"
-        out[label] = folder
-    return tuple(out.items())
+    name, each as ``<folder name>/<path inside>``; unset, the app reads no server path
+    (:func:`geoviz.data.served.served_folders`)."""
+    return served_folders(env)
 
 
 def _env_folder(env: Mapping[str, str], name: str) -> Path | None:

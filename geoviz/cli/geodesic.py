@@ -457,9 +457,10 @@ def _otdd_config(args: argparse.Namespace) -> OTDDConfig:
         given_backend = getattr(args, "backend_given", args.backend is not None)
         changes["backend"] = args.backend if given_backend else ("ray" if address else "sequential")
         changes["ray_address"] = address
-    elif args.stream or not base.fits_stored(args.n, args.n):
+    elif args.stream:
         changes["stream_reference"] = True
-    return dataclasses.replace(base, **changes)
+    # the app sizes its problems the same way (it opens this fit from the disk cache)
+    return dataclasses.replace(base, **changes).sized_for(args.n, args.n)
 
 
 def _neural_config(args: argparse.Namespace) -> NeuralMapConfig:
@@ -709,6 +710,77 @@ def _print_intervals(result: GeodesicResult, boot: GeodesicBootstrap, weights: A
         print("the references are identical as seen from Q: every weight vector is as good as â")
 
 
+def app_query(args: argparse.Namespace, result: GeodesicResult) -> dict[str, str] | None:
+    """The app's readable link query of this fit (``geoviz.app.links.QUERY_FIELDS``), or
+    ``None`` when the app cannot state it.
+
+    The app opens it from the disk cache (the same data and the same configuration, sized
+    alike by :meth:`OTDDConfig.sized_for <geoviz.ot.otdd.OTDDConfig.sized_for>`: every map
+    and label distance is a cache hit) when each dataset is a registry name or a file
+    inside a folder of ``$GEOVIZ_DATA_DIRS`` (:mod:`geoviz.data.served`), the maps are
+    barycentric and no option the app lacks was given (``--batch-size``, ``--stream``,
+    ``--lambda-x/-y``, ``--label-method``, ``--features-model``, ``--solver``).
+    ``size`` is the image size the fit used, so both resize alike.
+    """
+    from geoviz.data.choice import DatasetChoice
+    from geoviz.data.served import served_folders, served_name
+
+    image_shape = result.target.image_shape
+    if (
+        image_shape is None
+        or args.batch_size is not None
+        or args.stream
+        or args.lambda_x is not None
+        or args.lambda_y is not None
+        or args.label_method is not None
+        or args.features_model is not None
+        or args.solver is not None
+        or getattr(args, "method", "barycentric") != "barycentric"
+        or (
+            getattr(args, "features", AUTO) == "encoder"
+            and getattr(args, "encoder_preset", "pretrained") != "pretrained"
+        )
+    ):
+        return None
+    try:
+        folders = served_folders()
+    except GeovizError:
+        return None
+    names = []
+    for name in (args.target, *args.refs):
+        if DatasetChoice.named(name, args.split).source == "registry":
+            names.append(name)
+            continue
+        served = served_name(name, folders)
+        if served is None:
+            return None
+        names.append(served)
+    return {
+        "target": names[0],
+        "refs": ",".join(names[1:]),
+        "n": str(args.n),
+        "size": str(int(image_shape[-1])),
+        "seed": str(args.seed),
+        "epsilon": repr(float(result.config.otdd.epsilon)),
+        "features": getattr(args, "features", AUTO),
+        "method": "barycentric",
+        "split": args.split,
+    }
+
+
+def _print_app_link(args: argparse.Namespace, result: GeodesicResult) -> None:
+    """``app ...``: the link that opens this fit in the app (from the disk cache)."""
+    from urllib.parse import urlencode
+
+    query = None if args.no_cache else app_query(args, result)
+    if query is None:
+        return
+    print(
+        "app (its maps are in the disk cache): streamlit run app.py, then open "
+        f"http://localhost:8501/geodesic?{urlencode(query, safe='/,')}"
+    )
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -732,6 +804,7 @@ def _cmd_distance(args: argparse.Namespace) -> int:
     boot = _bootstrap(args, result)
     if boot is not None:
         _print_intervals(result, boot)
+    _print_app_link(args, result)
     return 0
 
 
@@ -768,6 +841,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
         written = export_dataset(ds, args.out, format=args.format, overwrite=args.overwrite)
         print(f"wrote {ds.n_samples} samples of {ds.name} to {written.data_path}")
         print(f"manifest (with every map's OTDD and sharpness): {written.manifest_path}")
+    _print_app_link(args, result)
     return 0
 
 

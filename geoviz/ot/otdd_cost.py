@@ -58,6 +58,7 @@ N_NEIGHBOURS = 8
 
 #: the sparse kernel's default cap per row when the cost is streamed (full size)
 STREAMED_SUPPORT_PER_ROW = limits.STREAMED_SUPPORT_PER_ROW
+STREAM_ABOVE_ENTRIES = limits.STREAM_ABOVE_ENTRIES
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,21 @@ class OTDDConfig:
         memory (:func:`~geoviz.backend.check_memory`'s rule: twice the bytes must be free)."""
         free = available_memory_bytes(resolve_device(self.device))
         return free is None or 2 * 2 * n_q * n_p * itemsize(resolve_dtype(self.dtype)) <= free
+
+    def sized_for(self, n_q: int, n_p: int) -> OTDDConfig:
+        """This configuration for one ``n_q x n_p`` problem: streamed when its cost has more
+        than :data:`~geoviz.limits.STREAM_ABOVE_ENTRIES` entries or does not fit
+        (:meth:`fits_stored`), else unchanged (also when batched or already streamed).
+
+        The CLI and the app both size their problems here, so a full-size fit computed by
+        one is found in the disk cache by the other: the entry count decides on every
+        machine; free memory only decides in between.
+        """
+        if self.batch_size is not None or self.stream_reference:
+            return self
+        if n_q * n_p > STREAM_ABOVE_ENTRIES or not self.fits_stored(n_q, n_p):
+            return dataclasses.replace(self, stream_reference=True)
+        return self
 
     def cache_params(self) -> dict[str, Any]:
         """Parameters that determine the numbers (everything but where they run)."""
