@@ -12,6 +12,11 @@ DATA=${GEOVIZ_NIST_DIR:-../shared/data/nist}
 PORT=6391
 BIN=.venv/bin
 export RAY_ADDRESS=127.0.0.1:$PORT
+# Ray >= 2.59 authenticates every node and driver with one shared token: one for this
+# cluster alone, in the environment of both nodes and of every driver below
+export RAY_AUTH_MODE=token
+RAY_AUTH_TOKEN=$($BIN/python -c 'import secrets; print(secrets.token_hex(32))')
+export RAY_AUTH_TOKEN
 trap '$BIN/ray stop --force >/dev/null 2>&1 || true' EXIT
 $BIN/ray start --head --node-ip-address=127.0.0.1 --port=$PORT --num-cpus=1 --include-dashboard=false --disable-usage-stats >/dev/null
 $BIN/ray start --address=127.0.0.1:$PORT --node-ip-address=127.0.0.1 --num-cpus=1 --disable-usage-stats >/dev/null

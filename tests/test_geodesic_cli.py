@@ -673,8 +673,9 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
     np.testing.assert_allclose(opened.w_between, fitted[0].w_between, rtol=1e-6)
     np.testing.assert_allclose(opened.a_hat, fitted[0].a_hat, atol=1e-6)
     # options the app cannot state give no link
-    assert main([*argv, "--quiet", "--lambda-x", "0.5"]) == 0
-    assert "app " not in capsys.readouterr().out
+    for other in (["--lambda-x", "0.5"], ["--stream"], ["--batch-size", "30"]):
+        assert main([*argv, "--quiet", *other]) == 0
+        assert "app " not in capsys.readouterr().out, other
 
 
 def test_no_app_link_for_files_outside_the_served_folders(tmp_path, monkeypatch, capsys):

@@ -718,21 +718,22 @@ def app_query(args: argparse.Namespace, result: GeodesicResult) -> dict[str, str
     alike by :meth:`OTDDConfig.sized_for <geoviz.ot.otdd.OTDDConfig.sized_for>`: every map
     and label distance is a cache hit) when each dataset is a registry name or a file
     inside a folder of ``$GEOVIZ_DATA_DIRS`` (:mod:`geoviz.data.served`), the maps are
-    barycentric and no option the app lacks was given (``--batch-size``, ``--stream``,
-    ``--lambda-x/-y``, ``--label-method``, ``--features-model``, ``--solver``).
+    barycentric, the OTDD's numbers are the app's (no ``--batch-size``, ``--lambda-x/-y``,
+    ``--label-method``; ``--stream`` only where the app streams too) and neither
+    ``--features-model`` nor ``--solver`` was given.
     ``size`` is the image size the fit used, so both resize alike.
     """
     from geoviz.data.choice import DatasetChoice
     from geoviz.data.served import served_folders, served_name
 
+    from geoviz.ot.otdd import OTDDConfig
+
     image_shape = result.target.image_shape
+    # the app's OTDD configuration of this scenario (Scenario.spec): epsilon, seed, sized
+    app_otdd = OTDDConfig(epsilon=float(result.config.otdd.epsilon), seed=args.seed)
     if (
         image_shape is None
-        or args.batch_size is not None
-        or args.stream
-        or args.lambda_x is not None
-        or args.lambda_y is not None
-        or args.label_method is not None
+        or app_otdd.sized_for(args.n, args.n).cache_params() != result.config.otdd.cache_params()
         or args.features_model is not None
         or args.solver is not None
         or getattr(args, "method", "barycentric") != "barycentric"

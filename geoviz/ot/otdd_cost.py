@@ -106,10 +106,11 @@ class OTDDConfig:
         row's largest (the dropped mass is measured and reported).
     support_per_row
         Sparse kernel: keep at most this many entries per row (each row's largest;
-        :class:`~geoviz.ot.sinkhorn.KernelPolicy`). ``None``: no cap with a stored
-        cost, :data:`STREAMED_SUPPORT_PER_ROW` when streamed, where it bounds the
+        :class:`~geoviz.ot.sinkhorn.KernelPolicy`). ``None``: no cap for one stored
+        problem, :data:`STREAMED_SUPPORT_PER_ROW` when streamed, where it bounds the
         one-problem solve at full size (60,000 x 60,000: ~1 GiB of support instead of
-        the tens of GiB the truncation window alone would keep).
+        the tens of GiB the truncation window alone would keep), and when batched,
+        where the support is re-chosen among each row's candidates.
     dtype
         Compute dtype of the cost/kernel (potentials are always float64).
     device
@@ -224,7 +225,10 @@ class OTDDConfig:
         """The sparse kernel's cap per row (:attr:`support_per_row`, its default resolved)."""
         if self.support_per_row is not None:
             return int(self.support_per_row)
-        return STREAMED_SUPPORT_PER_ROW if self.stream_reference else None
+        # streamed: bounds the support at full size; batched: lets every re-selection of
+        # the support be made among candidates found in one pass (no full pass each time)
+        full_size = self.stream_reference or self.batch_size is not None
+        return STREAMED_SUPPORT_PER_ROW if full_size else None
 
     def fits_stored(self, n_q: int, n_p: int) -> bool:
         """Whether one problem of ``n_q x n_p`` can store its cost (and a dense kernel
@@ -253,6 +257,7 @@ class OTDDConfig:
         params = dataclasses.asdict(self)
         for where in ("device", "backend", "ray_address"):
             params.pop(where)
+        params["support_per_row"] = self.max_support_per_row  # its default resolved
         params["algo"] = OTDD_ALGO_VERSION
         return params
 

@@ -187,12 +187,12 @@ class KernelPolicy:
 
 class _SupportSource:
     """Where a solve's truncated supports are chosen: a pass over the cost each time, or,
-    for a streamed cost with a cap per row, among each row's candidates found in one pass
+    with a cap per row (streamed or stored), among each row's candidates found in one pass
     (:class:`~geoviz.ot.kernels.Candidates`, :data:`_CANDIDATES_PER_CAP` per kept entry)."""
 
     def __init__(self, geom: CostGeometry, policy: KernelPolicy) -> None:
         self.geom, self.policy = geom, policy
-        self.use_candidates = geom.matrix is None and policy.max_per_row is not None
+        self.use_candidates = self.capped
         self.candidates: Candidates | None = None
 
     @property
