@@ -725,7 +725,6 @@ def app_query(args: argparse.Namespace, result: GeodesicResult) -> dict[str, str
     """
     from geoviz.data.choice import DatasetChoice
     from geoviz.data.served import served_folders, served_name
-
     from geoviz.ot.otdd import OTDDConfig
 
     image_shape = result.target.image_shape
