@@ -90,7 +90,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -101,7 +100,13 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import BlurWarning, GeovizError, ResourceError
 from geoviz.ot.geometry import CostGeometry, PointCloudCost
 from geoviz.ot.labels import label_distances
-from geoviz.ot.otdd_batches import BatchOut, BatchSolve, reference_columns, run_batches
+from geoviz.ot.otdd_batches import (
+    BatchOut,
+    BatchSolve,
+    BlockOut,
+    reference_columns,
+    run_batches,
+)
 from geoviz.ot.otdd_cost import (
     BLUR_NEIGHBOURS,
     DEFAULT_EPSILON,
@@ -187,34 +192,13 @@ class _Progress:
         return cb
 
 
-@dataclass(frozen=True)
-class _BlockOut:
-    """What one target batch contributes (every tensor on the CPU)."""
-
-    transport: float
-    regularized: float
-    error: float
-    converged: bool
-    n_iter: int
-    plan: torch.Tensor | None
-    mapped: torch.Tensor | None
-    soft: torch.Tensor | None
-    f: torch.Tensor
-    g: torch.Tensor
-    perplexity: torch.Tensor
-    neighbour_index: torch.Tensor
-    neighbour_weight: torch.Tensor
-    truncated_mass: float
-    mode: str
-
-
 def _solve_block(
     problem: TransportProblem,
     solver: Sinkhorn,
     callback: SinkhornCallback | None,
     *,
     map_onto: tuple[torch.Tensor, torch.Tensor, int] | None,
-) -> _BlockOut:
+) -> BlockOut:
     """Entropic OTDD of one target block against the reference (paper eq. (otdd)).
 
     ``map_onto``: ``(reference features (m, D), reference labels (m,), n_classes)`` for
@@ -235,7 +219,7 @@ def _solve_block(
         soft = (soft / soft.sum(1, keepdim=True)).float().cpu()
     idx, wts = res.top_neighbours(N_NEIGHBOURS)
     out_plan = res.plan().to(device="cpu", dtype=torch.float32) if solver.keep_plan else None
-    return _BlockOut(
+    return BlockOut(
         transport=res.transport_cost(),
         regularized=res.dual_value(),
         error=res.marginal_error,

@@ -23,6 +23,7 @@ configuration and its index, so it is a task (:func:`geoviz.tasks.run_tasks`):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -38,12 +39,10 @@ from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.ot.sinkhorn import SinkhornCallback
 from geoviz.tasks import resolve_backend, run_tasks
 
-__all__ = ["BatchOut", "BatchSolve", "batch_rows", "run_batches"]
+__all__ = ["BatchOut", "BatchSolve", "BlockOut", "batch_rows", "run_batches"]
+
 
 #: the floats of a batch's self-transport terms (debiased mode), in this order
-_SELF_FIELDS = ("self_value", "self_error", "self_converged", "self_iterations")
-
-
 def batch_rows(config: OTDDConfig, n_q: int) -> tuple[np.ndarray, ...]:
     """The target rows of each batch: all of them at once unless ``config.batched``
     (a seeded shuffle cut into batches of ``config.batch_size``)."""
@@ -71,15 +70,18 @@ def reference_columns(config: OTDDConfig, n_p: int, bi: int) -> torch.Tensor | N
 
 
 @dataclass(frozen=True)
-class BatchOut:
-    """What one target batch contributes (every tensor on the CPU).
+class BlockOut:
+    """What one solved block (a batch, or the one problem) contributes; every tensor on
+    the CPU.
 
-    ``transport`` is ``<pi, C>`` of the batch's plan, ``regularized`` its dual value, both
-    per unit mass; ``self_value`` is ``(OT_eps(B, B) + OT_eps(R, R)) / 2`` of the debiased
-    mode (``nan`` otherwise). ``neighbour_index`` indexes the whole reference.
+    ``transport`` is ``<pi, C>`` of the block's plan and ``regularized`` its dual value,
+    both per unit mass; ``error`` the L1 marginal error; ``mapped``/``soft`` the
+    barycentric images and soft labels (``None`` without maps); ``f``/``g`` the
+    potentials; ``perplexity`` each row's effective neighbours; ``neighbour_index`` /
+    ``neighbour_weight`` each row's heaviest reference points; ``plan`` the dense plan
+    when it was kept (never stored).
     """
 
-    index: int
     transport: float
     regularized: float
     error: float
@@ -95,57 +97,56 @@ class BatchOut:
     truncated_mass: float
     mode: str
     plan: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class BatchOut(BlockOut):
+    """A batch's :class:`BlockOut` with its index and, in the debiased mode, its
+    self-transport terms: ``self_value`` is ``(OT_eps(B, B) + OT_eps(R, R)) / 2`` (``nan``
+    otherwise). ``neighbour_index`` indexes the whole reference."""
+
+    index: int = 0
     self_value: float = math.nan
     self_error: float = 0.0
     self_converged: bool = True
     self_iterations: int = 0
 
+    @classmethod
+    def of_block(cls, block: BlockOut, **changes: Any) -> BatchOut:
+        """``block``'s fields with ``changes`` (the index, remapped neighbours, self terms)."""
+        values = {f.name: getattr(block, f.name) for f in dataclasses.fields(BlockOut)}
+        return cls(**{**values, **changes})
+
     def to_payload(self) -> dict[str, Any]:
-        """A :class:`~geoviz.backend.DiskCache` payload (tensors and plain values)."""
-        payload: dict[str, Any] = {
-            "index": self.index,
-            "transport": self.transport,
-            "regularized": self.regularized,
-            "error": self.error,
-            "converged": self.converged,
-            "n_iter": self.n_iter,
-            "f": self.f,
-            "g": self.g,
-            "perplexity": self.perplexity,
-            "neighbour_index": self.neighbour_index,
-            "neighbour_weight": self.neighbour_weight,
-            "truncated_mass": self.truncated_mass,
-            "mode": self.mode,
-            **{name: getattr(self, name) for name in _SELF_FIELDS},
+        """A :class:`~geoviz.backend.DiskCache` payload (tensors and plain values; no
+        plan, and no maps when there are none)."""
+        payload = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "plan"
         }
-        if self.mapped is not None and self.soft is not None:
-            payload["mapped"], payload["soft"] = self.mapped, self.soft
+        if self.mapped is None or self.soft is None:
+            del payload["mapped"], payload["soft"]
         return payload
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> BatchOut:
-        """The batch stored by :meth:`to_payload` (its plan is never stored)."""
-        return cls(
-            index=int(payload["index"]),
-            transport=float(payload["transport"]),
-            regularized=float(payload["regularized"]),
-            error=float(payload["error"]),
-            converged=bool(payload["converged"]),
-            n_iter=int(payload["n_iter"]),
-            mapped=payload.get("mapped"),
-            soft=payload.get("soft"),
-            f=payload["f"],
-            g=payload["g"],
-            perplexity=payload["perplexity"],
-            neighbour_index=payload["neighbour_index"],
-            neighbour_weight=payload["neighbour_weight"],
-            truncated_mass=float(payload["truncated_mass"]),
-            mode=str(payload["mode"]),
-            self_value=float(payload["self_value"]),
-            self_error=float(payload["self_error"]),
-            self_converged=bool(payload["self_converged"]),
-            self_iterations=int(payload["self_iterations"]),
-        )
+        """The batch stored by :meth:`to_payload` (its plain values cast to their types)."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "plan":
+                continue
+            value = payload.get(f.name)
+            cast = _PLAIN_CASTS.get(str(f.type))
+            values[f.name] = cast(value) if cast is not None else value
+        return cls(**values)
+
+
+#: how the plain fields of a stored :class:`BatchOut` are read back (by annotation)
+_PLAIN_CASTS: dict[str, Callable[[Any], Any]] = {
+    "float": float,
+    "int": int,
+    "bool": bool,
+    "str": str,
+}
 
 
 @dataclass(frozen=True)
@@ -285,25 +286,7 @@ class BatchSolve:
                 "self_converged": bool(self_q.converged and self_p.converged),
                 "self_iterations": int(self_q.n_iter + self_p.n_iter),
             }
-        return BatchOut(
-            index=int(bi),
-            transport=block.transport,
-            regularized=block.regularized,
-            error=block.error,
-            converged=block.converged,
-            n_iter=block.n_iter,
-            mapped=block.mapped,
-            soft=block.soft,
-            f=block.f,
-            g=block.g,
-            perplexity=block.perplexity,
-            neighbour_index=neighbours,
-            neighbour_weight=block.neighbour_weight,
-            truncated_mass=block.truncated_mass,
-            mode=block.mode,
-            plan=block.plan,
-            **self_terms,
-        )
+        return BatchOut.of_block(block, index=int(bi), neighbour_index=neighbours, **self_terms)
 
 
 def run_batches(
