@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from geoviz.errors import GeovizError
+from geoviz.geodesic.weights import check_weights
 from geoviz.tasks import Backend, run_tasks
 from geoviz.transfer.experiment import Method, MethodResult, TransferTask, run_method
 
@@ -208,7 +209,8 @@ def compare_methods(
                 "method 'mixup' needs weights or a fitted geodesic (whose a_hat is used)"
             )
     if weights is not None:
-        a = np.asarray(weights, dtype=float)
+        # checked here, before any task (or Ray) starts: each task would refuse them alone
+        a = check_weights(weights, task.m)
     else:
         a = np.asarray([] if geodesic is None else geodesic.a_hat, dtype=float)
     neural_a = None
