@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -95,7 +96,10 @@ def main() -> int:
     if link is None:
         print("the CLI printed no app line:\n" + out.stdout[-2000:])
         return 1
-    url_path = link.rsplit(" ", 1)[-1].split("8501", 1)[1]
+    # the line names the server's settings the fit needs (data folders, memory bound)
+    words = shlex.split(link.split(": ", 1)[1])
+    env.update(dict(w.split("=", 1) for w in words if w.startswith("GEOVIZ_")))
+    url_path = words[-1].split("8501", 1)[1]
     a_hat_line = next(ln for ln in out.stdout.splitlines() if ln.startswith("â"))
 
     from playwright.sync_api import sync_playwright
@@ -133,7 +137,11 @@ def main() -> int:
                 if page.locator("[data-testid='stException']").count():
                     print("the page shows an exception:\n" + text[:2000])
                     break
-                if re.search(r"â\s*=|a_hat|â:", text) and "fashion_mnist" in text:
+                if "could not be read" in text or "could not be loaded" in text:
+                    print("the app refused the link:\n" + text[:600])
+                    break
+                side = page.locator("[data-testid='stSidebar']").inner_text(timeout=60_000)
+                if re.search(r"â\s*=", text) and f"N = {args.n}" in side:
                     shown = True
                     break
                 page.wait_for_timeout(2000)

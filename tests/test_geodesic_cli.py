@@ -685,3 +685,41 @@ def test_no_app_link_for_files_outside_the_served_folders(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     # registry datasets of a vector kind: the app's scenarios are image datasets here
     assert "app " not in out
+
+
+def test_the_app_line_names_the_memory_a_full_size_fit_needs(tmp_path, monkeypatch, capsys):
+    """At full size the app's default bound of one scenario (GEOVIZ_APP_MAX_MB = 1024) is too
+    small: the line says the value that admits it, and that value is the tight one."""
+    import argparse
+    import shlex
+    from urllib.parse import parse_qs, urlparse
+
+    from geoviz.app.links import scenario_from_query
+    from geoviz.app.settings import AppSettings
+    from geoviz.cli import geodesic
+    from geoviz.errors import DatasetError
+
+    served = tmp_path / "digits"
+    served.mkdir()
+    for name in ("mnist", "usps", "kmnist"):
+        (served / f"{name}.npz").write_bytes(b"")
+    monkeypatch.setenv("GEOVIZ_DATA_DIRS", str(served))
+    query = {
+        "target": "digits/mnist.npz",
+        "refs": "digits/usps.npz,digits/kmnist.npz",
+        "n": "60000",
+        "size": "28",
+    }
+    monkeypatch.setattr(geodesic, "app_query", lambda args, result: query)
+    geodesic._print_app_link(argparse.Namespace(no_cache=False, n=60_000), None)
+    line = capsys.readouterr().out.strip()
+    words = shlex.split(line.split(": ", 1)[1])
+    env = dict(w.split("=", 1) for w in words if w.startswith("GEOVIZ_"))
+    assert env["GEOVIZ_DATA_DIRS"] == str(served)
+    need_mb = int(env["GEOVIZ_APP_MAX_MB"])
+    url = urlparse(words[-1])
+    scenario = scenario_from_query({k: v[0] for k, v in parse_qs(url.query).items()})
+    data_dirs = (("digits", served.resolve()),)
+    assert AppSettings(data_dirs=data_dirs, max_scenario_mb=need_mb).admit(scenario) == scenario
+    with pytest.raises(DatasetError, match="GEOVIZ_APP_MAX_MB"):
+        AppSettings(data_dirs=data_dirs, max_scenario_mb=need_mb - 1).admit(scenario)

@@ -26,10 +26,10 @@ from geoviz.data.choice import (
     Split,
     Upload,
     check_relative_name,
+    feature_bytes_bound,
     short_repr,
 )
 from geoviz.data.formats import OutsideRootError, check_confined
-from geoviz.data.registry import dataset_info
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import registered_models
 from geoviz.geodesic.pipeline import GeodesicConfig
@@ -494,27 +494,10 @@ def served_datasets(data_dirs: Sequence[tuple[str, Path]]) -> list[str]:
 
 
 def scenario_feature_bytes(scenario: Scenario) -> int:
-    """Upper bound of the float32 features of the scenario's harmonised datasets, bytes.
-
-    Each dataset holds at most its requested N (fewer when the registry says the split is
-    smaller) times ``D`` features: ``image_size^2`` per channel for images (3 channels
-    unless ``channels="grey"``; uploads and server files count as images), the registry's
-    ``n_features`` for vectors.
-    """
-    total = 0
-    pixels = scenario.image_size**2 * (1 if scenario.channels == "grey" else 3)
-    for choice, n in zip(
-        scenario.choices, [scenario.n_target] + [scenario.n_reference] * scenario.m, strict=True
-    ):
-        dim, available = pixels, n
-        if choice.source == "registry":
-            info = dataset_info(choice.name)
-            if info.kind != "synthetic":
-                available = info.n_train if choice.split == "train" else info.n_test
-            if info.image_shape is None:
-                dim = int(info.n_features or pixels)
-        total += min(n, available) * dim * 4
-    return total
+    """Upper bound of the float32 features of the scenario's harmonised datasets, bytes
+    (:func:`geoviz.data.choice.feature_bytes_bound`)."""
+    counts = [scenario.n_target] + [scenario.n_reference] * scenario.m
+    return feature_bytes_bound(scenario.choices, counts, scenario.image_size, scenario.channels)
 
 
 def epsilon_choices(current: float | None = None) -> tuple[float, ...]:

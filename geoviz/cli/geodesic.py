@@ -48,6 +48,8 @@ import argparse
 import csv
 import dataclasses
 import io
+import os
+import shlex
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -768,15 +770,32 @@ def app_query(args: argparse.Namespace, result: GeodesicResult) -> dict[str, str
     }
 
 
+#: the app's default ``GEOVIZ_APP_MAX_MB`` (``geoviz.app.settings.AppSettings``)
+_APP_DEFAULT_MAX_MB = 1024
+
+
 def _print_app_link(args: argparse.Namespace, result: GeodesicResult) -> None:
     """``app ...``: the link that opens this fit in the app (from the disk cache)."""
     from urllib.parse import urlencode
 
+    from geoviz.data.choice import DatasetChoice, feature_bytes_bound
+
     query = None if args.no_cache else app_query(args, result)
     if query is None:
         return
+    names = [query["target"], *query["refs"].split(",")]
+    choices = [DatasetChoice(n, source="server" if "/" in n else "registry") for n in names]
+    need_mb = -(
+        -feature_bytes_bound(choices, [args.n] * len(names), int(query["size"]), "auto") // 2**20
+    )
+    env = []
+    if any(c.source == "server" for c in choices):
+        env.append(f"GEOVIZ_DATA_DIRS={shlex.quote(os.environ.get('GEOVIZ_DATA_DIRS', ''))}")
+    if need_mb > _APP_DEFAULT_MAX_MB:  # the app's default bound of one scenario's features
+        env.append(f"GEOVIZ_APP_MAX_MB={need_mb}")
+    prefix = " ".join([*env, ""])
     print(
-        "app (its maps are in the disk cache): streamlit run app.py, then open "
+        f"app (its maps are in the disk cache): {prefix}streamlit run app.py, then open "
         f"http://localhost:8501/geodesic?{urlencode(query, safe='/,')}"
     )
 

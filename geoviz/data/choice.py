@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,6 +33,7 @@ __all__ = [
     "Split",
     "Upload",
     "check_relative_name",
+    "feature_bytes_bound",
     "load_choice",
     "short_repr",
 ]
@@ -402,3 +403,28 @@ def load_choice(
         allow_paths=choice.source == "path",
         **choice.loader_kwargs(),
     )
+
+
+def feature_bytes_bound(
+    choices: Sequence[DatasetChoice], counts: Sequence[int], image_size: int, channels: str
+) -> int:
+    """Upper bound of the float32 features of ``choices`` harmonised to ``image_size``, bytes.
+
+    Each dataset holds at most its requested count (fewer when the registry says the split
+    is smaller) times ``D`` features: ``image_size^2`` per channel for images (3 channels
+    unless ``channels="grey"``; uploads, served and local files count as images), the
+    registry's ``n_features`` for vectors. The app bounds a scenario's memory with it
+    before loading; the CLI says with it what a server needs to open a fit.
+    """
+    total = 0
+    pixels = int(image_size) ** 2 * (1 if channels == "grey" else 3)
+    for choice, n in zip(choices, counts, strict=True):
+        dim, available = pixels, int(n)
+        if choice.source == "registry":
+            info = dataset_info(choice.name)
+            if info.kind != "synthetic":
+                available = info.n_train if choice.split == "train" else info.n_test
+            if info.image_shape is None:
+                dim = int(info.n_features or pixels)
+        total += min(int(n), available) * dim * 4
+    return total
