@@ -36,7 +36,7 @@ busy = {}
 deadline = time.time() + 3600
 while time.time() < deadline:
     for node, free in state.available_resources_per_node().items():
-        busy[node] = max(busy.get(node, 0.0), 1.0 - free.get("CPU", 1.0))
+        busy[node] = max(busy.get(node, 0.0), 1.0 - free.get("CPU", 0.0))  # no key: none free
     print({k[:8]: v for k, v in busy.items()}, flush=True)
     time.sleep(0.5)
 PY

@@ -240,7 +240,7 @@ class BatchSolve:
         target, reference = self.target, self.reference
         n_q, n_p = target.n_samples, reference.n_samples
         rows = self.rows[bi]
-        rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        rows_t = torch.tensor(np.asarray(rows), dtype=torch.int64)  # a copy: Ray's are read-only
         cols_t = reference_columns(config, n_p, bi)
         whole_target = len(rows) == n_q
         xq, yq, xp, yp = target.features, target.labels, reference.features, reference.labels
