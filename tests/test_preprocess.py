@@ -351,3 +351,48 @@ def test_box_normalise_is_near_identity_on_mnist_like_digits():
     assert overlap > 0.6, overlap
     with pytest.raises(DatasetError, match="grey images"):
         box_normalise(load_dataset("iris"))
+
+
+def _box_one_image(img, box, canvas, threshold=0.1):
+    """The digit box of one image, written plainly (the reference for the batched code)."""
+    from PIL import Image
+
+    out = np.zeros((canvas, canvas), dtype=np.float32)
+    ink = img > threshold * float(img.max())
+    if not img.max() > 0 or not ink.any():
+        return out
+    rows, cols = np.flatnonzero(ink.any(1)), np.flatnonzero(ink.any(0))
+    crop = np.ascontiguousarray(img[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1])
+    scale = box / max(crop.shape)
+    size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
+    small = np.clip(np.asarray(Image.fromarray(crop).resize(size, Image.BILINEAR)), 0.0, 1.0)
+    mass = float(small.sum())
+    cy, cx = (np.indices(small.shape) * small).reshape(2, -1).sum(1) / max(mass, 1e-12)
+    top = int(np.clip(round(canvas / 2 - cy), 0, canvas - small.shape[0]))
+    left = int(np.clip(round(canvas / 2 - cx), 0, canvas - small.shape[1]))
+    out[top : top + small.shape[0], left : left + small.shape[1]] = small
+    return out
+
+
+@pytest.mark.parametrize("box,canvas", [(20, 28), (12, 16), (1, 4)])
+def test_box_images_equal_the_per_image_procedure(box, canvas):
+    """The batched bounding boxes (issue 34: 2.3x faster at 60,000 images) give the same
+    images as the plain per-image procedure, blank, one-pixel and border-touching ones too."""
+    from geoviz.data.preprocess import box_images
+    from geoviz.data.registry import load_dataset
+
+    rng = np.random.default_rng(0)
+    digits = load_dataset("mnist").features.numpy()[:300].reshape(-1, 28, 28)
+    odd = np.zeros((6, 28, 28), dtype=np.float32)
+    odd[1, 5, 7] = 1.0  # one pixel
+    odd[2, :, 0] = 0.8  # a full column on the border
+    odd[3] = rng.random((28, 28), dtype=np.float32)  # noise everywhere
+    odd[4, 27, 27] = 1e-3  # faint ink in a corner
+    odd[5, 10:20, 3:25] = 0.5  # a wide bar
+    # pixels exactly at the threshold of a peak below 1 (20/255 = 0.1 x 200/255)
+    at_threshold = np.zeros((1, 28, 28), dtype=np.float32)
+    at_threshold[0, 8:20, 8:20] = np.float32(20 / 255)
+    at_threshold[0, 12:16, 12:16] = np.float32(200 / 255)
+    images = np.concatenate([digits, odd, at_threshold])
+    expected = np.stack([_box_one_image(img, box, canvas) for img in images])
+    np.testing.assert_array_equal(box_images(images, box, canvas), expected)

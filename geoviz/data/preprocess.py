@@ -374,21 +374,41 @@ def box_images(images: np.ndarray, box: int, canvas: int, threshold: float = 0.1
 
     memory.check_bytes(images.shape[0] * canvas * canvas * 4, "box-normalising images")
     out = np.zeros((images.shape[0], canvas, canvas), dtype=np.float32)
-    for i, img in enumerate(np.asarray(images, dtype=np.float32)):
-        ink = img > threshold * float(img.max())
-        if not img.max() > 0 or not ink.any():
-            continue
-        rows, cols = np.flatnonzero(ink.any(1)), np.flatnonzero(ink.any(0))
-        crop = np.ascontiguousarray(img[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1])
-        scale = box / max(crop.shape)
-        size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
-        small = np.asarray(Image.fromarray(crop).resize(size, Image.BILINEAR), dtype=np.float32)
-        small = np.clip(small, 0.0, 1.0)
-        mass = float(small.sum())
-        cy, cx = (np.indices(small.shape) * small).reshape(2, -1).sum(1) / max(mass, 1e-12)
-        top = int(np.clip(round(canvas / 2 - cy), 0, canvas - small.shape[0]))
-        left = int(np.clip(round(canvas / 2 - cx), 0, canvas - small.shape[1]))
-        out[i, top : top + small.shape[0], left : left + small.shape[1]] = small
+    grid = np.indices((box, box))  # row and column index of every pixel of a resized crop
+    # the ink and its bounding box of every image at once (a chunk at a time: bounded
+    # temporaries); only the crop's resize and placement stay per image
+    for start in range(0, images.shape[0], 4096):
+        chunk = np.asarray(images[start : start + 4096], dtype=np.float32)
+        peak = chunk.max(axis=(1, 2))
+        # the threshold as one image's ``img > threshold * float(img.max())`` has it: the
+        # product in float64, compared in float32 (numpy casts the Python float to the
+        # array's type), so a pixel at the threshold stays on its side
+        level = (threshold * peak.astype(np.float64)).astype(np.float32)
+        ink = chunk > level[:, None, None]
+        ink_rows, ink_cols = ink.any(2), ink.any(1)
+        has_ink = (peak > 0) & ink_rows.any(1)
+        top_ink = ink_rows.argmax(1)
+        bottom_ink = ink_rows.shape[1] - ink_rows[:, ::-1].argmax(1)
+        left_ink = ink_cols.argmax(1)
+        right_ink = ink_cols.shape[1] - ink_cols[:, ::-1].argmax(1)
+        for j in np.flatnonzero(has_ink):
+            crop = np.ascontiguousarray(
+                chunk[j, top_ink[j] : bottom_ink[j], left_ink[j] : right_ink[j]]
+            )
+            scale = box / max(crop.shape)
+            size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
+            resized = Image.fromarray(crop).resize(size, Image.BILINEAR)
+            # from the raw buffer: np.asarray on a PIL image costs more than the resize
+            small = np.frombuffer(resized.tobytes(), dtype=np.float32).reshape(size[1], size[0])
+            small = small.clip(0.0, 1.0)
+            # the centre of mass exactly as one image at a time (its float64 products and
+            # float32 mass): a different rounding moves a tie at .5 by one pixel
+            mass = float(small.sum())
+            weighted = (grid[:, : size[1], : size[0]] * small).reshape(2, -1).sum(1)
+            cy, cx = weighted / max(mass, 1e-12)
+            top = int(np.clip(round(canvas / 2 - cy), 0, canvas - small.shape[0]))
+            left = int(np.clip(round(canvas / 2 - cx), 0, canvas - small.shape[1]))
+            out[start + j, top : top + small.shape[0], left : left + small.shape[1]] = small
     return out
 
 
