@@ -85,9 +85,11 @@ def _digits(n: int, seed: int, shift: float, name: str) -> LabeledDataset:
     return LabeledDataset(x.astype(np.float32), y, tuple(str(c) for c in range(10)), name=name)
 
 
-def test_streamed_capped_solve_matches_the_dense_solve():
-    """The full-size solver (streamed cost, 32 kept entries per row out of 700, supports
-    chosen among candidates) against the stored dense solve on the same problem.
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "stored"])
+def test_capped_solve_matches_the_dense_solve(stream):
+    """The full-size solver (32 kept entries per row out of 700, supports chosen among
+    candidates) against the stored dense solve on the same problem: on a streamed cost (one
+    problem at full size) and on a stored one (each batch of the batched mode).
 
     Tolerances: the cap drops at most the mass the verification measures (``tol``), so the
     OTDD values agree to 1e-3 relative, the plans to 2 x tol in L1, and each mapped point
@@ -96,7 +98,7 @@ def test_streamed_capped_solve_matches_the_dense_solve():
     q, p = _digits(600, 0, 0.0, "Q"), _digits(700, 1, 0.5, "P")
     dense_cfg = OTDDConfig(solver="dense", tol=1e-5)
     streamed_cfg = dataclasses.replace(
-        dense_cfg, solver="auto", stream_reference=True, support_per_row=32
+        dense_cfg, solver="auto", stream_reference=stream, support_per_row=32
     )
     dense = otdd(q, p, dense_cfg, barycentric=True)
     streamed = otdd(q, p, streamed_cfg, barycentric=True, keep_coupling=False)
