@@ -208,3 +208,7 @@ STREAMED_SUPPORT_PER_ROW = 256
 #: rule by size, not by free memory, so the CLI and the app choose the same solve and
 #: find each other's full-size fits in the disk cache (``OTDDConfig.sized_for``)
 STREAM_ABOVE_ENTRIES = 1_000_000_000
+
+#: the app's default bound on one scenario's float32 features, MB (``GEOVIZ_APP_MAX_MB``);
+#: the CLI's ``app`` line names a larger value when a fit needs it
+APP_MAX_SCENARIO_MB = 1024

@@ -709,6 +709,7 @@ def test_the_app_line_names_the_memory_a_full_size_fit_needs(tmp_path, monkeypat
         "refs": "digits/usps.npz,digits/kmnist.npz",
         "n": "60000",
         "size": "28",
+        "split": "train",  # app_query names every field
     }
     monkeypatch.setattr(geodesic, "app_query", lambda args, result: query)
     geodesic._print_app_link(argparse.Namespace(no_cache=False, n=60_000), None)

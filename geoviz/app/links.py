@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from geoviz import limits
-from geoviz.app.scenario import MAX_NAME_CHARS, DatasetChoice, Scenario, _short
+from geoviz.app.scenario import MAX_NAME_CHARS, Scenario, _short
+from geoviz.data.served import link_choice
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights, weights_text
 from geoviz.ot.otdd import DEFAULT_EPSILON
@@ -181,9 +182,6 @@ def scenario_from_query(params: Mapping[str, str]) -> Scenario:
     if split not in ("train", "test"):
         raise DatasetError(f"the link's split must be 'train' or 'test', got {_short(split)}")
 
-    def choice(name: str) -> DatasetChoice:
-        return DatasetChoice(name, source="server" if "/" in name else "registry", split=split)
-
     def number(name: str, kind: type[int] | type[float], default: Any) -> Any:
         if name not in values:
             return default
@@ -199,8 +197,8 @@ def scenario_from_query(params: Mapping[str, str]) -> Scenario:
         raise DatasetError(f"at most {limits.MAX_REFERENCES} reference datasets, got {len(refs)}")
     n = number("n", int, 2000)
     return Scenario(
-        target=choice(values["target"]),
-        references=tuple(choice(r) for r in refs),
+        target=link_choice(values["target"], split),
+        references=tuple(link_choice(r, split) for r in refs),
         n_target=n,
         n_reference=n,
         image_size=number("size", int, 32),

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from geoviz import limits
 from geoviz.app.scenario import (
     DEFAULT_REFERENCES,
     DEFAULT_TARGET,
@@ -107,7 +108,7 @@ class AppSettings:
     neural_preset: NeuralPreset = "cpu"
     data_dirs: tuple[tuple[str, Path], ...] = ()
     export_root: Path | None = None
-    max_scenario_mb: int = 1024
+    max_scenario_mb: int = limits.APP_MAX_SCENARIO_MB
     torch_threads: int = 0
     fit_workers: int = 0
     upload_memory_mb: int = 256
@@ -129,7 +130,9 @@ class AppSettings:
             neural_preset=_env_neural_preset(env),
             data_dirs=_env_data_dirs(env),
             export_root=_env_folder(env, "GEOVIZ_EXPORT_ROOT"),
-            max_scenario_mb=_env_int(env, "GEOVIZ_APP_MAX_MB", 1024, minimum=16),
+            max_scenario_mb=_env_int(
+                env, "GEOVIZ_APP_MAX_MB", limits.APP_MAX_SCENARIO_MB, minimum=16
+            ),
             torch_threads=_env_int(env, "GEOVIZ_TORCH_THREADS", 0, minimum=0),
             fit_workers=_env_int(env, "GEOVIZ_FIT_WORKERS", 0, minimum=0),
             upload_memory_mb=_env_int(env, "GEOVIZ_UPLOAD_MEMORY_MB", 256, minimum=1),

@@ -770,28 +770,25 @@ def app_query(args: argparse.Namespace, result: GeodesicResult) -> dict[str, str
     }
 
 
-#: the app's default ``GEOVIZ_APP_MAX_MB`` (``geoviz.app.settings.AppSettings``)
-_APP_DEFAULT_MAX_MB = 1024
-
-
 def _print_app_link(args: argparse.Namespace, result: GeodesicResult) -> None:
     """``app ...``: the link that opens this fit in the app (from the disk cache)."""
     from urllib.parse import urlencode
 
-    from geoviz.data.choice import DatasetChoice, feature_bytes_bound
+    from geoviz.data.choice import feature_bytes_bound
+    from geoviz.data.served import link_choice
 
     query = None if args.no_cache else app_query(args, result)
     if query is None:
         return
     names = [query["target"], *query["refs"].split(",")]
-    choices = [DatasetChoice(n, source="server" if "/" in n else "registry") for n in names]
+    choices = [link_choice(n, "test" if query["split"] == "test" else "train") for n in names]
     need_mb = -(
         -feature_bytes_bound(choices, [args.n] * len(names), int(query["size"]), "auto") // 2**20
     )
     env = []
     if any(c.source == "server" for c in choices):
         env.append(f"GEOVIZ_DATA_DIRS={shlex.quote(os.environ.get('GEOVIZ_DATA_DIRS', ''))}")
-    if need_mb > _APP_DEFAULT_MAX_MB:  # the app's default bound of one scenario's features
+    if need_mb > limits.APP_MAX_SCENARIO_MB:  # the app's default bound (GEOVIZ_APP_MAX_MB)
         env.append(f"GEOVIZ_APP_MAX_MB={need_mb}")
     prefix = " ".join([*env, ""])
     print(

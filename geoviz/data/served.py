@@ -13,9 +13,10 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from geoviz.data.choice import DatasetChoice, Split
 from geoviz.errors import GeovizError
 
-__all__ = ["DATA_DIRS_VARIABLE", "served_folders", "served_name"]
+__all__ = ["DATA_DIRS_VARIABLE", "link_choice", "served_folders", "served_name"]
 
 #: the environment variable listing the served folders (``os.pathsep``-separated)
 DATA_DIRS_VARIABLE = "GEOVIZ_DATA_DIRS"
@@ -52,3 +53,10 @@ def served_name(path: str | Path, folders: Sequence[tuple[str, Path]]) -> str | 
         if resolved != root and resolved.is_relative_to(root):
             return f"{label}/{resolved.relative_to(root).as_posix()}"
     return None
+
+
+def link_choice(name: str, split: Split = "train") -> DatasetChoice:
+    """The dataset a readable link names: a served dataset when ``name`` has a ``/``
+    (``<folder name>/<path inside>``, :func:`served_name`), else a registry name. The
+    CLI writes links by this rule and the app reads them by it."""
+    return DatasetChoice(name, source="server" if "/" in name else "registry", split=split)
