@@ -721,7 +721,7 @@ def _mix(frame, a) -> np.ndarray:
 
 
 def _python_mix(result, header: dict, a) -> np.ndarray:
-    from geoviz.app.explorer.payload import quantize
+    from geoviz.explorer.payload import quantize
 
     shown = np.asarray(header["sample_index"][: header["n_shown"]])
     pa = result.interpolate(np.asarray(a, dtype=float))
@@ -929,7 +929,7 @@ def test_explorer_mccann_play(page, server):
     frame.locator("canvas#view").scroll_into_view_if_needed()
     _shot(pg, "4_mccann_embedding")
     # P^M_t in the browser equals Python's McCann interpolation (to uint8 rounding)
-    from geoviz.app.explorer.payload import quantize
+    from geoviz.explorer.payload import quantize
 
     header = frame.evaluate("() => geovizExplorer.header()")
     result = _app_result(server, _query(pg)["scenario"])

@@ -1,4 +1,4 @@
-"""The explorer's payload (geoviz.app.explorer.payload): decoded as the browser decodes it,
+"""The explorer's payload (geoviz.explorer.payload): decoded as the browser decodes it,
 it gives back GeodesicResult's arrays; sizes; the cache."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from geoviz.app import services
-from geoviz.app.explorer import payload as xp
 from geoviz.app.state import SessionModel, default_scenario
+from geoviz.explorer import payload as xp
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@
 
 The weight simplex itself (``W^2(P_a, Q)`` over the weights, the pick, â and its region,
 the figure export) is drawn in the browser by the explorer
-(``geoviz/app/explorer/frontend/explorer.js``), the product's one renderer of it.
+(``geoviz/explorer/frontend/explorer.js``), the product's one renderer of it.
 """
 
 from geoviz.viz.compare import side_by_side_scatter

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from geoviz.geodesic.pipeline import GeodesicResult
     from geoviz.geodesic.weights import SimplexWeights
 
-FRONTEND = Path(__file__).resolve().parent / "frontend"
+FRONTEND = Path(__file__).resolve().parents[2] / "explorer" / "frontend"
 _component = components.declare_component("geoviz_explorer", path=str(FRONTEND))
 LOG = logging.getLogger(__name__)
 

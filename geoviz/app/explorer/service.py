@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from geoviz.app import services
-from geoviz.app.explorer.payload import (
+from geoviz.app.services.caches import Progress
+from geoviz.explorer.payload import (
     Payload,
     build_bootstrap,
     build_embedding,
     build_geodesic,
     build_mccann,
 )
-from geoviz.app.services.caches import Progress
 
 if TYPE_CHECKING:
     from geoviz.app.jobs import BackgroundJob
