@@ -34,7 +34,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -78,6 +78,9 @@ from geoviz.memory import memory_budget_bytes
 from geoviz.ot.labels import label_distances
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, OTDDConfig
 from geoviz.tasks import resolve_backend, run_in_threads
+
+if TYPE_CHECKING:  # a higher layer, opened by explore() (tests/test_layers.py FRONT_DOORS)
+    from geoviz.explorer.widget import GeodesicExplorer
 
 __all__ = [
     "MAP_METHODS",
@@ -605,6 +608,33 @@ class GeodesicResult:
             image_shape=self.image_shape,
             metadata=meta,
         )
+
+    def explore(self, **kwargs: Any) -> GeodesicExplorer:
+        """The app's live explorer of this geodesic as a Jupyter widget.
+
+        Parameters
+        ----------
+        **kwargs
+            Passed to :class:`geoviz.explorer.widget.GeodesicExplorer` (``weights``: the
+            first pick, default ``a_hat``; ``bootstrap``: replicates of the intervals;
+            ``embedding``; ``seed``).
+
+        Returns
+        -------
+        GeodesicExplorer
+            Display it (the last expression of a cell); ``.weights`` is the pick (assign
+            it to move the pick), ``.value`` is ``W^2(P_a, Q)`` there and ``.dataset()``
+            is ``P_a``.
+
+        Notes
+        -----
+        A view of a higher layer (:mod:`geoviz.explorer`) opened from the result, as
+        ``pandas.DataFrame.plot`` opens matplotlib: imported here, on first use, so that
+        :mod:`geoviz.geodesic` never needs the widget's dependencies to load.
+        """
+        from geoviz.explorer.widget import GeodesicExplorer
+
+        return GeodesicExplorer(self, **kwargs)
 
     def summary(self) -> dict[str, Any]:
         """Plain-Python description (for the CLI, the app and manifests)."""
