@@ -70,6 +70,14 @@ class WeightsTraitError(traitlets.TraitError, WeightsError):
     (a ``ValueError``), with the library's message."""
 
 
+class _WeightsTrait(traitlets.Any):
+    """Any value (a list, an array, :class:`SimplexWeights`), ``None`` included: the widget's
+    validator (:meth:`GeodesicExplorer._valid_weights`) decides, for every value."""
+
+    allow_none = False
+    info_text = "weights on the probability simplex"
+
+
 def has_embedding_view(result: GeodesicResult) -> bool:
     """Whether the explorer shows ``P_a`` in an embedding (images, or more than 3 features;
     2-D/3-D data are drawn as they are): the app's rule."""
@@ -120,7 +128,7 @@ class GeodesicExplorer(anywidget.AnyWidget):
     #: the bundled JavaScript (:func:`geoviz.explorer.bundle.bundle`), set by the first widget
     _esm = traitlets.Unicode("").tag(sync=True)
 
-    weights = traitlets.Any(None).tag(sync=True)
+    weights = _WeightsTrait().tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
     _payload = traitlets.Bytes(b"").tag(sync=True)
     _payload_id = traitlets.Unicode("").tag(sync=True)
@@ -161,12 +169,12 @@ class GeodesicExplorer(anywidget.AnyWidget):
         first = result.a_hat if weights is None else weights
         super().__init__(
             _esm=bundle(),
+            weights=first,  # validated (and refused) as every pick
             _payload=payload.data,
             _payload_id=self._payload_key(payload, "geodesic"),
             _pending=pending,
             **kwargs,
         )
-        self.weights = first
         self.on_msg(self._on_frontend_msg)
         self._thread = threading.Thread(
             target=self._background,
