@@ -73,7 +73,8 @@ def test_the_real_bundle_is_one_es_module_without_imports():
     _no_module_syntax_left(source)
     assert "function createExplorer(" in source
     assert source.rstrip().endswith("};")  # the host's default export is last
-    assert "streamlit.js" not in source  # the Streamlit host is not bundled
+    assert "// ---- streamlit.js" not in source  # the Streamlit host is not bundled
+    assert "// ---- explorer.js" in source and "// ---- maths.js" in source
     result = _node_check(source)
     assert result.returncode == 0, result.stderr
 

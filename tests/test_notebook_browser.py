@@ -151,6 +151,9 @@ def _jupyterlab(tmp: Path) -> Iterator[dict[str, str]]:
                 f"--IdentityProvider.token={token}",
                 f"--ServerApp.root_dir={root}",
                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.extension_manager=readonly",  # no PyPI look-ups
+                "--ServerApp.terminals_enabled=False",
+                *(["--allow-root"] if os.geteuid() == 0 else []),  # CI containers run as root
             ],
             cwd=root,
             env=env,
@@ -228,9 +231,11 @@ def test_the_widget_in_jupyterlab(sync_playwright, tmp_path):
             page.set_default_timeout(120_000)
             page.goto(f"{lab['url']}/lab/tree/explore.ipynb?token={lab['token']}")
             page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1).wait_for()
-            # the kernel is up when the toolbar says it is idle
+            # the kernel is up when the status bar says it is idle (earlier runs are lost)
             page.wait_for_function(
-                "() => document.querySelector('.jp-Notebook') !== null", timeout=120_000
+                "() => document.querySelector('.jp-Notebook') !== null"
+                " && /\\| Idle/.test(document.body.innerText)",
+                timeout=120_000,
             )
             _run_cell(page, 0)
             _output_with(page, 0, "FITTED 3")
@@ -280,5 +285,9 @@ def test_the_widget_in_jupyterlab(sync_playwright, tmp_path):
             shutil.copyfile(shot, DOC_SHOT)
             geoviz_errors = [e for e in errors if "geoviz" in e or "explorer" in e]
             assert not geoviz_errors, geoviz_errors
+        except BaseException:
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(SHOTS / "notebook_widget_failure.png"))
+            raise
         finally:
             browser.close()
