@@ -39,10 +39,16 @@ function widgetBytes(value) {
   return value.byteLength > 0 ? value : null;
 }
 
-/** The explorer's render args (those the Streamlit component gets) from the model. */
-function widgetArgs(model) {
+/** The explorer's render args (those the Streamlit component gets) from the model.
+ *  ``sent``: ``{last, pick}``, the numbers of the explorer's last value (polls included) and of
+ *  its last pick. Python answers picks only (``_handled_seq``), polls need no answer here: once
+ *  Python has handled the last pick, every value sent so far counts as handled, so a pick
+ *  assigned from Python is not taken for an answer older than a poll. */
+function widgetArgs(model, sent) {
   const picked = model.get("weights");
-  const handled = model.get("_handled_seq");
+  const answered = model.get("_handled_seq");
+  const caughtUp = sent.pick === null || (Number.isInteger(answered) && answered >= sent.pick);
+  const handled = caughtUp ? sent.last : answered;
   return {
     payload: widgetBytes(model.get("_payload")),
     payload_id: model.get("_payload_id"),
@@ -67,10 +73,13 @@ export default {
     const note = document.createElement("div");
     note.className = "geoviz-widget-error";
     el.append(style, root, note);
+    const sent = { last: null, pick: null };
     const host = {
       send(value) {
+        if (value && Number.isInteger(value.seq)) sent.last = value.seq;
         // polls are the Streamlit host's: here Python pushes background parts itself
         if (value && Array.isArray(value.weights)) {
+          sent.pick = value.seq;
           model.send({ kind: "pick", weights: value.weights.map(Number), seq: value.seq });
         }
       },
@@ -82,7 +91,7 @@ export default {
     const render = () => {
       queued = false;
       note.textContent = model.get("error") || "";
-      try { explorer.render(widgetArgs(model)); }
+      try { explorer.render(widgetArgs(model, sent)); }
       catch (err) { note.textContent = "explorer error: " + err; throw err; }
     };
     const schedule = () => { if (!queued) { queued = true; queueMicrotask(render); } };
