@@ -763,7 +763,7 @@ def test_mixup_comparison_uses_the_explorers_colours_by_q_class():
     pa, naive = result.interpolate(a), mixup_interpolation(q, refs, a, seed=0)
     fig = mixup_comparison(q, refs, pa, naive, ["P1", "P2"], "t")
     js = (
-        Path(__file__).resolve().parents[1] / "geoviz/explorer/frontend/explorer.js"
+        Path(__file__).resolve().parents[1] / "geoviz/explorer/frontend/drawing_kit.js"
     ).read_text()
     palette = re.search(r"const PALETTE = \[(.*?)\];", js, re.S).group(1)
     assert tuple(re.findall(r'"(#[0-9a-f]{6})"', palette)) == EXPLORER_PALETTE

@@ -8,7 +8,7 @@ and shipped to the component as one ``bytes`` value::
 
 The header names every array ``{"offset", "dtype", "shape"}`` (offset from the
 start of the array section) plus scalars (names, class names, image shape).
-:func:`decode` reads it back exactly as ``frontend/explorer.js`` does.
+:func:`decode` reads it back exactly as ``decode`` in ``frontend/maths.js`` does.
 
 Arrays (``m`` maps, ``S`` fixed target samples, ``P`` placed points):
 

@@ -15,8 +15,8 @@
   of a name); titles and captions are the caller's Plotly text.
 
 The weight simplex itself (``W^2(P_a, Q)`` over the weights, the pick, â and its region,
-the figure export) is drawn in the browser by the explorer
-(``geoviz/explorer/frontend/explorer.js``), the product's one renderer of it.
+the figure export) is drawn in the browser by the explorer (the ES modules of
+``geoviz/explorer/frontend/``, entry ``explorer.js``), the product's one renderer of it.
 """
 
 from geoviz.viz.compare import side_by_side_scatter
