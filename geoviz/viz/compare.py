@@ -136,7 +136,7 @@ def side_by_side_scatter(
     return fig
 
 
-#: the browser explorer's class colours (D3 category10, ``PALETTE`` in ``explorer.js``)
+#: the browser explorer's class colours (D3 category10, ``PALETTE`` in ``drawing_kit.js``)
 EXPLORER_PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",

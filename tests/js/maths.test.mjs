@@ -209,12 +209,8 @@ test("off the triangle, roundToSimplex rounds the clipped point as the library r
   }
 });
 
-// maths.js divides 0 by 0 here (NaN weights) where clipAndRenormalise gives the barycentre;
-// the explorer never rounds such a point (it rounds clipAndRenormalise's and setWeightKeepSum's
-// output), so this is a todo, reported, not a failure of the run
-test("roundToSimplex of a point with no positive entry is the barycentre, rounded", {
-  todo: "maths.js roundToSimplex gives NaN: it does not fall back to uniform as clipAndRenormalise does",
-}, () => {
+// (it once divided 0 by 0 here and gave NaN weights)
+test("roundToSimplex of a point with no positive entry is the barycentre, rounded", () => {
   const c = FX.rounding.off_simplex.find((x) => x.v.every((y) => y <= 0));
   assertArrayEqual(M.roundToSimplex(c.v, c.decimals), c.round_of_clip, `roundToSimplex([${c.v}])`);
 });

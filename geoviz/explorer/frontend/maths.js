@@ -54,12 +54,11 @@ export function objective(a, wToTarget, wBetween) {
 // ------------------------------------------------------------------ weights on the simplex
 
 /** Largest-remainder rounding on the simplex at ``decimals``
- *  (geoviz.geodesic.weights.round_to_simplex): negatives clipped, renormalised, then rounded
- *  so the entries sum to exactly 1 at that many decimals. */
+ *  (as geoviz.geodesic.weights.round_to_simplex on the simplex; off it, Python projects and this
+ *  clips): negatives clipped, renormalised, then rounded so the entries sum to exactly 1. */
 export function roundToSimplex(a, decimals) {
   const scale = Math.pow(10, decimals);
-  let s = 0;
-  const w = a.map((x) => { const v = Math.max(0, x); s += v; return v; }).map((x) => x / s);
+  const w = clipAndRenormalise(a);  // the barycentre when no entry is positive
   const raw = w.map((x) => x * scale), fl = raw.map((x) => Math.floor(x + 1e-9));
   const missing = Math.round(scale - fl.reduce((p, x) => p + x, 0));
   const order = raw.map((x, i) => i).sort((i, j) => (raw[j] - fl[j]) - (raw[i] - fl[i]) || i - j);
