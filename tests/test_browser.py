@@ -1284,7 +1284,7 @@ def test_explorer_teaching_view_lines_maps_mixup_and_caption(page, server):
         frame.locator(f"#{box_id}").check()
     # the caption follows on the next animation frame
     frame.wait_for_function(
-        "() => geovizExplorer.teachingCaption().includes('Rings are naive mixup')"
+        "() => geovizExplorer.teachingCaption().includes('Grey diamonds are naive mixup')"
     )
     assert "Lines join x to its images" in frame.evaluate("() => geovizExplorer.teachingCaption()")
     start = frame.evaluate("() => geovizExplorer.frameTimes.length")

@@ -3,7 +3,7 @@
  * (coupling lines, the T_i(x), naive mixup); the hover tooltip. */
 import { gridNodeIndex, gridWeights } from "./maths.js";
 import { LEGEND_W, PALETTE, SET_COLORS, el, fillImage, fitText, fmt } from "./drawing_kit.js";
-import { currentCoef, headerOf, payloadArray } from "./explorer_state.js";
+import { currentCoef, headerOf, listen, payloadArray, requestDraw } from "./explorer_state.js";
 
 /** The view's scales (data -> canvas pixels) and its faded background with the legend
  *  column, drawn once per build. */
@@ -19,14 +19,27 @@ export function setupView(ex) {
   const sx = (plotW - 2 * pad) / (x1 - x0 || 1), sy = (c.height - 2 * pad) / (y1 - y0 || 1);
   ui.X = (x) => pad + (x - x0) * sx;
   ui.Y = (y) => c.height - pad - (y - y0) * sy;
-  // the faded background, drawn once
+  drawViewBackground(ex, 1);
+  // a click on the teaching scatter picks the target sample x that is followed
+  if (ex.teach && h.view === "scatter") listen(ex, c, "pointerdown", (ev) => followAt(ex, ev));
+  if (h.view === "embedding") {
+    const grid = A("grid");
+    ui.node = gridNodeIndex(grid.data, grid.shape[1]);
+  }
+}
+
+/** The faded background (every ``stride``-th point of each dataset) and the legend column,
+ *  drawn once per build and again when the stride changes. */
+function drawViewBackground(ex, stride) {
+  const h = headerOf(ex), ui = ex.ui, A = (name) => payloadArray(ex, name);
+  const c = ui.view, plotW = c.width - LEGEND_W;
   const off = ex.doc.createElement("canvas");
   off.width = c.width; off.height = c.height;
   const ctx = off.getContext("2d");
   ctx.globalAlpha = 0.18;
   const bg = h.view === "embedding" ? A("bg") : A("ref_coords"), set = h.view === "embedding" ? A("bg_set") : A("ref_set");
   const d = bg.shape[1];
-  for (let k = 0; k < bg.shape[0]; k++) {
+  for (let k = 0; k < bg.shape[0]; k += stride) {
     const s = set.data[k];
     ctx.fillStyle = h.view === "embedding" ? (s === 0 ? "#000" : SET_COLORS[(s - 1) % SET_COLORS.length])
                                              : SET_COLORS[(h.mode === "mccann" ? h.ref : s) % SET_COLORS.length];
@@ -35,7 +48,7 @@ export function setupView(ex) {
   if (h.view === "scatter") {  // Q itself, faded
     const co = A("coords"), n = co.shape[1], dd = co.shape[2];
     ctx.fillStyle = "#000";
-    for (let k = 0; k < n; k++) ctx.fillRect(ui.X(co.data[k * dd]) - 1.5, ui.Y(co.data[k * dd + 1]) - 1.5, 3, 3);
+    for (let k = 0; k < n; k += stride) ctx.fillRect(ui.X(co.data[k * dd]) - 1.5, ui.Y(co.data[k * dd + 1]) - 1.5, 3, 3);
   }
   ctx.globalAlpha = 1;
   const lx = plotW + 6, lw = LEGEND_W - 12;
@@ -61,11 +74,7 @@ export function setupView(ex) {
     ctx.fillStyle = "#262730"; fitText(ctx, String(name), lx + 14, yy + 9, lw - 14, 11);
   });
   ctx.textAlign = "left";
-  ui.bg = off;
-  if (h.view === "embedding") {
-    const grid = A("grid");
-    ui.node = gridNodeIndex(grid.data, grid.shape[1]);
-  }
+  ui.bg = off; ui.bgStride = stride;
 }
 
 /** P_a's (or P^M_t's) points in the view's data coordinates: [[x, y, class, sample], ...]. */
@@ -104,84 +113,306 @@ export function mixupPointsAt(ex, a) {
   return out;
 }
 
-/** Teaching view (2-D/3-D data): lines x -> T_i(x), the T_i(x), the naive mixup. */
-function drawTeaching(ex, ctx) {
-  const h = headerOf(ex), ui = ex.ui, T = ex.teach, pick = ex.pick;
-  if (!T || h.view !== "scatter" || h.mode === "mccann") return;
+/** The naive mixup's own style: hollow grey diamonds (never P_a's class colours). */
+export const MIXUP_COLOUR = "#6f6f6f";
+/** Points drawn per dataset at most: presenter mode, or three or more teaching layers on
+ *  (two layers: MANY_LAYERS_CAP2). */
+export const PRESENTER_CAP = 150;
+const MANY_LAYERS_CAP2 = 300;
+/** at most this many targets' coupling lines (per reference) */
+const MAX_LINES = 60;
+/** The teaching steps' one-sentence captions (step 0 is the free view, the switches decide). */
+export const TEACH_STEPS = [
+  "",
+  "Step 1 of 3 · the coupling: each target sample x (black) is joined to T_i(x), the point its OT map sends it to in reference P_i (one coloured line per reference).",
+  "Step 2 of 3 · each T_i(x): the squares are the images T_i(x) — Q carried onto each reference by its map, every x keeping its place in its class.",
+  "Step 3 of 3 · the weighted mix: each filled dot is P_a(x) = Σ_i a_i T_i(x), the squares averaged with the weights a you pick — drag the pick or press ▶ Play.",
+];
+
+/** The teaching switches, presenter mode and the step-by-step buttons, above the scatter. */
+export function buildTeachingControls(ex, parent) {
+  const bar = el("div", { class: "row", style: "gap: 14px; align-items: center" }, parent);
+  const boxes = {};
+  const toggle = (id, label, on, onChange) => {
+    const lab = el("label", { class: "hint" }, bar);
+    const box = el("input", { type: "checkbox", id: id }, lab);
+    box.checked = on; lab.appendChild(ex.doc.createTextNode(" " + label));
+    listen(ex, box, "change", () => { onChange(box.checked); requestDraw(ex, null); });
+    boxes[id] = box;
+    return box;
+  };
+  const old = ex.teach || {};
+  ex.teach = {};
+  for (const [id, label] of [["teach-lines", "coupling x → T_i(x) (thinned)"], ["teach-maps", "T_i(x) of each reference"],
+    ["teach-mixup", "naive mixup (random partners)"]]) {
+    ex.teach[id] = !!old[id];
+    toggle(id, label, ex.teach[id], (on) => { ex.teach[id] = on; });
+  }
+  toggle("presenter", "presenter (large text, ≤" + PRESENTER_CAP + " points, follow one x)", !!ex.presenter, (on) => { ex.presenter = on; });
+  const steps = el("div", { class: "row", style: "gap: 8px; align-items: center; margin: 2px 0" }, parent);
+  const back = el("button", { id: "teach-back", text: "◀ Back" }, steps);
+  const label = el("span", { class: "hint", id: "teach-step" }, steps);
+  const next = el("button", { id: "teach-next", text: "Next ▶" }, steps);
+  const show = () => {
+    const k = ex.teachStep || 0;
+    label.textContent = k === 0 ? "Step by step: off (the switches decide)" : "Step " + k + " of 3: " + ["", "coupling", "each T_i(x)", "Σ_i a_i T_i(x)"][k];
+    back.disabled = k === 0; next.disabled = k === 3;
+    for (const id of ["teach-lines", "teach-maps", "teach-mixup"]) boxes[id].disabled = k > 0;
+  };
+  const go = (d) => { ex.teachStep = Math.min(3, Math.max(0, (ex.teachStep || 0) + d)); show(); requestDraw(ex, null); };
+  listen(ex, back, "click", () => go(-1));
+  listen(ex, next, "click", () => go(1));
+  show();
+}
+
+/** What the teaching scatter draws now: the layers (with their strength), the stride
+ *  (one point in ``stride`` of each dataset) and the followed x; null outside it. */
+function teachingPlan(ex) {
+  const h = headerOf(ex), T = ex.teach;
+  if (!T || h.view !== "scatter" || h.mode === "mccann") return null;
+  const n = payloadArray(ex, "coords").shape[1], k = ex.teachStep || 0;
+  let L;
+  if (k === 1) L = { x: true, lines: 1, maps: 0, mixup: false, pa: false, follow: false };
+  else if (k === 2) L = { x: true, lines: 0.3, maps: 1, mixup: false, pa: false, follow: false };
+  else if (k === 3) L = { x: false, lines: 0, maps: 0.3, mixup: false, pa: true, follow: true };
+  else L = { x: false, lines: T["teach-lines"] ? 1 : 0, maps: T["teach-maps"] ? 1 : 0, mixup: !!T["teach-mixup"], pa: true, follow: !!ex.presenter };
+  L.layers = (L.lines > 0) + (L.maps > 0) + L.mixup + L.x + L.pa;
+  const cap = ex.presenter || L.layers >= 3 ? PRESENTER_CAP : L.layers === 2 ? MANY_LAYERS_CAP2 : Infinity;
+  L.n = n; L.stride = Math.max(1, Math.ceil(n / cap));
+  L.lineStride = Math.max(L.stride, Math.ceil(n / MAX_LINES));
+  L.shown = Math.ceil(n / L.stride);
+  return L;
+}
+
+/** The followed target sample: the one clicked, else the one whose x and images T_i(x) lie
+ *  furthest apart from each other (the clearest to narrate; among every PRESENTER_CAP-th). */
+function followIndex(ex) {
+  if (Number.isInteger(ex.followIdx) && ex.followIdx < payloadArray(ex, "coords").shape[1]) return ex.followIdx;
+  const ui = ex.ui;
+  if (ui.followDefault === undefined) {
+    const co = payloadArray(ex, "coords"), rows = co.shape[0], n = co.shape[1], d = co.shape[2];
+    let best = -1, bestP = 0;
+    for (let p = 0; p < n; p += Math.max(1, Math.ceil(n / PRESENTER_CAP))) {
+      let near = Infinity;
+      for (let i = 0; i < rows; i++) for (let j = i + 1; j < rows; j++) {
+        near = Math.min(near, Math.hypot(ui.X(co.data[(i * n + p) * d]) - ui.X(co.data[(j * n + p) * d]),
+          ui.Y(co.data[(i * n + p) * d + 1]) - ui.Y(co.data[(j * n + p) * d + 1])));
+      }
+      if (near > best) { best = near; bestP = p; }
+    }
+    ui.followDefault = bestP;
+  }
+  return ui.followDefault;
+}
+/** The followed x at the pick, in data coordinates: {index, sample, a, x, T: [T_1(x), ...],
+ *  pa: Σ_i a_i T_i(x)}; null outside the teaching scatter. */
+export function followedX(ex) {
+  if (!teachingPlan(ex)) return null;
+  const co = payloadArray(ex, "coords"), m = co.shape[0] - 1, n = co.shape[1], d = co.shape[2], p = followIndex(ex), a = ex.pick;
+  const row = (r) => Array.from(co.data.subarray((r * n + p) * d, (r * n + p) * d + d));
+  const T = Array.from({ length: m }, (_, i) => row(i + 1));
+  const pa = T[0].map((_, k) => T.reduce((acc, t, i) => acc + a[i] * t[k], 0));
+  const h = headerOf(ex);
+  return { index: p, sample: h.sample_index ? h.sample_index[Math.min(p, h.sample_index.length - 1)] : p, a: a.slice(), x: row(0), T: T, pa: pa };
+}
+/** A click on the scatter: the nearest drawn P_a point's x is followed from now on. */
+function followAt(ex, ev) {
+  const ui = ex.ui;
+  if (!ui || !ui.points || !teachingPlan(ex)) return;
+  const r = ui.view.getBoundingClientRect(), mx = ev.clientX - r.left, my = ev.clientY - r.top;
+  let best = null, bd = 144;
+  for (const p of ui.points) {
+    const dd = (ui.X(p[0]) - mx) ** 2 + (ui.Y(p[1]) - my) ** 2;
+    if (dd < bd) { bd = dd; best = p; }
+  }
+  if (best) { ex.followIdx = best[3]; requestDraw(ex, null); }
+}
+
+function diamond(ctx, x, y, r) {
+  ctx.beginPath(); ctx.moveTo(x, y - r); ctx.lineTo(x + r, y); ctx.lineTo(x, y + r); ctx.lineTo(x - r, y); ctx.closePath();
+}
+/** Text with a white halo (readable over the points). */
+function haloText(ctx, text, x, y, px) {
+  ctx.font = "bold " + px + "px sans-serif"; ctx.lineWidth = 3; ctx.strokeStyle = "#fff"; ctx.lineJoin = "round";
+  ctx.strokeText(text, x, y); ctx.fillStyle = "#262730"; ctx.fillText(text, x, y); ctx.lineWidth = 1;
+}
+
+/** Teaching view (2-D/3-D data): lines x -> T_i(x), the T_i(x), the naive mixup (one point in
+ *  plan.stride of each); returns the counts drawn. */
+function drawTeaching(ex, ctx, plan) {
+  const h = headerOf(ex), ui = ex.ui, pick = ex.pick;
   const co = payloadArray(ex, "coords"), n = co.shape[1], d = co.shape[2], m = h.m;
   const at = (row, p) => [ui.X(co.data[(row * n + p) * d]), ui.Y(co.data[(row * n + p) * d + 1])];
-  const step = Math.max(1, Math.ceil(n / 60));  // at most 60 points' lines
-  if (T["teach-lines"]) {
+  const drawn = { lines: 0, maps: 0, mixup: 0, x: 0 };
+  if (plan.lines > 0) {
     ctx.lineWidth = 1;
-    for (let p = 0; p < n; p += step) {
-      const [x0, y0] = at(0, p);
-      for (let i = 0; i < m; i++) {
-        if (pick[i] <= 0) continue;
-        const [x1, y1] = at(i + 1, p);
-        ctx.strokeStyle = SET_COLORS[i % SET_COLORS.length]; ctx.globalAlpha = 0.25 + 0.6 * pick[i];
-        ctx.beginPath(); ctx.moveTo(x0, y0); ctx.lineTo(x1, y1); ctx.stroke();
-      }
+    for (let i = 0; i < m; i++) {
+      if (pick[i] <= 0 && !plan.x) continue;
+      ctx.strokeStyle = SET_COLORS[i % SET_COLORS.length];
+      ctx.globalAlpha = plan.lines * (plan.x ? 0.55 : 0.25 + 0.6 * pick[i]);
+      ctx.beginPath();
+      for (let p = 0; p < n; p += plan.lineStride) { const [x0, y0] = at(0, p), [x1, y1] = at(i + 1, p); ctx.moveTo(x0, y0); ctx.lineTo(x1, y1); drawn.lines += 1; }
+      ctx.stroke();
     }
     ctx.globalAlpha = 1;
   }
-  if (T["teach-maps"]) {
+  if (plan.maps > 0) {
+    ctx.globalAlpha = plan.maps; ctx.lineWidth = 1.2;
     for (let i = 0; i < m; i++) {
-      ctx.strokeStyle = SET_COLORS[i % SET_COLORS.length]; ctx.lineWidth = 1.2;
-      for (let p = 0; p < n; p++) { const [x, y] = at(i + 1, p); ctx.strokeRect(x - 2.5, y - 2.5, 5, 5); }
+      ctx.strokeStyle = SET_COLORS[i % SET_COLORS.length]; ctx.beginPath();
+      for (let p = 0; p < n; p += plan.stride) { const [x, y] = at(i + 1, p); ctx.rect(x - 2.5, y - 2.5, 5, 5); drawn.maps += 1; }
+      ctx.stroke();
     }
+    ctx.globalAlpha = 1;
   }
-  // the overlays' own legend, at the bottom of the legend column
-  const lx = ui.view.width - LEGEND_W + 6, items = [];
-  if (T["teach-lines"]) items.push(["line", "x → T_i(x), by reference"]);
-  if (T["teach-maps"]) items.push(["square", "T_i(x), by reference"]);
-  if (T["teach-mixup"]) items.push(["ring", "naive mixup, by Q's class"]);
-  items.forEach(([kind, text], k) => {
-    const y = ui.view.height - 14 - 16 * (items.length - 1 - k);
-    ctx.strokeStyle = "#262730"; ctx.lineWidth = 1.4;
-    if (kind === "line") { ctx.beginPath(); ctx.moveTo(lx, y - 4); ctx.lineTo(lx + 10, y - 4); ctx.stroke(); }
-    else if (kind === "square") ctx.strokeRect(lx + 2.5, y - 6.5, 5, 5);
-    else { ctx.beginPath(); ctx.arc(lx + 5, y - 4, 3.5, 0, 2 * Math.PI); ctx.stroke(); }
-    ctx.lineWidth = 1; ctx.fillStyle = "#262730"; ctx.textAlign = "left";
-    fitText(ctx, text, lx + 14, y, LEGEND_W - 26, 11);
-  });
-  if (T["teach-mixup"]) {
-    const mx = payloadArray(ex, "mixup_coords"), lab = payloadArray(ex, "labels").data;
-    for (let p = 0; p < n; p++) {
+  if (plan.x) {
+    ctx.fillStyle = "#000"; ctx.beginPath();
+    for (let p = 0; p < n; p += plan.stride) { const [x, y] = at(0, p); ctx.moveTo(x + 2.5, y); ctx.arc(x, y, 2.5, 0, 2 * Math.PI); drawn.x += 1; }
+    ctx.fill();
+  }
+  if (plan.mixup) {
+    const mx = payloadArray(ex, "mixup_coords");
+    ctx.strokeStyle = MIXUP_COLOUR; ctx.lineWidth = 1.3; ctx.beginPath();
+    for (let p = 0; p < n; p += plan.stride) {
       let x = 0, y = 0;
       for (let i = 0; i < m; i++) { x += pick[i] * mx.data[(i * n + p) * d]; y += pick[i] * mx.data[(i * n + p) * d + 1]; }
-      ctx.beginPath(); ctx.arc(ui.X(x), ui.Y(y), 3.5, 0, 2 * Math.PI);
-      ctx.strokeStyle = PALETTE[lab[p] % PALETTE.length]; ctx.lineWidth = 1.6; ctx.stroke();
+      const X = ui.X(x), Y = ui.Y(y);
+      ctx.moveTo(X, Y - 4); ctx.lineTo(X + 4, Y); ctx.lineTo(X, Y + 4); ctx.lineTo(X - 4, Y); ctx.closePath();
+      drawn.mixup += 1;
     }
-    ctx.lineWidth = 1;
+    ctx.stroke(); ctx.lineWidth = 1;
   }
+  drawTeachingLegend(ex, ctx, plan);
+  return drawn;
+}
+
+/** The overlays' own legend, at the bottom of the legend column. */
+function drawTeachingLegend(ex, ctx, plan) {
+  const ui = ex.ui, lx = ui.view.width - LEGEND_W + 6, items = [];
+  if (plan.lines > 0) items.push(["line", "x → T_i(x), by reference"]);
+  if (plan.maps > 0) items.push(["square", "T_i(x), by reference"]);
+  if (plan.x) items.push(["dot", "x, Q's samples"]);
+  if (plan.mixup) items.push(["diamond", "naive mixup (grey)"]);
+  if (plan.follow) { items.push(["dash", "McCann Q → P_i: x → T_i(x)"]); items.push(["path", "P_a(x) as a moves"]); }
+  if (plan.stride > 1) items.push(["note", "1 point in " + plan.stride + " drawn (" + plan.shown + " of " + plan.n + ")"]);
+  items.forEach(([kind, text], k) => {
+    const y = ui.view.height - 14 - 16 * (items.length - 1 - k);
+    ctx.strokeStyle = "#262730"; ctx.fillStyle = "#262730"; ctx.lineWidth = 1.4;
+    if (kind === "line") { ctx.beginPath(); ctx.moveTo(lx, y - 4); ctx.lineTo(lx + 10, y - 4); ctx.stroke(); }
+    else if (kind === "square") ctx.strokeRect(lx + 2.5, y - 6.5, 5, 5);
+    else if (kind === "dot") { ctx.beginPath(); ctx.arc(lx + 5, y - 4, 2.5, 0, 2 * Math.PI); ctx.fill(); }
+    else if (kind === "diamond") { ctx.strokeStyle = MIXUP_COLOUR; diamond(ctx, lx + 5, y - 4, 4); ctx.stroke(); }
+    else if (kind === "dash") { ctx.setLineDash([3, 2]); ctx.beginPath(); ctx.moveTo(lx, y - 4); ctx.lineTo(lx + 10, y - 4); ctx.stroke(); ctx.setLineDash([]); }
+    else if (kind === "path") { ctx.strokeStyle = "#999"; ctx.lineWidth = 3; ctx.beginPath(); ctx.moveTo(lx, y - 4); ctx.lineTo(lx + 10, y - 4); ctx.stroke(); }
+    ctx.lineWidth = 1; ctx.fillStyle = kind === "note" ? "#808495" : "#262730"; ctx.textAlign = "left";
+    fitText(ctx, text, kind === "note" ? lx : lx + 14, y, LEGEND_W - (kind === "note" ? 12 : 26), 11);
+  });
+}
+
+/** The followed x, large: x, its T_i(x) (the McCann paths x -> T_i(x) dashed), P_a(x)'s path as
+ *  a moves (the play path, else the edge of the two largest weights) and P_a(x) itself. */
+function drawFollow(ex, ctx, play) {
+  const f = followedX(ex), ui = ex.ui, h = headerOf(ex), m = h.m, big = !!ex.presenter;
+  const px = (v) => [ui.X(v[0]), ui.Y(v[1])], X = px(f.x), Ts = f.T.map(px), P = px(f.pa);
+  const mix = (w) => px(f.T[0].map((_, k) => f.T.reduce((acc, t, i) => acc + w[i] * t[k], 0)));
+  // P_a(x)'s path: along the play path's waypoints, else along the picked edge
+  const order = f.a.map((w, i) => [w, i]).sort((u, v) => v[0] - u[0]);
+  const edge = [order[0][1], order.length > 1 ? order[1][1] : order[0][1]];
+  const way = play || edge.map((i) => Array.from({ length: m }, (_, k) => (k === i ? 1 : 0)));
+  ctx.strokeStyle = "#999"; ctx.lineWidth = big ? 4 : 3; ctx.globalAlpha = 0.55; ctx.lineJoin = "round";
+  ctx.beginPath(); way.forEach((w, k) => { const [x, y] = mix(w); if (k) ctx.lineTo(x, y); else ctx.moveTo(x, y); }); ctx.stroke();
+  // McCann's 2-dataset paths x -> (1 - t) x + t T_i(x), for the picked edge's references
+  ctx.globalAlpha = 0.8; ctx.lineWidth = big ? 2 : 1.5; ctx.setLineDash([5, 4]);
+  for (const i of new Set(edge)) { ctx.strokeStyle = SET_COLORS[i % SET_COLORS.length]; ctx.beginPath(); ctx.moveTo(X[0], X[1]); ctx.lineTo(Ts[i][0], Ts[i][1]); ctx.stroke(); }
+  ctx.setLineDash([]); ctx.globalAlpha = 1;
+  // thin spokes T_i(x) -> P_a(x): the mix is their weighted average
+  ctx.lineWidth = 1; ctx.strokeStyle = "#262730"; ctx.globalAlpha = 0.5; ctx.beginPath();
+  Ts.forEach(([x, y], i) => { if (f.a[i] > 0) { ctx.moveTo(x, y); ctx.lineTo(P[0], P[1]); } }); ctx.stroke(); ctx.globalAlpha = 1;
+  const r = big ? 9 : 7, fs = big ? 17 : 13, placed = [];
+  // labels placed one under the other where they would overlap
+  const label = (text, x, y) => {  // right of the mark, else left, above, below: the first free place
+    ctx.font = "bold " + fs + "px sans-serif";
+    const w = ctx.measureText(text).width, H = ui.view.height;
+    const tries = [[x, y], [x - w - 2 * r - 8, y], [x - w / 2 - r, y - r - fs], [x - w / 2 - r, y + r + fs]];
+    const free = ([u, v]) => u >= 2 && u + w <= ui.view.width - LEGEND_W && v - fs >= 0 && v <= H - 2 && !placed.some((b) => u < b[0] + b[2] && b[0] < u + w && v - fs < b[1] && b[1] - fs < v);
+    const [u, v] = tries.find(free) || tries[0];
+    placed.push([u, v, w]);
+    haloText(ctx, text, u, v, fs);
+  };
+  Ts.forEach(([x, y], i) => {
+    ctx.fillStyle = "#fff"; ctx.fillRect(x - r, y - r, 2 * r, 2 * r);
+    ctx.strokeStyle = SET_COLORS[i % SET_COLORS.length]; ctx.lineWidth = 3; ctx.strokeRect(x - r, y - r, 2 * r, 2 * r); ctx.lineWidth = 1;
+  });
+  ctx.beginPath(); ctx.arc(X[0], X[1], r, 0, 2 * Math.PI); ctx.fillStyle = "#000"; ctx.fill();
+  ctx.strokeStyle = "#fff"; ctx.lineWidth = 2; ctx.stroke(); ctx.lineWidth = 1;
+
+  const lab = payloadArray(ex, "labels").data[f.index];
+  ctx.beginPath(); ctx.arc(P[0], P[1], r + 3, 0, 2 * Math.PI); ctx.fillStyle = PALETTE[lab % PALETTE.length]; ctx.fill();
+  ctx.strokeStyle = "#000"; ctx.lineWidth = 3; ctx.stroke(); ctx.lineWidth = 1;
+  ctx.textAlign = "left";
+  label("P_a(x)", P[0] + r + 6, P[1] - r);
+  label("x", X[0] + r + 3, X[1] + 5);
+  Ts.forEach(([x, y], i) => label("T" + (i + 1) + "(x)", x + r + 3, y + 5));
 }
 
 /** What the teaching view shows at the current weights, in words. */
 export function teachingCaption(ex) {
-  const h = headerOf(ex), T = ex.teach || {}, a = ex.pick;
-  const parts = a.map((w, i) => Math.round(100 * w) + "% of the way to T" + (i + 1) + "(x) in " + h.names[i]);
-  let text = "Each filled dot is a target sample x moved to Σ a_i T_i(x): " + parts.join(", ") +
-    ". Its colour is x's class in Q.";
-  if (T["teach-lines"]) text += " Lines join x to its images T_i(x) (one point in " + Math.max(1, Math.ceil(payloadArray(ex, "coords").shape[1] / 60)) + "), darker for larger a_i.";
-  if (T["teach-maps"]) text += " Squares are the T_i(x), coloured by reference.";
-  if (T["teach-mixup"]) text += " Rings are naive mixup at the same a: random partners instead of T_i(x), so a class no longer stays together.";
+  const h = headerOf(ex), T = ex.teach || {}, a = ex.pick, plan = teachingPlan(ex);
+  const k = ex.teachStep || 0;
+  let text;
+  if (k > 0) text = TEACH_STEPS[k];
+  else {
+    const parts = a.map((w, i) => Math.round(100 * w) + "% of the way to T" + (i + 1) + "(x) in " + h.names[i]);
+    text = "Each filled dot is a target sample x moved to Σ a_i T_i(x): " + parts.join(", ") +
+      ". Its colour is x's class in Q.";
+    if (T["teach-lines"]) text += " Lines join x to its images T_i(x) (one point in " + (plan ? plan.lineStride : 1) + "), darker for larger a_i.";
+    if (T["teach-maps"]) text += " Squares are the T_i(x), coloured by reference.";
+    if (T["teach-mixup"]) text += " Grey diamonds are naive mixup at the same a: random partners instead of T_i(x), so a class no longer stays together.";
+  }
+  if (plan && plan.follow) {
+    const f = followedX(ex);
+    text += " Followed x (#" + f.sample + ", click a dot to change): P_a(x) = " +
+      f.a.map((w, i) => fmt(w, 2) + "·T" + (i + 1) + "(x)").join(" + ") +
+      ". Dashed: McCann's path x → (1 − t) x + t T_i(x) to one reference; grey: P_a(x) as a moves.";
+  }
+  if (plan && plan.stride > 1) text += " " + plan.shown + " of " + plan.n + " points per dataset drawn" +
+    (ex.presenter ? " (presenter mode)." : ", as " + plan.layers + " layers are on.");
   return text;
 }
 
 /** The view at the pick (into ``into``, a figure's context, when given). */
 export function drawView(ex, into) {
-  const ui = ex.ui, c = ui.view, ctx = into || c.getContext("2d");
+  const ui = ex.ui, c = ui.view, ctx = into || c.getContext("2d"), plan = teachingPlan(ex);
+  const stride = plan ? plan.stride : 1;
+  if (ui.bgStride !== stride) drawViewBackground(ex, stride);
   ctx.clearRect(0, 0, c.width, c.height);
   ctx.drawImage(ui.bg, 0, 0);
-  drawTeaching(ex, ctx);
-  if (ui.teach) ui.teach.textContent = teachingCaption(ex);
-  const pts = (ui.points = viewPoints(ex));
-  for (const [x, y, lab] of pts) {
-    ctx.beginPath(); ctx.arc(ui.X(x), ui.Y(y), 3.5, 0, 2 * Math.PI);
-    ctx.fillStyle = PALETTE[lab % PALETTE.length]; ctx.fill();
-    ctx.strokeStyle = "#000"; ctx.lineWidth = 0.8; ctx.stroke();
+  const drawn = plan ? drawTeaching(ex, ctx, plan) : {};
+  if (ui.teach) {
+    ui.teach.textContent = teachingCaption(ex);
+    const big = plan && ex.presenter ? "18px" : "";
+    if (ui.teach.style.fontSize !== big) { ui.teach.style.fontSize = big; ui.teach.style.color = big ? "#262730" : ""; ex.root.style.fontSize = big ? "16px" : ""; }
   }
+  const all = viewPoints(ex), pts = (ui.points = stride > 1 ? all.filter((p) => p[3] % stride === 0) : all);
+  drawn.pa = 0;
+  if (!plan || plan.pa) {
+    for (const [x, y, lab] of pts) {
+      ctx.beginPath(); ctx.arc(ui.X(x), ui.Y(y), 3.5, 0, 2 * Math.PI);
+      ctx.fillStyle = PALETTE[lab % PALETTE.length]; ctx.fill();
+      ctx.strokeStyle = "#000"; ctx.lineWidth = 0.8; ctx.stroke();
+    }
+    drawn.pa = pts.length;
+  }
+  if (plan && !plan.pa) ui.points = [];
+  drawn.follow = 0;
+  if (plan && plan.follow) { drawFollow(ex, ctx, ex.playPath ? ex.playPath() : null); drawn.follow = 1; }
+  drawn.stride = stride; drawn.n = all.length; drawn.background = plan ? Math.ceil(payloadArray(ex, "ref_coords").shape[0] / stride) : null;
+  ui.drawn = drawn;
 }
+
+/** How many points each layer drew in the last frame ({pa, lines, maps, mixup, x, follow,
+ *  stride, n, background}). */
+export function pointsDrawn(ex) { return ex.ui && ex.ui.drawn ? Object.assign({}, ex.ui.drawn) : null; }
 
 /** The tooltip of the point under the pointer: its target sample and (embedding of images)
  *  its mixed image. */

@@ -12,8 +12,9 @@ import { LEGEND_W, el, fmt, sig } from "./drawing_kit.js";
 import { bootHeader, fitHeight, headerOf, listen, newExplorerState, objectiveAt, payloadArray, readoutAt, availableWidth, requestDraw } from "./explorer_state.js";
 import { buildHeatmap, drawSimplex, scheduleRegion, toXY } from "./simplex_draw.js";
 import { drawMass, drawSamples, layoutTiles } from "./tiles_and_mass.js";
-import { drawView, hoverView, mixupPointsAt, setupView, viewPoints } from "./embedding_view.js";
+import { buildTeachingControls, drawView, followedX, hoverView, mixupPointsAt, pointsDrawn, setupView, viewPoints } from "./embedding_view.js";
 import { bindMcCann, bindSimplex } from "./interaction.js";
+import { buildPlayControls, playInfo } from "./play.js";
 import { downloadFigure, figureOf } from "./figure_export.js";
 
 // polls for the parts computed in the background (issue 26): the next one this long after a
@@ -66,6 +67,14 @@ function explorerHooks(ex) {
     mixupPoints: (a) => mixupPointsAt(ex, a),
     /** the teaching view's caption */
     teachingCaption: () => (ex.ui && ex.ui.teach ? ex.ui.teach.textContent : ""),
+    /** Play's state: {kind, playing, label, progress, speed, loop, loops, path, durationMs, lastRunMs, frames} */
+    play: () => playInfo(ex),
+    /** how many points each layer of the view drew in the last frame */
+    pointsDrawn: () => pointsDrawn(ex),
+    /** the teaching scatter's followed x: {index, sample, a, x, T, pa} (data coordinates), or null */
+    followed: () => (ex.ui && ex.ui.view ? followedX(ex) : null),
+    /** the teaching step (0: free view, 1..3) */
+    teachingStep: () => ex.teachStep || 0,
     /** the bootstrap's header ({method, level, replicates, seed, flat}), or null before it arrives */
     bootstrap: () => bootHeader(ex),
     /** lattice cells of the region as good as â drawn on the triangle (m = 3) */
@@ -129,9 +138,9 @@ function buildExplorer(ex) {
     el("h4", { text: "t: from Q (t = 0) to " + h.ref_name + " (t = 1)" }, left);
     const line = el("div", {}, left);
     ui.slider = el("input", { type: "range", min: "0", max: "1", step: "0.01", id: "t-slider" }, line);
-    ui.play = el("button", { id: "play", text: "▶ Play" }, line);
     ui.slider.value = String(ex.t);
-    bindMcCann(ex, ui.slider, ui.play);
+    bindMcCann(ex, ui.slider);
+    buildPlayControls(ex, left, "mccann");
     ui.value = el("div", { class: "big", id: "value" }, right);
     ui.w2 = el("div", { class: "gap", id: "mccann-w2" }, right);
     ui.caption = el("div", { class: "hint" }, right);
@@ -147,6 +156,7 @@ function buildExplorer(ex) {
     if (m === 3) ui.colorbar = el("canvas", { id: "colorbar", width: 86, height: size[1] }, simplexRow);
     ui.hint = el("div", { class: "hint", id: "simplex-hint" }, left);
     ui.hint.textContent = simplexHint(ex);
+    buildPlayControls(ex, left, "geodesic");
     ui.weights = el("div", { id: "weights" }, right);
     ui.value = el("div", { class: "big", id: "value" }, right);
     ui.gap = el("div", { class: "gap", id: "gap" }, right);
@@ -192,20 +202,7 @@ function buildExplorer(ex) {
       ? (h.embedding_method || "").toUpperCase() + " of Q and the references (faded) with " +
         (h.mode === "mccann" ? "P^M_t" : "P_a") + " moving (hover a point for its image)"
       : "The datasets: references and Q faded, " + (h.mode === "mccann" ? "P^M_t" : "P_a") + " moving point by point" }, root);
-    if (h.view === "scatter" && h.mode !== "mccann") {  // the teaching view's switches
-      const bar = el("div", { class: "row", style: "gap: 14px; align-items: center" }, root);
-      const toggle = (id, label, on) => {
-        const lab = el("label", { class: "hint" }, bar);
-        const box = el("input", { type: "checkbox", id: id }, lab);
-        box.checked = on; lab.appendChild(ex.doc.createTextNode(" " + label));
-        listen(ex, box, "change", () => { ex.teach[id] = box.checked; requestDraw(ex, null); });
-        ex.teach[id] = on;
-      };
-      ex.teach = {};
-      toggle("teach-lines", "coupling x → T_i(x) (thinned)", false);
-      toggle("teach-maps", "T_i(x) of each reference", false);
-      toggle("teach-mixup", "naive mixup (random partners)", false);
-    }
+    if (h.view === "scatter" && h.mode !== "mccann") buildTeachingControls(ex, root);  // the teaching view's switches
     // as wide as the page allows (a projector at 1280 px leaves the iframe ~820 px)
     ui.view = el("canvas", { id: "view", width: Math.max(LEGEND_W + 300, Math.min(820, availableWidth(ex))), height: 460 }, root);
     if (h.view === "scatter" && h.mode !== "mccann") ui.teach = el("div", { class: "hint", id: "teach-caption" }, root);
@@ -323,7 +320,7 @@ function renderExplorer(ex, args) {
   const h = headerOf(ex);
   if (h.mode === "mccann") {
     if (!ex.playing && args.t !== undefined && args.t !== null && ex.ui == null) ex.t = Number(args.t);
-  } else if (!ex.dragging && !(Number.isInteger(args.handled_seq) && args.handled_seq < ex.seq)) {
+  } else if (!ex.dragging && !ex.playing && !(Number.isInteger(args.handled_seq) && args.handled_seq < ex.seq)) {
     // (a render that has not seen this page's last release yet keeps the browser's pick)
     const picked = args.picked && args.picked.length === h.m ? Array.from(args.picked, Number) : Array.from(payloadArray(ex, "a_hat").data);
     if (!ex.pick || !ex.sentPick || picked.some((x, i) => Math.abs(x - ex.sentPick[i]) > 1e-9)) ex.pick = roundToSimplex(picked, h.weight_decimals);

@@ -1,5 +1,5 @@
 /* geoviz explorer: the pointer and the keyboard on the simplex (drag, click, arrows), McCann's
- * slider and play; what is sent to the host on release. */
+ * slider; what is sent to the host on release (Play is play.js's). */
 import { clipAndRenormalise, roundToSimplex, setWeightKeepSum } from "./maths.js";
 import { headerOf, listen, requestDraw, sendValue } from "./explorer_state.js";
 import { barGeom, lineGeom, toBary, toXY, triangleOf } from "./simplex_draw.js";
@@ -25,6 +25,7 @@ export function weightsAt(ex, x, y) {
 export function bindSimplex(ex, c, afterRelease) {
   const pos = (ev) => { const r = c.getBoundingClientRect(); return [ev.clientX - r.left, ev.clientY - r.top]; };
   listen(ex, c, "pointerdown", (ev) => {
+    userTakesOver(ex);
     ex.dragging = true; ex.hover = null; c.setPointerCapture(ev.pointerId); c.focus();
     ex.pick = weightsAt(ex, ...pos(ev)); requestDraw(ex, ev);
   });
@@ -65,6 +66,7 @@ export function bindSimplex(ex, c, afterRelease) {
       } else return;
     }
     ev.preventDefault();
+    userTakesOver(ex);
     ex.pick = roundToSimplex(a, headerOf(ex).weight_decimals); ex.keyMoved = true; requestDraw(ex, ev);
   });
   listen(ex, c, "keyup", (ev) => {
@@ -88,25 +90,15 @@ export function sendT(ex) {
   sendValue(ex, { t: ex.t, seq: ex.seq, id: ex.payloadId });
 }
 
-/** McCann's slider (t follows at frame rate, sent on change) and its play button. */
-export function bindMcCann(ex, slider, playButton) {
-  listen(ex, slider, "input", (ev) => { ex.t = Number(slider.value); requestDraw(ex, ev); });
-  listen(ex, slider, "change", () => sendT(ex));
-  listen(ex, playButton, "click", () => playMcCann(ex));
+/** A drag, a key or the slider takes over from a play under way: it stops where it is and
+ *  sends nothing (the release that follows does). */
+export function userTakesOver(ex) {
+  if (ex.playing && ex.stopPlay) ex.stopPlay();
 }
 
-/** t from 0 to 1 in 2 s, a frame each animation frame (hooks.playFps), then t is sent. */
-export function playMcCann(ex) {
-  const dur = 2000, start = performance.now();
-  let frames = 0;
-  ex.playing = true;
-  const step = (now) => {
-    ex.playRaf = null;
-    if (ex.destroyed) return;
-    const f = Math.min(1, (now - start) / dur);
-    ex.t = f; ex.redraw(); frames += 1; ex.hooks.playFrames += 1;
-    if (f < 1) ex.playRaf = requestAnimationFrame(step);
-    else { ex.playing = false; ex.hooks.playFps = frames / ((performance.now() - start) / 1000); sendT(ex); }
-  };
-  ex.playRaf = requestAnimationFrame(step);
+/** McCann's slider: t follows at frame rate and is sent on change (its Play is play.js's). */
+export function bindMcCann(ex, slider) {
+  listen(ex, slider, "pointerdown", () => userTakesOver(ex));
+  listen(ex, slider, "input", (ev) => { userTakesOver(ex); ex.t = Number(slider.value); requestDraw(ex, ev); });
+  listen(ex, slider, "change", () => sendT(ex));
 }
