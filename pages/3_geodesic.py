@@ -122,20 +122,24 @@ def explorer(model: SessionModel, result) -> None:
 
 def main(model: SessionModel) -> None:
     st.title("3 · Generalized geodesic")
+    result = widgets.geodesic_with_status(model)
+    if result is None:
+        return
+    # the explorer first: at a projector's 1280x800 the simplex and the data that move with
+    # it fit the first screen only when nothing else sits above them (issue 35); the
+    # explanation and the (2,Q) matrix follow below it
+    explorer(model, result)
     st.markdown(
         "Every weight vector $a$ on the simplex gives a dataset "
         r"$P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ on the generalized geodesic of the references "
         "with base Q (paper Sec. 3.3). The heatmap shows the objective "
         r"$\mathcal{W}^2(P_a, Q)$; its minimiser $\hat a$ (★) is the projection of Q "
         "onto the geodesic. Drag across the triangle (the segment for two references, the bars "
-        "for more; or use the arrow keys): everything below "
-        "the weights follows in your browser; releasing the pointer picks $a$ for the other pages."
+        "for more; or use the arrow keys): P_a's samples, the embedding and the label mass "
+        "beside and below the weights follow in your browser; releasing the pointer picks $a$ "
+        "for the other pages."
     )
-    result = widgets.geodesic_with_status(model)
-    if result is None:
-        return
     two_q_matrix(result)
-    explorer(model, result)
 
 
 with widgets.app_page("3 · Geodesic") as model:

@@ -1353,10 +1353,10 @@ def test_explorer_figure_download_png_and_svg(page, server, tmp_path):
     assert value in texts  # the readout, as text
     assert any(t.startswith("P1 · ") for t in texts)  # the simplex's vertex labels are vectors
     assert len(list(root.iter("{http://www.w3.org/2000/svg}image"))) >= 1  # the heatmap layer
-    # the same figure from the page's API: PNG of the same size as the SVG
+    # the same figure from the page's API: the SVG's size at 2 pixels per CSS px (issue 35)
     data = frame.evaluate("() => geovizExplorer.figure('png')")
     with Image.open(io.BytesIO(base64.b64decode(data.split(",", 1)[1]))) as again:
-        assert again.size == (int(root.get("width")), int(root.get("height")))
+        assert again.size == (2 * int(root.get("width")), 2 * int(root.get("height")))
     with contextlib.suppress(OSError):
         SHOTS.mkdir(parents=True, exist_ok=True)
         (SHOTS / "figure_geodesic.png").write_bytes(png_path.read_bytes())

@@ -61,3 +61,25 @@ export function fillImage(img, px, off, ch, hh, ww) {
     d[4 * k + 3] = 255;
   }
 }
+
+/** Device pixels per CSS pixel in ``doc``'s window (1 to 3): canvases keep this many backing
+ *  pixels per CSS pixel, so they stay sharp on high-DPI screens and projectors. */
+export function pixelRatio(doc) {
+  const win = (doc && doc.defaultView) || (typeof window !== "undefined" ? window : null);
+  const r = win && win.devicePixelRatio ? win.devicePixelRatio : 1;
+  return Math.min(3, Math.max(1, r));
+}
+/** Canvas ``c`` shown at ``w`` x ``h`` CSS px with ``dpr`` backing pixels per CSS px; its 2-D
+ *  context is scaled, so the drawing code (and the pointer's maths) works in CSS px
+ *  (``cssSize(c)``). Setting a canvas's width resets its context: call this, not c.width = .. */
+export function sizeCanvas(c, w, h, dpr) {
+  const r = dpr || 1;
+  w = Math.max(1, Math.round(w)); h = Math.max(1, Math.round(h));
+  c.cssW = w; c.cssH = h; c.dpr = r;
+  c.width = Math.round(w * r); c.height = Math.round(h * r);
+  c.style.width = w + "px"; c.style.height = h + "px";
+  c.getContext("2d").setTransform(r, 0, 0, r, 0, 0);
+}
+/** A canvas's size in CSS px: [width, height] (its backing store's for a canvas not sized
+ *  with sizeCanvas). */
+export function cssSize(c) { return [c.cssW || c.width, c.cssH || c.height]; }

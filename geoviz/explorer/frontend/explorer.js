@@ -16,6 +16,7 @@ import { buildTeachingControls, drawView, followedX, hoverView, mixupPointsAt, p
 import { bindMcCann, bindSimplex } from "./interaction.js";
 import { buildPlayControls, playInfo } from "./play.js";
 import { downloadFigure, figureOf } from "./figure_export.js";
+import { arrangeStage, stageInfo, stagePlan } from "./stage_layout.js";
 
 // polls for the parts computed in the background (issue 26): the next one this long after a
 // render, and again after POLL_RETRY_MS if no render answered (a lost poll)
@@ -79,6 +80,12 @@ function explorerHooks(ex) {
     bootstrap: () => bootHeader(ex),
     /** lattice cells of the region as good as â drawn on the triangle (m = 3) */
     regionCells: () => (ex.ui ? ex.ui.regionCells || 0 : 0),
+    /** the zoomed inset of a small region as good as â ({cells, zoom, x, y, size} in the
+     *  simplex canvas's CSS px) and its caption, or null when the region is not small */
+    regionInset: () => (ex.ui && ex.ui.inset ? { cells: ex.ui.regionCells, zoom: ex.ui.inset.zoom, x: ex.ui.inset.x, y: ex.ui.inset.y,
+      size: ex.ui.inset.s, caption: ex.ui.regionNote ? ex.ui.regionNote.textContent : "" } : null),
+    /** the layout: {mode: "wide" | "beside" | "stacked", width, simplex, colorbar, view, side, dpr} */
+    layout: () => stageInfo(ex),
     /** mix(a) as base64 (compact for tests) */
     mix64: (a) => {
       const px = mixShownImages(ex.P, a); let s = "";
@@ -150,7 +157,7 @@ function buildExplorer(ex) {
     // m > 3: each bar as wide as its reference's name needs (up to 200 px), so names are whole
     const probe = ex.doc.createElement("canvas").getContext("2d"); probe.font = "11px sans-serif";
     const barW = Math.min(200, Math.max(70, ...h.names.map((n) => probe.measureText(String(n)).width + 14)));
-    const size = m === 3 ? [400, 350] : m === 2 ? [460, 260] : [Math.max(360, 40 + barW * m), 260];
+    const size = stagePlan(ex, Math.max(360, 40 + barW * m)).simplex;  // sized from the width (stage_layout.js)
     const simplexRow = el("div", { class: "row", style: "gap: 4px" }, left);
     ui.simplex = el("canvas", { id: "simplex", width: size[0], height: size[1], tabindex: "0" }, simplexRow);
     if (m === 3) ui.colorbar = el("canvas", { id: "colorbar", width: 86, height: size[1] }, simplexRow);
@@ -204,7 +211,7 @@ function buildExplorer(ex) {
       : "The datasets: references and Q faded, " + (h.mode === "mccann" ? "P^M_t" : "P_a") + " moving point by point" }, root);
     if (h.view === "scatter" && h.mode !== "mccann") buildTeachingControls(ex, root);  // the teaching view's switches
     // as wide as the page allows (a projector at 1280 px leaves the iframe ~820 px)
-    ui.view = el("canvas", { id: "view", width: Math.max(LEGEND_W + 300, Math.min(820, availableWidth(ex))), height: 460 }, root);
+    ui.view = el("canvas", { id: "view", width: ui.plan ? ui.plan.view[0] : Math.max(LEGEND_W + 300, Math.min(820, availableWidth(ex))), height: ui.plan ? ui.plan.view[1] : 460 }, root);
     if (h.view === "scatter" && h.mode !== "mccann") ui.teach = el("div", { class: "hint", id: "teach-caption" }, root);
     setupView(ex);
     listen(ex, ui.view, "pointermove", (ev) => hoverView(ex, ev));
@@ -215,6 +222,8 @@ function buildExplorer(ex) {
     ui.pendingNote = el("div", { class: "hint", id: "view-pending" }, root);
     ui.pendingNote.textContent = pendingText(ex);
   }
+  arrangeStage(ex);
+  if (ui.defaultZoom && ui.samples) layoutTiles(ex, ui.defaultZoom);  // the layout's tile size
   fitHeight(ex);
   if (h.mode !== "mccann" && h.m === 3) buildHeatmap(ex);
 }
@@ -237,7 +246,7 @@ function applyEmbedding(ex) {
   const zoom = ex.ui && ex.ui.zoom ? ex.ui.zoom.value : null;
   ex.ui = null;
   buildExplorer(ex);
-  if (zoom && ex.ui.zoom && zoom !== "1") { ex.ui.zoom.value = zoom; layoutTiles(ex, Number(zoom)); }
+  if (zoom && ex.ui.zoom && zoom !== ex.ui.zoom.value) { ex.ui.zoom.value = zoom; layoutTiles(ex, Number(zoom)); }
   bootChanged(ex);
 }
 /** Ask the host again for the parts still pending (in Streamlit, a rerun of the page's fragment). */

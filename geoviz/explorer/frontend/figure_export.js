@@ -4,6 +4,10 @@ import { drawColorbar, drawSimplex } from "./simplex_draw.js";
 import { drawMass, drawSamples } from "./tiles_and_mass.js";
 import { drawView } from "./embedding_view.js";
 import { headerOf } from "./explorer_state.js";
+import { cssSize, pixelRatio } from "./drawing_kit.js";
+
+/** A PNG figure has at least this many pixels per CSS px (more on a high-DPI screen). */
+export const FIGURE_SCALE = 2;
 
 /** A recording 2-D context that writes SVG: the subset of CanvasRenderingContext2D the
  * explorer draws with, so a figure comes from the page's own drawing code (issue 26).
@@ -81,10 +85,11 @@ function figureParts(ex) {
   const y = 34;
   let x = pad;
   const lines = [];
+  const W = (c) => cssSize(c)[0], H = (c) => cssSize(c)[1];
   if (ui.simplex) {
     parts.push({ canvas: ui.simplex, draw: (ctx) => drawSimplex(ex, ctx), x, y });
-    x += ui.simplex.width;
-    if (ui.colorbar && ui.colorArgs) { parts.push({ canvas: ui.colorbar, draw: (ctx) => drawColorbar(ex, ...ui.colorArgs, ctx), x, y }); x += ui.colorbar.width; }
+    x += W(ui.simplex);
+    if (ui.colorbar && ui.colorArgs) { parts.push({ canvas: ui.colorbar, draw: (ctx) => drawColorbar(ex, ...ui.colorArgs, ctx), x, y }); x += W(ui.colorbar); }
     lines.push(ui.weights.textContent, ui.value.textContent, ui.gap.textContent);
     if (ui.interval && ui.interval.textContent) lines.push(ui.interval.textContent, ui.verdict.textContent);
   } else {
@@ -92,34 +97,43 @@ function figureParts(ex) {
   }
   const textX = x + 24, massY = y + 18 * lines.length + 16;
   parts.push({ canvas: ui.mass, draw: (ctx) => drawMass(ex, ctx), x: textX, y: massY });
-  let bottom = Math.max(ui.simplex ? y + ui.simplex.height : 0, massY + ui.mass.height) + 20;
+  let bottom = Math.max(ui.simplex ? y + H(ui.simplex) : 0, massY + H(ui.mass)) + 20;
   const probe = ex.doc.createElement("canvas").getContext("2d"); probe.font = "13px sans-serif";
   const textW = Math.max(0, ...lines.map((line) => probe.measureText(line).width));
-  let right = Math.max(x, textX + ui.mass.width, textX + textW);
-  if (ui.samples) { parts.push({ canvas: ui.samples, draw: (ctx) => drawSamples(ex, ctx), x: pad, y: bottom }); bottom += ui.samples.height + 20; right = Math.max(right, pad + ui.samples.width); }
-  if (ui.view) { parts.push({ canvas: ui.view, draw: (ctx) => drawView(ex, ctx), x: pad, y: bottom }); bottom += ui.view.height + 20; right = Math.max(right, pad + ui.view.width); }
+  let right = Math.max(x, textX + W(ui.mass), textX + textW);
+  if (ui.samples) { parts.push({ canvas: ui.samples, draw: (ctx) => drawSamples(ex, ctx), x: pad, y: bottom }); bottom += H(ui.samples) + 20; right = Math.max(right, pad + W(ui.samples)); }
+  if (ui.view) { parts.push({ canvas: ui.view, draw: (ctx) => drawView(ex, ctx), x: pad, y: bottom }); bottom += H(ui.view) + 20; right = Math.max(right, pad + W(ui.view)); }
   const title = "geoviz · " + (h.mode === "mccann" ? "McCann: Q → " + h.ref_name : "P_a on the generalized geodesic of " + h.names.join(", ")) + " (target " + (h.target_name || "Q") + ")";
   return { parts, lines, textX, textY: y + 14, title, width: Math.ceil(right + pad), height: Math.ceil(bottom) };
 }
-/** The figure's background, title, text lines and parts (vectors into an SvgContext, the
- *  page's canvases as they are into a PNG). */
-function paintFigure(ctx, f, vector) {
+/** The figure's background, title, text lines and parts: vectors into an SvgContext; into a
+ *  PNG (``scale`` pixels per CSS px) each part drawn again by the page's own code at that
+ *  scale (sharp text and lines whatever the screen's pixel ratio), then copied in. */
+function paintFigure(ctx, f, vector, scale, doc) {
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, f.width, f.height);
   ctx.fillStyle = "#262730"; ctx.font = "bold 14px sans-serif"; ctx.textAlign = "left";
   ctx.fillText(f.title, 16, 20);
   ctx.font = "13px sans-serif";
   f.lines.forEach((line, k) => ctx.fillText(line, f.textX, f.textY + 18 * k));
   for (const part of f.parts) {
-    if (vector) { ctx.save(); ctx.translate(part.x, part.y); part.draw(ctx); ctx.restore(); }
-    else ctx.drawImage(part.canvas, part.x, part.y);
+    if (vector) { ctx.save(); ctx.translate(part.x, part.y); part.draw(ctx); ctx.restore(); continue; }
+    const [w, h] = cssSize(part.canvas), off = doc.createElement("canvas");
+    off.width = Math.round(w * scale); off.height = Math.round(h * scale);
+    const octx = off.getContext("2d");
+    octx.setTransform(scale, 0, 0, scale, 0, 0);
+    try { part.draw(octx); } catch (err) { octx.setTransform(1, 0, 0, 1, 0, 0); octx.drawImage(part.canvas, 0, 0, off.width, off.height); }
+    ctx.drawImage(off, part.x, part.y, w, h);
   }
 }
 /** The explorer's current view as "svg" (text) or "png" (a data URL). */
 export function figureOf(ex, kind) {
   const f = figureParts(ex);
   if (kind === "svg") { const ctx = new SvgContext(f.width, f.height); paintFigure(ctx, f, true); return ctx.toString(); }
-  const c = ex.doc.createElement("canvas"); c.width = f.width; c.height = f.height;
-  paintFigure(c.getContext("2d"), f, false);
+  const scale = Math.max(FIGURE_SCALE, Math.ceil(pixelRatio(ex.doc)));
+  const c = ex.doc.createElement("canvas"); c.width = f.width * scale; c.height = f.height * scale;
+  const ctx = c.getContext("2d");
+  ctx.setTransform(scale, 0, 0, scale, 0, 0);
+  paintFigure(ctx, f, false, scale, ex.doc);
   return c.toDataURL("image/png");
 }
 /** Save the current view as geoviz-geodesic.png/.svg (geoviz-mccann.* in McCann mode). */

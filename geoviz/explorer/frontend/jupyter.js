@@ -17,7 +17,7 @@ const WIDGET_TRAITS = [
 const WIDGET_CSS = `
 .geoviz-widget { font: 13px "Source Sans Pro", system-ui, sans-serif; color: #262730; background: #fff; padding: 2px 4px; }
 .geoviz-widget .row { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
-.geoviz-widget .panel h4 { margin: 6px 0 4px; font-size: 14px; font-weight: 600; }
+.geoviz-widget h4 { margin: 6px 0 4px; font-size: 14px; font-weight: 600; }
 .geoviz-widget canvas { display: block; touch-action: none; }
 .geoviz-widget canvas:focus { outline: 2px solid #ff4b4b55; }
 .geoviz-widget .readout { min-width: 300px; max-width: 520px; line-height: 1.6; }
@@ -26,7 +26,12 @@ const WIDGET_CSS = `
 .geoviz-widget .gap.up { color: #d33; } .geoviz-widget .gap.down { color: #090; }
 .geoviz-widget .verdict { font-size: 14px; font-weight: 600; }
 .geoviz-widget .verdict.same { color: #090; } .geoviz-widget .verdict.worse { color: #d33; }
-.geoviz-widget .hint { color: #808495; font-size: 12px; }
+.geoviz-widget .hint { color: #555867; font-size: 14px; line-height: 1.4; }
+.geoviz-widget .stage { flex-wrap: nowrap; }
+.geoviz-widget .stage-strip { align-items: baseline; gap: 4px 18px; margin: 0 0 2px; line-height: 1.3; }
+.geoviz-widget .stage-strip .big { font-size: 22px; }
+.geoviz-widget .stage-strip #weights { font-size: 15px; font-weight: 600; }
+.geoviz-widget .region-note { color: #262730; background: #fff3c4; padding: 2px 6px; border-radius: 4px; margin-top: 2px; }
 .geoviz-widget button { font: inherit; padding: 3px 12px; border: 1px solid #ccc; border-radius: 6px; background: #fff; cursor: pointer; }
 .geoviz-widget input[type=range] { width: 360px; }
 .geoviz-widget-error { color: #b00; font-size: 13px; margin: 4px 0; }

@@ -2,34 +2,36 @@
  * colour bar and the region as good as â (m = 3), the curve along the geodesic with its band
  * (m = 2), the linked bars (m > 3); and the geometry the pointer reads back. */
 import { baryToXY, objective, simplexTriangle, viridis, xyToBary } from "./maths.js";
-import { SET_COLORS, dot, fitText, fmt, star, tick } from "./drawing_kit.js";
-import { asGoodAt, bootArray, bootHeader, headerOf, objectiveAt, payloadArray, requestDraw, valueIntervalAt } from "./explorer_state.js";
+import { SET_COLORS, cssSize, dot, fitText, fmt, star, tick } from "./drawing_kit.js";
+import { asGoodAt, bootArray, bootHeader, fitHeight, headerOf, objectiveAt, payloadArray, requestDraw, valueIntervalAt } from "./explorer_state.js";
 
 /** The ternary's vertices in the simplex canvas. */
 export function triangleOf(ex) {
-  const c = ex.ui.simplex;
-  return simplexTriangle(c.width, c.height);
+  const [w, hh] = cssSize(ex.ui.simplex);
+  return simplexTriangle(w, hh);
 }
-/** Canvas pixels of weights ``a`` (m = 3). */
+/** Canvas CSS pixels of weights ``a`` (m = 3). */
 export function toXY(ex, a) { return baryToXY(a, triangleOf(ex)); }
-/** Barycentric coordinates of canvas pixel (x, y) (m = 3). */
+/** Barycentric coordinates of canvas CSS pixel (x, y) (m = 3). */
 export function toBary(ex, x, y) { return xyToBary(x, y, triangleOf(ex)); }
 /** The curve's box (m = 2). */
 export function lineGeom(ex) {
-  const c = ex.ui.simplex;
-  return { x0: 50, x1: c.width - 20, y0: 20, y1: c.height - 40 };
+  const [w, hh] = cssSize(ex.ui.simplex);
+  return { x0: 50, x1: w - 20, y0: 20, y1: hh - 40 };
 }
 /** The bars' geometry (m > 3): bar width, left edge of bar i, top and bottom. */
 export function barGeom(ex) {
-  const c = ex.ui.simplex, m = headerOf(ex).m;
-  const w = (c.width - 40) / m;
-  return { w, x: (i) => 20 + i * w, y0: 24, y1: c.height - 40 };
+  const [cw, ch] = cssSize(ex.ui.simplex), m = headerOf(ex).m;
+  const w = (cw - 40) / m;
+  return { w, x: (i) => 20 + i * w, y0: 24, y1: ch - 40 };
 }
 
 /** The heatmap of W²(P_a, Q) over the triangle with 12 contour levels (off-screen, once per
  *  build), its colour bar, then the region as good as â. */
 export function buildHeatmap(ex) {
-  const c = ex.ui.simplex, W = c.width, Hh = c.height, V = triangleOf(ex);
+  // one heatmap pixel per backing pixel (sharp at any devicePixelRatio)
+  const c = ex.ui.simplex, W = c.width, Hh = c.height, r = c.dpr || 1;
+  const V = triangleOf(ex).map(([x, y]) => [x * r, y * r]);
   const w = payloadArray(ex, "w_to_target").data, wb = payloadArray(ex, "w_between").data;
   const img = new ImageData(W, Hh);
   const vals = new Float64Array(W * Hh).fill(NaN);
@@ -66,14 +68,18 @@ export function buildHeatmap(ex) {
  *  it: ~0.1 s of work that would otherwise hold back the first drawn simplex (issue 26). */
 export function scheduleRegion(ex) {
   const ui = ex.ui;
-  ui.region = null; ui.regionCells = 0;
+  ui.region = null; ui.regionCells = 0; ui.inset = null; ui.regionBox = null;
+  showRegionNote(ex);
   clearTimeout(ex.regionTimer); ex.regionTimer = null;
   const bt = bootHeader(ex);
   if (ex.destroyed || headerOf(ex).mode === "mccann" || headerOf(ex).m !== 3 || !ui.simplex || !bt || bt.flat) return;
   ex.regionTimer = setTimeout(() => {
     ex.regionTimer = null;
     if (ex.ui !== ui || ex.destroyed) return;  // rebuilt since: the new one asked for its own
-    ui.region = buildRegion(ex, ui.simplex.width, ui.simplex.height);
+    const [w, hh] = cssSize(ui.simplex);
+    ui.region = buildRegion(ex, w, hh);
+    ui.inset = ui.regionCells > 0 && ui.regionCells <= SMALL_REGION_CELLS ? buildInset(ex) : null;
+    showRegionNote(ex);
     requestDraw(ex, null);
   }, 0);
 }
@@ -82,8 +88,9 @@ export function scheduleRegion(ex) {
  *  (into ``into``, a figure's context, when given). */
 export function drawColorbar(ex, lo, hi, levels, into) {
   const c = ex.ui.colorbar; if (!c) return;
+  const [cw, ch] = cssSize(c);
   const ctx = into || c.getContext("2d"), V = triangleOf(ex), top = V[0][1], bottom = V[1][1], x0 = 4, w = 14;
-  ctx.clearRect(0, 0, c.width, c.height);
+  ctx.clearRect(0, 0, cw, ch);
   for (let y = Math.floor(top); y <= bottom; y++) {
     const col = viridis((bottom - y) / (bottom - top));
     ctx.fillStyle = "rgb(" + col[0] + "," + col[1] + "," + col[2] + ")"; ctx.fillRect(x0, y, w, 1);
@@ -94,7 +101,7 @@ export function drawColorbar(ex, lo, hi, levels, into) {
     const v = lo + (hi - lo) * k / 4, y = bottom - (bottom - top) * k / 4;
     ctx.fillRect(x0 + w, y, 4, 1); ctx.fillText(tick(v), x0 + w + 6, y + 4);
   }
-  ctx.save(); ctx.translate(c.width - 4, (top + bottom) / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = "center";
+  ctx.save(); ctx.translate(cw - 4, (top + bottom) / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = "center";
   ctx.fillText("W²(P_a, Q) · " + levels + " levels", 0, 0); ctx.restore();
 }
 
@@ -107,11 +114,14 @@ export function buildRegion(ex, W, Hh) {
     if (b[0] < 0 || b[1] < 0 || b[2] < 0) continue;
     mask[j * nx + i] = asGoodAt(ex, b) ? 1 : 0;
   }
-  const off = ex.doc.createElement("canvas");
-  off.width = W; off.height = Hh;
+  const off = ex.doc.createElement("canvas"), r = ex.ui.simplex.dpr || 1;
+  off.width = Math.round(W * r); off.height = Math.round(Hh * r);
   const ctx = off.getContext("2d");
+  ctx.setTransform(r, 0, 0, r, 0, 0);
+  let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
   for (let j = 0; j < ny; j++) for (let i = 0; i < nx; i++) {
     if (mask[j * nx + i] !== 1) continue;
+    x0 = Math.min(x0, i * step); y0 = Math.min(y0, j * step); x1 = Math.max(x1, (i + 1) * step); y1 = Math.max(y1, (j + 1) * step);
     ctx.fillStyle = "rgba(255,255,255,0.16)"; ctx.fillRect(i * step, j * step, step, step);
     const worse = [[1, 0], [-1, 0], [0, 1], [0, -1]].some(([di, dj]) => {
       const ii = i + di, jj = j + dj;
@@ -120,7 +130,117 @@ export function buildRegion(ex, W, Hh) {
     if (worse) { ctx.fillStyle = "rgba(255,255,255,0.95)"; ctx.fillRect(i * step + 1, j * step + 1, 2, 2); }
   }
   ex.ui.regionCells = mask.reduce((n, v) => n + (v === 1 ? 1 : 0), 0);
+  ex.ui.regionBox = ex.ui.regionCells ? [x0, y0, x1, y1] : null;
   return off;
+}
+
+/** A region as good as â of at most this many 4 x 4 px lattice cells is hard to see under
+ *  the star (radius 9 px: ~16 cells): it gets a zoomed inset and a dashed ring (issue 35). */
+export const SMALL_REGION_CELLS = 60;
+const REGION_STEP = 4;
+
+/** The inset's square in the simplex canvas: the largest in the top-left corner clear of the
+ *  triangle and of P1's label (64 to 150 CSS px). */
+function insetSquare(ex) {
+  const V = triangleOf(ex), h = headerOf(ex);
+  const probe = ex.doc.createElement("canvas").getContext("2d"); probe.font = "12px sans-serif";
+  const labelLeft = V[0][0] - probe.measureText("P1 · " + h.names[0]).width / 2;
+  const k = 1 + 1 / Math.sqrt(3);  // the square's corner (4 + s, 4 + s) left of the triangle's left edge
+  const s = Math.floor(Math.min(150, labelLeft - 14, (V[0][0] + V[0][1] / Math.sqrt(3) - 6) / k - 4));
+  return { x: 4, y: 4, s: Math.max(64, s) };
+}
+
+/** The zoomed inset around a small region as good as â: the heatmap (the same colour scale)
+ *  and the region on a lattice 4 inset px fine, at the backing store's resolution; the star,
+ *  the pick and the ring are drawn over it each frame (drawInset). */
+export function buildInset(ex) {
+  const ui = ex.ui, box = ui.regionBox, sq = insetSquare(ex), r = ui.simplex.dpr || 1;
+  const ahatXY = toXY(ex, Array.from(payloadArray(ex, "a_hat").data));
+  const cx = (box[0] + box[2]) / 2, cy = (box[1] + box[3]) / 2;
+  const half = Math.max(box[2] - box[0], box[3] - box[1], Math.abs(ahatXY[0] - cx) * 2, Math.abs(ahatXY[1] - cy) * 2) / 2;
+  const zoom = Math.min(12, Math.max(2, sq.s / (2 * Math.max(8, 2.2 * half))));
+  const n = Math.round(sq.s * r), V = triangleOf(ex);
+  const w = payloadArray(ex, "w_to_target").data, wb = payloadArray(ex, "w_between").data;
+  const [lo, hi] = ui.range || [0, 1], step = (hi - lo) / 12 || 1;
+  const at = (u, v) => xyToBary(cx + (u - sq.s / 2) / zoom, cy + (v - sq.s / 2) / zoom, V);  // inset CSS px -> weights
+  const vals = new Float64Array(n * n).fill(NaN);
+  for (let j = 0; j < n; j++) for (let i = 0; i < n; i++) {
+    const b = at((i + 0.5) / r, (j + 0.5) / r);
+    if (b[0] >= -1e-9 && b[1] >= -1e-9 && b[2] >= -1e-9) vals[j * n + i] = objective(b, w, wb);
+  }
+  const img = new ImageData(n, n);
+  for (let k = 0; k < n * n; k++) {
+    const v = vals[k];
+    if (Number.isNaN(v)) { img.data[4 * k] = img.data[4 * k + 1] = img.data[4 * k + 2] = 245; img.data[4 * k + 3] = 255; continue; }
+    const col = viridis((v - lo) / (hi - lo || 1)), band = Math.floor((v - lo) / step);
+    const right = (k + 1) % n ? vals[k + 1] : NaN, down = k + n < n * n ? vals[k + n] : NaN;
+    const edge = (!Number.isNaN(right) && Math.floor((right - lo) / step) !== band) || (!Number.isNaN(down) && Math.floor((down - lo) / step) !== band);
+    const f = edge ? 0.55 : 1;
+    img.data[4 * k] = col[0] * f; img.data[4 * k + 1] = col[1] * f; img.data[4 * k + 2] = col[2] * f; img.data[4 * k + 3] = 255;
+  }
+  const off = ex.doc.createElement("canvas");
+  off.width = n; off.height = n;
+  const ctx = off.getContext("2d");
+  ctx.putImageData(img, 0, 0);
+  ctx.setTransform(r, 0, 0, r, 0, 0);
+  const st = REGION_STEP, m = Math.ceil(sq.s / st), mask = new Int8Array(m * m).fill(-1);
+  for (let j = 0; j < m; j++) for (let i = 0; i < m; i++) {
+    const b = at(i * st + st / 2, j * st + st / 2);
+    if (b[0] < 0 || b[1] < 0 || b[2] < 0) continue;
+    mask[j * m + i] = asGoodAt(ex, b) ? 1 : 0;
+  }
+  for (let j = 0; j < m; j++) for (let i = 0; i < m; i++) {
+    if (mask[j * m + i] !== 1) continue;
+    ctx.fillStyle = "rgba(255,255,255,0.3)"; ctx.fillRect(i * st, j * st, st, st);
+    const worse = [[1, 0], [-1, 0], [0, 1], [0, -1]].some(([di, dj]) => {
+      const ii = i + di, jj = j + dj;
+      return ii >= 0 && jj >= 0 && ii < m && jj < m && mask[jj * m + ii] === 0;
+    });
+    if (worse) { ctx.fillStyle = "#fff"; ctx.fillRect(i * st + 1, j * st + 1, 2, 2); }
+  }
+  return { x: sq.x, y: sq.y, s: sq.s, cx: cx, cy: cy, zoom: zoom, img: off, ring: [cx, cy, half + 12] };
+}
+
+/** The inset over the simplex: a dashed ring around the region on the triangle, a line to
+ *  the inset, the inset with its frame, â's star and (when inside it) the pick. */
+function drawInset(ex, ctx, inset, xy) {
+  const { x, y, s, cx, cy, zoom } = inset, [rx, ry, rr] = inset.ring;
+  ctx.lineWidth = 2; ctx.strokeStyle = "#fff"; ctx.setLineDash([4, 3]);
+  ctx.beginPath(); ctx.arc(rx, ry, rr, 0, 2 * Math.PI); ctx.stroke();
+  const d = Math.hypot(x + s - rx, y + s - ry) || 1;
+  ctx.beginPath(); ctx.moveTo(rx + (x + s - rx) * rr / d, ry + (y + s - ry) * rr / d); ctx.lineTo(x + s, y + s); ctx.stroke();
+  ctx.setLineDash([]);
+  ctx.drawImage(inset.img, x, y, s, s);
+  ctx.strokeStyle = "#262730"; ctx.lineWidth = 2; ctx.strokeRect(x, y, s, s); ctx.lineWidth = 1;
+  const map = (p) => [x + s / 2 + (p[0] - cx) * zoom, y + s / 2 + (p[1] - cy) * zoom];
+  const inside = (p) => p[0] > x + 4 && p[0] < x + s - 4 && p[1] > y + 4 && p[1] < y + s - 4;
+  const [sx, sy] = map(xy(Array.from(payloadArray(ex, "a_hat").data)));
+  const pk = map(xy(ex.pick));
+  if (inside(pk)) dot(ctx, pk[0], pk[1], 4, "#ff4b4b");
+  if (inside([sx, sy])) star(ctx, sx, sy, 6, "#fff");
+  const label = "×" + (zoom < 10 ? zoom.toFixed(1) : Math.round(zoom)) + " zoom";
+  ctx.font = "11px sans-serif"; ctx.textAlign = "left";
+  ctx.fillStyle = "rgba(255,255,255,0.85)"; ctx.fillRect(x + 2, y + s - 16, ctx.measureText(label).width + 6, 14);
+  ctx.fillStyle = "#262730"; ctx.fillText(label, x + 5, y + s - 5);
+  ctx.font = "12px sans-serif";
+}
+
+/** The caption of the region as good as â where it is small (empty otherwise). */
+export function regionNoteText(ex) {
+  const ui = ex.ui;
+  if (!ui || !ui.inset) return "";
+  return "The region as good as â is small: " + ui.regionCells + " cell" + (ui.regionCells === 1 ? "" : "s") +
+    " (4 × 4 px) around the star, in the dashed ring; zoomed ×" + (ui.inset.zoom < 10 ? ui.inset.zoom.toFixed(1) : Math.round(ui.inset.zoom)) +
+    " in the inset.";
+}
+function showRegionNote(ex) {
+  const ui = ex.ui;
+  if (!ui || !ui.regionNote) return;
+  const text = regionNoteText(ex);
+  if (ui.regionNote.textContent === text) return;
+  ui.regionNote.textContent = text;
+  ui.regionNote.style.display = text ? "" : "none";
+  fitHeight(ex);  // the host's frame follows the caption
 }
 
 /** The replicates' â as small white dots, at ``xy(a)``. */
@@ -140,19 +260,20 @@ function drawCloud(ex, ctx, xy) {
 export function drawSimplex(ex, into) {
   const ui = ex.ui, c = ui.simplex, ctx = into || c.getContext("2d"), h = headerOf(ex), m = h.m, names = h.names;
   const ahat = Array.from(payloadArray(ex, "a_hat").data), pick = ex.pick, boot = bootHeader(ex);
-  ctx.clearRect(0, 0, c.width, c.height);
+  const [cw, ch] = cssSize(c);
+  ctx.clearRect(0, 0, cw, ch);
   ctx.font = "12px sans-serif"; ctx.fillStyle = "#262730";
   if (m === 3) {
     const xy = (a) => toXY(ex, a);
-    ctx.drawImage(ui.heat, 0, 0);
+    ctx.drawImage(ui.heat, 0, 0, cw, ch);
     const V = triangleOf(ex);
     ctx.beginPath(); ctx.moveTo(...V[0]); ctx.lineTo(...V[1]); ctx.lineTo(...V[2]); ctx.closePath();
     ctx.strokeStyle = "#444"; ctx.lineWidth = 1; ctx.stroke();
     ctx.textAlign = "center";
     ctx.fillText("P1 · " + names[0], V[0][0], V[0][1] - 8);
     ctx.textAlign = "left"; ctx.fillText("P2 · " + names[1], 2, V[1][1] + 18);
-    ctx.textAlign = "right"; ctx.fillText("P3 · " + names[2], c.width - 2, V[2][1] + 18);
-    if (ui.region) ctx.drawImage(ui.region, 0, 0);
+    ctx.textAlign = "right"; ctx.fillText("P3 · " + names[2], cw - 2, V[2][1] + 18);
+    if (ui.region) ctx.drawImage(ui.region, 0, 0, cw, ch);
     if (boot) drawCloud(ex, ctx, xy);
     const [sx, sy] = xy(ahat);
     if (ex.hover) { const [hx, hy] = xy(ex.hover); ctx.beginPath(); ctx.arc(hx, hy, 4, 0, 7); ctx.strokeStyle = "#fff"; ctx.stroke(); }
@@ -161,6 +282,7 @@ export function drawSimplex(ex, into) {
       ctx.beginPath(); ctx.arc(sx, sy, 13, 0, 2 * Math.PI); ctx.strokeStyle = "#ff4b4b"; ctx.lineWidth = 3; ctx.stroke(); ctx.lineWidth = 1;
       star(ctx, sx, sy, 9, "#fff");
     } else { star(ctx, sx, sy, 9, "#fff"); dot(ctx, px, py, 6, "#ff4b4b"); }
+    if (ui.inset) drawInset(ex, ctx, ui.inset, xy);
   } else if (m === 2) {
     const g = lineGeom(ex), n = 200, vals = [];
     let lo = Infinity, hi = -Infinity;

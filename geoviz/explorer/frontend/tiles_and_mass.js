@@ -1,7 +1,7 @@
 /* geoviz explorer: P_a's image tiles (with their top soft label), the inspector of one tile,
  * and the label-mass bars. */
 import { labelMass, mixImages, mixShownImages } from "./maths.js";
-import { SET_COLORS, fillImage, fitText, fmt, mass2 } from "./drawing_kit.js";
+import { SET_COLORS, cssSize, fillImage, fitText, fmt, mass2, pixelRatio, sizeCanvas } from "./drawing_kit.js";
 import { availableWidth, headerOf, payloadArray } from "./explorer_state.js";
 
 /** The top soft label of shown sample ``j`` at the pick (or t) and its mass: [name, mass]. */
@@ -36,7 +36,8 @@ export function drawSamples(ex, into) {
   const px = mixShownImages(ex.P, h.mode === "mccann" ? ex.t : ex.pick);
   ex.hooks.lastMix = px;
   const tctx = ui.tile.getContext("2d"), img = tctx.createImageData(ww, hh);
-  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, ui.samples.width, ui.samples.height);
+  const [sw, sh] = cssSize(ui.samples);
+  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, sw, sh);
   ctx.imageSmoothingEnabled = false;
   ctx.font = "10px sans-serif"; ctx.textAlign = "center";
   for (let j = 0; j < h.n_shown; j++) {
@@ -47,7 +48,7 @@ export function drawSamples(ex, into) {
     ctx.drawImage(ui.tile, x, y, ww * ui.scale, hh * ui.scale);
     const [name, v] = topLabel(ex, j);
     ctx.fillStyle = "#262730";
-    const cut = name.indexOf("/"), xc = x + ww * ui.scale / 2, yc = y + hh * ui.scale + 12;
+    const cut = name.indexOf("/"), xc = x + ww * ui.scale / 2, yc = y + hh * ui.scale + 11;
     fitText(ctx, name.slice(0, cut), xc, yc, ui.tileW - 4, 10);
     fitText(ctx, name.slice(cut + 1) + " " + mass2(v), xc, yc + 11, ui.tileW - 4, 10);
     if (ex.inspect === j) { ctx.strokeStyle = "#ff4b4b"; ctx.lineWidth = 2; ctx.strokeRect(x - 2, y - 2, ww * ui.scale + 4, hh * ui.scale + 4); ctx.lineWidth = 1; }
@@ -55,13 +56,19 @@ export function drawSamples(ex, into) {
   if (!into) drawInspector(ex);
 }
 
-/** Tiles at ``zoom`` x the default size; 10 per row at 1x, fewer when larger. */
+/** Tiles at ``zoom`` x the default size in the width the layout gives them (``ui.tilesWidth``,
+ *  else the page's): as few rows as the width allows (each tile 80 to 92 px wide at 1x, so
+ *  its two caption lines stay readable), the rows' tiles spread over the width. */
 export function layoutTiles(ex, zoom) {
-  const h = headerOf(ex), ui = ex.ui, [, hh, ww] = h.image_shape;
+  const h = headerOf(ex), ui = ex.ui, [, hh, ww] = h.image_shape, n = h.n_shown;
+  const width = Math.min(ui.tilesWidth || availableWidth(ex), 1400);
   ui.scale = ui.baseScale * zoom;
-  ui.tileW = Math.max(ww * ui.scale + 30, 92); ui.tileH = hh * ui.scale + 34;
-  ui.cols = Math.max(1, Math.min(10, Math.floor(Math.min(1000, availableWidth(ex)) / ui.tileW)));
-  ui.samples.width = ui.cols * ui.tileW; ui.samples.height = Math.ceil(h.n_shown / ui.cols) * ui.tileH;
+  const least = Math.max(ww * ui.scale + 24, 80), most = Math.max(ww * ui.scale + 30, 92);
+  const fit = Math.max(1, Math.floor(width / least)), rows = Math.ceil(n / fit);
+  ui.cols = Math.max(1, Math.min(fit, Math.ceil(n / rows)));
+  ui.tileW = Math.max(least, Math.min(most, Math.floor(width / ui.cols)));
+  ui.tileH = hh * ui.scale + 30;
+  sizeCanvas(ui.samples, ui.cols * ui.tileW, Math.ceil(n / ui.cols) * ui.tileH, pixelRatio(ex.doc));
 }
 
 /** The inspected sample large: x, T_1(x) .. T_m(x) and the mix, each with its top label. */
@@ -72,9 +79,10 @@ export function drawInspector(ex) {
   const big = Math.max(2, Math.floor(120 / Math.max(hh, ww))), W = ww * big, cellW = Math.max(W + 16, 130);
   const mccann = h.mode === "mccann", m = mccann ? 1 : h.m;
   const panels = m + 2;
-  c.style.display = "block"; c.width = panels * cellW; c.height = hh * big + 58;
-  const ctx = c.getContext("2d");
-  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, c.width, c.height);
+  c.style.display = "block";
+  sizeCanvas(c, panels * cellW, hh * big + 58, pixelRatio(ex.doc));
+  const [cw, chh] = cssSize(c), ctx = c.getContext("2d");
+  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, cw, chh);
   ctx.imageSmoothingEnabled = false;
   const tctx = ui.tile.getContext("2d"), img = tctx.createImageData(ww, hh);
   const coef = mccann ? [1 - ex.t, ex.t] : ex.pick;
@@ -110,14 +118,14 @@ export function drawInspector(ex) {
     fitText(ctx, caption, k * cellW + cellW / 2, 18 + hh * big + 16, cellW - 6, 11);
   });
   ctx.fillStyle = "#808495";
-  fitText(ctx, "inspecting tile " + (j + 1) + " · its mass is the top soft label's", c.width / 2, c.height - 8, c.width - 8, 10);
+  fitText(ctx, "inspecting tile " + (j + 1) + " · its mass is the top soft label's", cw / 2, chh - 8, cw - 8, 10);
 }
 
 /** The label-mass bars: each block (a reference, or McCann's Q and reference) scaled by its
  *  weight (into ``into``, a figure's context, when given). */
 export function drawMass(ex, into) {
-  const h = headerOf(ex), c = ex.ui.mass, ctx = into || c.getContext("2d");
-  ctx.clearRect(0, 0, c.width, c.height);
+  const h = headerOf(ex), c = ex.ui.mass, ctx = into || c.getContext("2d"), [cw, chh] = cssSize(c);
+  ctx.clearRect(0, 0, cw, chh);
   const blocks = [];
   if (h.mode === "mccann") {
     blocks.push({ name: h.target_name, w: 1 - ex.t, vals: Array.from(payloadArray(ex, "target_mass").data) });
@@ -132,7 +140,7 @@ export function drawMass(ex, into) {
   const total = blocks.reduce((p, b) => p + b.vals.length, 0) + blocks.length - 1;
   // scale: the largest class mass any weights can give (a block at weight 1)
   const top = Math.max(1e-12, ...blocks.flatMap((b) => b.vals));
-  const bw = (c.width - 10) / total, y1 = c.height - 28, y0 = 14;
+  const bw = (cw - 10) / total, y1 = chh - 28, y0 = 14;
   let x = 5;
   ctx.font = "11px sans-serif"; ctx.textAlign = "center";
   blocks.forEach((b, i) => {
@@ -147,5 +155,5 @@ export function drawMass(ex, into) {
     fitText(ctx, b.name + " · " + fmt(b.w, 2), (x0 + x) / 2, y1 + 16, x - x0 - 2, 11);
     x += bw;
   });
-  ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(0, y1); ctx.lineTo(c.width, y1); ctx.stroke();
+  ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(0, y1); ctx.lineTo(cw, y1); ctx.stroke();
 }
