@@ -297,3 +297,29 @@ def test_narrow_width_stacks(browser, server):  # noqa: F811
         with contextlib.suppress(OSError):
             SHOTS.mkdir(parents=True, exist_ok=True)
             pg.screenshot(path=str(SHOTS / "classroom_narrow_1000.png"))
+
+
+def test_a_resized_window_is_laid_out_again(browser, server):  # noqa: F811
+    """Opened on a 1920 px screen, then moved to the projector (1280 px): the explorer is laid
+    out again for the new width, with the same pick, and nothing is wider than the page; back
+    to 1920 px, it spreads again."""
+    with _geodesic(browser, server, 1920, 1080) as (pg, frame):
+        assert frame.evaluate("() => geovizExplorer.layout().mode") == "wide"
+        pick = frame.evaluate("() => geovizExplorer.pick()")
+        pg.set_viewport_size({"width": 1280, "height": 800})
+        frame.wait_for_function("() => geovizExplorer.relayouts >= 1", timeout=30_000)
+        layout = frame.evaluate("() => geovizExplorer.layout()")
+        assert layout["mode"] == "beside", layout
+        assert frame.evaluate("() => geovizExplorer.pick()") == pick
+        widths = frame.evaluate(
+            "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        assert widths[0] <= widths[1] + 1, widths
+        boxes = _boxes(frame, ["simplex", "view"])
+        for name, box in boxes.items():
+            assert _inside(box, 1280, 800) or box["y"] + box["height"] > 800, (name, box)
+            assert box["x"] + box["width"] <= 1280 + 0.5, (name, box)
+        pg.set_viewport_size({"width": 1920, "height": 1080})
+        frame.wait_for_function("() => geovizExplorer.relayouts >= 2", timeout=30_000)
+        assert frame.evaluate("() => geovizExplorer.layout().mode") == "wide"
+        _assert_no_exception(pg, "the explorer laid out again")

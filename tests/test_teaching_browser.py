@@ -65,11 +65,20 @@ def _on_path(path: np.ndarray, a: np.ndarray) -> float:
     return best
 
 
+def _projector(pg, frame) -> None:
+    """The viewport at a projector's 1280x800; the explorer, opened wider, laid out again."""
+    if pg.viewport_size == {"width": 1280, "height": 800}:
+        return
+    before = frame.evaluate("() => geovizExplorer.relayouts")
+    pg.set_viewport_size({"width": 1280, "height": 800})
+    frame.wait_for_function("(n) => geovizExplorer.relayouts > n", arg=before, timeout=30_000)
+    pg.wait_for_timeout(300)
+
+
 def _shot_1280(pg, frame, top: str, path, right: str | None = None) -> None:
     """A 1280x800 viewport screenshot with ``top`` (in the explorer) at the top of the view;
     scrolled right until ``right`` shows (else the explorer's left edge)."""
-    pg.set_viewport_size({"width": 1280, "height": 800})
-    pg.wait_for_timeout(600)
+    _projector(pg, frame)
     frame.locator(top).evaluate("e => e.scrollIntoView({block: 'start', inline: 'nearest'})")
     pg.wait_for_timeout(200)
     if right:
@@ -329,6 +338,7 @@ def test_frame_times_with_every_layer_and_play_screenshot(page, server):
     frame.locator("#teach-mixup").uncheck()
     frame.locator("#presenter").check()
     frame.locator("#play-speed").select_option("1")
+    _projector(pg, frame)  # (a play defers the new layout to its end)
     frame.locator("#play").click()
     frame.wait_for_function("() => geovizExplorer.play().progress > 0.3", timeout=30_000)
     _shot_1280(pg, frame, "#weights", DOC_SHOTS / "geodesic_play.png")

@@ -30,6 +30,7 @@ export function createExplorer(root, host) {
   const ex = newExplorerState(root, host);
   ex.hooks = explorerHooks(ex);
   ex.redraw = () => drawExplorer(ex);
+  watchWidth(ex);
   return {
     render: (args) => renderExplorer(ex, args || {}),
     hooks: ex.hooks,
@@ -41,6 +42,8 @@ export function createExplorer(root, host) {
 function explorerHooks(ex) {
   const hooks = {
     frameTimes: [], valuesSent: 0, renders: 0, playFrames: 0, playFps: null, ready: false, polls: 0,
+    /** times the explorer was laid out again for a new width */
+    relayouts: 0,
     /** values the host refused (its send returned false); the Streamlit host replaces this
      *  with its guard's count of every message it dropped */
     dropped: () => ex.refused,
@@ -243,11 +246,39 @@ function mergeEmbedding(ex, id, data) {
 function applyEmbedding(ex) {
   const waiting = ex.embWaiting; ex.embWaiting = null;
   mergeEmbedding(ex, waiting.id, waiting.data);
+  rebuildExplorer(ex);
+}
+/** The explorer built again (a new layout or a new view); the tile zoom the user chose, the
+ *  pick, the bootstrap and the teaching switches (kept on ``ex``) stay. */
+function rebuildExplorer(ex) {
   const zoom = ex.ui && ex.ui.zoom ? ex.ui.zoom.value : null;
   ex.ui = null;
   buildExplorer(ex);
   if (zoom && ex.ui.zoom && zoom !== ex.ui.zoom.value) { ex.ui.zoom.value = zoom; layoutTiles(ex, Number(zoom)); }
   bootChanged(ex);
+}
+/** Width (CSS px) the explorer's layout may be off by before it is laid out again. */
+const RELAYOUT_PX = 24;
+/** The explorer's width changed (a window resized, a projector plugged in, a sidebar closed, a
+ *  notebook cell widened): laid out again for the new width once the resizing settles, never
+ *  in the middle of a drag or a play (then right after it). */
+function watchWidth(ex) {
+  const View = ex.doc.defaultView;
+  if (!View || typeof View.ResizeObserver !== "function") return;
+  let timer = null;
+  const check = () => {
+    timer = null;
+    if (ex.destroyed || !ex.ui || !ex.ui.plan) return;
+    if (ex.dragging || ex.playing) { timer = setTimeout(check, 300); return; }
+    if (Math.abs(availableWidth(ex) - ex.ui.plan.width) <= RELAYOUT_PX) return;
+    rebuildExplorer(ex);
+    drawExplorer(ex);
+    fitHeight(ex);
+    ex.hooks.relayouts += 1;
+  };
+  const observer = new View.ResizeObserver(() => { clearTimeout(timer); timer = setTimeout(check, 150); });
+  observer.observe(ex.root);
+  ex.abort.signal.addEventListener("abort", () => { observer.disconnect(); clearTimeout(timer); });
 }
 /** Ask the host again for the parts still pending (in Streamlit, a rerun of the page's fragment). */
 function schedulePoll(ex) {
