@@ -213,7 +213,7 @@ def test_hidpi_canvases_are_sharp_and_the_figure_is_2x(browser, server):  # noqa
 
     with _geodesic(browser, server, 1280, 800, dpr=2) as (pg, frame):
         sizes = frame.evaluate(
-            """() => ['simplex', 'colorbar', 'samples', 'mass'].map((id) => {
+            """() => ['simplex', 'colorbar', 'samples', 'mass', 'view'].map((id) => {
                 const c = document.getElementById(id), r = c.getBoundingClientRect();
                 return [id, c.width, c.height, r.width, r.height]; })"""
         )
@@ -234,6 +234,14 @@ def test_hidpi_canvases_are_sharp_and_the_figure_is_2x(browser, server):  # noqa
             xy,
         )
         assert min(px[:3]) > 200, px
+        # the view too: P_a's dots (in CSS px, viewXY) drawn where twice those backing pixels are
+        coloured = frame.evaluate(
+            """() => { const ctx = document.getElementById('view').getContext('2d');
+                return geovizExplorer.viewXY().map(([x, y]) => {
+                  const d = ctx.getImageData(Math.round(2 * x), Math.round(2 * y), 1, 1).data;
+                  return Math.max(d[0], d[1], d[2]) - Math.min(d[0], d[1], d[2]) > 60; }); }"""
+        )
+        assert len(coloured) > 20 and np.mean(coloured) > 0.8, np.mean(coloured)
         svg = frame.evaluate("() => geovizExplorer.figure('svg')")
         import xml.etree.ElementTree as ET
 

@@ -240,10 +240,22 @@ def test_the_widget_in_jupyterlab(sync_playwright, tmp_path):
             _run_cell(page, 0)
             _output_with(page, 0, "FITTED 3")
             _run_cell(page, 1)
-            page.locator(f"{WIDGET} canvas").first.wait_for(timeout=CELL_TIMEOUT_MS)
+            page.locator(f"{WIDGET} canvas#simplex").first.wait_for(timeout=CELL_TIMEOUT_MS)
             page.wait_for_function(f"() => {HOOKS} && {HOOKS}.ready === true")
+            # the background parts (bootstrap, embedding view) arrive and the explorer is built
+            # again with them: the drag starts once nothing is pending and the layout is still
+            page.wait_for_function(
+                f"() => {HOOKS}.pending().length === 0 && {HOOKS}.view() !== 'pending'",
+                timeout=CELL_TIMEOUT_MS,
+            )
+            page.wait_for_function(
+                f"""() => {{ const h = {HOOKS}, now = h.renders + 1000 * h.relayouts;
+                    if (window.__gvzSeen !== now) {{ window.__gvzSeen = now; window.__gvzAt = performance.now(); }}
+                    return performance.now() - window.__gvzAt > 1000; }}""",
+                polling=200,
+            )
             start = page.evaluate(f"() => {HOOKS}.pick()")
-            canvas = page.locator(f"{WIDGET} canvas").first
+            canvas = page.locator(f"{WIDGET} canvas#simplex").first
             canvas.scroll_into_view_if_needed()
             box = canvas.bounding_box()
             assert box is not None

@@ -2,7 +2,7 @@
  * by the simplex grid) and the scatter view of 2-D/3-D data with its teaching overlays
  * (coupling lines, the T_i(x), naive mixup); the hover tooltip. */
 import { gridNodeIndex, gridWeights } from "./maths.js";
-import { LEGEND_W, PALETTE, SET_COLORS, el, fillImage, fitText, fmt } from "./drawing_kit.js";
+import { LEGEND_W, PALETTE, SET_COLORS, cssSize, el, fillImage, fitText, fmt } from "./drawing_kit.js";
 import { currentCoef, headerOf, listen, payloadArray, requestDraw } from "./explorer_state.js";
 
 /** The view's scales (data -> canvas pixels) and its faded background with the legend
@@ -15,10 +15,10 @@ export function setupView(ex) {
   let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
   for (const [x, y] of pts) { x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y); }
   // the legends get their own column on the right, so no point hides them (issue 26, item 5)
-  const c = ui.view, pad = 20, plotW = c.width - LEGEND_W;
-  const sx = (plotW - 2 * pad) / (x1 - x0 || 1), sy = (c.height - 2 * pad) / (y1 - y0 || 1);
+  const c = ui.view, pad = 20, [cw, ch] = cssSize(c), plotW = cw - LEGEND_W;
+  const sx = (plotW - 2 * pad) / (x1 - x0 || 1), sy = (ch - 2 * pad) / (y1 - y0 || 1);
   ui.X = (x) => pad + (x - x0) * sx;
-  ui.Y = (y) => c.height - pad - (y - y0) * sy;
+  ui.Y = (y) => ch - pad - (y - y0) * sy;
   drawViewBackground(ex, 1);
   // a click on the teaching scatter picks the target sample x that is followed
   if (ex.teach && h.view === "scatter") listen(ex, c, "pointerdown", (ev) => followAt(ex, ev));
@@ -32,10 +32,12 @@ export function setupView(ex) {
  *  drawn once per build and again when the stride changes. */
 function drawViewBackground(ex, stride) {
   const h = headerOf(ex), ui = ex.ui, A = (name) => payloadArray(ex, name);
-  const c = ui.view, plotW = c.width - LEGEND_W;
-  const off = ex.doc.createElement("canvas");
+  const c = ui.view, [cw, ch] = cssSize(c), plotW = cw - LEGEND_W;
+  // at the view's backing resolution (the screen's pixel ratio), drawn in CSS px
+  const off = ex.doc.createElement("canvas"), dpr = c.dpr || 1;
   off.width = c.width; off.height = c.height;
   const ctx = off.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.globalAlpha = 0.18;
   const bg = h.view === "embedding" ? A("bg") : A("ref_coords"), set = h.view === "embedding" ? A("bg_set") : A("ref_set");
   const d = bg.shape[1];
@@ -52,8 +54,8 @@ function drawViewBackground(ex, stride) {
   }
   ctx.globalAlpha = 1;
   const lx = plotW + 6, lw = LEGEND_W - 12;
-  ctx.fillStyle = "#fff"; ctx.fillRect(plotW, 0, LEGEND_W, c.height);
-  ctx.strokeStyle = "#ddd"; ctx.beginPath(); ctx.moveTo(plotW + 0.5, 4); ctx.lineTo(plotW + 0.5, c.height - 4); ctx.stroke();
+  ctx.fillStyle = "#fff"; ctx.fillRect(plotW, 0, LEGEND_W, ch);
+  ctx.strokeStyle = "#ddd"; ctx.beginPath(); ctx.moveTo(plotW + 0.5, 4); ctx.lineTo(plotW + 0.5, ch - 4); ctx.stroke();
   ctx.fillStyle = "#262730"; ctx.textAlign = "left";
   ctx.font = "bold 12px sans-serif"; ctx.fillText("Datasets (faded)", lx, 16); ctx.font = "12px sans-serif";
   const legend = h.mode === "mccann" ? ["Q", h.ref_name] : ["Q", ...h.names];
@@ -288,7 +290,7 @@ function drawTeaching(ex, ctx, plan) {
 
 /** The overlays' own legend, at the bottom of the legend column. */
 function drawTeachingLegend(ex, ctx, plan) {
-  const ui = ex.ui, lx = ui.view.width - LEGEND_W + 6, items = [];
+  const ui = ex.ui, [vw, vh] = cssSize(ui.view), lx = vw - LEGEND_W + 6, items = [];
   if (plan.lines > 0) items.push(["line", "x → T_i(x), by reference"]);
   if (plan.maps > 0) items.push(["square", "T_i(x), by reference"]);
   if (plan.x) items.push(["dot", "x, Q's samples"]);
@@ -296,7 +298,7 @@ function drawTeachingLegend(ex, ctx, plan) {
   if (plan.follow) { items.push(["dash", "McCann Q → P_i: x → T_i(x)"]); items.push(["path", "P_a(x) as a moves"]); }
   if (plan.stride > 1) items.push(["note", "1 point in " + plan.stride + " drawn (" + plan.shown + " of " + plan.n + ")"]);
   items.forEach(([kind, text], k) => {
-    const y = ui.view.height - 14 - 16 * (items.length - 1 - k);
+    const y = vh - 14 - 16 * (items.length - 1 - k);
     ctx.strokeStyle = "#262730"; ctx.fillStyle = "#262730"; ctx.lineWidth = 1.4;
     if (kind === "line") { ctx.beginPath(); ctx.moveTo(lx, y - 4); ctx.lineTo(lx + 10, y - 4); ctx.stroke(); }
     else if (kind === "square") ctx.strokeRect(lx + 2.5, y - 6.5, 5, 5);
@@ -332,9 +334,9 @@ function drawFollow(ex, ctx, play) {
   // labels placed one under the other where they would overlap
   const label = (text, x, y) => {  // right of the mark, else left, above, below: the first free place
     ctx.font = "bold " + fs + "px sans-serif";
-    const w = ctx.measureText(text).width, H = ui.view.height;
+    const w = ctx.measureText(text).width, [vw, H] = cssSize(ui.view);
     const tries = [[x, y], [x - w - 2 * r - 8, y], [x - w / 2 - r, y - r - fs], [x - w / 2 - r, y + r + fs]];
-    const free = ([u, v]) => u >= 2 && u + w <= ui.view.width - LEGEND_W && v - fs >= 0 && v <= H - 2 && !placed.some((b) => u < b[0] + b[2] && b[0] < u + w && v - fs < b[1] && b[1] - fs < v);
+    const free = ([u, v]) => u >= 2 && u + w <= vw - LEGEND_W && v - fs >= 0 && v <= H - 2 && !placed.some((b) => u < b[0] + b[2] && b[0] < u + w && v - fs < b[1] && b[1] - fs < v);
     const [u, v] = tries.find(free) || tries[0];
     placed.push([u, v, w]);
     haloText(ctx, text, u, v, fs);
@@ -385,8 +387,9 @@ export function drawView(ex, into) {
   const ui = ex.ui, c = ui.view, ctx = into || c.getContext("2d"), plan = teachingPlan(ex);
   const stride = plan ? plan.stride : 1;
   if (ui.bgStride !== stride) drawViewBackground(ex, stride);
-  ctx.clearRect(0, 0, c.width, c.height);
-  ctx.drawImage(ui.bg, 0, 0);
+  const [cw, ch] = cssSize(c);
+  ctx.clearRect(0, 0, cw, ch);
+  ctx.drawImage(ui.bg, 0, 0, cw, ch);
   const drawn = plan ? drawTeaching(ex, ctx, plan) : {};
   if (ui.teach) {
     ui.teach.textContent = teachingCaption(ex);

@@ -8,7 +8,7 @@
  * content's height changed. The Streamlit component (streamlit.js) and the Jupyter widget are
  * two such hosts. Every explorer keeps its own state: two on one page share nothing. */
 import { decode, mixShownImages, roundToSimplex } from "./maths.js";
-import { LEGEND_W, el, fmt, sig } from "./drawing_kit.js";
+import { LEGEND_W, el, fmt, pixelRatio, sig, sizeCanvas } from "./drawing_kit.js";
 import { bootHeader, fitHeight, headerOf, listen, newExplorerState, objectiveAt, payloadArray, readoutAt, availableWidth, requestDraw } from "./explorer_state.js";
 import { buildHeatmap, drawSimplex, scheduleRegion, toXY } from "./simplex_draw.js";
 import { drawMass, drawSamples, layoutTiles } from "./tiles_and_mass.js";
@@ -214,7 +214,9 @@ function buildExplorer(ex) {
       : "The datasets: references and Q faded, " + (h.mode === "mccann" ? "P^M_t" : "P_a") + " moving point by point" }, root);
     if (h.view === "scatter" && h.mode !== "mccann") buildTeachingControls(ex, root);  // the teaching view's switches
     // as wide as the page allows (a projector at 1280 px leaves the iframe ~820 px)
-    ui.view = el("canvas", { id: "view", width: ui.plan ? ui.plan.view[0] : Math.max(LEGEND_W + 300, Math.min(820, availableWidth(ex))), height: ui.plan ? ui.plan.view[1] : 460 }, root);
+    ui.view = el("canvas", { id: "view" }, root);
+    sizeCanvas(ui.view, ui.plan ? ui.plan.view[0] : Math.max(LEGEND_W + 300, Math.min(820, availableWidth(ex))),
+      ui.plan ? ui.plan.view[1] : 460, pixelRatio(ex.doc));
     if (h.view === "scatter" && h.mode !== "mccann") ui.teach = el("div", { class: "hint", id: "teach-caption" }, root);
     setupView(ex);
     listen(ex, ui.view, "pointermove", (ev) => hoverView(ex, ev));
