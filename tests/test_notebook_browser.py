@@ -17,7 +17,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,23 +25,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_browser import (  # test_browser.py's Chromium, and its Playwright fixture (skips without them)
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    ROOT,
+    SHOTS,
+    _free_port,
+    sync_playwright,  # noqa: F401 - a fixture
+)
+
+pytest.importorskip(
+    "jupyterlab", reason="jupyterlab is not installed (pip install geoviz[notebook])"
+)
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / "test-output" / "screenshots"
 DOC_SHOT = ROOT / "docs" / "screenshots" / "notebook_widget.png"
-CHROMIUM = os.environ.get("GEOVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SERVER_START_SECONDS = 180
 CELL_TIMEOUT_MS = 300_000  # imports, the data and the fit of the first cell on a loaded machine
 WIDGET = ".geoviz-widget"
@@ -69,33 +67,12 @@ CELLS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _up(url: str, token: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=3) as resp:
             return resp.status == 200
     except OSError:
         return False
-
-
-@pytest.fixture(scope="module")
-def sync_playwright():
-    pytest.importorskip(
-        "jupyterlab", reason="jupyterlab is not installed (pip install geoviz[notebook])"
-    )
-    pw = pytest.importorskip(
-        "playwright.sync_api", reason="the playwright Python package is not installed"
-    )
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        pytest.skip(
-            f"Chromium not found at {CHROMIUM} (apt-get install chromium, or set GEOVIZ_CHROMIUM)"
-        )
-    return pw.sync_playwright
 
 
 def _notebook(path: Path) -> None:
@@ -219,7 +196,7 @@ def _numbers(text: str, marker: str) -> list[float]:
     return [float(x) for x in json.loads(line[len(marker) :].strip())]
 
 
-def test_the_widget_in_jupyterlab(sync_playwright, tmp_path):
+def test_the_widget_in_jupyterlab(sync_playwright, tmp_path):  # noqa: F811 - the fixture above
     SHOTS.mkdir(parents=True, exist_ok=True)
     with _jupyterlab(tmp_path) as lab, sync_playwright() as p:
         _notebook(Path(lab["root"]) / "explore.ipynb")
