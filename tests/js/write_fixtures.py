@@ -24,6 +24,7 @@ the very same float64 values. The payloads are written as binary files next to t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -51,25 +52,14 @@ def _f(x: Any) -> Any:
 
 
 def _bars(n: int, seed: int, size: int, name: str) -> Any:
-    """``1 x size x size`` images with a horizontal (class 0) or vertical (class 1) bar."""
-    from geoviz.data.dataset import LabeledDataset
+    """tests/synthetic_data.py's bar images (float32 features), named ``name``."""
+    sys.path.insert(
+        0, str(Path(__file__).resolve().parents[1])
+    )  # tests/, also when run as a script
+    from synthetic_data import bars
 
-    rng = np.random.default_rng(seed)
-    labels = np.arange(n) % 2
-    img = 0.2 * rng.random((n, size, size))
-    pos = rng.integers(2, size - 2, size=n)
-    for i in range(n):
-        if labels[i] == 0:
-            img[i, pos[i] - 1 : pos[i] + 1, :] = 1.0
-        else:
-            img[i, :, pos[i] - 1 : pos[i] + 1] = 1.0
-    return LabeledDataset(
-        features=img.reshape(n, -1).astype(np.float32),
-        labels=labels,
-        classes=("horizontal", "vertical"),
-        name=name,
-        image_shape=(1, size, size),
-    )
+    data = bars(n, seed, size)
+    return dataclasses.replace(data, features=data.features.float(), name=name)
 
 
 def _fit() -> Any:
