@@ -216,7 +216,8 @@ def explorer_notes(model: SessionModel, state: ExplorerState) -> None:
 def geodesic_with_status(
     model: SessionModel, poll_seconds: float = 0.5, scenario: Scenario | None = None
 ) -> GeodesicResult | None:
-    """The scenario's geodesic, computed in the background with an ``st.status`` box.
+    """The scenario's geodesic, computed in the background with an ``st.status`` box
+    (replaced by a toast when the maps are ready; kept, expanded, when they failed).
 
     The fit runs in a :class:`~geoviz.app.jobs.BackgroundJob` shared by every
     page and session of the process (:func:`services.start_geodesic`); this
@@ -238,7 +239,10 @@ def geodesic_with_status(
     # waits for by half (issue 26); the explorer asks for it once the maps are there
     job = services.start_geodesic(scenario, data, model.settings.fit_workers_used())
     # the scenario's configuration names the maps ("barycentric", "neural (tiny budget)")
-    status = st.status(
+    # in a placeholder: once the maps are ready the box goes (a toast says so), so that the
+    # page's content starts where it does on every later visit (a projector's first screen)
+    box = st.empty()
+    status = box.status(
         f"Fitting {scenario.map_label} OTDD maps and (2,Q) distances…", expanded=True
     )
     with status:
@@ -267,5 +271,6 @@ def geodesic_with_status(
         status.update(label=f"{maps} failed", state="error", expanded=True)
         show_error(job.error_)
         return None
-    status.update(label=f"{maps} ready ({job.elapsed:.1f} s)", state="complete", expanded=False)
+    box.empty()
+    st.toast(f"{maps} ready ({job.elapsed:.1f} s)", icon=":material/check_circle:")
     return job.result_

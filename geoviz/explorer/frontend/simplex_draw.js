@@ -229,8 +229,9 @@ function drawInset(ex, ctx, inset, xy) {
 export function regionNoteText(ex) {
   const ui = ex.ui;
   if (!ui || !ui.inset) return "";
+  // two lines under a 280 px triangle: on a projector the tiles start right below it
   return "The region as good as â is small: " + ui.regionCells + " cell" + (ui.regionCells === 1 ? "" : "s") +
-    " (4 × 4 px) around the star, in the dashed ring; zoomed ×" + (ui.inset.zoom < 10 ? ui.inset.zoom.toFixed(1) : Math.round(ui.inset.zoom)) +
+    " in the dashed ring, zoomed ×" + (ui.inset.zoom < 10 ? ui.inset.zoom.toFixed(1) : Math.round(ui.inset.zoom)) +
     " in the inset.";
 }
 function showRegionNote(ex) {

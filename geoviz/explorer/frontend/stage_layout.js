@@ -104,7 +104,8 @@ export function arrangeStage(ex) {
   // beside: the pick's numbers in a strip above, the rest of the readout, the label mass and
   // the simplex's legend in a row under the tiles
   const strip = el("div", { class: "row stage-strip", id: "stage-strip" });
-  strip.append(ui.weights, ui.value, ui.gap, el("div", { style: "flex-basis: 100%; height: 0" }), ui.verdict);
+  // two rows, whatever the texts' widths: the pick and its value, then how it compares to â
+  strip.append(ui.weights, ui.value, el("div", { style: "flex-basis: 100%; height: 0" }), ui.gap, ui.verdict);
   if (playBar && playBar.parentElement === left) { playBar.style.margin = "0"; strip.append(playBar); }
   top.before(strip);
   const extras = el("div", { class: "row stage-extras" });
