@@ -177,3 +177,15 @@ def test_imports_only_at_the_top(tmp_path):
     folder = _tree(tmp_path, {"jupyter.js": HOST, "explorer.js": late, "maths.js": MATHS})
     with pytest.raises(xb.BundleError, match="unsupported import"):
         xb.build_bundle(folder)
+
+
+def test_the_streamlit_page_preloads_every_module_it_imports():
+    """index.html lists, as modulepreload links, exactly the modules streamlit.js reaches."""
+    import re
+
+    from geoviz.explorer.bundle import FRONTEND, module_files
+
+    html = (FRONTEND / "index.html").read_text(encoding="utf-8")
+    preloaded = re.findall(r'<link rel="modulepreload" href="([^"]+)">', html)
+    assert preloaded == module_files(entry="streamlit.js")[:-1]
+    assert '<script type="module" src="streamlit.js">' in html
