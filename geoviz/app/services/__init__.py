@@ -67,7 +67,6 @@ from geoviz.app.services.datasets import (
     scenario_data,
     scenario_data_if_ready,
     space_line,
-    upload_dataset,
     upload_notice,
 )
 from geoviz.app.services.embeddings import (
@@ -98,7 +97,6 @@ from geoviz.app.services.export import (
 from geoviz.app.services.geodesic import (
     EXPLORER_REPLICATES,
     bootstrap_for_export,
-    bootstrap_if_ready,
     bootstrap_job,
     explorer_bootstrap,
     finish_geodesic,
@@ -115,7 +113,6 @@ from geoviz.app.services.maps import (
     comparison_indices,
     map_comparison_tables,
     map_pair,
-    map_sharpness,
     nearest_reference_figure,
     plan_neighbours_figure,
     set_epsilon,
@@ -156,7 +153,6 @@ __all__ = [
     "ScenarioData",
     "add_upload",
     "bootstrap_for_export",
-    "bootstrap_if_ready",
     "bootstrap_job",
     "choice_caption",
     "choice_options",
@@ -194,7 +190,6 @@ __all__ = [
     "lower_thread_priority",
     "map_comparison_tables",
     "map_pair",
-    "map_sharpness",
     "map_table",
     "map_table_notes",
     "mccann",
@@ -222,7 +217,6 @@ __all__ = [
     "store",
     "sweep_once",
     "teaching_indices",
-    "upload_dataset",
     "upload_notice",
     "upload_store",
 ]

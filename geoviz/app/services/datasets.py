@@ -294,11 +294,6 @@ def upload_notice(settings: AppSettings, file_limit_mb: int | None = None) -> st
     return uploads_notice(settings.upload_ttl_hours, settings.upload_disk_mb, limit)
 
 
-def upload_dataset(key: str) -> LabeledDataset:
-    """The parsed dataset of the upload ``key`` (memory, else the store's disk)."""
-    return upload_store().dataset(key)
-
-
 def dataset_projection(data: ScenarioData) -> Embedding:
     """PCA of ``Q`` and every ``P_i`` (1000 points each) for the Datasets page. Cached."""
     return store().get_or_compute(

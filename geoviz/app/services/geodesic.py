@@ -93,12 +93,6 @@ def bootstrap_key(scenario: Scenario) -> tuple[Hashable, ...]:
     return ("bootstrap", scenario.key(), EXPLORER_REPLICATES)
 
 
-def bootstrap_if_ready(scenario: Scenario) -> GeodesicBootstrap | None:
-    """The scenario's Q-resampling bootstrap if computed, else ``None`` (never computes)."""
-    ready: GeodesicBootstrap | None = store().get(bootstrap_key(scenario))
-    return ready
-
-
 def explorer_bootstrap(
     scenario: Scenario, result: GeodesicResult, wait_seconds: float | None = 0.0
 ) -> tuple[GeodesicBootstrap | None, BaseException | None]:

@@ -73,13 +73,6 @@ def companion_scenario(scenario: Scenario) -> Scenario:
     return scenario.with_method(MAP_METHODS[(at + 1) % len(MAP_METHODS)])
 
 
-def map_sharpness(result: GeodesicResult) -> list[dict[str, Any]]:
-    """Per map: ``reference``, ``method``, ``otdd``, the map's
-    :meth:`~geoviz.maps.base.FittedMap.summary` and ``blurry``
-    (:meth:`GeodesicResult.map_summaries`)."""
-    return result.map_summaries()
-
-
 #: most target points the teaching panel shows at once
 MAX_TEACHING_POINTS = 8
 
