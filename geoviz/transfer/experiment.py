@@ -359,6 +359,27 @@ def run_method(
         return MethodResult("fewshot", seed, accuracy, None, time.perf_counter() - start, 0)
 
     # "otdd" / "otdd_neural" / "mixup": build the pretraining set, pretrain, fine-tune, evaluate
+    a, pretrain_set = _pretraining_set(task, method, geodesic, weights, seed)
+    accuracy = _pretrain_finetune_evaluate(pretrain_set, task, preset, seed, device, report)
+    return MethodResult(
+        method,
+        seed,
+        accuracy,
+        tuple(float(w) for w in a),
+        time.perf_counter() - start,
+        pretrain_set.n_samples,
+    )
+
+
+def _pretraining_set(
+    task: TransferTask,
+    method: Method,
+    geodesic: GeodesicResult | None,
+    weights: np.ndarray | None,
+    seed: int,
+) -> tuple[np.ndarray, LabeledDataset]:
+    """The weights ``a`` and the pretraining set of ``"otdd"``, ``"otdd_neural"`` (``P_a``
+    of a geodesic fitted with the method's maps) or ``"mixup"``, in the target's features."""
     if method in ("otdd", "otdd_neural"):
         wanted = _MAP_METHOD_OF[method]
         if geodesic is None:
@@ -383,7 +404,19 @@ def run_method(
             f"the {method} pretraining set has {d} features but the target has "
             f"{task.target_fewshot.n_features}; fit the geodesic on the task's harmonised data"
         )
+    return a, pretrain_set
 
+
+def _pretrain_finetune_evaluate(
+    pretrain_set: LabeledDataset,
+    task: TransferTask,
+    preset: TransferPreset,
+    seed: int,
+    device: DeviceLike,
+    report: ProgressCallback,
+) -> float:
+    """Pretrain on ``pretrain_set``, fine-tune on the few-shot target, return the test
+    accuracy; ``report`` gets the overall progress, split by the two stages' iterations."""
     share = preset.pretrain.iterations / (preset.pretrain.iterations + preset.finetune.iterations)
     model = pretrain(
         pretrain_set,
@@ -400,12 +433,4 @@ def run_method(
         device=device,
         progress=lambda stage, f: report(stage, share + (1.0 - share) * f),
     )
-    accuracy = evaluate(model, task.target_test, device=device)
-    return MethodResult(
-        method,
-        seed,
-        accuracy,
-        tuple(float(w) for w in a),
-        time.perf_counter() - start,
-        pretrain_set.n_samples,
-    )
+    return evaluate(model, task.target_test, device=device)
