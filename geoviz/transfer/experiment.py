@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from geoviz.data.dataset import LabeledDataset
+from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.data.preprocess import few_shot
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.weights import check_weights
@@ -377,7 +377,7 @@ def _pretraining_set(
     geodesic: GeodesicResult | None,
     weights: np.ndarray | None,
     seed: int,
-) -> tuple[np.ndarray, LabeledDataset]:
+) -> tuple[np.ndarray, SoftLabeledDataset]:
     """The weights ``a`` and the pretraining set of ``"otdd"``, ``"otdd_neural"`` (``P_a``
     of a geodesic fitted with the method's maps) or ``"mixup"``, in the target's features."""
     if method in ("otdd", "otdd_neural"):
@@ -408,7 +408,7 @@ def _pretraining_set(
 
 
 def _pretrain_finetune_evaluate(
-    pretrain_set: LabeledDataset,
+    pretrain_set: SoftLabeledDataset,
     task: TransferTask,
     preset: TransferPreset,
     seed: int,
