@@ -106,17 +106,7 @@ def harmonize(
         raise DatasetError("harmonize needs at least one dataset")
     if channels not in ("auto", "grey", "rgb"):
         raise DatasetError(f"channels must be 'auto', 'grey' or 'rgb', got {channels!r}")
-    if size is not None:
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
-            raise DatasetError(f"size must be a positive integer or None, got {size!r}")
-        size = limits.check_int(
-            size,
-            "image size",
-            limits.MIN_IMAGE_SIZE,
-            limits.MAX_IMAGE_SIZE,
-            why="pixels per side; the features of N images take N x C x size^2 x 4 bytes",
-            error=DatasetError,
-        )
+    size = _check_size(size)
 
     images = [ds for ds in datasets if ds.is_image]
     if images and len(images) != len(datasets):
@@ -132,6 +122,35 @@ def harmonize(
             raise DatasetError(f"vector datasets must share their dimension, got {detail}")
         return datasets
 
+    _check_image_shapes(datasets, size)
+    if channels == "grey":
+        out_c = 1
+    elif channels == "rgb":
+        out_c = 3
+    else:
+        out_c = 3 if any(ds.image_shape[0] == 3 for ds in datasets) else 1
+    _check_harmonize_memory(datasets, out_c, size)
+    return [_harmonize_images(ds, out_c, size) for ds in datasets]
+
+
+def _check_size(size: int | None) -> int | None:
+    """``size`` as an int within the image-size limits, or ``None``."""
+    if size is None:
+        return None
+    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+        raise DatasetError(f"size must be a positive integer or None, got {size!r}")
+    return limits.check_int(
+        size,
+        "image size",
+        limits.MIN_IMAGE_SIZE,
+        limits.MAX_IMAGE_SIZE,
+        why="pixels per side; the features of N images take N x C x size^2 x 4 bytes",
+        error=DatasetError,
+    )
+
+
+def _check_image_shapes(datasets: Sequence[LabeledDataset], size: int | None) -> None:
+    """1 or 3 channels each; one height and width for all when ``size`` is ``None``."""
     for ds in datasets:
         if ds.image_shape[0] not in (1, 3):
             raise DatasetError(
@@ -145,16 +164,15 @@ def harmonize(
             )
             raise DatasetError(f"image sizes differ ({detail}); pass size=... to resize them")
 
-    if channels == "grey":
-        out_c = 1
-    elif channels == "rgb":
-        out_c = 3
-    else:
-        out_c = 3 if any(ds.image_shape[0] == 3 for ds in datasets) else 1
 
-    # every changed dataset gets a new float32 feature matrix, and the resize works on
-    # batches of _RESIZE_BATCH images (input, resized and clamped copies): refuse a
-    # request that cannot fit before allocating any of it
+def _check_harmonize_memory(
+    datasets: Sequence[LabeledDataset], out_c: int, size: int | None
+) -> None:
+    """Refuse a harmonization whose new features cannot fit, before allocating any of it.
+
+    Every changed dataset gets a new float32 feature matrix, and the resize works on
+    batches of ``_RESIZE_BATCH`` images (input, resized and clamped copies).
+    """
     needed = temporaries = 0
     for ds in datasets:
         c, h, w = ds.image_shape
@@ -168,24 +186,23 @@ def harmonize(
         shape = f"{out_c} channel(s)" if size is None else f"{out_c}x{size}x{size}"
         memory.check_bytes(needed + temporaries, f"harmonizing {total:,} images to {shape}")
 
-    result = []
-    for ds in datasets:
-        c, h, w = ds.image_shape
-        out_h, out_w = (h, w) if size is None else (size, size)
-        if (c, h, w) == (out_c, out_h, out_w):
-            result.append(ds)
-            continue
-        x = ds.images()
-        if c == 3 and out_c == 1:
-            weights = torch.tensor(LUMA_WEIGHTS, dtype=x.dtype).view(1, 3, 1, 1)
-            x = (x * weights).sum(dim=1, keepdim=True)
-        if (h, w) != (out_h, out_w):
-            x = _resize_images(x, out_h)
-        if c == 1 and out_c == 3:
-            x = x.expand(-1, 3, -1, -1)
-        x = x.clamp(0.0, 1.0).reshape(ds.n_samples, -1)
-        result.append(ds.with_features(x.contiguous(), image_shape=(out_c, out_h, out_w)))
-    return result
+
+def _harmonize_images(ds: LabeledDataset, out_c: int, size: int | None) -> LabeledDataset:
+    """``ds`` with ``out_c`` channels of ``size x size`` pixels in ``[0, 1]`` (itself if it has them)."""
+    c, h, w = ds.image_shape
+    out_h, out_w = (h, w) if size is None else (size, size)
+    if (c, h, w) == (out_c, out_h, out_w):
+        return ds
+    x = ds.images()
+    if c == 3 and out_c == 1:
+        weights = torch.tensor(LUMA_WEIGHTS, dtype=x.dtype).view(1, 3, 1, 1)
+        x = (x * weights).sum(dim=1, keepdim=True)
+    if (h, w) != (out_h, out_w):
+        x = _resize_images(x, out_h)
+    if c == 1 and out_c == 3:
+        x = x.expand(-1, 3, -1, -1)
+    x = x.clamp(0.0, 1.0).reshape(ds.n_samples, -1)
+    return ds.with_features(x.contiguous(), image_shape=(out_c, out_h, out_w))
 
 
 # --------------------------------------------------------------------------- features
