@@ -15,7 +15,8 @@ from __future__ import annotations
 import streamlit as st
 
 from geoviz import glossary
-from geoviz.app import services, widgets
+from geoviz.app import widgets
+from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.state import SessionModel
 
 STEPS = (
@@ -48,7 +49,7 @@ def main(model: SessionModel) -> None:
         with left:
             st.page_link(page.script, label=page.label, icon=page.icon)
         right.markdown(text)
-    ready = services.geodesic_if_ready(model.scenario)
+    ready = geodesic_services.geodesic_if_ready(model.scenario)
     st.info(
         "The maps of the current scenario are computed; the Geodesic page opens at once."
         if ready is not None

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import streamlit as st
 
-from geoviz.app import services, widgets
-from geoviz.app.services.datasets import apply_scenario, unavailable_note
+from geoviz.app import widgets
+from geoviz.app.services import datasets as dataset_services
 from geoviz.app.state import (
     MAP_METHODS,
     NEURAL_PRESET_NAMES,
@@ -50,7 +50,7 @@ def form_values(scenario: Scenario) -> dict[str, object]:
 
 def scenario_form(model: SessionModel) -> None:
     scenario = model.scenario
-    options = services.choice_options(model)
+    options = dataset_services.choice_options(model)
     tokens = list(options)
     # the widgets take their values from session state (no defaults passed): written here
     # whenever the scenario changed outside the form (preset, epsilon on the Maps page)
@@ -60,7 +60,7 @@ def scenario_form(model: SessionModel) -> None:
         target_tok = c1.selectbox(
             "Target dataset Q",
             tokens,
-            format_func=lambda t: services.choice_caption(options[t]),
+            format_func=lambda t: dataset_services.choice_caption(options[t]),
             key="form_target",
         )
         target_split = c1.radio(
@@ -73,7 +73,7 @@ def scenario_form(model: SessionModel) -> None:
         ref_toks = c2.multiselect(
             "Reference datasets P_i (at least 2)",
             tokens,
-            format_func=lambda t: services.choice_caption(options[t]),
+            format_func=lambda t: dataset_services.choice_caption(options[t]),
             key="form_refs",
         )
         c3, c4, c5 = st.columns(3)
@@ -133,12 +133,12 @@ def scenario_form(model: SessionModel) -> None:
             )
         features = c1.selectbox(
             "Feature space of the costs",
-            list(services.feature_space_names()),
+            list(dataset_services.feature_space_names()),
             key="form_features",
-            help=services.FEATURE_SPACE_HELP,
+            help=dataset_services.FEATURE_SPACE_HELP,
         )
         submitted = st.form_submit_button("Apply scenario", type="primary")
-    note = unavailable_note()
+    note = dataset_services.unavailable_note()
     if note:
         st.caption(note)
     if submitted:
@@ -164,7 +164,7 @@ def scenario_form(model: SessionModel) -> None:
                 encoder_preset=model.settings.encoder_preset,
             )
             with st.spinner("Loading the scenario's datasets…"):
-                apply_scenario(model, scenario_new)
+                dataset_services.apply_scenario(model, scenario_new)
         except Exception as err:  # a sentence for the visitor; tracebacks go to the log
             widgets.show_error(err, "The scenario was not applied (the current one is kept)")
         else:
@@ -213,7 +213,7 @@ def upload_limit_mb(model: SessionModel) -> int:
 def upload_box(model: SessionModel) -> None:
     limit_mb = upload_limit_mb(model)
     with st.expander("Upload a dataset (.npz, .csv, .zip of an ImageFolder or MNIST-M folder)"):
-        st.caption(services.upload_notice(model.settings, limit_mb))
+        st.caption(dataset_services.upload_notice(model.settings, limit_mb))
         up = st.file_uploader(
             "Dataset file",
             type=["npz", "csv", "gz", "zip"],
@@ -240,7 +240,7 @@ def upload_box(model: SessionModel) -> None:
             return
         st.session_state[UPLOAD_TAKEN] = up.file_id
         try:
-            _, ds = services.add_upload(model, up.name, up.getvalue())
+            _, ds = dataset_services.add_upload(model, up.name, up.getvalue())
         except Exception as err:  # a sentence for the visitor; tracebacks go to the log
             st.session_state[UPLOAD_ERROR] = err
             st.session_state.pop(UPLOAD_NOTE, None)
@@ -253,7 +253,7 @@ def upload_box(model: SessionModel) -> None:
         st.rerun()
 
 
-def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
+def dataset_views(model: SessionModel, data: dataset_services.ScenarioData) -> None:
     roles = ["Q (target)"] + [f"P{i + 1}" for i in range(len(data.references))]
     cols = st.columns(len(data.datasets))
     for col, role, ds in zip(cols, roles, data.datasets, strict=True):
@@ -268,7 +268,7 @@ def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
             delta_arrow="off",
         )
     # which space the costs live in, and why when it was chosen from these data
-    st.info(markdown_literal(services.space_line(model.scenario, data)))
+    st.info(markdown_literal(dataset_services.space_line(model.scenario, data)))
     if data.labelled_indices is not None:
         st.info(
             f"Few-shot target: {len(data.labelled_indices)} labelled samples of Q; the other "
@@ -300,7 +300,7 @@ def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
             axis = ("x₁", "x₂", "x₃")
             note = None
         else:
-            emb = services.dataset_projection(data)
+            emb = dataset_services.dataset_projection(data)
             sets = [
                 point_set(ds, emb.points[nm], name=nm, prefix_labels=True, indices=emb.indices[nm])
                 for ds, nm in zip(data.datasets, emb.names, strict=True)
@@ -318,19 +318,19 @@ def dataset_views(model: SessionModel, data: services.ScenarioData) -> None:
     st.plotly_chart(class_histograms(list(data.datasets)), key="class_hist")
 
 
-def pairwise_section(model: SessionModel, data: services.ScenarioData) -> None:
+def pairwise_section(model: SessionModel, data: dataset_services.ScenarioData) -> None:
     st.subheader("OTDD between all pairs")
     st.caption(
         "Optimal-transport dataset distance d²_OT (features and labels, entropic, "
         f"ε = {model.scenario.epsilon} × mean cost) between every pair of Q, P_1, …, P_m."
     )
-    mat = services.pairwise_otdd_if_ready(model.scenario)
+    mat = dataset_services.pairwise_otdd_if_ready(model.scenario)
     if mat is None:
         n = len(data.datasets)
         if st.button(f"Compute OTDD for all {n * (n - 1) // 2} pairs", key="pairwise_btn"):
             bar = st.progress(0.0, text="starting")
             try:
-                mat = services.pairwise_otdd(model, widgets.throttled_progress(bar))
+                mat = dataset_services.pairwise_otdd(model, widgets.throttled_progress(bar))
             except GeovizError as err:
                 widgets.show_error(err)
                 return
@@ -356,7 +356,7 @@ def main(model: SessionModel) -> None:
     if p2.button("Load preset", key="load_preset"):
         try:
             with st.spinner("Loading the preset's datasets…"):
-                apply_scenario(model, presets[preset])
+                dataset_services.apply_scenario(model, presets[preset])
         except Exception as err:  # a sentence for the visitor; tracebacks go to the log
             widgets.show_error(err, "The preset was not loaded (the current scenario is kept)")
         else:

@@ -10,11 +10,14 @@ import numpy as np
 import streamlit as st
 
 from geoviz import glossary
-from geoviz.app import services, widgets
+from geoviz.app import widgets
+from geoviz.app.services import geodesic as geodesic_services
+from geoviz.app.services import maps as map_services
 from geoviz.app.state import MAP_METHODS, NEURAL_PRESET_NAMES, SessionModel, epsilon_choices
 from geoviz.errors import GeovizError
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
 from geoviz.viz.compare import side_by_side_scatter
+from geoviz.viz.fitted_maps import has_plan_neighbours
 from geoviz.viz.images import (
     as_display_images,
     example_indices,
@@ -29,7 +32,19 @@ from geoviz.viz.plots import (
     point_set,
     soft_label_bars,
 )
-from geoviz.viz.report import blur_warning, markdown_literal, plotly_literal
+from geoviz.viz.report import (
+    blur_warning,
+    diagnostic_fields,
+    field_format,
+    field_text,
+    field_value,
+    map_table,
+    map_table_notes,
+    markdown_literal,
+    nearest_reference_table,
+    plan_neighbours_table,
+    plotly_literal,
+)
 
 EPS_KEY = "maps_eps"
 METHOD_KEY = "maps_method"
@@ -46,7 +61,7 @@ BUDGET_HELP = {
 
 
 def _on_epsilon_change() -> None:
-    services.set_epsilon(SessionModel(st.session_state), st.session_state[EPS_KEY])
+    map_services.set_epsilon(SessionModel(st.session_state), st.session_state[EPS_KEY])
 
 
 def epsilon_control(model: SessionModel) -> None:
@@ -73,7 +88,7 @@ def epsilon_control(model: SessionModel) -> None:
 
 
 def _on_method_change() -> None:
-    services.set_map_method(
+    map_services.set_map_method(
         SessionModel(st.session_state), st.session_state[METHOD_KEY], st.session_state[BUDGET_KEY]
     )
 
@@ -119,12 +134,12 @@ def sharpness(result) -> None:
         with col:
             st.markdown(f"**T{i + 1}: Q → {shown}**")
             absent = []
-            for field in services.diagnostic_fields([diag]):
-                fmt = services.field_format(type(diag), field)
+            for field in diagnostic_fields([diag]):
+                fmt = field_format(type(diag), field)
                 if not fmt.headline:
                     continue
-                text = services.field_text(diag, field)
-                if services.field_value(diag, field) is None:
+                text = field_text(diag, field)
+                if field_value(diag, field) is None:
                     absent.append(f"{fmt.label}: {text}")
                 else:
                     st.metric(fmt.label, text, help=fmt.help.format(**context) or None)
@@ -142,8 +157,8 @@ def sharpness(result) -> None:
                         blur_neighbours=BLUR_NEIGHBOURS,
                     )
                 )
-            held = services.field_value(diag, "heldout_ot")
-            identity = services.field_value(diag, "heldout_ot_identity")
+            held = field_value(diag, "heldout_ot")
+            identity = field_value(diag, "heldout_ot_identity")
             if held is not None and identity is not None and not held < identity:
                 st.info(
                     f"T{i + 1} did not improve the held-out OT cost on the identity map within "
@@ -153,8 +168,8 @@ def sharpness(result) -> None:
 
 def summary_table(result) -> None:
     """One row per map, one column per diagnostics field; what the columns mean below."""
-    st.dataframe(services.map_table(result), hide_index=True, width="stretch")
-    captions, warnings = services.map_table_notes(result)
+    st.dataframe(map_table(result), hide_index=True, width="stretch")
+    captions, warnings = map_table_notes(result)
     if captions:
         text = "; ".join(captions)
         st.caption(f"{text[0].upper()}{text[1:]}.")
@@ -229,7 +244,7 @@ def mapped_samples(result) -> None:
 @st.fragment
 def teaching_panel(model: SessionModel, result) -> None:
     """A few target points, the reference points they are averaged from, and T_i(x)."""
-    if not services.has_plan_neighbours(result):
+    if not has_plan_neighbours(result):
         nearest_panel(model, result)
         return
     q = result.target
@@ -252,12 +267,12 @@ def teaching_panel(model: SessionModel, result) -> None:
     )
     k = c3.slider("Neighbours shown", 1, k_max, min(6, k_max), key="teach_k")
     idx = _pick_points(q, "teach", c2, c4)
-    fig = services.plan_neighbours_figure(model.scenario, result, int(i), idx, int(k))
+    fig = map_services.plan_neighbours_figure(model.scenario, result, int(i), idx, int(k))
     if fig is not None:
         st.plotly_chart(fig, key="teach_fig")
     with st.expander("Plan weights as a table", expanded=fig is None):
         st.dataframe(
-            services.plan_neighbours_table(result, int(i), idx, int(k)),
+            plan_neighbours_table(result, int(i), idx, int(k)),
             hide_index=True,
             width="stretch",
         )
@@ -266,7 +281,7 @@ def teaching_panel(model: SessionModel, result) -> None:
 def _pick_points(q, prefix: str, n_col, seed_col) -> np.ndarray:
     """Target points of a panel: random (seeded) or typed indices; the count and seed
     widgets go into the given columns."""
-    n = n_col.slider("Target points", 1, services.MAX_TEACHING_POINTS, 3, key=f"{prefix}_n")
+    n = n_col.slider("Target points", 1, map_services.MAX_TEACHING_POINTS, 3, key=f"{prefix}_n")
     seed = seed_col.number_input("Random points seed", 0, 10_000, 0, key=f"{prefix}_seed")
     text = st.text_input(
         "…or these target samples (indices of Q, comma-separated)",
@@ -274,10 +289,10 @@ def _pick_points(q, prefix: str, n_col, seed_col) -> np.ndarray:
         placeholder=f"e.g. 0, 17, 42 (0 … {q.n_samples - 1})",
     )
     try:
-        return services.teaching_indices(q.n_samples, n, int(seed), text)
+        return map_services.teaching_indices(q.n_samples, n, int(seed), text)
     except GeovizError as err:
         st.warning(f"{markdown_literal(str(err))}; showing random points instead.")
-        return services.teaching_indices(q.n_samples, n, int(seed))
+        return map_services.teaching_indices(q.n_samples, n, int(seed))
 
 
 def nearest_panel(model: SessionModel, result) -> None:
@@ -302,12 +317,12 @@ def nearest_panel(model: SessionModel, result) -> None:
     )
     k = c3.slider("Closest samples shown", 1, 8, 4, key="near_k")
     idx = _pick_points(q, "near", *st.columns(2))
-    fig = services.nearest_reference_figure(model.scenario, result, int(i), idx, int(k))
+    fig = map_services.nearest_reference_figure(model.scenario, result, int(i), idx, int(k))
     if fig is not None:
         st.plotly_chart(fig, key="near_fig")
     with st.expander("Closest reference samples as a table", expanded=fig is None):
         st.dataframe(
-            services.nearest_reference_table(result, int(i), idx, int(k)),
+            nearest_reference_table(result, int(i), idx, int(k)),
             hide_index=True,
             width="stretch",
         )
@@ -341,17 +356,17 @@ def transitions(result) -> None:
             st.markdown(
                 f"{glossary.OTDD_SHORT}(Q, {name}) = {_stat(diag, 'otdd')} · "
                 f"marginal error {_stat(diag, 'marginal_error')} · "
-                f"{services.field_text(diag, 'converged')}"
+                f"{field_text(diag, 'converged')}"
             )
 
 
 def _stat(diag, field: str) -> str:
     """A diagnostics value in bold with its note (``**0.51** (Monge cost)``), or the
     field's text for a value the map does not have."""
-    text = services.field_text(diag, field)
-    if services.field_value(diag, field) is None:
+    text = field_text(diag, field)
+    if field_value(diag, field) is None:
         return text
-    note = services.field_format(type(diag), field).note
+    note = field_format(type(diag), field).note
     return f"**{text}**" + (f" ({note})" if note else "")
 
 
@@ -359,9 +374,9 @@ def comparison(model: SessionModel, result) -> None:
     """The maps of every method on the same data side by side (or a button to fit the other)."""
     title = " vs ".join(MAP_METHODS)
     st.subheader(f"{title[0].upper()}{title[1:]} maps")
-    pair = services.map_pair(model.scenario)
+    pair = map_services.map_pair(model.scenario)
     if any(r is None for r in pair):
-        other = services.companion_scenario(model.scenario)
+        other = map_services.companion_scenario(model.scenario)
         have = METHOD_LABELS.get(result.method, result.method)
         missing = METHOD_LABELS.get(other.map_method, other.map_method)
         st.caption(
@@ -370,7 +385,7 @@ def comparison(model: SessionModel, result) -> None:
             "target points (neural budget: the one chosen above). The fit runs in the background: "
             "you can leave the page and come back."
         )
-        running = services.geodesic_job(other) is not None
+        running = geodesic_services.geodesic_job(other) is not None
         if not running and not st.button("Fit the other map (background)", key="maps_fit_other"):
             return
         if widgets.geodesic_with_status(model, scenario=other) is None:
@@ -389,14 +404,14 @@ def side_by_side(model: SessionModel, first, second) -> None:
     )
     q = first.target
     c1, c2 = st.columns(2)
-    n = c1.slider("Target points", 1, services.MAX_TEACHING_POINTS, 4, key="cmp_n")
+    n = c1.slider("Target points", 1, map_services.MAX_TEACHING_POINTS, 4, key="cmp_n")
     seed = c2.number_input("Sample seed", 0, 10_000, 0, key="cmp_seed")
-    idx = services.comparison_indices(first, int(n), int(seed))
+    idx = map_services.comparison_indices(first, int(n), int(seed))
     per_row = min(first.m, 3 if q.is_image else 2)
-    figs = services.side_by_side_figures(
+    figs = map_services.side_by_side_figures(
         model.scenario, first, second, idx, tile_px=130 if per_row <= 2 else 96
     )
-    tables = services.map_comparison_tables(model.scenario, first, second)
+    tables = map_services.map_comparison_tables(model.scenario, first, second)
     for start in range(0, first.m, per_row):
         cols = st.columns(per_row)
         for col, i in zip(cols, range(start, min(start + per_row, first.m)), strict=False):

@@ -6,8 +6,9 @@ import numpy as np
 import streamlit as st
 
 from geoviz import glossary
-from geoviz.app import services, widgets
+from geoviz.app import widgets
 from geoviz.app.explorer.component import geodesic_explorer
+from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.state import SessionModel
 from geoviz.errors import GeovizError
 from geoviz.geodesic.weights import SimplexWeights, format_weights
@@ -79,7 +80,7 @@ def picked_summary(model: SessionModel, result, weights: SimplexWeights, names: 
 
 def mixup_view(model: SessionModel, result, pa, weights: SimplexWeights, names: list[str]) -> None:
     st.subheader("OT maps vs naive mixup")
-    naive = services.mixup(model.scenario, result, weights)
+    naive = geodesic_services.mixup(model.scenario, result, weights)
     fig = mixup_comparison(
         result.target,
         list(result.references),
@@ -111,7 +112,7 @@ def explorer(model: SessionModel, result) -> None:
     picked_summary(model, result, weights, names)
     if result.image_shape is None and result.target.features.shape[1] in (2, 3):
         try:
-            pa = services.interpolation(model.scenario, result, weights)
+            pa = geodesic_services.interpolation(model.scenario, result, weights)
         except GeovizError as err:
             widgets.show_error(err)
             return

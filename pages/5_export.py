@@ -7,8 +7,10 @@ import json
 import streamlit as st
 
 from geoviz import glossary
-from geoviz.app import services, widgets
-from geoviz.app.services.export import with_intervals
+from geoviz.app import widgets
+from geoviz.app.services import export as export_services
+from geoviz.app.services import geodesic as geodesic_services
+from geoviz.app.services.errors import error_text
 from geoviz.app.state import SessionModel
 from geoviz.errors import ExportExistsError, GeovizError
 from geoviz.export import (
@@ -21,7 +23,7 @@ from geoviz.export import (
 from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
-from geoviz.viz.report import markdown_literal, plotly_literal
+from geoviz.viz.report import hard_label_shares, markdown_literal, plotly_literal
 
 RULE_HELP = {
     "block-sample": "block-sample — draw reference i with probability a_i, then its top class",
@@ -37,7 +39,7 @@ def intervals_note(boot: GeodesicBootstrap | None, error: BaseException | None) 
             f"resamples of Q, level {boot.level:.0%}) under `uncertainty`."
         )
     elif error is not None:
-        st.caption("The manifest has no intervals: " + markdown_literal(services.error_text(error)))
+        st.caption("The manifest has no intervals: " + markdown_literal(error_text(error)))
     else:
         st.caption("The bootstrap intervals are being computed; the file will carry them.")
 
@@ -105,7 +107,7 @@ def main(model: SessionModel) -> None:
     )
     label_seed = int(r2.number_input("Hard-label seed", 0, 10_000, 0, key="export_label_seed"))
     try:
-        pa = services.interpolation(
+        pa = geodesic_services.interpolation(
             model.scenario, result, weights, n=None if n >= n_max else n, seed=seed
         )
     except GeovizError as err:
@@ -125,28 +127,36 @@ def main(model: SessionModel) -> None:
             key="export_preview",
         )
     st.markdown("**Hard labels per reference** (share of samples vs the weights a)")
-    st.dataframe(services.hard_label_shares(result, pa, rule, label_seed), hide_index=True)
+    st.dataframe(hard_label_shares(result, pa, rule, label_seed), hide_index=True)
     with st.expander("Metadata written with the data"):
         st.json(json.loads(json.dumps(pa.metadata, default=str)))
 
     st.subheader("Download")
     # the manifest carries the bootstrap intervals the Geodesic page showed (its explorer's
     # bootstrap, started here if no page asked for it yet), as `geoviz project --out` does
-    boot, boot_error = services.explorer_bootstrap(model.scenario, result, wait_seconds=0.0)
+    boot, boot_error = geodesic_services.explorer_bootstrap(
+        model.scenario, result, wait_seconds=0.0
+    )
     intervals_note(boot, boot_error)
-    ready = services.export_ready(with_intervals(pa, boot), fmt, rule, label_seed)
+    ready = export_services.export_ready(
+        export_services.with_intervals(pa, boot), fmt, rule, label_seed
+    )
     if not ready and st.button(f"Prepare {fmt} file", type="primary", key="export_prepare"):
         with st.spinner("Serialising…"):
             try:
-                boot = services.bootstrap_for_export(model.scenario, result, boot, boot_error)
-                services.export_payload(with_intervals(pa, boot), fmt, rule, label_seed)
+                boot = geodesic_services.bootstrap_for_export(
+                    model.scenario, result, boot, boot_error
+                )
+                export_services.export_payload(
+                    export_services.with_intervals(pa, boot), fmt, rule, label_seed
+                )
             except GeovizError as err:
                 widgets.show_error(err)
             else:
                 st.rerun()  # show the download button instead of this one
     if ready:
-        data, filename, mime = services.export_payload(
-            with_intervals(pa, boot), fmt, rule, label_seed
+        data, filename, mime = export_services.export_payload(
+            export_services.with_intervals(pa, boot), fmt, rule, label_seed
         )
         st.download_button(
             f"Download {markdown_literal(filename)} ({len(data) / 1e6:.2f} MB)",
@@ -177,9 +187,9 @@ def main(model: SessionModel) -> None:
     overwrite = st.checkbox("Overwrite existing files", key="export_overwrite")
     if st.button("Save to folder", key="export_save"):
         try:
-            boot = services.bootstrap_for_export(model.scenario, result, boot, boot_error)
-            res = services.save_export(
-                with_intervals(pa, boot),
+            boot = geodesic_services.bootstrap_for_export(model.scenario, result, boot, boot_error)
+            res = export_services.save_export(
+                export_services.with_intervals(pa, boot),
                 root,
                 fmt,
                 subfolder=sub,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from geoviz.app import widgets
-from geoviz.app.services.evidence import measured_claim, stored_studies
+from geoviz.app.services.stored_evidence import measured_claim, stored_studies
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
 from geoviz.viz.schematic import method_schematic
 

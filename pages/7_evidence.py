@@ -9,10 +9,18 @@ import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import services, widgets
+from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services.evidence import (
+    EvidenceRequest,
+    EvidenceResult,
+    evidence_failure,
+    evidence_job,
+    finish_evidence,
+    start_evidence,
+)
+from geoviz.app.services.stored_evidence import (
     StoredStudy,
     StoredTable1,
-    evidence_failure,
     geodesic_space_sentence,
     meta_sentence,
     mixup_sentence,
@@ -40,7 +48,7 @@ PRESET_HELP = {name: preset.note for name, preset in PRESETS.items()}
 REQUEST = "evidence_request"
 
 
-def request_form(model: SessionModel) -> tuple[services.EvidenceRequest | None, bool]:
+def request_form(model: SessionModel) -> tuple[EvidenceRequest | None, bool]:
     """The form's request (kept for the session) and whether Run was pressed now."""
     with st.form("evidence_form"):
         c1, c2, c3, c4 = st.columns(4)
@@ -60,7 +68,7 @@ def request_form(model: SessionModel) -> tuple[services.EvidenceRequest | None, 
         n_seeds = c4.select_slider("Seeds", [1, 2, 3, 5], 3)
         submitted = st.form_submit_button("Run the transfer experiments", type="primary")
     if submitted:
-        st.session_state[REQUEST] = services.EvidenceRequest(
+        st.session_state[REQUEST] = EvidenceRequest(
             k=int(k),
             preset=str(preset),
             resolution=int(resolution),
@@ -71,9 +79,9 @@ def request_form(model: SessionModel) -> tuple[services.EvidenceRequest | None, 
 
 
 @st.fragment(run_every=1.0)
-def watch(model: SessionModel, request: services.EvidenceRequest) -> None:
+def watch(model: SessionModel, request: EvidenceRequest) -> None:
     """Progress of the background job, polled every second; the page reruns when it is done."""
-    job = services.evidence_job(model.scenario, request)
+    job = evidence_job(model.scenario, request)
     if job is None:
         return
     stage, fraction, log = job.snapshot()
@@ -84,7 +92,7 @@ def watch(model: SessionModel, request: services.EvidenceRequest) -> None:
         st.rerun()
 
 
-def comparison_section(result: services.EvidenceResult) -> None:
+def comparison_section(result: EvidenceResult) -> None:
     comp = result.comparison
     rows = comp.summary()
     st.subheader(f"Few-shot transfer at {glossary.A_HAT} (paper Table 1)")
@@ -236,7 +244,7 @@ def studies_part(stored_list: tuple[StoredStudy, ...], model: SessionModel) -> N
     )
 
 
-def study_section(result: services.EvidenceResult) -> None:
+def study_section(result: EvidenceResult) -> None:
     study = result.study
     st.subheader(f"{glossary.OBJECTIVE} and accuracy over the simplex (paper Fig. 5)")
     weights = tuple(float(w) for w in result.comparison.weights)
@@ -266,7 +274,7 @@ def study_section(result: services.EvidenceResult) -> None:
 
 
 def failure_action(
-    model: SessionModel, request: services.EvidenceRequest
+    model: SessionModel, request: EvidenceRequest
 ) -> Literal["none", "shown", "restart"]:
     """Show why the last run of ``request`` failed, with a button to start it again:
     ``"restart"`` when that button was pressed now, ``"shown"`` otherwise, ``"none"`` when
@@ -295,22 +303,23 @@ def main(model: SessionModel) -> None:
         "tasks when Ray is installed): leave the page and come back. Should the worker die, "
         "this page says so and the run starts again from its checkpoints."
     )
-    data = services.scenario_data_if_ready(model.scenario)
+    data = dataset_services.scenario_data_if_ready(model.scenario)
     if data is not None:
         # the run's maps live where the Geodesic page's do: say which space, and why
         st.info(
             "This scenario's "
-            + markdown_literal(services.space_line(model.scenario, data))
+            + markdown_literal(dataset_services.space_line(model.scenario, data))
             + ". The run below uses it, as the Geodesic page does."
         )
     request, submitted = request_form(model)
     if request is None:
         st.info("Choose k, the training budget and the grid, then run the experiments.")
         return
+    # looked up on the package: tests/test_evidence_page.py patches it there
     ready = services.evidence_if_ready(model.scenario, request)
-    job = services.evidence_job(model.scenario, request)
+    job = evidence_job(model.scenario, request)
     if ready is None and job is not None and job.done():
-        services.finish_evidence(model.scenario, request)  # an error is remembered there
+        finish_evidence(model.scenario, request)  # an error is remembered there
         ready, job = job.result_, None
     if ready is None and job is None:
         action = "restart" if submitted else failure_action(model, request)
@@ -318,7 +327,7 @@ def main(model: SessionModel) -> None:
             st.info("Press Run to start the experiments for this scenario and these settings.")
         if action != "restart":
             return
-        services.start_evidence(model, request)
+        start_evidence(model, request)
         if not submitted:  # the failure drawn above this run's button goes with a new run
             st.rerun()
     if ready is None:

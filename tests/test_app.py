@@ -295,7 +295,7 @@ def test_maps_page_epsilon_slider_refits_and_warns_when_blurry():
 
 
 def test_teaching_indices_parse_or_draw():
-    from geoviz.app.services import teaching_indices
+    from geoviz.app.services.maps import teaching_indices
     from geoviz.errors import GeovizError
 
     drawn = teaching_indices(100, 3, seed=1)
@@ -317,7 +317,7 @@ def test_export_page_offers_a_registered_format(tmp_path):
     on the Export page and downloads as it writes, with nothing in the app changed."""
     import toy_export_format
 
-    from geoviz.app import services as app_compute
+    from geoviz.app.services.caches import store
     from geoviz.export import load_export, register_format, unregister_format
 
     register_format(toy_export_format.SPEC)
@@ -331,7 +331,7 @@ def test_export_page_offers_a_registered_format(tmp_path):
         assert any("json.load" in c.value for c in at.code)  # the format's own snippet
         data, filename, mime = next(
             v
-            for k, v in app_compute.store().derived.items()
+            for k, v in store().derived.items()
             if isinstance(k, tuple) and k[0] == "export" and k[3] == "toyjson"
         )
         assert filename.endswith(".toyjson") and mime == "application/json"
@@ -342,7 +342,7 @@ def test_export_page_offers_a_registered_format(tmp_path):
 
 
 def test_export_page_download_bytes_load_back(tmp_path):
-    from geoviz.app import services as app_compute
+    from geoviz.app.services.caches import store
     from geoviz.export import load_export
 
     at = _open(_app(), "pages/5_export.py")
@@ -355,7 +355,7 @@ def test_export_page_download_bytes_load_back(tmp_path):
     # the bytes the download button serves, from the app's cache
     entries = [
         v
-        for k, v in app_compute.store().derived.items()
+        for k, v in store().derived.items()
         if isinstance(k, tuple) and k[0] == "export" and k[3] == "npz"
     ]
     assert entries, "no export payload cached"
@@ -400,16 +400,21 @@ def test_export_manifest_carries_the_intervals_of_the_geodesic_page(tmp_path):
     """Issue 32: the app's exports wrote ``"uncertainty": null`` although the Geodesic page
     had shown the bootstrap intervals; they now carry the very bootstrap the explorer drew
     (the CLI's ``geoviz project --bootstrap --out`` block), in the download and on disk."""
-    from geoviz.app import services as app_compute
+    from geoviz.app.services.caches import store
+    from geoviz.app.services.geodesic import (
+        EXPLORER_REPLICATES,
+        explorer_bootstrap,
+        geodesic_if_ready,
+    )
 
     at = _open(_app(), "pages/3_geodesic.py")
     scenario = at.session_state[SessionModel.SCENARIO]
-    result = app_compute.geodesic_if_ready(scenario)
+    result = geodesic_if_ready(scenario)
     # the intervals the page shows: the explorer's bootstrap of this scenario
-    shown, error = app_compute.explorer_bootstrap(scenario, result, wait_seconds=None)
+    shown, error = explorer_bootstrap(scenario, result, wait_seconds=None)
     assert error is None and shown is not None
     expected = shown.manifest()
-    assert expected["a_hat_low"] and expected["replicates"] == app_compute.EXPLORER_REPLICATES
+    assert expected["a_hat_low"] and expected["replicates"] == EXPLORER_REPLICATES
 
     _open(at, "pages/5_export.py")
     assert any("bootstrap intervals of page 3" in c.value for c in at.caption)
@@ -420,7 +425,7 @@ def test_export_manifest_carries_the_intervals_of_the_geodesic_page(tmp_path):
     _assert_clean(at, "export prepare")
     data = next(
         v[0]
-        for k, v in app_compute.store().derived.items()
+        for k, v in store().derived.items()
         if isinstance(k, tuple) and k[0] == "export" and k[3] == "npz" and k[5] == 7
     )
     with np.load(io.BytesIO(data)) as npz:
@@ -546,7 +551,7 @@ def test_geodesic_page_tex_and_one_weight_format():
 
 
 def test_download_datasets_say_they_fail_offline():
-    from geoviz.app.services import choice_caption
+    from geoviz.app.services.datasets import choice_caption
     from geoviz.data.registry import list_datasets
 
     infos = list_datasets()
@@ -717,7 +722,7 @@ def test_evidence_page_runs_the_experiments_in_the_background():
 def test_evidence_page_shows_the_stored_studies_with_their_intervals():
     """The measured studies shipped in assets/evidence show before anything runs: both
     targets' Pearson r with its bootstrap interval, the W² table and a sentence each."""
-    from geoviz.app.services.evidence import stored_studies
+    from geoviz.app.services.stored_evidence import stored_studies
     from geoviz.viz.study import format_estimate
 
     at = _app("pages/7_evidence.py")
@@ -752,12 +757,12 @@ def test_evidence_page_shows_the_stored_studies_with_their_intervals():
 
 
 def test_evidence_page_refuses_a_corrupt_stored_study_with_a_sentence(tmp_path, monkeypatch):
-    from geoviz.app.services import evidence
+    from geoviz.app.services import stored_evidence
 
-    good = evidence.evidence_dir() / "study_mnist.json"
+    good = stored_evidence.evidence_dir() / "study_mnist.json"
     (tmp_path / "study_mnist.json").write_text(good.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "study_broken.json").write_text('{"points": [', encoding="utf-8")
-    monkeypatch.setattr(evidence, "evidence_dir", lambda: tmp_path)
+    monkeypatch.setattr(stored_evidence, "evidence_dir", lambda: tmp_path)
     at = _app("pages/7_evidence.py")
     assert not at.exception, [e.value for e in at.exception]
     warnings = [w.value for w in at.warning]
@@ -796,7 +801,7 @@ def _page_text(at) -> str:
 
 
 def test_maps_page_neural_maps_and_side_by_side(fast_neural):
-    from geoviz.app.services import NO_PLAN
+    from geoviz.viz.report import NO_PLAN
 
     scenario = Scenario(
         target=DatasetChoice("mnist"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from geoviz.app import services
+from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services.datasets import apply_scenario, unavailable_note
 from geoviz.app.state import (
     AppSettings,
@@ -60,14 +60,14 @@ def test_registry_says_why_a_torchvision_entry_cannot_load(no_torchvision):
 
 def test_dataset_lists_leave_out_what_cannot_load_and_say_why(no_torchvision, monkeypatch):
     model = SessionModel({}, AppSettings(n_default=200))
-    tokens = list(services.choice_options(model))
+    tokens = list(dataset_services.choice_options(model))
     assert tokens and not any("torchvision:" in t for t in tokens), tokens
     note = unavailable_note()
     assert note is not None and note.startswith("Not offered on this server: ")
     assert "torchvision:mnist" in note and "torchvision, which is not installed" in note
     # where torchvision is installed they are offered (a download on first use)
     monkeypatch.setattr(torchvision_sets, "torchvision_installed", lambda: True)
-    assert "registry:torchvision:mnist:train" in services.choice_options(model)
+    assert "registry:torchvision:mnist:train" in dataset_services.choice_options(model)
     assert unavailable_note() is None
 
 
@@ -101,7 +101,7 @@ def test_apply_keeps_the_working_scenario_when_the_new_one_cannot_load(no_torchv
     other = before.with_(target=DatasetChoice("usps", split="test"))
     data = apply_scenario(model, other)
     assert model.scenario == other and data.data_key == other.data_key()
-    assert services.scenario_data_if_ready(other) is data
+    assert dataset_services.scenario_data_if_ready(other) is data
 
 
 def test_datasets_page_apply_of_a_broken_choice_keeps_the_scenario(

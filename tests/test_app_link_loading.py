@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from geoviz.app import services
+from geoviz.app.services import datasets as dataset_services
 from geoviz.app.state import (
     AppSettings,
     DatasetChoice,
@@ -41,7 +41,7 @@ def offline_torchvision(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _app_loader(model: SessionModel):
     """The loader the app's pages give :meth:`SessionModel.restore` (widgets.app_page)."""
-    return functools.partial(services.scenario_data, model)
+    return functools.partial(dataset_services.scenario_data, model)
 
 
 def test_a_link_whose_download_fails_keeps_the_scenario(offline_torchvision):
@@ -88,7 +88,7 @@ def test_a_link_to_a_served_file_that_does_not_parse_keeps_the_scenario(tmp_path
     good = linked("served/good.npz")
     assert model.restore({"scenario": scenario_to_token(good)}, load=_app_loader(model)) == []
     assert model.scenario == good
-    assert services.scenario_data_if_ready(good) is not None
+    assert dataset_services.scenario_data_if_ready(good) is not None
 
 
 def test_restore_loads_through_the_loader_it_is_given():

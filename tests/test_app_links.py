@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from geoviz import limits
-from geoviz.app import services
+from geoviz.app.services import datasets as dataset_services
+from geoviz.app.services import export as export_services
+from geoviz.app.services.errors import error_text
 from geoviz.app.state import (
     AppSettings,
     DatasetChoice,
@@ -186,7 +188,7 @@ def test_scenario_memory_budget_is_checked_before_loading(monkeypatch):
     model = SessionModel({}, AppSettings())
     model.scenario = big
     with pytest.raises(DatasetError, match="GEOVIZ_APP_MAX_MB"):
-        services.scenario_data(model)
+        dataset_services.scenario_data(model)
 
 
 def test_served_folders_only_with_the_operators_allow_list(secret_npz, tmp_path):
@@ -221,17 +223,17 @@ def test_served_folders_only_with_the_operators_allow_list(secret_npz, tmp_path)
         n_target=40,
         n_reference=40,
     )
-    got = services.scenario_data(model)
+    got = dataset_services.scenario_data(model)
     assert got.target.n_samples == 40
-    assert "data/digits.npz" in services.choice_options(model).keys().__str__()
+    assert "data/digits.npz" in dataset_services.choice_options(model).keys().__str__()
 
 
 def test_errors_shown_to_visitors_are_sentences():
-    text = services.error_text(FileNotFoundError(2, "No such file", "/srv/secret/x.npz"))
+    text = error_text(FileNotFoundError(2, "No such file", "/srv/secret/x.npz"))
     assert "/srv" not in text and "log" in text
-    assert "KeyError" in services.error_text(KeyError("/home/user/.ssh/id_rsa"))
-    assert "id_rsa" not in services.error_text(KeyError("/home/user/.ssh/id_rsa"))
-    assert services.error_text(DatasetError("bad", "up.npz")) == "up.npz: bad"
+    assert "KeyError" in error_text(KeyError("/home/user/.ssh/id_rsa"))
+    assert "id_rsa" not in error_text(KeyError("/home/user/.ssh/id_rsa"))
+    assert error_text(DatasetError("bad", "up.npz")) == "up.npz: bad"
 
 
 def test_export_folder_stays_inside_the_root(tmp_path):
@@ -240,30 +242,30 @@ def test_export_folder_stays_inside_the_root(tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (root / "link").symlink_to(outside, target_is_directory=True)
-    assert services.export_folder(root) == root.resolve()
-    made = services.export_folder(root, f"../../{outside}/deep")
+    assert export_services.export_folder(root) == root.resolve()
+    made = export_services.export_folder(root, f"../../{outside}/deep")
     assert made.parent == root.resolve() and ".." not in made.name
     with pytest.raises(GeovizError, match="not a folder inside"):
-        services.export_folder(root, "link")
+        export_services.export_folder(root, "link")
     assert sorted(p.name for p in outside.iterdir()) == []
     with pytest.raises(GeovizError, match="does not exist"):
-        services.export_folder(tmp_path / "nope")
+        export_services.export_folder(tmp_path / "nope")
 
 
 _PEAK = """
 import json, resource, sys
-from geoviz.app import services
+from geoviz.app.services import datasets as dataset_services
 from geoviz.app.state import AppSettings, SessionModel
 settings = AppSettings(n_default=200)
 if sys.argv[1] == "default":
     model = SessionModel({}, settings)
-    services.scenario_data(model)
+    dataset_services.scenario_data(model)
 else:
     for token in json.loads(sys.stdin.read()):
         model = SessionModel({}, settings)
         problems = model.restore({"scenario": token})
         assert problems, "a hostile link was accepted"
-        services.scenario_data(model)  # the default scenario stays in place
+        dataset_services.scenario_data(model)  # the default scenario stays in place
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
@@ -382,9 +384,9 @@ def test_error_text_names_no_server_path():
     assert scrub_paths("'/srv/data/x.npz': bad") == "'…/x.npz': bad"
     for kept in ("images 28/28", "a/b/c.png: bad", "P_a/Q", "1/2 of the samples"):
         assert scrub_paths(kept) == kept
-    text = services.error_text(DatasetError("cannot decode", "/srv/secret/data/a.png"))
+    text = error_text(DatasetError("cannot decode", "/srv/secret/data/a.png"))
     assert "/srv" not in text and "a.png" in text
-    assert len(services.error_text(DatasetError("z" * 10_000))) <= MAX_ERROR_CHARS
+    assert len(error_text(DatasetError("z" * 10_000))) <= MAX_ERROR_CHARS
 
 
 def test_served_dataset_errors_name_the_folder_label_not_its_place(tmp_path):
@@ -401,8 +403,8 @@ def test_served_dataset_errors_name_the_folder_label_not_its_place(tmp_path):
         n_reference=40,
     )
     with pytest.raises(DatasetError) as info:
-        services.scenario_data(model)
-    text = services.error_text(info.value)
+        dataset_services.scenario_data(model)
+    text = error_text(info.value)
     assert "served/ifold" in text and str(tmp_path) not in text, text
 
 

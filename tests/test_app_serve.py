@@ -10,8 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from geoviz.app import serve, services
+from geoviz.app import serve
 from geoviz.app.explorer.service import bootstrap_payload, embedding_payload, geodesic_payload
+from geoviz.app.services import caches as cache_services
+from geoviz.app.services import datasets as dataset_services
+from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.session import SessionModel
 from geoviz.errors import GeovizError
 from geoviz.geodesic.pipeline import fit_geodesic
@@ -24,23 +27,23 @@ def test_prefetch_fills_the_store_with_what_the_geodesic_page_reads(fresh_server
     assert times == sorted(times)
 
     model = SessionModel({})  # a visitor's session: the default scenario of the same settings
-    result = services.geodesic_if_ready(model.scenario)
+    result = geodesic_services.geodesic_if_ready(model.scenario)
     assert result is not None, "the visitor's page would have to fit the maps again"
     # independent: the library's own fit of the same datasets and configuration
-    data = services.scenario_data(model)
+    data = dataset_services.scenario_data(model)
     direct = fit_geodesic(data.target, list(data.references), model.scenario.spec().config)
     np.testing.assert_allclose(result.w_to_target, direct.w_to_target, rtol=1e-9)
     np.testing.assert_allclose(result.a_hat, direct.a_hat, atol=1e-7)
 
     # the payloads are cache hits for the visitor: computing them again would fail here
-    before = services.store().fits.misses_, services.store().derived.misses_
+    before = cache_services.store().fits.misses_, cache_services.store().derived.misses_
     payload = geodesic_payload(model, result)
-    boot, error = services.explorer_bootstrap(model.scenario, result)
+    boot, error = geodesic_services.explorer_bootstrap(model.scenario, result)
     assert error is None and boot is not None
     bootstrap_payload(model, boot)
     emb, emb_error = embedding_payload(model, result)  # no wait: it must be there already
     assert emb_error is None and emb is not None and emb.header["view"] == "embedding"
-    assert (services.store().fits.misses_, services.store().derived.misses_) == before
+    assert (cache_services.store().fits.misses_, cache_services.store().derived.misses_) == before
     assert payload.header["m"] == result.m and payload.header["view"] == "pending"
 
 

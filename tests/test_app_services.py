@@ -5,26 +5,37 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geoviz.app import services
-from geoviz.app.services import embeddings
+from geoviz.app.services import caches as cache_services
+from geoviz.app.services import datasets as dataset_services
+from geoviz.app.services import embeddings as embedding_services
+from geoviz.app.services import export as export_services
+from geoviz.app.services import geodesic as geodesic_services
+from geoviz.app.services import maps as map_services
 from geoviz.app.state import SessionModel, default_scenario
 from geoviz.geodesic.weights import SimplexWeights
+from geoviz.viz.report import (
+    NO_PLAN,
+    hard_label_shares,
+    label_agreement,
+    map_table,
+    nearest_reference_table,
+)
 
 
 def test_embedding_and_placement_come_back_from_disk_after_a_restart(fresh_server):
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=60, n_reference=60)
-    data = services.scenario_data(model)
-    emb = services.embedding(model, data)
+    data = dataset_services.scenario_data(model)
+    emb = embedding_services.embedding(model, data)
     q_idx = emb.indices[emb.names[0]]
     features = data.target.features[q_idx]
-    placed = services.place_points(model, emb, features, ("pa", 0.2, 0.3, 0.5))
+    placed = embedding_services.place_points(model, emb, features, ("pa", 0.2, 0.3, 0.5))
 
-    services.store().clear()  # the restart: memory gone, disk kept
-    disk = services.disk_cache()
+    cache_services.store().clear()  # the restart: memory gone, disk kept
+    disk = cache_services.disk_cache()
     hits = disk.hits_
-    emb2 = services.embedding(model, data)
-    placed2 = services.place_points(model, emb2, features, ("pa", 0.2, 0.3, 0.5))
+    emb2 = embedding_services.embedding(model, data)
+    placed2 = embedding_services.place_points(model, emb2, features, ("pa", 0.2, 0.3, 0.5))
     assert disk.hits_ == hits + 2  # both read back, nothing refitted
     for name in emb.names:
         np.testing.assert_array_equal(emb2.points[name], emb.points[name])
@@ -37,15 +48,14 @@ def test_embedding_and_placement_come_back_from_disk_after_a_restart(fresh_serve
 def test_explorer_bootstrap_comes_back_from_disk_after_a_restart(fresh_server, monkeypatch):
     import dataclasses
 
-    from geoviz.app.services import geodesic as geodesic_service
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=60, n_reference=60)
-    data = services.scenario_data(model)
+    data = dataset_services.scenario_data(model)
     result = fit_geodesic(data.target, list(data.references), GeodesicConfig())
-    disk = services.disk_cache()
-    first = geodesic_service.cached_bootstrap(result, 30, disk, seed=3)
+    disk = cache_services.disk_cache()
+    first = geodesic_services.cached_bootstrap(result, 30, disk, seed=3)
     direct = result.bootstrap(30, seed=3)
     for name, value in dataclasses.asdict(direct).items():
         got = getattr(first, name)
@@ -60,14 +70,14 @@ def test_explorer_bootstrap_comes_back_from_disk_after_a_restart(fresh_server, m
 
     monkeypatch.setattr(type(result), "bootstrap", boom)
     hits = disk.hits_
-    again = geodesic_service.cached_bootstrap(result, 30, disk, seed=3)  # the restart: disk only
+    again = geodesic_services.cached_bootstrap(result, 30, disk, seed=3)  # the restart: disk only
     assert disk.hits_ == hits + 1
     np.testing.assert_array_equal(again.a_hat_replicates, direct.a_hat_replicates)
     # other inputs are other entries: another seed, another replicate count
     with pytest.raises(AssertionError, match="computed again"):
-        geodesic_service.cached_bootstrap(result, 30, disk, seed=4)
+        geodesic_services.cached_bootstrap(result, 30, disk, seed=4)
     with pytest.raises(AssertionError, match="computed again"):
-        geodesic_service.cached_bootstrap(result, 31, disk, seed=3)
+        geodesic_services.cached_bootstrap(result, 31, disk, seed=3)
 
 
 def test_hard_label_shares_follow_the_weights(fresh_server):
@@ -77,13 +87,15 @@ def test_hard_label_shares_follow_the_weights(fresh_server):
 
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=200, n_reference=60)
-    data = services.scenario_data(model)
+    data = dataset_services.scenario_data(model)
     result = fit_geodesic(
         data.target, list(data.references), GeodesicConfig(otdd=OTDDConfig(epsilon=0.01))
     )
     weights = np.array([0.5, 0.3, 0.2])
-    pa = services.interpolation(model.scenario, result, SimplexWeights.from_input(weights, 3))
-    table = services.hard_label_shares(result, pa, "block-sample", 0)
+    pa = geodesic_services.interpolation(
+        model.scenario, result, SimplexWeights.from_input(weights, 3)
+    )
+    table = hard_label_shares(result, pa, "block-sample", 0)
     n = pa.n_samples
     sigma = np.sqrt(weights * (1 - weights) / n)
     shares = table["hard-label share (block-sample)"].to_numpy()
@@ -118,12 +130,12 @@ def fast_neural(monkeypatch):
 
 def _fit(model: SessionModel, data, scenario) -> tuple[object, set[str]]:
     """Fit ``scenario``'s geodesic as the app does (background job); the stages seen."""
-    job = services.start_geodesic(scenario, data)
+    job = geodesic_services.start_geodesic(scenario, data)
     stages = set()
     while not job.wait(0.005):
         stages.add(job.snapshot()[0])
     assert job.error_ is None, job.error_
-    services.finish_geodesic(scenario)
+    geodesic_services.finish_geodesic(scenario)
     return job.result_, stages | {line for _, line in job.snapshot()[2]}
 
 
@@ -136,54 +148,54 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
     settings = AppSettings(n_default=60, neural_preset="tiny")
     model = SessionModel({}, settings)
     model.scenario = preset_scenarios(settings)["2-D Gaussian mixtures"].with_(map_method="neural")
-    config = services.geodesic_config(model.scenario)
+    config = geodesic_services.geodesic_config(model.scenario)
     assert config.method == "neural" and config.neural == fast_neural
-    assert services.geodesic_config(model.scenario.with_method("barycentric")).method == (
+    assert geodesic_services.geodesic_config(model.scenario.with_method("barycentric")).method == (
         "barycentric"
     )
-    assert services.map_pair(model.scenario) == (None, None)
-    data = services.scenario_data(model)
+    assert map_services.map_pair(model.scenario) == (None, None)
+    data = dataset_services.scenario_data(model)
 
     neural, stages = _fit(model, data, model.scenario)
     assert neural.method == "neural"
     assert any(s.startswith("neural OTDD map 1/3: Q -> P1") for s in stages), stages
     # the stage text says which part of the training runs
     assert any(s.endswith("(classifier)") or s.endswith("(adversarial)") for s in stages), stages
-    assert services.map_pair(model.scenario)[1] is neural
-    assert services.map_pair(model.scenario)[0] is None
+    assert map_services.map_pair(model.scenario)[1] is neural
+    assert map_services.map_pair(model.scenario)[0] is None
 
     # page tables: no NaN anywhere, "n/a (generated, no plan)" for the plan statistics
-    table = services.map_table(neural)
+    table = map_table(neural)
     assert "nan" not in table.to_string().lower()
-    assert (table["effective neighbours"] == services.NO_PLAN).all()
+    assert (table["effective neighbours"] == NO_PLAN).all()
     assert list(table["stopped early"]) == list(neural.converged)
     with pytest.raises(GeovizError, match="no plan neighbours"):
-        services.plan_neighbours_figure(model.scenario, neural, 0, np.array([0, 1]), 3)
+        map_services.plan_neighbours_figure(model.scenario, neural, 0, np.array([0, 1]), 3)
 
     # the closest real reference samples replace the plan neighbours
     idx = np.array([3, 0, 7])
-    near = services.nearest_reference_table(neural, 1, idx, 4)
+    near = nearest_reference_table(neural, 1, idx, 4)
     assert list(near["target #"]) == [3] * 4 + [0] * 4 + [7] * 4
     assert (near.groupby("target #")["distance"].apply(lambda d: d.is_monotonic_increasing)).all()
     ref_idx, _ = neural.nearest_references(1, idx, k=4)
     assert list(near["reference #"]) == ref_idx.ravel().tolist()
-    fig = services.nearest_reference_figure(model.scenario, neural, 1, idx, 4)
+    fig = map_services.nearest_reference_figure(model.scenario, neural, 1, idx, 4)
     assert fig.layout.title.text.startswith("T2(x) next to real data: the 4 closest")
 
     # fit the other method on the same data: "Fit the other map (background)"
-    other = services.companion_scenario(model.scenario)
+    other = map_services.companion_scenario(model.scenario)
     assert other.map_method == "barycentric" and other.data_key() == model.scenario.data_key()
     bary, _ = _fit(model, data, other)
-    pair = services.map_pair(model.scenario)
+    pair = map_services.map_pair(model.scenario)
     assert pair[0] is bary and pair[1] is neural
 
-    agree = services.label_agreement(bary, neural)
+    agree = label_agreement(bary, neural)
     expected = [
         float((b.argmax(1) == n.argmax(1)).float().mean())
         for b, n in zip(bary.soft_labels, neural.soft_labels, strict=True)
     ]
     np.testing.assert_allclose(agree, expected)
-    tables = services.map_comparison_tables(model.scenario, bary, neural)
+    tables = map_services.map_comparison_tables(model.scenario, bary, neural)
     assert len(tables) == 3
     for i, t in enumerate(tables):
         assert list(t.columns) == ["quantity", "barycentric", "neural"]
@@ -191,7 +203,7 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
         rows = dict(
             zip(t["quantity"], zip(t["barycentric"], t["neural"], strict=True), strict=True)
         )
-        assert rows["effective neighbours"][1] == services.NO_PLAN
+        assert rows["effective neighbours"][1] == NO_PLAN
         assert float(rows["effective neighbours"][0]) == pytest.approx(
             bary.effective_neighbours[i], abs=0.05
         )
@@ -202,8 +214,8 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
         assert float(rows["nearest-reference ratio"][0]) > 0
 
     # side by side on the SAME target points: both images of every chosen x
-    idx = services.comparison_indices(bary, 4, seed=1)
-    figs = services.side_by_side_figures(model.scenario, bary, neural, idx)
+    idx = map_services.comparison_indices(bary, 4, seed=1)
+    figs = map_services.side_by_side_figures(model.scenario, bary, neural, idx)
     assert len(figs) == 3 and figs[0].layout.title.text == "P1: P1"
     for i, f in enumerate(figs):
         traces = {t.name: t for t in f.data}
@@ -213,27 +225,27 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
         np.testing.assert_allclose(
             traces[f"neural T{i + 1}#Q"].x, neural.mapped_features[i][:, 0].numpy(), rtol=1e-6
         )
-    assert services.side_by_side_figures(model.scenario, bary, neural, idx) is figs  # cached
+    assert map_services.side_by_side_figures(model.scenario, bary, neural, idx) is figs  # cached
 
     # switching the method back and forth never refits: both come from the store
-    assert services.set_map_method(model, "barycentric")
-    assert not services.set_map_method(model, "barycentric")
-    assert services.geodesic_if_ready(model.scenario) is bary
-    assert services.geodesic_job(model.scenario) is None
-    assert services.set_map_method(model, "neural", "tiny")
-    assert services.geodesic_if_ready(model.scenario) is neural
-    assert services.geodesic_job(model.scenario) is None
+    assert map_services.set_map_method(model, "barycentric")
+    assert not map_services.set_map_method(model, "barycentric")
+    assert geodesic_services.geodesic_if_ready(model.scenario) is bary
+    assert geodesic_services.geodesic_job(model.scenario) is None
+    assert map_services.set_map_method(model, "neural", "tiny")
+    assert geodesic_services.geodesic_if_ready(model.scenario) is neural
+    assert geodesic_services.geodesic_job(model.scenario) is None
 
     # the geodesic pages' services work unchanged on a neural result: P_a, McCann, export
     from geoviz.export import load_export
 
     a_hat = SimplexWeights.from_input(neural.a_hat, neural.m, decimals=None)
-    pa = services.interpolation(model.scenario, neural, a_hat)
+    pa = geodesic_services.interpolation(model.scenario, neural, a_hat)
     mixed = sum(a * x for a, x in zip(neural.a_hat, neural.mapped_features, strict=True))
     torch.testing.assert_close(pa.features, mixed.float(), atol=1e-5, rtol=0)
-    mc = services.mccann(model.scenario, neural, 0, 1.0)
+    mc = neural.mccann(0, 1.0)  # McCann at t = 1: the map's image of Q
     torch.testing.assert_close(mc.features, neural.mapped_features[0])
-    payload, filename, _ = services.export_payload(pa, "npz")
+    payload, filename, _ = export_services.export_payload(pa, "npz")
     path = fresh_server / filename
     path.write_bytes(payload)
     assert load_export(path).n_samples == pa.n_samples
@@ -242,29 +254,29 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
 def test_no_umap_warm_up_when_the_embedding_needs_no_fit(fresh_server, monkeypatch):
     """A restarted server whose disk holds the scenario's embedding never compiles UMAP."""
     monkeypatch.setenv("GEOVIZ_EMBEDDING", "umap")
-    monkeypatch.setattr(embeddings, "_WARM_UP", {})
+    monkeypatch.setattr(embedding_services, "_WARM_UP", {})
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=60, n_reference=60)
-    assert not services.embedding_on_disk(model)
+    assert not embedding_services.embedding_on_disk(model)
     started = []
-    monkeypatch.setattr(embeddings, "_warm_up_in_background", lambda: started.append(1))
+    monkeypatch.setattr(embedding_services, "_warm_up_in_background", lambda: started.append(1))
     # on disk (as after a fit in an earlier server process): no warm-up thread
     from geoviz.backend import cache_key
 
-    disk = services.disk_cache()
-    params = embeddings._embedding_params(model)
+    disk = cache_services.disk_cache()
+    params = embedding_services._embedding_params(model)
     path = disk.path_for("app-embedding", cache_key("app-embedding", params))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"x")
-    assert services.embedding_on_disk(model)
-    assert services.start_embedding_warm_up(model) is None
-    assert embeddings._WARM_UP == {}  # a later page with another scenario may still warm up
+    assert embedding_services.embedding_on_disk(model)
+    assert embedding_services.start_embedding_warm_up(model) is None
+    assert embedding_services._WARM_UP == {}  # a later page with another scenario may still warm up
     path.unlink()
-    thread = services.start_embedding_warm_up(model)
+    thread = embedding_services.start_embedding_warm_up(model)
     assert thread is not None
     thread.join(10)
     assert started == [1]
-    assert services.start_embedding_warm_up(model) is thread  # once per process
+    assert embedding_services.start_embedding_warm_up(model) is thread  # once per process
 
 
 def test_lower_thread_priority_only_touches_the_calling_thread():
@@ -279,7 +291,7 @@ def test_lower_thread_priority_only_touches_the_calling_thread():
     def worker() -> None:
         tid = threading.get_native_id()
         before = os.getpriority(os.PRIO_PROCESS, tid)
-        seen["lowered"] = services.lower_thread_priority(5)
+        seen["lowered"] = cache_services.lower_thread_priority(5)
         seen["delta"] = os.getpriority(os.PRIO_PROCESS, tid) - before
 
     t = threading.Thread(target=worker)
@@ -302,24 +314,23 @@ def test_weights_moved_many_times_keep_the_fit_in_memory(fresh_server):
             return tuple(weights)
 
     fit = Fitted()
-    services.store().put(("geodesic", scenario.key()), fit, tier="fit")
-    services.store().put(("data", scenario.data_key()), "datasets", tier="fit")
-    for i in range(3 * services.MAX_DERIVED):
+    cache_services.store().put(("geodesic", scenario.key()), fit, tier="fit")
+    cache_services.store().put(("data", scenario.data_key()), "datasets", tier="fit")
+    for i in range(3 * cache_services.MAX_DERIVED):
         a = SimplexWeights.from_input([i / 1000, 0.5 - i / 1000, 0.5], 3)
-        assert services.interpolation(scenario, fit, a) == a.values
-    assert len(calls) == 3 * services.MAX_DERIVED  # every one computed once
-    assert services.geodesic_if_ready(scenario) is fit
-    assert services.scenario_data_if_ready(scenario) == "datasets"
-    assert len(services.store().derived) == services.MAX_DERIVED
+        assert geodesic_services.interpolation(scenario, fit, a) == a.values
+    assert len(calls) == 3 * cache_services.MAX_DERIVED  # every one computed once
+    assert geodesic_services.geodesic_if_ready(scenario) is fit
+    assert dataset_services.scenario_data_if_ready(scenario) == "datasets"
+    assert len(cache_services.store().derived) == cache_services.MAX_DERIVED
 
 
 def test_torch_threads_are_set_once_per_process(monkeypatch):
     import torch
 
     from geoviz import backend
-    from geoviz.app.services import caches
 
-    monkeypatch.setattr(caches, "_TORCH_CONFIGURED", [])
+    monkeypatch.setattr(cache_services, "_TORCH_CONFIGURED", [])
     # the first call installs the runtime settings and flush-denormal for the process:
     # put them back afterwards (torch has no getter for flush-denormal, backend records it)
     flush_before = backend.torch_settings().flush_denormal
@@ -328,10 +339,10 @@ def test_torch_threads_are_set_once_per_process(monkeypatch):
     before = torch.get_num_threads()
     seen = []
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
-    assert caches.configure_torch(1) is True and seen == [1]
-    assert caches.configure_torch(3) is False and seen == [1]  # later pages change nothing
-    monkeypatch.setattr(caches, "_TORCH_CONFIGURED", [])
-    assert caches.configure_torch(0) is True and seen == [1]  # 0: torch's default kept
+    assert cache_services.configure_torch(1) is True and seen == [1]
+    assert cache_services.configure_torch(3) is False and seen == [1]  # later pages change nothing
+    monkeypatch.setattr(cache_services, "_TORCH_CONFIGURED", [])
+    assert cache_services.configure_torch(0) is True and seen == [1]  # 0: torch's default kept
     assert torch.get_num_threads() == before
     assert backend._configured == backend.RuntimeSettings.from_env()  # installed once
     torch.set_flush_denormal(flush_before)

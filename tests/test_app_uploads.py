@@ -18,7 +18,8 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from geoviz.app import services
+from geoviz.app.services import caches as cache_services
+from geoviz.app.services import datasets as dataset_services
 from geoviz.app.settings import AppSettings
 from geoviz.app.state import DatasetChoice, SessionModel, default_scenario
 from geoviz.app.uploads import UploadRef, UploadStore, dataset_bytes
@@ -154,18 +155,18 @@ def _upload_scenario(model: SessionModel, refs: list[UploadRef]):
 def test_a_link_to_an_upload_works_in_another_session_and_its_hash_does_not(fresh_server):
     data = npz_bytes()
     owner = SessionModel({})
-    services.add_upload(owner, "a.npz", data)
+    dataset_services.add_upload(owner, "a.npz", data)
     for i in (1, 2):
-        services.add_upload(owner, f"r{i}.npz", npz_bytes(seed=i))
+        dataset_services.add_upload(owner, f"r{i}.npz", npz_bytes(seed=i))
     owner.scenario = _upload_scenario(owner, list(owner.uploads.values()))
 
     # a visitor who was sent the link: the scenario names the upload by its key
     visitor = SessionModel({})
     visitor.restore(owner.query_state())
     assert visitor.uploads == {}
-    services.store().clear()
-    services.upload_store().clear_memory()  # after a restart too
-    loaded = services.scenario_data(visitor).target
+    cache_services.store().clear()
+    cache_services.upload_store().clear_memory()  # after a restart too
+    loaded = dataset_services.scenario_data(visitor).target
     np.testing.assert_array_equal(
         loaded.features.numpy(), load_upload(data, "a.npz").features.numpy()
     )
@@ -182,21 +183,21 @@ def test_a_link_to_an_upload_works_in_another_session_and_its_hash_does_not(fres
     texts = []
     for model in (snoop, never):
         with pytest.raises(DatasetError, match="not on this server") as info:
-            services.scenario_data(model)
+            dataset_services.scenario_data(model)
         texts.append(str(info.value))
     assert texts[0] == texts[1]  # nothing tells an existing file from a missing one
 
 
 def test_a_scenario_never_parses_an_upload_twice(fresh_server):
     model = SessionModel({})
-    refs = [services.add_upload(model, f"u{i}.npz", npz_bytes(seed=i))[0] for i in range(3)]
-    uploads = services.upload_store()
+    refs = [dataset_services.add_upload(model, f"u{i}.npz", npz_bytes(seed=i))[0] for i in range(3)]
+    uploads = cache_services.upload_store()
     parses = uploads.parses_
     assert parses == 3
     model.scenario = _upload_scenario(model, refs)
-    services.scenario_data(model)
+    dataset_services.scenario_data(model)
     assert uploads.parses_ == parses
-    services.add_upload(model, "u0.npz", npz_bytes(seed=0))  # the same file again
+    dataset_services.add_upload(model, "u0.npz", npz_bytes(seed=0))  # the same file again
     assert uploads.parses_ == parses
 
 
@@ -205,7 +206,7 @@ def test_the_session_holds_no_file_bytes(fresh_server):
     two minutes after the tab closed, for every closed tab)."""
     model = SessionModel({})
     data = npz_bytes(n=2000)
-    services.add_upload(model, "a.npz", data)
+    dataset_services.add_upload(model, "a.npz", data)
 
     def sizes(obj, depth=0):
         if isinstance(obj, (bytes, bytearray, memoryview)):
@@ -238,11 +239,11 @@ def test_uploads_of_the_old_disk_cache_are_removed(fresh_server):
     """Row 1: uploads kept by sha256 in the disk cache were never cleaned."""
     from geoviz.app.services.caches import _UPLOADS, LEGACY_UPLOAD_NAMESPACE
 
-    legacy = services.disk_cache().directory / LEGACY_UPLOAD_NAMESPACE
+    legacy = cache_services.disk_cache().directory / LEGACY_UPLOAD_NAMESPACE
     legacy.mkdir(parents=True)
     (legacy / "old.pt").write_bytes(b"x" * 1000)
     _UPLOADS.clear()
-    services.upload_store()
+    cache_services.upload_store()
     assert not legacy.exists()
 
 
@@ -259,7 +260,7 @@ def _npz_files(folder) -> tuple[set[str], set[str]]:
 
 def test_the_notice_says_a_full_upload_space_removes_files_early(tmp_path):
     """The notice promised "kept 24 hours" while quota pressure removed files in minutes."""
-    text = services.upload_notice(AppSettings(upload_ttl_hours=24, upload_disk_mb=100), 50)
+    text = dataset_services.upload_notice(AppSettings(upload_ttl_hours=24, upload_disk_mb=100), 50)
     assert "Files up to 50 MB" in text and "at most 24 hours" in text
     assert "100 MB of uploads for all visitors together" in text
     assert "possibly within minutes" in text
@@ -352,20 +353,26 @@ def test_results_of_an_evicted_upload_go_with_it(fresh_server, monkeypatch):
     """An upload evicted under quota pressure was still served through the fit cache."""
     monkeypatch.setenv("GEOVIZ_UPLOAD_DISK_MB", "1")
     model = SessionModel({})
-    refs = [services.add_upload(model, f"u{i}.npz", npz_bytes(n=1500, seed=i))[0] for i in range(3)]
+    refs = [
+        dataset_services.add_upload(model, f"u{i}.npz", npz_bytes(n=1500, seed=i))[0]
+        for i in range(3)
+    ]
     model.scenario = _upload_scenario(model, refs)
-    with services.session_scope(model):
-        data = services.scenario_data(model)
+    with cache_services.session_scope(model):
+        data = dataset_services.scenario_data(model)
     key = ("data", model.scenario.data_key())
-    assert key in services.store() and data.target.n_samples == 200
+    assert key in cache_services.store() and data.target.n_samples == 200
     # another visitor's three uploads fill the 1 MB quota: this visitor's are evicted
     other = SessionModel({})
     for i in range(3, 6):
-        services.add_upload(other, f"u{i}.npz", npz_bytes(n=1500, seed=i))
-    assert all(services.upload_store().ref(r.key) is None for r in refs)
-    assert key not in services.store()
-    with services.session_scope(model), pytest.raises(DatasetError, match="not on this server"):
-        services.scenario_data(model)
+        dataset_services.add_upload(other, f"u{i}.npz", npz_bytes(n=1500, seed=i))
+    assert all(cache_services.upload_store().ref(r.key) is None for r in refs)
+    assert key not in cache_services.store()
+    with (
+        cache_services.session_scope(model),
+        pytest.raises(DatasetError, match="not on this server"),
+    ):
+        dataset_services.scenario_data(model)
 
 
 def test_the_upload_box_states_the_configured_limit_and_lets_go_of_the_file(fresh_server):

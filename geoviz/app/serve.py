@@ -33,13 +33,15 @@ from pathlib import Path
 
 import torch
 
-from geoviz.app import services
 from geoviz.app.explorer.service import (
     bootstrap_payload,
     embedding_payload,
     geodesic_payload,
     has_embedding_view,
 )
+from geoviz.app.services import caches as cache_services
+from geoviz.app.services import datasets as dataset_services
+from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.session import SessionModel
 from geoviz.app.settings import AppSettings
 from geoviz.backend import RuntimeSettings
@@ -151,19 +153,19 @@ def prefetch_default_scenario(settings: AppSettings | None = None) -> dict[str, 
     start = time.perf_counter()
     ready: dict[str, float] = {}
     model = SessionModel({}, settings)
-    services.configure_torch(model.settings.torch_threads)  # as every page's frame does first
-    data = services.scenario_data(model)
+    cache_services.configure_torch(model.settings.torch_threads)  # as every page's frame does first
+    data = dataset_services.scenario_data(model)
     ready["data"] = time.perf_counter() - start
-    job = services.start_geodesic(model.scenario, data, model.settings.fit_workers_used())
+    job = geodesic_services.start_geodesic(model.scenario, data, model.settings.fit_workers_used())
     job.wait()
-    services.finish_geodesic(model.scenario)
+    geodesic_services.finish_geodesic(model.scenario)
     if job.error_ is not None:
         raise job.error_
     result = job.result_
     ready["geodesic"] = time.perf_counter() - start
     geodesic_payload(model, result)
     ready["explorer payload"] = time.perf_counter() - start
-    boot, error = services.explorer_bootstrap(model.scenario, result, wait_seconds=None)
+    boot, error = geodesic_services.explorer_bootstrap(model.scenario, result, wait_seconds=None)
     if error is not None:
         raise error
     if boot is not None:

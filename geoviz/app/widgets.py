@@ -25,9 +25,13 @@ import numpy as np
 import streamlit as st
 
 from geoviz import glossary
-from geoviz.app import services
 from geoviz.app.explorer.component import ExplorerState
 from geoviz.app.explorer.service import embedding_payload_job
+from geoviz.app.services import caches as cache_services
+from geoviz.app.services import datasets as dataset_services
+from geoviz.app.services import embeddings as embedding_services
+from geoviz.app.services import geodesic as geodesic_services
+from geoviz.app.services.errors import error_text
 from geoviz.app.state import Scenario, SessionModel
 from geoviz.geodesic.weights import format_weights
 from geoviz.viz.report import markdown_literal
@@ -95,15 +99,16 @@ def app_page(title: str) -> Iterator[SessionModel]:
     """
     st.set_page_config(page_title=f"{title} · geoviz", page_icon=PAGE_ICON, layout="wide")
     model = SessionModel(st.session_state)
-    services.configure_torch(model.settings.torch_threads)  # once per process
+    cache_services.configure_torch(model.settings.torch_threads)  # once per process
     # the keys this run reads are the session's (the store keeps them while it lives),
     # the linked scenario's datasets included: restore() loads them before switching
-    with services.session_scope(model):
+    with cache_services.session_scope(model):
         if not st.session_state.get(_URL_RESTORED):
             st.session_state[_URL_RESTORED] = True
             with st.spinner("Loading the linked scenario's datasets..."):
                 problems = model.restore(
-                    st.query_params.to_dict(), load=functools.partial(services.scenario_data, model)
+                    st.query_params.to_dict(),
+                    load=functools.partial(dataset_services.scenario_data, model),
                 )
             for problem in problems:
                 st.warning(markdown_literal(problem))  # it may quote the link's names
@@ -116,7 +121,7 @@ def app_page(title: str) -> Iterator[SessionModel]:
         finally:
             _scenario_sidebar(scenario_box, model)
             sync_url(model)
-            services.start_embedding_warm_up(model)
+            embedding_services.start_embedding_warm_up(model)
 
 
 def sync_url(model: SessionModel) -> None:
@@ -129,15 +134,15 @@ def sync_url(model: SessionModel) -> None:
 def _scenario_sidebar(box: Any, model: SessionModel) -> None:
     with box:
         st.markdown("### Current scenario")
-        data = services.scenario_data_if_ready(model.scenario)
+        data = dataset_services.scenario_data_if_ready(model.scenario)
         # counts of the already loaded (cached) datasets: nothing is reloaded here
         counts = None if data is None else [ds.n_samples for ds in data.datasets]
-        space = None if data is None else services.space_line(model.scenario, data)
+        space = None if data is None else dataset_services.space_line(model.scenario, data)
         for line in model.scenario.describe(
             is_image=None if data is None else data.is_image, n_samples=counts, space=space
         ):
             st.markdown(line)
-        result = services.geodesic_if_ready(model.scenario)
+        result = geodesic_services.geodesic_if_ready(model.scenario)
         if result is not None:
             names = [markdown_literal(n) for n in result.reference_names]
             st.markdown(f"**{glossary.A_HAT}** = {format_weights(result.a_hat, names)}")
@@ -149,17 +154,18 @@ def _scenario_sidebar(box: Any, model: SessionModel) -> None:
 def show_error(err: BaseException, what: str = "") -> None:
     """Show an exception inline: the library's message for input errors, else its type too."""
     # the message may quote what a visitor named (an upload, a link's dataset): as text
-    text = markdown_literal(services.error_text(err))
+    text = markdown_literal(error_text(err))
     st.error(f"{what}: {text}" if what else text)
 
 
-def data_or_error(model: SessionModel) -> services.ScenarioData | None:
-    """:func:`services.scenario_data` with a spinner; shows the error inline and returns ``None``."""
+def data_or_error(model: SessionModel) -> dataset_services.ScenarioData | None:
+    """:func:`~geoviz.app.services.datasets.scenario_data` with a spinner; shows the error
+    inline and returns ``None``."""
     try:
-        if services.scenario_data_if_ready(model.scenario) is not None:
-            return services.scenario_data(model)
+        if dataset_services.scenario_data_if_ready(model.scenario) is not None:
+            return dataset_services.scenario_data(model)
         with st.spinner("Loading datasets…"):
-            return services.scenario_data(model)
+            return dataset_services.scenario_data(model)
     except Exception as err:  # shown as a sentence; tracebacks go to the server log only
         show_error(err, "Could not load the scenario's datasets")
     return None
@@ -192,14 +198,12 @@ def explorer_notes(model: SessionModel, state: ExplorerState) -> None:
     """Below the explorer: why the intervals or the embedding view will not come, or how far
     their background jobs have got (they appear in the explorer by themselves when done)."""
     if state.bootstrap_error is not None:
-        st.caption(f"No intervals: {markdown_literal(services.error_text(state.bootstrap_error))}")
+        st.caption(f"No intervals: {markdown_literal(error_text(state.bootstrap_error))}")
     if state.embedding_error is not None:
-        st.caption(
-            f"No embedding view: {markdown_literal(services.error_text(state.embedding_error))}"
-        )
+        st.caption(f"No embedding view: {markdown_literal(error_text(state.embedding_error))}")
     jobs = {
         "intervals": (
-            services.bootstrap_job(model.scenario),
+            geodesic_services.bootstrap_job(model.scenario),
             "Intervals and the region as good as â",
         ),
         "embedding": (embedding_payload_job(model), "The embedding view of P_a"),
@@ -219,17 +223,17 @@ def geodesic_with_status(
     """The scenario's geodesic, computed in the background with an ``st.status`` box
     (replaced by a toast when the maps are ready; kept, expanded, when they failed).
 
-    The fit runs in a :class:`~geoviz.app.jobs.BackgroundJob` shared by every
-    page and session of the process (:func:`services.start_geodesic`); this
-    function shows its stages and progress until it is done (neural maps: the
-    classifier and adversarial training of each map). Leaving the page stops only
-    the watching, not the fit: coming back (to any page that needs it) shows the
-    same job, further along. ``scenario`` (default: the session's) may be another
-    map method on the same data (:func:`services.companion_scenario`). Returns
-    ``None`` (after showing the error inline) when the inputs are invalid.
+    The fit runs in a :class:`~geoviz.app.jobs.BackgroundJob` shared by every page and
+    session of the process (:func:`~geoviz.app.services.geodesic.start_geodesic`); this
+    function shows its stages and progress until it is done (neural maps: the classifier
+    and adversarial training of each map). Leaving the page stops only the watching, not
+    the fit: coming back (to any page that needs it) shows the same job, further along.
+    ``scenario`` (default: the session's) may be another map method on the same data
+    (:func:`~geoviz.app.services.maps.companion_scenario`). Returns ``None`` (after showing
+    the error inline) when the inputs are invalid.
     """
     scenario = model.scenario if scenario is None else scenario
-    ready = services.geodesic_if_ready(scenario)
+    ready = geodesic_services.geodesic_if_ready(scenario)
     if ready is not None:
         return ready
     data = data_or_error(model)
@@ -237,7 +241,7 @@ def geodesic_with_status(
         return None
     # the embedding is not started alongside: on 2 cores it slowed the maps the first view
     # waits for by half (issue 26); the explorer asks for it once the maps are there
-    job = services.start_geodesic(scenario, data, model.settings.fit_workers_used())
+    job = geodesic_services.start_geodesic(scenario, data, model.settings.fit_workers_used())
     # the scenario's configuration names the maps ("barycentric", "neural (tiny budget)")
     # in a placeholder: once the maps are ready the box goes (a toast says so), so that the
     # page's content starts where it does on every later visit (a projector's first screen)
@@ -265,7 +269,7 @@ def geodesic_with_status(
                 )
             if finished:
                 break
-    services.finish_geodesic(scenario)
+    geodesic_services.finish_geodesic(scenario)
     maps = f"{scenario.map_label[:1].upper()}{scenario.map_label[1:]} OTDD maps"
     if job.error_ is not None:
         status.update(label=f"{maps} failed", state="error", expanded=True)

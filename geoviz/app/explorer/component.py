@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 import streamlit.components.v1 as components
 
-from geoviz.app import services
 from geoviz.app.browser import (
     BrowserValueError,
     ReleasedEvent,
@@ -32,6 +31,8 @@ from geoviz.app.explorer.service import (
     has_embedding_view,
     mccann_payload,
 )
+from geoviz.app.services import geodesic as geodesic_services
+from geoviz.app.services.errors import error_text
 
 if TYPE_CHECKING:
     from geoviz.app.session import SessionModel
@@ -158,7 +159,7 @@ def geodesic_explorer(
     # one deadline for both parts: a first run waits FIRST_WAIT_SECONDS in all, not per part
     deadline = time.monotonic() + (POLL_WAIT_SECONDS if polled else FIRST_WAIT_SECONDS)
     payload = geodesic_payload(model, result)
-    bootstrap, boot_error = services.explorer_bootstrap(
+    bootstrap, boot_error = geodesic_services.explorer_bootstrap(
         model.scenario, result, max(0.0, deadline - time.monotonic())
     )
     emb = emb_error = None
@@ -184,7 +185,7 @@ def geodesic_explorer(
         else f"{model.scenario.key()}-boot-{bootstrap.replicates}",
         emb=None if emb is None else emb.data,
         emb_id=None if emb is None else f"{model.scenario.key()}-embedding",
-        emb_error=None if emb_error is None else services.error_text(emb_error),
+        emb_error=None if emb_error is None else error_text(emb_error),
         pending=list(pending),
         # the event this run handled: every poll gets a render back, even with nothing new
         handled=str(st.session_state.get(f"_{key}_seq")),

@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+# ``services.embedding`` is looked up on the package: tests/test_explorer.py patches it there
 from geoviz.app import services
+from geoviz.app.services import caches as cache_services
+from geoviz.app.services import datasets as dataset_services
+from geoviz.app.services import embeddings as embedding_services
 from geoviz.app.services.caches import Progress
 from geoviz.explorer.payload import (
     Payload,
@@ -64,7 +68,7 @@ def geodesic_payload(model: SessionModel, result: GeodesicResult) -> Payload:
         LOG.info("explorer payload: %.2f MB in %.2f s", payload.size / 1e6, payload.seconds)
         return payload
 
-    return services.store().get_or_compute(key, compute, tier="fit")
+    return cache_services.store().get_or_compute(key, compute, tier="fit")
 
 
 def _embedding_payload_key(model: SessionModel) -> tuple[Hashable, ...]:
@@ -73,7 +77,7 @@ def _embedding_payload_key(model: SessionModel) -> tuple[Hashable, ...]:
 
 def embedding_payload_job(model: SessionModel) -> BackgroundJob | None:
     """The running (or finished, unclaimed) job of :func:`embedding_payload`, if any."""
-    return services.store().job(_embedding_payload_key(model))
+    return cache_services.store().job(_embedding_payload_key(model))
 
 
 def embedding_payload(
@@ -88,12 +92,12 @@ def embedding_payload(
     (remembered, so a failing fit is not restarted on every rerun).
     """
     key = _embedding_payload_key(model)
-    ready = services.store().get(key)
+    ready = cache_services.store().get(key)
     if ready is not None:
         return ready, None
 
     # read here, in the page's thread: a job's thread cannot read the session's state
-    data = services.scenario_data(model)
+    data = dataset_services.scenario_data(model)
     job_model = model.detached()
 
     def run(progress: Progress) -> Payload:
@@ -103,7 +107,7 @@ def embedding_payload(
         progress("placing P_a on the grid", 0.7)
 
         def place(features: np.ndarray) -> np.ndarray:
-            return services.place_points(job_model, emb, features, ("explorer-grid",))
+            return embedding_services.place_points(job_model, emb, features, ("explorer-grid",))
 
         payload = build_embedding(result, emb, place)
         LOG.info(
@@ -113,14 +117,16 @@ def embedding_payload(
         )
         return payload
 
-    done, error = services.store().job_result(key, run, wait_seconds)
+    done, error = cache_services.store().job_result(key, run, wait_seconds)
     return done, error
 
 
 def bootstrap_payload(model: SessionModel, bootstrap: GeodesicBootstrap) -> Payload:
     """The bootstrap's small payload for the current scenario. Cached."""
     key = ("explorer-bootstrap", model.scenario.key(), bootstrap.replicates, bootstrap.seed)
-    return services.store().get_or_compute(key, lambda: build_bootstrap(bootstrap), tier="derived")
+    return cache_services.store().get_or_compute(
+        key, lambda: build_bootstrap(bootstrap), tier="derived"
+    )
 
 
 def mccann_payload(model: SessionModel, result: GeodesicResult, i: int) -> Payload:
@@ -131,12 +137,14 @@ def mccann_payload(model: SessionModel, result: GeodesicResult, i: int) -> Paylo
     def compute() -> Payload:
         emb = place = None
         if result.image_shape is not None:
-            data = services.scenario_data(model)
+            data = dataset_services.scenario_data(model)
             emb = services.embedding(model, data)
 
             def place(features: np.ndarray) -> np.ndarray:
-                return services.place_points(model, emb, features, ("mccann-grid", int(i)))
+                return embedding_services.place_points(
+                    model, emb, features, ("mccann-grid", int(i))
+                )
 
         return build_mccann(result, int(i), emb, place)
 
-    return services.store().get_or_compute(key, compute, tier="fit")
+    return cache_services.store().get_or_compute(key, compute, tier="fit")
