@@ -91,7 +91,7 @@ KNOWN_LAZY_CROSS_LAYER: set[tuple[str, str]] = set()
 #: ``DataFrame.plot`` opens matplotlib. A design decision, not a debt: the edge is allowed
 #: upward and lazily, only from this file to this module (``GeodesicResult.explore()``
 #: returns the Jupyter widget), and it must exist; nothing else is allowed.
-FRONT_DOORS: set[tuple[str, str]] = {("geoviz/geodesic/pipeline.py", "geoviz.explorer.widget")}
+FRONT_DOORS: set[tuple[str, str]] = {("geoviz/geodesic/result.py", "geoviz.explorer.widget")}
 
 
 def _layer_of_module(module: str) -> str | None:

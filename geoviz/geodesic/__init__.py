@@ -7,7 +7,9 @@
 * :mod:`~geoviz.geodesic.mixup` — the Mixup baseline (random pairs instead of OTDD maps).
 * :mod:`~geoviz.geodesic.distances` — (2,Q) distances (Def. 2), the objective
   ``W^2(P_a, Q)`` (eq. (ds_eq)), ``a_hat`` (eq. (hat_a)), simplex grids.
-* :mod:`~geoviz.geodesic.pipeline` — :func:`fit_geodesic` and :class:`GeodesicResult`.
+* :mod:`~geoviz.geodesic.pipeline` — :func:`fit_geodesic` (its stages: the OTDD maps, the
+  (2,Q) distances, ``a_hat``); it re-exports :class:`GeodesicConfig`
+  (:mod:`~geoviz.geodesic.config`) and :class:`GeodesicResult` (:mod:`~geoviz.geodesic.result`).
 * :mod:`~geoviz.geodesic.spec` — :class:`GeodesicSpec` (datasets and options of one
   problem, built by every front-end) and :func:`load_spec_datasets`.
 

@@ -1,0 +1,202 @@
+"""The parameters of :func:`~geoviz.geodesic.pipeline.fit_geodesic` and the space they name.
+
+* :class:`GeodesicConfig` — the maps' OTDD settings, the subsamples, the QP solver of
+  ``a_hat``, the map method and the feature space, validated on construction;
+  :meth:`GeodesicConfig.to_dict` is the plain form used in cache keys and manifests.
+* :func:`space_choice_for`, :func:`space_of` — which feature space a configuration means
+  for some datasets (``"auto"``: chosen from the data, paper Sec. 5.3), and
+  :func:`space_sentence`, the one sentence that says it.
+
+Split out of :mod:`geoviz.geodesic.pipeline` (which re-exports every name), as
+:mod:`geoviz.ot.otdd_cost` holds :class:`~geoviz.ot.otdd.OTDDConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from geoviz import limits
+from geoviz.backend import DiskCache, jsonable
+from geoviz.data.dataset import LabeledDataset
+from geoviz.errors import GeovizError
+from geoviz.features import (
+    AUTO,
+    BUILTIN_SPACES,
+    ENCODER_PRESET_NAMES,
+    FeatureSpace,
+    SpaceChoice,
+    choose_space,
+    make_space,
+)
+from geoviz.geodesic.distances import check_qp_solver
+from geoviz.maps.methods import MAP_METHODS, TRAINED_MAP_METHODS, MapMethod
+from geoviz.maps.neural import NeuralMapConfig, get_neural_preset
+from geoviz.ot.otdd import OTDDConfig
+
+__all__ = ["GeodesicConfig", "space_choice_for", "space_of", "space_sentence"]
+
+
+@dataclass(frozen=True)
+class GeodesicConfig:
+    """Parameters of :func:`~geoviz.geodesic.pipeline.fit_geodesic`.
+
+    Attributes
+    ----------
+    otdd
+        OTDD / barycentric-map settings (entropic ``epsilon`` relative to the
+        mean ground cost, ``lambda_x``/``lambda_y``, label method, device, ...).
+        The (2,Q) distances use the same ``lambda_x``/``lambda_y`` weights and
+        the same class-conditional label distances (``label_method``,
+        ``max_per_class``, ``seed``) as the maps.
+    n_target, n_reference
+        Optional stratified subsample sizes of the target and of every
+        reference (seed ``subsample_seed``), in ``[2, geoviz.limits.MAX_SAMPLES]``;
+        ``None`` keeps all samples.
+    subsample_seed
+        Seed of those subsamples, in ``[0, geoviz.limits.MAX_SEED]``.
+    qp_solver
+        ``qpsolvers`` solver for ``a_hat`` (``None``: default; ``"enumerate"``:
+        exact face enumeration), see :func:`~geoviz.geodesic.distances.optimal_weights`.
+    method
+        ``"barycentric"`` (entropic plan, :class:`~geoviz.maps.barycentric.BarycentricMap`)
+        or ``"neural"`` (:class:`~geoviz.maps.neural.NeuralOTDDMap`, trained with
+        the same cost: ``lambda_x``, ``lambda_y`` and label distances of ``otdd``).
+    neural
+        Budget of the neural maps (a :class:`~geoviz.maps.neural.NeuralMapConfig`
+        or a preset name ``"tiny"``/``"cpu"``/``"paper"``); ignored for
+        ``method="barycentric"`` (and left out of :meth:`to_dict`).
+    features
+        The feature space the costs live in (paper Sec. 5.3): ``"auto"`` (default: chosen
+        from the data by :func:`geoviz.features.choose_space`, the digit box for grey
+        glyphs, the pretrained encoder for other images, raw features for vectors; pixel
+        space for neural maps), ``"pixels"``, ``"pca"``, ``"box"``, ``"encoder"`` or a
+        registered ``"model:<name>"`` (:func:`geoviz.features.make_space`); left out of
+        :meth:`to_dict` for pixels, so pixel-space keys are those of before feature spaces
+        existed.
+    encoder
+        The ``"encoder"`` space's weights: ``"pretrained"`` (default, the shipped ones) or
+        a training budget here (``"cpu"``, ``"tiny"``; :data:`geoviz.features.ENCODER_PRESETS`).
+    """
+
+    otdd: OTDDConfig = field(default_factory=OTDDConfig)
+    n_target: int | None = None
+    n_reference: int | None = None
+    subsample_seed: int = 0
+    qp_solver: str | None = None
+    method: MapMethod = "barycentric"
+    neural: NeuralMapConfig = field(default_factory=lambda: get_neural_preset("cpu"))
+    features: str = AUTO
+    encoder: str = "pretrained"
+
+    def __post_init__(self) -> None:
+        # OTDDConfig validates its own fields on construction (epsilon within
+        # [limits.EPSILON_MIN, limits.EPSILON_MAX], lambdas, ...)
+        if not isinstance(self.otdd, OTDDConfig):
+            raise GeovizError(
+                f"GeodesicConfig.otdd must be an OTDDConfig, got {type(self.otdd).__name__}"
+            )
+        for name in ("n_target", "n_reference"):
+            val = getattr(self, name)
+            if val is None:
+                continue
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
+                raise GeovizError(
+                    f"GeodesicConfig.{name} must be an integer >= 2 or None, got {val!r}"
+                )
+            limits.check_int(
+                val, f"GeodesicConfig.{name}", 2, limits.MAX_SAMPLES, why="samples of one dataset"
+            )
+            object.__setattr__(self, name, int(val))
+        seed = self.subsample_seed
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise GeovizError(f"GeodesicConfig.subsample_seed must be an integer, got {seed!r}")
+        limits.check_int(seed, "GeodesicConfig.subsample_seed", 0, limits.MAX_SEED)
+        object.__setattr__(self, "subsample_seed", int(seed))
+        check_qp_solver(self.qp_solver)  # an unknown solver fails here, not after the fit
+        if self.method not in MAP_METHODS:
+            raise GeovizError(
+                f"GeodesicConfig.method must be one of {list(MAP_METHODS)}, got {self.method!r}"
+            )
+        if isinstance(self.neural, str):
+            object.__setattr__(self, "neural", get_neural_preset(self.neural))
+        if not isinstance(self.neural, NeuralMapConfig):
+            raise GeovizError(
+                "GeodesicConfig.neural must be a NeuralMapConfig or a preset name, got "
+                f"{type(self.neural).__name__}"
+            )
+        if not isinstance(self.features, str) or not (
+            self.features in BUILTIN_SPACES or self.features.startswith("model:")
+        ):
+            raise GeovizError(
+                f"GeodesicConfig.features must be one of {', '.join(BUILTIN_SPACES)} or "
+                f"'model:<name>', got {str(self.features)[:40]!r}"
+            )
+        if self.encoder not in ENCODER_PRESET_NAMES:
+            raise GeovizError(
+                f"GeodesicConfig.encoder must be one of {', '.join(ENCODER_PRESET_NAMES)}, "
+                f"got {str(self.encoder)[:40]!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able parameters (for cache keys and metadata).
+
+        The neural budget only appears for methods that train networks
+        (:data:`~geoviz.maps.methods.TRAINED_MAP_METHODS`), so barycentric keys
+        do not change when it does.
+        """
+        out = dataclasses.asdict(self)
+        if self.method not in TRAINED_MAP_METHODS:
+            out.pop("neural")
+        if self.features == "pixels":
+            out.pop("features")
+        if self.features != "encoder":
+            out.pop("encoder")
+        plain: dict[str, Any] = jsonable(out)
+        return plain
+
+
+def space_sentence(choice: SpaceChoice | None, named: str) -> str:
+    """``"space: digit box (chosen: ...)"``, or ``"space: pca50 (named)"`` without a choice."""
+    if choice is not None:
+        return f"space: {choice.label} (chosen automatically: {choice.reason})"
+    words = {"box": "digit box", "pixels": "pixels"}.get(named, named)
+    return f"space: {words} (named, not chosen automatically)"
+
+
+def space_choice_for(
+    config: GeodesicConfig, datasets: Sequence[LabeledDataset]
+) -> SpaceChoice | None:
+    """What ``"auto"`` picks for ``datasets`` (Q first) under ``config``; ``None`` when
+    ``config.features`` names a space. Neural maps generate images, so for them ``"auto"``
+    is pixel space."""
+    if config.features != AUTO:
+        return None
+    if config.method != "barycentric":
+        return SpaceChoice(
+            "pixels",
+            "pretrained",
+            "neural maps generate images, so their costs are on pixels",
+            "images" if datasets and datasets[0].image_shape is not None else "vectors",
+        )
+    return choose_space(datasets)
+
+
+def space_of(
+    config: GeodesicConfig,
+    cache: DiskCache,
+    datasets: Sequence[LabeledDataset] = (),
+) -> tuple[FeatureSpace, SpaceChoice | None]:
+    """The feature space of ``config`` for ``datasets`` (the encoder caches in ``cache``).
+
+    Returns the space and, for ``"auto"``, the choice (:func:`space_choice_for`).
+    """
+    choice = space_choice_for(config, datasets)
+    name = config.features if choice is None else choice.name
+    preset = config.encoder if choice is None else choice.encoder_preset
+    space = make_space(name, encoder_preset=preset, cache=cache, device=config.otdd.device)
+    return space, choice
