@@ -1,4 +1,4 @@
-"""How sure is ``a_hat``? Bootstrap intervals for ``W_i``, ``W_ij``, ``W^2(P_a, Q)`` and ``a_hat``.
+"""How sure is ``a_hat``? Bootstraps of ``W_i``, ``W_ij``; intervals of ``W_i``, ``W^2(P_a, Q)``, ``a_hat``.
 
 Every number of the projection (paper Sec. 3.3) comes from samples: ``W_i = W^2_{2,Q}(P_i,
 Q)`` and ``W_ij = W^2_{2,Q}(P_i, P_j)`` (Def. 2) are means over ``Q``'s samples of the
@@ -203,10 +203,6 @@ class GeodesicBootstrap:
     def w_to_target_interval(self, level: float | None = None) -> Interval:
         """Interval of each ``W_i = W^2_{2,Q}(P_i, Q)``, shape ``(m,)``."""
         return self._interval(self.w_to_target, self.w_to_target_replicates, level)
-
-    def w_between_interval(self, level: float | None = None) -> Interval:
-        """Interval of each ``W_ij``, shape ``(m, m)`` (zero diagonal)."""
-        return self._interval(self.w_between, self.w_between_replicates, level)
 
     def a_hat_interval(self, level: float | None = None) -> Interval:
         """Interval of each weight of ``a_hat``, shape ``(m,)`` (quantiles of the cloud)."""

@@ -312,49 +312,46 @@ def otdd(
     if not isinstance(config, OTDDConfig):
         raise GeovizError(f"otdd: config must be an OTDDConfig, got {type(config).__name__}")
     check_compatible(target, reference)
-    if cache is not None:
-        params = {
-            "target": target.fingerprint,
-            "reference": reference.fingerprint,
-            "config": config.cache_params(),
-            "barycentric": bool(barycentric),
-            "keep_coupling": bool(keep_coupling),
-            "label_cost": label_cost,
-        }
-        payload = cache.get_or_compute(
-            "otdd",
-            params,
-            lambda: _otdd(
-                target,
-                reference,
-                config,
-                progress,
-                barycentric=barycentric,
-                keep_coupling=keep_coupling,
-                label_cost=label_cost,
-                cache=cache,
-                cache_params=params,
-            ).to_payload(),
-            expect=OTDDResult.payload_spec(
-                target.n_samples,
-                reference.n_samples,
-                target.n_classes,
-                reference.n_classes,
-                int(reference.features.shape[1]),
-                barycentric=barycentric,
-            ),
-            check=OTDDResult.from_payload,
+
+    def solve(cache_params: dict[str, Any] | None) -> OTDDResult:
+        # with a cache, a batched solve also keeps its finished batches under cache_params
+        return _otdd(
+            target,
+            reference,
+            config,
+            progress,
+            barycentric=barycentric,
+            keep_coupling=keep_coupling,
+            label_cost=label_cost,
+            cache=cache,
+            cache_params=cache_params,
         )
-        return OTDDResult.from_payload(payload)
-    return _otdd(
-        target,
-        reference,
-        config,
-        progress,
-        barycentric=barycentric,
-        keep_coupling=keep_coupling,
-        label_cost=label_cost,
+
+    if cache is None:
+        return solve(None)
+    params = {
+        "target": target.fingerprint,
+        "reference": reference.fingerprint,
+        "config": config.cache_params(),
+        "barycentric": bool(barycentric),
+        "keep_coupling": bool(keep_coupling),
+        "label_cost": label_cost,
+    }
+    payload = cache.get_or_compute(
+        "otdd",
+        params,
+        lambda: solve(params).to_payload(),
+        expect=OTDDResult.payload_spec(
+            target.n_samples,
+            reference.n_samples,
+            target.n_classes,
+            reference.n_classes,
+            int(reference.features.shape[1]),
+            barycentric=barycentric,
+        ),
+        check=OTDDResult.from_payload,
     )
+    return OTDDResult.from_payload(payload)
 
 
 def _label_cost(

@@ -141,10 +141,6 @@ class OTDDResult:
             "solver_mode": self.solver_mode,
         }
 
-    def without_coupling(self) -> OTDDResult:
-        """A copy that drops the (large) coupling."""
-        return dataclasses.replace(self, coupling=None)
-
     def to_payload(self) -> dict[str, Any]:
         """Tensors and scalars for :class:`~geoviz.backend.DiskCache` (inverse: :meth:`from_payload`)."""
         payload: dict[str, Any] = {k: getattr(self, k) for k in _SCALARS}
