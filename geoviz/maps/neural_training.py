@@ -56,6 +56,12 @@ def _apply(
     feature_range: tuple[torch.Tensor, torch.Tensor] | None,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(n, D)`` features and ``(n,)`` labels to ``(G(x, y), softmax(l(G(x, y))))``.
+
+    The images are ``(n, D)`` float32, clamped to ``feature_range`` (per-feature
+    ``(low, high)``) when given; the soft labels ``(n, C_P)`` float32. Computed on
+    ``device`` in batches of ``_TRANSFORM_BATCH`` rows; both networks end on the CPU.
+    """
     generator = generator.to(device).eval()
     classifier = classifier.to(device).eval()
     n = feats.shape[0]
@@ -86,6 +92,8 @@ def _heldout_ot(mapped: torch.Tensor, reference: torch.Tensor, lambda_x: float) 
 
 
 def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ``(kept, held_out)`` indices of ``range(n)``: ``fraction`` of ``n`` held out,
+    at least 8 and at most half."""
     n_hold = min(max(8, round(fraction * n)), n // 2)
     perm = rng.permutation(n)
     return np.sort(perm[n_hold:]), np.sort(perm[:n_hold])
