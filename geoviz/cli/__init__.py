@@ -25,6 +25,10 @@ The environment (``GEOVIZ_DEVICE``, ``GEOVIZ_CACHE_DIR``, ``GEOVIZ_NO_CACHE``,
 :data:`geoviz.nn.training.CPU_TRAIN_THREADS`; subnormals flushed) are set by ``main``
 too (:func:`geoviz.backend.configure_torch`): the library changes neither.
 
+Parsing and ``--help`` import no torch (``geoviz --help`` answers at once): the parsers
+are built from :mod:`geoviz.vocabulary` and light modules, and each command imports the
+library it runs when it runs.
+
 Every option a user gives is checked right after parsing, before any dataset is
 loaded or map fitted, against the shared bounds of :mod:`geoviz.limits`
 (:mod:`geoviz.cli.args`). ``main`` runs the handler inside
@@ -62,11 +66,9 @@ import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 
-from geoviz.backend import RuntimeSettings, configure_torch, configured
 from geoviz.cli import otdd
 from geoviz.errors import GeovizError
 from geoviz.memory import memory_guard
-from geoviz.nn.training import CPU_TRAIN_THREADS
 
 __all__ = ["INTERRUPTED_STATUS", "PLUGIN_MODULES", "build_parser", "cli_message", "main"]
 
@@ -279,6 +281,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return 2
+    # torch only now that a command runs: parsing and --help import none of it
+    from geoviz.backend import RuntimeSettings, configure_torch, configured
+    from geoviz.nn.training import CPU_TRAIN_THREADS
+
     # process-wide torch settings, once per process, here at the entry point (the library
     # sets none): one intra-op thread suits the small networks, subnormals flushed; a
     # command of large GEMMs (the OTDD's costs) sets torch_threads=None to keep every core

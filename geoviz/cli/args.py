@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from geoviz import limits
 from geoviz.errors import GeovizError
+from geoviz.vocabulary import DEFAULT_EPSILON, EXPORT_FORMATS, TASK_BACKENDS
 
 __all__ = [
     "MAX_SEEDS",
     "OUTPUT_NAME_MARGIN",
+    "ExportFormatChoices",
     "add_backend_args",
     "add_epsilon_option",
     "cli_epsilon",
@@ -106,8 +109,6 @@ def add_epsilon_option(parser: argparse.ArgumentParser) -> None:
     """``--epsilon`` (one definition for every command): parsed as a number, checked by
     :func:`cli_epsilon` where the command validates its options (``None``: the default,
     :data:`geoviz.ot.otdd.DEFAULT_EPSILON`)."""
-    from geoviz.ot.otdd_cost import DEFAULT_EPSILON  # deferred: the CLI starts without torch
-
     parser.add_argument(
         "--epsilon",
         type=number,
@@ -244,7 +245,7 @@ def add_backend_args(parser: argparse.ArgumentParser, what: str) -> None:
     """
     parser.add_argument(
         "--backend",
-        choices=("auto", "ray", "sequential"),
+        choices=TASK_BACKENDS,
         default=None,  # "auto"; None tells a given --backend apart (geoviz.cli.args.given_options)
         help=f"run {what} as a Ray task (ray), in this process (sequential), or Ray if "
         "installed (auto, default)",
@@ -264,3 +265,28 @@ def ray_address(args: argparse.Namespace) -> str | None:
     if args.ray_address:
         return check_ray_address(args.ray_address, "--ray-address")
     return check_ray_address(os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS")
+
+
+class ExportFormatChoices:
+    """``--format``'s ``choices``: every registered export format, read when asked.
+
+    A value is checked against the export registry itself
+    (:func:`geoviz.export.export_formats`, loaded then: a command runs anyway), so a
+    plug-in's format registered in this process is accepted. Listing the choices
+    (``--help``, a usage error) reads the registry once it is loaded, else the built-in
+    names (:data:`geoviz.vocabulary.EXPORT_FORMATS`, what loading it would give): the
+    help imports no torch.
+    """
+
+    def _names(self, *, load: bool) -> tuple[str, ...]:
+        if load or "geoviz.export" in sys.modules:
+            from geoviz.export import export_formats
+
+            return export_formats()
+        return EXPORT_FORMATS
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._names(load=True)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names(load=False))

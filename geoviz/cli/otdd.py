@@ -23,12 +23,14 @@ import numpy as np
 from geoviz import limits
 from geoviz.cli.args import cli_int, cli_path, cli_seed, positive_int
 from geoviz.cli.output import format_table, refuse_existing, write_file
-from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.memory import check_bytes
+from geoviz.vocabulary import SPLITS
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the parser imports no torch: datasets are loaded when a command runs
     from PIL import Image
+
+    from geoviz.data.dataset import LabeledDataset
 
 __all__ = ["GRID_BACKGROUND", "GRID_PAD", "register", "render_grid"]
 
@@ -197,7 +199,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p_show.add_argument(
         "name", help="registry name (see 'geoviz datasets') or path of a dataset file/folder"
     )
-    p_show.add_argument("--split", choices=("train", "test"), default="train")
+    p_show.add_argument("--split", choices=SPLITS, default="train")
     p_show.add_argument(
         "--n", type=positive_int, default=None, help="stratified subsample of N samples"
     )

@@ -17,7 +17,7 @@ import time
 from geoviz import limits
 from geoviz.cli.args import cli_int, cli_path, names, positive_int
 from geoviz.errors import GeovizError
-from geoviz.vocabulary import AUTO, BUILTIN_SPACES
+from geoviz.vocabulary import AUTO, BUILTIN_SPACES, SPLITS
 
 __all__ = ["MAX_CANDIDATES", "register"]
 
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=names,
         help=f"comma-separated candidate references (2 to {MAX_CANDIDATES})",
     )
-    parser.add_argument("--split", choices=("train", "test"), default="train")
+    parser.add_argument("--split", choices=SPLITS, default="train")
     parser.add_argument(
         "--n", type=positive_int, default=2000, help="stratified samples per dataset (default 2000)"
     )
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--features",
-        choices=(AUTO, *BUILTIN_SPACES),
+        choices=BUILTIN_SPACES,
         default=AUTO,
         help="space of the distances (default auto: the geodesic's choice for these datasets)",
     )

@@ -1,0 +1,288 @@
+"""From the options of ``geoviz distance | project | grid`` to the problem.
+
+:func:`check_args` checks every option right after parsing, before any dataset is loaded
+or map fitted, against :mod:`geoviz.limits` (and refuses an option that would do nothing
+with the others given); :func:`spec_from_args` turns the checked options into a
+:class:`~geoviz.geodesic.spec.GeodesicSpec` (:func:`otdd_config`: the OTDD's
+configuration); :func:`feature_space_from_args` loads a ``--features-model``. The library
+is imported in the function bodies: the parser imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from geoviz import limits
+from geoviz.cli.args import (
+    cli_epsilon,
+    cli_int,
+    cli_path,
+    cli_seed,
+    given_options,
+    ray_address,
+    refuse_unused,
+)
+from geoviz.cli.output import refuse_existing
+from geoviz.errors import ExportExistsError, GeovizError, WeightsError
+from geoviz.vocabulary import (
+    AUTO,
+    DEFAULT_BOOTSTRAP_METHOD,
+    DEFAULT_ENCODER_PRESET,
+    DEFAULT_MAP_METHOD,
+    DEFAULT_NEURAL_PRESET,
+)
+
+if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
+    from geoviz.features import ModelSpace
+    from geoviz.geodesic.spec import GeodesicSpec
+    from geoviz.maps.neural import NeuralMapConfig
+    from geoviz.ot.otdd import OTDDConfig
+
+__all__ = ["check_args", "feature_space_from_args", "otdd_config", "spec_from_args"]
+
+
+def feature_space_from_args(args: argparse.Namespace) -> ModelSpace | None:
+    """The user's model as a feature space (``--features-model``), or ``None``.
+
+    Raises
+    ------
+    GeovizError
+        The file is missing or not a TorchScript model.
+    """
+    path = getattr(args, "features_model", None)
+    if path is None:
+        return None
+    from geoviz.features import ModelSpace
+
+    if getattr(args, "features", AUTO) != AUTO:
+        raise GeovizError("give either --features or --features-model, not both")
+    return ModelSpace.from_torchscript(path, input_size=getattr(args, "features_size", None))
+
+
+#: defaults of the options declared with ``default=None`` (a given one is told apart)
+_DEFAULTS: dict[str, Any] = {
+    "bootstrap_seed": 0,
+    "bootstrap_method": DEFAULT_BOOTSTRAP_METHOD,
+    "backend": AUTO,
+    "ray_address": None,
+    "neural_preset": DEFAULT_NEURAL_PRESET,
+    "encoder_preset": DEFAULT_ENCODER_PRESET,
+    "neural_iterations": None,
+    "features_size": None,
+    "format": None,
+    "n_out": None,
+}
+
+
+def _refuse_unused_options(args: argparse.Namespace, given: set[str]) -> None:
+    """Options that would do nothing in the given combination, refused in one sentence
+    (they were silently ignored): the bootstrap's options without ``--bootstrap``, the
+    refits' backend without ``--bootstrap-method refit``, the neural maps' options without
+    ``--method neural``, ``--encoder-preset`` without ``--features encoder``,
+    ``--features-size`` without ``--features-model``, and the export's options without
+    ``--out``. ``given``: the options of :data:`_DEFAULTS` given on the command line."""
+    given = set(given)
+    if getattr(args, "overwrite", False) and args.command == "project":
+        given.add("overwrite")
+    unused: dict[str, str] = {}
+    if args.bootstrap is None:
+        for dest in ("bootstrap_method", "bootstrap_seed"):
+            unused[dest] = "only applies with --bootstrap B (the number of replicates)"
+    refits = args.bootstrap is not None and args.bootstrap_method == "refit"
+    if not refits and getattr(args, "batch_size", None) is None:
+        for dest in ("backend", "ray_address"):
+            unused[dest] = (
+                "only applies to --batch-size B (each batch is a task) or to --bootstrap B "
+                "--bootstrap-method refit (each refit is a task)"
+            )
+    if args.method != "neural":
+        for dest in ("neural_preset", "neural_iterations"):
+            unused[dest] = "only applies with --method neural"
+    if args.features != "encoder":
+        unused["encoder_preset"] = "only applies with --features encoder"
+    if args.features_model is None:
+        unused["features_size"] = "only applies with --features-model FILE"
+    if args.command == "project" and args.out is None:
+        for dest in ("format", "n_out", "overwrite"):
+            unused[dest] = "only applies with --out (an export)"
+    refuse_unused(given, unused)
+    if args.method == "neural" and (args.features not in ("pixels", AUTO) or args.features_model):
+        space = "--features-model" if args.features_model else f"--features {args.features}"
+        raise GeovizError(
+            f"--method neural maps images in pixel space; with {space} use --method barycentric"
+        )
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Every path option is one the file system can take (:func:`cli_path`)."""
+    cli_path(args.target, "--target")
+    for name in args.refs:
+        cli_path(name, "--refs")
+    if args.features_model is not None:
+        cli_path(args.features_model, "--features-model")
+    if getattr(args, "out", None) is not None:
+        cli_path(args.out, "--out", output=True)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Check every option of ``distance`` / ``project`` / ``grid`` before any work.
+
+    Sets ``args.checked_weights`` (the ``--weights`` on the simplex, or ``None``),
+    ``args.backend_given`` (whether ``--backend`` was typed), and the defaults of the options declared with ``default=None`` (:data:`_DEFAULTS`).
+
+    Raises
+    ------
+    GeovizError
+        The first option out of its range (:mod:`geoviz.limits`), a path the file system
+        cannot take, or an option that would do nothing with the others given, in one
+        sentence naming the flag; :class:`~geoviz.errors.WeightsError` for ``--weights``;
+        :class:`~geoviz.errors.ExportExistsError` for an existing ``--out``.
+    """
+    given = given_options(args, _DEFAULTS)
+    args.backend_given = "backend" in given
+    _check_paths(args)
+    m = len(args.refs)
+    if m < 2:
+        raise GeovizError(f"--refs needs at least 2 reference datasets (comma-separated), got {m}")
+    if m > limits.MAX_REFERENCES:
+        raise GeovizError(f"--refs takes at most {limits.MAX_REFERENCES} datasets, got {m}")
+    cli_int(args.n, "--n", limits.MIN_SAMPLES, limits.MAX_SAMPLES, why="samples per dataset")
+    cli_seed(args.seed)
+    cli_int(args.workers, "--workers", 1, 64, why="threads of the fit")
+    if args.bootstrap is not None:
+        from geoviz.geodesic.uncertainty import check_replicates
+
+        check_replicates(args.bootstrap, "--bootstrap")
+        cli_seed(args.bootstrap_seed, "--bootstrap-seed")
+        if args.bootstrap_method == "refit" and args.method != "barycentric":
+            raise GeovizError("--bootstrap-method refit needs barycentric maps (--method)")
+        if args.bootstrap_method == "refit" and args.backend != "sequential":
+            ray_address(args)  # a malformed --ray-address / RAY_ADDRESS before any work
+    if args.size is not None:
+        cli_int(
+            args.size,
+            "--size",
+            limits.MIN_IMAGE_SIZE,
+            limits.MAX_IMAGE_SIZE,
+            why="pixels per side of the common image size",
+        )
+    if args.epsilon is not None:
+        args.epsilon = cli_epsilon(args.epsilon)
+    if args.batch_size is not None:
+        cli_int(args.batch_size, "--batch-size", 2, limits.MAX_SAMPLES)
+        if args.stream:
+            raise GeovizError(
+                "--stream solves one problem; --batch-size B solves batches: give one of them"
+            )
+        if args.backend != "sequential":
+            ray_address(args)  # a malformed --ray-address / RAY_ADDRESS before any work
+    if args.neural_iterations is not None:
+        cli_int(args.neural_iterations, "--neural-iterations", 1, limits.MAX_NEURAL_ITERATIONS)
+    args.checked_weights = None
+    if getattr(args, "weights", None) is not None:
+        from geoviz.geodesic.weights import check_weights
+
+        try:
+            args.checked_weights = check_weights(args.weights, m)
+        except WeightsError as err:
+            raise WeightsError(f"--weights: {err}") from err
+    if getattr(args, "n_out", None) is not None:
+        cli_int(args.n_out, "--n-out", 1, limits.MAX_SAMPLES, why="samples to export")
+        if args.n_out > args.n:  # P_a is the push-forward of the --n target samples
+            raise GeovizError(
+                f"--n-out {args.n_out:,} is more than the {args.n:,} target samples (--n) "
+                "P_a is made of; use --n-out <= --n"
+            )
+    if getattr(args, "resolution", None) is not None:
+        try:
+            limits.check_grid(args.resolution, m)
+        except GeovizError as err:
+            raise GeovizError(f"--resolution: {err}") from None
+    _refuse_unused_options(args, given)
+    if getattr(args, "out", None) is not None:
+        if args.command == "grid":
+            refuse_existing(args.out, args.overwrite)
+        elif Path(args.out).exists() and not args.overwrite:
+            # an export may be a folder (ImageFolder): export_dataset checks the rest
+            raise ExportExistsError(f"{args.out} already exists; pass --overwrite to replace it")
+
+
+def otdd_config(args: argparse.Namespace) -> OTDDConfig:
+    """The OTDD's configuration of checked options (``--epsilon``, ``--lambda-x/-y``,
+    ``--label-method``, ``--device``, ``--batch-size`` or ``--stream``), sized for ``--n``
+    as the app sizes its problems."""
+    from geoviz.ot.otdd import OTDDConfig
+
+    base = OTDDConfig()
+    names = {f.name for f in dataclasses.fields(base)}
+    changes = {
+        key: value
+        for key, value in (
+            ("epsilon", args.epsilon),
+            ("lambda_x", args.lambda_x),
+            ("lambda_y", args.lambda_y),
+            ("label_method", args.label_method),
+            ("device", args.device),
+            # balanced batches: B target points against B reference points each
+            ("batch_size", args.batch_size),
+            ("reference_subsample", args.batch_size),
+        )
+        if value is not None and key in names
+    }
+    if args.batch_size is not None:
+        # Ray only when asked for (--backend, --ray-address or $RAY_ADDRESS): an embedded
+        # cluster started inside a caller's process ends that process if it dies
+        address = ray_address(args)
+        # (check_args fills in --backend's default "auto": only a given one counts)
+        given_backend = getattr(args, "backend_given", args.backend is not None)
+        changes["backend"] = args.backend if given_backend else ("ray" if address else "sequential")
+        changes["ray_address"] = address
+    elif args.stream:
+        changes["stream_reference"] = True
+    # the app sizes its problems the same way (it opens this fit from the disk cache)
+    return dataclasses.replace(base, **changes).sized_for(args.n, args.n)
+
+
+def _neural_config(args: argparse.Namespace) -> NeuralMapConfig:
+    from geoviz.maps.neural import get_neural_preset
+
+    cfg = get_neural_preset(getattr(args, "neural_preset", DEFAULT_NEURAL_PRESET))
+    changes: dict[str, Any] = {}
+    if getattr(args, "neural_iterations", None) is not None:
+        changes["iterations"] = args.neural_iterations
+    if args.device is not None:
+        changes["device"] = args.device
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def spec_from_args(args: argparse.Namespace) -> GeodesicSpec:
+    """The :class:`~geoviz.geodesic.spec.GeodesicSpec` of checked options (:func:`check_args`).
+
+    ``--target`` and every name of ``--refs`` is a registry name or a path
+    (:meth:`DatasetChoice.named <geoviz.data.choice.DatasetChoice.named>`), all of split
+    ``--split``, ``--n`` samples each (seed ``--seed``); ``--size`` is the common image
+    size (default: sizes kept, resized to the target's height when they differ).
+    """
+    from geoviz.data.choice import DatasetChoice
+    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.geodesic.spec import GeodesicSpec
+
+    return GeodesicSpec(
+        target=DatasetChoice.named(args.target, args.split),
+        references=tuple(DatasetChoice.named(name, args.split) for name in args.refs),
+        n_target=args.n,
+        n_reference=args.n,
+        seed=args.seed,
+        image_size=args.size,
+        config=GeodesicConfig(
+            otdd=otdd_config(args),
+            qp_solver=args.solver,
+            method=getattr(args, "method", DEFAULT_MAP_METHOD),
+            neural=_neural_config(args),
+            features=getattr(args, "features", AUTO),
+            encoder=getattr(args, "encoder_preset", DEFAULT_ENCODER_PRESET),
+        ),
+    )

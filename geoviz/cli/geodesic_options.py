@@ -1,0 +1,247 @@
+"""The options of ``geoviz distance | project | grid`` (``argparse`` declarations only).
+
+:func:`add_common_args` declares what the three commands share (the problem, the OTDD and
+its maps, :func:`add_feature_args`, :func:`add_bootstrap_args`); :func:`add_project_args`
+and :func:`add_grid_args` the export and the grid. The choices and defaults come from
+:mod:`geoviz.vocabulary`, so building the parser (and ``--help``) imports no torch. The
+values are checked after parsing by :func:`geoviz.cli.geodesic_checks.check_args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from geoviz import limits
+from geoviz.cli.args import (
+    ExportFormatChoices,
+    add_backend_args,
+    add_epsilon_option,
+    names,
+    number,
+    number_list,
+    positive_int,
+)
+from geoviz.vocabulary import (
+    AUTO,
+    BOOTSTRAP_METHODS,
+    BUILTIN_SPACES,
+    DEFAULT_MAP_METHOD,
+    ENCODER_PRESET_NAMES,
+    LABEL_METHODS,
+    MAP_METHODS,
+    NEURAL_PRESET_NAMES,
+    SPLITS,
+)
+
+__all__ = [
+    "add_bootstrap_args",
+    "add_common_args",
+    "add_feature_args",
+    "add_grid_args",
+    "add_project_args",
+]
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """The options of ``distance``, ``project`` and ``grid``: the problem (datasets,
+    samples, size), the OTDD and its maps, the feature space and the bootstrap."""
+    parser.add_argument("--target", required=True, help="target dataset Q (registry name or path)")
+    parser.add_argument(
+        "--refs",
+        required=True,
+        type=names,
+        help="comma-separated reference datasets P_1,...,P_m (m >= 2)",
+    )
+    parser.add_argument("--split", choices=SPLITS, default="train", help="split of every dataset")
+    parser.add_argument(
+        "--n",
+        type=positive_int,
+        default=1000,
+        help=(
+            f"stratified samples per dataset (default 1000, {limits.MIN_SAMPLES} to "
+            f"{limits.MAX_SAMPLES:,})"
+        ),
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the subsamples")
+    parser.add_argument(
+        "--size",
+        type=positive_int,
+        default=None,
+        help=(
+            "common image size when sizes differ (default: the target's height; "
+            f"{limits.MIN_IMAGE_SIZE} to {limits.MAX_IMAGE_SIZE})"
+        ),
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        metavar="B",
+        help=(
+            "batched OTDD (paper appendix 'Complexity'): batches of B target points, each "
+            "solved against B random reference points, so memory is ~B^2 per batch instead "
+            "of N x N (e.g. 2000 for the full 60,000-sample splits); default: one problem"
+        ),
+    )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help=(
+            "one problem with the cost streamed by row blocks instead of stored (at most "
+            f"{limits.STREAMED_SUPPORT_PER_ROW} kept entries per row): every target point can map "
+            "to any reference point; chosen automatically when the stored N x N cost would "
+            "not fit in memory"
+        ),
+    )
+    add_epsilon_option(parser)
+    parser.add_argument("--lambda-x", type=number, default=None, help="weight of the feature cost")
+    parser.add_argument("--lambda-y", type=number, default=None, help="weight of the label cost")
+    parser.add_argument("--label-method", choices=LABEL_METHODS, default=None)
+    parser.add_argument("--device", default=None, help="auto (default), cpu or cuda")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help=(
+            "threads for the independent parts of the fit, its maps and label distances "
+            "(default 1: one after another; the values do not depend on it)"
+        ),
+    )
+    parser.add_argument(
+        "--solver", default=None, help="QP solver for a_hat (quadprog, clarabel, osqp, enumerate)"
+    )
+    parser.add_argument(
+        "--method",
+        choices=MAP_METHODS,
+        default=DEFAULT_MAP_METHOD,
+        help=(
+            "how the OTDD maps T_i are computed: barycentric projection of the entropic plan "
+            "(default) or the neural map of the paper's max-min problem (trained, out-of-sample)"
+        ),
+    )
+    parser.add_argument(
+        "--neural-preset",
+        choices=NEURAL_PRESET_NAMES,
+        default=None,  # DEFAULT_NEURAL_PRESET: None tells a given option apart
+        help="training budget of --method neural (default cpu: minutes per map at 32x32)",
+    )
+    parser.add_argument(
+        "--neural-iterations",
+        type=positive_int,
+        default=None,
+        help=(
+            "override the preset's maximum number of critic iterations (at most "
+            f"{limits.MAX_NEURAL_ITERATIONS:,})"
+        ),
+    )
+    add_feature_args(parser)
+    add_bootstrap_args(parser)
+    parser.add_argument(
+        "--no-cache", action="store_true", help="do not read or write the on-disk cache"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_bootstrap_args(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap B``, ``--bootstrap-seed``, ``--bootstrap-method``, ``--backend``,
+    ``--ray-address``: intervals of the projection's numbers (issue 23)."""
+    parser.add_argument(
+        "--bootstrap",
+        type=positive_int,
+        default=None,
+        metavar="B",
+        help="print 95%% bootstrap intervals of W_i, a_hat and the objective from B "
+        "replicates (q-resample: cheap, Q's samples drawn again with the maps fixed)",
+    )
+    parser.add_argument(
+        "--bootstrap-seed", type=int, default=None, help="seed of the replicates (default 0)"
+    )
+    parser.add_argument(
+        "--bootstrap-method",
+        choices=BOOTSTRAP_METHODS,
+        default=None,  # DEFAULT_BOOTSTRAP_METHOD
+        help="q-resample (default) or refit: Q and every reference drawn again and the maps "
+        "refitted, each replicate one task (about one fit each)",
+    )
+    add_backend_args(
+        parser,
+        "each bootstrap refit and each OTDD batch (--batch-size; batches: sequential unless --backend or --ray-address is given)",
+    )
+
+
+def add_feature_args(parser: argparse.ArgumentParser) -> None:
+    """``--features``, ``--features-model``, ``--features-size``, ``--encoder-preset``."""
+    parser.add_argument(
+        "--features",
+        choices=BUILTIN_SPACES,
+        default=AUTO,
+        help=(
+            "the space the OTDD costs live in (paper Sec. 5.3): auto (default: chosen from the "
+            "data and printed with the reason: box for grey glyphs, the pretrained encoder for "
+            "colour or textured images, raw features for vectors), pixels, pca (50 components "
+            "of the union), box (grey digits box-normalised like MNIST), encoder (the shipped "
+            "pretrained CNN, or one trained here with --encoder-preset cpu): P_a's images come "
+            "back through the couplings"
+        ),
+    )
+    parser.add_argument(
+        "--features-model",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a TorchScript file mapping (N, C, H, W) images in [0, 1] to (N, d) features "
+        "(instead of --features)",
+    )
+    parser.add_argument(
+        "--features-size",
+        type=positive_int,
+        default=None,
+        help="with --features-model: the side images are resized to first",
+    )
+    parser.add_argument(
+        "--encoder-preset",
+        choices=ENCODER_PRESET_NAMES,
+        default=None,  # DEFAULT_ENCODER_PRESET
+        help="weights of --features encoder: pretrained (default, shipped in assets/encoders; "
+        "nothing trained) or a budget to train one here on your datasets (cpu: minutes, "
+        "cached; tiny: seconds, for tests)",
+    )
+
+
+def add_project_args(parser: argparse.ArgumentParser) -> None:
+    """``project``'s export of ``P_a``: ``--out``, ``--format``, ``--overwrite``,
+    ``--weights``, ``--n-out``."""
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="export P_a here (.npz, .pt, .parquet, .zip or a folder)",
+    )
+    parser.add_argument(  # every registered export format, read when asked
+        "--format", choices=ExportFormatChoices(), default=None
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing export")
+    parser.add_argument(
+        "--weights",
+        type=number_list,
+        default=None,
+        help="export P_a at these weights instead of a_hat",
+    )
+    parser.add_argument(
+        "--n-out", type=positive_int, default=None, help="samples to export (default all)"
+    )
+
+
+def add_grid_args(parser: argparse.ArgumentParser) -> None:
+    """``grid``'s simplex grid and its CSV file: ``--resolution``, ``--out``, ``--overwrite``."""
+    parser.add_argument(
+        "--resolution",
+        type=positive_int,
+        default=20,
+        help=(
+            f"grid step 1/resolution (at most {limits.MAX_GRID_RESOLUTION}, and at most "
+            f"{limits.MAX_GRID_POINTS:,} grid points for the m references)"
+        ),
+    )
+    parser.add_argument("--out", required=True, help="CSV file (columns a_<ref>..., objective)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing CSV")
