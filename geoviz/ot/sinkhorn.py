@@ -49,8 +49,9 @@ Problem -> solver -> output
 ---------------------------
 As in OTT-JAX and GeomLoss, the pieces are separate values, each in its own module
 (:mod:`geoviz.ot.problem`, this module, :mod:`geoviz.ot.result`; the kernels in
-:mod:`geoviz.ot.kernels`, the loop they are injected into in :mod:`geoviz.ot.loop`;
-every name is also importable from here):
+:mod:`geoviz.ot.kernels`, their truncated supports in :mod:`geoviz.ot.support`, the loop
+they are injected into in :mod:`geoviz.ot.loop`, the kernel policy and epsilon schedule in
+:mod:`geoviz.ot.strategies`; every name is also importable from here):
 
 * :class:`TransportProblem` (frozen): the cost geometry, which holds epsilon and
   resolves the absolute value once (:attr:`~geoviz.ot.geometry.CostGeometry.epsilon_abs`),
@@ -73,26 +74,24 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from geoviz.errors import ConvergenceWarning, GeovizError
 from geoviz.ot.geometry import CostGeometry, as_geometry
 from geoviz.ot.kernels import (
-    Candidates,
     DenseKernel,
     DensePool,
     Kernel,
     OnlineKernel,
     SparseKernel,
-    Support,
     check_sparse_memory,
-    select_support,
 )
 from geoviz.ot.loop import Loop, SinkhornCallback, make_groups
 from geoviz.ot.problem import TransportProblem, uniform_measure
 from geoviz.ot.result import SinkhornResult
+from geoviz.ot.strategies import EpsilonScaling, KernelPolicy, SinkhornMode, SupportSource
+from geoviz.ot.support import Candidates, Support, select_support
 
 __all__ = [
     "EpsilonScaling",
@@ -107,9 +106,7 @@ __all__ = [
     "uniform_measure",
 ]
 
-SinkhornMode = Literal["auto", "dense", "sparse", "online"]
-
-
+#: tolerance of the intermediate (warm-start) stages
 _STAGE_TOL = 1e-2
 #: auto mode tries the sparse kernel once eps is below this fraction of the mean cost
 _SPARSE_BELOW = 0.03
@@ -120,8 +117,6 @@ _STAGE_TRUNCATION = 10.0
 #: the final sparse stage iterates to this fraction of tol, so that the dense plan
 #: (whose error adds the truncated mass) meets tol at the first verification
 _SPARSE_TOL_FRACTION = 0.5
-#: candidates per row found in one pass for each entry a streamed support may keep
-_CANDIDATES_PER_CAP = 2
 #: after each failed verification, the rows whose mass spreads beyond the cap per row get
 #: this many times more entries (the rest keep the cap)
 _WIDE_GROWTH = 4
@@ -134,154 +129,6 @@ _FULL_STAGES = 2
 
 
 # --------------------------------------------------------------------------- strategies
-
-
-@dataclass(frozen=True)
-class KernelPolicy:
-    """Which kernel evaluates the log-sum-exps (module docstring, "One loop").
-
-    Attributes
-    ----------
-    mode
-        ``"auto"``, ``"dense"``, ``"sparse"`` or ``"online"``.
-    truncation
-        Sparse kernel: keep entries within ``truncation`` (in units of ``eps``) of
-        their row's best, i.e. drop entries carrying less than ``exp(-truncation)``
-        of the row's largest entry.
-    max_density
-        Auto mode: use the sparse kernel when the support keeps at most this
-        fraction of the ``n m`` entries.
-    absorb_threshold
-        Absorb scalings into the kernel when ``|log u|`` or ``|log v|`` exceeds it.
-    max_per_row
-        Sparse kernel: keep at most this many entries per row (each row's largest), or
-        ``None`` (no cap). Bounds the support at ``n * max_per_row`` entries when the
-        truncation window holds thousands of points per row (large ``m``); the dropped
-        mass is measured at verification like the rest of the truncation.
-    """
-
-    mode: SinkhornMode = "auto"
-    truncation: float = 20.0
-    max_density: float = 0.1
-    absorb_threshold: float = 30.0
-    max_per_row: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("auto", "dense", "sparse", "online"):
-            raise GeovizError(
-                f"sinkhorn: mode must be 'auto', 'dense', 'sparse' or 'online', got {self.mode!r}"
-            )
-        if not (self.truncation > 0):
-            raise GeovizError(f"sinkhorn: truncation must be > 0, got {self.truncation!r}")
-        if not (0.0 < self.max_density <= 1.0):
-            raise GeovizError(f"sinkhorn: max_density must be in (0, 1], got {self.max_density!r}")
-        if self.max_per_row is not None and (
-            isinstance(self.max_per_row, bool)
-            or not isinstance(self.max_per_row, int)
-            or self.max_per_row < 1
-        ):
-            raise GeovizError(
-                f"sinkhorn: max_per_row must be a positive integer or None, got {self.max_per_row!r}"
-            )
-
-
-class _SupportSource:
-    """Where a solve's truncated supports are chosen: a pass over the cost each time, or,
-    with a cap per row (streamed or stored), among each row's candidates found in one pass
-    (:class:`~geoviz.ot.kernels.Candidates`, :data:`_CANDIDATES_PER_CAP` per kept entry)."""
-
-    def __init__(self, geom: CostGeometry, policy: KernelPolicy) -> None:
-        self.geom, self.policy = geom, policy
-        self.use_candidates = self.capped
-        self.candidates: Candidates | None = None
-
-    @property
-    def capped(self) -> bool:
-        """Whether supports keep at most a fixed number of entries per row."""
-        return self.policy.max_per_row is not None and self.policy.max_per_row < self.geom.shape[1]
-
-    @property
-    def candidates_k(self) -> int | None:
-        """Candidates per row (``None`` when supports are chosen by full passes)."""
-        if not self.use_candidates or self.policy.max_per_row is None:
-            return None
-        return _CANDIDATES_PER_CAP * self.policy.max_per_row
-
-    def refresh(self, G: torch.Tensor, eps: float) -> None:
-        """Find the candidates around the column potential ``G`` (one pass)."""
-        assert self.candidates_k is not None
-        self.candidates = Candidates.scan(self.geom, G, eps, self.candidates_k)
-
-    def choose(
-        self,
-        G: torch.Tensor,
-        eps: float,
-        truncation: float,
-        max_nnz: int,
-        F: torch.Tensor | None = None,
-        log_a: torch.Tensor | None = None,
-        log_b: torch.Tensor | None = None,
-    ) -> Support | None:
-        """:func:`~geoviz.ot.kernels.select_support`'s support (``None``: above ``max_nnz``)."""
-        cap = self.policy.max_per_row
-        if not self.use_candidates or cap is None:
-            support, _ = select_support(
-                self.geom,
-                G,
-                eps,
-                truncation,
-                max_nnz,
-                F=F,
-                log_a=log_a,
-                log_b=log_b,
-                max_per_row=cap,
-            )
-            return support
-        if self.candidates is None:
-            self.refresh(G, eps)
-        assert self.candidates is not None
-        support = self.candidates.select(G, eps, truncation, cap, F=F, log_a=log_a, log_b=log_b)
-        return support if support.nnz <= max_nnz else None
-
-
-@dataclass(frozen=True)
-class EpsilonScaling:
-    """Annealing: a geometric schedule of regularisations down to ``eps``.
-
-    Attributes
-    ----------
-    ratio
-        Ratio in ``(0, 1)`` between successive regularisations.
-    start
-        First regularisation (default: the mean cost).
-    stage_iter
-        Iteration budget of each intermediate regularisation.
-    """
-
-    ratio: float = 0.25
-    start: float | None = None
-    stage_iter: int = 30
-
-    def __post_init__(self) -> None:
-        if not (0.0 < self.ratio < 1.0):
-            raise GeovizError(
-                f"sinkhorn: eps_scaling must be in (0, 1) or None, got {self.ratio!r}"
-            )
-        if int(self.stage_iter) < 1:
-            raise GeovizError(f"sinkhorn: stage_iter must be >= 1, got {self.stage_iter!r}")
-
-    def stages(self, eps: float, geom: CostGeometry, max_iter: int) -> list[float]:
-        """``[start, ..., eps]`` with ratio :attr:`ratio`; ``[eps]`` if ``max_iter`` is too small."""
-        start = float(self.start) if self.start is not None else geom.mean()
-        schedule = [eps]
-        e = eps
-        while e / self.ratio < start:
-            e = e / self.ratio
-            schedule.append(e)
-        schedule = schedule[::-1]
-        if max_iter < 2 * len(schedule):
-            schedule = [eps]  # too small a budget to anneal: every stage but the last would eat it
-        return schedule
 
 
 @dataclass(frozen=True)
@@ -345,6 +192,10 @@ class MultiscaleStart:
 
 # --------------------------------------------------------------------------- solver
 
+#: the default strategies: frozen values, so one instance is shared by every solver
+_DEFAULT_KERNEL = KernelPolicy()
+_DEFAULT_SCALING = EpsilonScaling()
+
 
 @dataclass(frozen=True)
 class Sinkhorn:
@@ -384,8 +235,8 @@ class Sinkhorn:
 
     tol: float = 1e-4
     max_iter: int = 5000
-    kernel: KernelPolicy = KernelPolicy()
-    scaling: EpsilonScaling | None = EpsilonScaling()
+    kernel: KernelPolicy = _DEFAULT_KERNEL
+    scaling: EpsilonScaling | None = _DEFAULT_SCALING
     multiscale: MultiscaleStart | None = MultiscaleStart()
     overrelax: bool = True
     omega_max: float = 1.9
@@ -435,7 +286,7 @@ class Sinkhorn:
         n, m = geom.shape
         groups = make_groups(problem.groups, n, m, geom.device, self.coarse_every)
         loop = Loop(problem.a, problem.b, F, G, groups, callback, max(1, int(self.check_every)))
-        source = _SupportSource(geom, self.kernel)
+        source = SupportSource(geom, self.kernel)
         kernel, err = self._anneal(problem, loop, init is None, source)
         truncated_mass, sparse_plan = 0.0, None
         if isinstance(kernel, SparseKernel):
@@ -476,7 +327,7 @@ class Sinkhorn:
 
     # -- stages
     def _anneal(
-        self, problem: TransportProblem, loop: Loop, cold: bool, source: _SupportSource
+        self, problem: TransportProblem, loop: Loop, cold: bool, source: SupportSource
     ) -> tuple[Kernel, float]:
         """Run the epsilon schedule down to ``eps``; return the last kernel and its error."""
         geom, eps, policy = problem.geometry, problem.epsilon_abs, self.kernel
@@ -546,7 +397,7 @@ class Sinkhorn:
         kernel: SparseKernel,
         loop: Loop,
         err: float,
-        source: _SupportSource,
+        source: SupportSource,
     ) -> tuple[SparseKernel, float, float]:
         """Measure the dense plan of the returned potentials; re-select the support if needed.
 
@@ -636,7 +487,7 @@ class Sinkhorn:
         eps: float,
         stage_tol: float,
         budget: int,
-        source: _SupportSource,
+        source: SupportSource,
     ) -> tuple[SparseKernel, float]:
         """Iterate on the truncated kernel, re-selecting its support when it is stale or too thin.
 
@@ -670,7 +521,7 @@ class Sinkhorn:
         return kernel, err
 
     def _resupport(
-        self, kernel: SparseKernel, loop: Loop, eps: float, source: _SupportSource
+        self, kernel: SparseKernel, loop: Loop, eps: float, source: SupportSource
     ) -> SparseKernel:
         """A sparse kernel on the old support plus the entries significant for ``(F, G)``."""
         n, m = kernel.support.shape
