@@ -24,15 +24,16 @@ COMMANDS = ("datasets", "show", "transfer", "distance", "project", "grid", "scre
 
 _PROBE = """
 import json, runpy, sys
-sys.argv = ["geoviz", *json.loads(sys.argv[1])]
+argv, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+sys.argv = ["geoviz", *argv]
 try:
     runpy.run_module("geoviz", run_name="__main__", alter_sys=True)
 except SystemExit as exit:
     status = exit.code
 else:
     status = None
-heavy = sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)
-print(json.dumps({"status": status, "heavy": heavy}), file=sys.stderr)
+loaded = sorted(m for m in heavy if m in sys.modules)
+print(json.dumps({"status": status, "heavy": loaded}), file=sys.stderr)
 """
 
 

@@ -71,9 +71,10 @@ def test_feature_and_map_vocabularies_are_the_library_s() -> None:
 def test_solver_and_run_vocabularies_are_the_library_s() -> None:
     from geoviz import backend, tasks
     from geoviz.geodesic import uncertainty
-    from geoviz.ot import otdd, otdd_cost
+    from geoviz.ot import otdd_cost
+    from geoviz.ot.otdd import OTDDConfig
 
-    assert v.DEFAULT_EPSILON == otdd_cost.DEFAULT_EPSILON == otdd.OTDDConfig().epsilon
+    assert v.DEFAULT_EPSILON == otdd_cost.DEFAULT_EPSILON == OTDDConfig().epsilon
     assert v.BOOTSTRAP_METHODS == uncertainty.BOOTSTRAP_METHODS
     assert get_args(uncertainty.BootstrapMethod) == v.BOOTSTRAP_METHODS
     assert v.TASK_BACKENDS == tasks.BACKENDS == get_args(tasks.Backend)

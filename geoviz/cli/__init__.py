@@ -4,8 +4,11 @@ The commands live in this package, one module per group:
 
 * :mod:`geoviz.cli.otdd` — ``datasets``, ``show``;
 * :mod:`geoviz.cli.transfer` — ``transfer`` (the paper's transfer experiments and
-  simplex study);
-* :mod:`geoviz.cli.geodesic` — ``distance``, ``project``, ``grid``;
+  simplex study), its options, checks and report in ``transfer_options``,
+  ``transfer_checks`` and ``transfer_report``;
+* :mod:`geoviz.cli.geodesic` — ``distance``, ``project``, ``grid``, likewise with
+  ``geodesic_options``, ``geodesic_checks`` and ``geodesic_report``;
+* :mod:`geoviz.cli.screen` — ``screen``;
 
 with their shared helpers in :mod:`geoviz.cli.args` (argument parsers and bound
 checks) and :mod:`geoviz.cli.output` (tables, safe file writes, progress).
