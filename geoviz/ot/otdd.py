@@ -87,6 +87,7 @@ the transport cost of the entropic plan.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable
@@ -313,22 +314,21 @@ def otdd(
         raise GeovizError(f"otdd: config must be an OTDDConfig, got {type(config).__name__}")
     check_compatible(target, reference)
 
-    def solve(cache_params: dict[str, Any] | None) -> OTDDResult:
-        # with a cache, a batched solve also keeps its finished batches under cache_params
-        return _otdd(
-            target,
-            reference,
-            config,
-            progress,
-            barycentric=barycentric,
-            keep_coupling=keep_coupling,
-            label_cost=label_cost,
-            cache=cache,
-            cache_params=cache_params,
-        )
-
+    # one set of arguments for both paths; a partial adds no Python frame, so the
+    # BlurWarning's stacklevel still names otdd's caller
+    solve = functools.partial(
+        _otdd,
+        target,
+        reference,
+        config,
+        progress,
+        barycentric=barycentric,
+        keep_coupling=keep_coupling,
+        label_cost=label_cost,
+        cache=cache,
+    )
     if cache is None:
-        return solve(None)
+        return solve()
     params = {
         "target": target.fingerprint,
         "reference": reference.fingerprint,
@@ -340,7 +340,7 @@ def otdd(
     payload = cache.get_or_compute(
         "otdd",
         params,
-        lambda: solve(params).to_payload(),
+        lambda: solve(cache_params=params).to_payload(),
         expect=OTDDResult.payload_spec(
             target.n_samples,
             reference.n_samples,
