@@ -3,10 +3,13 @@
 * :mod:`geoviz.viz.images` — tiled image grids with captions.
 * :mod:`geoviz.viz.neighbours` — what a mapped point is made of: its largest
   plan weights over the reference (sharp vs blurry maps).
-* :mod:`geoviz.viz.plots` — scatter plots, class histograms, OTDD and
-  label-transition heatmaps, soft-label bars; hover, highlight and click
-  selection (:func:`selected_samples`) of the embedding scatter, and a
-  one-sample card (:func:`sample_card`).
+* :mod:`geoviz.viz.plots` — class histograms, OTDD and label-transition heatmaps,
+  soft-label bars; the one import path of every builder below it too.
+* :mod:`geoviz.viz.point_sets` — :class:`PointSet` (a dataset's points for a scatter),
+  the palettes.
+* :mod:`geoviz.viz.scatter` — the embedding scatter (:func:`scatter_sets`): hover,
+  highlight and click selection (:func:`selected_samples`).
+* :mod:`geoviz.viz.sample_card` — a one-sample card (:func:`sample_card`).
 * :mod:`geoviz.viz.embedding` — a UMAP (or PCA) embedding fitted once, reused
   for new points.
 * :mod:`geoviz.viz.compare` — OT-map interpolation vs naive mixup.

@@ -20,17 +20,13 @@ from plotly.subplots import make_subplots
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import WeightsError
 from geoviz.viz.literal import plotly_markup, plotly_name
-from geoviz.viz.plots import PointSet, color_map
+from geoviz.viz.point_sets import PointSet, as_array, color_map
 
 __all__ = ["EXPLORER_PALETTE", "mixup_comparison", "side_by_side_scatter"]
 
 
-def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-
-
 def _points(name: str, x: torch.Tensor | np.ndarray, labels: tuple[str, ...]) -> PointSet:
-    pts = _np(x).astype(np.float64)
+    pts = as_array(x).astype(np.float64)
     return PointSet(name, pts, labels, np.ones(len(labels)))
 
 

@@ -12,18 +12,24 @@ If umap-learn is missing or fails, a PCA projection is used instead and
 
 from __future__ import annotations
 
+import importlib
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from geoviz.backend import runtime_settings
+from geoviz.backend import Payload, runtime_settings
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError
+
+if TYPE_CHECKING:
+    import umap
 
 __all__ = ["Embedding", "auto_method", "fit_embedding", "warm_up_umap"]
 
@@ -65,6 +71,10 @@ class Embedding:
         ``name -> (n_i,)`` row indices of that subsample in the dataset.
     fit_seconds
         Wall time of the fit.
+
+    The fit itself (set by :func:`fit_embedding` and :meth:`from_payload`): the PCA's
+    ``(D,)`` mean and ``(pca_dims, D)`` components, the fitted points ``(n, pca_dims)``
+    in PCA space, and the UMAP reducer (``None`` for PCA and after :meth:`from_payload`).
     """
 
     method: Literal["umap", "pca"]
@@ -73,13 +83,26 @@ class Embedding:
     points: dict[str, np.ndarray]
     indices: dict[str, np.ndarray]
     fit_seconds: float
-    _pca: Any = field(repr=False, default=None)
-    _umap: Any = field(repr=False, default=None)
-    _train: Any = field(repr=False, default=None)
+    _pca: tuple[NDArray[np.float32], NDArray[np.float32]] | None = field(repr=False, default=None)
+    _umap: umap.UMAP | None = field(repr=False, default=None)
+    _train: NDArray[np.float32] | None = field(repr=False, default=None)
 
     @property
     def axis_titles(self) -> tuple[str, str]:
+        """The plot's axis titles: ``("UMAP 1", "UMAP 2")`` or ``("PC 1", "PC 2")``."""
         return ("UMAP 1", "UMAP 2") if self.method == "umap" else ("PC 1", "PC 2")
+
+    def _fitted_pca(self) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        """The PCA's ``(D,)`` mean and ``(pca_dims, D)`` components."""
+        if self._pca is None:
+            raise DatasetError("this embedding holds no fit: use fit_embedding or from_payload")
+        return self._pca
+
+    def _fitted_points(self) -> NDArray[np.float32]:
+        """The fitted points ``(n, pca_dims)`` in PCA space."""
+        if self._train is None:
+            raise DatasetError("this embedding holds no fit: use fit_embedding or from_payload")
+        return self._train
 
     def _reduced(
         self, data: LabeledDataset | SoftLabeledDataset | np.ndarray | torch.Tensor
@@ -87,12 +110,13 @@ class Embedding:
         x = _features(data)
         if x.ndim != 2:
             raise DatasetError(f"expected (n, D) features, got shape {x.shape}")
-        mean, components = self._pca
+        mean, components = self._fitted_pca()
         if x.shape[1] != mean.shape[0]:
             raise DatasetError(
                 f"features have {x.shape[1]} dimensions, the embedding was fitted on {mean.shape[0]}"
             )
-        return (x - mean) @ components.T
+        reduced: np.ndarray = (x - mean) @ components.T
+        return reduced
 
     def transform(
         self, data: LabeledDataset | SoftLabeledDataset | np.ndarray | torch.Tensor
@@ -116,7 +140,7 @@ class Embedding:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if self._umap.metric == "precomputed":
-                z = pairwise_distances(z, self._train)
+                z = pairwise_distances(z, self._fitted_points())
             return np.asarray(self._umap.transform(z), dtype=np.float64)
 
     def place(
@@ -139,7 +163,7 @@ class Embedding:
         z = self._reduced(data)
         if self.method == "pca":
             return _first_two(z)
-        train = self._train
+        train = self._fitted_points()
         coords = np.concatenate([self.points[n] for n in self.names])
         k = int(min(max(1, n_neighbors), train.shape[0]))
         # squared distances by the expansion (n x n_train floats; n_train is a few thousand)
@@ -150,16 +174,24 @@ class Embedding:
         sigma = np.maximum((d - rho).mean(axis=1, keepdims=True), 1e-12)
         w = np.exp(-(d - rho) / sigma)
         w /= w.sum(axis=1, keepdims=True)
-        return np.einsum("nk,nkc->nc", w, coords[nearest])
+        placed: np.ndarray = np.einsum("nk,nkc->nc", w, coords[nearest])
+        return placed
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_payload(self) -> Payload:
         """Arrays and plain values to persist the embedding (e.g. in :class:`geoviz.backend.DiskCache`).
 
         Holds the coordinates, subsample indices, the PCA and the fitted points
         in PCA space: enough for :meth:`place` and, for PCA, :meth:`transform`
         (the UMAP reducer itself is not stored: the disk cache loads no pickles).
+
+        Returns
+        -------
+        geoviz.backend.Payload
+            ``method``, ``note`` (``""`` for none), ``names``, ``points`` and ``indices``
+            (one ``(n_i, 2)`` / ``(n_i,)`` array per name), ``fit_seconds``, ``pca_mean``
+            ``(D,)``, ``pca_components`` ``(pca_dims, D)``, ``train`` ``(n, pca_dims)``.
         """
-        mean, components = self._pca
+        mean, components = self._fitted_pca()
         return {
             "method": self.method,
             "note": self.note or "",
@@ -169,14 +201,14 @@ class Embedding:
             "fit_seconds": float(self.fit_seconds),
             "pca_mean": mean,
             "pca_components": components,
-            "train": self._train,
+            "train": self._fitted_points(),
         }
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> Embedding:
+    def from_payload(cls, payload: Payload) -> Embedding:
         """Inverse of :meth:`to_payload` (arrays may come back as tensors)."""
 
-        def arr(x: Any, dtype: Any = np.float64) -> np.ndarray:
+        def arr(x: ArrayLike | torch.Tensor, dtype: DTypeLike = np.float64) -> np.ndarray:
             x = x.numpy() if isinstance(x, torch.Tensor) else x
             return np.asarray(x, dtype=dtype)
 
@@ -239,10 +271,9 @@ def _cache_numba_kernels(prefix: str = "umap") -> int:
     return switched
 
 
-def _import_umap() -> Any:
+def _import_umap() -> ModuleType:
     """``import umap`` with its numba kernels cached on disk (:func:`_cache_numba_kernels`)."""
-    import umap
-
+    umap = importlib.import_module("umap")  # typed ModuleType (umap-learn ships no types)
     _cache_numba_kernels("umap")
     return umap
 
@@ -316,22 +347,14 @@ def fit_embedding(
         raise DatasetError(
             f"datasets live in different feature spaces (D = {sorted(dims)}); harmonize them first"
         )
-    if names is None:
-        names = []
-        for ds in datasets:
-            base = getattr(ds, "name", "dataset")
-            name, k = base, 2
-            while name in names:
-                name, k = f"{base}#{k}", k + 1
-            names.append(name)
-    names = tuple(str(n) for n in names)
-    if len(names) != len(feats) or len(set(names)) != len(names):
+    keys = _dataset_names(datasets) if names is None else tuple(str(n) for n in names)
+    if len(keys) != len(feats) or len(set(keys)) != len(keys):
         raise DatasetError("fit_embedding needs one unique name per dataset")
 
     rng = np.random.default_rng(seed)
     indices = {}
     chunks = []
-    for name, f in zip(names, feats, strict=True):
+    for name, f in zip(keys, feats, strict=True):
         n = f.shape[0]
         idx = np.sort(rng.choice(n, size=min(n, int(max_per_dataset)), replace=False))
         indices[name] = idx
@@ -351,29 +374,10 @@ def fit_embedding(
 
     reducer = None
     note = None
-    coords = z[:, :2] if z.shape[1] >= 2 else np.column_stack([z[:, 0], np.zeros(len(z))])
+    coords = _first_two(z)
     if wanted == "umap":
         try:
-            from sklearn.metrics import pairwise_distances
-
-            umap = _import_umap()
-            # Up to a few thousand points UMAP computes exact neighbours, and its
-            # transform then calls a numba metric from Python once per pair (~2 s for
-            # 500 x 2000). Precomputed Euclidean distances give the same neighbours
-            # with numpy speed (~0.3 s per transform).
-            precomputed = z.shape[0] <= _PRECOMPUTED_MAX
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                reducer = umap.UMAP(
-                    n_components=2,
-                    n_neighbors=int(max(2, min(n_neighbors, x.shape[0] - 1))),
-                    min_dist=0.2,
-                    random_state=seed,
-                    transform_seed=seed,
-                    metric="precomputed" if precomputed else "euclidean",
-                    n_epochs=_UMAP_EPOCHS,
-                )
-                coords = reducer.fit_transform(pairwise_distances(z) if precomputed else z)
+            reducer, coords = _fit_umap(z, n_neighbors, seed)
         except Exception as err:  # any failure of the optional UMAP path -> PCA
             reducer = None
             note = f"UMAP failed ({type(err).__name__}: {err}); showing a PCA projection instead."
@@ -382,14 +386,14 @@ def fit_embedding(
 
     points = {}
     offset = 0
-    for name in names:
+    for name in keys:
         n = len(indices[name])
         points[name] = np.asarray(coords[offset : offset + n], dtype=np.float64)
         offset += n
     return Embedding(
         method="umap" if reducer is not None else "pca",
         note=note,
-        names=names,
+        names=keys,
         points=points,
         indices=indices,
         fit_seconds=time.perf_counter() - start,
@@ -400,3 +404,42 @@ def fit_embedding(
         _umap=reducer,
         _train=np.asarray(z, dtype=np.float32),
     )
+
+
+def _dataset_names(datasets: Sequence[LabeledDataset | SoftLabeledDataset]) -> tuple[str, ...]:
+    """The datasets' names in order, a repeated one suffixed ``#2``, ``#3``, ..."""
+    names: list[str] = []
+    for ds in datasets:
+        base = getattr(ds, "name", "dataset")
+        name, k = base, 2
+        while name in names:
+            name, k = f"{base}#{k}", k + 1
+        names.append(name)
+    return tuple(str(n) for n in names)
+
+
+def _fit_umap(z: np.ndarray, n_neighbors: int, seed: int) -> tuple[umap.UMAP, np.ndarray]:
+    """A 2-D UMAP fitted on the PCA coordinates ``z`` ``(n, pca_dims)``: the reducer and
+    ``(n, 2)`` coordinates. Raises whatever umap-learn raises (the caller falls back to PCA).
+    """
+    from sklearn.metrics import pairwise_distances
+
+    umap = _import_umap()
+    # Up to a few thousand points UMAP computes exact neighbours, and its
+    # transform then calls a numba metric from Python once per pair (~2 s for
+    # 500 x 2000). Precomputed Euclidean distances give the same neighbours
+    # with numpy speed (~0.3 s per transform).
+    precomputed = z.shape[0] <= _PRECOMPUTED_MAX
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reducer = umap.UMAP(
+            n_components=2,
+            n_neighbors=int(max(2, min(n_neighbors, z.shape[0] - 1))),
+            min_dist=0.2,
+            random_state=seed,
+            transform_seed=seed,
+            metric="precomputed" if precomputed else "euclidean",
+            n_epochs=_UMAP_EPOCHS,
+        )
+        coords = reducer.fit_transform(pairwise_distances(z) if precomputed else z)
+    return reducer, coords

@@ -110,8 +110,8 @@ def plan_neighbours_figure(
     rows = as_index(idx)
     map_name = f"T{i + 1}(x)"
     title = f"Where {map_name} comes from: the {k} largest plan weights over {plotly_name(name)}"
-    if q.is_image and ref.is_image:
-        shape = q.image_shape
+    shape = q.image_shape
+    if shape is not None and ref.is_image:
         nb_images = as_display_images(ref.features[flat], shape)
         q_classes = sample_captions(q.labels[rows], q.classes, 9)
         nb_classes = sample_captions(ref.labels[flat], ref.classes, 10)
@@ -160,8 +160,8 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
     rows = as_index(idx)
     map_name = f"T{i + 1}(x)"
     title = f"{map_name} next to real data: the {k} closest samples of {plotly_name(name)}"
-    if q.is_image and ref.is_image:
-        shape = q.image_shape
+    shape = q.image_shape
+    if shape is not None and ref.is_image:
         x_img = as_display_images(q.features[rows], shape)
         t_img = as_display_images(result.mapped_features[i][rows], shape)
         nb_img = as_display_images(ref.features[as_index(nb_idx.reshape(-1))], shape)
@@ -243,10 +243,13 @@ def nearest_reference_figure(result: GeodesicResult, i: int, idx: np.ndarray, k:
 def side_by_side_images(
     first: GeodesicResult, second: GeodesicResult, idx: np.ndarray, tile_px: int
 ) -> list[go.Figure]:
-
+    """Image data: one grid per reference ``P_i``, rows ``[x | first T_i(x) | second T_i(x)]``
+    (:func:`side_by_side_figures`)."""
     q = first.target
     rows = as_index(idx)
     shape = q.image_shape
+    if shape is None:
+        raise GeovizError(f"side_by_side_images needs image data; {q.name} holds vectors")
     x_img = as_display_images(q.features[rows], shape)
     x_caps = [
         f"#{int(t)} · {c}"

@@ -63,7 +63,8 @@ def as_display_images(
     if c == 3:
         return np.transpose(x, (0, 2, 3, 1))
     # other channel counts: show the mean
-    return x.mean(axis=1)
+    mean: np.ndarray = x.mean(axis=1)
+    return mean
 
 
 def tile_images(

@@ -235,7 +235,7 @@ def plan_neighbours_scatter(
     names = (
         [f"#{r}" for r in range(n)]
         if target_labels is None
-        else [plotly_name(t) for t in target_labels]
+        else [plotly_name(label) for label in target_labels]
     )
     map_name = plotly_markup(map_name)  # it goes into a hover template
     fig = go.Figure()
@@ -243,71 +243,10 @@ def plan_neighbours_scatter(
         ref = np.asarray(reference_points, dtype=float)
         fig.add_trace(reference_cloud(ref, reference_name))
     for r in range(n):
-        xs: list[float | None] = []
-        ys: list[float | None] = []
-        for j in range(k):
-            if w[r, j] > 0:
-                xs += [x[r, 0], nb[r, j, 0], None]
-                ys += [x[r, 1], nb[r, j, 1], None]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                line={"color": "rgba(31,119,180,0.45)", "width": 1},
-                showlegend=False,
-                hoverinfo="skip",
-            )
-        )
-    keep = w > 0
-    rows, cols = np.nonzero(keep)
-    fig.add_trace(
-        go.Scatter(
-            x=nb[rows, cols, 0],
-            y=nb[rows, cols, 1],
-            mode="markers",
-            name="plan neighbours",
-            marker={
-                "size": 6 + 22 * np.sqrt(w[rows, cols]),
-                "color": "#1f77b4",
-                "opacity": 0.8,
-                "line": {"width": 0},
-            },
-            text=[
-                f"{names[r]}: {neighbour_weight_caption(w[r, c])}"
-                for r, c in zip(rows, cols, strict=True)
-            ],
-            hovertemplate="%{text}<extra></extra>",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=x[:, 0],
-            y=x[:, 1],
-            mode="markers+text",
-            name="x ∈ Q",
-            marker={"symbol": "x", "size": 11, "color": "#222"},
-            text=names,
-            textposition="top center",
-            hovertemplate="%{text}<extra>x</extra>",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=t[:, 0],
-            y=t[:, 1],
-            mode="markers",
-            name=map_name,
-            marker={
-                "symbol": "star",
-                "size": 14,
-                "color": "#d62728",
-                "line": {"width": 1, "color": "#fff"},
-            },
-            text=[f"{names[r]}: {p[r]:.1f} neighbours" for r in range(n)],
-            hovertemplate="%{text}<extra>" + map_name + "</extra>",
-        )
-    )
+        fig.add_trace(_segments(x[r], nb[r], w[r]))
+    fig.add_trace(_neighbour_markers(nb, w, names))
+    fig.add_trace(_target_markers(x, names))
+    fig.add_trace(_mapped_markers(t, p, names, map_name))
     fig.update_layout(
         title=plotly_markup(title) if title else None,
         xaxis_title=axis_titles[0],
@@ -318,3 +257,78 @@ def plan_neighbours_scatter(
         legend={"orientation": "h", "y": -0.15},
     )
     return fig
+
+
+def _segments(x: np.ndarray, neighbours: np.ndarray, weights: np.ndarray) -> go.Scatter:
+    """Lines from one target point ``x`` ``(2,)`` to its neighbours ``(k, 2)`` of weight
+    ``> 0`` (``weights`` ``(k,)``), as one trace (``None`` breaks the line between them)."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for j in range(weights.shape[0]):
+        if weights[j] > 0:
+            xs += [x[0], neighbours[j, 0], None]
+            ys += [x[1], neighbours[j, 1], None]
+    return go.Scatter(
+        x=xs,
+        y=ys,
+        mode="lines",
+        line={"color": "rgba(31,119,180,0.45)", "width": 1},
+        showlegend=False,
+        hoverinfo="skip",
+    )
+
+
+def _neighbour_markers(neighbours: np.ndarray, weights: np.ndarray, names: list[str]) -> go.Scatter:
+    """The neighbours ``(n, k, 2)`` of weight ``> 0``, marker area growing with the weight."""
+    rows, cols = np.nonzero(weights > 0)
+    return go.Scatter(
+        x=neighbours[rows, cols, 0],
+        y=neighbours[rows, cols, 1],
+        mode="markers",
+        name="plan neighbours",
+        marker={
+            "size": 6 + 22 * np.sqrt(weights[rows, cols]),
+            "color": "#1f77b4",
+            "opacity": 0.8,
+            "line": {"width": 0},
+        },
+        text=[
+            f"{names[r]}: {neighbour_weight_caption(weights[r, c])}"
+            for r, c in zip(rows, cols, strict=True)
+        ],
+        hovertemplate="%{text}<extra></extra>",
+    )
+
+
+def _target_markers(x: np.ndarray, names: list[str]) -> go.Scatter:
+    """The target points ``(n, 2)``, each labelled with its name."""
+    return go.Scatter(
+        x=x[:, 0],
+        y=x[:, 1],
+        mode="markers+text",
+        name="x ∈ Q",
+        marker={"symbol": "x", "size": 11, "color": "#222"},
+        text=names,
+        textposition="top center",
+        hovertemplate="%{text}<extra>x</extra>",
+    )
+
+
+def _mapped_markers(
+    mapped: np.ndarray, perplexity: np.ndarray, names: list[str], map_name: str
+) -> go.Scatter:
+    """The mapped points ``T(x)`` ``(n, 2)``, hovering each row's effective neighbours."""
+    return go.Scatter(
+        x=mapped[:, 0],
+        y=mapped[:, 1],
+        mode="markers",
+        name=map_name,
+        marker={
+            "symbol": "star",
+            "size": 14,
+            "color": "#d62728",
+            "line": {"width": 1, "color": "#fff"},
+        },
+        text=[f"{names[r]}: {perplexity[r]:.1f} neighbours" for r in range(len(names))],
+        hovertemplate="%{text}<extra>" + map_name + "</extra>",
+    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 NO_PLAN = "n/a (generated, no plan)"
 #: what any other statistic reads where a map does not have it
 NOT_AVAILABLE = "n/a"
+
+#: A diagnostics field's value: a number or a flag; ``None`` where the map has none.
+FieldValue = float | int | bool | None
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,7 @@ def field_format(diagnostics_type: type[MapDiagnostics], name: str) -> FieldForm
     map without the field shows); otherwise the field's own name.
     """
     for cls in diagnostics_type.__mro__:
-        found = FIELD_FORMATS.get((cls, name))  # type: ignore[call-overload]
+        found = FIELD_FORMATS.get((cls, name))
         if found is not None:
             return found
     for (_, field_name), found in FIELD_FORMATS.items():
@@ -204,13 +207,13 @@ def diagnostic_fields(
     return sorted(names, key=lambda n: _FIELD_ORDER.get(n, unknown))
 
 
-def field_value(diagnostics: MapDiagnostics, name: str) -> Any:
+def field_value(diagnostics: MapDiagnostics, name: str) -> FieldValue:
     """The field's value, ``None`` where the map does not have it (``None`` or no such field)."""
     names = {f.name for f in dataclasses.fields(diagnostics)}
     return getattr(diagnostics, name) if name in names else None
 
 
-def format_stat(value: Any, spec: str = ".4g", missing: str = NOT_AVAILABLE) -> str:
+def format_stat(value: FieldValue | str, spec: str = ".4g", missing: str = NOT_AVAILABLE) -> str:
     """``value`` formatted by ``spec`` (booleans and text as they are), ``missing`` for ``None``."""
     if value is None:
         return missing
@@ -257,7 +260,7 @@ def map_table(result: GeodesicResult) -> pd.DataFrame:
     import pandas as pd
 
     diagnostics = result.diagnostics
-    columns: dict[str, list[Any]] = {"reference P_i": list(result.reference_names)}
+    columns: dict[str, Sequence[FieldValue | str]] = {"reference P_i": list(result.reference_names)}
     for name in diagnostic_fields(diagnostics):
         values = [field_value(d, name) for d in diagnostics]
         complete = all(v is not None for v in values)
