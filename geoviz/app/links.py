@@ -12,6 +12,7 @@ import numpy as np
 
 from geoviz import limits
 from geoviz.app.scenario import MAX_NAME_CHARS, Scenario, _short
+from geoviz.data.choice import Split
 from geoviz.data.served import link_choice
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights, weights_text
@@ -178,9 +179,10 @@ def scenario_from_query(params: Mapping[str, str]) -> Scenario:
     for needed in ("target", "refs"):
         if not values.get(needed):
             raise DatasetError(f"the link names no {needed}")
-    split = values.get("split", "train")
-    if split not in ("train", "test"):
-        raise DatasetError(f"the link's split must be 'train' or 'test', got {_short(split)}")
+    split_text = values.get("split", "train")
+    if split_text not in ("train", "test"):
+        raise DatasetError(f"the link's split must be 'train' or 'test', got {_short(split_text)}")
+    split: Split = "train" if split_text == "train" else "test"
 
     def number(name: str, kind: type[int] | type[float], default: Any) -> Any:
         if name not in values:

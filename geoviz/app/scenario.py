@@ -34,6 +34,7 @@ from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import registered_models
 from geoviz.geodesic.pipeline import GeodesicConfig
 from geoviz.geodesic.spec import GeodesicSpec, check_image_size
+from geoviz.maps.neural import get_neural_preset
 from geoviz.ot.otdd import DEFAULT_EPSILON, OTDDConfig
 from geoviz.viz.report import markdown_literal
 from geoviz.vocabulary import AUTO, BUILTIN_SPACES, ENCODER_PRESET_NAMES
@@ -415,7 +416,7 @@ class Scenario:
                         self.n_target, self.n_reference
                     ),
                     method=self.map_method,
-                    neural=self.neural_preset,
+                    neural=get_neural_preset(self.neural_preset),
                     features=self.features,
                     encoder=self.encoder_preset,
                 ),

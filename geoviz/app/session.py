@@ -100,11 +100,13 @@ class SessionModel:
 
     @property
     def settings(self) -> AppSettings:
-        return self.state[self.SETTINGS]
+        settings: AppSettings = self.state[self.SETTINGS]
+        return settings
 
     @property
     def scenario(self) -> Scenario:
-        return self.state[self.SCENARIO]
+        scenario: Scenario = self.state[self.SCENARIO]
+        return scenario
 
     @scenario.setter
     def scenario(self, value: Scenario) -> None:
@@ -116,7 +118,8 @@ class SessionModel:
     def uploads(self) -> dict[str, UploadRef]:
         """This session's uploads, ``key -> UploadRef`` (the bytes live in the server's
         :class:`~geoviz.app.uploads.UploadStore`, never in the session)."""
-        return self.state[self.UPLOADS]
+        uploads: dict[str, UploadRef] = self.state[self.UPLOADS]
+        return uploads
 
     def add_upload(self, ref: UploadRef) -> UploadRef:
         if not isinstance(ref, UploadRef):
@@ -132,7 +135,7 @@ class SessionModel:
             return None
         return w
 
-    def set_weights(self, weights: Sequence[float] | np.ndarray) -> SimplexWeights:
+    def set_weights(self, weights: SimplexWeights | Sequence[float] | np.ndarray) -> SimplexWeights:
         """Validate ``weights`` once, where they enter the app, and keep them rounded.
 
         The stored value is :meth:`SimplexWeights.from_input
@@ -218,7 +221,8 @@ class SessionModel:
         readable = not token and bool(params.get("target") or params.get("refs"))
         if token or readable:
             try:
-                read = scenario_from_query(params) if readable else scenario_from_token(token)
+                # a token wins over readable fields (readable: the link has no token)
+                read = scenario_from_token(token) if token else scenario_from_query(params)
                 linked = self.settings.admit(read)
             except GeovizError as err:
                 problems.append(

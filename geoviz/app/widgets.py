@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from geoviz import glossary
 from geoviz.app.explorer.component import ExplorerState
@@ -98,7 +99,8 @@ def app_page(title: str) -> Iterator[SessionModel]:
     ran, so it shows what the page just computed.
     """
     st.set_page_config(page_title=f"{title} · geoviz", page_icon=PAGE_ICON, layout="wide")
-    model = SessionModel(st.session_state)
+    # Streamlit types its state's keys as str | int; the app's keys are all str
+    model = SessionModel(cast("MutableMapping[str, Any]", st.session_state))
     cache_services.configure_torch(model.settings.torch_threads)  # once per process
     # the keys this run reads are the session's (the store keeps them while it lives),
     # the linked scenario's datasets included: restore() loads them before switching
@@ -131,7 +133,7 @@ def sync_url(model: SessionModel) -> None:
         st.query_params.from_dict(wanted)
 
 
-def _scenario_sidebar(box: Any, model: SessionModel) -> None:
+def _scenario_sidebar(box: DeltaGenerator, model: SessionModel) -> None:
     with box:
         st.markdown("### Current scenario")
         data = dataset_services.scenario_data_if_ready(model.scenario)
@@ -171,25 +173,28 @@ def data_or_error(model: SessionModel) -> dataset_services.ScenarioData | None:
     return None
 
 
-def throttled_progress(bar: Any, *, min_interval: float = 0.2) -> Progress:
+def throttled_progress(bar: DeltaGenerator, *, min_interval: float = 0.2) -> Progress:
     """A ``progress(stage, fraction)`` callback for an ``st.progress`` bar.
 
     Sinkhorn reports every iteration; this forwards an update only when the
     stage changes, the bar moves by 1 %, or ``min_interval`` seconds passed,
     so the browser is not flooded.
     """
-    state = {"stage": None, "fraction": -1.0, "time": 0.0}
+    shown_stage: str | None = None
+    shown_fraction = -1.0
+    shown_time = 0.0
 
     def progress(stage: str, fraction: float) -> None:
+        nonlocal shown_stage, shown_fraction, shown_time
         now = time.perf_counter()
         frac = float(np.clip(fraction, 0.0, 1.0))
         if (
-            stage != state["stage"]
-            or frac - state["fraction"] >= 0.01
-            or now - state["time"] >= min_interval
+            stage != shown_stage
+            or frac - shown_fraction >= 0.01
+            or now - shown_time >= min_interval
         ):
             bar.progress(frac, text=markdown_literal(stage))  # stages name datasets
-            state.update(stage=stage, fraction=frac, time=now)
+            shown_stage, shown_fraction, shown_time = stage, frac, now
 
     return progress
 
@@ -277,4 +282,5 @@ def geodesic_with_status(
         return None
     box.empty()
     st.toast(f"{maps} ready ({job.elapsed:.1f} s)", icon=":material/check_circle:")
-    return job.result_
+    fitted: GeodesicResult = job.result_
+    return fitted

@@ -45,16 +45,26 @@ from __future__ import annotations
 import json
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import comb
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from geoviz.geodesic.distances import simplex_compositions
 from geoviz.geodesic.mixup import mixup_pairs
 from geoviz.geodesic.weights import ENTRY_DECIMALS
 from geoviz.viz.images import example_indices
+
+if TYPE_CHECKING:
+    from geoviz.geodesic import GeodesicResult
+    from geoviz.geodesic.uncertainty import GeodesicBootstrap
+    from geoviz.viz.embedding import Embedding
+
+#: Places features in an embedding's plane: ``features (n, D) -> (n, 2)``.
+Place = Callable[[np.ndarray], np.ndarray]
 
 MAGIC = b"GVZX"
 VERSION = 1
@@ -144,8 +154,8 @@ def grid_resolution(m: int, max_nodes: int = MAX_GRID_NODES) -> int:
     return res
 
 
-def _np(x: Any) -> np.ndarray:
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 def _pixel_range(values: list[np.ndarray]) -> tuple[float, float]:
@@ -162,19 +172,19 @@ def _padded(blocks: list[np.ndarray], width: int) -> np.ndarray:
     return out
 
 
-def sample_indices(result: Any, n: int = N_SAMPLES, seed: int = 0) -> np.ndarray:
+def sample_indices(result: GeodesicResult, n: int = N_SAMPLES, seed: int = 0) -> np.ndarray:
     """The fixed target samples the explorer shows (3 per class, as the old grid)."""
     return example_indices(result.target.labels, min(n, result.target.n_samples), seed=seed)
 
 
-def _placed_indices(result: Any, shown: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+def _placed_indices(result: GeodesicResult, shown: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
     rest = np.setdiff1d(np.arange(result.target.n_samples), shown)
     rng = np.random.default_rng(seed)
     extra = rng.permutation(rest)[: max(n - shown.size, 0)]
     return np.concatenate([shown, np.sort(extra)]).astype(np.int64)
 
 
-def _common(result: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _common(result: GeodesicResult) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     header = {
         "version": VERSION,
         # decimals of a picked weight (the URL's and the cache key's): the browser rounds
@@ -195,9 +205,9 @@ def _common(result: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def build_geodesic(
-    result: Any,
-    embedding: Any | None = None,
-    place: Any | None = None,
+    result: GeodesicResult,
+    embedding: Embedding | None = None,
+    place: Place | None = None,
     *,
     grid_res: int | None = None,
     mixup_seed: int = 0,
@@ -207,7 +217,7 @@ def build_geodesic(
 
     ``embedding`` (a :class:`~geoviz.viz.embedding.Embedding`) and ``place``
     (``features (n, D) -> (n, 2)``, e.g. a cached
-    :func:`geoviz.app.services.place_points`) add the embedding view for image or
+    :func:`geoviz.app.services.embeddings.place_points`) add the embedding view for image or
     high-dimensional data; without them it is left out (header ``view = "none"``), or, with
     ``embedding_pending``, comes later as :func:`build_embedding`'s payload (``view =
     "pending"``: the browser draws everything else first, issue 26).
@@ -260,7 +270,7 @@ def build_geodesic(
     return Payload(data, decode(data)[0], time.perf_counter() - start)
 
 
-def placed_indices(result: Any) -> np.ndarray:
+def placed_indices(result: GeodesicResult) -> np.ndarray:
     """The target samples whose ``P_a`` the view draws (and whose images the payload
     carries): the shown samples first, then random others, up to :data:`MAX_PLACED` within
     :data:`IMAGE_BUDGET` bytes of images; only the shown ones for 2-D/3-D data."""
@@ -277,7 +287,7 @@ def placed_indices(result: Any) -> np.ndarray:
 
 
 def _embedding_view(
-    result: Any, embedding: Any, place: Any, grid_res: int | None
+    result: GeodesicResult, embedding: Embedding, place: Place, grid_res: int | None
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The embedding view's header fields and arrays: ``grid``, ``place`` (``P_a`` of the
     placed samples at every grid node, placed by ``place``), ``bg`` and ``bg_set``."""
@@ -312,7 +322,7 @@ def _embedding_view(
 
 
 def build_embedding(
-    result: Any, embedding: Any, place: Any, *, grid_res: int | None = None
+    result: GeodesicResult, embedding: Embedding, place: Place, *, grid_res: int | None = None
 ) -> Payload:
     """The embedding view alone, for a geodesic payload built with ``embedding_pending``:
     sent when the embedding is ready, the browser adds its header fields and arrays to the
@@ -324,7 +334,7 @@ def build_embedding(
     return Payload(data, decode(data)[0], time.perf_counter() - start)
 
 
-def build_bootstrap(bootstrap: Any) -> Payload:
+def build_bootstrap(bootstrap: GeodesicBootstrap) -> Payload:
     """The bootstrap's payload (a :class:`~geoviz.geodesic.uncertainty.GeodesicBootstrap`):
     the replicates the browser draws the intervals, the region and the cloud from."""
     start = time.perf_counter()
@@ -352,10 +362,10 @@ def build_bootstrap(bootstrap: Any) -> Payload:
 
 
 def build_mccann(
-    result: Any,
+    result: GeodesicResult,
     i: int,
-    embedding: Any | None = None,
-    place: Any | None = None,
+    embedding: Embedding | None = None,
+    place: Place | None = None,
     *,
     grid_res: int = 10,
 ) -> Payload:

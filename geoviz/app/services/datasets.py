@@ -177,7 +177,8 @@ def apply_scenario(model: SessionModel, scenario: Scenario) -> ScenarioData:
 
 def scenario_data_if_ready(scenario: Scenario) -> ScenarioData | None:
     """The loaded datasets of ``scenario`` if already in memory, else ``None`` (never loads)."""
-    return store().get(("data", scenario.data_key()))
+    ready: ScenarioData | None = store().get(("data", scenario.data_key()))
+    return ready
 
 
 def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
@@ -191,7 +192,8 @@ def choice_options(model: SessionModel) -> dict[str, DatasetChoice]:
         c = DatasetChoice(info.name)
         out.setdefault(c.token, c)
     for up in model.uploads.values():
-        c = DatasetChoice.from_upload(up)
+        # UploadRef has the filename and digest from_upload reads (it is typed for Upload)
+        c = DatasetChoice.from_upload(up)  # type: ignore[arg-type]
         out.setdefault(c.token, c)
     for name in served_datasets(model.settings.data_dirs):  # only with GEOVIZ_DATA_DIRS
         c = DatasetChoice(name, source="server")
@@ -305,7 +307,8 @@ def dataset_projection(data: ScenarioData) -> Embedding:
 
 def pairwise_otdd_if_ready(scenario: Scenario) -> np.ndarray | None:
     """:func:`pairwise_otdd` of ``scenario`` if already in memory, else ``None``."""
-    return store().get(("pairwise", scenario.otdd_key()))
+    ready: np.ndarray | None = store().get(("pairwise", scenario.otdd_key()))
+    return ready
 
 
 def pairwise_otdd(model: SessionModel, progress: Progress | None = None) -> np.ndarray:

@@ -129,17 +129,19 @@ def embedding(model: SessionModel, data: ScenarioData) -> Embedding:
     background fit of :func:`start_embedding` when one runs.
     """
     key = _embedding_key(_embedding_params(model))
-    ready = store().get(key)
+    ready: Embedding | None = store().get(key)
     if ready is not None:
         return ready
     job = start_embedding(model, data)
     if job is None:  # stored meanwhile
-        return store().get(key)
+        stored: Embedding = store().get(key)
+        return stored
     job.wait()
     store().claim_job(key)
     if job.error_ is not None:
         raise job.error_
-    return job.result_
+    fitted: Embedding = job.result_
+    return fitted
 
 
 def place_points(

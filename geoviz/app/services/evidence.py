@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from geoviz.app.jobs import BackgroundJob
 from geoviz.app.scenario import FewShotOptions, Scenario
@@ -50,12 +50,12 @@ from geoviz.backend import default_cache_dir
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
 from geoviz.errors import DatasetError
-from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.geodesic.pipeline import GeodesicResult, fit_geodesic
 from geoviz.isolation import run_in_child
 from geoviz.tasks import Backend
-from geoviz.transfer.experiment import make_task
-from geoviz.transfer.study import run_grid
-from geoviz.transfer.table import compare_methods
+from geoviz.transfer.experiment import TransferTask, make_task
+from geoviz.transfer.study import GridStudy, run_grid
+from geoviz.transfer.table import MethodComparison, compare_methods
 
 __all__ = [
     "EVIDENCE_FOLDER",
@@ -124,8 +124,8 @@ class EvidenceResult:
         Wall time of the whole job.
     """
 
-    comparison: Any
-    study: Any
+    comparison: MethodComparison
+    study: GridStudy
     reference_names: tuple[str, ...]
     n_test: int
     seconds: float
@@ -267,12 +267,12 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
 
 
 def transfer_runs(
-    task: Any,
-    geodesic: Any,
+    task: TransferTask,
+    geodesic: GeodesicResult,
     request: EvidenceRequest,
     checkpoint_dir: Path,
     progress: Progress,
-) -> tuple[Any, Any]:
+) -> tuple[MethodComparison, GridStudy]:
     """Table 1 at ``a_hat`` and the simplex study of ``task``: the job's training runs.
 
     Runs in the job's child process (:func:`start_evidence`); the same task, preset, seeds

@@ -37,7 +37,7 @@ def geodesic_if_ready(scenario: Scenario) -> GeodesicResult | None:
     (never computes). A background fit that finished while no page was watching is
     collected here."""
     key = geodesic_key(scenario)
-    ready = store().get(key)
+    ready: GeodesicResult | None = store().get(key)
     if ready is None:
         job = store().claim_job(key)
         if job is not None and job.error_ is None:
@@ -163,7 +163,9 @@ def cached_bootstrap(
 
     def rebuild(stored: dict[str, Any]) -> GeodesicBootstrap:
         # the cache stores arrays as tensors; the bootstrap's fields are NumPy arrays
-        fields = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in stored.items()}
+        fields: dict[str, Any] = {
+            k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in stored.items()
+        }
         return GeodesicBootstrap(**fields)
 
     def check(stored: dict[str, Any]) -> None:

@@ -275,7 +275,7 @@ class StoredTable1:
     source: str
     paper_source: str
 
-    def frame(self) -> Any:
+    def frame(self) -> pd.DataFrame:
         """The table as shown: one row per target, each method as ``"mean ± std (paper)"``
         (``± std`` left out when the method has no spread, as 1-NN), then ``a_hat`` and the
         test samples.
