@@ -245,3 +245,8 @@ def _to_storable(obj: Any) -> Any:
         ):
             tensor = tensor.clone()
         return tensor
+    if isinstance(obj, Mapping):
+        return {str(k): _to_storable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_storable(v) for v in obj]
+    return obj
