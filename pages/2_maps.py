@@ -6,6 +6,8 @@ are fitted for the same data the page shows them side by side on the same target
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import streamlit as st
 
@@ -45,6 +47,13 @@ from geoviz.viz.report import (
     plan_neighbours_table,
     plotly_literal,
 )
+
+if TYPE_CHECKING:
+    from streamlit.delta_generator import DeltaGenerator
+
+    from geoviz.data.dataset import LabeledDataset
+    from geoviz.geodesic import GeodesicResult
+    from geoviz.maps.base import MapDiagnostics
 
 EPS_KEY = "maps_eps"
 METHOD_KEY = "maps_method"
@@ -122,7 +131,7 @@ def method_control(model: SessionModel) -> None:
     )
 
 
-def sharpness(result) -> None:
+def sharpness(result: GeodesicResult) -> None:
     """Each map's headline diagnostics as metrics (a value the map does not have as a
     caption), with a warning when a map is blurry or did not beat the identity map."""
     cols = st.columns(result.m)
@@ -166,7 +175,7 @@ def sharpness(result) -> None:
                 )
 
 
-def summary_table(result) -> None:
+def summary_table(result: GeodesicResult) -> None:
     """One row per map, one column per diagnostics field; what the columns mean below."""
     st.dataframe(map_table(result), hide_index=True, width="stretch")
     captions, warnings = map_table_notes(result)
@@ -177,7 +186,7 @@ def summary_table(result) -> None:
         st.warning(warning)
 
 
-def mapped_samples(result) -> None:
+def mapped_samples(result: GeodesicResult) -> None:
     q = result.target
     st.subheader("Target samples under each map")
     c1, c2 = st.columns(2)
@@ -242,7 +251,7 @@ def mapped_samples(result) -> None:
 
 
 @st.fragment
-def teaching_panel(model: SessionModel, result) -> None:
+def teaching_panel(model: SessionModel, result: GeodesicResult) -> None:
     """A few target points, the reference points they are averaged from, and T_i(x)."""
     if not has_plan_neighbours(result):
         nearest_panel(model, result)
@@ -278,7 +287,9 @@ def teaching_panel(model: SessionModel, result) -> None:
         )
 
 
-def _pick_points(q, prefix: str, n_col, seed_col) -> np.ndarray:
+def _pick_points(
+    q: LabeledDataset, prefix: str, n_col: DeltaGenerator, seed_col: DeltaGenerator
+) -> np.ndarray:
     """Target points of a panel: random (seeded) or typed indices; the count and seed
     widgets go into the given columns."""
     n = n_col.slider("Target points", 1, map_services.MAX_TEACHING_POINTS, 3, key=f"{prefix}_n")
@@ -295,7 +306,7 @@ def _pick_points(q, prefix: str, n_col, seed_col) -> np.ndarray:
         return map_services.teaching_indices(q.n_samples, n, int(seed))
 
 
-def nearest_panel(model: SessionModel, result) -> None:
+def nearest_panel(model: SessionModel, result: GeodesicResult) -> None:
     """Maps without a plan (neural): each generated T_i(x) next to the closest real samples
     of P_i."""
     q = result.target
@@ -328,7 +339,7 @@ def nearest_panel(model: SessionModel, result) -> None:
         )
 
 
-def transitions(result) -> None:
+def transitions(result: GeodesicResult) -> None:
     q = result.target
     st.subheader("Label transition per reference")
     st.caption(
@@ -360,7 +371,7 @@ def transitions(result) -> None:
             )
 
 
-def _stat(diag, field: str) -> str:
+def _stat(diag: MapDiagnostics, field: str) -> str:
     """A diagnostics value in bold with its note (``**0.51** (Monge cost)``), or the
     field's text for a value the map does not have."""
     text = field_text(diag, field)
@@ -370,7 +381,7 @@ def _stat(diag, field: str) -> str:
     return f"**{text}**" + (f" ({note})" if note else "")
 
 
-def comparison(model: SessionModel, result) -> None:
+def comparison(model: SessionModel, result: GeodesicResult) -> None:
     """The maps of every method on the same data side by side (or a button to fit the other)."""
     title = " vs ".join(MAP_METHODS)
     st.subheader(f"{title[0].upper()}{title[1:]} maps")
@@ -395,7 +406,7 @@ def comparison(model: SessionModel, result) -> None:
 
 
 @st.fragment
-def side_by_side(model: SessionModel, first, second) -> None:
+def side_by_side(model: SessionModel, first: GeodesicResult, second: GeodesicResult) -> None:
     st.caption(
         "The same target points x under both maps T_i: a barycentric image averages reference "
         "samples (entropic plan), a neural one is generated. Caption under each image: its "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import streamlit as st
 
@@ -16,6 +18,10 @@ from geoviz.viz.compare import mixup_comparison
 from geoviz.viz.plots import otdd_heatmap
 from geoviz.viz.report import markdown_literal, two_q_markdown
 
+if TYPE_CHECKING:
+    from geoviz.data.dataset import SoftLabeledDataset
+    from geoviz.geodesic import GeodesicResult
+
 EXPLORER_KEY = "geodesic_explorer"
 
 
@@ -26,7 +32,7 @@ def on_reset(model: SessionModel) -> None:
 # ---------------------------------------------------------------- sections
 
 
-def two_q_matrix(result) -> None:
+def two_q_matrix(result: GeodesicResult) -> None:
     names = ["Q", *result.reference_names]
     m = result.m
     mat = np.zeros((m + 1, m + 1))
@@ -60,7 +66,9 @@ def two_q_matrix(result) -> None:
             )
 
 
-def picked_summary(model: SessionModel, result, weights: SimplexWeights, names: list[str]) -> None:
+def picked_summary(
+    model: SessionModel, result: GeodesicResult, weights: SimplexWeights, names: list[str]
+) -> None:
     """What the server holds after a release (the URL, Export and other pages use it)."""
     c1, c2 = st.columns([4, 1], vertical_alignment="center")
     names = [markdown_literal(n) for n in names]  # a link's or an upload's names, as typed
@@ -78,7 +86,13 @@ def picked_summary(model: SessionModel, result, weights: SimplexWeights, names: 
     c2.button(f"Reset to {glossary.A_HAT}", on_click=on_reset, args=(model,), key="reset_weights")
 
 
-def mixup_view(model: SessionModel, result, pa, weights: SimplexWeights, names: list[str]) -> None:
+def mixup_view(
+    model: SessionModel,
+    result: GeodesicResult,
+    pa: SoftLabeledDataset,
+    weights: SimplexWeights,
+    names: list[str],
+) -> None:
     st.subheader("OT maps vs naive mixup")
     naive = geodesic_services.mixup(model.scenario, result, weights)
     fig = mixup_comparison(
@@ -99,7 +113,7 @@ def mixup_view(model: SessionModel, result, pa, weights: SimplexWeights, names: 
 
 
 @st.fragment
-def explorer(model: SessionModel, result) -> None:
+def explorer(model: SessionModel, result: GeodesicResult) -> None:
     """The browser explorer; a release reruns only this part of the page, once."""
     names = list(result.reference_names)
     try:

@@ -7,12 +7,17 @@ only when the slider is released or Play ends.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from geoviz.app import widgets
 from geoviz.app.explorer.component import mccann_explorer
 from geoviz.app.state import SessionModel
 from geoviz.viz.report import markdown_literal
+
+if TYPE_CHECKING:
+    from geoviz.geodesic import GeodesicResult
 
 T_KEY = "mc_t"
 T_DEFAULT = 0.5
@@ -35,7 +40,7 @@ def main(model: SessionModel) -> None:
 
 
 @st.fragment
-def mccann_view(model: SessionModel, result) -> None:
+def mccann_view(model: SessionModel, result: GeodesicResult) -> None:
     """Reference and the browser's t: a release reruns only this part of the page."""
     names = list(result.reference_names)
     ref, t_linked = model.mccann_pick()  # from the link, or this session's last choice

@@ -26,7 +26,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Real
-from typing import Any
 
 from geoviz.errors import GeovizError
 from geoviz.geodesic.interpolate import check_t
@@ -63,7 +62,7 @@ class BrowserValueError(GeovizError):
         super().__init__(text)
 
 
-def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
     """A short description of ``value`` for a message: its kind, and its start for scalars.
 
     Never builds the ``repr`` of a whole container (a 1 MB list would take as long as the
@@ -87,7 +86,7 @@ def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
     return f"a value of type {type(value).__name__}"[: limit + 20]
 
 
-def _json_number(value: Any) -> float | None:
+def _json_number(value: object) -> float | None:
     """``value`` as a float if it is a finite JSON number (not a bool), else ``None``."""
     if isinstance(value, bool) or not isinstance(value, Real):
         return None
@@ -102,7 +101,7 @@ class ReleasedEvent:
 
     id: str
     seq: int
-    fields: Mapping[str, Any]
+    fields: Mapping[str, object]
 
     @property
     def marker(self) -> tuple[str, int]:
@@ -110,7 +109,7 @@ class ReleasedEvent:
         return (self.id, self.seq)
 
 
-def released_event(value: Any) -> ReleasedEvent | None:
+def released_event(value: object) -> ReleasedEvent | None:
     """The component's value as an event, or ``None`` when nothing was released yet.
 
     Raises
@@ -132,7 +131,7 @@ def released_event(value: Any) -> ReleasedEvent | None:
     return ReleasedEvent(id=ident, seq=int(seq), fields=value)
 
 
-def released_weights(value: Any, m: int) -> SimplexWeights:
+def released_weights(value: object, m: int) -> SimplexWeights:
     """Weights ``a`` sent by the browser for ``m`` references, validated and rounded once
     (:meth:`SimplexWeights.from_input <geoviz.geodesic.weights.SimplexWeights.from_input>`).
 
@@ -163,7 +162,7 @@ def released_weights(value: Any, m: int) -> SimplexWeights:
         raise BrowserValueError(f"{err}; the last pick is kept.") from None
 
 
-def released_t(value: Any) -> float:
+def released_t(value: object) -> float:
     """McCann's ``t`` sent by the browser: a finite JSON number in ``[0, 1]``
     (:func:`geoviz.geodesic.interpolate.check_t`).
 

@@ -620,9 +620,9 @@ class ResultStore:
     def job_result(
         self,
         key: Hashable,
-        fn: Callable[[Callable[[str, float], None]], Any],
+        fn: Callable[[Callable[[str, float], None]], T],
         wait_seconds: float | None = 0.0,
-    ) -> tuple[Any, BaseException | None]:
+    ) -> tuple[T | None, BaseException | None]:
         """The value of a background job, for callers that must not block on it.
 
         ``(value, None)`` once the job of ``key`` (``fn``, started or joined here) has

@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import streamlit as st
 import streamlit.components.v1 as components
@@ -63,7 +63,7 @@ def _forget(key: str) -> None:
     st.session_state[key] = None
 
 
-def _new_event(value: Any, key: str) -> ReleasedEvent | None:
+def _new_event(value: object, key: str) -> ReleasedEvent | None:
     """The component's value when it is a release the page has not handled yet.
 
     Checked once here (:func:`geoviz.app.browser.released_event`): a malformed value raises
