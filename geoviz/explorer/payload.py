@@ -1,7 +1,8 @@
 """The explorer's payload: everything the browser needs to redraw P_a at frame rate.
 
-Built once per scenario and map method (cached in :func:`geoviz.app.services.store`)
-and shipped to the component as one ``bytes`` value::
+Built once per scenario and map method (cached in
+:func:`geoviz.app.services.caches.store`) and shipped to the component as one ``bytes``
+value::
 
     b"GVZX" | uint32 header length (LE) | header JSON (UTF-8, space-padded to 8 bytes)
     | packed little-endian arrays, each at an 8-byte aligned offset

@@ -2,8 +2,8 @@
 
 :mod:`geoviz.app.explorer.component` sends them to the browser; the server's start-up
 (:mod:`geoviz.app.serve`) builds the default scenario's ahead of the first visitor. Both
-read the same entries of :func:`geoviz.app.services.store`, so a payload built by either is
-never built twice.
+read the same entries of :func:`geoviz.app.services.caches.store`, so a payload built by
+either is never built twice.
 """
 
 from __future__ import annotations
@@ -86,10 +86,11 @@ def embedding_payload(
     """The explorer's embedding view for the current scenario (:func:`build_embedding`).
 
     ``(payload, None)`` when ready; ``(None, None)`` while its background job runs (started
-    or joined here, and waited for up to ``wait_seconds``; ``None``: until done): the embedding of the scenario's
-    datasets (:func:`geoviz.app.services.embedding`, UMAP's import and fit, or the disk
-    cache) and the placement of ``P_a`` at the grid nodes; ``(None, error)`` when it failed
-    (remembered, so a failing fit is not restarted on every rerun).
+    or joined here, and waited for up to ``wait_seconds``; ``None``: until done): the
+    embedding of the scenario's datasets (:func:`geoviz.app.services.embeddings.embedding`,
+    UMAP's import and fit, or the disk cache) and the placement of ``P_a`` at the grid
+    nodes; ``(None, error)`` when it failed (remembered, so a failing fit is not restarted
+    on every rerun).
     """
     key = _embedding_payload_key(model)
     ready = cache_services.store().get(key)
