@@ -283,16 +283,17 @@ def _prepare(tmp: Path, n: int, cache_dir: Path, rev: str) -> dict[str, Any]:
     """The default scenario's payloads as the app builds them, the pages and the v2 bundle."""
     os.environ["GEOVIZ_CACHE_DIR"] = str(cache_dir)
     os.environ.setdefault("GEOVIZ_EMBEDDING", "pca")
-    from geoviz.app import services
     from geoviz.app.explorer.service import embedding_payload, geodesic_payload
+    from geoviz.app.services import datasets as dataset_services
+    from geoviz.app.services import geodesic as geodesic_services
     from geoviz.app.state import SessionModel, default_scenario
     from geoviz.explorer.bundle import FRONTEND, build_bundle
 
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=n, n_reference=n)
     t0 = time.perf_counter()
-    data = services.scenario_data(model)
-    job = services.start_geodesic(model.scenario, data)
+    data = dataset_services.scenario_data(model)
+    job = geodesic_services.start_geodesic(model.scenario, data)
     job.wait()
     if job.error_ is not None:
         raise SystemExit(f"the geodesic failed: {job.error_}")

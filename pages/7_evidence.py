@@ -8,12 +8,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from geoviz import glossary
-from geoviz.app import services, widgets
+from geoviz.app import widgets
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services.evidence import (
     EvidenceRequest,
     EvidenceResult,
     evidence_failure,
+    evidence_if_ready,
     evidence_job,
     finish_evidence,
     start_evidence,
@@ -315,8 +316,7 @@ def main(model: SessionModel) -> None:
     if request is None:
         st.info("Choose k, the training budget and the grid, then run the experiments.")
         return
-    # looked up on the package: tests/test_evidence_page.py patches it there
-    ready = services.evidence_if_ready(model.scenario, request)
+    ready = evidence_if_ready(model.scenario, request)
     job = evidence_job(model.scenario, request)
     if ready is None and job is not None and job.done():
         finish_evidence(model.scenario, request)  # an error is remembered there

@@ -47,15 +47,15 @@ def _process_settings_restored():
 def fresh_server(tmp_path, monkeypatch):
     """An empty disk cache and an empty in-memory store (as after a server restart), with the
     app's small test sizes."""
-    from geoviz.app import services
+    from geoviz.app.services import caches as cache_services
 
     monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("GEOVIZ_APP_N", "60")
     monkeypatch.setenv("GEOVIZ_APP_EMBED_N", "40")
     monkeypatch.setenv("GEOVIZ_EMBEDDING", "pca")
-    services.store().clear()
+    cache_services.store().clear()
     yield tmp_path
-    services.store().clear()
+    cache_services.store().clear()
 
 
 @pytest.fixture

@@ -692,7 +692,8 @@ def _count_url_changes(pg) -> None:
 
 def _app_result(server, token: str):
     """The geodesic the server computed for the scenario ``token`` (read from its disk cache)."""
-    from geoviz.app import services
+    from geoviz.app.services import datasets as dataset_services
+    from geoviz.app.services import geodesic as geodesic_services
     from geoviz.app.state import SessionModel, scenario_from_token
 
     old = os.environ.get("GEOVIZ_CACHE_DIR")
@@ -700,8 +701,8 @@ def _app_result(server, token: str):
     try:
         model = SessionModel({})
         model.scenario = scenario_from_token(token)
-        data = services.scenario_data(model)
-        job = services.start_geodesic(model.scenario, data)
+        data = dataset_services.scenario_data(model)
+        job = geodesic_services.start_geodesic(model.scenario, data)
         job.wait()
         assert job.error_ is None, job.error_
         return job.result_
@@ -1119,7 +1120,7 @@ def test_explorer_region_as_good_as_a_hat_and_the_readout_flag(page, server):
     """Issue 23: the region and the cloud are drawn over the heatmap; a drag through the
     region and out of it gives the readout's "distinguishable" flag, which equals the
     library's at the released weights, and the browser's intervals equal the library's."""
-    from geoviz.app.services import EXPLORER_REPLICATES
+    from geoviz.app.services.geodesic import EXPLORER_REPLICATES
 
     pg = page
     pg.goto(f"{server['url']}/geodesic")

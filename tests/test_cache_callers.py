@@ -151,7 +151,8 @@ def test_a_forged_explorer_bootstrap_is_recomputed(fresh_server, field):
     that are not the result's, are a corrupt entry even when the structure was forged too."""
     import numpy as np
 
-    from geoviz.app import services
+    from geoviz.app.services import caches as cache_services
+    from geoviz.app.services import datasets as dataset_services
     from geoviz.app.services import geodesic as geodesic_service
     from geoviz.app.session import SessionModel
     from geoviz.app.settings import default_scenario
@@ -159,9 +160,9 @@ def test_a_forged_explorer_bootstrap_is_recomputed(fresh_server, field):
 
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=60, n_reference=60)
-    data = services.scenario_data(model)
+    data = dataset_services.scenario_data(model)
     result = fit_geodesic(data.target, list(data.references), GeodesicConfig())
-    disk = services.disk_cache()
+    disk = cache_services.disk_cache()
     first = geodesic_service.cached_bootstrap(result, 20, disk, seed=3)
 
     def forge(payload):

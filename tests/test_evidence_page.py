@@ -357,7 +357,7 @@ def test_a_small_run_gets_its_warnings_beside_the_result(
     why its numbers cannot support a conclusion."""
     from test_app import _app
 
-    from geoviz.app import services
+    from geoviz.app.services import evidence as evidence_services
     from geoviz.transfer.experiment import Method, MethodResult
     from geoviz.transfer.table import MethodComparison
 
@@ -388,8 +388,8 @@ def test_a_small_run_gets_its_warnings_beside_the_result(
         1,
         reference_names=("A", "B", "C"),
     )
-    result = services.EvidenceResult(comparison, study, ("A", "B", "C"), 100, 1.0)
-    monkeypatch.setattr(services, "evidence_if_ready", lambda scenario, request: result)
+    result = evidence_services.EvidenceResult(comparison, study, ("A", "B", "C"), 100, 1.0)
+    monkeypatch.setattr(evidence_services, "evidence_if_ready", lambda scenario, request: result)
     at = _app("pages/7_evidence.py")
     at.selectbox[0].set_value("tiny")
     at.select_slider[1].set_value(1)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geoviz.app import services
+from geoviz.app.services import datasets as dataset_services
+from geoviz.app.services import embeddings as embedding_services
+from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.state import SessionModel, default_scenario
 from geoviz.explorer import payload as xp
 
@@ -18,7 +20,7 @@ def fitted(fresh_server):
 
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=120, n_reference=60)
-    data = services.scenario_data(model)
+    data = dataset_services.scenario_data(model)
     result = fit_geodesic(
         data.target, list(data.references), GeodesicConfig(otdd=OTDDConfig(epsilon=0.01))
     )
@@ -104,7 +106,7 @@ def test_geodesic_payload_gives_back_the_result(fitted):
     grid, place = arrays["grid"], arrays["place"]
     res = header["grid_res"]
     assert (grid.sum(1) == res).all() and place.shape == (len(grid), len(placed), 2)
-    emb = services.embedding(model, data)
+    emb = embedding_services.embedding(model, data)
     k = len(grid) // 2
     node = grid[k] / res
     pa = result.interpolate(node)
@@ -133,7 +135,7 @@ def test_payload_is_cached_and_small(fitted):
     assert np.abs(want - got).max() <= 1
     # issue 26, item 8: McCann has the embedding view for image data too
     assert header["view"] == "embedding" and header["grid_res"] == 10
-    emb = services.embedding(model, services.scenario_data(model))
+    emb = embedding_services.embedding(model, dataset_services.scenario_data(model))
     grid, place = arrays["grid"], arrays["place"]
     assert grid.shape == (11, 2) and place.shape == (11, shown.size, 2)
     k_end = int(np.flatnonzero(grid[:, 1] == 10)[0])  # the node t = 1: T_1(x)
@@ -149,7 +151,7 @@ def test_low_dimensional_payload_moves_every_point(fresh_server):
 
     model = SessionModel({})
     model.scenario = preset_scenarios(AppSettings(n_default=100))["2-D Gaussian mixtures"]
-    data = services.scenario_data(model)
+    data = dataset_services.scenario_data(model)
     result = fit_geodesic(data.target, list(data.references), GeodesicConfig())
     header, arrays = xp.decode(geodesic_payload(model, result).data)
     assert header["view"] == "scatter" and "images" not in arrays
@@ -225,16 +227,20 @@ def test_explorer_bootstrap_runs_in_the_background_once(fitted):
     """The page gets None while the job runs and the bootstrap once it is done; the second
     call reads the stored one (no second job)."""
     model, _, result = fitted
-    boot, error = services.explorer_bootstrap(model.scenario, result)
+    boot, error = geodesic_services.explorer_bootstrap(model.scenario, result)
     assert error is None
-    job = services.bootstrap_job(model.scenario)
+    job = geodesic_services.bootstrap_job(model.scenario)
     if boot is None:
         assert job is not None
         job.wait(60)
-        boot, error = services.explorer_bootstrap(model.scenario, result)
-    assert error is None and boot is not None and boot.replicates == services.EXPLORER_REPLICATES
-    again, _ = services.explorer_bootstrap(model.scenario, result)
-    assert again is boot and services.bootstrap_job(model.scenario) is None
+        boot, error = geodesic_services.explorer_bootstrap(model.scenario, result)
+    assert (
+        error is None
+        and boot is not None
+        and boot.replicates == geodesic_services.EXPLORER_REPLICATES
+    )
+    again, _ = geodesic_services.explorer_bootstrap(model.scenario, result)
+    assert again is boot and geodesic_services.bootstrap_job(model.scenario) is None
 
 
 def test_a_failing_bootstrap_is_said_once_and_not_restarted(fitted, monkeypatch):
@@ -248,12 +254,12 @@ def test_a_failing_bootstrap_is_said_once_and_not_restarted(fitted, monkeypatch)
         raise GeovizError("no replicates today")
 
     monkeypatch.setattr(type(result), "bootstrap", broken)
-    boot, error = services.explorer_bootstrap(model.scenario, result)
+    boot, error = geodesic_services.explorer_bootstrap(model.scenario, result)
     if error is None:
-        services.bootstrap_job(model.scenario).wait(30)
-        boot, error = services.explorer_bootstrap(model.scenario, result)
+        geodesic_services.bootstrap_job(model.scenario).wait(30)
+        boot, error = geodesic_services.explorer_bootstrap(model.scenario, result)
     assert boot is None and "no replicates today" in str(error)
-    assert services.explorer_bootstrap(model.scenario, result)[1] is error
+    assert geodesic_services.explorer_bootstrap(model.scenario, result)[1] is error
     assert len(calls) == 1
 
 
@@ -340,10 +346,10 @@ def test_embedding_payload_runs_in_the_background_and_equals_the_one_piece_build
         job.wait()
     done, error = embedding_payload(model, result, wait_seconds=None)
     assert error is None and embedding_payload(model, result)[0] is done  # kept: no second job
-    emb = services.embedding(model, data)
+    emb = embedding_services.embedding(model, data)
 
     def place(features):
-        return services.place_points(model, emb, features, ("explorer-grid",))
+        return embedding_services.place_points(model, emb, features, ("explorer-grid",))
 
     whole_header, whole = xp.decode(xp.build_geodesic(result, emb, place).data)
     base_header, base = xp.decode(xp.build_geodesic(result, embedding_pending=True).data)
@@ -367,7 +373,7 @@ def test_a_failing_embedding_is_reported_once_and_not_restarted(fitted, monkeypa
         calls.append(1)
         raise GeovizError("the embedding could not be fitted")
 
-    monkeypatch.setattr(services, "embedding", broken)
+    monkeypatch.setattr(embedding_services, "embedding", broken)
     payload, error = embedding_payload(model, result, wait_seconds=None)
     assert payload is None and "could not be fitted" in str(error)
     again, error_again = embedding_payload(model, result, wait_seconds=None)

@@ -623,7 +623,9 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
     from pathlib import Path
     from urllib.parse import parse_qs, urlparse
 
-    from geoviz.app import services
+    from geoviz.app.services import caches as cache_services
+    from geoviz.app.services import datasets as dataset_services
+    from geoviz.app.services import geodesic as geodesic_services
     from geoviz.app.state import AppSettings, SessionModel
     from geoviz.cli import geodesic
     from geoviz.geodesic.pipeline import fit_geodesic
@@ -649,7 +651,9 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
     params = {k: v[0] for k, v in parse_qs(url.query).items()}
     # the app reads the link as a visitor's browser gives it (SessionModel.restore)
     model = SessionModel({}, AppSettings.from_env())
-    assert model.restore(params, load=functools.partial(services.scenario_data, model)) == []
+    assert (
+        model.restore(params, load=functools.partial(dataset_services.scenario_data, model)) == []
+    )
     scenario = model.scenario
     assert [c.name for c in scenario.choices] == [
         "digits/mnist.npz",
@@ -657,7 +661,7 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
         "digits/fashion_mnist.npz",
     ]
     # the app's loading of the link's scenario, then its fit, with no solve allowed
-    data = services.scenario_data(model, scenario)
+    data = dataset_services.scenario_data(model, scenario)
 
     def no_solve(*args, **kwargs):
         raise AssertionError("the app solved a problem the CLI had cached")
@@ -667,8 +671,8 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
         opened = fit_geodesic(
             data.target,
             list(data.references),
-            services.geodesic_config(scenario),
-            cache=services.disk_cache(),
+            geodesic_services.geodesic_config(scenario),
+            cache=cache_services.disk_cache(),
         )
     np.testing.assert_allclose(opened.w_between, fitted[0].w_between, rtol=1e-6)
     np.testing.assert_allclose(opened.a_hat, fitted[0].a_hat, atol=1e-6)

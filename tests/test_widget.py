@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 import traitlets
 
-from geoviz.app import services
 from geoviz.app.explorer.service import bootstrap_payload, geodesic_payload
 from geoviz.app.explorer.service import has_embedding_view as app_has_embedding_view
+from geoviz.app.services import caches as cache_services
+from geoviz.app.services import datasets as dataset_services
+from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.state import SessionModel, default_scenario
 from geoviz.errors import GeovizError
 from geoviz.explorer import payload as xp
@@ -36,15 +38,15 @@ def fitted(tmp_path_factory):
         mp.setenv("GEOVIZ_APP_N", "60")
         mp.setenv("GEOVIZ_APP_EMBED_N", "40")
         mp.setenv("GEOVIZ_EMBEDDING", "pca")
-        services.store().clear()
+        cache_services.store().clear()
         model = SessionModel({})
         model.scenario = default_scenario().with_(n_target=120, n_reference=60)
-        data = services.scenario_data(model)
+        data = dataset_services.scenario_data(model)
         result = fit_geodesic(
             data.target, list(data.references), GeodesicConfig(otdd=OTDDConfig(epsilon=0.01))
         )
         yield model, result
-        services.store().clear()
+        cache_services.store().clear()
 
 
 @pytest.fixture
@@ -145,7 +147,7 @@ def test_payloads_are_the_apps(fitted):
     assert w._payload == geodesic_payload(model, result).data
     assert w.wait(120)
     assert w.error == "" and w._pending == []
-    boot, error = services.explorer_bootstrap(model.scenario, result, wait_seconds=None)
+    boot, error = geodesic_services.explorer_bootstrap(model.scenario, result, wait_seconds=None)
     assert error is None
     assert w._boot == bootstrap_payload(model, boot).data
     header, arrays = xp.decode(w._emb)

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-# ``services.embedding`` is looked up on the package: tests/test_explorer.py patches it there
-from geoviz.app import services
 from geoviz.app.services import caches as cache_services
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import embeddings as embedding_services
@@ -104,7 +102,7 @@ def embedding_payload(
     def run(progress: Progress) -> Payload:
         start = time.perf_counter()
         progress("embedding", 0.0)
-        emb = services.embedding(job_model, data)
+        emb = embedding_services.embedding(job_model, data)
         progress("placing P_a on the grid", 0.7)
 
         def place(features: np.ndarray) -> np.ndarray:
@@ -139,7 +137,7 @@ def mccann_payload(model: SessionModel, result: GeodesicResult, i: int) -> Paylo
         emb = place = None
         if result.image_shape is not None:
             data = dataset_services.scenario_data(model)
-            emb = services.embedding(model, data)
+            emb = embedding_services.embedding(model, data)
 
             def place(features: np.ndarray) -> np.ndarray:
                 return embedding_services.place_points(

@@ -46,38 +46,3 @@ store (and the maps in the disk cache): the Maps page compares them
 by diagnostics type and field in :data:`geoviz.viz.report.FIELD_FORMATS`), never by its
 method's name.
 """
-
-from __future__ import annotations
-
-# The names below are kept for callers outside the app's own files that still read them
-# off the package (tests/conftest.py, test_explorer.py, test_widget.py, test_browser.py,
-# test_evidence_page.py, test_geodesic_cli.py, test_cache_callers.py and
-# benchmarks/bench_components_v2.py; test_explorer.py and test_evidence_page.py patch
-# ``embedding`` and ``evidence_if_ready`` here, so their one call site each looks them up
-# on the package). New code imports the service module instead.
-from geoviz.app.services.caches import disk_cache, store
-from geoviz.app.services.datasets import scenario_data
-from geoviz.app.services.embeddings import embedding, place_points
-from geoviz.app.services.evidence import EvidenceResult, evidence_if_ready
-from geoviz.app.services.geodesic import (
-    EXPLORER_REPLICATES,
-    bootstrap_job,
-    explorer_bootstrap,
-    geodesic_config,
-    start_geodesic,
-)
-
-__all__ = [
-    "EXPLORER_REPLICATES",
-    "EvidenceResult",
-    "bootstrap_job",
-    "disk_cache",
-    "embedding",
-    "evidence_if_ready",
-    "explorer_bootstrap",
-    "geodesic_config",
-    "place_points",
-    "scenario_data",
-    "start_geodesic",
-    "store",
-]
