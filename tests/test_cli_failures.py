@@ -257,6 +257,10 @@ def test_keyboard_interrupt_in_a_command_is_status_130_and_one_line(monkeypatch,
     assert capsys.readouterr().err == "interrupted\n"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ctrl_c_during_a_fit_exits_quietly_with_130(tmp_path, workers):
@@ -273,6 +277,9 @@ def test_ctrl_c_during_a_fit_exits_quietly_with_130(tmp_path, workers):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as from a terminal: a runner started in the background (no job control) hands its
+        # children SIGINT ignored, and Python then never raises KeyboardInterrupt
+        preexec_fn=_default_sigint,
     )
     try:
         assert proc.stderr is not None
