@@ -103,8 +103,7 @@ def test_killing_the_ray_head_of_an_evidence_run_leaves_the_server_up(tmp_path):
             pg.goto(f"{server['url']}/evidence")
             pg.wait_for_selector("h1:has-text('Evidence')")
             tb._wait_idle(pg)
-            pg.locator("[data-testid='stSelectbox']").first.click()
-            pg.get_by_role("option", name="tiny").click()
+            tb._choose(pg, pg.locator("[data-testid='stSelectbox']").first, "tiny")
             sliders = pg.locator("[data-testid='stSlider']")
             for index in (1, 2):  # grid resolution 3 -> 1, seeds 3 -> 1
                 sliders.nth(index).locator("input[type='range']").focus()

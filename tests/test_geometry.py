@@ -156,6 +156,7 @@ def test_config_cost_geometry_matches_ground_cost_and_otdd_epsilon():
         lambda_x=0.7,
         lambda_y=1.3,
         dtype=torch.float64,
+        device="cpu",  # where cfg computes (a CUDA machine would pick its GPU by default)
     )
     np.testing.assert_array_equal(geom.dense().numpy(), dense.numpy())
     assert float(dense.mean()) == pytest.approx(mean, rel=1e-9)  # the closed form is the mean

@@ -110,10 +110,12 @@ def test_capped_solve_matches_the_dense_solve(stream):
     assert float(gap.max()) <= 0.01 * scale * np.sqrt(p.n_features)
     torch.testing.assert_close(streamed.soft_labels, dense.soft_labels, atol=1e-2, rtol=0)
     # the plans: the streamed one rebuilt from its potentials on the dense cost
-    f, g = streamed.potentials
-    c = torch.as_tensor(dense_cfg.cost_geometry(q, p, streamed.label_distances).dense()).double()
+    # (on the CPU: with CUDA the solves ran on the GPU)
+    f, g = (t.cpu() for t in streamed.potentials)
+    c = torch.as_tensor(dense_cfg.cost_geometry(q, p, streamed.label_distances).dense())
+    c = c.cpu().double()
     plan = torch.exp((f[:, None] + g[None, :] - c) / streamed.epsilon_abs) / (600 * 700)
-    assert float((plan - dense.coupling.double()).abs().sum()) <= 2e-3
+    assert float((plan - dense.coupling.cpu().double()).abs().sum()) <= 2e-3
     assert streamed.effective_neighbours == pytest.approx(dense.effective_neighbours, rel=0.05)
 
 

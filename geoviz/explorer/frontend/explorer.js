@@ -289,7 +289,13 @@ function schedulePoll(ex) {
   ex.pollTimer = setTimeout(function poll() {
     ex.pollTimer = null;
     if (!ex.pendingParts.length || ex.destroyed) return;
-    if (ex.dragging) { ex.pollTimer = setTimeout(poll, POLL_MS); return; }  // after the drag
+    // after the drag, and after the host has handled the last release: Streamlit keeps only
+    // a component's latest value until its script reads it, so a poll sent right behind a
+    // release could replace it (the release lost, the pick put back); a release unanswered
+    // for POLL_RETRY_MS is taken as lost and no longer holds the polls
+    const unanswered = ex.valueSeq > 0 && !(ex.handledSeq >= ex.valueSeq)
+      && Date.now() - ex.valueSentAt < POLL_RETRY_MS;
+    if (ex.dragging || unanswered) { ex.pollTimer = setTimeout(poll, POLL_MS); return; }
     ex.seq += 1; ex.hooks.polls += 1;  // a poll is not a value the user sent (hooks.valuesSent)
     ex.host.send({ poll: ex.pendingParts.slice(0, MAX_POLL_PARTS), seq: ex.seq, id: ex.payloadId });
     ex.pollTimer = setTimeout(poll, POLL_RETRY_MS);
@@ -351,6 +357,7 @@ function drawExplorer(ex) {
 function renderExplorer(ex, args) {
   if (ex.destroyed) return;
   ex.hooks.renders += 1;
+  if (Number.isInteger(args.handled_seq)) ex.handledSeq = args.handled_seq;
   if (args.payload_id !== ex.payloadId) {
     ex.P = decode(args.payload);
     ex.payloadId = args.payload_id;

@@ -26,6 +26,8 @@ export function newExplorerState(root, host) {
     embId: null, embWaiting: null, embError: null, pendingParts: [], pollTimer: null, regionTimer: null,
     B: null, bootId: null, bootHat: null, inspect: null, teach: undefined,
     activeBar: undefined, keyMoved: false, sentPick: null, playing: false,
+    /** the last value sent (its seq and Date.now()) and the last seq the host said it handled */
+    valueSeq: 0, valueSentAt: 0, handledSeq: null,
   };
 }
 
@@ -110,6 +112,8 @@ export function availableWidth(ex) {
  *  the host refuses it (its send returns false). */
 export function sendValue(ex, value) {
   if (ex.destroyed) return;
-  if (ex.host.send(value) !== false) ex.hooks.valuesSent += 1;
-  else ex.refused += 1;
+  if (ex.host.send(value) !== false) {
+    ex.hooks.valuesSent += 1;
+    ex.valueSeq = value.seq; ex.valueSentAt = Date.now();
+  } else ex.refused += 1;
 }
