@@ -47,6 +47,7 @@ __all__ = [
     "check_epsilon",
     "check_grid",
     "check_int",
+    "check_reference_count",
 ]
 
 #: samples drawn from one dataset (the largest *NIST training split is 60,000)
@@ -182,6 +183,23 @@ def _epsilon_in_range(value: Any, error: type[GeovizError]) -> float:
 def grid_points(resolution: int, m: int) -> int:
     """Points of the simplex grid ``{a : a_i = k_i / R, sum k_i = R}``: C(R + m - 1, m - 1)."""
     return math.comb(int(resolution) + int(m) - 1, int(m) - 1)
+
+
+def check_reference_count(m: int, *, error: type[GeovizError] = GeovizError) -> int:
+    """``m`` as the number of reference datasets of one geodesic, ``2 <= m <=``
+    :data:`MAX_REFERENCES`: the one rule and the one sentence of every front door (the spec,
+    :func:`~geoviz.geodesic.pipeline.fit_geodesic`, the app's scenario and links, the CLI).
+
+    A geodesic between fewer than two datasets is a point (paper Sec. 3: ``P_a`` mixes the
+    maps of ``m >= 2`` references); each reference costs one OTDD map and ``m - 1``
+    label-distance matrices, hence the upper bound.
+    """
+    if not 2 <= m <= MAX_REFERENCES:
+        raise error(
+            f"a generalized geodesic needs 2 to {MAX_REFERENCES} reference datasets P_i, got {m} "
+            "(one OTDD map is fitted per reference)"
+        )
+    return int(m)
 
 
 def check_grid(resolution: Any, m: int, *, error: type[GeovizError] = GeovizError) -> int:

@@ -166,7 +166,7 @@ def test_scenario_form_rejects_a_single_reference():
     submit = next(b for b in at.form_submit_button if b.label == "Apply scenario")
     submit.click().run()
     assert not at.exception
-    assert any("at least 2 reference datasets" in e.value for e in at.error)
+    assert any("2 to 10 reference datasets" in e.value for e in at.error)
     # the scenario is unchanged
     assert at.session_state[SessionModel.SCENARIO].m == 3
 

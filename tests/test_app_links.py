@@ -143,7 +143,7 @@ def test_two_hundred_references_are_refused():
     d["references"] = [
         {**d["references"][0], "name": "gmm2d", "seed": s, "options": []} for s in range(200)
     ]
-    with pytest.raises(DatasetError, match=f"at most {limits.MAX_REFERENCES} reference"):
+    with pytest.raises(DatasetError, match=f"2 to {limits.MAX_REFERENCES} reference datasets"):
         scenario_from_token(_token(d))
 
 

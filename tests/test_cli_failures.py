@@ -188,7 +188,7 @@ def test_library_messages_name_the_cli_options(library, cli):
 def test_the_library_messages_quoted_above_are_the_real_ones():
     """The wording table follows the library: each quoted phrase is still in its source."""
     sources = {
-        "geoviz/geodesic/pipeline.py": "(use method='barycentric')",
+        "geoviz/geodesic/config.py": "(use method='barycentric')",
         "geoviz/ot/geometry.py": "give an absolute one",
         "geoviz/tasks.py": "(or use backend='sequential')",
         "geoviz/export/registry.py": "or pass format=",

@@ -149,7 +149,7 @@ def test_bad_input_exits_2(capsys):
     assert (
         main(["distance", "--target", "gmm2d", "--refs", "chessboard", "--n", "48", "--quiet"]) == 2
     )
-    assert "at least 2" in capsys.readouterr().err
+    assert "needs 2 to 10 reference datasets" in capsys.readouterr().err
     assert main(["distance", *COMMON]) == 2  # gmm3d has 3 features
     assert "same feature dimension" in capsys.readouterr().err
     assert main(["distance", *REFS_2D, "--epsilon", "0"]) == 2
@@ -363,7 +363,10 @@ def test_options_are_checked_before_loading_or_fitting(
 def test_reference_count_and_grid_size_for_m_are_checked_first(tmp_path, capsys, no_loading):
     eleven = ",".join(["chessboard"] * 11)
     assert main(["distance", "--target", "gmm2d", "--refs", eleven, "--quiet"]) == 2
-    assert capsys.readouterr().err == "error: --refs takes at most 10 datasets, got 11\n"
+    assert capsys.readouterr().err == (
+        "error: --refs: a generalized geodesic needs 2 to 10 reference datasets P_i, got 11 "
+        "(one OTDD map is fitted per reference) (comma-separated names)\n"
+    )
     # resolution 100 is fine for m = 2 but 4e12 points for m = 10
     ten = ",".join(["chessboard"] * 10)
     args = ["grid", "--target", "gmm2d", "--refs", ten, "--out", str(tmp_path / "g.csv")]

@@ -13,6 +13,7 @@ import geoviz.maps.barycentric as barycentric
 from geoviz.backend import DiskCache
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError, WeightsError
+from geoviz.features import make_space
 from geoviz.geodesic import GeodesicConfig, GeodesicResult, fit_geodesic, simplex_grid
 from geoviz.ot.otdd import OTDDConfig
 
@@ -184,8 +185,8 @@ def test_second_call_hits_the_cache_and_solves_nothing(data, cache, monkeypatch)
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"n_target": 10**9}, r"n_target must be between 2 and 100,000, got 1,000,000,000"),
-        ({"n_reference": 100_001}, r"n_reference must be between 2 and 100,000"),
+        ({"n_target": 10**9}, r"n_target must be between 10 and 100,000, got 1,000,000,000"),
+        ({"n_reference": 100_001}, r"n_reference must be between 10 and 100,000"),
         ({"n_reference": 2.0}, "n_reference must be an integer"),
         ({"subsample_seed": -1}, r"subsample_seed must be between 0 and"),
         ({"subsample_seed": 2**40}, r"subsample_seed must be between 0 and"),
@@ -219,15 +220,15 @@ def test_reference_count_refused_before_fitting(data, cache, monkeypatch):
     monkeypatch.setattr(pipeline, "map_estimator", boom)
     monkeypatch.setattr(pipeline, "_subsample", boom)
     many = [refs[k % 3] for k in range(11)]
-    with pytest.raises(DatasetError, match="at most 10 reference datasets, got 11"):
+    with pytest.raises(DatasetError, match="needs 2 to 10 reference datasets P_i, got 11"):
         fit_geodesic(target, many, cache=cache)
-    with pytest.raises(DatasetError, match="at least 2 reference"):
+    with pytest.raises(DatasetError, match=r"needs 2 to 10 reference datasets P_i, got [01]"):
         fit_geodesic(target, [], cache=cache)
 
 
 def test_bad_inputs(data, cache):
     target, refs = data
-    with pytest.raises(DatasetError, match="at least 2 reference"):
+    with pytest.raises(DatasetError, match=r"needs 2 to 10 reference datasets P_i, got [01]"):
         fit_geodesic(target, refs[:1], cache=cache)
     with pytest.raises(DatasetError, match="single dataset"):
         fit_geodesic(target, refs[0], cache=cache)
@@ -242,8 +243,9 @@ def test_bad_inputs(data, cache):
     for eps in (0.0, -1.0):
         with pytest.raises(GeovizError, match=r"(?i)epsilon"):
             fit_geodesic(target, refs, GeodesicConfig(otdd=OTDDConfig(epsilon=eps)), cache=cache)
-    with pytest.raises(GeovizError, match="n_target"):
-        GeodesicConfig(n_target=1)
+    for n in (1, 9):  # the one lowest sample count (limits.MIN_SAMPLES) of every front door
+        with pytest.raises(GeovizError, match="n_target must be between 10 and"):
+            GeodesicConfig(n_target=n)
 
     res = fit_geodesic(target, refs[:2], GeodesicConfig(n_target=30), cache=cache)
     assert res.target.n_samples == 30
@@ -512,9 +514,15 @@ def test_feature_space_names_and_neural_maps_are_checked():
     for bad in ("/tmp/model.pt", "resnet", 3):
         with pytest.raises(GeovizError, match="features must be one of"):
             GeodesicConfig(features=bad)  # type: ignore[arg-type]
+    # refused where it enters: the configuration, before any data
+    with pytest.raises(GeovizError, match="pca feature space are barycentric"):
+        GeodesicConfig(features="pca", method="neural", neural="tiny")
+    # a space given beside the configuration is checked by the fit
     q, *refs = _grey_problem(60)
-    with pytest.raises(GeovizError, match="barycentric"):
-        fit_geodesic(q, refs, GeodesicConfig(features="pca", method="neural", neural="tiny"))
+    with pytest.raises(GeovizError, match="pca feature space are barycentric"):
+        fit_geodesic(
+            q, refs, GeodesicConfig(method="neural", neural="tiny"), features=make_space("pca")
+        )
 
 
 def test_parts_on_threads_give_the_same_geodesic(data, tmp_path):

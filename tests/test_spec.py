@@ -14,11 +14,14 @@ from geoviz import backend
 from geoviz.app.scenario import Scenario
 from geoviz.app.settings import AppSettings, default_scenario
 from geoviz.data.choice import DatasetChoice, FewShotOptions, load_choice
+from geoviz.data.preprocess import few_shot
 from geoviz.data.registry import load_dataset
-from geoviz.errors import DatasetError, WeightsError
-from geoviz.geodesic.pipeline import GeodesicConfig
-from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
+from geoviz.errors import DatasetError, GeovizError, WeightsError
+from geoviz.features import ModelSpace
+from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+from geoviz.geodesic.spec import GeodesicSpec, fit_spec, load_spec_datasets
 from geoviz.geodesic.weights import SimplexWeights, as_simplex_weights
+from geoviz.ot.otdd import OTDDConfig
 
 NIST = ("fashion_mnist", "usps", "kmnist")
 
@@ -39,18 +42,73 @@ def _spec(**changes) -> GeodesicSpec:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"references": (DatasetChoice("usps"),)}, "2 to 10 reference datasets, got 1"),
+        ({"references": (DatasetChoice("usps"),)}, "2 to 10 reference datasets P_i, got 1"),
         ({"n_target": 1}, "n_target must be between 10"),
         ({"seed": -1}, "seed must be between 0"),
         ({"image_size": 1000}, "image_size must be between 4 and 128"),
         ({"channels": "cmyk"}, "channels must be 'auto', 'grey' or 'rgb'"),
         ({"target": "mnist"}, "must be DatasetChoice values"),
         ({"config": {"epsilon": 0.01}}, "config must be a GeodesicConfig"),
+        # the subsample is said once, on the spec
+        ({"config": GeodesicConfig(n_target=20)}, "once, on the spec"),
+        ({"config": GeodesicConfig(subsample_seed=3)}, "once, on the spec"),
+        ({"features_model": "model.pt"}, "features_model must be a FeatureSpace"),
     ],
 )
 def test_spec_refuses_bad_values(changes, message) -> None:
     with pytest.raises(DatasetError, match=message):
         _spec(**changes)
+
+
+def _linear_model_space() -> ModelSpace:
+    """A user's model: a fixed random linear projection of 16x16 grey images to 6 features."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(256, 6))
+    return ModelSpace(net.eval(), name="mine", input_size=16, channels=1, device="cpu")
+
+
+def test_a_users_model_travels_in_the_spec_and_is_checked_there() -> None:
+    model = _linear_model_space()
+    with pytest.raises(DatasetError, match=r"config\.features='pca'.*not both"):
+        _spec(config=GeodesicConfig(features="pca"), features_model=model)
+    with pytest.raises(DatasetError, match="model:mine feature space are barycentric"):
+        _spec(config=GeodesicConfig(method="neural", neural="tiny"), features_model=model)
+    # a named space with a neural map is refused by the config, before any spec or data
+    with pytest.raises(GeovizError, match="box feature space are barycentric"):
+        GeodesicConfig(features="box", method="neural")
+    spec = _spec(features_model=model, image_size=16)
+    assert spec.features_model is model and hash(spec)  # still a hashable value
+
+
+def test_fit_spec_fits_in_the_users_space_and_few_shot_labels_there() -> None:
+    """fit_spec is fit_geodesic with the spec's space; the few-shot pseudo-labels are the kNN
+    labels in the user's space (computed independently here with few_shot(embedding=...))."""
+    model = _linear_model_space()
+    spec = _spec(
+        references=(DatasetChoice("usps"), DatasetChoice("kmnist")),
+        features_model=model,
+        image_size=16,
+        few_shot=FewShotOptions(enabled=True, k=2),
+        config=GeodesicConfig(otdd=OTDDConfig(epsilon=0.01)),
+    )
+    data = load_spec_datasets(spec)
+    fitted = model.fit([data.target_true, *data.references])
+    expected = few_shot(
+        data.target_true, 2, seed=spec.seed, embedding=fitted.transform(data.target_true).features
+    )
+    assert torch.equal(data.target.labels, expected.dataset.labels)
+    assert data.labelled_indices is not None
+    result = fit_spec(spec, data, cache=backend.DiskCache(enabled=False))
+    direct = fit_geodesic(
+        data.target,
+        list(data.references),
+        spec.config,
+        cache=backend.DiskCache(enabled=False),
+        features=model,
+    )
+    assert result.feature_space is not None and result.feature_space.name == "model:mine"
+    np.testing.assert_allclose(result.w_to_target, direct.w_to_target, rtol=1e-6)
+    np.testing.assert_allclose(result.a_hat, direct.a_hat, atol=1e-6)
 
 
 def test_spec_normalises_references_to_a_tuple() -> None:

@@ -122,8 +122,14 @@ def test_transfer_grid_writes_study_and_resumes(tmp_path, capsys) -> None:
         (["--seeds", "0,-5"], "error: --seeds: every seed must be between 0 and"),
         (["--seeds", ",".join(map(str, range(101)))], "error: --seeds: at most 100 seeds, got 101"),
         (["--grid", "1000"], "error: --grid: grid resolution must be between 1 and 500, got 1,000"),
-        (["--refs", "usps"], "error: --refs: expected 2 to 10 reference datasets, got 1"),
-        (["--refs", ",".join(["usps"] * 11)], "error: --refs: expected 2 to 10 reference"),
+        (
+            ["--refs", "usps"],
+            "error: --refs: a generalized geodesic needs 2 to 10 reference datasets P_i, got 1",
+        ),
+        (
+            ["--refs", ",".join(["usps"] * 11)],
+            "error: --refs: a generalized geodesic needs 2 to 10 reference",
+        ),
     ],
 )
 def test_bad_options_give_one_line_error_and_status_2(extra, message, capsys, monkeypatch) -> None:

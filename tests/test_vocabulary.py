@@ -45,11 +45,18 @@ def test_every_tuple_is_its_literal_in_order() -> None:
 
 
 def test_data_vocabularies_are_the_library_s() -> None:
-    from geoviz.data import choice, preprocess, registry
+    from geoviz.app import scenario
+    from geoviz.data import bundled, choice, preprocess, registry, sklearn_sets, synthetic
+    from geoviz.data import torchvision_sets as tv
+    from geoviz.data.formats import _common
     from geoviz.geodesic import spec
 
-    assert v.CHANNEL_MODES == get_args(preprocess.ChannelMode) == spec._CHANNEL_MODES
-    assert v.SPLITS == get_args(choice.Split) == get_args(registry.Split)
+    # the library's names are the vocabulary's own (one declaration, imported)
+    assert preprocess.ChannelMode is spec.ChannelMode is scenario.ChannelMode is v.ChannelMode
+    assert get_args(v.ChannelMode) == v.CHANNEL_MODES
+    for module in (choice, registry, bundled, sklearn_sets, synthetic, tv, _common):
+        assert module.Split is v.Split, module.__name__
+    assert get_args(v.Split) == v.SPLITS
 
 
 def test_feature_and_map_vocabularies_are_the_library_s() -> None:

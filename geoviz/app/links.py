@@ -195,8 +195,7 @@ def scenario_from_query(params: Mapping[str, str]) -> Scenario:
             ) from None
 
     refs = [r.strip() for r in values["refs"].split(",")]
-    if len(refs) > limits.MAX_REFERENCES:
-        raise DatasetError(f"at most {limits.MAX_REFERENCES} reference datasets, got {len(refs)}")
+    limits.check_reference_count(len(refs), error=DatasetError)  # before each is parsed
     n = number("n", int, 2000)
     return Scenario(
         target=link_choice(values["target"], split),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -33,17 +33,30 @@ from geoviz.data.formats import OutsideRootError, check_confined
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import registered_models
 from geoviz.geodesic.pipeline import GeodesicConfig
-from geoviz.geodesic.spec import GeodesicSpec, check_image_size
+from geoviz.geodesic.spec import GeodesicSpec
 from geoviz.maps.neural import get_neural_preset
 from geoviz.ot.otdd import DEFAULT_EPSILON, OTDDConfig
 from geoviz.viz.report import markdown_literal
-from geoviz.vocabulary import AUTO, BUILTIN_SPACES, ENCODER_PRESET_NAMES
+from geoviz.vocabulary import (
+    AUTO,
+    BUILTIN_SPACES,
+    MAP_METHODS,
+    NEURAL_PRESET_NAMES,
+    ChannelMode,
+    MapMethod,
+    NeuralPresetName,
+)
 
 # the dataset choice is a library value (geoviz.data.choice); the app re-exports it
 __all__ = [
+    "MAP_METHODS",
     "MAX_NAME_CHARS",
+    "NEURAL_PRESET_NAMES",
+    "ChannelMode",
     "DatasetChoice",
     "FewShotOptions",
+    "MapMethod",
+    "NeuralPreset",
     "Scenario",
     "SourceKind",
     "Split",
@@ -54,21 +67,8 @@ __all__ = [
 _short = short_repr
 
 
-ChannelMode = Literal["auto", "grey", "rgb"]
-
-
-MapMethod = Literal["barycentric", "neural"]
-
-
-NeuralPreset = Literal["tiny", "cpu", "paper"]
-
-
-#: how the OTDD maps are computed (:attr:`geoviz.geodesic.pipeline.GeodesicConfig.method`)
-MAP_METHODS: tuple[MapMethod, ...] = ("barycentric", "neural")
-
-
-#: training budgets of neural maps (:data:`geoviz.maps.neural.NEURAL_PRESETS`), small to large
-NEURAL_PRESET_NAMES: tuple[NeuralPreset, ...] = ("tiny", "cpu", "paper")
+#: the map methods and neural budgets (the vocabulary's, named as the app has named them)
+NeuralPreset = NeuralPresetName
 
 
 DEFAULT_TARGET = "mnist"
@@ -136,51 +136,30 @@ class Scenario:
     encoder_preset: str = "pretrained"
 
     def __post_init__(self) -> None:
+        """The app's own policy here; every fact of the problem (how many references, the
+        sample counts, seed, image format, map method with its space) is checked once, by
+        the library's :class:`~geoviz.geodesic.spec.GeodesicSpec` this scenario holds
+        (:meth:`spec`), and the normalised values are kept."""
         refs = tuple(self.references)
         object.__setattr__(self, "references", refs)
-        if len(refs) < 2:
-            raise DatasetError(
-                f"choose at least 2 reference datasets P_i (got {len(refs)}): a geodesic needs m >= 2"
-            )
-        tokens = [r.token for r in refs]
-        if len(set(tokens)) != len(tokens):
-            dup = sorted({r.label for r in refs if tokens.count(r.token) > 1})
-            raise DatasetError(f"each reference can be used once; repeated: {', '.join(dup)}")
-        if len(refs) > limits.MAX_REFERENCES:
-            raise DatasetError(
-                f"at most {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
-            )
         if not all(isinstance(c, DatasetChoice) for c in (self.target, *refs)):
             raise DatasetError("the target and references must be dataset choices")
+        if len(refs) <= limits.MAX_REFERENCES:  # (more: refused by the spec, not listed)
+            tokens = [r.token for r in refs]
+            if len(set(tokens)) != len(tokens):
+                dup = sorted({r.label for r in refs if tokens.count(r.token) > 1})
+                raise DatasetError(f"each reference can be used once; repeated: {', '.join(dup)}")
         if any(c.source == "path" for c in (self.target, *refs)):
             # a scenario may come from a link: it names data, never a path on the server
             raise DatasetError(
                 "a scenario names registry, uploaded or server datasets, not local paths"
             )
-        for choice in (self.target, *refs):
-            # a scenario names only data this server can load (no torchvision entry where
-            # torchvision is missing): a link or the form never gets one that cannot work
-            choice.check_available()
         if not isinstance(self.few_shot, FewShotOptions):
             raise DatasetError("few_shot must be FewShotOptions")
         for what in ("n_target", "n_reference"):
-            n = limits.check_int(
-                getattr(self, what),
-                what,
-                limits.MIN_SAMPLES,
-                limits.MAX_SAMPLES,
-                error=DatasetError,
-            )
-            object.__setattr__(self, what, n)
-        # the library's check (GeodesicSpec makes the same one), so both say the same
-        object.__setattr__(self, "image_size", check_image_size(self.image_size))
-        if self.channels not in ("auto", "grey", "rgb"):
-            raise DatasetError(
-                f"channels must be 'auto', 'grey' or 'rgb', got {_short(self.channels)}"
-            )
+            if getattr(self, what) is None:  # the spec's None (all samples) is no app choice
+                raise DatasetError(f"{what} must be a number of samples, got None")
         object.__setattr__(self, "epsilon", limits.check_epsilon(self.epsilon, error=DatasetError))
-        seed = limits.check_int(self.seed, "seed", 0, limits.MAX_SEED, error=DatasetError)
-        object.__setattr__(self, "seed", seed)
         if self.map_method not in MAP_METHODS:
             raise DatasetError(
                 f"map_method must be one of {', '.join(MAP_METHODS)}, got {_short(self.map_method)}"
@@ -190,21 +169,24 @@ class Scenario:
                 f"neural_preset must be one of {', '.join(NEURAL_PRESET_NAMES)}, "
                 f"got {_short(self.neural_preset)}"
             )
+        # the spec takes any "model:<name>"; a scenario only the models this server registered
         spaces = (*BUILTIN_SPACES, *registered_models())
         if self.features not in spaces:
             raise DatasetError(
                 f"features must be one of {', '.join(spaces)}, got {_short(self.features)}"
             )
-        if self.encoder_preset not in ENCODER_PRESET_NAMES:
-            raise DatasetError(
-                f"encoder_preset must be one of {', '.join(ENCODER_PRESET_NAMES)}, "
-                f"got {_short(self.encoder_preset)}"
-            )
-        if self.features not in ("pixels", AUTO) and self.map_method != "barycentric":
-            raise DatasetError(
-                f"maps in the {self.features} space are barycentric (their images come back "
-                "through the plans); choose the barycentric map or the pixel space"
-            )
+        try:
+            spec = self.spec()
+        except DatasetError:
+            raise
+        except GeovizError as err:  # the config's refusals, as the scenario's
+            raise DatasetError(str(err)) from None
+        for name in ("n_target", "n_reference", "seed", "image_size"):
+            object.__setattr__(self, name, getattr(spec, name))
+        for choice in (self.target, *refs):
+            # a scenario names only data this server can load (no torchvision entry where
+            # torchvision is missing): a link or the form never gets one that cannot work
+            choice.check_available()
 
     # ------------------------------------------------------------------ views
     @property
@@ -239,10 +221,8 @@ class Scenario:
         refs = values.get("references")
         if not isinstance(refs, (list, tuple)):
             raise DatasetError("not a scenario description (no list of references)")
-        if len(refs) > limits.MAX_REFERENCES:
-            raise DatasetError(
-                f"at most {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
-            )
+        # bounded before each entry is parsed (a link may list thousands)
+        limits.check_reference_count(len(refs), error=DatasetError)
         try:
             values["target"] = _choice_from_dict(values["target"])
             values["references"] = tuple(_choice_from_dict(r) for r in refs)
@@ -400,7 +380,7 @@ class Scenario:
         """
         cached = self.__dict__.get("_spec")
         if cached is None:
-            cached = GeodesicSpec(
+            problem = GeodesicSpec(  # the data's facts first: the config is sized by them
                 target=self.target,
                 references=self.references,
                 n_target=self.n_target,
@@ -409,18 +389,19 @@ class Scenario:
                 image_size=self.image_size,
                 channels=self.channels,
                 few_shot=self.few_shot if self.few_shot.enabled else None,
-                config=GeodesicConfig(
-                    # sized like the CLI's problems: a full-size fit the CLI computed is
-                    # found in the disk cache (OTDDConfig.sized_for)
-                    otdd=OTDDConfig(epsilon=float(self.epsilon), seed=int(self.seed)).sized_for(
-                        self.n_target, self.n_reference
-                    ),
-                    method=self.map_method,
-                    neural=get_neural_preset(self.neural_preset),
-                    features=self.features,
-                    encoder=self.encoder_preset,
-                ),
             )
+            config = GeodesicConfig(
+                # sized like the CLI's problems: a full-size fit the CLI computed is
+                # found in the disk cache (OTDDConfig.sized_for)
+                otdd=OTDDConfig(epsilon=float(self.epsilon), seed=problem.seed).sized_for(
+                    int(self.n_target), int(self.n_reference)
+                ),
+                method=self.map_method,
+                neural=get_neural_preset(self.neural_preset),
+                features=self.features,
+                encoder=self.encoder_preset,
+            )
+            cached = replace(problem, config=config)
             object.__setattr__(self, "_spec", cached)
         return cached
 

@@ -159,6 +159,7 @@ _CLI_WORDING: tuple[tuple[str, str], ...] = (
     ("OTDDConfig: lambda_x", "--lambda-x"),
     ("OTDDConfig: lambda_y", "--lambda-y"),
     ("OTDDConfig: device", "--device"),
+    ("a model of your own (features_model)", "a model of your own (--features-model)"),
 )
 #: the same for wording with a value in it
 _CLI_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -168,6 +169,7 @@ _CLI_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         r"use --n-out <= \1 or a larger --n",
     ),
     (re.compile(r"\bk=(\d+) labelled examples per class"), r"--k \1 labelled examples per class"),
+    (re.compile(r"\(config\.features='([^']*)'\)"), r"(--features \1)"),
 )
 
 

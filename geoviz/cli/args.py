@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "number_list",
     "positive_int",
     "ray_address",
+    "reference_count",
     "refuse_unused",
 ]
 
@@ -135,6 +136,16 @@ def cli_epsilon(value: Any, flag: str = "--epsilon") -> limits.RelativeEpsilon:
         raise GeovizError(
             flag + text[len("epsilon") :] if text.startswith("epsilon") else f"{flag}: {text}"
         ) from None
+
+
+def reference_count(refs: Sequence[str], flag: str = "--refs") -> int:
+    """The number of ``refs`` checked by the library's one rule
+    (:func:`geoviz.limits.check_reference_count`), named by ``flag``: before any dataset
+    is loaded, and before options that depend on it (``--weights``) are read."""
+    try:
+        return limits.check_reference_count(len(refs))
+    except GeovizError as err:
+        raise GeovizError(f"{flag}: {err} (comma-separated names)") from None
 
 
 def cli_seed(value: Any, flag: str = "--seed") -> int:

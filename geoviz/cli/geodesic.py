@@ -112,24 +112,16 @@ _print_maps = print_maps
 def _fit(args: argparse.Namespace) -> GeodesicResult:
     from geoviz.backend import DiskCache, get_cache
     from geoviz.geodesic import spec as geodesic_spec
-    from geoviz.geodesic.pipeline import fit_geodesic
 
     check_args(args)
-    spec = spec_from_args(args)
-    features = feature_space_from_args(args)
+    spec = spec_from_args(args)  # the user's --features-model travels inside it
     data = geodesic_spec.load_spec_datasets(spec)
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
     with progress_callback(not args.quiet) as progress, warnings.catch_warnings():
         # the commands print their own BLURRY MAP line (also for maps read from the cache)
         warnings.simplefilter("ignore", BlurWarning)
-        return fit_geodesic(
-            data.target,
-            list(data.references),
-            spec.config,
-            progress=progress,
-            cache=cache,
-            features=features,
-            workers=args.workers,
+        return geodesic_spec.fit_spec(
+            spec, data, progress=progress, cache=cache, workers=args.workers
         )
 
 

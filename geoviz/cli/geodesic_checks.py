@@ -23,6 +23,7 @@ from geoviz.cli.args import (
     cli_seed,
     given_options,
     ray_address,
+    reference_count,
     refuse_unused,
 )
 from geoviz.cli.output import refuse_existing
@@ -57,8 +58,7 @@ def feature_space_from_args(args: argparse.Namespace) -> ModelSpace | None:
         return None
     from geoviz.features import ModelSpace
 
-    if getattr(args, "features", AUTO) != AUTO:
-        raise GeovizError("give either --features or --features-model, not both")
+    # with --features too, the spec refuses the pair (spec_from_args)
     return ModelSpace.from_torchscript(path, input_size=getattr(args, "features_size", None))
 
 
@@ -109,11 +109,8 @@ def _refuse_unused_options(args: argparse.Namespace, given: set[str]) -> None:
         for dest in ("format", "n_out", "overwrite"):
             unused[dest] = "only applies with --out (an export)"
     refuse_unused(given, unused)
-    if args.method == "neural" and (args.features not in ("pixels", AUTO) or args.features_model):
-        space = "--features-model" if args.features_model else f"--features {args.features}"
-        raise GeovizError(
-            f"--method neural maps images in pixel space; with {space} use --method barycentric"
-        )
+    # a neural map in a feature space is refused by the spec (spec_from_args), where the
+    # library checks it for every front door
 
 
 def _check_paths(args: argparse.Namespace) -> None:
@@ -144,11 +141,7 @@ def check_args(args: argparse.Namespace) -> None:
     given = given_options(args, _DEFAULTS)
     args.backend_given = "backend" in given
     _check_paths(args)
-    m = len(args.refs)
-    if m < 2:
-        raise GeovizError(f"--refs needs at least 2 reference datasets (comma-separated), got {m}")
-    if m > limits.MAX_REFERENCES:
-        raise GeovizError(f"--refs takes at most {limits.MAX_REFERENCES} datasets, got {m}")
+    m = reference_count(args.refs)
     cli_int(args.n, "--n", limits.MIN_SAMPLES, limits.MAX_SAMPLES, why="samples per dataset")
     cli_seed(args.seed)
     cli_int(args.workers, "--workers", 1, 64, why="threads of the fit")
@@ -285,4 +278,5 @@ def spec_from_args(args: argparse.Namespace) -> GeodesicSpec:
             features=getattr(args, "features", AUTO),
             encoder=getattr(args, "encoder_preset", DEFAULT_ENCODER_PRESET),
         ),
+        features_model=feature_space_from_args(args),
     )

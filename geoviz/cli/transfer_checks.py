@@ -25,6 +25,7 @@ from geoviz.cli.args import (
     cli_seeds,
     given_options,
     ray_address,
+    reference_count,
     refuse_unused,
 )
 from geoviz.errors import ExportError, GeovizError
@@ -131,10 +132,7 @@ def check_transfer_args(args: argparse.Namespace) -> TransferOptions:
     refs = [part.strip() for part in args.refs.split(",") if part.strip()]
     if not refs:
         raise GeovizError("--refs: expected comma-separated dataset names")
-    if not 2 <= len(refs) <= limits.MAX_REFERENCES:
-        raise GeovizError(
-            f"--refs: expected 2 to {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
-        )
+    reference_count(refs)
     cli_int(args.n, "--n", limits.MIN_SAMPLES, limits.MAX_SAMPLES, why="samples per dataset")
     if args.n_test is not None:
         cli_int(args.n_test, "--n-test", limits.MIN_SAMPLES, limits.MAX_SAMPLES)

@@ -19,15 +19,13 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
 from geoviz.backend import runtime_settings
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.errors import DatasetError, DatasetFormatError, UnknownDatasetError
-
-Split = Literal["train", "test"]
+from geoviz.vocabulary import Split
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from geoviz.backend import digest_bytes
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.registry import DatasetInfo, dataset_info, unavailable_reason
 from geoviz.errors import DatasetError, DownloadUnavailableError, UnknownDatasetError, short_repr
+from geoviz.vocabulary import Split
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -42,9 +43,6 @@ __all__ = [
 #: where a dataset comes from: the registry, an uploaded file (by its sha256), a file in one
 #: of an app server's data folders, or a local path (command line only: a link never names one)
 SourceKind = Literal["registry", "upload", "server", "path"]
-
-
-Split = Literal["train", "test"]
 
 
 #: longest dataset name, option string or class name a scenario (or a link) may carry

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -28,8 +28,7 @@ import torch
 from geoviz import limits, memory
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
-
-ChannelMode = Literal["auto", "grey", "rgb"]
+from geoviz.vocabulary import ChannelMode
 
 #: ITU-R BT.601 luma weights used to turn RGB into grey.
 LUMA_WEIGHTS: tuple[float, float, float] = (0.299, 0.587, 0.114)

@@ -45,9 +45,9 @@ from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.data.formats import load_path
 from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, UnknownDatasetError
+from geoviz.vocabulary import Split
 
 DatasetKind = Literal["bundled", "sklearn", "synthetic", "download"]
-Split = Literal["train", "test"]
 
 TORCHVISION_PREFIX = "torchvision:"
 

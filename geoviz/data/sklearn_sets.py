@@ -19,14 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
 
 import numpy as np
 
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.errors import DatasetError, UnknownDatasetError
-
-Split = Literal["train", "test"]
+from geoviz.vocabulary import Split
 
 TEST_FRACTION = 0.2
 SPLIT_SEED = 0

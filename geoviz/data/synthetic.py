@@ -27,8 +27,7 @@ import numpy as np
 from geoviz import limits
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError
-
-Split = Literal["train", "test"]
+from geoviz.vocabulary import Split
 
 CHESSBOARD_CLASSES: tuple[str, ...] = ("A", "B", "C", "D")
 

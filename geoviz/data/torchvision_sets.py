@@ -23,7 +23,7 @@ import importlib.util
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -31,8 +31,7 @@ from geoviz.backend import default_cache_dir
 from geoviz.data.bundled import BUNDLED_NAMES
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.errors import DatasetError, DownloadUnavailableError, UnknownDatasetError
-
-Split = Literal["train", "test"]
+from geoviz.vocabulary import Split
 
 _DIGITS = tuple(str(i) for i in range(10))
 

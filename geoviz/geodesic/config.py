@@ -38,7 +38,26 @@ from geoviz.maps.methods import MAP_METHODS, TRAINED_MAP_METHODS, MapMethod
 from geoviz.maps.neural import NeuralMapConfig, get_neural_preset
 from geoviz.ot.otdd import OTDDConfig
 
-__all__ = ["GeodesicConfig", "space_choice_for", "space_of", "space_sentence"]
+__all__ = [
+    "GeodesicConfig",
+    "neural_space_message",
+    "space_choice_for",
+    "space_of",
+    "space_sentence",
+]
+
+#: map methods whose maps may live in a feature space other than pixels: their images come
+#: back through the plans (:func:`~geoviz.geodesic.pipeline.lift_through_plan`)
+UNTRAINED_SPACE_METHODS: tuple[MapMethod, ...] = ("barycentric",)
+
+
+def neural_space_message(space: str) -> str:
+    """Why a map method that generates images (neural) cannot live in feature space ``space``:
+    the one sentence of the config, the spec and the fit."""
+    return (
+        f"maps in the {space} feature space are barycentric: a neural map there would generate "
+        "features, not images (use method='barycentric')"
+    )
 
 
 @dataclass(frozen=True)
@@ -55,8 +74,11 @@ class GeodesicConfig:
         ``max_per_class``, ``seed``) as the maps.
     n_target, n_reference
         Optional stratified subsample sizes of the target and of every
-        reference (seed ``subsample_seed``), in ``[2, geoviz.limits.MAX_SAMPLES]``;
-        ``None`` keeps all samples.
+        reference (seed ``subsample_seed``), in ``[geoviz.limits.MIN_SAMPLES,
+        geoviz.limits.MAX_SAMPLES]`` as every sample count; ``None`` keeps all samples. For
+        :func:`~geoviz.geodesic.pipeline.fit_geodesic` on datasets in hand; a
+        :class:`~geoviz.geodesic.spec.GeodesicSpec` draws its subsamples when it loads, so
+        its config leaves these three at their defaults.
     subsample_seed
         Seed of those subsamples, in ``[0, geoviz.limits.MAX_SEED]``.
     qp_solver
@@ -106,10 +128,15 @@ class GeodesicConfig:
                 continue
             if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
                 raise GeovizError(
-                    f"GeodesicConfig.{name} must be an integer >= 2 or None, got {val!r}"
+                    f"GeodesicConfig.{name} must be an integer >= {limits.MIN_SAMPLES} or None, "
+                    f"got {val!r}"
                 )
             limits.check_int(
-                val, f"GeodesicConfig.{name}", 2, limits.MAX_SAMPLES, why="samples of one dataset"
+                val,
+                f"GeodesicConfig.{name}",
+                limits.MIN_SAMPLES,
+                limits.MAX_SAMPLES,
+                why="samples of one dataset",
             )
             object.__setattr__(self, name, int(val))
         seed = self.subsample_seed
@@ -141,6 +168,8 @@ class GeodesicConfig:
                 f"GeodesicConfig.encoder must be one of {', '.join(ENCODER_PRESET_NAMES)}, "
                 f"got {str(self.encoder)[:40]!r}"
             )
+        if self.method not in UNTRAINED_SPACE_METHODS and self.features not in ("pixels", AUTO):
+            raise GeovizError(neural_space_message(self.features))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able parameters (for cache keys and metadata).

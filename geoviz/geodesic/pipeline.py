@@ -47,7 +47,14 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import FeatureSpace, FittedFeatures, SpaceChoice
-from geoviz.geodesic.config import GeodesicConfig, space_choice_for, space_of, space_sentence
+from geoviz.geodesic.config import (
+    UNTRAINED_SPACE_METHODS,
+    GeodesicConfig,
+    neural_space_message,
+    space_choice_for,
+    space_of,
+    space_sentence,
+)
 from geoviz.geodesic.distances import TwoQDistances, optimal_weights, two_q_distances
 from geoviz.geodesic.labels import label_space
 from geoviz.geodesic.result import GeodesicResult
@@ -95,16 +102,7 @@ def _validate_inputs(
             f"({references.name!r})"
         )
     refs = tuple(references)
-    if len(refs) < 2:
-        raise DatasetError(
-            f"a generalized geodesic needs at least 2 reference datasets (m >= 2), got {len(refs)}"
-        )
-    if len(refs) > limits.MAX_REFERENCES:
-        raise DatasetError(
-            f"a generalized geodesic takes at most {limits.MAX_REFERENCES} reference datasets, "
-            f"got {len(refs)} (one OTDD map and m(m-1)/2 label-distance matrices are fitted "
-            "for m references)"
-        )
+    limits.check_reference_count(len(refs), error=DatasetError)
     for k, ref in enumerate(refs):
         if not isinstance(ref, LabeledDataset):
             raise DatasetError(f"reference {k} must be a LabeledDataset, got {type(ref).__name__}")
@@ -284,11 +282,8 @@ def _into_feature_space(
         raise GeovizError(f"features must be a FeatureSpace, got {type(space).__name__}")
     if space.name == "pixels":
         return None, target, refs
-    if config.method != "barycentric":
-        raise GeovizError(
-            f"maps in the {space.name} feature space are barycentric: a neural map there "
-            "would generate features, not images (use method='barycentric')"
-        )
+    if config.method not in UNTRAINED_SPACE_METHODS:  # a user's space given beside config
+        raise GeovizError(neural_space_message(space.name))
     report(f"feature space {space.name}", 0.0)
     fitted = space.fit([target, *refs], lambda stage, f: report(f"{space.name}: {stage}", 0.3 * f))
     return fitted, fitted.transform(target), tuple(fitted.transform(ref) for ref in refs)

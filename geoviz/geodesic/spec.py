@@ -1,15 +1,18 @@
-"""A geodesic problem as one value: :class:`GeodesicSpec`, and :func:`load_spec_datasets`.
+"""A geodesic problem as one value: :class:`GeodesicSpec`, :func:`load_spec_datasets` and
+:func:`fit_spec`.
 
 A :class:`GeodesicSpec` is everything that determines a fitted generalized geodesic
 (paper Sec. 3): which datasets (the target ``Q`` and the references ``P_1..P_m``, each a
 :class:`~geoviz.data.choice.DatasetChoice` with its split), how many samples of each,
-the subsample seed, the common image format, the few-shot target options, and the
+the subsample seed, the common image format, the few-shot target options, the feature
+space (a named one in the config, or a user's model), and the
 :class:`~geoviz.geodesic.pipeline.GeodesicConfig` of the maps and the QP. Every
 front-end builds one: the command line (``geoviz distance | project | grid``), the
 transfer experiments (``geoviz transfer``) and the app (a link's scenario,
-:meth:`geoviz.app.scenario.Scenario.spec`). :func:`load_spec_datasets` is the one place
-that loads, subsamples, harmonises and few-shots those datasets; front-ends add only
-their own policy (the app: no paths, its operator's limits, a memory check).
+:meth:`geoviz.app.scenario.Scenario.spec`). Each fact is checked here, once, as it enters;
+front-ends add only their own policy (the app: no paths, its operator's limits, a memory
+check). :func:`load_spec_datasets` is the one place that loads, subsamples, harmonises and
+few-shots those datasets, and :func:`fit_spec` fits the geodesic they describe.
 """
 
 from __future__ import annotations
@@ -17,21 +20,31 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from geoviz import limits
-from geoviz.backend import get_cache
+from geoviz.backend import DiskCache, get_cache
 from geoviz.data.choice import ChoiceResolver, DatasetChoice, FewShotOptions, load_choice
 from geoviz.data.dataset import LabeledDataset
-from geoviz.data.preprocess import ChannelMode, few_shot, harmonize
+from geoviz.data.preprocess import few_shot, harmonize
 from geoviz.errors import DatasetError
+from geoviz.features import FeatureSpace
+from geoviz.geodesic import pipeline
+from geoviz.geodesic.config import UNTRAINED_SPACE_METHODS, neural_space_message
 from geoviz.geodesic.labels import unique_names
-from geoviz.geodesic.pipeline import GeodesicConfig, space_of
+from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, Progress, space_of
+from geoviz.vocabulary import AUTO, CHANNEL_MODES, ChannelMode
 
-__all__ = ["GeodesicSpec", "SpecDatasets", "check_image_size", "load_spec_datasets"]
-
-_CHANNEL_MODES: tuple[ChannelMode, ...] = ("auto", "grey", "rgb")
+__all__ = [
+    "GeodesicSpec",
+    "LoadedProblem",
+    "SpecDatasets",
+    "check_image_size",
+    "fit_spec",
+    "load_spec_datasets",
+]
 
 
 def check_image_size(value: object) -> int:
@@ -88,7 +101,14 @@ class GeodesicSpec:
     n_test
         Samples of ``target_test`` (``None``: the whole split).
     config
-        The maps', OTDD's and QP's parameters (:class:`GeodesicConfig`).
+        The maps', OTDD's and QP's parameters (:class:`GeodesicConfig`), the named feature
+        space among them (``config.features``). Its own subsample fields stay at their
+        defaults: the spec's ``n_target``, ``n_reference`` and ``seed`` say it once.
+    features_model
+        A feature space of the user's own (paper Sec. 5.3), e.g.
+        :meth:`geoviz.features.ModelSpace.from_torchscript`, instead of a named one:
+        ``config.features`` is then ``"auto"`` and the maps barycentric. The few-shot
+        pseudo-labels and the fit both use it. ``None``: the space ``config.features`` names.
     """
 
     target: DatasetChoice
@@ -102,6 +122,8 @@ class GeodesicSpec:
     target_test: DatasetChoice | None = None
     n_test: int | None = None
     config: GeodesicConfig = field(default_factory=GeodesicConfig)
+    # a model is compared by identity and left out of the hash (a network is no value)
+    features_model: FeatureSpace | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         refs = tuple(self.references)
@@ -109,22 +131,40 @@ class GeodesicSpec:
         choices = (self.target, *refs) + (() if self.target_test is None else (self.target_test,))
         if not all(isinstance(c, DatasetChoice) for c in choices):
             raise DatasetError("the datasets of a GeodesicSpec must be DatasetChoice values")
-        if not 2 <= len(refs) <= limits.MAX_REFERENCES:
-            raise DatasetError(
-                f"a geodesic needs 2 to {limits.MAX_REFERENCES} reference datasets, got {len(refs)}"
-            )
+        limits.check_reference_count(len(refs), error=DatasetError)
         for name in ("n_target", "n_reference", "n_test"):
             object.__setattr__(self, name, _optional_count(getattr(self, name), name))
         seed = limits.check_int(self.seed, "seed", 0, limits.MAX_SEED, error=DatasetError)
         object.__setattr__(self, "seed", seed)
         if self.image_size is not None:
             object.__setattr__(self, "image_size", check_image_size(self.image_size))
-        if self.channels not in _CHANNEL_MODES:
+        if self.channels not in CHANNEL_MODES:
             raise DatasetError(f"channels must be 'auto', 'grey' or 'rgb', got {self.channels!r}")
         if self.few_shot is not None and not isinstance(self.few_shot, FewShotOptions):
             raise DatasetError("few_shot must be FewShotOptions or None")
         if not isinstance(self.config, GeodesicConfig):
             raise DatasetError("config must be a GeodesicConfig")
+        cfg = self.config
+        if (cfg.n_target, cfg.n_reference, cfg.subsample_seed) != (None, None, 0):
+            raise DatasetError(
+                "give the subsample sizes and seed once, on the spec (n_target, n_reference, "
+                "seed), not on its config"
+            )
+        self._check_features_model()
+
+    def _check_features_model(self) -> None:
+        model = self.features_model
+        if model is None:
+            return
+        if not isinstance(model, FeatureSpace):
+            raise DatasetError(f"features_model must be a FeatureSpace, got {type(model).__name__}")
+        if self.config.features != AUTO:
+            raise DatasetError(
+                f"give either a named feature space (config.features={self.config.features!r}) "
+                "or a model of your own (features_model), not both"
+            )
+        if model.name != "pixels" and self.config.method not in UNTRAINED_SPACE_METHODS:
+            raise DatasetError(neural_space_message(model.name))
 
     @property
     def m(self) -> int:
@@ -236,10 +276,12 @@ def load_spec_datasets(
     if spec.few_shot is None:
         return SpecDatasets(target=target, references=refs, target_true=target, target_test=test)
     embedding = None
-    if spec.config.features != "pixels":
+    if spec.features_model is not None or spec.config.features != "pixels":
         # the kNN pseudo-labels are found where the costs live: on colour images pixel
         # neighbours are mostly background (the geodesic's fit reuses this fitted space)
-        space, _ = space_of(spec.config, get_cache(), [target, *refs])
+        space = spec.features_model
+        if space is None:
+            space, _ = space_of(spec.config, get_cache(), [target, *refs])
         if space.name != "pixels":
             embedding = space.fit([target, *refs]).transform(target).features
     fs = few_shot(
@@ -256,4 +298,48 @@ def load_spec_datasets(
         labelled_indices=fs.labelled_indices,
         pseudo_label_accuracy=fs.pseudo_label_accuracy,
         target_test=test,
+    )
+
+
+class LoadedProblem(Protocol):
+    """The datasets of a problem in hand: :class:`SpecDatasets`, or the app's loaded data."""
+
+    @property
+    def target(self) -> LabeledDataset: ...
+
+    @property
+    def references(self) -> Sequence[LabeledDataset]: ...
+
+
+def fit_spec(
+    spec: GeodesicSpec,
+    data: LoadedProblem | None = None,
+    *,
+    progress: Progress | None = None,
+    cache: DiskCache | None = None,
+    workers: int = 1,
+) -> GeodesicResult:
+    """Fit the generalized geodesic ``spec`` describes (paper Sec. 3): the one way from a
+    problem value to :func:`~geoviz.geodesic.pipeline.fit_geodesic`, its feature space
+    (``config.features`` or ``features_model``) included.
+
+    Parameters
+    ----------
+    spec
+        The problem.
+    data
+        Its datasets, loaded (:func:`load_spec_datasets`, or a front-end's own loading
+        with its policy); ``None``: loaded here with :func:`load_spec_datasets`'s defaults.
+    progress, cache, workers
+        As :func:`~geoviz.geodesic.pipeline.fit_geodesic`'s.
+    """
+    loaded: LoadedProblem = load_spec_datasets(spec) if data is None else data
+    return pipeline.fit_geodesic(  # looked up at each call (a test or a tool may wrap it)
+        loaded.target,
+        list(loaded.references),
+        spec.config,
+        progress=progress,
+        cache=cache,
+        features=spec.features_model,
+        workers=workers,
     )

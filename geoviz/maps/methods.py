@@ -9,7 +9,7 @@ method: a new method is one entry in :data:`MAP_METHODS`, one estimator and one
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from geoviz.backend import DiskCache
 from geoviz.data.dataset import LabeledDataset
@@ -18,6 +18,7 @@ from geoviz.maps.barycentric import BarycentricMap
 from geoviz.maps.base import FittedMap
 from geoviz.maps.neural import NeuralMapConfig, NeuralOTDDMap
 from geoviz.ot.otdd import OTDDConfig
+from geoviz.vocabulary import MapMethod
 
 __all__ = [
     "MAP_METHODS",
@@ -30,7 +31,6 @@ __all__ = [
 
 #: How the OTDD maps ``T_i`` are computed: the barycentric projection of the
 #: entropic plan (eq. (bary_map)), or the neural map of eq. (max-min).
-MapMethod = Literal["barycentric", "neural"]
 MAP_METHODS: tuple[MapMethod, ...] = ("barycentric", "neural")
 #: Methods that train networks, so the neural budget is one of their settings.
 TRAINED_MAP_METHODS: frozenset[MapMethod] = frozenset({"neural"})

@@ -88,8 +88,7 @@ import torch
 from geoviz.backend import available_memory_bytes, resolve_device, usable_cores
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import ConvergenceWarning, DatasetError, GeovizError
-
-LabelMethod = Literal["exact", "gaussian"]
+from geoviz.vocabulary import LabelMethod
 
 __all__ = ["LabelMethod", "class_samples", "gaussian_w2", "label_distances"]
 

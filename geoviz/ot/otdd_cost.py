@@ -29,6 +29,10 @@ from geoviz.ot.labels import LabelMethod
 from geoviz.ot.sinkhorn import KernelPolicy, Sinkhorn, SinkhornMode
 from geoviz.tasks import BACKENDS, Backend, check_ray_address
 
+# the default relative regularisation (eps_abs = DEFAULT_EPSILON * mean(C)): sharp maps, see
+# the table in the module docstring; declared with the other choices in the vocabulary
+from geoviz.vocabulary import DEFAULT_EPSILON
+
 __all__ = [
     "BLUR_NEIGHBOURS",
     "DEFAULT_EPSILON",
@@ -44,10 +48,6 @@ __all__ = [
 
 #: bump when the numbers produced by :func:`otdd` change (part of cache keys)
 OTDD_ALGO_VERSION = "2"
-
-#: default relative regularisation (``eps_abs = DEFAULT_EPSILON * mean(C)``): sharp maps,
-#: see the table in the module docstring
-DEFAULT_EPSILON = 1e-3
 
 #: a plan whose median row perplexity exceeds this is reported as blurry (:class:`BlurWarning`)
 BLUR_NEIGHBOURS = 10.0

@@ -19,7 +19,7 @@ from geoviz.app.jobs import BackgroundJob
 from geoviz.app.scenario import FewShotOptions, Scenario
 from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.services.datasets import ScenarioData, load_choice, scenario_data
-from geoviz.app.services.geodesic import geodesic_config, geodesic_if_ready, geodesic_key
+from geoviz.app.services.geodesic import geodesic_if_ready, geodesic_key
 from geoviz.app.services.stored_evidence import (
     EVIDENCE_FOLDER,
     META_PREFIX,
@@ -50,7 +50,8 @@ from geoviz.backend import default_cache_dir
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
 from geoviz.errors import DatasetError
-from geoviz.geodesic.pipeline import GeodesicResult, fit_geodesic
+from geoviz.geodesic.pipeline import GeodesicResult
+from geoviz.geodesic.spec import fit_spec
 from geoviz.isolation import run_in_child
 from geoviz.tasks import Backend
 from geoviz.transfer.experiment import TransferTask, make_task
@@ -222,10 +223,9 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
         data = scenario_data(sub)
         geodesic = geodesic_if_ready(scenario)
         if geodesic is None:
-            geodesic = fit_geodesic(
-                data.target,
-                list(data.references),
-                geodesic_config(scenario),
+            geodesic = fit_spec(
+                scenario.spec(),
+                data,
                 progress=lambda stage, f: progress(f"maps ({stage})", 0.25 * f),
                 cache=disk_cache(),
             )

@@ -17,7 +17,8 @@ from geoviz.backend import ArraySpec, DiskCache
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic.mixup import mixup_interpolation
-from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
+from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult
+from geoviz.geodesic.spec import fit_spec
 from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights
 
@@ -60,17 +61,10 @@ def start_geodesic(scenario: Scenario, data: ScenarioData, workers: int = 1) -> 
     """
     if scenario.data_key() != data.data_key:
         raise GeovizError("start_geodesic: the scenario's datasets differ from the loaded ones")
-    config = geodesic_config(scenario)
+    spec = scenario.spec()
 
     def run(progress: Progress) -> GeodesicResult:
-        return fit_geodesic(
-            data.target,
-            list(data.references),
-            config,
-            progress=progress,
-            cache=disk_cache(),
-            workers=workers,
-        )
+        return fit_spec(spec, data, progress=progress, cache=disk_cache(), workers=workers)
 
     return store().start_job(geodesic_key(scenario), run)
 

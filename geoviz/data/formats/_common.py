@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
@@ -32,8 +32,7 @@ from geoviz import files, memory
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.errors import DatasetError, DatasetFormatError, GeovizError
 from geoviz.memory import check_bytes
-
-Split = Literal["train", "test"]
+from geoviz.vocabulary import Split
 
 _TRAIN_TOKENS = frozenset({"train", "training"})
 _TEST_TOKENS = frozenset({"test", "testing", "t10k"})
