@@ -110,7 +110,7 @@ class GlossaryEntry:
     code: tuple[str, ...]
 
 
-_RESULT = "geoviz.geodesic.pipeline.GeodesicResult"
+_RESULT = "geoviz.geodesic.result.GeodesicResult"
 
 GLOSSARY: tuple[GlossaryEntry, ...] = (
     GlossaryEntry(

@@ -54,7 +54,7 @@ def test_every_code_name_in_the_glossary_exists(name):
 @pytest.mark.parametrize(
     "name",
     [
-        "geoviz.geodesic.pipeline.GeodesicResult.w2q",  # a renamed attribute
+        "geoviz.geodesic.result.GeodesicResult.w2q",  # a renamed attribute
         "geoviz.geodesic.weights.project_simplex",  # a renamed function
         "geoviz.viz.compare.naive_mixup",
         "geoviz.geodesic.no_such_module.objective",  # a moved module
@@ -67,7 +67,7 @@ def test_the_resolver_rejects_names_that_do_not_exist(name):
 
 def test_dataclass_fields_resolve_to_fields():
     # w_to_target is now a property of GeodesicResult (read off its distances): a_hat is a field
-    field = _resolve("geoviz.geodesic.pipeline.GeodesicResult.a_hat")
+    field = _resolve("geoviz.geodesic.result.GeodesicResult.a_hat")
     assert isinstance(field, dataclasses.Field) and field.name == "a_hat"
     assert callable(_resolve("geoviz.geodesic.mixup.mixup_interpolation"))
 
@@ -90,8 +90,8 @@ def test_entries_are_complete_and_unique():
 def test_w_spellings():
     """W_i / W_ij: one label each, and the short docstring forms."""
     by_code = {name: entry for entry in GLOSSARY for name in entry.code}
-    w_i = by_code["geoviz.geodesic.pipeline.GeodesicResult.w_to_target"]
-    w_ij = by_code["geoviz.geodesic.pipeline.GeodesicResult.w_between"]
+    w_i = by_code["geoviz.geodesic.result.GeodesicResult.w_to_target"]
+    w_ij = by_code["geoviz.geodesic.result.GeodesicResult.w_between"]
     assert w_i.text == glossary.W_TARGET == "W²₂,Q(P_i, Q)"
     assert w_ij.text == glossary.W_BETWEEN == "W²₂,Q(P_i, P_j)"
     assert w_i.ascii.startswith("W_i = ") and w_ij.ascii.startswith("W_ij = ")
