@@ -160,6 +160,21 @@ class StudyMeta:
     command: str
 
 
+def _common_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a stored study description and a stored Table 1 share: the space, the
+    preprocessing, the sizes, k and the seeds (a ``KeyError``/``ValueError`` when malformed)."""
+    return {
+        "space": str(raw["space"]),
+        "space_description": str(raw["space_description"]),
+        "preprocess": str(raw["preprocess"]),
+        "image_size": int(raw["image_size"]),
+        "n_per_dataset": int(raw["n_per_dataset"]),
+        "n_test": int(raw["n_test"]),
+        "k": int(raw["k"]),
+        "seeds": tuple(int(v) for v in raw["seeds"]),
+    }
+
+
 def load_study_meta(path: Path, study: GridStudy) -> StudyMeta:
     """Read ``meta_<target>.json`` and check it describes ``study`` (k, seeds, grid, preset).
 
@@ -172,14 +187,7 @@ def load_study_meta(path: Path, study: GridStudy) -> StudyMeta:
     try:
         meta = StudyMeta(
             title=str(raw["title"]),
-            space=str(raw["space"]),
-            space_description=str(raw["space_description"]),
-            preprocess=str(raw["preprocess"]),
-            image_size=int(raw["image_size"]),
-            n_per_dataset=int(raw["n_per_dataset"]),
-            n_test=int(raw["n_test"]),
-            k=int(raw["k"]),
-            seeds=tuple(int(v) for v in raw["seeds"]),
+            **_common_fields(raw),
             resolution=int(raw["resolution"]),
             grid_points=int(raw["grid_points"]),
             preset=str(raw["preset"]),
@@ -332,14 +340,7 @@ def load_table1(path: Path) -> StoredTable1:
         return StoredTable1(
             rows=rows,
             methods=methods,
-            space=str(raw["space"]),
-            space_description=str(raw["space_description"]),
-            preprocess=str(raw["preprocess"]),
-            image_size=int(raw["image_size"]),
-            n_per_dataset=int(raw["n_per_dataset"]),
-            n_test=int(raw["n_test"]),
-            k=int(raw["k"]),
-            seeds=tuple(int(v) for v in raw["seeds"]),
+            **_common_fields(raw),
             preset=str(raw["preset"]),
             command=str(raw["command"]),
             commit=str(raw["commit"]),
