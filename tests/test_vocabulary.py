@@ -1,9 +1,10 @@
 """geoviz.vocabulary's tuples equal the library's own, so that the two cannot drift apart.
 
-The CLI builds its choices from :mod:`geoviz.vocabulary` (plain data, no torch); the
-library modules that define the same values keep their own names for now. Each test
-below pins one vocabulary to the library's definition (its preset table, its ``Literal``,
-its tuple), so a value added on one side only fails here.
+The CLI builds its choices from :mod:`geoviz.vocabulary` (plain data, no torch). The data,
+OT, maps and app modules import their ``Literal`` types from it (checked as the same
+objects); the tables that hold more than names (the neural and transfer presets, the encoder
+presets, the export registry) keep their own, and each test below pins them to the
+vocabulary, so a value added on one side only fails here.
 """
 
 from __future__ import annotations
