@@ -628,7 +628,6 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
 
     from geoviz.app.services import caches as cache_services
     from geoviz.app.services import datasets as dataset_services
-    from geoviz.app.services import geodesic as geodesic_services
     from geoviz.app.state import AppSettings, SessionModel
     from geoviz.cli import geodesic
     from geoviz.geodesic.pipeline import fit_geodesic
@@ -674,7 +673,7 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
         opened = fit_geodesic(
             data.target,
             list(data.references),
-            geodesic_services.geodesic_config(scenario),
+            scenario.spec().config,
             cache=cache_services.disk_cache(),
         )
     np.testing.assert_allclose(opened.w_between, fitted[0].w_between, rtol=1e-6)

@@ -32,6 +32,7 @@ from geoviz.data.choice import (
 from geoviz.data.formats import OutsideRootError, check_confined
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import registered_models
+from geoviz.geodesic.config import space_allows
 from geoviz.geodesic.pipeline import GeodesicConfig
 from geoviz.geodesic.spec import GeodesicSpec
 from geoviz.maps.neural import get_neural_preset
@@ -299,7 +300,7 @@ class Scenario:
         """
         if method == self.map_method:
             return self
-        if method != "barycentric" and self.features not in ("pixels", AUTO):
+        if not space_allows(method, self.features):
             return self.with_(map_method=method, features="pixels")
         return self.with_(map_method=method)
 

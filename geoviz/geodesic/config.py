@@ -40,7 +40,8 @@ from geoviz.ot.otdd import OTDDConfig
 
 __all__ = [
     "GeodesicConfig",
-    "neural_space_message",
+    "check_space_allows",
+    "space_allows",
     "space_choice_for",
     "space_of",
     "space_sentence",
@@ -51,13 +52,21 @@ __all__ = [
 UNTRAINED_SPACE_METHODS: tuple[MapMethod, ...] = ("barycentric",)
 
 
-def neural_space_message(space: str) -> str:
-    """Why a map method that generates images (neural) cannot live in feature space ``space``:
-    the one sentence of the config, the spec and the fit."""
-    return (
-        f"maps in the {space} feature space are barycentric: a neural map there would generate "
-        "features, not images (use method='barycentric')"
-    )
+def space_allows(method: str, space: str) -> bool:
+    """Whether maps of ``method`` may live in feature space ``space`` (a name, ``"auto"`` or
+    ``"model:<name>"``): barycentric maps anywhere, maps that generate images (neural) only
+    in pixel space (``"auto"`` is pixels for them, :func:`space_choice_for`)."""
+    return method in UNTRAINED_SPACE_METHODS or space in ("pixels", AUTO)
+
+
+def check_space_allows(method: str, space: str, *, error: type[GeovizError] = GeovizError) -> None:
+    """Refuse maps of ``method`` in ``space`` (:func:`space_allows`), in the one sentence of
+    the config, the spec and the fit."""
+    if not space_allows(method, space):
+        raise error(
+            f"maps in the {space} feature space are barycentric: a neural map there would "
+            "generate features, not images (use method='barycentric')"
+        )
 
 
 @dataclass(frozen=True)
@@ -168,8 +177,7 @@ class GeodesicConfig:
                 f"GeodesicConfig.encoder must be one of {', '.join(ENCODER_PRESET_NAMES)}, "
                 f"got {str(self.encoder)[:40]!r}"
             )
-        if self.method not in UNTRAINED_SPACE_METHODS and self.features not in ("pixels", AUTO):
-            raise GeovizError(neural_space_message(self.features))
+        check_space_allows(self.method, self.features)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able parameters (for cache keys and metadata).

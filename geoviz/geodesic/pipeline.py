@@ -48,9 +48,8 @@ from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import FeatureSpace, FittedFeatures, SpaceChoice
 from geoviz.geodesic.config import (
-    UNTRAINED_SPACE_METHODS,
     GeodesicConfig,
-    neural_space_message,
+    check_space_allows,
     space_choice_for,
     space_of,
     space_sentence,
@@ -282,8 +281,7 @@ def _into_feature_space(
         raise GeovizError(f"features must be a FeatureSpace, got {type(space).__name__}")
     if space.name == "pixels":
         return None, target, refs
-    if config.method not in UNTRAINED_SPACE_METHODS:  # a user's space given beside config
-        raise GeovizError(neural_space_message(space.name))
+    check_space_allows(config.method, space.name)  # a user's space given beside config
     report(f"feature space {space.name}", 0.0)
     fitted = space.fit([target, *refs], lambda stage, f: report(f"{space.name}: {stage}", 0.3 * f))
     return fitted, fitted.transform(target), tuple(fitted.transform(ref) for ref in refs)

@@ -32,7 +32,7 @@ from geoviz.data.preprocess import few_shot, harmonize
 from geoviz.errors import DatasetError
 from geoviz.features import FeatureSpace
 from geoviz.geodesic import pipeline
-from geoviz.geodesic.config import UNTRAINED_SPACE_METHODS, neural_space_message
+from geoviz.geodesic.config import check_space_allows
 from geoviz.geodesic.labels import unique_names
 from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, Progress, space_of
 from geoviz.vocabulary import AUTO, CHANNEL_MODES, ChannelMode
@@ -163,8 +163,7 @@ class GeodesicSpec:
                 f"give either a named feature space (config.features={self.config.features!r}) "
                 "or a model of your own (features_model), not both"
             )
-        if model.name != "pixels" and self.config.method not in UNTRAINED_SPACE_METHODS:
-            raise DatasetError(neural_space_message(model.name))
+        check_space_allows(self.config.method, model.name, error=DatasetError)
 
     @property
     def m(self) -> int:

@@ -17,16 +17,10 @@ from geoviz.backend import ArraySpec, DiskCache
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic.mixup import mixup_interpolation
-from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult
+from geoviz.geodesic.pipeline import GeodesicResult
 from geoviz.geodesic.spec import fit_spec
 from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights
-
-
-def geodesic_config(scenario: Scenario) -> GeodesicConfig:
-    """The library's configuration of ``scenario``'s fit: :meth:`Scenario.spec`'s (the one
-    place where a scenario becomes a configuration)."""
-    return scenario.spec().config
 
 
 def geodesic_key(scenario: Scenario) -> tuple[Hashable, ...]:

@@ -12,9 +12,9 @@ from geoviz.app.services.caches import store
 from geoviz.app.services.geodesic import geodesic_if_ready
 from geoviz.app.session import SessionModel
 from geoviz.errors import GeovizError
+from geoviz.geodesic.config import space_allows
 from geoviz.viz import fitted_maps, report
 from geoviz.viz.images import example_indices
-from geoviz.vocabulary import AUTO
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,7 +55,7 @@ def set_map_method(model: SessionModel, method: str, preset: str | None = None) 
         Unknown method or preset.
     """
     changes: dict[str, Any] = {"map_method": str(method)}
-    if str(method) != "barycentric" and model.scenario.features != AUTO:
+    if not space_allows(str(method), model.scenario.features):
         changes["features"] = "pixels"  # neural maps generate images: pixel space
     if preset is not None:
         changes["neural_preset"] = str(preset)
