@@ -33,6 +33,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -45,8 +46,10 @@ __all__ = [
     "STALE_TEMP_SECONDS",
     "AtomicWriteError",
     "Content",
+    "NotReplaceableError",
     "atomic_write_bytes",
     "atomic_write_many",
+    "check_replaceable",
     "remove_stale_temps",
 ]
 
@@ -114,6 +117,67 @@ class AtomicWriteError(OSError):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.cause.strerror or self.cause}"
+
+
+class NotReplaceableError(OSError):
+    """The target exists and is not what a write may replace (see :func:`check_replaceable`).
+
+    ``str(err)`` is one sentence naming the path and what it is.
+    """
+
+    def __init__(self, path: Path, what: str, expected: str) -> None:
+        self.path = path
+        self.what = what
+        message = f"{path} is {what}, not {expected}; refusing to replace it"
+        super().__init__(errno.EINVAL, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _kind(mode: int) -> str:
+    """What a ``st_mode`` names, as words for a sentence."""
+    kinds = (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a regular file"),
+    )
+    return next((words for test, words in kinds if test(mode)), "a special file")
+
+
+def check_replaceable(path: str | Path, *, tree: bool = False) -> None:
+    """Refuse ``path`` when it exists and a write may not replace it.
+
+    A write of bytes replaces only a regular file; a write of a tree (an ImageFolder)
+    only a folder. Nothing is opened or followed (``lstat``): a FIFO is not read from, and
+    a symbolic link is refused whatever it points to.
+
+    Parameters
+    ----------
+    path
+        The target of the write; a missing path passes.
+    tree
+        Whether the write makes a folder (else a file).
+
+    Raises
+    ------
+    NotReplaceableError
+        ``path`` exists and is a device, a FIFO, a socket, a symbolic link, or a folder
+        where a file is written (a file where a folder is).
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:  # a parent is a file: the write's own error says so
+        return
+    ok = stat.S_ISDIR(mode) if tree else stat.S_ISREG(mode)
+    if not ok:
+        raise NotReplaceableError(Path(path), _kind(mode), "a folder" if tree else "a regular file")
 
 
 def _exists_error(path: Path) -> FileExistsError:
@@ -292,6 +356,9 @@ def atomic_write_bytes(
 
     Raises
     ------
+    NotReplaceableError
+        ``path`` exists and is not a regular file (:func:`check_replaceable`); nothing is
+        written.
     FileExistsError
         ``path`` exists and ``overwrite`` is false.
     OSError
@@ -304,6 +371,7 @@ def atomic_write_bytes(
     :data:`STALE_TEMP_SECONDS` are removed from the folder (:func:`remove_stale_temps`).
     """
     path = Path(path)
+    check_replaceable(path)
     if not overwrite and os.path.lexists(path):
         raise _exists_error(path)
     created_dirs = _missing_dirs(path.parent)
@@ -315,6 +383,7 @@ def atomic_write_bytes(
         raise
     try:
         if overwrite:
+            check_replaceable(path)  # again: a FIFO may have appeared while writing
             os.replace(tmp, path)
         else:
             _place(tmp, path)
@@ -348,7 +417,9 @@ def atomic_write_many(entries: Sequence[tuple[Path, Content]], *, overwrite: boo
     AtomicWriteError
         An :class:`OSError` naming the target that failed (``path``) with the
         underlying error as ``cause``: a :class:`FileExistsError` for an
-        existing target that may not be replaced. Everything is rolled back.
+        existing target that may not be replaced, a :class:`NotReplaceableError` for one
+        that is not what the entry writes (a device, a FIFO, a link, a folder for a file:
+        checked before anything is written). Everything is rolled back.
     ValueError
         A directory tree names a member path that is absolute or contains
         ``..`` (nothing is left behind).
@@ -358,10 +429,13 @@ def atomic_write_many(entries: Sequence[tuple[Path, Content]], *, overwrite: boo
     Before writing and after a successful write, temporaries of killed writes are removed
     from the folder (:func:`remove_stale_temps`).
     """
-    if not overwrite:
-        for target, _ in entries:
-            if os.path.lexists(target):
-                raise AtomicWriteError(target, _exists_error(target))
+    for target, content in entries:
+        try:
+            check_replaceable(target, tree=not isinstance(content, (bytes, bytearray)))
+        except NotReplaceableError as err:
+            raise AtomicWriteError(target, err) from err
+        if not overwrite and os.path.lexists(target):
+            raise AtomicWriteError(target, _exists_error(target))
     parent = entries[0][0].parent
     # an export killed here before (SIGKILL, a power cut) left its temporaries: gone first
     remove_stale_temps(parent)
@@ -375,9 +449,10 @@ def atomic_write_many(entries: Sequence[tuple[Path, Content]], *, overwrite: boo
         for target, content in entries:
             current = target
             temps.append(_write_temp(target, content))
-        for (target, _), tmp in zip(entries, temps, strict=True):
+        for (target, content), tmp in zip(entries, temps, strict=True):
             current = target
             if overwrite and os.path.lexists(target):
+                check_replaceable(target, tree=not isinstance(content, (bytes, bytearray)))
                 backup = _temp_sibling(target, "old")
                 os.replace(target, backup)
                 backups.append((target, backup))

@@ -8,9 +8,11 @@ The process-wide default cache is :func:`geoviz.backend.get_cache`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import io
+import os
 import secrets
 import threading
 import warnings
@@ -30,6 +32,8 @@ from geoviz.backend.cache_entries import (
     _to_storable,
 )
 from geoviz.backend.keys import CACHE_FORMAT_VERSION, cache_key
+from geoviz.errors import ResourceError
+from geoviz.files import read_regular_file
 
 __all__ = ["CACHE_SECRET_NAME", "CacheCorruptWarning", "DiskCache"]
 
@@ -42,6 +46,29 @@ class CacheCorruptWarning(UserWarning):
 #: name of the per-folder secret that signs the entries (:class:`DiskCache`)
 CACHE_SECRET_NAME = ".geoviz-cache-secret"
 _SECRET_BYTES = 32
+
+
+def _read_entry_file(path: Path, *, max_bytes: int | None = None) -> bytes:
+    """The bytes of a cache file, read only as a bounded regular file: a FIFO or a device
+    put where an entry (or the secret) goes is refused at once, never opened for reading.
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing is there.
+    OSError
+        Anything else that keeps it from being read (its ``strerror`` says what).
+    """
+    if not os.path.lexists(path):
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+
+    def refuse(problem: str) -> OSError:
+        return OSError(errno.EINVAL, problem)
+
+    try:
+        return read_regular_file(path, max_bytes=max_bytes, error=refuse)
+    except ResourceError as err:  # an entry larger than memory: not worth reading
+        raise OSError(errno.EFBIG, str(err)) from err
 
 
 class DiskCache:
@@ -137,7 +164,7 @@ class DiskCache:
         path = self.directory / CACHE_SECRET_NAME
         for _ in range(5):
             try:
-                data = path.read_bytes()
+                data = _read_entry_file(path, max_bytes=4 * _SECRET_BYTES)
             except FileNotFoundError:
                 if not create:
                     return None
@@ -184,8 +211,15 @@ class DiskCache:
             return None
         path = self.path_for(namespace, key)
         try:
-            raw = path.read_bytes()
-        except OSError:  # missing (FileNotFoundError, NotADirectoryError) or unreadable
+            raw = _read_entry_file(path)
+        except FileNotFoundError:
+            return None
+        except OSError as err:  # unreadable, or a FIFO/device put where an entry goes
+            warnings.warn(
+                f"geoviz cache entry {path} cannot be read ({err.strerror or err}); recomputing",
+                CacheCorruptWarning,
+                stacklevel=2,
+            )
             return None
         stored, problem = self._read(raw, namespace, key)
         if problem is None:

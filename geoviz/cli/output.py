@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from geoviz.atomic import NotReplaceableError, atomic_write_bytes, check_replaceable
 from geoviz.errors import ExportError, ExportExistsError
 
 __all__ = [
@@ -51,11 +52,16 @@ def refuse_existing(path: str | Path, overwrite: bool, flag: str = "--out") -> P
     ExportExistsError
         The path exists and ``overwrite`` is false.
     ExportError
-        The path is a folder (a file is written there).
+        The path is a folder (a file is written there), or something else that is not a
+        regular file (a device, a FIFO, a link): never replaced, even with ``--overwrite``.
     """
     out = Path(path)
     if out.is_dir():
         raise ExportError(f"{flag} {out} is a folder; give a file name")
+    try:
+        check_replaceable(out)
+    except NotReplaceableError as err:
+        raise ExportError(f"{flag} {err}") from None
     if out.exists() and not overwrite:
         raise ExportExistsError(f"{out} already exists; pass --overwrite to replace it")
     return out
@@ -63,10 +69,10 @@ def refuse_existing(path: str | Path, overwrite: bool, flag: str = "--out") -> P
 
 def write_file(path: Path, data: bytes, overwrite: bool, what: str) -> None:
     """Write ``data`` atomically (:func:`geoviz.atomic.atomic_write_bytes`), CLI messages."""
-    from geoviz.atomic import atomic_write_bytes
-
     try:
         atomic_write_bytes(path, data, overwrite=overwrite)
+    except NotReplaceableError as err:  # a FIFO or device put there during the work
+        raise ExportError(str(err)) from None
     except OSError as err:
         if isinstance(err, FileExistsError) and Path(path).exists():  # appeared meanwhile
             raise ExportExistsError(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from geoviz import limits
+from geoviz.atomic import NotReplaceableError, check_replaceable
 from geoviz.cli.args import (
     cli_epsilon,
     cli_int,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from geoviz.limits import RelativeEpsilon
     from geoviz.nn.training import TransferPreset
 
-__all__ = ["TransferOptions", "check_transfer_args", "transfer_spec"]
+__all__ = ["OUT_FILES", "TransferOptions", "check_transfer_args", "transfer_spec"]
 
 
 def _weights_arg(text: str, m: int) -> np.ndarray | None:
@@ -119,6 +120,17 @@ def _refuse_unused_options(
     refuse_unused(given, unused)
 
 
+#: the files ``geoviz transfer --out DIR`` writes in ``DIR`` (besides ``checkpoints/``)
+OUT_FILES = (
+    "grid.json",
+    "grid.csv",
+    "correlation.html",
+    "manifest.json",
+    "results.json",
+    "results.csv",
+)
+
+
 def check_transfer_args(args: argparse.Namespace) -> TransferOptions:
     """Every option checked before any work, in one sentence naming the flag; an option
     that would do nothing with the others is refused too."""
@@ -156,6 +168,12 @@ def check_transfer_args(args: argparse.Namespace) -> TransferOptions:
     out_dir = None if args.out is None else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"--out {out_dir} exists and is not a folder")
+    if out_dir is not None:  # a FIFO or a device where a result goes: refused before the work
+        for name in OUT_FILES:
+            try:
+                check_replaceable(out_dir / name)
+            except NotReplaceableError as err:
+                raise ExportError(f"--out: {err}") from None
     if args.backend != "sequential":
         ray_address(args)  # a malformed --ray-address / RAY_ADDRESS before any work
     return TransferOptions(refs, seeds, weights, preset, epsilon, methods, out_dir)

@@ -93,10 +93,12 @@ def transfer_progress(
 
 
 def _write_out(path: Path, data: bytes) -> None:
-    from geoviz.atomic import atomic_write_bytes
+    from geoviz.atomic import NotReplaceableError, atomic_write_bytes
 
     try:
         atomic_write_bytes(path, data, overwrite=True)
+    except NotReplaceableError as err:
+        raise ExportError(str(err)) from None
     except OSError as err:
         raise ExportError(f"cannot write {path}: {err}") from err
 

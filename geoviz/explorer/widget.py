@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
-from geoviz.atomic import atomic_write_bytes
+from geoviz.atomic import NotReplaceableError, atomic_write_bytes, check_replaceable
 from geoviz.backend import digest_bytes
-from geoviz.errors import GeovizError, WeightsError
+from geoviz.errors import ExportError, ExportExistsError, GeovizError, WeightsError
 from geoviz.explorer.bundle import bundle
 from geoviz.explorer.payload import Payload, build_bootstrap, build_embedding, build_geodesic
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights
@@ -62,6 +62,21 @@ BOOTSTRAP_REPLICATES = 200
 EMBED_PER_DATASET = 300
 #: what :meth:`GeodesicExplorer.save_figure` writes
 FIGURE_KINDS = ("png", "svg")
+
+
+def _exists_sentence(path: Path) -> str:
+    return f"{path} already exists; pass overwrite=True to replace it"
+
+
+def _refuse_target(path: Path, overwrite: bool) -> None:
+    """The CLI's rule for an output file: never a non-regular file, an existing one only
+    with ``overwrite``."""
+    try:
+        check_replaceable(path)
+    except NotReplaceableError as err:
+        raise ExportError(str(err)) from None
+    if path.exists() and not overwrite:
+        raise ExportExistsError(_exists_sentence(path))
 
 
 class WeightsTraitError(traitlets.TraitError, WeightsError):
@@ -154,7 +169,7 @@ class GeodesicExplorer(anywidget.AnyWidget):
         self._seed = int(seed)
         self._bootstrap: GeodesicBootstrap | None = None
         self._errors: dict[str, str] = {}
-        self._figures: dict[int, tuple[Path, str, Future[Path]]] = {}
+        self._figures: dict[int, tuple[Path, str, bool, Future[Path]]] = {}
         self._figure_seq = 0
         self._lock = threading.Lock()
         with_embedding = bool(embedding) and has_embedding_view(result)
@@ -240,10 +255,16 @@ class GeodesicExplorer(anywidget.AnyWidget):
         return not self._thread.is_alive()
 
     # ------------------------------------------------------------------ figures
-    def save_figure(self, path: str | Path, kind: str = "png") -> Future[Path]:
+    def save_figure(
+        self, path: str | Path, kind: str = "png", *, overwrite: bool = False
+    ) -> Future[Path]:
         """Ask the browser for the current view as a figure (``"png"`` or ``"svg"``: simplex
-        with its scale, readout, label mass, samples, embedding) and write it to ``path``
-        (replaced if it exists).
+        with its scale, readout, label mass, samples, embedding) and write it to ``path``.
+
+        As the CLI's ``--out``: an existing ``path`` is replaced only with ``overwrite=True``,
+        and only when it is a regular file; a folder, a device, a FIFO or a link is refused
+        (:class:`~geoviz.errors.ExportError`) now, before the browser is asked, and again
+        when the file is written.
 
         The file is written when the browser answers, which the kernel reads only when it
         is idle: *after the cell that called this has finished* (wait on the returned future
@@ -253,15 +274,25 @@ class GeodesicExplorer(anywidget.AnyWidget):
         Returns
         -------
         concurrent.futures.Future
-            Resolves to the written path, or fails with the browser's reason.
+            Resolves to the written path, or fails with the browser's reason (or with
+            :class:`~geoviz.errors.ExportExistsError` when ``path`` appeared meanwhile).
+
+        Raises
+        ------
+        ExportExistsError
+            ``path`` exists and ``overwrite`` is false.
+        ExportError
+            ``path`` exists and is not a regular file.
         """
         if kind not in FIGURE_KINDS:
             raise GeovizError(f"figure kind must be one of {FIGURE_KINDS}, got {kind!r}")
+        target = Path(path)
+        _refuse_target(target, overwrite)
         future: Future[Path] = Future()
         with self._lock:
             self._figure_seq += 1
             ident = self._figure_seq
-            self._figures[ident] = (Path(path), kind, future)
+            self._figures[ident] = (target, kind, overwrite, future)
         self.send({"kind": "figure", "id": ident, "format": kind})
         return future
 
@@ -270,7 +301,7 @@ class GeodesicExplorer(anywidget.AnyWidget):
             entry = self._figures.pop(content.get("id"), None)  # type: ignore[arg-type]
         if entry is None:  # another view of this widget answered first
             return
-        path, kind, future = entry
+        path, kind, overwrite, future = entry
         try:
             if content.get("error"):
                 raise GeovizError(f"the browser could not draw the figure: {content['error']}")
@@ -284,7 +315,10 @@ class GeodesicExplorer(anywidget.AnyWidget):
                 raw = base64.b64decode(b64, validate=True)
             else:
                 raw = data.encode("utf-8")
-            atomic_write_bytes(path, raw, overwrite=True)
+            _refuse_target(path, overwrite)  # again: it may have appeared meanwhile
+            atomic_write_bytes(path, raw, overwrite=overwrite)
+        except FileExistsError:
+            future.set_exception(ExportExistsError(_exists_sentence(path)))
         except Exception as err:
             LOG.debug("figure not written", exc_info=err)
             future.set_exception(err)

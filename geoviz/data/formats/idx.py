@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 
+from geoviz.atomic import NotReplaceableError, atomic_write_bytes, check_replaceable
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats._common import (
     PathLike,
@@ -196,12 +197,21 @@ def save_idx(path: PathLike, array: np.ndarray, *, overwrite: bool = False) -> P
         The written path.
     """
     p = Path(path)
+    try:
+        check_replaceable(p)  # never a device or a FIFO, even with overwrite
+    except NotReplaceableError as err:
+        raise ExportError(str(err)) from None
     if p.exists() and not overwrite:
         raise ExportError(f"{p}: file exists (pass overwrite=True to replace it)")
     payload = encode_idx(array)
     if p.name.lower().endswith(".gz"):
         payload = gzip.compress(payload, mtime=0)
-    p.write_bytes(payload)
+    try:
+        atomic_write_bytes(p, payload, overwrite=overwrite)
+    except NotReplaceableError as err:
+        raise ExportError(str(err)) from None
+    except FileExistsError:
+        raise ExportError(f"{p}: file exists (pass overwrite=True to replace it)") from None
     return p
 
 
