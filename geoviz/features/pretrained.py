@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from geoviz.atomic import atomic_write_bytes
 from geoviz.backend import DiskCache, get_cache, resolve_device
 from geoviz.backend import digest as json_digest
 from geoviz.data.bundled import assets_dir, load_bundled
@@ -181,7 +182,7 @@ def save_encoder(
     arrays: dict[str, Any] = {k: v.detach().cpu().numpy() for k, v in state.items()}
     np.savez(buffer, **arrays)
     blob = buffer.getvalue()
-    target.write_bytes(blob)
+    atomic_write_bytes(target, blob, overwrite=True)
     config_json = {f.name: getattr(config, f.name) for f in fields(EncoderConfig)}
     config_json["styles"] = list(config.styles)
     manifest = {
@@ -191,7 +192,8 @@ def save_encoder(
         "bytes": len(blob),
         **(extra or {}),
     }
-    target.with_suffix(".json").write_text(json.dumps(manifest, indent=1) + "\n")
+    manifest_bytes = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
+    atomic_write_bytes(target.with_suffix(".json"), manifest_bytes, overwrite=True)
     return target
 
 
