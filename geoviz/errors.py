@@ -16,13 +16,19 @@ def short_repr(value: Any, limit: int = 40) -> str:
     """``repr(value)`` cut to ``limit`` characters: error texts never echo a whole input.
 
     Containers longer than ``limit`` entries are described by their length instead of
-    being turned into text (a 10^6-entry list would cost seconds to ``repr``).
+    being turned into text (a 10^6-entry list would cost seconds to ``repr``). A value whose
+    ``repr`` fails (a list nested thousands deep, an integer of more than 4,300 digits, an
+    object whose ``__repr__`` raises) is described by its type: a message about a bad value
+    never fails itself.
     """
     if isinstance(value, (list, tuple, dict, set)) and len(value) > limit:
         return f"<{type(value).__name__} of {len(value):,} entries>"
     if isinstance(value, (str, bytes)) and len(value) > 4 * limit:
         value = value[: 4 * limit]
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # RecursionError, ValueError (int digits), or a hostile __repr__
+        text = f"<{type(value).__name__} that cannot be shown>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geoviz.errors import WeightsError
+from geoviz.errors import WeightsError, short_repr
 from geoviz.geodesic.weights import (
     ENTRY_DECIMALS,
     SimplexWeights,
@@ -264,3 +264,42 @@ def test_simplex_weights_wrong_length_and_bad_text_and_direct_construction():
         SimplexWeights((0.7, 0.6))  # off the simplex even when built directly
     with pytest.raises(WeightsError):
         SimplexWeights((1.5, -0.5))
+
+
+def _nested(depth: int, inner: object) -> object:
+    for _ in range(depth):
+        inner = [inner]
+    return inner
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        _nested(5_000, [0.2, 0.3, 0.5]),
+        _nested(900, [0.2, 0.3, 0.5]),
+        [10**400, 0, 0],
+        [0, 0, 10**5000],
+        np.array([10**400, 0, 0], dtype=object),
+    ],
+    ids=["nested 5,000 deep", "nested 900 deep", "10**400", "10**5000", "object array"],
+)
+def test_weights_nested_deep_or_too_large_for_a_float_are_a_weights_error(bad):
+    """Issue 41: these raised RecursionError (the message's repr), OverflowError (float of
+    10**400) or ValueError (repr of a 5,000-digit integer) instead of WeightsError."""
+    for call in (lambda: check_weights(bad, 3), lambda: SimplexWeights.from_input(bad, 3)):
+        with pytest.raises(WeightsError) as caught:
+            call()
+        assert len(str(caught.value)) < 200
+    with pytest.raises(WeightsError, match="SimplexWeights needs"):
+        SimplexWeights((10**400, 0, 0))
+
+
+def test_short_repr_never_fails():
+    class Hostile:
+        def __repr__(self):
+            raise RuntimeError("no")
+
+    assert short_repr(_nested(5_000, 1)) == "<list that cannot be shown>"
+    assert short_repr(10**5000) == "<int that cannot be shown>"
+    assert short_repr(Hostile()) == "<Hostile that cannot be shown>"
+    assert short_repr([1, 2]) == "[1, 2]"

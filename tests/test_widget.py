@@ -126,6 +126,76 @@ def test_values_from_the_browser_go_through_the_same_validation(quiet):
     assert quiet.weights == [0.0, 0.0, 1.0] and quiet.error == ""
 
 
+def _nested(depth: int, inner: object) -> object:
+    """``inner`` wrapped in ``depth`` one-element lists (built without recursion)."""
+    for _ in range(depth):
+        inner = [inner]
+    return inner
+
+
+class _Hostile:
+    """An object whose conversion to an array and whose ``repr`` both fail."""
+
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError("no array here")
+
+    def __repr__(self):
+        raise RuntimeError("no repr either")
+
+
+#: issue 41: each raised RecursionError, OverflowError or ValueError instead of TraitError,
+#: or was quoted whole in the message (70 MB for 10^7 weights) and in ``error``
+REFUSED_BADLY = {
+    "nested 5,000 deep": lambda: _nested(5_000, [0.2, 0.3, 0.5]),
+    "nested 900 deep": lambda: _nested(900, [0.2, 0.3, 0.5]),
+    "10**400": lambda: [10**400, 0, 0],
+    "10**5000": lambda: [0, 10**5000, 0],
+    "object array with 10**400": lambda: np.array([10**400, 0, 0], dtype=object),
+    "10^7 weights": lambda: [0.1] * 10**7,
+    "10^7-entry array": lambda: np.full(10**7, 0.1),
+    "10 MB text": lambda: "w" * 10**7,
+    "hostile __array__": _Hostile,
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED_BADLY))
+def test_every_refusal_is_a_short_trait_error(quiet, name):
+    """Assigned from Python or sent by the browser: one TraitError (a WeightsTraitError)
+    that quotes at most a few dozen characters of the value, and the pick stays."""
+    bad = REFUSED_BADLY[name]()
+    quiet.weights = [0.2, 0.3, 0.5]
+    with pytest.raises(traitlets.TraitError) as caught:
+        quiet.weights = bad
+    text = str(caught.value)
+    assert isinstance(caught.value, WeightsTraitError) and text.startswith("refused weights")
+    assert len(text) <= 300 and "\n" not in text, text[:400]
+    assert "w" * 50 not in text and "0.1, 0.1, 0.1, 0.1, 0.1, 0.1" not in text
+    assert quiet.weights == [0.2, 0.3, 0.5]
+    assert quiet.receive_pick(bad, 7) is False
+    assert quiet.weights == [0.2, 0.3, 0.5] and quiet._handled_seq == 7
+    assert quiet.error.startswith("The browser's pick was refused") and len(quiet.error) <= 350
+    assert quiet.receive_pick([0.5, 0.3, 0.2], 8) is True and quiet.error == ""
+
+
+def test_a_figure_error_from_the_browser_is_quoted_short(quiet, tmp_path, monkeypatch):
+    """A 10 MB reason from the browser, or a nested one, becomes a short sentence; an id
+    that is not a number is ignored (it was used as a dict key: a list raised TypeError)."""
+    monkeypatch.setattr(quiet, "send", lambda content, buffers=None: None)
+    failed = quiet.save_figure(tmp_path / "g.png")
+    quiet._handle_custom_msg({"kind": "figure", "id": [1], "error": "x"}, [])
+    assert not failed.done()
+    quiet._handle_custom_msg({"kind": "figure", "id": 1, "error": "e" * 10**7}, [])
+    with pytest.raises(GeovizError) as caught:
+        failed.result(0)
+    assert len(str(caught.value)) <= 300
+    nested = quiet.save_figure(tmp_path / "h.png")
+    quiet._handle_custom_msg({"kind": "figure", "id": 2, "error": _nested(5_000, "e")}, [])
+    with pytest.raises(GeovizError, match="could not draw") as caught:
+        nested.result(0)
+    assert len(str(caught.value)) <= 300
+    assert not (tmp_path / "g.png").exists() and not (tmp_path / "h.png").exists()
+
+
 def test_dataset_round_trips_through_export(quiet, fitted, tmp_path):
     _, result = fitted
     quiet.weights = [0.5, 0.25, 0.25]

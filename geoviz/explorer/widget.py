@@ -34,7 +34,7 @@ import traitlets
 
 from geoviz.atomic import NotReplaceableError, atomic_write_bytes, check_replaceable
 from geoviz.backend import digest_bytes
-from geoviz.errors import ExportError, ExportExistsError, GeovizError, WeightsError
+from geoviz.errors import ExportError, ExportExistsError, GeovizError, WeightsError, short_repr
 from geoviz.explorer.bundle import bundle
 from geoviz.explorer.payload import Payload, build_bootstrap, build_embedding, build_geodesic
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights
@@ -62,6 +62,10 @@ BOOTSTRAP_REPLICATES = 200
 EMBED_PER_DATASET = 300
 #: what :meth:`GeodesicExplorer.save_figure` writes
 FIGURE_KINDS = ("png", "svg")
+#: most characters of a refused value quoted in a refusal (:class:`WeightsTraitError`)
+QUOTE_CHARS = 40
+#: most characters of the library's reason in a refusal
+REASON_CHARS = 160
 
 
 def _exists_sentence(path: Path) -> str:
@@ -202,13 +206,23 @@ class GeodesicExplorer(anywidget.AnyWidget):
     # ------------------------------------------------------------------ the pick
     @traitlets.validate("weights")
     def _valid_weights(self, proposal: dict[str, Any]) -> list[float]:
+        """The pick, validated and rounded; anything else is one :class:`WeightsTraitError`
+        that quotes at most :data:`QUOTE_CHARS` characters of the value (a refused 10^7-entry
+        list is not copied into the message, nor into :attr:`error` in the browser)."""
+        value = proposal["value"]
         try:
-            picked = SimplexWeights.from_input(proposal["value"], self._result.m, ENTRY_DECIMALS)
+            picked = SimplexWeights.from_input(value, self._result.m, ENTRY_DECIMALS)
         except WeightsError as err:
-            raise WeightsTraitError(
-                f"refused weights {proposal['value']!r}: {err} (the pick stays at {self.weights})"
-            ) from None
-        return picked.tolist()
+            reason = str(err)
+        except Exception as err:  # a hostile __array__ or __float__: refused all the same
+            LOG.debug("weights refused", exc_info=err)
+            reason = f"they are not numbers ({type(err).__name__})"
+        else:
+            return picked.tolist()
+        raise WeightsTraitError(
+            f"refused weights {short_repr(value, QUOTE_CHARS)}: "
+            f"{reason[:REASON_CHARS].rstrip('.')} (the pick stays at {self.weights})"
+        )
 
     @property
     def result(self) -> GeodesicResult:
@@ -297,14 +311,19 @@ class GeodesicExplorer(anywidget.AnyWidget):
         return future
 
     def _receive_figure(self, content: dict[str, Any]) -> None:
+        ident = content.get("id")
+        if isinstance(ident, bool) or not isinstance(ident, int):  # a list would not hash
+            return
         with self._lock:
-            entry = self._figures.pop(content.get("id"), None)  # type: ignore[arg-type]
+            entry = self._figures.pop(ident, None)
         if entry is None:  # another view of this widget answered first
             return
         path, kind, overwrite, future = entry
         try:
             if content.get("error"):
-                raise GeovizError(f"the browser could not draw the figure: {content['error']}")
+                reason = content["error"]
+                reason = reason[:REASON_CHARS] if isinstance(reason, str) else short_repr(reason)
+                raise GeovizError(f"the browser could not draw the figure: {reason}")
             data = content.get("data")
             if not isinstance(data, str):
                 raise GeovizError("the browser sent no figure")

@@ -97,7 +97,12 @@ def check_weights(weights: Any, m: int, atol: float = WEIGHT_ATOL) -> np.ndarray
         weights = weights.detach().cpu().numpy()
     try:
         arr = np.asarray(weights, dtype=np.float64)
-    except (TypeError, ValueError) as err:
+    except OverflowError:  # an integer such as 10**400: no float holds it
+        raise WeightsError(
+            f"weights must be finite numbers, got {short_repr(weights)} (an entry is too "
+            "large for a float)"
+        ) from None
+    except (TypeError, ValueError, RecursionError) as err:  # text, objects, deep nesting
         raise WeightsError(f"weights must be numbers, got {short_repr(weights)}") from err
     if arr.ndim == 0 or arr.shape[-1] != m:
         got = "a scalar" if arr.ndim == 0 else f"{arr.shape[-1]} entries"
@@ -285,7 +290,7 @@ class SimplexWeights:
         # an invariant of the type, not a second validation: cheap checks on m floats
         try:
             values = tuple(float(x) for x in self.values)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int like 10**400
             raise WeightsError(
                 f"SimplexWeights needs a flat sequence of numbers, got {short_repr(self.values)}"
             ) from None
