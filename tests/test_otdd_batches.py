@@ -8,12 +8,14 @@ import importlib
 import numpy as np
 import pytest
 import torch
+from cache_forgery import forge_entry
 
-from geoviz.backend import DiskCache
+from geoviz.backend import CacheCorruptWarning, DiskCache
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
+from geoviz.maps.barycentric import BarycentricMap
 from geoviz.ot.otdd import OTDDConfig, otdd
-from geoviz.ot.otdd_batches import batch_rows
+from geoviz.ot.otdd_batches import BatchSolve, batch_rows
 
 
 def _blobs(n: int, seed: int, name: str) -> LabeledDataset:
@@ -121,3 +123,99 @@ def test_backend_and_address_are_checked():
         OTDDConfig(backend="threads")  # type: ignore[arg-type]
     with pytest.raises(GeovizError, match="ray_address"):
         OTDDConfig(ray_address="http://example.com/../x")
+
+
+def _count_batch_solves(monkeypatch) -> list[int]:
+    """The batches solved from now on (their indices); a batch read from the cache is not
+    solved."""
+    solved: list[int] = []
+    real = BatchSolve._solve
+
+    def counting(self, bi, *args, **kwargs):
+        solved.append(int(bi))
+        return real(self, bi, *args, **kwargs)
+
+    monkeypatch.setattr(BatchSolve, "_solve", counting)
+    return solved
+
+
+def _same_map(a, b) -> None:
+    """Two fits of the same deterministic batches: equal to float rounding."""
+    _same(a.otdd_, b.otdd_)
+    torch.testing.assert_close(a.mapped_features_, b.mapped_features_, rtol=0, atol=1e-6)
+    torch.testing.assert_close(a.soft_labels_, b.soft_labels_, rtol=0, atol=1e-6)
+
+
+def test_a_killed_barycentric_fit_resumes_from_its_finished_batches(tmp_path, monkeypatch):
+    """Issue 41: the ``--batch-size`` maps (BarycentricMap) stored no batch, so a killed
+    run started over. Now the two batches before the failing third are on disk and the
+    rerun solves only the other two, giving the uninterrupted fit's map."""
+    cache = DiskCache(tmp_path)
+    uninterrupted = BarycentricMap(BATCHED, cache=DiskCache(enabled=False)).fit(Q, P)
+    solved = _count_batch_solves(monkeypatch)
+    real = otdd_module._solve_block
+
+    def dies_on_third(*args, **kwargs):
+        if len(solved) == 3:
+            raise GeovizError("worker killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(otdd_module, "_solve_block", dies_on_third)
+    with pytest.raises(GeovizError, match="worker killed"):
+        BarycentricMap(BATCHED, cache=cache).fit(Q, P)
+    assert len(list((tmp_path / "otdd_batch").glob("*.pt"))) == 2
+    monkeypatch.setattr(otdd_module, "_solve_block", real)
+    solved.clear()
+    resumed = BarycentricMap(BATCHED, cache=cache).fit(Q, P)
+    assert sorted(solved) == [2, 3]  # batches 1 and 2 came from the cache
+    _same_map(resumed, uninterrupted)
+
+
+def test_a_second_identical_batched_fit_solves_no_batch(tmp_path, monkeypatch):
+    """Every batch of a finished fit is on disk: with the whole map's entry gone (a run
+    killed after its last batch), fitting again solves no batch, whatever
+    ``keep_coupling`` (batches keep no plan), and the plain ``otdd`` reads them too."""
+    cache = DiskCache(tmp_path)
+    solved = _count_batch_solves(monkeypatch)
+    first = BarycentricMap(BATCHED, cache=cache).fit(Q, P)
+    assert len(solved) == 4
+    assert len(list((tmp_path / "otdd_batch").glob("*.pt"))) == 4
+    solved.clear()
+    for entry in (tmp_path / "barycentric_map").glob("*.pt"):
+        entry.unlink()
+    again = BarycentricMap(BATCHED, cache=cache, keep_coupling=True).fit(Q, P)
+    assert solved == []
+    _same_map(again, first)
+    otdd(Q, P, BATCHED, barycentric=True, cache=cache)
+    assert solved == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda p: p.update(mapped=p["mapped"][:-1]), r"'mapped' has shape"),
+        (lambda p: p.pop("soft"), r"'soft'"),
+        (lambda p: p.update(transport="cheap"), r"cannot be used"),
+    ],
+)
+def test_a_forged_batch_is_recomputed(tmp_path, monkeypatch, mutate, reason):
+    """A batch entry re-signed with the folder's secret and a matching structure, but not
+    what the batch holds (fewer rows, no soft labels, a cost that is not a number), is
+    warned about and solved again, never added into the map."""
+    cache = DiskCache(tmp_path)
+    first = BarycentricMap(BATCHED, cache=cache).fit(Q, P)
+    for entry in (tmp_path / "barycentric_map").glob("*.pt"):
+        entry.unlink()
+    forged = sorted((tmp_path / "otdd_batch").glob("*.pt"))[0].stem
+    forge_entry(
+        cache,
+        "otdd_batch",
+        forged,
+        lambda envelope: mutate(envelope["payload"]),
+        sign="secret+structure",
+    )
+    solved = _count_batch_solves(monkeypatch)
+    with pytest.warns(CacheCorruptWarning, match=reason):
+        again = BarycentricMap(BATCHED, cache=cache).fit(Q, P)
+    assert len(solved) == 1
+    _same_map(again, first)

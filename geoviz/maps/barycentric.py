@@ -26,7 +26,9 @@ target's classes).
 
 Caching: fitted maps are stored in a :class:`~geoviz.backend.DiskCache`
 (default :func:`geoviz.backend.get_cache`) under the fingerprints of both
-datasets and ``config.cache_params()``; pass ``DiskCache(enabled=False)`` to
+datasets and ``config.cache_params()``; in batched mode each batch is also stored
+as it finishes (:mod:`geoviz.ot.otdd_batches`), so a fit killed mid-way solves only
+the missing batches when it is run again. Pass ``DiskCache(enabled=False)`` to
 switch caching off.
 """
 
@@ -191,8 +193,9 @@ class BarycentricMap:
     config
         OTDD parameters (full or batched mode).
     cache
-        Disk cache (default :func:`geoviz.backend.get_cache`; pass
-        ``DiskCache(enabled=False)`` to disable).
+        Disk cache of the fitted map and, in batched mode, of each finished batch
+        (default :func:`geoviz.backend.get_cache`; pass ``DiskCache(enabled=False)``
+        to disable).
     keep_coupling
         Keep the ``(N_Q, N_P)`` coupling in ``otdd_`` (full mode only; it is
         then also cached).
@@ -237,6 +240,8 @@ class BarycentricMap:
                 progress,
                 barycentric=True,
                 keep_coupling=self.keep_coupling,
+                # each finished batch too, so a killed --batch-size run resumes from them
+                batch_cache=cache,
             )
             return res.to_payload()
 

@@ -273,6 +273,7 @@ def otdd(
     keep_coupling: bool = True,
     label_cost: torch.Tensor | None = None,
     cache: DiskCache | None = None,
+    batch_cache: DiskCache | None = None,
 ) -> OTDDResult:
     """Entropic OTDD between ``target`` (Q) and ``reference`` (P), paper eq. (otdd).
 
@@ -295,7 +296,14 @@ def otdd(
         ``config.label_method``).
     cache
         Optional :class:`~geoviz.backend.DiskCache`; the result is stored under
-        the fingerprints of both datasets and ``config.cache_params()``.
+        the fingerprints of both datasets and ``config.cache_params()``, and in
+        batched mode each batch too, as it finishes (``batch_cache``).
+    batch_cache
+        Where each finished batch of a batched solve is stored (namespace
+        ``"otdd_batch"``) when ``cache`` is ``None``: for callers that store the
+        whole result themselves (:class:`~geoviz.maps.barycentric.BarycentricMap`), so a
+        run killed mid-way resumes from its finished batches without a second copy of
+        the result on disk.
 
     Returns
     -------
@@ -314,6 +322,14 @@ def otdd(
         raise GeovizError(f"otdd: config must be an OTDDConfig, got {type(config).__name__}")
     check_compatible(target, reference)
 
+    # what determines every batch's numbers (keep_coupling does not: batches keep no plan)
+    problem = {
+        "target": target.fingerprint,
+        "reference": reference.fingerprint,
+        "config": config.cache_params(),
+        "barycentric": bool(barycentric),
+        "label_cost": label_cost,
+    }
     # one set of arguments for both paths; a partial adds no Python frame, so the
     # BlurWarning's stacklevel still names otdd's caller
     solve = functools.partial(
@@ -325,22 +341,16 @@ def otdd(
         barycentric=barycentric,
         keep_coupling=keep_coupling,
         label_cost=label_cost,
-        cache=cache,
+        cache=cache if cache is not None else batch_cache,
+        cache_params=problem,
     )
     if cache is None:
         return solve()
-    params = {
-        "target": target.fingerprint,
-        "reference": reference.fingerprint,
-        "config": config.cache_params(),
-        "barycentric": bool(barycentric),
-        "keep_coupling": bool(keep_coupling),
-        "label_cost": label_cost,
-    }
+    params = {**problem, "keep_coupling": bool(keep_coupling)}
     payload = cache.get_or_compute(
         "otdd",
         params,
-        lambda: solve(cache_params=params).to_payload(),
+        lambda: solve().to_payload(),
         expect=OTDDResult.payload_spec(
             target.n_samples,
             reference.n_samples,

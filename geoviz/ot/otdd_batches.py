@@ -11,10 +11,13 @@ configuration and its index, so it is a task (:func:`geoviz.tasks.run_tasks`):
   receives it from there, so the datasets travel to each worker once, not once per batch.
   A batch's memory in its worker is the one checked by :func:`~geoviz.backend.check_memory`
   before its cost is built (``~B x N_ref x itemsize``, or one row block when streamed).
-* With a :class:`~geoviz.backend.DiskCache`, every batch's result is an entry of its own
-  (namespace ``"otdd_batch"``, keyed by both fingerprints, the numbers-determining
-  configuration, the batch index and count): a run that was killed resumes from the batches
-  it had finished, and a second run reads them all.
+* With a :class:`~geoviz.backend.DiskCache`, every batch's result is an entry of its own,
+  written as the batch finishes (namespace ``"otdd_batch"``, keyed by both datasets'
+  content fingerprints, the numbers-determining configuration, whether maps are computed,
+  given label distances, the batch index and count and the batch's target rows): a run
+  that was killed resumes from the batches it had finished, and a second run reads them
+  all. :func:`geoviz.ot.otdd.otdd` with ``cache`` or ``batch_cache`` stores them, and so
+  does :class:`~geoviz.maps.barycentric.BarycentricMap` (the ``--batch-size`` maps).
 * The engine is ``config.backend``: ``"sequential"`` (this process, with the solver's own
   progress inside each batch), ``"ray"`` (one Ray task per batch: a local cluster, or the one
   at ``config.ray_address``) or ``"auto"``. A batch is deterministic (seeded rows and
@@ -33,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from geoviz.backend import DiskCache, resolve_device
+from geoviz.backend import ArraySpec, DiskCache, ValueSpec, resolve_device
 from geoviz.data.dataset import LabeledDataset
 from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.ot.sinkhorn import SinkhornCallback
@@ -171,7 +174,8 @@ class BatchSolve:
     keep_plan
         Return the batch's dense plan (single-problem mode only).
     cache, cache_params
-        Where each batch is stored, and the parameters that name the whole problem.
+        Where each batch is stored, and the parameters that determine the whole
+        problem's numbers (each batch's key adds its index, the count and its rows).
     """
 
     target: LabeledDataset
@@ -219,11 +223,37 @@ class BatchSolve:
         ``on_debias`` is called before the self-transport terms."""
         if self.cache is None or self.cache_params is None or self.keep_plan:
             return self._solve(bi, callback, on_debias)
-        params = {**self.cache_params, "batch": int(bi), "n_batches": len(self.rows)}
+        rows = self.rows[bi]
+        params = {
+            **self.cache_params,
+            "batch": int(bi),
+            "n_batches": len(self.rows),
+            "rows": np.asarray(rows, dtype=np.int64),
+        }
         payload = self.cache.get_or_compute(
-            "otdd_batch", params, lambda: self._solve(bi, callback, on_debias).to_payload()
+            "otdd_batch",
+            params,
+            lambda: self._solve(bi, callback, on_debias).to_payload(),
+            expect=self._payload_spec(len(rows)),
+            check=BatchOut.from_payload,
         )
         return BatchOut.from_payload(payload)
+
+    def _payload_spec(self, n_rows: int) -> dict[str, ValueSpec]:
+        """What a stored batch of ``n_rows`` target rows must hold (``expect`` of
+        :meth:`~geoviz.backend.DiskCache.get_or_compute`): maps sized by its rows, the
+        features' dimension and the reference's classes; ``g`` over the columns it
+        saw."""
+        maps = not self.barycentric
+        return {
+            "mapped": ArraySpec((n_rows, self.target.n_features), optional=maps),
+            "soft": ArraySpec((n_rows, self.reference.n_classes), optional=maps),
+            "f": ArraySpec((n_rows,), finite=False),
+            "g": ArraySpec(("columns",), finite=False),
+            "perplexity": ArraySpec((n_rows,), finite=False),
+            "neighbour_index": ArraySpec((n_rows, "neighbours")),
+            "neighbour_weight": ArraySpec((n_rows, "neighbours")),
+        }
 
     def _solve(
         self,
