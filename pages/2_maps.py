@@ -250,9 +250,11 @@ def mapped_samples(result: GeodesicResult) -> None:
             )
 
 
-@st.fragment
-def teaching_panel(model: SessionModel, result: GeodesicResult) -> None:
-    """A few target points, the reference points they are averaged from, and T_i(x)."""
+@widgets.page_fragment
+def teaching_panel(model: SessionModel, fit: widgets.FitRef) -> None:
+    """A few target points, the reference points they are averaged from, and T_i(x). The
+    fit comes by reference: a fragment's arguments live as long as the session."""
+    result = fit.get()
     if not has_plan_neighbours(result):
         nearest_panel(model, result)
         return
@@ -402,11 +404,23 @@ def comparison(model: SessionModel, result: GeodesicResult) -> None:
         if widgets.geodesic_with_status(model, scenario=other) is None:
             return
         st.rerun()  # redraw the section without the button and the progress box
-    side_by_side(model, *pair)
+    side_by_side(
+        model,
+        *(
+            widgets.FitRef(model.scenario.with_method(method), fit)
+            for method, fit in zip(MAP_METHODS, pair, strict=True)
+            if fit is not None
+        ),
+    )
 
 
-@st.fragment
-def side_by_side(model: SessionModel, first: GeodesicResult, second: GeodesicResult) -> None:
+@widgets.page_fragment
+def side_by_side(
+    model: SessionModel, first_fit: widgets.FitRef, second_fit: widgets.FitRef
+) -> None:
+    """Both fits side by side (by reference: a fragment's arguments live as long as the
+    session)."""
+    first, second = first_fit.get(), second_fit.get()
     st.caption(
         "The same target points x under both maps T_i: a barycentric image averages reference "
         "samples (entropic plan), a neural one is generated. Caption under each image: its "
@@ -451,7 +465,7 @@ def main(model: SessionModel) -> None:
     sharpness(result)
     summary_table(result)
     mapped_samples(result)
-    teaching_panel(model, result)
+    teaching_panel(model, widgets.FitRef(model.scenario, result))
     transitions(result)
     comparison(model, result)
 

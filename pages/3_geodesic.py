@@ -112,9 +112,11 @@ def mixup_view(
     )
 
 
-@st.fragment
-def explorer(model: SessionModel, result: GeodesicResult) -> None:
-    """The browser explorer; a release reruns only this part of the page, once."""
+@widgets.page_fragment
+def explorer(model: SessionModel, fit: widgets.FitRef) -> None:
+    """The browser explorer; a release reruns only this part of the page, once. The fit
+    comes by reference: a fragment's arguments live as long as the session."""
+    result = fit.get()
     names = list(result.reference_names)
     try:
         state = geodesic_explorer(model, result, key=EXPLORER_KEY)
@@ -143,7 +145,7 @@ def main(model: SessionModel) -> None:
     # the explorer first: at a projector's 1280x800 the simplex and the data that move with
     # it fit the first screen only when nothing else sits above them (issue 35); the
     # explanation and the (2,Q) matrix follow below it
-    explorer(model, result)
+    explorer(model, widgets.FitRef(model.scenario, result))
     st.markdown(
         "Every weight vector $a$ on the simplex gives a dataset "
         r"$P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ on the generalized geodesic of the references "

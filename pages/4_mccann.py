@@ -7,17 +7,12 @@ only when the slider is released or Play ends.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import streamlit as st
 
 from geoviz.app import widgets
 from geoviz.app.explorer.component import mccann_explorer
 from geoviz.app.state import SessionModel
 from geoviz.viz.report import markdown_literal
-
-if TYPE_CHECKING:
-    from geoviz.geodesic import GeodesicResult
 
 T_KEY = "mc_t"
 T_DEFAULT = 0.5
@@ -36,12 +31,14 @@ def main(model: SessionModel) -> None:
     result = widgets.geodesic_with_status(model)
     if result is None:
         return
-    mccann_view(model, result)
+    mccann_view(model, widgets.FitRef(model.scenario, result))
 
 
-@st.fragment
-def mccann_view(model: SessionModel, result: GeodesicResult) -> None:
-    """Reference and the browser's t: a release reruns only this part of the page."""
+@widgets.page_fragment
+def mccann_view(model: SessionModel, fit: widgets.FitRef) -> None:
+    """Reference and the browser's t: a release reruns only this part of the page. The fit
+    comes by reference: a fragment's arguments live as long as the session."""
+    result = fit.get()
     names = list(result.reference_names)
     ref, t_linked = model.mccann_pick()  # from the link, or this session's last choice
     if ref is not None and "mc_ref" not in st.session_state:

@@ -1,22 +1,27 @@
-"""Memory a visitor can cause is bounded in bytes and freed (issue 32, item 5).
+"""Memory a visitor can cause is bounded in bytes and freed (issue 32 item 5, issue 41 item 5).
 
 The result store (geoviz.app.jobs.ResultStore) was bounded by count: four links to four
 large scenarios kept ~4.6 GB after their tabs closed. Now each tier has a byte budget
 (values measured by nbytes_of), and values no living session uses leave after an idle time.
+Issue 41: a session lives while its open tab beats (not while Streamlit keeps it), the
+sweeper runs on a timer from the server's start, and no page keeps a fit the store let go.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from geoviz.app.jobs import CacheLease, LRUCache, ResultStore, nbytes_of
+from geoviz.app.session import SessionModel
 from geoviz.app.settings import AppSettings
 
+ROOT = Path(__file__).resolve().parents[1]
 MB = 2**20
 
 
@@ -119,24 +124,56 @@ def test_the_budget_comes_from_the_environment():
 # ---------------------------------------------------------------- sessions
 
 
-def test_values_no_living_session_uses_leave_after_the_idle_time():
+def test_values_no_open_tab_uses_leave_after_the_idle_time():
     clock = Clock()
-    store = ResultStore(fit_bytes=100 * MB, idle_seconds=600, clock=clock)
+    store = ResultStore(fit_bytes=100 * MB, idle_seconds=600, lease_seconds=120, clock=clock)
     lease = store.lease()
     with store.scope(lease):
         store.get_or_compute(("data", "held"), lambda: mb_array(1), tier="fit")
     store.put(("data", "orphan"), mb_array(1))  # read by no session's page
     clock.now += 599
+    lease.beat()  # the tab is open: its page frame beats every LEASE_BEAT_SECONDS
     store.sweep()
     assert ("data", "orphan") in store  # not idle long enough yet
     clock.now += 2
+    lease.beat()
     store.sweep()
     assert ("data", "orphan") not in store and ("data", "held") in store
-    # the visitor closes the tab: Streamlit drops the session state, and its lease with it
-    del lease
-    gc.collect()
+    # the visitor closes the tab: no more beats, while Streamlit still keeps the session's
+    # state (and the lease in it), for as long as no other tab disconnects
+    clock.now += 119
+    store.sweep()
+    assert ("data", "held") in store  # within the grace time: a hidden tab beats late
+    clock.now += 2
     store.sweep()
     assert ("data", "held") not in store and store.nbytes == 0
+
+
+def test_a_page_that_runs_long_keeps_its_lease_without_beating():
+    clock = Clock()
+    store = ResultStore(fit_bytes=100 * MB, idle_seconds=60, lease_seconds=120, clock=clock)
+    lease = store.lease()
+    with store.scope(lease):
+        store.put(("data", "read"), mb_array(1))
+        clock.now += 1000  # a page waiting for a long fit cannot beat meanwhile
+        store.sweep()
+        assert ("data", "read") in store
+    clock.now += 121
+    store.sweep()
+    assert ("data", "read") not in store
+
+
+def test_a_session_streamlit_forgot_holds_nothing():
+    clock = Clock()
+    store = ResultStore(fit_bytes=100 * MB, idle_seconds=60, clock=clock)
+    lease = store.lease()
+    with store.scope(lease):
+        store.put(("data", "read"), mb_array(1))
+    clock.now += 61
+    del lease  # the session state went, its lease with it (the store holds leases weakly)
+    gc.collect()
+    store.sweep()
+    assert ("data", "read") not in store
 
 
 def test_a_held_value_is_still_evicted_by_the_byte_budget():
@@ -183,3 +220,99 @@ def test_forgetting_an_upload_drops_what_sessions_using_it_read():
     store.put(("data", "fedcba9876543210fedcba98"), "another scenario")
     assert store.forget_upload(upload) == 3
     assert len(store) == 1 and ("data", "fedcba9876543210fedcba98") in store
+
+
+# ---------------------------------------------------------------- issue 41: the timer, open tabs
+
+
+def test_the_sweeper_gives_results_back_on_a_timer_without_any_page(monkeypatch):
+    """Issue 41: four tabs' results stayed 720 s after the tabs closed, and left only when a
+    new visitor came. Now the sweeper thread drops, on its own timer, what no open tab holds:
+    a value no session read, and one read by a tab that closed (its session still kept, as
+    Streamlit keeps it); a value of a tab that stays open (it beats) stays."""
+    import time
+
+    from geoviz.app.services import caches
+
+    store = caches.store()
+    monkeypatch.setattr(store, "idle_seconds", 0.3)
+    monkeypatch.setattr(store, "lease_seconds", 1.0)
+    monkeypatch.setattr(caches, "SWEEPER_TICK_SECONDS", 0.05)
+    open_tab, closed_tab = store.lease(), store.lease()
+    with store.scope(open_tab):
+        store.put(("issue41", "open tab"), mb_array(1))
+    with store.scope(closed_tab):
+        store.put(("issue41", "closed tab"), mb_array(1))
+    store.put(("issue41", "nobody"), mb_array(1))
+    caches.start_sweeper()  # what the server's start-up does; no page runs below
+    gone = [("issue41", "closed tab"), ("issue41", "nobody")]
+    deadline = time.monotonic() + 30
+    try:
+        while any(key in store for key in gone) and time.monotonic() < deadline:
+            open_tab.beat()  # the open tab's page frame, every LEASE_BEAT_SECONDS
+            time.sleep(0.05)
+        assert not any(key in store for key in gone)
+        assert ("issue41", "open tab") in store
+        assert closed_tab.holds(("issue41", "closed tab"))  # its session is still there
+    finally:
+        store.fits.pop(("issue41", "open tab"))
+
+
+def test_the_server_starts_the_sweeper_before_any_visitor(monkeypatch):
+    """The prefetched default scenario is held by no session: it must leave after the idle
+    time even if nobody ever visits, so the launcher starts the sweeper itself."""
+    from geoviz.app import serve
+    from geoviz.app.services import caches
+
+    started: list[str] = []
+    monkeypatch.setattr(caches, "start_sweeper", lambda: started.append("sweeper") or True)
+    monkeypatch.setattr(serve, "preload", lambda: {})
+    monkeypatch.setattr(serve, "_log_to_stderr", lambda: None)
+    monkeypatch.setattr(serve, "start_prefetch", lambda: started.append("prefetch"))
+    monkeypatch.setattr(serve.runpy, "run_module", lambda *a, **k: started.append("streamlit"))
+    monkeypatch.setattr(serve.sys, "argv", ["serve"])
+    serve.main(["--server.headless", "true"])
+    assert started.index("sweeper") < started.index("streamlit")
+
+
+@pytest.mark.parametrize(
+    ("page", "fragment_arguments"),
+    [
+        ("pages/2_maps.py", "teaching_panel"),
+        ("pages/3_geodesic.py", "explorer"),
+        ("pages/4_mccann.py", "mccann_view"),
+    ],
+)
+def test_a_page_keeps_no_fit_the_store_let_go(fresh_server, page, fragment_arguments):
+    """Streamlit keeps a fragment's arguments as long as its session (a closed tab's too, until
+    Streamlit forgets it): the Geodesic page's explorer kept each visitor's fit, ~560 MB at
+    image size 100, outside the byte budget (3.8 GB for four tabs, issue 41). The fragments
+    now get a :class:`~geoviz.app.widgets.FitRef`: once the store lets a fit go, no open
+    page keeps it."""
+    import threading
+    import weakref
+
+    from streamlit.testing.v1 import AppTest
+
+    from geoviz.app.services import caches
+    from geoviz.app.services import geodesic as geodesic_services
+    from geoviz.app.settings import default_scenario
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    for thread in threading.enumerate():  # the explorer's background jobs hold it meanwhile
+        if thread.name.startswith("geoviz-job"):
+            thread.join(300)
+    key = geodesic_services.geodesic_key(at.session_state[SessionModel.SCENARIO])
+    assert at.session_state[SessionModel.SCENARIO] == default_scenario()
+    fit = weakref.ref(caches.store().get(key))
+    assert fit() is not None
+    caches.store().clear()  # evicted by the budget, or swept
+    gc.collect()
+    assert fit() is None, f"the {fragment_arguments} fragment still holds the fit"
+    # the page's next run fits it again (from the disk cache) and works as before
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert caches.store().get(key) is not None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import gc
 import sys
 import threading
 import time
@@ -339,20 +338,40 @@ class LRUCache:
 #: keys a :class:`CacheLease` remembers (its session's most recent ones)
 LEASE_MAX_KEYS = 2048
 
+#: seconds between two heartbeats of an open page: the page frame's fragment
+#: (:func:`geoviz.app.widgets.app_page`) beats its session's lease this often while the tab is
+#: open, also when nobody touches it
+LEASE_BEAT_SECONDS = 30.0
+#: a lease that has not beaten for this long belongs to a closed tab. Streamlit keeps a closed
+#: tab's session (its state, and the lease in it) at least ``server.disconnectedSessionTTL``
+#: and in practice until another session disconnects, so its living in memory says nothing.
+#: Four beats: a browser may run a hidden tab's timers only once a minute.
+LEASE_GRACE_SECONDS = 4 * LEASE_BEAT_SECONDS
+
 
 class CacheLease:
     """What one visitor's session uses of a :class:`ResultStore`: the keys its pages read.
 
-    A session keeps its lease in its session state, so the lease lives exactly as long as
-    the session (Streamlit drops a closed tab's session after
-    ``server.disconnectedSessionTTL``); the store holds it weakly. While a lease lives, the
-    store's idle sweep (:meth:`ResultStore.sweep`) keeps the values of its keys; the byte
-    bound evicts them like any other.
+    A session keeps its lease in its session state; the store holds it weakly. The lease is
+    *living* while a page of its session runs (:meth:`running`) or its open tab beats
+    (:meth:`beat`, every :data:`LEASE_BEAT_SECONDS`); a lease that has not beaten for the
+    store's grace time (:data:`LEASE_GRACE_SECONDS`) belongs to a closed tab, even while
+    Streamlit still keeps that session. While a lease lives, the store's idle sweep
+    (:meth:`ResultStore.sweep`) keeps the values of its keys; the byte bound evicts them like
+    any other.
+
+    Parameters
+    ----------
+    clock
+        Seconds (the store's; tests pass a fake one).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._keys: OrderedDict[Hashable, None] = OrderedDict()
         self._lock = threading.Lock()
+        self._clock = clock
+        self._seen = clock()
+        self._running = 0
 
     def note(self, key: Hashable) -> None:
         with self._lock:
@@ -364,6 +383,30 @@ class CacheLease:
     def holds(self, key: Hashable) -> bool:
         with self._lock:
             return key in self._keys
+
+    def beat(self) -> None:
+        """The session's tab is open now."""
+        with self._lock:
+            self._seen = self._clock()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Within this block a page of the session runs: the lease lives however long it
+        takes (a page waiting for a fit cannot beat meanwhile)."""
+        with self._lock:
+            self._running += 1
+            self._seen = self._clock()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._seen = self._clock()
+
+    def alive(self, grace_seconds: float) -> bool:
+        """Whether a page of the session runs or its tab beat within ``grace_seconds``."""
+        with self._lock:
+            return self._running > 0 or self._clock() - self._seen <= grace_seconds
 
 
 def _hash_tokens(key: Hashable) -> set[str]:
@@ -399,8 +442,8 @@ class ResultStore:
     * each tier keeps at most ``fit_bytes`` / ``derived_bytes``, least recently used out;
     * a page run inside :meth:`scope` notes the keys it reads in its session's
       :class:`CacheLease`; :meth:`sweep` drops values idle for ``idle_seconds`` that no
-      living lease holds (the visitor closed the tab), and results of finished jobs nobody
-      collected;
+      living lease holds (the visitor closed the tab: its lease stopped beating
+      ``lease_seconds`` ago), and results of finished jobs nobody collected;
     * the keys read inside a scope whose session uses uploads depend on those uploads:
       :meth:`forget_upload` (the upload store evicted one) drops every value whose key
       shares a scenario key with them.
@@ -413,6 +456,9 @@ class ResultStore:
         Bytes each tier keeps (``None``: unbounded).
     idle_seconds
         A value unused for this long, held by no session, leaves at the next :meth:`sweep`.
+    lease_seconds
+        A lease that has not beaten (:meth:`CacheLease.beat`) for this long, outside a page
+        run, holds nothing: its tab is closed.
     clock
         Seconds (tests pass a fake one).
     """
@@ -425,11 +471,13 @@ class ResultStore:
         fit_bytes: int | None = None,
         derived_bytes: int | None = None,
         idle_seconds: float = 600.0,
+        lease_seconds: float = LEASE_GRACE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.fits = LRUCache(max_fits, fit_bytes, clock=clock)
         self.derived = LRUCache(max_derived, derived_bytes, clock=clock)
         self.idle_seconds = float(idle_seconds)
+        self.lease_seconds = float(lease_seconds)
         self._clock = clock
         self._lock = threading.Lock()
         self._jobs: dict[Hashable, BackgroundJob] = {}
@@ -455,7 +503,7 @@ class ResultStore:
     # ------------------------------------------------------------------ sessions
     def lease(self) -> CacheLease:
         """A new :class:`CacheLease` for one session (kept in its session state)."""
-        made = CacheLease()
+        made = CacheLease(self._clock)
         with self._lock:
             self._leases.add(made)
         return made
@@ -465,11 +513,13 @@ class ResultStore:
         self, lease: CacheLease, uploads: Callable[[], Iterable[str]] = tuple
     ) -> Iterator[None]:
         """Within this block (one page run, in its thread) every key read or stored is noted in
-        ``lease``, and depends on the upload keys ``uploads()`` returns then."""
+        ``lease``, and depends on the upload keys ``uploads()`` returns then; the lease lives
+        while the block runs (:meth:`CacheLease.running`)."""
         previous = getattr(self._scope, "value", None)
         self._scope.value = (lease, uploads)
         try:
-            yield
+            with lease.running():
+                yield
         finally:
             self._scope.value = previous
 
@@ -487,10 +537,10 @@ class ResultStore:
                     self._upload_tokens.setdefault(upload, set()).update(tokens)
 
     def held(self, key: Hashable) -> bool:
-        """Whether a living session's lease holds ``key``."""
+        """Whether a living session's lease holds ``key`` (:meth:`CacheLease.alive`)."""
         with self._lock:
             leases = list(self._leases)
-        return any(lease.holds(key) for lease in leases)
+        return any(lease.holds(key) and lease.alive(self.lease_seconds) for lease in leases)
 
     def forget_upload(self, upload_key: str) -> int:
         """Drop every value (both tiers, finished jobs) that depends on the upload ``upload_key``
@@ -521,8 +571,6 @@ class ResultStore:
         many values left memory."""
         dropped = 0
         idle = [(c, k) for c in (self.fits, self.derived) for k in c.idle_keys(self.idle_seconds)]
-        if any(self.held(key) for _, key in idle):
-            gc.collect()  # a closed session's state (and its lease) may sit in a reference cycle
         for cache, key in idle:
             if not self.held(key) and cache.pop(key):
                 dropped += 1

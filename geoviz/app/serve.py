@@ -237,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         len(seconds),
         sum(seconds.values()),
     )
+    # results no open tab holds leave on a timer, whether or not a visitor ever comes
+    cache_services.start_sweeper()
     if prefetch_enabled():
         start_prefetch()
     sys.argv = streamlit_argv(options)

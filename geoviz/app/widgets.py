@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import functools
 import time
+import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, cast
 
 import numpy as np
 import streamlit as st
@@ -28,6 +29,7 @@ from streamlit.delta_generator import DeltaGenerator
 from geoviz import glossary
 from geoviz.app.explorer.component import ExplorerState
 from geoviz.app.explorer.service import embedding_payload_job
+from geoviz.app.jobs import LEASE_BEAT_SECONDS, CacheLease
 from geoviz.app.services import caches as cache_services
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import embeddings as embedding_services
@@ -44,10 +46,12 @@ __all__ = [
     "PAGES",
     "PAGE_ICON",
     "AppPage",
+    "FitRef",
     "app_page",
     "data_or_error",
     "explorer_notes",
     "geodesic_with_status",
+    "page_fragment",
     "show_error",
     "sync_url",
     "throttled_progress",
@@ -117,6 +121,7 @@ def app_page(title: str) -> Iterator[SessionModel]:
         with st.sidebar:
             for page in PAGES:
                 st.page_link(page.script, label=page.label, icon=page.icon)
+            _beat_lease()
         scenario_box = st.sidebar.container()
         try:
             yield model
@@ -124,6 +129,68 @@ def app_page(title: str) -> Iterator[SessionModel]:
             _scenario_sidebar(scenario_box, model)
             sync_url(model)
             embedding_services.start_embedding_warm_up(model)
+
+
+@st.fragment(run_every=LEASE_BEAT_SECONDS)
+def _beat_lease() -> None:
+    """While this tab is open its browser reruns this (drawing nothing) every
+    :data:`~geoviz.app.jobs.LEASE_BEAT_SECONDS`, and the session's lease beats: the results
+    its pages read stay. A closed tab stops beating, so they leave once idle, although
+    Streamlit keeps its session (:data:`~geoviz.app.jobs.LEASE_GRACE_SECONDS`)."""
+    lease = st.session_state.get(cache_services.LEASE_KEY)
+    if isinstance(lease, CacheLease):
+        lease.beat()
+
+
+class FitRef:
+    """A geodesic fit handed to a fragment (:func:`page_fragment`), held weakly.
+
+    Streamlit keeps a fragment's arguments for as long as its session shows the page, and a
+    closed tab's session until it forgets it (at the next disconnect of another tab): a fit
+    passed as it is stays in memory per visitor, outside the result store's byte budget
+    (four tabs at image size 100 kept about 560 MB each that way, issue 41). The store alone
+    decides how long a fit lives: :meth:`get` reads it there again (it stays the most
+    recently used), and reruns the page when it has left (the page fits it again, from the
+    disk cache).
+
+    Parameters
+    ----------
+    scenario
+        The scenario the fit is of (its map method included).
+    result
+        The fit, as the page's full run got it.
+    """
+
+    def __init__(self, scenario: Scenario, result: GeodesicResult) -> None:
+        self.scenario = scenario
+        self._result = weakref.ref(result)
+
+    def get(self) -> GeodesicResult:
+        """The fit; reruns the whole page (:func:`streamlit.rerun`) when it has left memory."""
+        result = geodesic_services.geodesic_if_ready(self.scenario)
+        if result is None:
+            result = self._result()
+        if result is None:  # evicted or swept since the page ran: the page brings it back
+            st.rerun(scope="app")
+        return result
+
+
+P = ParamSpec("P")
+
+
+def page_fragment(
+    fn: Callable[Concatenate[SessionModel, P], None],
+) -> Callable[Concatenate[SessionModel, P], None]:
+    """:func:`streamlit.fragment` for a page's part whose first argument is the session's
+    model: its reruns run in the session's scope (:func:`~geoviz.app.services.caches.session_scope`),
+    like the page, so the results they read are the session's (kept while its tab is open)."""
+
+    @functools.wraps(fn)
+    def scoped(model: SessionModel, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        with cache_services.session_scope(model):
+            fn(model, *args, **kwargs)
+
+    return st.fragment(scoped)
 
 
 def sync_url(model: SessionModel) -> None:

@@ -3,10 +3,13 @@ tiers (:func:`store`), the disk cache, the torch settings and background thread 
 
 The result store is bounded in bytes (``GEOVIZ_FIT_CACHE_MB``) and given back when no
 visitor uses it: every page runs inside :func:`session_scope`, which notes the keys the
-page reads in its session's lease (kept in the session state, so it dies with the session);
-a sweeper thread drops, every :data:`UPLOAD_SWEEP_SECONDS`, results idle for
-``GEOVIZ_FIT_IDLE_MINUTES`` that no living session holds. An upload the upload store
-deletes takes the results computed from it along (:meth:`ResultStore.forget_upload`).
+page reads in its session's lease (kept in the session state); an open tab beats its lease
+(:func:`geoviz.app.widgets.app_page`), and a lease that stopped beating is a closed tab's,
+however long Streamlit keeps that session. A sweeper thread (:func:`start_sweeper`: started
+once per process, by the server's start-up and by the first page) drops on a timer, every
+:func:`sweep_seconds`, results idle for ``GEOVIZ_FIT_IDLE_MINUTES`` that no living session
+holds, with or without visitors. An upload the upload store deletes takes the results
+computed from it along (:meth:`ResultStore.forget_upload`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from geoviz.app.jobs import CacheLease, ResultStore
 from geoviz.app.settings import AppSettings, fit_cache_knobs
-from geoviz.app.uploads import UploadStore
+from geoviz.app.uploads import UploadStore, secret_from_env
 from geoviz.backend import DiskCache, RuntimeSettings, configure, get_cache
 from geoviz.backend import configure_torch as configure_torch_settings
 from geoviz.errors import GeovizError
@@ -45,8 +48,10 @@ DERIVED_SHARE = 1 / 8
 def _store_from_env() -> ResultStore:
     try:
         knobs = fit_cache_knobs()
-    except GeovizError as err:  # the server's start-up check names it; the pages still run
-        logging.getLogger("geoviz.app").warning("%s; using the default result budget", err)
+    except GeovizError:
+        # not a second outcome: the server's start-up check refuses the value (exit 2,
+        # serve.settings_problem) and every page refuses it too (AppSettings.from_env);
+        # this store only lets the module import so that they can say so
         knobs = fit_cache_knobs({})
     budget = knobs["fit_cache_mb"] * 2**20
     derived = int(budget * DERIVED_SHARE)
@@ -78,7 +83,8 @@ def session_scope(model: SessionModel) -> Iterator[None]:
     """Run one page of ``model``'s session: the result store notes the keys it reads in the
     session's lease (made on its first page, kept in its state), and they depend on the
     uploads the session knows (its own and its scenario's; see
-    :meth:`~geoviz.app.jobs.ResultStore.forget_upload`). Also starts the sweeper thread."""
+    :meth:`~geoviz.app.jobs.ResultStore.forget_upload`); the lease lives while the page
+    runs. Also starts the sweeper thread (:func:`start_sweeper`)."""
     lease = model.state.get(LEASE_KEY)
     if not isinstance(lease, CacheLease):
         lease = _STORE.lease()
@@ -89,7 +95,7 @@ def session_scope(model: SessionModel) -> Iterator[None]:
         keys.update(str(c.digest) for c in model.scenario.choices if c.source == "upload")
         return keys
 
-    _start_sweeper()
+    start_sweeper()
     with _STORE.scope(lease, uploads):
         yield
 
@@ -126,7 +132,7 @@ _UPLOADS: list[UploadStore] = []
 _UPLOADS_LOCK = threading.Lock()
 #: the disk cache's namespace of uploads before :class:`~geoviz.app.uploads.UploadStore`
 LEGACY_UPLOAD_NAMESPACE = "app-upload"
-#: seconds between two sweeps of the upload store (idle parsed uploads, expired files)
+#: most seconds between two sweeps (idle parsed uploads, expired files, idle results)
 UPLOAD_SWEEP_SECONDS = 60.0
 
 
@@ -134,9 +140,9 @@ def upload_store(settings: AppSettings | None = None) -> UploadStore:
     """The server's :class:`~geoviz.app.uploads.UploadStore`: files under the disk cache's
     ``uploads/`` folder, budgets from the operator's settings (``GEOVIZ_UPLOAD_*``).
 
-    Made on first use, with a daemon thread that sweeps it every
-    :data:`UPLOAD_SWEEP_SECONDS` (so memory returns after visitors leave even when no page
-    runs); made again when the cache folder changes (tests switch it).
+    Made on first use, with the sweeper thread (:func:`start_sweeper`: memory returns after
+    visitors leave even when no page runs); made again when the cache folder changes (tests
+    switch it).
     """
     folder = disk_cache().directory / "uploads"
     with _UPLOADS_LOCK:
@@ -149,13 +155,13 @@ def upload_store(settings: AppSettings | None = None) -> UploadStore:
             disk_bytes=settings.upload_disk_mb * 2**20,
             ttl_seconds=settings.upload_ttl_hours * 3600.0,
             idle_seconds=settings.upload_idle_minutes * 60.0,
-            secret=os.environ.get("GEOVIZ_UPLOAD_SECRET", "").encode() or None,
+            secret=secret_from_env(),
             on_evict=_forget_upload,
         )
         _UPLOADS[:] = [made]
         # uploads kept by sha256 before the store existed never expired: removed once here
         shutil.rmtree(disk_cache().directory / LEGACY_UPLOAD_NAMESPACE, ignore_errors=True)
-    _start_sweeper()
+    start_sweeper()
     return made
 
 
@@ -163,32 +169,64 @@ def _forget_upload(key: str) -> None:
     _STORE.forget_upload(key)
 
 
-_SWEEPER = "geoviz-upload-sweeper"
+_SWEEPER = "geoviz-sweeper"
+_SWEEPER_LOCK = threading.Lock()
+#: how often the sweeper thread looks at the clock: a shorter :func:`sweep_seconds` (a
+#: store given a shorter idle time) takes effect within this
+SWEEPER_TICK_SECONDS = 1.0
 
 
-def _start_sweeper() -> None:
-    with _UPLOADS_LOCK:
-        if not any(t.name == _SWEEPER for t in threading.enumerate()):
-            threading.Thread(target=_sweep_forever, name=_SWEEPER, daemon=True).start()
+def sweep_seconds() -> float:
+    """Seconds between two sweeps: a tenth of the result store's idle time, within
+    [:data:`SWEEPER_TICK_SECONDS`, :data:`UPLOAD_SWEEP_SECONDS`] (60 s with the default 10
+    idle minutes), so a result leaves at most a tenth of the idle time late."""
+    return min(UPLOAD_SWEEP_SECONDS, max(SWEEPER_TICK_SECONDS, _STORE.idle_seconds / 10))
 
 
-def sweep_once() -> None:
+def start_sweeper() -> bool:
+    """Start the process's sweeper, a daemon thread that runs :func:`sweep_once` every
+    :func:`sweep_seconds` for the life of the process, whether or not any page runs (the
+    server's start-up calls this; so do the first page and the upload store). Only the first
+    call starts it; returns ``True`` then."""
+    with _SWEEPER_LOCK:
+        if any(t.name == _SWEEPER for t in threading.enumerate()):
+            return False
+        threading.Thread(target=_sweep_forever, name=_SWEEPER, daemon=True).start()
+    return True
+
+
+def sweep_once() -> int:
     """One sweep of the upload store and of the result store (what the sweeper thread does
-    every :data:`UPLOAD_SWEEP_SECONDS`)."""
+    every :func:`sweep_seconds`); logs what left memory. Returns how many values left."""
     with _UPLOADS_LOCK:
         current = list(_UPLOADS)
+    before = _STORE.nbytes
     sweeps: list[Callable[[], int]] = [u.sweep for u in current] + [_STORE.sweep]
+    dropped = 0
     for sweep in sweeps:
         try:
-            sweep()
+            dropped += sweep()
         except Exception:  # a sweep must never end the thread
             logging.getLogger("geoviz.app").exception("sweep %r failed", sweep)
+    if dropped:
+        logging.getLogger("geoviz.app").info(
+            "sweep: %d idle values no open tab holds left memory (results %.0f MB -> %.0f MB)",
+            dropped,
+            before / 2**20,
+            _STORE.nbytes / 2**20,
+        )
+    return dropped
 
 
 def _sweep_forever() -> None:
+    due = time.monotonic() + sweep_seconds()
     while True:
-        time.sleep(UPLOAD_SWEEP_SECONDS)
-        sweep_once()
+        time.sleep(SWEEPER_TICK_SECONDS)
+        now = time.monotonic()
+        due = min(due, now + sweep_seconds())  # a shorter period applies at once
+        if now >= due:
+            sweep_once()
+            due = time.monotonic() + sweep_seconds()
 
 
 #: how much nicer (Linux thread niceness) a background fit that no page waits for runs
