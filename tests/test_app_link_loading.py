@@ -84,8 +84,9 @@ def test_a_link_to_a_served_file_that_does_not_parse_keeps_the_scenario(tmp_path
     assert len(problems) == 1 and problems[0].startswith(NOT_LOADED), problems
     assert "served/bad.npz" in problems[0] and str(tmp_path) not in problems[0]
 
-    # a file that parses is taken, its datasets loaded for the page that follows
-    good = linked("served/good.npz")
+    # a file that parses is taken, stamped by what the file is (issue 41: the keys follow
+    # the file), its datasets loaded for the page that follows
+    good = linked("served/good.npz").stamped(settings.data_dirs)
     assert model.restore({"scenario": scenario_to_token(good)}, load=_app_loader(model)) == []
     assert model.scenario == good
     assert dataset_services.scenario_data_if_ready(good) is not None

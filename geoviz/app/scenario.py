@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from geoviz import limits
-from geoviz.backend import digest
+from geoviz.backend import digest, digest_bytes
 from geoviz.data.choice import (
     MAX_NAME_CHARS,
     DatasetChoice,
@@ -29,7 +29,7 @@ from geoviz.data.choice import (
     feature_bytes_bound,
     short_repr,
 )
-from geoviz.data.formats import OutsideRootError, check_confined
+from geoviz.data.formats import STAMP_LENGTH, OutsideRootError, check_confined, path_stamp
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import registered_models
 from geoviz.geodesic.config import space_allows
@@ -200,8 +200,39 @@ class Scenario:
         return (self.target, *self.references)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able description (used for the cache key and manifests)."""
-        return asdict(self)
+        """JSON-able description (links and manifests): every field but the datasets' file
+        stamps, which say what a served file is on this server now, not what a link names."""
+        d = asdict(self)
+        for entry in (d["target"], *d["references"]):
+            entry.pop("stamp")
+        return d
+
+    def _identity_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` with the file stamp of each stamped dataset (:meth:`stamped`):
+        what the cache keys hash. Unstamped datasets (registry names, uploads by their
+        digest) keep the keys they had before stamps existed."""
+        d = self.to_dict()
+        for entry, choice in zip((d["target"], *d["references"]), self.choices, strict=True):
+            if choice.stamp is not None:
+                entry["stamp"] = choice.stamp
+        return d
+
+    def stamped(self, data_dirs: Sequence[tuple[str, Path]]) -> Scenario:
+        """This scenario with each served dataset stamped by what its file is now
+        (:func:`served_stamp`: a ``stat``, never a read); ``self`` when no stamp changed.
+
+        The app stamps a session's scenario on every page run and every scenario it
+        admits, so every key (:meth:`key`, :meth:`data_key`, :meth:`otdd_key`) and so
+        every cache of the app follows the file: a file replaced by another dataset gives
+        new numbers, one turned unreadable its loader's sentence, never the old numbers.
+        """
+        choices = tuple(
+            c.with_stamp(served_stamp(c.name, data_dirs)) if c.source == "server" else c
+            for c in self.choices
+        )
+        if choices == self.choices:
+            return self
+        return replace(self, target=choices[0], references=choices[1:])
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Scenario:
@@ -250,7 +281,7 @@ class Scenario:
         """Hash of what determines the *loaded datasets* (not the OT options); computed once."""
 
         def compute() -> str:
-            d = self.to_dict()
+            d = self._identity_dict()
             for name in ("epsilon", "map_method", "neural_preset", "features", "encoder_preset"):
                 d.pop(name)
             return _hash(d)
@@ -258,7 +289,7 @@ class Scenario:
         return self._memo("_data_key", compute)
 
     def _key_dict(self) -> dict[str, Any]:
-        d = self.to_dict()
+        d = self._identity_dict()
         if self.map_method == "barycentric":
             # the neural budget does not change barycentric maps, and barycentric keys stay
             # those of scenarios from before the map method existed (disk placements, links)
@@ -414,7 +445,8 @@ class Scenario:
 _SCENARIO_FIELDS = frozenset(f.name for f in fields(Scenario))
 
 
-_CHOICE_FIELDS = frozenset(f.name for f in fields(DatasetChoice))
+#: what a description names of a dataset: never its stamp (the server stamps what it serves)
+_CHOICE_FIELDS = frozenset(f.name for f in fields(DatasetChoice)) - {"stamp"}
 
 
 def _choice_from_dict(d: Any) -> DatasetChoice:
@@ -462,6 +494,23 @@ def served_path(name: str, data_dirs: Sequence[tuple[str, Path]]) -> Path:
     except OutsideRootError:
         raise refusal from None
     return target
+
+
+#: the stamp of a served dataset this server cannot open now (gone, or leaving its folder):
+#: a state of its own, so no result of the file it was is served (loading it says why)
+UNAVAILABLE_STAMP = digest_bytes([b"unavailable"], length=STAMP_LENGTH)
+
+
+def served_stamp(name: str, data_dirs: Sequence[tuple[str, Path]]) -> str:
+    """The stamp of the served dataset ``name`` as it is now
+    (:func:`geoviz.data.formats.path_stamp` of :func:`served_path`, at most
+    :data:`geoviz.limits.MAX_SERVED_ENTRIES` entries): a few ``stat`` calls for a file,
+    nothing opened, so a FIFO cannot block. :data:`UNAVAILABLE_STAMP` where the server
+    cannot serve it (the load then raises the sentence saying why)."""
+    try:
+        return path_stamp(served_path(name, data_dirs), max_entries=limits.MAX_SERVED_ENTRIES)
+    except GeovizError:
+        return UNAVAILABLE_STAMP
 
 
 def served_datasets(data_dirs: Sequence[tuple[str, Path]]) -> list[str]:

@@ -114,6 +114,29 @@ class SessionModel:
             raise TypeError(f"expected a Scenario, got {type(value).__name__}")
         self.state[self.SCENARIO] = value
 
+    def admit(self, scenario: Scenario) -> Scenario:
+        """``scenario`` as this server runs it: admitted by its settings
+        (:meth:`AppSettings.admit <geoviz.app.settings.AppSettings.admit>`), its served
+        datasets stamped by their files as they are now (:meth:`Scenario.stamped`), so its
+        keys are those of the files it will load.
+
+        Raises
+        ------
+        DatasetError
+            The server does not run it (:meth:`AppSettings.admit`).
+        """
+        return self.settings.admit(scenario).stamped(self.settings.data_dirs)
+
+    def restamp(self) -> None:
+        """Stamp the session's scenario by its served files as they are now (a ``stat`` each,
+        never a read; :meth:`Scenario.stamped`). Every page run starts with it
+        (:func:`geoviz.app.widgets.app_page`), so a file replaced or broken since the last
+        run changes every key the page reads: its new numbers are computed, or its loader's
+        sentence shown, never the old numbers."""
+        stamped = self.scenario.stamped(self.settings.data_dirs)
+        if stamped is not self.scenario:
+            self.scenario = stamped
+
     @property
     def uploads(self) -> dict[str, UploadRef]:
         """This session's uploads, ``key -> UploadRef`` (the bytes live in the server's
@@ -223,7 +246,7 @@ class SessionModel:
             try:
                 # a token wins over readable fields (readable: the link has no token)
                 read = scenario_from_token(token) if token else scenario_from_query(params)
-                linked = self.settings.admit(read)
+                linked = self.admit(read)
             except GeovizError as err:
                 problems.append(
                     f"The link's scenario could not be read ({err}); keeping the current scenario."

@@ -106,6 +106,9 @@ def app_page(title: str) -> Iterator[SessionModel]:
     # Streamlit types its state's keys as str | int; the app's keys are all str
     model = SessionModel(cast("MutableMapping[str, Any]", st.session_state))
     cache_services.configure_torch(model.settings.torch_threads)  # once per process
+    # the session's served files as they are now: a file replaced or broken since the last
+    # run changes every key this run reads (its new numbers, or its loader's sentence)
+    model.restamp()
     # the keys this run reads are the session's (the store keeps them while it lives),
     # the linked scenario's datasets included: restore() loads them before switching
     with cache_services.session_scope(model):

@@ -109,12 +109,22 @@ def render_grid(
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from geoviz.data.registry import list_datasets, unavailable_reason
+    from geoviz.data.registry import list_datasets, missing_reason, unavailable_reason
 
     infos = list_datasets(include_download=not args.offline)
-    # entries that cannot load here (a torchvision download without torchvision) are
-    # marked, and each reason is said once under the table
+    # entries that cannot load here (a torchvision download without torchvision, a bundled
+    # sample missing from this install) are marked, and each reason is said once under the
+    # table, with the entries it concerns
     reasons = {info.name: unavailable_reason(info.name) for info in infos}
+    missing = {info.name: missing_reason(info.name) for info in infos}
+
+    def availability(name: str, offline: bool) -> str:
+        if missing[name] is not None:
+            return "missing"
+        if reasons[name] is not None:
+            return "unavailable"
+        return "offline" if offline else "download"
+
     rows = [
         [
             info.name,
@@ -123,9 +133,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
             str(info.n_test),
             str(info.n_classes),
             _shape_text(info.image_shape, info.n_features),
-            "unavailable"
-            if reasons[info.name] is not None
-            else ("offline" if info.offline else "download"),
+            availability(info.name, info.offline),
         ]
         for info in infos
     ]
@@ -133,6 +141,12 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     print(format_table(header, rows, right={2, 3, 4}))
     for reason in dict.fromkeys(r for r in reasons.values() if r is not None):
         print(f"unavailable: {reason}.")
+    by_file: dict[str, list[str]] = {}
+    for name, lack in missing.items():
+        if lack is not None:
+            by_file.setdefault(lack, []).append(name)
+    for lack, names in by_file.items():
+        print(f"missing ({', '.join(names)}): {lack}.")
     return 0
 
 

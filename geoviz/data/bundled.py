@@ -16,6 +16,8 @@ The assets folder is ``<repository root>/assets``; set the environment variable
 
 from __future__ import annotations
 
+import os
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +107,29 @@ def bundled_path(name: str) -> Path:
             f"no bundled dataset {name!r}; bundled ones are: {', '.join(BUNDLED_NAMES)}"
         )
     return assets_dir() / "nist" / f"{name}.npz"
+
+
+def missing_reason(name: str) -> str | None:
+    """Why the file of bundled dataset ``name`` cannot be read in this install, or ``None``.
+
+    Told by :func:`os.stat` alone (nothing is opened): the file is absent (an install
+    without the assets) or not a regular file. The reason is a clause naming the file and
+    the remedy: ``"the bundled file /.../nist/mnist.npz is missing from this install: reinstall
+    geoviz, or set GEOVIZ_ASSETS_DIR ..."``.
+    """
+    path = bundled_path(name)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        state = "is missing from this install"
+    else:
+        if stat.S_ISREG(mode):
+            return None
+        state = "is not a regular file"
+    return (
+        f"the bundled file {path} {state}: reinstall geoviz, or set GEOVIZ_ASSETS_DIR to a folder "
+        "holding nist/<name>.npz"
+    )
 
 
 def load_bundled(name: str, split: Split = "train") -> LabeledDataset:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -21,6 +21,7 @@ import numpy as np
 from geoviz import limits
 from geoviz.backend import digest_bytes
 from geoviz.data.dataset import LabeledDataset
+from geoviz.data.formats import STAMP_LENGTH
 from geoviz.data.registry import DatasetInfo, dataset_info, unavailable_reason
 from geoviz.errors import DatasetError, DownloadUnavailableError, UnknownDatasetError, short_repr
 from geoviz.vocabulary import Split
@@ -50,6 +51,7 @@ MAX_NAME_CHARS = 200
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_STAMP = re.compile(rf"[0-9a-f]{{{STAMP_LENGTH}}}")
 
 
 def _number(low: float, high: float) -> Callable[[str, Any], float]:
@@ -191,6 +193,14 @@ class DatasetChoice:
     digest
         sha256 of the uploaded bytes (uploads only): part of the cache key, so
         re-uploading a changed file with the same name recomputes.
+    stamp
+        What a server or local file (or folder) is right now
+        (:func:`geoviz.data.formats.path_stamp`: device, inode, type, size, modification and
+        change times, read with ``stat`` only), set by whoever serves it
+        (:meth:`with_stamp`; the app on every page run). Part of every cache key, so a
+        replaced, rewritten or broken file gives new numbers or its loader's sentence,
+        never the old numbers; never part of :attr:`token` or of a link. ``None``: not
+        looked at (registry datasets and uploads, whose name or digest says what they hold).
     seed
         Seed passed to the registry loader instead of the scenario's seed;
         for synthetic sets it picks *another mixture* (``gmm2d`` with seeds 1,
@@ -206,6 +216,7 @@ class DatasetChoice:
     digest: str | None = None
     seed: int | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    stamp: str | None = None
 
     def __post_init__(self) -> None:
         # every value may come from a link: check types and bounds, then normalise
@@ -225,6 +236,12 @@ class DatasetChoice:
                 raise DatasetError("an uploaded dataset needs the sha256 digest of its bytes")
         elif self.digest is not None:
             raise DatasetError("only uploaded datasets have a digest")
+        if self.stamp is not None and (
+            self.source not in ("server", "path")
+            or not isinstance(self.stamp, str)
+            or not _STAMP.fullmatch(self.stamp)
+        ):
+            raise DatasetError("only a server or local file has a stamp, made by path_stamp")
         if self.seed is not None:
             seed = limits.check_int(
                 self.seed, "dataset seed", 0, limits.MAX_SEED, error=DatasetError
@@ -262,6 +279,11 @@ class DatasetChoice:
         except UnknownDatasetError:
             return cls(name=name, source="path", split=split)
         return cls(name=name, split=split)
+
+    def with_stamp(self, stamp: str) -> DatasetChoice:
+        """This server or local file's choice stamped ``stamp`` (:attr:`stamp`); ``self``
+        when it already is."""
+        return self if stamp == self.stamp else replace(self, stamp=stamp)
 
     def check_available(self) -> None:
         """Refuse a registry dataset that cannot load in this process (a missing optional

@@ -42,7 +42,7 @@ import torch
 
 from geoviz.data import bundled, colour, sklearn_sets, synthetic, torchvision_sets
 from geoviz.data.dataset import ImageShape, LabeledDataset
-from geoviz.data.formats import load_path
+from geoviz.data.formats import load_path, path_stamp
 from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, UnknownDatasetError
 from geoviz.vocabulary import Split
@@ -96,6 +96,7 @@ class _Entry:
     loader: Callable[..., LabeledDataset]  # loader(split, seed, **options)
     options: tuple[str, ...]
     seeded: bool = False  # the data itself depends on the seed (synthetic sets)
+    bundled_file: str | None = None  # the bundled sample it reads (bundled and colour sets)
 
 
 def _bundled_entry(spec: bundled.BundledSpec) -> _Entry:
@@ -116,7 +117,7 @@ def _bundled_entry(spec: bundled.BundledSpec) -> _Entry:
     def load(split: Split, seed: int) -> LabeledDataset:
         return bundled.load_bundled(spec.name, split)
 
-    return _Entry(info, load, ())
+    return _Entry(info, load, (), bundled_file=spec.name)
 
 
 def _sklearn_entry(spec: sklearn_sets.SklearnSpec) -> _Entry:
@@ -165,7 +166,7 @@ def _colour_entry(name: str, title: str, description: str) -> _Entry:
         build = colour.photo_digits if name == "mnist_m" else colour.textured_digits
         return build(part, size=28, seed=0 if split == "train" else 1, name=name)
 
-    return _Entry(info, load, ())
+    return _Entry(info, load, (), bundled_file="mnist")
 
 
 _CHESS_N = {"train": 100, "test": 25}
@@ -333,6 +334,21 @@ def unavailable_reason(name: str) -> str | None:
     return None
 
 
+def missing_reason(name: str) -> str | None:
+    """What this install lacks for the registered dataset ``name``, or ``None``.
+
+    The bundled sample it reads (the ``bundled`` entries, and ``mnist_m``/``mnist_tex``,
+    built from the bundled MNIST) when that file is absent or not a regular file
+    (:func:`geoviz.data.bundled.missing_reason`, a clause); a ``stat``, nothing read.
+    Such an entry stays listed (its load fails with a sentence), but ``geoviz datasets``
+    marks it missing instead of offline.
+    """
+    entry = _REGISTRY[dataset_info(name).name]
+    if entry.bundled_file is None:
+        return None
+    return bundled.missing_reason(entry.bundled_file)
+
+
 def dataset_names(include_download: bool = True) -> list[str]:
     """Registry names, offline ones first."""
     return [info.name for info in list_datasets(include_download)]
@@ -462,7 +478,8 @@ def load_dataset(
     -------
     LabeledDataset
         Cached in-process: repeated calls with the same arguments return the
-        same object (a file's modification time and size are part of the key).
+        same object (a file's or folder's :func:`~geoviz.data.formats.path_stamp`, what
+        ``stat`` says of it and of every entry below it, is part of the key).
 
     Raises
     ------
@@ -488,8 +505,9 @@ def load_dataset(
         path = Path(raw).expanduser()
         if not path.exists():
             raise _unknown(raw)
-        stat = path.stat()
-        kind, key, stamp = "path", str(path.resolve()), (stat.st_mtime_ns, stat.st_size)
+        # what the file (or every file of the folder) is now, by stat only: a file replaced
+        # or rewritten since it was cached is loaded again, never served from the cache
+        kind, key, stamp = "path", str(path.resolve()), path_stamp(path)
     seed = int(seed)
     if n is None and not (kind == "registry" and _REGISTRY[key].seeded):
         seed = 0  # the seed only picks subsamples here: share one cache entry

@@ -132,11 +132,22 @@ def scenario_data(model: SessionModel, scenario: Scenario | None = None) -> Scen
 
     ``scenario`` (default: the session's) is first admitted by the server's settings
     (:meth:`~geoviz.app.state.AppSettings.admit`: data folders, neural budget, memory per
-    scenario), whichever way it came (form, link, preset); the datasets are then those of
-    its :class:`~geoviz.geodesic.spec.GeodesicSpec`
-    (:func:`geoviz.geodesic.spec.load_spec_datasets`, without local paths).
+    scenario), whichever way it came (form, link, preset), and its served datasets stamped
+    by their files as they are now (:meth:`SessionModel.admit
+    <geoviz.app.session.SessionModel.admit>`: the cache key follows the file); the datasets
+    are then those of its :class:`~geoviz.geodesic.spec.GeodesicSpec`
+    (:func:`geoviz.geodesic.spec.load_spec_datasets`, without local paths). A served file
+    that changes while it is read is refused, so that the datasets kept are those of the
+    key they are kept under.
+
+    Returns
+    -------
+    ScenarioData
+        Its ``data_key`` is that of the scenario as admitted (stamped) here: a caller holding
+        an older stamp of the scenario compares it with its own (:func:`start_geodesic
+        <geoviz.app.services.geodesic.start_geodesic>` does).
     """
-    scenario = model.settings.admit(model.scenario if scenario is None else scenario)
+    scenario = model.admit(model.scenario if scenario is None else scenario)
 
     def compute() -> ScenarioData:
         start = time.perf_counter()
@@ -145,6 +156,12 @@ def scenario_data(model: SessionModel, scenario: Scenario | None = None) -> Scen
         with memory_guard("loading the scenario's datasets"):
             loaded = load_spec_datasets(
                 scenario.spec(), allow_paths=False, resolve=_resolver(model), distinct_names=True
+            )
+        if scenario.stamped(model.settings.data_dirs) is not scenario:
+            # what was read may be neither file: never kept under either's key
+            raise DatasetError(
+                "a served dataset of this scenario changed on the server while it was "
+                "loaded; load the page again"
             )
         return ScenarioData(
             loaded=loaded,
@@ -171,7 +188,7 @@ def apply_scenario(model: SessionModel, scenario: Scenario) -> ScenarioData:
         Why the scenario cannot be used; the session's scenario is unchanged.
     """
     data = scenario_data(model, scenario)
-    model.scenario = model.settings.admit(scenario)
+    model.scenario = model.admit(scenario)
     return data
 
 

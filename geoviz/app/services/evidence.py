@@ -221,6 +221,10 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
         start = time.perf_counter()
         progress("loading datasets", 0.0)
         data = scenario_data(sub)
+        if data.data_key != scenario.data_key():  # a served file changed since the page ran
+            raise DatasetError(
+                "a served dataset of this scenario changed on the server; load the page again"
+            )
         geodesic = geodesic_if_ready(scenario)
         if geodesic is None:
             geodesic = fit_spec(

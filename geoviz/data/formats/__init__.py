@@ -77,6 +77,7 @@ from typing import IO, Literal, get_args
 
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats._common import (
+    STAMP_LENGTH,
     OutsideRootError,
     Split,
     _check_file,
@@ -85,6 +86,7 @@ from geoviz.data.formats._common import (
     _read_raw,
     _visible,
     check_confined,
+    path_stamp,
     rebased_errors,
 )
 from geoviz.data.formats._common import PathLike as PathLike
@@ -109,6 +111,7 @@ from geoviz.errors import DatasetError, DatasetFormatError
 __all__ = [
     "IMAGE_EXTENSIONS",
     "MAX_UNCOMPRESSED_BYTES",
+    "STAMP_LENGTH",
     "Kind",
     "OutsideRootError",
     "Split",
@@ -118,6 +121,7 @@ __all__ = [
     "load_path",
     "load_upload",
     "load_upload_pair",
+    "path_stamp",
     "read_idx",
     "rebased_errors",
     "save_idx",

@@ -20,6 +20,7 @@ import gzip
 import io
 import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 
 from geoviz import files, memory
+from geoviz.backend import digest_bytes
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.errors import DatasetError, DatasetFormatError, GeovizError
 from geoviz.memory import check_bytes
@@ -133,6 +135,95 @@ def check_confined(path: Path, root: Path, *, max_entries: int = 1_000_000) -> i
             except OSError:
                 continue
     return walked
+
+
+#: hex characters of a dataset path's stamp (:func:`path_stamp`)
+STAMP_LENGTH = 24
+
+
+def _status_record(rel: str, st: os.stat_result | None) -> bytes:
+    """One line of a stamp: where below the path, and what :func:`os.stat` says is there."""
+    if st is None:  # missing or unreadable: a state of its own
+        return f"{rel}\0?\n".encode("utf-8", "surrogateescape")
+    fields = (
+        stat.S_IFMT(st.st_mode),
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+    )
+    return f"{rel}\0{':'.join(map(str, fields))}\n".encode("utf-8", "surrogateescape")
+
+
+def _status_records(path: Path, max_entries: int | None) -> Iterator[bytes]:
+    """The records of ``path`` and, for a folder, of every entry below it (sorted names,
+    links followed as the loaders follow them, each real folder once)."""
+    try:
+        top = os.stat(path)
+    except OSError:
+        yield _status_record("", None)
+        return
+    yield _status_record("", top)
+    if not stat.S_ISDIR(top.st_mode):
+        return
+    seen = {(top.st_dev, top.st_ino)}
+    stack = [(path, "")]
+    walked = 0
+    while stack:
+        folder, rel = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            yield _status_record(f"{rel}/", None)
+            continue
+        for entry in entries:
+            walked += 1
+            if max_entries is not None and walked > max_entries:
+                raise DatasetError(
+                    f"the dataset folder has more than {max_entries:,} entries; "
+                    "serve a smaller folder or an archive",
+                    path,
+                )
+            name = f"{rel}/{entry.name}"
+            try:
+                st: os.stat_result | None = entry.stat()  # follows links; opens nothing
+            except OSError:
+                st = None
+            yield _status_record(name, st)
+            if st is None or not stat.S_ISDIR(st.st_mode):
+                continue
+            real = (st.st_dev, st.st_ino)
+            if real not in seen:  # each real folder once: links may loop
+                seen.add(real)
+                stack.append((Path(entry.path), name))
+
+
+def path_stamp(path: PathLike, *, max_entries: int | None = None) -> str:
+    """The identity of a dataset file or folder as it is now, read with :func:`os.stat` only.
+
+    A hex digest (:data:`STAMP_LENGTH` characters) of the file's type, device, inode, size,
+    modification and change times (nanoseconds); for a folder, of those of the folder and of
+    every entry below it. A file replaced by another (of any size, renamed over it or
+    rewritten in place, even with its old modification time put back), turned into junk, a
+    FIFO or a device, or removed gets another stamp, so every cache keyed by the stamp
+    computes again and the loader says what is wrong with the new file. Nothing is opened:
+    a FIFO cannot block, and the cost is one ``stat`` per entry (a file: one).
+
+    Parameters
+    ----------
+    path
+        The dataset's file or folder (links followed).
+    max_entries
+        Most entries of a folder walked (``None``: all).
+
+    Raises
+    ------
+    DatasetError
+        A folder with more than ``max_entries`` entries.
+    """
+    return digest_bytes(_status_records(Path(path), max_entries), length=STAMP_LENGTH)
 
 
 def _dir_name(d: Path) -> str:
