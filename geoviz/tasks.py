@@ -48,7 +48,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Literal, TypeVar
 
@@ -125,8 +125,11 @@ def check_ray_address(address: str | None, name: str = "the Ray address") -> str
     return text
 
 
-def connect_timeout_from_env(env: dict[str, str] | None = None) -> float:
+def connect_timeout_from_env(env: Mapping[str, str] | None = None) -> float:
     """``GEOVIZ_RAY_CONNECT_TIMEOUT`` in seconds (default :data:`RAY_CONNECT_TIMEOUT`).
+
+    Checked where a run starts (the server's :func:`geoviz.app.serve.settings_problem`, the
+    command line's entry point), not only when Ray is first needed, minutes into a run.
 
     Raises
     ------

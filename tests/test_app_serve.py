@@ -97,6 +97,14 @@ def test_preload_imports_the_modules_and_skips_a_missing_one():
         ("GEOVIZ_TRANSFER_BACKEND", "fast", "must be auto, ray or sequential, got 'fast'"),
         ("GEOVIZ_PREFETCH", "maybe", "GEOVIZ_PREFETCH must be 0 or 1"),
         ("GEOVIZ_DEVICE", "gpu", "GEOVIZ_DEVICE must be auto, cpu or cuda, got 'gpu'"),
+        ("GEOVIZ_FIT_CACHE_MB", "abc", "GEOVIZ_FIT_CACHE_MB must be an integer >= 64, got 'abc'"),
+        ("GEOVIZ_FIT_IDLE_MINUTES", "0", "GEOVIZ_FIT_IDLE_MINUTES must be >= 1, got 0"),
+        # issue 41: these passed the start and failed later (every upload link, the first
+        # Ray run of the Evidence page)
+        ("GEOVIZ_UPLOAD_SECRET", "a" * 14, "GEOVIZ_UPLOAD_SECRET must be at least 16 bytes"),
+        ("GEOVIZ_RAY_CONNECT_TIMEOUT", "abc", "GEOVIZ_RAY_CONNECT_TIMEOUT must be a number of"),
+        ("GEOVIZ_RAY_CONNECT_TIMEOUT", "-5", "seconds in (0, 3600], got '-5'"),
+        ("GEOVIZ_RAY_CONNECT_TIMEOUT", "inf", "seconds in (0, 3600], got 'inf'"),
     ],
 )
 def test_settings_problem_names_the_variable_and_its_values(name, raw, sentence):
@@ -104,12 +112,41 @@ def test_settings_problem_names_the_variable_and_its_values(name, raw, sentence)
     assert serve.settings_problem({}) is None
 
 
-def test_a_bad_setting_stops_the_server_before_it_starts():
+def test_good_settings_pass_the_start_up_check():
+    good = {
+        "GEOVIZ_UPLOAD_SECRET": "a" * 16,
+        "GEOVIZ_RAY_CONNECT_TIMEOUT": "2.5",
+        "GEOVIZ_FIT_CACHE_MB": "64",
+        "GEOVIZ_FIT_IDLE_MINUTES": "1",
+    }
+    assert serve.settings_problem(good) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "sentence"),
+    [
+        ("GEOVIZ_FIT_WORKERS", "abc", "GEOVIZ_FIT_WORKERS must be an integer >= 0, got 'abc'"),
+        # issue 41: was also "...; using the default result budget" before the refusal
+        ("GEOVIZ_FIT_CACHE_MB", "abc", "GEOVIZ_FIT_CACHE_MB must be an integer >= 64, got 'abc'"),
+        (
+            "GEOVIZ_UPLOAD_SECRET",
+            "fourteen bytes",
+            "GEOVIZ_UPLOAD_SECRET must be at least 16 bytes (it keys the links to uploads), got 14",
+        ),
+        (
+            "GEOVIZ_RAY_CONNECT_TIMEOUT",
+            "inf",
+            "GEOVIZ_RAY_CONNECT_TIMEOUT must be a number of seconds in (0, 3600], got 'inf'",
+        ),
+    ],
+)
+def test_a_bad_setting_stops_the_server_before_it_starts(name, raw, sentence):
     """``GEOVIZ_FIT_WORKERS=abc`` used to start a server whose every page was an error box:
-    now the launcher exits with status 2 and one sentence, before Streamlit runs."""
+    now the launcher exits with status 2 and one sentence, before Streamlit runs, and says
+    nothing else (no "using the default" line that the exit contradicts)."""
     import os
 
-    env = {**os.environ, "GEOVIZ_FIT_WORKERS": "abc", "GEOVIZ_PREFETCH": "0"}
+    env = {**os.environ, name: raw, "GEOVIZ_PREFETCH": "0"}
     proc = subprocess.run(
         [
             sys.executable,
@@ -127,7 +164,5 @@ def test_a_bad_setting_stops_the_server_before_it_starts():
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert lines == [
-        "geoviz: environment variable GEOVIZ_FIT_WORKERS must be an integer >= 0, got 'abc'"
-    ]
+    assert lines == [f"geoviz: environment variable {sentence}"]
     assert "Traceback" not in proc.stderr and "streamlit" not in proc.stdout.lower()

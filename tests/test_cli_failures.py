@@ -26,6 +26,8 @@ REFS_2D = ["--target", "gmm2d", "--refs", "chessboard,gmm2d", "--n", "48", "--qu
 TINY = ["--preset", "tiny", "--n", "40", "--n-test", "40", "--size", "16", "--k", "2"]
 SEQ = ["--backend", "sequential", "--quiet"]
 LONG = "a" * 300
+#: a cluster's address with the backend that joins none
+RAY_SEQ = ["--backend", "sequential", "--ray-address", "127.0.0.1:1"]
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +64,15 @@ BAD = [
     (["distance", *REFS_2D, "--backend", "sequential"], "--backend"),
     (["distance", *REFS_2D, "--bootstrap", "50", "--backend", "ray"], "--backend"),
     (["distance", *REFS_2D, "--ray-address", "127.0.0.1:1"], "--ray-address"),
+    # issue 41: batches or refits run in this process with sequential: no cluster to join
+    (
+        ["distance", *REFS_2D, "--batch-size", "20", *RAY_SEQ],
+        "--ray-address",
+    ),
+    (
+        ["project", *REFS_2D, "--bootstrap", "20", "--bootstrap-method", "refit", *RAY_SEQ],
+        "--ray-address",
+    ),
     (["distance", *REFS_2D, "--batch-size", "20", "--stream"], "--stream"),
     (["distance", *REFS_2D, "--neural-preset", "tiny"], "--neural-preset"),
     (["distance", *REFS_2D, "--neural-iterations", "5"], "--neural-iterations"),
@@ -108,6 +119,33 @@ def test_bad_invocations_are_one_sentence_naming_the_option(
     assert len(lines) == 1, captured.err
     assert lines[0].startswith("error: ") and option in lines[0], lines[0]
     assert "Traceback" not in captured.err and len(lines[0]) < 400
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("raw", ["abc", "-5", "inf"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["distance", *REFS_2D, "--batch-size", "20"],
+        ["transfer", *TINY, "--quiet"],
+        ["datasets"],
+    ],
+    ids=["distance batches", "transfer", "datasets"],
+)
+def test_a_bad_ray_connect_timeout_is_refused_at_start(argv, raw, monkeypatch, capsys, no_loading):
+    """Issue 41: ``GEOVIZ_RAY_CONNECT_TIMEOUT=abc`` was refused only when Ray was first
+    needed, 22-106 s into the run; now at the command's start, before any work."""
+    import time
+
+    monkeypatch.setenv("GEOVIZ_RAY_CONNECT_TIMEOUT", raw)
+    start = time.perf_counter()
+    assert main(argv) == 2
+    assert time.perf_counter() - start < 10
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "error: environment variable GEOVIZ_RAY_CONNECT_TIMEOUT must be a number of seconds "
+        f"in (0, 3600], got {raw!r}"
+    ]
     assert captured.out == ""
 
 

@@ -44,8 +44,10 @@ from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.session import SessionModel
 from geoviz.app.settings import AppSettings
+from geoviz.app.uploads import secret_from_env
 from geoviz.backend import RuntimeSettings
 from geoviz.errors import GeovizError
+from geoviz.tasks import connect_timeout_from_env
 
 LOG = logging.getLogger("geoviz.app.serve")  # also when run as __main__
 
@@ -116,12 +118,16 @@ def settings_problem(env: Mapping[str, str] | None = None) -> str | None:
     values it accepts), or ``None`` when every setting is usable.
 
     Checked by :func:`main` before Streamlit starts: a server started with, say,
-    ``GEOVIZ_FIT_WORKERS=abc`` would otherwise answer every page with an error box.
+    ``GEOVIZ_FIT_WORKERS=abc`` would otherwise answer every page with an error box; one
+    started with a short ``GEOVIZ_UPLOAD_SECRET`` would fail every upload link, and one
+    with a bad ``GEOVIZ_RAY_CONNECT_TIMEOUT`` would fail the Evidence page's first Ray run.
     """
     env = os.environ if env is None else env
     try:
         AppSettings.from_env(env)
         prefetch_enabled(env)
+        secret_from_env(env)
+        connect_timeout_from_env(env)
         device = RuntimeSettings.from_env(env).device
         if device not in ("auto", "cpu", "cuda"):
             raise GeovizError(

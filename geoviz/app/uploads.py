@@ -39,7 +39,7 @@ import shutil
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,14 @@ from geoviz.data.formats import load_upload
 from geoviz.errors import DatasetError, GeovizError, ResourceError
 from geoviz.memory import format_bytes
 
-__all__ = ["UploadRef", "UploadStore", "dataset_bytes", "upload_notice"]
+__all__ = [
+    "MIN_SECRET_BYTES",
+    "UploadRef",
+    "UploadStore",
+    "dataset_bytes",
+    "secret_from_env",
+    "upload_notice",
+]
 
 #: what parses an upload's bytes (its file name chooses the format)
 Parser = Callable[[bytes, str], LabeledDataset]
@@ -59,6 +66,36 @@ _KEY_CHARS = frozenset("0123456789abcdef")
 
 #: bytes left free on the upload folder's disk beyond a new upload (logs, the disk cache)
 DISK_HEADROOM = 64 * 2**20
+
+#: fewest bytes of the secret that names uploads (``GEOVIZ_UPLOAD_SECRET``): 128 bits
+MIN_SECRET_BYTES = 16
+
+_SECRET_ENV = "GEOVIZ_UPLOAD_SECRET"
+
+
+def secret_from_env(env: Mapping[str, str] | None = None) -> bytes | None:
+    """``GEOVIZ_UPLOAD_SECRET`` as bytes (UTF-8), or ``None`` when unset or empty (the
+    store then makes its own, :class:`UploadStore`).
+
+    Checked by the server's start-up (:func:`geoviz.app.serve.settings_problem`): a store
+    refuses a short secret only when the first upload comes, so every upload link of a
+    server started with one would fail.
+
+    Raises
+    ------
+    GeovizError
+        The secret is shorter than :data:`MIN_SECRET_BYTES`.
+    """
+    raw = (os.environ if env is None else env).get(_SECRET_ENV, "")
+    secret = raw.encode("utf-8", "surrogateescape")  # the bytes the environment holds
+    if not secret:
+        return None
+    if len(secret) < MIN_SECRET_BYTES:
+        raise GeovizError(
+            f"environment variable {_SECRET_ENV} must be at least {MIN_SECRET_BYTES} bytes "
+            f"(it keys the links to uploads), got {len(secret)}"
+        )
+    return secret
 
 
 def upload_notice(ttl_hours: float, disk_mb: int, file_limit_mb: int) -> str:
@@ -173,8 +210,10 @@ class UploadStore:
         self.idle_seconds = float(idle_seconds)
         self._parse = parse
         self._clock = clock
-        if secret is not None and len(secret) < 16:
-            raise GeovizError("the upload secret (GEOVIZ_UPLOAD_SECRET) needs at least 16 bytes")
+        if secret is not None and len(secret) < MIN_SECRET_BYTES:
+            raise GeovizError(
+                f"the upload secret (GEOVIZ_UPLOAD_SECRET) needs at least {MIN_SECRET_BYTES} bytes"
+            )
         self._secret = secret
         self._lock = threading.RLock()
         # striped per-key locks: one parse per upload at a time, in bounded memory
@@ -196,8 +235,10 @@ class UploadStore:
                 except FileExistsError:  # another process made it first
                     pass
                 self._secret = path.read_bytes()
-            if len(self._secret) < 16:
-                raise ResourceError(f"the upload secret {path.name} is shorter than 16 bytes")
+            if len(self._secret) < MIN_SECRET_BYTES:
+                raise ResourceError(
+                    f"the upload secret {path.name} is shorter than {MIN_SECRET_BYTES} bytes"
+                )
         return self._secret
 
     def key_for(self, filename: str, data: bytes) -> str:

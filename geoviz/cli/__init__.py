@@ -289,6 +289,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # torch only now that a command runs: parsing and --help import none of it
     from geoviz.backend import RuntimeSettings, configure_torch, configured
     from geoviz.nn.training import CPU_TRAIN_THREADS
+    from geoviz.tasks import connect_timeout_from_env
 
     # process-wide torch settings, once per process, here at the entry point (the library
     # sets none): one intra-op thread suits the small networks, subnormals flushed; a
@@ -298,6 +299,9 @@ def _main(argv: Sequence[str] | None) -> int:
         threads = CPU_TRAIN_THREADS
     configure_torch(threads=threads, flush_denormal=True)
     try:
+        # Ray's connection wait is a setting of the environment too: refused now, before any
+        # work, not when a batch or a refit first needs Ray minutes into the run
+        connect_timeout_from_env()
         # the environment is read here, once per command (GEOVIZ_DEVICE, GEOVIZ_CACHE_DIR,
         # ...); MemoryError / allocator failures anywhere in a command become a ResourceError
         with (

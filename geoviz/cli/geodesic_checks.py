@@ -80,10 +80,11 @@ _DEFAULTS: dict[str, Any] = {
 def _refuse_unused_options(args: argparse.Namespace, given: set[str]) -> None:
     """Options that would do nothing in the given combination, refused in one sentence
     (they were silently ignored): the bootstrap's options without ``--bootstrap``, the
-    refits' backend without ``--bootstrap-method refit``, the neural maps' options without
-    ``--method neural``, ``--encoder-preset`` without ``--features encoder``,
-    ``--features-size`` without ``--features-model``, and the export's options without
-    ``--out``. ``given``: the options of :data:`_DEFAULTS` given on the command line."""
+    refits' backend without ``--bootstrap-method refit``, ``--ray-address`` with ``--backend
+    sequential``, the neural maps' options without ``--method neural``, ``--encoder-preset``
+    without ``--features encoder``, ``--features-size`` without ``--features-model``, and the
+    export's options without ``--out``. ``given``: the options of :data:`_DEFAULTS` given on
+    the command line."""
     given = set(given)
     if getattr(args, "overwrite", False) and args.command == "project":
         given.add("overwrite")
@@ -98,6 +99,8 @@ def _refuse_unused_options(args: argparse.Namespace, given: set[str]) -> None:
                 "only applies to --batch-size B (each batch is a task) or to --bootstrap B "
                 "--bootstrap-method refit (each refit is a task)"
             )
+    elif args.backend == "sequential":  # the tasks run in this process: no cluster is joined
+        unused["ray_address"] = "only applies with --backend ray or auto"
     if args.method != "neural":
         for dest in ("neural_preset", "neural_iterations"):
             unused[dest] = "only applies with --method neural"
