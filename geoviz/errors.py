@@ -85,6 +85,17 @@ class ResourceError(GeovizError):
     """A computation would need more memory than is available."""
 
 
+class AssetError(GeovizError):
+    """A file that ships with geoviz (the pretrained encoder's weights or manifest) is not
+    installed."""
+
+
+class DamagedAssetError(AssetError):
+    """A shipped file is there but unusable: not a regular file, larger than geoviz reads,
+    unreadable, or not what its manifest says (the message names the file and says to
+    reinstall geoviz)."""
+
+
 class ConvergenceWarning(UserWarning):
     """An iterative solver stopped before reaching its tolerance."""
 

@@ -91,6 +91,39 @@ def test_without_the_shipped_encoder_images_fall_back_to_pixels(tmp_path: Path) 
     assert choice.name == "pixels" and "not installed" in choice.reason
 
 
+@pytest.mark.parametrize("damage", ["manifest", "weights"])
+def test_a_damaged_shipped_encoder_falls_back_to_pixels_saying_it_is_damaged(
+    tmp_path: Path, damage: str
+) -> None:
+    """A damaged manifest used to read "the shipped encoder is not installed"; damaged
+    weights were chosen and failed later. Both now fall back with the damage named."""
+    import hashlib
+    import json
+    import shutil
+
+    from geoviz.backend import configured, runtime_settings
+    from geoviz.features.pretrained import encoder_path
+
+    folder = tmp_path / "encoders"
+    folder.mkdir()
+    shutil.copy(encoder_path(), folder / "glyphs.npz")
+    manifest = json.loads(encoder_path().with_suffix(".json").read_text())
+    if damage == "manifest":
+        (folder / "glyphs.json").write_text("{not json")
+    else:  # junk that matches the manifest's digest and size
+        junk = b"junk" * 100
+        (folder / "glyphs.npz").write_bytes(junk)
+        manifest.update(sha256=hashlib.sha256(junk).hexdigest(), bytes=len(junk))
+        (folder / "glyphs.json").write_text(json.dumps(manifest))
+    sets = _bundled("mnist_m", "mnist", "usps")
+    with configured(dataclasses.replace(runtime_settings(), assets_dir=tmp_path)):
+        choice = choose_space(sets)
+    assert choice.name == "pixels" and "not installed" not in choice.reason
+    assert f"the shipped encoder's {damage} at {folder}" in choice.reason
+    assert "damaged" in choice.reason and "reinstall geoviz" in choice.reason
+    assert "distances are on pixels" in choice.reason
+
+
 def test_no_datasets_is_an_error() -> None:
     from geoviz.errors import GeovizError
 

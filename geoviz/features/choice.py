@@ -19,7 +19,9 @@ inverted or light backgrounds                   (:mod:`.pretrained`), which lear
 A colour target whose lineage is one of the datasets whose labels trained the shipped
 encoder (``usps``, ``fashion_mnist``, ``kmnist``) gets the encoder trained here on the
 references (preset ``cpu``) instead, so the space never saw the target's labels. Without the
-shipped weights (a stripped install) images fall back to ``pixels``, and the reason says so.
+shipped weights (a stripped install) images fall back to ``pixels``, and the reason says so;
+with damaged ones (:func:`~geoviz.features.pretrained.load_encoder`) they fall back too, and
+the reason names the damaged file.
 
 *Grey* means one channel, or three equal ones; a *plain dark background* means that, in
 every dataset, the mean of the images' outer ring (a sixteenth of the side, at least one
@@ -40,8 +42,8 @@ from typing import Literal
 import torch
 
 from geoviz.data.dataset import LabeledDataset
-from geoviz.errors import GeovizError
-from geoviz.features.pretrained import DEFAULT_ENCODER, encoder_manifest, labels_seen_for
+from geoviz.errors import AssetError, DamagedAssetError, GeovizError
+from geoviz.features.pretrained import DEFAULT_ENCODER, labels_seen_for, load_encoder
 from geoviz.vocabulary import AUTO
 
 __all__ = [
@@ -173,8 +175,17 @@ def choose_space(datasets: Sequence[LabeledDataset]) -> SpaceChoice:
     target = datasets[0]
     looks = "colour" if not all(is_grey(ds) for ds in datasets) else "not plain dark-background"
     try:
-        seen = labels_seen_for(target, DEFAULT_ENCODER)
-    except GeovizError:
+        # the whole asset, weights included: a damaged one is said here, not at the fit
+        encoder = load_encoder(DEFAULT_ENCODER)
+    except DamagedAssetError as err:
+        return SpaceChoice(
+            "pixels",
+            "pretrained",
+            f"the images are {looks}, but {err}; until then distances are on pixels, which "
+            "mostly measure colour and background",
+            "images",
+        )
+    except AssetError:
         return SpaceChoice(
             "pixels",
             "pretrained",
@@ -183,6 +194,7 @@ def choose_space(datasets: Sequence[LabeledDataset]) -> SpaceChoice:
             "mostly measure colour and background",
             "images",
         )
+    seen = labels_seen_for(target, DEFAULT_ENCODER)
     if seen:
         return SpaceChoice(
             "encoder",
@@ -192,7 +204,7 @@ def choose_space(datasets: Sequence[LabeledDataset]) -> SpaceChoice:
             "references only (a few minutes, then cached)",
             "images",
         )
-    trained = ", ".join(str(n) for n in encoder_manifest(DEFAULT_ENCODER).get("labels_from", []))
+    trained = ", ".join(encoder.manifest.get("labels_from", []))
     return SpaceChoice(
         "encoder",
         "pretrained",
