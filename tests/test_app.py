@@ -183,7 +183,9 @@ def test_geodesic_page_release_sets_the_weights_url_and_reset():
     assert not _sliders(at)  # no server-side per-step widgets any more
     key = at.session_state[SessionModel.SCENARIO].key()
     assert at.session_state[SessionModel.WEIGHTS].get(key) is None
-    at.session_state["geodesic_explorer"] = {"weights": [0.6, 0.25, 0.15], "seq": 1, "id": "t"}
+    at.session_state["geodesic_explorer"] = json.dumps(
+        {"weights": [0.6, 0.25, 0.15], "seq": 1, "id": "t"}
+    )
     at.run()
     _assert_clean(at, "after release")
     picked = at.session_state[SessionModel.WEIGHTS][key]
@@ -192,7 +194,9 @@ def test_geodesic_page_release_sets_the_weights_url_and_reset():
     shown = shown if isinstance(shown, str) else shown[0]
     assert [float(x) for x in shown.split(",")] == pytest.approx(list(picked))
     # weights off the simplex from the browser are refused with a sentence, the pick is kept
-    at.session_state["geodesic_explorer"] = {"weights": [0.9, 0.9, -0.8], "seq": 2, "id": "t"}
+    at.session_state["geodesic_explorer"] = json.dumps(
+        {"weights": [0.9, 0.9, -0.8], "seq": 2, "id": "t"}
+    )
     at.run()
     assert not at.exception and at.warning  # one sentence (the explorer stays), no traceback
     assert list(at.session_state[SessionModel.WEIGHTS][key]) == pytest.approx(list(picked))
@@ -472,7 +476,7 @@ def test_two_references_release_two_weights():
         n_reference=80,
     )
     at = _with_scenario(scenario, "pages/3_geodesic.py")
-    at.session_state["geodesic_explorer"] = {"weights": [0.3, 0.7], "seq": 1, "id": "t"}
+    at.session_state["geodesic_explorer"] = json.dumps({"weights": [0.3, 0.7], "seq": 1, "id": "t"})
     at.run()
     _assert_clean(at, "m=2 release")
     assert "0.3,0.7" in str(at.query_params["a"])
@@ -486,7 +490,9 @@ def test_four_references_release_four_weights():
         n_reference=60,
     )
     at = _with_scenario(scenario, "pages/3_geodesic.py")
-    at.session_state["geodesic_explorer"] = {"weights": [0.1, 0.2, 0.3, 0.4], "seq": 1, "id": "t"}
+    at.session_state["geodesic_explorer"] = json.dumps(
+        {"weights": [0.1, 0.2, 0.3, 0.4], "seq": 1, "id": "t"}
+    )
     at.run()
     _assert_clean(at, "m=4 release")
     assert "0.1,0.2,0.3,0.4" in str(at.query_params["a"])

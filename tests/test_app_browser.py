@@ -7,6 +7,7 @@ the explorer vanished after a refusal, and the whole bad input was echoed back.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -138,7 +139,9 @@ def _explorer_drawn(at) -> bool:
 
 def test_geodesic_page_keeps_the_explorer_and_the_last_pick_after_hostile_values(fresh_server):
     at = _app_test("pages/3_geodesic.py")
-    at.session_state["geodesic_explorer"] = {"weights": [0.5, 0.3, 0.2], "seq": 1, "id": "x"}
+    at.session_state["geodesic_explorer"] = json.dumps(
+        {"weights": [0.5, 0.3, 0.2], "seq": 1, "id": "x"}
+    )
     at.run()
     assert "0.5,0.3,0.2" in str(at.query_params["a"])
     hostile = [
@@ -152,7 +155,7 @@ def test_geodesic_page_keeps_the_explorer_and_the_last_pick_after_hostile_values
         [0.2, 0.3, 0.5],
     ]
     for value in hostile:
-        at.session_state["geodesic_explorer"] = value
+        at.session_state["geodesic_explorer"] = json.dumps(value)  # as the explorer sends it
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         assert _explorer_drawn(at), value  # row 6: the explorer stays on the page
@@ -161,7 +164,9 @@ def test_geodesic_page_keeps_the_explorer_and_the_last_pick_after_hostile_values
         assert "0.5,0.3,0.2" in str(at.query_params["a"])  # the last good pick
         assert any("Picked a" in m.value and "0.50" in m.value for m in at.markdown)
     # a good release after the hostile ones is taken
-    at.session_state["geodesic_explorer"] = {"weights": [0.2, 0.2, 0.6], "seq": 9, "id": "x"}
+    at.session_state["geodesic_explorer"] = json.dumps(
+        {"weights": [0.2, 0.2, 0.6], "seq": 9, "id": "x"}
+    )
     at.run()
     assert not at.warning
     assert "0.2,0.2,0.6" in str(at.query_params["a"])
@@ -170,11 +175,11 @@ def test_geodesic_page_keeps_the_explorer_and_the_last_pick_after_hostile_values
 def test_mccann_page_keeps_the_last_t_after_hostile_values(fresh_server):
     """Row 4: "nan" was stored as t (the browser then could not parse the payload)."""
     at = _app_test("pages/4_mccann.py")
-    at.session_state["mccann_explorer_0"] = {"t": 0.25, "seq": 1, "id": "x"}
+    at.session_state["mccann_explorer_0"] = json.dumps({"t": 0.25, "seq": 1, "id": "x"})
     at.run()
     assert any("Released t = 0.25" in c.value for c in at.caption)
     for seq, bad in enumerate(["nan", None, "abc", [0.5], {}, 1.5, "q" * 1_000_000], start=2):
-        at.session_state["mccann_explorer_0"] = {"t": bad, "seq": seq, "id": "x"}
+        at.session_state["mccann_explorer_0"] = json.dumps({"t": bad, "seq": seq, "id": "x"})
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         assert _explorer_drawn(at)

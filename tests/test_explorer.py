@@ -3,6 +3,8 @@ it gives back GeodesicResult's arrays; sizes; the cache."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -182,7 +184,9 @@ def test_geodesic_page_stores_the_released_weights_once(fresh_server):
     at = _app_test("pages/3_geodesic.py")
     assert any(type(e).__name__ == "UnknownElement" for e in at.main)  # the component
     assert "a" not in at.query_params
-    at.session_state["geodesic_explorer"] = {"weights": [0.5, 0.3, 0.2], "seq": 1, "id": "x"}
+    at.session_state["geodesic_explorer"] = json.dumps(
+        {"weights": [0.5, 0.3, 0.2], "seq": 1, "id": "x"}
+    )
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert "0.5,0.3,0.2" in str(at.query_params["a"])
@@ -191,7 +195,9 @@ def test_geodesic_page_stores_the_released_weights_once(fresh_server):
     at.button(key="reset_weights").click().run()
     assert "a" not in at.query_params
     # a new release is stored again
-    at.session_state["geodesic_explorer"] = {"weights": [0.2, 0.2, 0.6], "seq": 2, "id": "x"}
+    at.session_state["geodesic_explorer"] = json.dumps(
+        {"weights": [0.2, 0.2, 0.6], "seq": 2, "id": "x"}
+    )
     at.run()
     assert "0.2,0.2,0.6" in str(at.query_params["a"])
 
@@ -199,7 +205,7 @@ def test_geodesic_page_stores_the_released_weights_once(fresh_server):
 def test_mccann_page_hears_t_on_release(fresh_server):
     at = _app_test("pages/4_mccann.py")
     assert any("Released t = 0.50" in c.value for c in at.caption)
-    at.session_state["mccann_explorer_0"] = {"t": 1.0, "seq": 1, "id": "x"}
+    at.session_state["mccann_explorer_0"] = json.dumps({"t": 1.0, "seq": 1, "id": "x"})
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("Released t = 1.00" in c.value for c in at.caption)
@@ -308,7 +314,7 @@ def test_mccann_page_keeps_t_and_the_reference_in_the_url(fresh_server):
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="mc_ref").value == 1
     assert any("Released t = 0.30 (P2:" in c.value for c in at.caption)
-    at.session_state["mccann_explorer_1"] = {"t": 0.8, "seq": 1, "id": "x"}
+    at.session_state["mccann_explorer_1"] = json.dumps({"t": 0.8, "seq": 1, "id": "x"})
     at.run()
     assert "0.8" in str(at.query_params["t"]) and "1" in str(at.query_params["ref"])
     at.selectbox(key="mc_ref").set_value(2).run()

@@ -1,16 +1,22 @@
-"""Values from the explorer's frame are bounded before Streamlit parses them (issue 32, item 8).
+"""Values from the explorer's frame are bounded before Streamlit parses them (issues 32 and 41).
 
-Streamlit reads a component's value with Python's JSON parser in ``on_script_will_rerun``,
-before any page code runs: weights nested 1,100 deep failed there ("maximum recursion depth
-exceeded while decoding a JSON array") and every later rerun of the session showed the generic
-error box. The explorer's frame now rebuilds every message it posts (its own and any posted
-through ``window.parent`` in the frame) from the documented shape and drops anything else; the
-server still checks whatever arrives (:mod:`geoviz.app.browser`), which the unit tests below
-hold for the hostile shapes.
+Streamlit reads a component's value with Python's JSON parser in ``on_script_will_rerun``
+(``SessionState._call_callbacks`` -> ``WStates.__getitem__`` -> ``json.loads``), before any
+page code runs: weights nested 1,100 deep failed there ("maximum recursion depth exceeded while
+decoding a JSON array"), the unparsed value stayed in the session and every later rerun
+(``_compact_state``) showed the generic error box, on every page. Issue 32 made the frame
+rebuild every message it posts through ``window.parent``; issue 41's probe posted through
+``window.top`` instead, around it. Now the explorer sends the JSON *text* of its event (a
+string, which Python's parser reads flat), the page itself stops any other component value
+before Streamlit's listener sees it (a capturing listener the frame installs), and the server
+parses the text with bounded length and depth (:func:`geoviz.app.browser.component_value`)
+and checks whatever arrives (:mod:`geoviz.app.browser`), which the unit tests below hold for
+the hostile shapes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +24,9 @@ import pytest
 
 from geoviz.app.browser import (
     MAX_MESSAGE_CHARS,
+    MAX_VALUE_CHARS,
     BrowserValueError,
+    component_value,
     released_event,
     released_t,
     released_weights,
@@ -98,26 +106,136 @@ def test_hostile_t_is_one_sentence(t):
     assert 0 < len(str(info.value)) <= MAX_MESSAGE_CHARS
 
 
-def test_a_deep_value_on_the_geodesic_page_is_a_warning_and_the_next_release_counts(
-    fresh_server,
-):
-    """A deep value that does reach the page (a Python object, as AppTest hands it over) is
-    one warning; the session's next release is taken (the refusal does not stick)."""
+def _deep_text(depth: int) -> str:
+    """The JSON text of weights nested ``depth`` deep in an event (built without recursion)."""
+    return '{"seq": 1, "id": "x", "weights": ' + "[" * depth + "0.5" + "]" * depth + "}"
+
+
+#: JSON texts the explorer never sends, as they reach the page (issue 41)
+HOSTILE_TEXTS = {
+    "2,000 deep": _deep_text(2_000),
+    "1,100 deep": _deep_text(1_100),
+    "3 deep": _deep_text(2),
+    "deep, brackets in a string do not count": '{"id": "[[[[[[", "seq": 1, "x": [[[[1]]]]}',
+    "too long": json.dumps({"weights": [0.1] * 1_000, "seq": 1, "id": "x"}),
+    "NaN": '{"weights": [NaN, 0.5, 0.5], "seq": 1, "id": "x"}',
+    "not JSON": '{"weights": [0.2, 0.3, 0.5], "seq": 1',
+    "empty": "",
+}
+
+#: values other than a text, as Streamlit hands them over after parsing what was posted
+HOSTILE_OBJECTS = {
+    "1,100-deep list": _nested(1_100, [0.2, 0.3, 0.5]),
+    "event object": {"weights": [0.2, 0.3, 0.5], "seq": 1, "id": "x"},
+    "number": 0.5,
+    "true": True,
+    "huge list": list(range(1_000_000)),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_TEXTS))
+def test_component_texts_are_bounded_before_they_are_parsed(name):
+    """Too long, too deep (counted without a parser: 2,000 deep is refused at once, brackets
+    inside strings do not count), NaN or not JSON: one short sentence."""
+    with pytest.raises(BrowserValueError) as info:
+        component_value(HOSTILE_TEXTS[name])
+    text = str(info.value)
+    assert 0 < len(text) <= MAX_MESSAGE_CHARS and "\n" not in text and "ignored" in text
+    assert "[[[[[[[[[[" not in text and "0.1, 0.1, 0.1" not in text
+
+
+def test_a_string_bracket_does_not_count_as_nesting():
+    text = '{"weights": [0.2, 0.3, 0.5], "seq": 1, "id": "[[[\\"[[[{{{"}'
+    # an escaped quote does not end the string: what follows it is still inside
+    assert component_value(text) == {"weights": [0.2, 0.3, 0.5], "seq": 1, "id": '[[["[[[{{{'}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_OBJECTS))
+def test_anything_but_a_text_is_refused_without_walking_it(name):
+    with pytest.raises(BrowserValueError, match="instead of the text of an event") as info:
+        component_value(HOSTILE_OBJECTS[name])
+    assert len(str(info.value)) <= MAX_MESSAGE_CHARS
+
+
+def test_the_explorers_texts_are_taken():
+    assert component_value(None) is None  # nothing released yet
+    event = {"weights": [0.2, 0.3, 0.5], "seq": 3, "id": "k-geodesic"}
+    assert component_value(json.dumps(event)) == event
+    longest = json.dumps({"weights": [1 / 3] * 64, "seq": 2**53 - 1, "id": "i" * 128})
+    assert len(longest) < MAX_VALUE_CHARS and component_value(longest)["seq"] == 2**53 - 1
+
+
+def test_a_json_integer_too_large_for_a_float_is_a_sentence():
+    """``[1e400 as digits, 0, 0]`` parses to a Python int: float() raised OverflowError."""
+    value = component_value('{"weights": [1' + "0" * 400 + ', 0, 0], "seq": 1, "id": "x"}')
+    event = released_event(value)
+    assert event is not None
+    with pytest.raises(BrowserValueError, match="not a finite number"):
+        released_weights(event.fields["weights"], 3)
+
+
+def _rerun(at, key: str, value: object) -> None:
+    at.session_state[key] = value
+    at.run(timeout=120)
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_deep_values_on_the_geodesic_page_are_a_warning_and_the_session_goes_on(fresh_server):
+    """A 2,000-deep text, and a deep value that does reach the page as a Python object (as
+    AppTest hands it over: Streamlit parsed it), are each one warning; the session's next
+    release is taken, a rerun with nothing new shows no warning, and the other pages work."""
     from test_explorer import _app_test
 
     at = _app_test("pages/3_geodesic.py").run(timeout=600)
     assert not at.exception
-    at.session_state["geodesic_explorer"] = HOSTILE_EVENTS["deep weights"]
-    at.run(timeout=120)
+    picks = ([0.5, 0.3, 0.2], [0.2, 0.3, 0.5])
+    hostile = (HOSTILE_TEXTS["2,000 deep"], _nested(900, [0.2, 0.3, 0.5]))
+    for seq, (bad, weights) in enumerate(zip(hostile, picks, strict=True), start=1):
+        _rerun(at, "geodesic_explorer", bad)
+        assert [w.value for w in at.warning if "ignored" in w.value]
+        _rerun(at, "geodesic_explorer", json.dumps({"weights": weights, "seq": seq, "id": "x"}))
+        assert at.query_params.get("a") == ",".join(str(w) for w in weights)
+        assert not at.warning
+        at.run(timeout=120)  # a rerun with nothing new keeps the pick and shows no warning
+        assert not at.exception and not at.warning
+        assert at.query_params.get("a") == ",".join(str(w) for w in weights)
+    at.switch_page("pages/1_datasets.py").run(timeout=120)
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def _as_the_browser_sends(at, json_value: str) -> None:
+    """Rerun ``at`` as the browser does after a release: the page's widget states with the
+    explorer's value as the wire carries it (``WidgetState.json_value``, the text Streamlit's
+    frontend made with ``JSON.stringify``), so Streamlit's own ``json.loads`` in
+    ``on_script_will_rerun`` reads it, as in the served app (``AppTest.run`` would not send
+    a component's value)."""
+    from streamlit.proto.WidgetStates_pb2 import WidgetStates
+
+    component = next(e for e in at.main if type(e).__name__ == "UnknownElement")
+    states = WidgetStates()
+    states.CopyFrom(at._tree.get_widget_states())
+    state = states.widgets.add()
+    state.id = component.proto.id
+    state.json_value = json_value
+    at._run(states, timeout=120)
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_the_explorers_text_is_parsed_flat_by_streamlit_and_the_session_goes_on(fresh_server):
+    """The wire form of the explorer's value is a JSON string: Streamlit's parser reads the
+    2,000-deep text as one string (no RecursionError before the page runs), the page refuses
+    it in a sentence, and the next release is taken, on this page and then on the others."""
+    from test_explorer import _app_test
+
+    at = _app_test("pages/3_geodesic.py").run(timeout=600)
     assert not at.exception
-    assert any("last pick is kept" in w.value for w in at.warning)
-    at.session_state["geodesic_explorer"] = {"weights": [0.5, 0.3, 0.2], "seq": 2, "id": "x"}
-    at.run(timeout=120)
-    assert not at.exception
-    assert at.query_params.get("a") == "0.5,0.3,0.2"
-    at.run(timeout=120)  # a rerun with nothing new keeps the pick and shows no warning
-    assert not at.exception and not at.warning
-    assert at.query_params.get("a") == "0.5,0.3,0.2"
+    _as_the_browser_sends(at, json.dumps(HOSTILE_TEXTS["2,000 deep"]))
+    assert any("nested more than 2 deep" in w.value for w in at.warning)
+    good = {"weights": [0.5, 0.3, 0.2], "seq": 5, "id": "x"}
+    _as_the_browser_sends(at, json.dumps(json.dumps(good)))
+    assert at.query_params.get("a") == "0.5,0.3,0.2" and not at.warning
+    at.switch_page("pages/1_datasets.py").run(timeout=120)
+    assert not at.exception, [e.value for e in at.exception]
 
 
 # ---------------------------------------------------------------- the frame's guard, in Chromium
@@ -204,3 +322,86 @@ def test_a_deep_value_from_the_frame_does_not_break_the_session(guarded_server):
             assert not pg.locator("[data-testid='stAlertContentWarning']").count()
         finally:
             browser.close()
+
+
+def _post_through_top(frame, value_js: str) -> None:
+    """Post ``value_js`` (a JavaScript expression) as a component value through
+    ``window.top``, from the explorer's frame: around the frame's own guard on
+    ``window.parent``, as issue 41's probe did."""
+    frame.evaluate(
+        "(expr) => { const value = eval(expr);"
+        " window.top.postMessage({isStreamlitMessage: true,"
+        " type: 'streamlit:setComponentValue', value: value, dataType: 'json'}, '*'); }",
+        value_js,
+    )
+
+
+DEEP_2000 = (
+    "(() => { let v = [0.2, 0.3, 0.5]; for (let i = 0; i < 2000; i++) v = [v]; return v; })()"
+)
+
+
+@pytest.mark.browser
+def test_a_2000_deep_value_through_window_top_does_not_break_the_session(guarded_server):
+    """Issue 41: 2,000-deep weights posted through ``window.top`` gave the generic error box,
+    which stayed through later valid values and on the Datasets page. As an object the page's
+    guard stops it before Streamlit's listener (counted); as a JSON text (the form the
+    explorer's values take) it reaches the server, which refuses it in a sentence. A valid
+    value through ``window.top`` is then taken, and no error box shows here or on the
+    Datasets page of the same session."""
+    tb = pytest.importorskip("test_browser")
+    pw = pytest.importorskip("playwright.sync_api")
+    with pw.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=tb.CHROMIUM, args=tb.CHROMIUM_ARGS, headless=True
+        )
+        try:
+            pg = browser.new_page(viewport={"width": 1500, "height": 1900})
+            pg.set_default_timeout(tb.PAGE_TIMEOUT_MS)
+            pg.goto(f"{guarded_server['url']}/geodesic")
+            frame = tb._explorer(pg)
+            tb._wait_idle(pg)
+            dropped = frame.evaluate("() => geovizExplorer.dropped()")
+            _post_through_top(frame, f"({{weights: {DEEP_2000}, seq: 30001, id: 'h'}})")
+            _post_through_top(frame, DEEP_2000)
+            _post_through_top(frame, "({weights: [0.2, 0.3, 0.5], seq: 30002, id: 'h'})")
+            pg.wait_for_timeout(1500)  # a rerun they caused would have started
+            tb._wait_idle(pg)
+            tb._assert_no_exception(pg, "after the 2,000-deep objects")
+            assert frame.evaluate("() => geovizExplorer.dropped()") == dropped + 3
+            assert not pg.locator("[data-testid='stAlertContentWarning']").count()
+            # the same depth as the text of an event: the server's sentence, no error box
+            _post_through_top(frame, f"JSON.stringify({{weights: {DEEP_2000}, seq: 30003}})")
+            warning = pg.locator("[data-testid='stAlertContentWarning']")
+            warning.first.wait_for(timeout=60_000)
+            tb._wait_idle(pg)
+            tb._assert_no_exception(pg, "after the 2,000-deep text")
+            assert "nested more than 2 deep" in warning.first.inner_text()
+            # the next valid value through window.top is taken
+            frame = tb._explorer(pg, timeout_s=60)
+            _post_through_top(
+                frame, "JSON.stringify({weights: [0.5, 0.3, 0.2], seq: 30004, id: 'h'})"
+            )
+            pg.wait_for_function(
+                "() => decodeURIComponent(window.location.search).includes('a=0.5,0.3,0.2')",
+                timeout=60_000,
+            )
+            tb._wait_idle(pg)
+            tb._assert_no_exception(pg, "after the valid value")
+            assert not pg.locator("[data-testid='stAlertContentWarning']").count()
+            assert "Picked a" in tb._main_text(pg)
+            tb._goto_page(pg, "1 · Datasets")  # the same session, another page
+            tb._assert_no_exception(pg, "on the Datasets page")
+        finally:
+            browser.close()
+
+
+def test_the_frame_holds_values_to_the_servers_limits():
+    """The frame's guard (``frontend/streamlit.js``) and the server agree on the longest
+    value text and the longest event id."""
+    from geoviz.app.browser import MAX_ID_CHARS
+    from geoviz.explorer.bundle import FRONTEND
+
+    host = (FRONTEND / "streamlit.js").read_text(encoding="utf-8")
+    assert f"valueChars: {MAX_VALUE_CHARS}," in host
+    assert f"idChars: {MAX_ID_CHARS}," in host

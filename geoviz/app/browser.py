@@ -1,12 +1,19 @@
 """Every value the browser sends the server, checked once where it arrives.
 
-The explorer component (:mod:`geoviz.app.explorer.component`) posts JSON when the pointer
-is released: ``{"weights": [a_1, ..., a_m], "seq": n, "id": "..."}`` on the Geodesic page,
-``{"t": 0.4, "seq": n, "id": "..."}`` on the McCann page. Anyone can post anything there
-(the value is the visitor's to set), so nothing from it reaches a ``float()``, a cache key
-or a message before it went through :func:`released_event`, :func:`released_weights` or
+The explorer component (:mod:`geoviz.app.explorer.component`) posts an event when the
+pointer is released: ``{"weights": [a_1, ..., a_m], "seq": n, "id": "..."}`` on the Geodesic
+page, ``{"t": 0.4, "seq": n, "id": "..."}`` on the McCann page. It sends the event as its
+JSON *text* (a string), which :func:`component_value` parses with its own bounds. Streamlit
+parses every component value before any page code runs, and it reads a string flat, so a
+value nested thousands deep cannot fail there (issue 41; the frame's guards,
+``frontend/streamlit.js``, hold what other scripts post to the same form). Anyone can post
+anything there (the value is the visitor's to set), so
+nothing from it reaches a ``float()``, a cache key or a message before it went through
+:func:`component_value`, :func:`released_event`, :func:`released_weights` or
 :func:`released_t`:
 
+* the text is at most :data:`MAX_VALUE_CHARS` characters and nested at most
+  :data:`MAX_VALUE_DEPTH` deep, checked before it is parsed; anything but a text is refused;
 * only JSON numbers count as numbers (no strings, ``null``, booleans, nested lists,
   objects), and only finite ones;
 * lengths are checked before anything is iterated (a 10^6-entry list is refused at once);
@@ -22,6 +29,7 @@ link or the command line.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,8 +42,11 @@ from geoviz.geodesic.weights import SimplexWeights
 __all__ = [
     "EXCERPT_CHARS",
     "MAX_MESSAGE_CHARS",
+    "MAX_VALUE_CHARS",
+    "MAX_VALUE_DEPTH",
     "BrowserValueError",
     "ReleasedEvent",
+    "component_value",
     "excerpt",
     "released_event",
     "released_t",
@@ -50,6 +61,13 @@ EXCERPT_CHARS = 24
 
 #: longest ``id`` of an event (the explorer sends ``<scenario key>-geodesic``, ~40 characters)
 MAX_ID_CHARS = 128
+
+#: longest JSON text of an event (64 weights and the longest id take under 2,000 characters;
+#: the frame's guard, ``frontend/streamlit.js``, holds values to the same length)
+MAX_VALUE_CHARS = 4096
+
+#: deepest nesting of an event's JSON text: an object holding a list of numbers
+MAX_VALUE_DEPTH = 2
 
 
 class BrowserValueError(GeovizError):
@@ -82,7 +100,10 @@ def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
             f" ({len(value):,} characters)" if len(value) > limit else ""
         )
     if isinstance(value, Real):
-        return repr(float(value))[:limit]
+        try:
+            return repr(float(value))[:limit]
+        except OverflowError:  # a JSON integer of hundreds of digits
+            return "a number too large for a float"
     return f"a value of type {type(value).__name__}"[: limit + 20]
 
 
@@ -90,8 +111,78 @@ def _json_number(value: object) -> float | None:
     """``value`` as a float if it is a finite JSON number (not a bool), else ``None``."""
     if isinstance(value, bool) or not isinstance(value, Real):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # a JSON integer such as 10**400
+        return None
     return number if math.isfinite(number) else None
+
+
+def _deeper_than(text: str, limit: int) -> bool:
+    """Whether JSON ``text`` nests arrays or objects more than ``limit`` deep: one pass over
+    the characters, brackets inside strings not counted (no parser, no recursion)."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
+def _no_constant(name: str) -> object:
+    """``json.loads``'s hook for ``NaN`` and ``Infinity``, which JSON does not have."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def component_value(raw: object) -> object:
+    """The explorer's value as sent: ``None`` (nothing released yet), or the event its JSON
+    text holds (checked next by :func:`released_event`).
+
+    The text's length and nesting are checked before it is parsed, so no value reaches a
+    recursive parser or a long loop.
+
+    Raises
+    ------
+    BrowserValueError
+        Not a text (the explorer sends only texts: a list or an object was posted by
+        something else), longer than :data:`MAX_VALUE_CHARS` characters, nested deeper than
+        :data:`MAX_VALUE_DEPTH`, or not JSON.
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise BrowserValueError(
+            f"The explorer sent {excerpt(raw)} instead of the text of an event; ignored."
+        )
+    if len(raw) > MAX_VALUE_CHARS:
+        raise BrowserValueError(
+            f"The explorer sent {len(raw):,} characters, more than an event takes "
+            f"({MAX_VALUE_CHARS:,}); ignored."
+        )
+    if _deeper_than(raw, MAX_VALUE_DEPTH):
+        raise BrowserValueError(
+            f"The explorer sent a value nested more than {MAX_VALUE_DEPTH} deep, not an event; "
+            "ignored."
+        )
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except ValueError:  # not JSON, or NaN / Infinity
+        raise BrowserValueError(
+            f"The explorer sent {excerpt(raw)}, which is not JSON; ignored."
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,12 @@
 and embedding in the browser and returns the weights only when the pointer is
 released; :func:`mccann_explorer` does the same for McCann's ``t``. The payloads
 are built once per scenario (and map method) by :mod:`geoviz.app.explorer.service`.
+
+The browser sends each release as the JSON *text* of its event (issue 41): Streamlit parses
+a component's value before any page code runs, and a string is parsed flat, so a value
+nested thousands deep cannot fail there; :func:`geoviz.app.browser.component_value` then
+parses the text with bounded length and depth. The frame's guards (``frontend/streamlit.js``)
+stop any other form on the page before Streamlit's listener sees it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import streamlit.components.v1 as components
 from geoviz.app.browser import (
     BrowserValueError,
     ReleasedEvent,
+    component_value,
     released_event,
     released_t,
     released_weights,
@@ -66,14 +73,16 @@ def _forget(key: str) -> None:
 def _new_event(value: object, key: str) -> ReleasedEvent | None:
     """The component's value when it is a release the page has not handled yet.
 
-    Checked once here (:func:`geoviz.app.browser.released_event`): a malformed value raises
-    :class:`~geoviz.app.browser.BrowserValueError` once, and is then marked as handled so the
-    same bad value is not reported on every rerun. A value that is not a new release is
-    forgotten (:func:`_forget`).
+    Checked once here: the explorer sends the JSON text of its event, which
+    :func:`geoviz.app.browser.component_value` parses with bounded length and depth (anything
+    else is refused), then :func:`geoviz.app.browser.released_event` checks. A malformed
+    value raises :class:`~geoviz.app.browser.BrowserValueError` once, and is then marked as
+    handled so the same bad value is not reported on every rerun. A value that is not a new
+    release is forgotten (:func:`_forget`).
     """
     seen = f"_{key}_seq"
     try:
-        event = released_event(value)
+        event = released_event(component_value(value))
     except BrowserValueError as err:
         _forget(key)
         marker = ("<refused>", str(err))  # short, and the same for the same bad value

@@ -3,13 +3,23 @@
  * frame's #root. Loaded by index.html as a module; not part of the anywidget bundle. */
 import { createExplorer } from "./explorer.js";
 
-// Everything this frame posts to the page goes through sanitiseMessage (issue 32): Streamlit
-// parses a component's value with Python's JSON parser before geoviz sees it, so a value
-// nested ~1,000 deep fails there, outside the page's code, on every later rerun of the
-// session. Only the documented messages pass, rebuilt field by field from checked
-// primitives; anything else is dropped here and counted (geovizExplorer.dropped).
+// Streamlit parses a component's value with Python's JSON parser in the server's
+// SessionState.on_script_will_rerun, before any page code runs: a value nested ~1,000 deep
+// raises RecursionError there, and the unparsed value stays in the session, so every later
+// rerun fails the same way (issues 32 and 41). Two guards keep such values off the wire:
+// 1. everything this frame posts goes through sanitiseMessage: only the documented
+//    messages pass, rebuilt field by field from checked primitives, and a component value
+//    travels as the JSON *text* of the event (a string: Python's parser reads it flat, and
+//    geoviz.app.browser.component_value parses it with its own bounds);
+// 2. on the page itself (installPageGuard), any component value that is not such a text
+//    is hidden from Streamlit's listener, whoever posted it: a script in this frame that
+//    posts through window.top, or reaches the page's postMessage by any other path,
+//    bypasses guard 1 but not this one.
+// Anything dropped is counted (geovizExplorer.dropped).
 const REAL_PARENT = window.parent;
 const LIMITS = {
+  /** longest JSON text of a component value (geoviz.app.browser.MAX_VALUE_CHARS) */
+  valueChars: 4096,
   /** longest event id (geoviz.app.browser.MAX_ID_CHARS) */
   idChars: 128,
   /** most references a weight vector may have (the library's limit is far below this) */
@@ -77,11 +87,54 @@ function sanitiseMessage(msg) {
     }
     if (type === "streamlit:setComponentValue" && msg.dataType === "json") {
       const value = sanitiseValue(msg.value);
-      return value === null ? null : { isStreamlitMessage: true, type: type, value: value, dataType: "json" };
+      const text = value === null ? null : JSON.stringify(value);
+      return text === null || text.length > LIMITS.valueChars ? null
+        : { isStreamlitMessage: true, type: type, value: text, dataType: "json" };
     }
   } catch (err) { /* a hostile getter or proxy: dropped */ }
   return null;
 }
+/** Whether a message the page received may reach Streamlit's listener: anything but a
+ *  component value, or a component value that is a short JSON text (what guard 1 sends). */
+function pageMayTake(data) {
+  if (data === null || typeof data !== "object" || data.isStreamlitMessage !== true) return true;
+  if (data.type !== "streamlit:setComponentValue") return true;
+  return data.dataType === "json" && typeof data.value === "string" && data.value.length <= LIMITS.valueChars;
+}
+/** Guard 2, on the page: the page's MessageEvent.data answers null for a component value
+ *  that pageMayTake refuses, so Streamlit's listener (which ignores a message without data)
+ *  never reads it. A "message" listener could not do this: on a window, listeners run in the
+ *  order they were added, and Streamlit's was added first. Installed once per page, by the
+ *  first explorer frame, and not removable (the getter keeps working when that frame is
+ *  gone); every component in this app is an explorer, so every component value is held to
+ *  the explorer's form. Returns the page's count of values it stopped. */
+function installPageGuard(page) {
+  const proto = page.MessageEvent.prototype;
+  const real = Object.getOwnPropertyDescriptor(proto, "data");
+  if (real.configurable) {  // not yet installed (once installed, it cannot be changed)
+    let stopped = 0;
+    const counted = new WeakSet();  // every listener reads data: count each message once
+    Object.defineProperty(proto, "data", {
+      configurable: false, enumerable: real.enumerable,
+      get: function data() {
+        const d = real.get.call(this);
+        let ok = false;
+        try { ok = pageMayTake(d); } catch (err) { ok = false; }
+        if (ok) return d;
+        if (!counted.has(this)) { counted.add(this); stopped += 1; }
+        return null;
+      },
+    });
+    Object.defineProperty(page, "geovizPageGuard", {
+      value: Object.freeze({ dropped: () => stopped }), configurable: false, writable: false,
+    });
+  }
+  const guard = page.geovizPageGuard;
+  return guard && typeof guard.dropped === "function" ? guard.dropped : () => 0;
+}
+let pageDropped = () => 0;
+try { pageDropped = installPageGuard(REAL_PARENT); }
+catch (err) { /* a parent of another origin is not Streamlit's page: guard 1 still holds */ }
 function guardedPost(msg) {
   const safe = sanitiseMessage(msg);
   if (safe === null) { dropped += 1; return false; }
@@ -107,7 +160,7 @@ explorer = createExplorer(root, {
   send: (value) => post("streamlit:setComponentValue", { value: value, dataType: "json" }),
   resized: (h) => { post("streamlit:setFrameHeight", { height: h + FRAME_MARGIN }); },
 });
-explorer.hooks.dropped = () => dropped;
+explorer.hooks.dropped = () => dropped + pageDropped();
 window.geovizExplorer = explorer.hooks;
 
 window.addEventListener("message", (ev) => {
