@@ -186,6 +186,35 @@ def test_a_held_value_is_still_evicted_by_the_byte_budget():
     assert store.fits.nbytes <= 3 * MB
 
 
+def test_a_running_fit_keeps_room_in_the_budget_until_its_result_is_collected():
+    """Issue 41: the fits kept made way only once a new fit was done, so while it ran the
+    server held the whole budget plus the new fit. A job now keeps room for its result from
+    its start."""
+    import threading
+
+    store = ResultStore(fit_bytes=10 * MB)
+    for i in range(3):
+        store.put(("fit", i), mb_array(3, i))
+    assert store.fits.nbytes == 9 * MB
+    go = threading.Event()
+    job = store.start_job(
+        ("fit", "new"), lambda progress: go.wait(10) and mb_array(4), reserve_bytes=4 * MB
+    )
+    # the least recently used fit left when the job started: 6 MB kept + 4 MB of room
+    assert ("fit", 0) not in store and store.fits.nbytes + store.fits.reserved <= 10 * MB
+    assert store.start_job(("fit", "new"), lambda progress: None, reserve_bytes=4 * MB) is job
+    assert store.fits.reserved == 4 * MB  # joining a running job keeps no more room
+    go.set()
+    assert job.wait(10)
+    assert store.claim_job(("fit", "new")) is job
+    assert store.fits.reserved == 0 and ("fit", "new") in store
+    assert store.fits.nbytes <= 10 * MB
+    # a job forgotten (cleared, an upload gone) gives its room back too
+    store.start_job(("fit", "other"), lambda progress: 1, reserve_bytes=2 * MB).wait(10)
+    store.clear()
+    assert store.fits.reserved == 0
+
+
 def test_a_finished_job_nobody_collects_leaves_memory():
     clock = Clock()
     store = ResultStore(fit_bytes=100 * MB, idle_seconds=60, clock=clock)

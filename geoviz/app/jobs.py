@@ -75,6 +75,9 @@ class BackgroundJob:
         finally:
             self._finished = time.perf_counter()
             self._done.set()
+            # a fit's temporaries (plans, cost matrices: hundreds of MB at image size 100)
+            # are free now; the next fit would otherwise reuse them only in part
+            release_freed_memory()
 
     def done(self) -> bool:
         return self._done.is_set()
@@ -192,6 +195,11 @@ def release_freed_memory() -> bool:
     return True
 
 
+#: bytes one :meth:`LRUCache.put` must evict before the freed memory is handed back to the
+#: operating system (:func:`release_freed_memory`)
+EVICTION_TRIM_BYTES = 16 * 2**20
+
+
 @dataclass
 class _Entry:
     value: Any
@@ -232,6 +240,7 @@ class LRUCache:
         self._clock = clock
         self._data: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._bytes = 0
+        self._reserved = 0
         self._lock = threading.Lock()
         self._key_locks: dict[Hashable, threading.Lock] = {}
         self.hits_ = 0
@@ -249,6 +258,11 @@ class LRUCache:
     def nbytes(self) -> int:
         """Bytes the kept values hold (as measured when they were stored)."""
         return self._bytes
+
+    @property
+    def reserved(self) -> int:
+        """Bytes kept free for values being computed (:meth:`reserve`)."""
+        return self._reserved
 
     def items(self) -> list[tuple[Hashable, Any]]:
         """``[(key, value), ...]`` oldest first (a copy)."""
@@ -272,16 +286,18 @@ class LRUCache:
                 return self._hit(key)
         return default
 
-    def _drop(self, key: Hashable) -> None:
+    def _drop(self, key: Hashable) -> int:
         entry = self._data.pop(key)
         self._bytes -= entry.nbytes
         self.evicted_bytes_ += entry.nbytes
+        return entry.nbytes
 
     def put(self, key: Hashable, value: Any) -> bool:
         """Keep ``value`` under ``key``, evicting the least recently used values until both
-        bounds hold. Returns ``False`` when the value alone is over the byte bound (not
-        kept; an older value of ``key`` is dropped)."""
+        bounds hold (the room :meth:`reserve` keeps included). Returns ``False`` when the value
+        alone is over the byte bound (not kept; an older value of ``key`` is dropped)."""
         nbytes = int(self._sizeof(value)) if self.max_bytes is not None else 0
+        evicted = 0
         with self._lock:
             if key in self._data:
                 self._drop(key)
@@ -289,11 +305,37 @@ class LRUCache:
                 return False
             self._data[key] = _Entry(value, nbytes, self._clock())
             self._bytes += nbytes
-            while len(self._data) > self.max_entries or (
-                self.max_bytes is not None and self._bytes > self.max_bytes
-            ):
-                self._drop(next(iter(self._data)))
+            evicted = self._evict_over_bounds()
+        if evicted >= EVICTION_TRIM_BYTES:  # the memory goes back, not only out of the count
+            release_freed_memory()
         return True
+
+    def _evict_over_bounds(self) -> int:
+        """Drop the least recently used values until both bounds hold, room reserved included
+        (with the lock held); the bytes dropped."""
+        evicted = 0
+        while self._data and (
+            len(self._data) > self.max_entries
+            or (self.max_bytes is not None and self._bytes + self._reserved > self.max_bytes)
+        ):
+            evicted += self._drop(next(iter(self._data)))
+        return evicted
+
+    def reserve(self, nbytes: int) -> None:
+        """Keep room for ``nbytes`` that a computation in flight will store: the least recently
+        used values leave now, not once its result is stored, so the memory it fills while it
+        runs is within the bound too. The room stays counted until :meth:`release`."""
+        with self._lock:
+            self._reserved += max(0, int(nbytes))
+            evicted = self._evict_over_bounds()
+        if evicted >= EVICTION_TRIM_BYTES:
+            release_freed_memory()
+
+    def release(self, nbytes: int) -> None:
+        """Give back room kept by :meth:`reserve` (the computation stored or dropped its
+        result)."""
+        with self._lock:
+            self._reserved = max(0, self._reserved - max(0, int(nbytes)))
 
     def pop(self, key: Hashable) -> bool:
         """Forget ``key``; ``True`` if it was kept."""
@@ -481,6 +523,8 @@ class ResultStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._jobs: dict[Hashable, BackgroundJob] = {}
+        # room each job keeps in the fit tier until its result is collected or forgotten
+        self._job_room: dict[Hashable, int] = {}
         self._leases: weakref.WeakSet[CacheLease] = weakref.WeakSet()
         self._scope = threading.local()
         # upload key -> hex tokens (scenario keys) of cache keys read by sessions using it
@@ -560,7 +604,7 @@ class ResultStore:
                     dropped += 1
         with self._lock:
             for key in [k for k, job in self._jobs.items() if job.done() and depends(k)]:
-                del self._jobs[key]
+                self._forget_job(key)
                 dropped += 1
         return dropped
 
@@ -632,19 +676,34 @@ class ResultStore:
         return self.tier(tier).get_or_compute(key, compute)
 
     def start_job(
-        self, key: Hashable, fn: Callable[[Callable[[str, float], None]], Any]
+        self,
+        key: Hashable,
+        fn: Callable[[Callable[[str, float], None]], Any],
+        *,
+        reserve_bytes: int = 0,
     ) -> BackgroundJob:
         """The running (or finished, unclaimed) job for ``key``, else a new one.
 
         Concurrent callers share one job. Use :meth:`claim_job` to move a
-        finished job's result into the fit tier.
+        finished job's result into the fit tier. A new job first keeps ``reserve_bytes``
+        of room in the fit tier (:meth:`LRUCache.reserve`: what its result will take), until
+        its result is collected or forgotten: the memory it fills while it runs, and its
+        result until a page collects it, are within the budget.
         """
         with self._lock:
             job = self._jobs.get(key)
             if job is None:
+                if reserve_bytes > 0:
+                    self.fits.reserve(reserve_bytes)
+                    self._job_room[key] = int(reserve_bytes)
                 job = BackgroundJob(fn, name=f"geoviz-job-{len(self._jobs)}")
                 self._jobs[key] = job
             return job
+
+    def _forget_job(self, key: Hashable) -> None:
+        """Remove the job of ``key`` and give back its room (with the lock held)."""
+        del self._jobs[key]
+        self.fits.release(self._job_room.pop(key, 0))
 
     def job(self, key: Hashable) -> BackgroundJob | None:
         self._note(key)
@@ -660,7 +719,7 @@ class ResultStore:
             job = self._jobs.get(key)
             if job is None or not job.done():
                 return None
-            del self._jobs[key]
+            self._forget_job(key)
         if job.error_ is None:
             self.fits.put(key, job.result_)
         return job
@@ -702,4 +761,4 @@ class ResultStore:
             self._upload_tokens.clear()
             self._done_since.clear()
             for key in [k for k, job in self._jobs.items() if job.done()]:
-                del self._jobs[key]
+                self._forget_job(key)
