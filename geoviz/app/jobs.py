@@ -481,7 +481,10 @@ class ResultStore:
     Memory is bounded in bytes (each value measured by :func:`nbytes_of` when stored) and
     given back when nobody uses it:
 
-    * each tier keeps at most ``fit_bytes`` / ``derived_bytes``, least recently used out;
+    * each tier keeps at most ``fit_bytes`` / ``derived_bytes``, least recently used out; a
+      background fit keeps room for its result from its start (:meth:`start_job`), so the
+      fits kept make way while it runs, not once it is done; memory freed by evictions and
+      finished jobs goes back to the system (:func:`release_freed_memory`);
     * a page run inside :meth:`scope` notes the keys it reads in its session's
       :class:`CacheLease`; :meth:`sweep` drops values idle for ``idle_seconds`` that no
       living lease holds (the visitor closed the tab: its lease stopped beating
