@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.geoviz-installed
 DEV_STAMP := $(VENV)/.geoviz-dev-installed
 
-.PHONY: run test install install-dev lint bench clean
+.PHONY: run test install install-dev lint bench clean wheel smoke-install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,7 +54,7 @@ install-dev: $(DEV_STAMP)
 
 run: $(STAMP)
 	-$(COMPILE_OWN)
-	$(BIN)/python -m geoviz.app.serve --server.address $(ADDRESS) --server.port $(PORT) --server.headless true
+	$(BIN)/geoviz app --address $(ADDRESS) --port $(PORT)
 
 test: $(DEV_STAMP)
 	-$(COMPILE_OWN)
@@ -66,6 +66,26 @@ lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
 	$(BIN)/ruff format --check .
+
+# the wheel and sdist (the app, pages and assets inside: setup.py), into dist/
+wheel: $(DEV_STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
+# the wheel installed in a fresh environment outside the checkout (WHEEL_VENV), then
+# scripts/smoke_install.py from a temporary folder: the wheel holds every run-time file, the
+# bundled project (digit box), a colour run (shipped encoder), `geoviz app` in Chromium
+WHEEL_VENV ?= $(or $(TMPDIR),/tmp)/geoviz-wheel-venv
+smoke-install: wheel
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --quiet --upgrade pip uv
+	$(WHEEL_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(WHEEL_VENV)/bin/python -m uv pip install --quiet --compile-bytecode --python $(WHEEL_VENV)/bin/python dist/geoviz-*.whl \
+		|| $(WHEEL_VENV)/bin/python -m pip install --quiet dist/geoviz-*.whl
+	cd $(or $(TMPDIR),/tmp) && $(CURDIR)/$(BIN)/python $(CURDIR)/scripts/smoke_install.py \
+		--venv $(WHEEL_VENV) --wheel $(wildcard $(CURDIR)/dist/geoviz-*.whl) --tree $(CURDIR) \
+		--out $(CURDIR)/test-output/install
 
 bench: $(DEV_STAMP)
 	$(BIN)/python benchmarks/bench_otdd.py

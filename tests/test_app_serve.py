@@ -73,7 +73,8 @@ def test_streamlit_argv_runs_the_app_script_with_the_options_given():
     argv = serve.streamlit_argv(["--server.port", "8502"])
     assert argv[:2] == ["streamlit", "run"]
     assert argv[2] == str(serve.APP_SCRIPT) and serve.APP_SCRIPT.is_file()
-    assert argv[3:] == ["--server.port", "8502"]
+    assert argv[-2:] == ["--server.port", "8502"]  # after the app's settings: they win
+    assert all(flag.startswith("--") and "=" in flag for flag in argv[3:-2])
 
 
 def test_preload_imports_the_modules_and_skips_a_missing_one():

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "sklearn", "ot", "umap", "pandas", "scipy", "ray")
 
 #: every command of ``geoviz`` (the parser's own list is compared below)
-COMMANDS = ("datasets", "show", "transfer", "distance", "project", "grid", "screen")
+COMMANDS = ("datasets", "show", "transfer", "distance", "project", "grid", "screen", "app")
 
 _PROBE = """
 import json, runpy, sys

@@ -56,6 +56,7 @@ LAYER_RANKS: dict[str, int] = {
     "geoviz.errors": 0,
     "geoviz.glossary": 0,
     "geoviz.vocabulary": 0,
+    "geoviz.site": 0,  # where the app and assets are: standard library only
     "geoviz.limits": 1,
     "geoviz.memory": 1,
     "geoviz.atomic": 1,

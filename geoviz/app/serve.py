@@ -31,6 +31,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
+
 import torch
 
 from geoviz.app.explorer.service import (
@@ -47,12 +52,13 @@ from geoviz.app.settings import AppSettings
 from geoviz.app.uploads import secret_from_env
 from geoviz.backend import RuntimeSettings
 from geoviz.errors import GeovizError
+from geoviz.site import app_script, streamlit_config
 from geoviz.tasks import connect_timeout_from_env
 
 LOG = logging.getLogger("geoviz.app.serve")  # also when run as __main__
 
-#: the app's start page, served by ``streamlit run``
-APP_SCRIPT = Path(__file__).resolve().parents[2] / "app.py"
+#: the app's start page, served by ``streamlit run`` (in the wheel or the checkout)
+APP_SCRIPT = app_script()
 
 #: modules a page imports on its first run, heaviest first (imported by :func:`preload`)
 PRELOAD_MODULES: tuple[str, ...] = (
@@ -68,6 +74,7 @@ PRELOAD_MODULES: tuple[str, ...] = (
 __all__ = [
     "APP_SCRIPT",
     "PRELOAD_MODULES",
+    "config_flags",
     "main",
     "prefetch_default_scenario",
     "prefetch_enabled",
@@ -205,9 +212,49 @@ def start_prefetch(settings: AppSettings | None = None) -> threading.Thread:
     return thread
 
 
+def _flag_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def config_flags(config: Path, options: Sequence[str]) -> list[str]:
+    """The app's Streamlit settings (``config``, a ``config.toml``) as ``--section.key=value``
+    flags, less those ``options`` give.
+
+    Streamlit reads ``.streamlit/config.toml`` from the folder it is started in, so an
+    installed app started from any other folder would run without its settings (uploads of
+    512 MB, tracebacks hidden from visitors, the hidden page list): as flags they hold
+    wherever it starts, and an option on the command line still wins.
+
+    Raises
+    ------
+    GeovizError
+        The file cannot be read or is not TOML (a damaged install).
+    """
+    try:
+        parsed = tomllib.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise GeovizError(
+            f"the app's settings {config} cannot be read ({err}); reinstall geoviz"
+        ) from None
+    given = {opt.split("=", 1)[0] for opt in options if opt.startswith("--")}
+    flags: list[str] = []
+    for section, values in parsed.items():
+        if not isinstance(values, dict):
+            continue
+        for key, value in values.items():
+            flag = f"--{section}.{key}"
+            if flag not in given:
+                flags.append(f"{flag}={_flag_value(value)}")
+    return flags
+
+
 def streamlit_argv(options: Sequence[str]) -> list[str]:
-    """``sys.argv`` of ``streamlit run app.py [options]``."""
-    return ["streamlit", "run", str(APP_SCRIPT), *options]
+    """``sys.argv`` of ``streamlit run app.py [the app's settings] [options]``."""
+    config = streamlit_config()
+    settings = config_flags(config, options) if config.is_file() else []
+    return ["streamlit", "run", str(APP_SCRIPT), *settings, *options]
 
 
 def _log_to_stderr() -> None:
@@ -229,14 +276,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     ------
     SystemExit
         Status 2 after one sentence on stderr when an environment variable is unusable
-        (:func:`settings_problem`); nothing was started.
+        (:func:`settings_problem`) or the app's settings file is damaged; nothing was started.
     """
     problem = settings_problem()
     if problem is not None:  # before anything starts: one sentence and the usage status
         print(f"geoviz: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    _log_to_stderr()
     options = list(sys.argv[1:] if argv is None else argv)
+    try:
+        command = streamlit_argv(options)
+    except GeovizError as err:
+        print(f"geoviz: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    _log_to_stderr()
     seconds = preload()
     LOG.info(
         "preloaded %d modules of the pages (%.1f s beyond what the launcher imports itself)",
@@ -247,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     cache_services.start_sweeper()
     if prefetch_enabled():
         start_prefetch()
-    sys.argv = streamlit_argv(options)
+    sys.argv = command
     runpy.run_module("streamlit", run_name="__main__", alter_sys=True)
 
 

@@ -127,8 +127,8 @@ class RuntimeSettings:
     no_cache
         ``GEOVIZ_NO_CACHE`` in ``1``/``true``/``yes``: the default cache computes every time.
     assets_dir
-        ``GEOVIZ_ASSETS_DIR``: folder of the bundled datasets (``None``: the repository's
-        ``assets``), see :func:`geoviz.data.bundled.assets_dir`.
+        ``GEOVIZ_ASSETS_DIR``: folder of the bundled datasets (``None``: the install's
+        ``assets``, :func:`geoviz.site.site_dir`), see :func:`geoviz.data.bundled.assets_dir`.
     embedding
         ``GEOVIZ_EMBEDDING=pca``: ``"pca"``, else ``"umap"``: what
         :func:`geoviz.viz.embedding.auto_method` means by ``"auto"``.

@@ -69,6 +69,7 @@ import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 
+from geoviz.cli import app as app_command
 from geoviz.cli import otdd
 from geoviz.errors import GeovizError
 from geoviz.memory import memory_guard
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     otdd.register(subparsers)
     _register_plugins(subparsers)
+    app_command.register(subparsers)
     return parser
 
 
@@ -277,9 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     _tolerant_streams()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["app"]:  # Streamlit's options pass through: not this parser's to refuse
+        return app_command.run_app(arguments[1:])
     parser = build_parser()
     try:
-        args = parser.parse_args(None if argv is None else list(argv))
+        args = parser.parse_args(arguments)
     except SystemExit as exc:  # --help, --version, or an argparse usage error
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     func = getattr(args, "func", None)

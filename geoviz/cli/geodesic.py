@@ -232,7 +232,7 @@ def _print_app_link(args: argparse.Namespace, result: GeodesicResult) -> None:
         env.append(f"GEOVIZ_APP_MAX_MB={need_mb}")
     prefix = " ".join([*env, ""])
     print(
-        f"app (its maps are in the disk cache): {prefix}streamlit run app.py, then open "
+        f"app (its maps are in the disk cache): {prefix}geoviz app, then open "
         f"http://localhost:8501/geodesic?{urlencode(query, safe='/,')}"
     )
 

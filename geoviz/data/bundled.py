@@ -27,6 +27,7 @@ import numpy as np
 from geoviz.backend import runtime_settings
 from geoviz.data.dataset import ImageShape, LabeledDataset
 from geoviz.errors import DatasetError, DatasetFormatError, UnknownDatasetError
+from geoviz.site import site_dir
 from geoviz.vocabulary import Split
 
 
@@ -91,13 +92,14 @@ _KEYS = ("x_train", "y_train", "x_test", "y_test", "classes")
 
 
 def assets_dir() -> Path:
-    """The assets folder: ``$GEOVIZ_ASSETS_DIR`` if set, else ``<repo>/assets``.
+    """The assets folder: ``$GEOVIZ_ASSETS_DIR`` if set, else ``assets/`` of the install
+    (:func:`geoviz.site.site_dir`: inside the wheel, or the checkout's top level).
 
     The variable is read by the entry point, or by :func:`geoviz.backend.runtime_settings`
     when none configured the process (:attr:`~geoviz.backend.RuntimeSettings.assets_dir`).
     """
     configured = runtime_settings().assets_dir
-    return configured if configured is not None else Path(__file__).resolve().parents[2] / "assets"
+    return configured if configured is not None else site_dir() / "assets"
 
 
 def bundled_path(name: str) -> Path:

@@ -213,8 +213,8 @@ class ModelSpace(FeatureSpace):
             import torchvision
         except Exception:
             raise GeovizError(
-                "torchvision is not installed (or does not load beside this torch); "
-                "use a TorchScript file or pass a torch module instead"
+                "torchvision is not installed (or does not load beside this torch): "
+                "pip install 'geoviz[vision]', or use a TorchScript file or a torch module"
             ) from None
         builder = getattr(torchvision.models, str(arch), None)
         if builder is None or not callable(builder):
