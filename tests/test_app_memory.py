@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from geoviz.app.jobs import CacheLease, LRUCache, ResultStore, nbytes_of
+from geoviz.app.jobs import CacheLease, ResultStore
+from geoviz.app.lru import LRUCache, nbytes_of
 from geoviz.app.session import SessionModel
 from geoviz.app.settings import AppSettings
 

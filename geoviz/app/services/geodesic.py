@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from geoviz.app.jobs import BackgroundJob, nbytes_of
+from geoviz.app.jobs import BackgroundJob
+from geoviz.app.lru import nbytes_of
 from geoviz.app.scenario import Scenario
 from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.services.datasets import ScenarioData
