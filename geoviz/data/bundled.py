@@ -165,8 +165,8 @@ def load_bundled(name: str, split: Split = "train") -> LabeledDataset:
         raise DatasetError(f"split must be 'train' or 'test', got {split!r}", path)
     if not path.is_file():
         raise DatasetError(
-            "bundled dataset file not found; set GEOVIZ_ASSETS_DIR to the folder holding "
-            "nist/<name>.npz or regenerate it with scripts/make_assets.py",
+            "bundled dataset file not found; reinstall geoviz, or set GEOVIZ_ASSETS_DIR to "
+            "the folder holding nist/<name>.npz (in a checkout: scripts/make_assets.py makes it)",
             path,
         )
     try:
