@@ -269,6 +269,9 @@ def dataset_views(model: SessionModel, data: dataset_services.ScenarioData) -> N
         )
     # which space the costs live in, and why when it was chosen from these data
     st.info(markdown_literal(dataset_services.space_line(model.scenario, data)))
+    caveat = dataset_services.space_caveat(model.scenario, data)
+    if caveat is not None:
+        st.warning(markdown_literal(caveat))
     if data.labelled_indices is not None:
         st.info(
             f"Few-shot target: {len(data.labelled_indices)} labelled samples of Q; the other "

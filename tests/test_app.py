@@ -915,9 +915,7 @@ def test_colour_preset_computes_in_the_encoder_space_and_shows_images():
     assert scenario.features == "auto"
     assert at.selectbox(key="form_features").value == "auto"
     sidebar = _sidebar(at)
-    assert "Feature space: pretrained encoder (chosen automatically: the images are colour" in (
-        sidebar
-    )
+    assert "Feature space: pretrained encoder (chosen automatically: measured on " in sidebar
     datasets_page = " ".join(str(e.value) for e in at.info).replace("\\", "")
     assert "space: pretrained encoder (chosen automatically" in datasets_page
     at = _open(at, "pages/3_geodesic.py")

@@ -563,15 +563,22 @@ def test_default_space_is_chosen_from_the_data_and_said_with_the_reason(tmp_path
     assert main(["project", *DIGITS, "--quiet", "--out", str(out_path)]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("space: "))
-    assert line.startswith("space: digit box (chosen automatically: ")
-    assert "grey glyphs" in line
+    # 60 samples of each: the measured space and its numbers (issue 42)
+    assert line.startswith("space: ") and "(chosen automatically: measured on 60 samples" in line
+    assert "keeps Q's classes apart (5-NN κ" in line or "keep Q's classes apart (5-NN κ" in line
     manifest = json.loads((tmp_path / "synth.manifest.json").read_text())
     space = json.dumps(manifest)
-    assert '"chosen_by": "auto"' in space and '"space": "box"' in space
+    chosen = {"digit box": "box", "pixels": "pixels", "pretrained encoder": "encoder"}
+    name = chosen[line.split(" (")[0].removeprefix("space: ")]
+    assert '"chosen_by": "auto"' in space and f'"space": "{name}"' in space
+    assert '"measurements": [' in space and '"caveat": ' in space
+    # a caveat is its own line, right after the space line
+    caution = [ln for ln in out.splitlines() if ln.startswith("caution: ")]
+    assert ('"caveat": null' in space) == (not caution)
 
     assert main(["distance", *REFS_2D]) == 0  # vectors: their raw features
     out = capsys.readouterr().out
-    assert "space: raw features (chosen automatically: the datasets are vectors" in out
+    assert "space: raw features (chosen automatically: measured on 48 samples" in out
 
     assert main(["project", *DIGITS, "--quiet", "--features", "pixels"]) == 0
     out = capsys.readouterr().out

@@ -498,7 +498,8 @@ def test_default_space_is_chosen_from_the_data_and_kept_with_the_result(tmp_path
     np.testing.assert_allclose(auto.w_to_target, named.w_to_target, rtol=1e-9)
     np.testing.assert_allclose(auto.a_hat, named.a_hat, atol=1e-9)
     meta = auto.interpolate(auto.a_hat).metadata["features"]
-    assert meta["chosen_by"] == "auto" and meta["space"] == "box" and "glyphs" in meta["reason"]
+    assert meta["chosen_by"] == "auto" and meta["space"] == "box" and "digit box" in meta["reason"]
+    assert {m["space"] for m in meta["measurements"]} >= {"pixels", "box"}
     # neural maps generate images: auto is pixels for them, and says why
     neural = GeodesicConfig(method="neural", neural="tiny")
     from geoviz.geodesic.pipeline import space_choice_for

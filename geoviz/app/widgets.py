@@ -214,6 +214,9 @@ def _scenario_sidebar(box: DeltaGenerator, model: SessionModel) -> None:
             is_image=None if data is None else data.is_image, n_samples=counts, space=space
         ):
             st.markdown(line)
+        caveat = None if data is None else dataset_services.space_caveat(model.scenario, data)
+        if caveat is not None:
+            st.warning(markdown_literal(caveat))
         result = geodesic_services.geodesic_if_ready(model.scenario)
         if result is not None:
             names = [markdown_literal(n) for n in result.reference_names]

@@ -245,6 +245,8 @@ def _cmd_distance(args: argparse.Namespace) -> int:
     names = reference_names(result)
     print(f"target: {result.target.name} ({result.target.n_samples} samples)")
     print(result.space_sentence)
+    if result.space_caution is not None:
+        print(result.space_caution)
     print_maps(result, two_q=True)
     print(f"\n(2,Q) matrix {W_BETWEEN} (last column: {W_TARGET}):")
     header = ["", *names, "Q"]
@@ -269,6 +271,8 @@ def _cmd_project(args: argparse.Namespace) -> int:
     names = reference_names(result)
     print(f"target: {result.target.name} ({result.target.n_samples} samples)")
     print(result.space_sentence)
+    if result.space_caution is not None:
+        print(result.space_caution)
     print(
         f"{A_HAT}:  "
         + ", ".join(f"{name}={a:.4f}" for name, a in zip(names, result.a_hat, strict=True))
@@ -331,6 +335,8 @@ def _cmd_grid(args: argparse.Namespace) -> int:
             columns.append(boot.as_good_as_a_hat(grid).astype(np.float64))
     _write_csv_atomic(Path(args.out), header, np.column_stack(columns), args.overwrite)
     print(result.space_sentence)
+    if result.space_caution is not None:
+        print(result.space_caution)
     print(f"wrote {grid.shape[0]} simplex points (resolution {args.resolution}) to {args.out}")
     print(
         "grid minimum: "

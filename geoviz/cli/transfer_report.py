@@ -140,6 +140,8 @@ def print_transfer_header(
     geodesic, weights = run.geodesic, opts.weights
     if geodesic is not None:
         print(geodesic.space_sentence)
+        if geodesic.space_caution is not None:
+            print(geodesic.space_caution)
         for label, fitted in ((A_HAT, geodesic), (f"{A_HAT} (neural maps)", run.neural_geodesic)):
             if fitted is None:
                 continue

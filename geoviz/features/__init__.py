@@ -7,9 +7,10 @@ maps each dataset to vectors. Built in:
 ========== =================================================================================
 name       space
 ========== =================================================================================
-auto       the default: chosen from the data by :func:`choose_space` (:mod:`.choice`): the
-           digit box for grey glyphs, the pretrained encoder for other images, raw
-           features for vectors; the reason is kept with the result
+auto       the default: chosen by :func:`choose_space` (:mod:`.choice`) from the class
+           structure each candidate (pixels, the digit box, the pretrained encoder)
+           measures on the data (:mod:`.structure`); the numbers and a caveat when
+           nothing fits are kept with the result
 pixels     the datasets as they are
 pca        50 principal components of the union (:class:`PCASpace`)
 box        grey digits box-normalised like MNIST, then pixels (:class:`BoxSpace`)

@@ -40,6 +40,7 @@ from geoviz.ot.otdd import OTDDConfig
 
 __all__ = [
     "GeodesicConfig",
+    "caution_line",
     "check_space_allows",
     "space_allows",
     "space_choice_for",
@@ -203,6 +204,14 @@ def space_sentence(choice: SpaceChoice | None, named: str) -> str:
         return f"space: {choice.label} (chosen automatically: {choice.reason})"
     words = {"box": "digit box", "pixels": "pixels"}.get(named, named)
     return f"space: {words} (named, not chosen automatically)"
+
+
+def caution_line(choice: SpaceChoice | None) -> str | None:
+    """``"caution: <caveat>"``, the line printed beside the answer when the chosen space
+    measured no class structure in Q or references unrelated to it; else ``None``."""
+    if choice is None or choice.caveat is None:
+        return None
+    return f"caution: {choice.caveat}"
 
 
 def space_choice_for(

@@ -23,7 +23,7 @@ import torch
 from geoviz.data.dataset import ImageShape, LabeledDataset, SoftLabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.features import FittedFeatures, SpaceChoice
-from geoviz.geodesic.config import GeodesicConfig, space_sentence
+from geoviz.geodesic.config import GeodesicConfig, caution_line, space_sentence
 from geoviz.geodesic.distances import TwoQDistances, objective
 from geoviz.geodesic.interpolate import generalized_geodesic_dataset, mccann_dataset
 from geoviz.geodesic.labels import LabelSpace
@@ -136,6 +136,12 @@ class GeodesicResult:
     def space_sentence(self) -> str:
         """One sentence: the space the costs live in and, when it was chosen, why."""
         return space_sentence(self.space_choice, self.features_name)
+
+    @property
+    def space_caution(self) -> str | None:
+        """``"caution: ..."`` when the chosen space measured no class structure in Q or
+        references unrelated to it (:attr:`~geoviz.features.choice.SpaceChoice.caveat`)."""
+        return caution_line(self.space_choice)
 
     def bootstrap(
         self,

@@ -300,6 +300,13 @@ def space_line(scenario: Scenario, data: ScenarioData) -> str:
     return space_sentence(choice, config.features)
 
 
+def space_caveat(scenario: Scenario, data: ScenarioData) -> str | None:
+    """The one sentence that flags the answer as not to be trusted, when the measured space
+    shows no class structure in Q or references unrelated to it (else ``None``)."""
+    choice = space_choice_for(scenario.spec().config, list(data.datasets))
+    return None if choice is None else choice.caveat
+
+
 def feature_space_names() -> tuple[str, ...]:
     """The spaces a scenario may name: the built-in ones and the server's registered models."""
     return (*BUILTIN_SPACES, *registered_models())
