@@ -422,8 +422,8 @@ def test_make_run_serves_this_machine_unless_given_an_address(tmp_path, args, ad
         text=True,
         check=True,
     ).stdout
-    run_line = next(line for line in out.splitlines() if "-m geoviz.app.serve" in line)
-    assert f"--server.address {address} " in run_line
+    run_line = next(line for line in out.splitlines() if "geoviz app" in line)
+    assert f"--address {address} " in run_line
 
 
 def test_links_name_feature_spaces_never_paths():
