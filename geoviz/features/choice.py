@@ -252,8 +252,9 @@ def _choose(datasets: list[LabeledDataset], labelled: np.ndarray | None) -> Spac
     if any(ds.image_shape is None for ds in datasets):
         measures = [_measure("pixels", sampled, (), few)]
         return _decide("vectors", measures, None)
-    grey = all(is_grey(ds) for ds in datasets)
-    kind: Kind = "grey glyphs" if grey and all(map(dark_plain_background, datasets)) else "images"
+    # what the data look like (a description), judged on the measured samples
+    grey = all(is_grey(ds) for ds in sampled)
+    kind: Kind = "grey glyphs" if grey and all(map(dark_plain_background, sampled)) else "images"
     measures = [_measure("pixels", sampled, (), few)]
     if grey:  # the box space refuses colour
         measures.append(_measure("box", sampled, (), few))

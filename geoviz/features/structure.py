@@ -289,11 +289,12 @@ def measure_space(
     q_names = [q.classes[int(i)] for i in q.labels]
     agreement, ami = [], []
     for ref in refs:
-        zr = fitted.transform(ref).features
+        nn = _nearest(zq, fitted.transform(ref).features)  # once for both relations
         if set(q.classes) <= set(ref.classes):
-            r_names = [ref.classes[int(i)] for i in ref.labels]
-            agreement.append((ref.name, agreement_kappa(zq, q_names, zr, r_names)))
-        ami.append((ref.name, nearest_ami(zq, q.labels, zr, ref.labels)))
+            r_names = np.asarray(ref.classes, dtype=object)[ref.labels.numpy()[nn]]
+            same = float(np.mean(np.asarray(q_names, dtype=object) == r_names))
+            agreement.append((ref.name, kappa(same, _present(ref.labels))))
+        ami.append((ref.name, adjusted_mutual_info(q.labels.numpy(), ref.labels.numpy()[nn])))
     return SpaceMeasure(
         space,
         q_kappa,
