@@ -393,8 +393,8 @@ class Scenario:
                 f"few-shot: {self.few_shot.k} labels per class + {self.few_shot.n_neighbors}-NN pseudo-labels"
             )
         lines.append(f"OTDD maps: {self.map_label}")
-        if space is not None:
-            lines.append(f"Feature {space}")
+        if space is not None:  # it names the datasets: a visitor's names, shown as typed
+            lines.append(f"Feature {markdown_literal(space)}")
         elif self.features == AUTO:
             lines.append("Feature space: chosen from the data once they are loaded")
         elif self.features != "pixels":
