@@ -528,8 +528,15 @@ def test_few_shot_target_reports_pseudo_labels_and_fits():
     info = " ".join(i.value for i in at.info)
     assert "Few-shot target: 30 labelled samples" in info and "kNN pseudo-labels" in info
     assert "few-shot: 3 labels per class" in _sidebar(at)
+    # the space is measured on the 30 labelled points, and the fit keeps that one choice
+    assert "labelled 1-NN κ" in _sidebar(at)
     _open(at, "pages/3_geodesic.py")
     assert "**â** =" in _sidebar(at)
+    from geoviz.app.services.geodesic import geodesic_if_ready
+
+    result = geodesic_if_ready(scenario)
+    assert result is not None and result.space_choice is not None
+    assert result.space_sentence in _sidebar(at)
 
 
 # ---------------------------------------------------------------- issue 7 (browser review)

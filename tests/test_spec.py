@@ -3,6 +3,7 @@ and fingerprint (issue 17: one spec for every front-end, values validated once).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from geoviz.data.preprocess import few_shot
 from geoviz.data.registry import load_dataset
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.features import ModelSpace
+from geoviz.features.choice import SpaceChoice
 from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 from geoviz.geodesic.spec import GeodesicSpec, fit_spec, load_spec_datasets
 from geoviz.geodesic.weights import SimplexWeights, as_simplex_weights
@@ -109,6 +111,70 @@ def test_fit_spec_fits_in_the_users_space_and_few_shot_labels_there() -> None:
     assert result.feature_space is not None and result.feature_space.name == "model:mine"
     np.testing.assert_allclose(result.w_to_target, direct.w_to_target, rtol=1e-6)
     np.testing.assert_allclose(result.a_hat, direct.a_hat, atol=1e-6)
+
+
+def test_a_few_shot_target_s_space_is_chosen_once_on_its_labelled_points(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "auto" for a few-shot Q is measured on the k labelled points per class (never the
+    true labels of the others), the pseudo-labels are found in that space, and the fit
+    reuses that one choice instead of choosing again on the pseudo-labels."""
+    import geoviz.features.choice as choice_module
+    import geoviz.geodesic.config as config_module
+    from geoviz.data.dataset import LabeledDataset
+    from geoviz.geodesic.config import space_sentence
+
+    calls: list[np.ndarray | None] = []
+    real = choice_module.choose_space
+
+    def spy(datasets, *, labelled=None):  # type: ignore[no-untyped-def]
+        calls.append(None if labelled is None else np.asarray(labelled).copy())
+        return real(datasets, labelled=labelled)
+
+    monkeypatch.setattr(choice_module, "_MEMO", {})
+    monkeypatch.setattr(config_module, "choose_space", spy)
+    spec = _spec(
+        references=(DatasetChoice("usps"), DatasetChoice("kmnist")),
+        image_size=16,
+        few_shot=FewShotOptions(enabled=True, k=2),
+        config=GeodesicConfig(otdd=OTDDConfig(epsilon=0.01)),
+    )
+    data = load_spec_datasets(spec)
+    labelled = data.labelled_indices
+    assert labelled is not None and data.space_choice is not None
+    assert len(calls) == 1 and np.array_equal(calls[0], labelled)
+    choice = data.space_choice
+    assert all(m.q_score == "labelled 1-NN" for m in choice.measurements if m.q_kappa is not None)
+    # corrupt the true labels of the unlabelled points: nothing a run can see changes
+    truth = data.target_true
+    y = truth.labels.numpy().copy()
+    others = np.setdiff1d(np.arange(truth.n_samples), labelled)
+    y[others] = np.random.default_rng(1).permutation((y[others] + 3) % len(truth.classes))
+    corrupted = LabeledDataset(
+        features=truth.features,
+        labels=torch.from_numpy(y),
+        classes=truth.classes,
+        name=truth.name,
+        image_shape=truth.image_shape,
+    )
+    again = real([corrupted, *data.references], labelled=labelled)
+
+    def untimed(c: SpaceChoice) -> tuple[object, ...]:
+        return (
+            c.name,
+            c.reason,
+            c.caveat,
+            [dataclasses.replace(m, seconds=0.0) for m in c.measurements],
+        )
+
+    assert untimed(again) == untimed(choice)
+    # the pseudo-labels were found in the chosen space, and the fit uses that choice
+    assert data.chosen_space(spec.config) is choice
+    result = fit_spec(spec, data, cache=backend.DiskCache(enabled=False))
+    assert len(calls) == 1  # not chosen again on the pseudo-labels
+    assert result.space_choice is choice
+    assert result.space_sentence == space_sentence(choice, spec.config.features)
+    assert result.space_caution == (None if choice.caveat is None else f"caution: {choice.caveat}")
 
 
 def test_spec_normalises_references_to_a_tuple() -> None:

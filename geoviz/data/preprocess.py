@@ -10,7 +10,7 @@
 * :func:`few_shot` builds the few-shot target of the transfer-learning
   experiments (paper Sec. 5, Fig. 4): ``k`` labelled examples per class, the
   other samples pseudo-labelled by a k-nearest-neighbour classifier fitted on
-  the labelled ones.
+  the labelled ones (:func:`few_shot_picks`, the labelled ones alone).
 
 All functions return new :class:`~geoviz.data.dataset.LabeledDataset` objects
 and never modify their inputs.
@@ -543,6 +543,36 @@ class FewShotTarget:
     n_neighbors: int
 
 
+def few_shot_picks(ds: LabeledDataset, k: int, *, seed: int = 0) -> np.ndarray:
+    """The sorted indices of the ``k`` samples per present class whose label a few-shot
+    target keeps (:func:`few_shot`'s, for the same ``seed``): all a run may know of its labels.
+
+    Raises
+    ------
+    DatasetError
+        ``k`` not a positive integer, or more than the smallest class holds.
+    """
+    src = _src(ds)
+    counts = ds.class_counts()
+    present = np.flatnonzero(counts > 0)
+    smallest = int(counts[present].min())
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise DatasetError(
+            f"k (labelled examples per class) must be a positive integer, got {k!r}", src
+        )
+    if k > smallest:
+        worst = ds.classes[int(present[np.argmin(counts[present])])]
+        raise DatasetError(
+            f"k={k} labelled examples per class is more than the smallest class "
+            f"({worst!r}, {smallest} samples) holds",
+            src,
+        )
+    rng = np.random.default_rng(seed)
+    y = ds.labels.numpy()
+    picks = [rng.choice(np.flatnonzero(y == c), size=k, replace=False) for c in present]
+    return np.sort(np.concatenate(picks))
+
+
 def few_shot(
     ds: LabeledDataset,
     k: int,
@@ -578,21 +608,8 @@ def few_shot(
     from sklearn.neighbors import KNeighborsClassifier
 
     src = _src(ds)
-    counts = ds.class_counts()
-    present = np.flatnonzero(counts > 0)
-    smallest = int(counts[present].min())
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise DatasetError(
-            f"k (labelled examples per class) must be a positive integer, got {k!r}", src
-        )
-    if k > smallest:
-        worst = ds.classes[int(present[np.argmin(counts[present])])]
-        raise DatasetError(
-            f"k={k} labelled examples per class is more than the smallest class "
-            f"({worst!r}, {smallest} samples) holds",
-            src,
-        )
-    n_labelled = k * len(present)
+    labelled = few_shot_picks(ds, k, seed=seed)
+    n_labelled = labelled.size
     most = min(n_labelled, limits.MAX_NEIGHBOURS)
     if (
         isinstance(n_neighbors, bool)
@@ -605,10 +622,7 @@ def few_shot(
             src,
         )
 
-    rng = np.random.default_rng(seed)
     y = ds.labels.numpy()
-    picks = [rng.choice(np.flatnonzero(y == c), size=k, replace=False) for c in present]
-    labelled = np.sort(np.concatenate(picks))
     unlabelled = np.setdiff1d(np.arange(ds.n_samples), labelled, assume_unique=True)
 
     new_labels = y.copy()

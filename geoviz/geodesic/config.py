@@ -215,11 +215,15 @@ def caution_line(choice: SpaceChoice | None) -> str | None:
 
 
 def space_choice_for(
-    config: GeodesicConfig, datasets: Sequence[LabeledDataset]
+    config: GeodesicConfig,
+    datasets: Sequence[LabeledDataset],
+    *,
+    labelled: np.ndarray | None = None,
 ) -> SpaceChoice | None:
     """What ``"auto"`` picks for ``datasets`` (Q first) under ``config``; ``None`` when
     ``config.features`` names a space. Neural maps generate images, so for them ``"auto"``
-    is pixel space."""
+    is pixel space. ``labelled``: a few-shot Q, the indices of its points whose label is
+    known (Q is then measured on them alone, :func:`~geoviz.features.choice.choose_space`)."""
     if config.features != AUTO:
         return None
     if config.method != "barycentric":
@@ -229,19 +233,25 @@ def space_choice_for(
             "neural maps generate images, so their costs are on pixels",
             "images" if datasets and datasets[0].image_shape is not None else "vectors",
         )
-    return choose_space(datasets)
+    return choose_space(datasets, labelled=labelled)
 
 
 def space_of(
     config: GeodesicConfig,
     cache: DiskCache,
     datasets: Sequence[LabeledDataset] = (),
+    *,
+    labelled: np.ndarray | None = None,
+    choice: SpaceChoice | None = None,
 ) -> tuple[FeatureSpace, SpaceChoice | None]:
     """The feature space of ``config`` for ``datasets`` (the encoder caches in ``cache``).
 
-    Returns the space and, for ``"auto"``, the choice (:func:`space_choice_for`).
+    Returns the space and, for ``"auto"``, the choice (:func:`space_choice_for`, with
+    ``labelled``). ``choice``: one already made for these datasets (a few-shot target's, on
+    its labelled points), used as it is with ``"auto"`` instead of choosing again.
     """
-    choice = space_choice_for(config, datasets)
+    if choice is None or config.features != AUTO:
+        choice = space_choice_for(config, datasets, labelled=labelled)
     name = config.features if choice is None else choice.name
     preset = config.encoder if choice is None else choice.encoder_preset
     space = make_space(name, encoder_preset=preset, cache=cache, device=config.otdd.device)

@@ -423,6 +423,7 @@ def fit_geodesic(
     cache: DiskCache | None = None,
     features: FeatureSpace | None = None,
     workers: int = 1,
+    space_choice: SpaceChoice | None = None,
 ) -> GeodesicResult:
     """Project ``target`` onto the generalized geodesic of ``references`` (paper Sec. 3).
 
@@ -457,6 +458,10 @@ def fit_geodesic(
         threads, so ``workers`` above ``cores / torch.get_num_threads()`` mostly pays off
         on a machine whose cores would otherwise idle in the single-threaded parts (the
         label distances' LAPACK calls, the solver's small steps).
+    space_choice
+        With ``config.features="auto"``, the choice already made for these datasets, used
+        as it is: a few-shot target's, made on its labelled points
+        (:func:`~geoviz.geodesic.spec.load_spec_datasets`), never again on its pseudo-labels.
 
     Returns
     -------
@@ -484,7 +489,7 @@ def fit_geodesic(
     if features is not None:
         space = features
     else:
-        space, choice = space_of(config, cache, [target, *refs])
+        space, choice = space_of(config, cache, [target, *refs], choice=space_choice)
     fitted_space, target, refs = _into_feature_space(space, config, target, refs, report)
     labels_space = label_space(refs)
 

@@ -28,13 +28,20 @@ from geoviz import limits
 from geoviz.backend import DiskCache, get_cache
 from geoviz.data.choice import ChoiceResolver, DatasetChoice, FewShotOptions, load_choice
 from geoviz.data.dataset import LabeledDataset
-from geoviz.data.preprocess import few_shot, harmonize
+from geoviz.data.preprocess import few_shot, few_shot_picks, harmonize
 from geoviz.errors import DatasetError
-from geoviz.features import FeatureSpace
+from geoviz.features.base import FeatureSpace
+from geoviz.features.choice import SpaceChoice
 from geoviz.geodesic import pipeline
-from geoviz.geodesic.config import check_space_allows
+from geoviz.geodesic.config import (
+    GeodesicConfig,
+    check_space_allows,
+    space_choice_for,
+    space_of,
+)
 from geoviz.geodesic.labels import unique_names
-from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, Progress, space_of
+from geoviz.geodesic.pipeline import Progress
+from geoviz.geodesic.result import GeodesicResult
 from geoviz.vocabulary import AUTO, CHANNEL_MODES, ChannelMode
 
 __all__ = [
@@ -194,6 +201,11 @@ class SpecDatasets:
         Few-shot: accuracy of the kNN pseudo-labels on the other samples; else ``None``.
     target_test
         The spec's held-out target data in the same format, or ``None``.
+    space_choice
+        Few-shot with ``config.features="auto"``: the space chosen once, on what a run can
+        see (Q's labelled points, ``labelled_indices``, never the true labels of the
+        others), that the pseudo-labels were found in and the fit uses; else ``None``
+        (the fit chooses on Q's own labels).
     """
 
     target: LabeledDataset
@@ -202,6 +214,15 @@ class SpecDatasets:
     labelled_indices: np.ndarray | None = None
     pseudo_label_accuracy: float | None = None
     target_test: LabeledDataset | None = None
+    space_choice: SpaceChoice | None = None
+
+    def chosen_space(self, config: GeodesicConfig) -> SpaceChoice | None:
+        """What ``"auto"`` means for these datasets under ``config``: the few-shot target's
+        one choice (:attr:`space_choice`), else
+        :func:`~geoviz.geodesic.config.space_choice_for` on Q and the references."""
+        if self.labelled_indices is not None:
+            return self.space_choice
+        return space_choice_for(config, [self.target, *self.references])
 
 
 def _harmonised(
@@ -231,9 +252,11 @@ def load_spec_datasets(
     Each choice is loaded by :func:`geoviz.data.choice.load_choice` (``n_target`` samples
     of ``Q``, ``n_reference`` of each ``P_i``, ``n_test`` of ``target_test``, seed
     ``spec.seed``), all are brought to one format (:attr:`GeodesicSpec.image_size`,
-    :attr:`GeodesicSpec.channels`), and with ``spec.few_shot`` the target keeps ``k`` labels per class and is pseudo-labelled, by nearest neighbours in the
-    feature space of ``spec.config.features`` (fitted here on Q and the references; the
-    geodesic's fit then finds the same space in the cache).
+    :attr:`GeodesicSpec.channels`), and with ``spec.few_shot`` the target keeps ``k``
+    labels per class and is pseudo-labelled, by nearest neighbours in the feature space of
+    ``spec.config.features`` (fitted here on Q and the references; the geodesic's fit then
+    finds the same space in the cache). For ``"auto"`` that space is chosen here, once, on
+    the labelled points alone (:attr:`SpecDatasets.space_choice`, which the fit reuses).
 
     Parameters
     ----------
@@ -275,12 +298,15 @@ def load_spec_datasets(
     if spec.few_shot is None:
         return SpecDatasets(target=target, references=refs, target_true=target, target_test=test)
     embedding = None
+    choice: SpaceChoice | None = None
     if spec.features_model is not None or spec.config.features != "pixels":
         # the kNN pseudo-labels are found where the costs live: on colour images pixel
-        # neighbours are mostly background (the geodesic's fit reuses this fitted space)
+        # neighbours are mostly background (the geodesic's fit reuses this fitted space);
+        # "auto" is measured on the labelled points: the others' labels are not known
         space = spec.features_model
         if space is None:
-            space, _ = space_of(spec.config, get_cache(), [target, *refs])
+            labelled = few_shot_picks(target, spec.few_shot.k, seed=spec.seed)
+            space, choice = space_of(spec.config, get_cache(), [target, *refs], labelled=labelled)
         if space.name != "pixels":
             embedding = space.fit([target, *refs]).transform(target).features
     fs = few_shot(
@@ -297,6 +323,7 @@ def load_spec_datasets(
         labelled_indices=fs.labelled_indices,
         pseudo_label_accuracy=fs.pseudo_label_accuracy,
         target_test=test,
+        space_choice=choice,
     )
 
 
@@ -308,6 +335,9 @@ class LoadedProblem(Protocol):
 
     @property
     def references(self) -> Sequence[LabeledDataset]: ...
+
+    @property
+    def space_choice(self) -> SpaceChoice | None: ...
 
 
 def fit_spec(
@@ -341,4 +371,5 @@ def fit_spec(
         cache=cache,
         features=spec.features_model,
         workers=workers,
+        space_choice=loaded.space_choice,
     )

@@ -26,7 +26,8 @@ from geoviz.data.formats import load_path, rebased_errors
 from geoviz.data.registry import dataset_info, list_datasets, unavailable_reason
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import BUILTIN_SPACES, registered_models
-from geoviz.geodesic.pipeline import space_choice_for, space_sentence
+from geoviz.features.choice import SpaceChoice
+from geoviz.geodesic.config import space_sentence
 from geoviz.geodesic.spec import SpecDatasets, load_spec_datasets
 from geoviz.memory import check_bytes, memory_guard
 from geoviz.ot.otdd import OTDDConfig, otdd
@@ -78,6 +79,11 @@ class ScenarioData:
     def pseudo_label_accuracy(self) -> float | None:
         """Few-shot: accuracy of the kNN pseudo-labels on the other samples."""
         return self.loaded.pseudo_label_accuracy
+
+    @property
+    def space_choice(self) -> SpaceChoice | None:
+        """Few-shot, ``"auto"``: the space chosen on the labelled points, the fit's too."""
+        return self.loaded.space_choice
 
     @property
     def datasets(self) -> tuple[LabeledDataset, ...]:
@@ -294,16 +300,16 @@ FEATURE_SPACE_HELP = (
 
 def space_line(scenario: Scenario, data: ScenarioData) -> str:
     """The sentence of the scenario's feature space for its loaded datasets: which space
-    and, for ``"auto"``, why (:func:`geoviz.geodesic.pipeline.space_choice_for`)."""
+    and, for ``"auto"``, why (:meth:`~geoviz.geodesic.spec.SpecDatasets.chosen_space`: a
+    few-shot target's on its labelled points, the choice the fit uses)."""
     config = scenario.spec().config
-    choice = space_choice_for(config, list(data.datasets))
-    return space_sentence(choice, config.features)
+    return space_sentence(data.loaded.chosen_space(config), config.features)
 
 
 def space_caveat(scenario: Scenario, data: ScenarioData) -> str | None:
     """The one sentence that flags the answer as not to be trusted, when the measured space
     shows no class structure in Q or references unrelated to it (else ``None``)."""
-    choice = space_choice_for(scenario.spec().config, list(data.datasets))
+    choice = data.loaded.chosen_space(scenario.spec().config)
     return None if choice is None else choice.caveat
 
 
