@@ -42,6 +42,7 @@ at least :data:`DARK_SHARE` of all pixels are at most :data:`DARK_PIXEL` (values
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -50,6 +51,7 @@ import numpy as np
 import torch
 
 from geoviz.data.dataset import LabeledDataset
+from geoviz.data.formats import path_stamp
 from geoviz.errors import AssetError, DamagedAssetError, GeovizError
 from geoviz.features.base import FeatureSpace
 from geoviz.features.builtin import BoxSpace, PixelSpace
@@ -187,6 +189,8 @@ def dark_plain_background(ds: LabeledDataset) -> bool:
 
 _MEMO: dict[tuple[Any, ...], SpaceChoice] = {}
 _MEMO_SIZE = 16
+#: the app's page threads and job threads choose concurrently
+_MEMO_LOCK = threading.Lock()
 
 
 def choose_space(
@@ -207,16 +211,26 @@ def choose_space(
     datasets = list(datasets)
     if not datasets:
         raise GeovizError("choosing a feature space needs at least one dataset")
+    weights = encoder_path(DEFAULT_ENCODER)
     key = (
         tuple((ds.name, ds.fingerprint) for ds in datasets),
         None if labelled is None else np.asarray(labelled, dtype=np.int64).tobytes(),
-        str(encoder_path(DEFAULT_ENCODER)),
+        # the encoder's files as they are now (stat only): a replaced or repaired asset
+        # gives a new choice, not the one remembered from the old file
+        str(weights),
+        path_stamp(weights),
+        path_stamp(weights.with_suffix(".json")),
     )
-    if key not in _MEMO:
-        if len(_MEMO) >= _MEMO_SIZE:
+    with _MEMO_LOCK:
+        remembered = _MEMO.get(key)
+    if remembered is not None:
+        return remembered
+    choice = _choose(datasets, labelled)  # outside the lock: seconds for the encoder
+    with _MEMO_LOCK:
+        if key not in _MEMO and len(_MEMO) >= _MEMO_SIZE:
             _MEMO.pop(next(iter(_MEMO)))
-        _MEMO[key] = _choose(datasets, labelled)
-    return _MEMO[key]
+        _MEMO[key] = choice
+    return choice
 
 
 def _words(space: str, kind: str, preset: str = "pretrained") -> str:
