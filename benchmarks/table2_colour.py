@@ -5,7 +5,8 @@ scikit-learn's sample photos; Q's training split from the first 5000 test digits
 split from the last 5000, so they never share a digit), the references are MNIST,
 Fashion-MNIST and USPS *training* samples (grey, as RGB), from ``../shared/data/nist``.
 For every seed the ``k``-shot task is drawn (:func:`geoviz.transfer.experiment.make_task`: the
-other target samples carry kNN pseudo-labels, no test label is used) and these pretraining
+other target samples carry pseudo-labels, by label spreading on Q's kNN graph unless
+``--pseudo-method knn``; no test label is used) and these pretraining
 sets are compared, each pretrained then fine-tuned on the ``k``-shot set and scored on Q's
 test split (preset ``--preset``):
 
@@ -18,13 +19,15 @@ test split (preset ``--preset``):
 * OTDD at uniform weights and at ``a_hat`` (``P_a`` of the geodesic in the space).
 
 Rows that depend on the space (sub-pooling, Mixup at ``a_hat``, OTDD) are run in pixel space
-and in the encoder's space; in the encoder's rows Q's kNN pseudo-labels are found in the
+and in the encoder's space; in the encoder's rows Q's pseudo-labels are found in the
 encoder's space (``--pseudo-labels pixels``: in pixel space, as ``make_task`` does). The relative improvement of a row is the paper's mean over seeds
 of ``accuracy / accuracy(none) - 1``. Also printed: each space's ``a_hat`` and the maps'
 class agreement on Q.
 
-Run: ``.venv/bin/python benchmarks/table2_colour.py --seeds 0,1,2`` (about 10 min per seed on
-2 cores at the defaults).
+Run: ``.venv/bin/python benchmarks/table2_colour.py --seeds 0,1,2`` (about 3 min per seed on
+2 idle cores at the defaults). The shipped encoder's digest (SHA-256 of
+``assets/encoders/glyphs.npz``) is recorded with every seed: another encoder gives other
+numbers.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -88,6 +92,15 @@ def sub_pooled(target, refs, target_feats, ref_feats, k: int = 10):
     )
 
 
+def encoder_digest() -> str:
+    """The first 16 hex digits of the shipped encoder file's SHA-256 (it may be replaced)."""
+    import hashlib
+
+    from geoviz.features.pretrained import encoder_path
+
+    return hashlib.sha256(encoder_path().read_bytes()).hexdigest()[:16]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", default="0,1,2")
@@ -103,6 +116,13 @@ def main() -> None:
         default="space",
         help="where the encoder rows find Q's kNN pseudo-labels (default: the encoder's space)",
     )
+    parser.add_argument(
+        "--pseudo-method",
+        choices=("spread", "knn"),
+        default="spread",
+        help="how Q's unlabelled samples are labelled (geoviz.data.pseudo_labels)",
+    )
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument(
         "--spaces",
         default="pixels,default",
@@ -120,7 +140,7 @@ def main() -> None:
     from geoviz.nn.training import evaluate, finetune, get_preset, pretrain
     from geoviz.transfer.experiment import make_task, run_method
 
-    configure_torch(threads=2)
+    configure_torch(threads=args.threads)
     seeds = [int(s) for s in args.seeds.split(",")]
     digits = nist("mnist", "test", 10_000)
     half = torch.arange(5000)
@@ -147,7 +167,10 @@ def main() -> None:
         )
         refs = [nist(n, "train", args.n, seed) for n in ("mnist", "fashion_mnist", "usps")]
         q_train, q_test, *refs = harmonize([q_train, q_test, *refs], size=32, channels="rgb")
-        task = make_task(q_train, q_test, refs, args.k, seed=seed)
+        task = make_task(q_train, q_test, refs, args.k, seed=seed, pseudo_labels=args.pseudo_method)
+        facts.setdefault("encoder digest (sha256 of glyphs.npz, first 16)", []).append(
+            encoder_digest()
+        )
         facts.setdefault("pseudo-label accuracy (pixels)", []).append(
             float(np.mean((task.target_train.labels == q_train.labels).numpy()))
         )
@@ -180,7 +203,7 @@ def main() -> None:
                 # Q's pseudo-labels found where the costs live (as load_spec_datasets does)
                 fitted0 = space.fit([task.target_train, *task.references])
                 z = fitted0.transform(q_train).features
-                shot = few_shot(q_train, args.k, seed=seed, embedding=z)
+                shot = few_shot(q_train, args.k, seed=seed, embedding=z, method=args.pseudo_method)
                 space_task = dataclasses.replace(task, target_train=shot.dataset)
                 facts.setdefault(f"pseudo-label accuracy ({space_name})", []).append(
                     shot.pseudo_label_accuracy
@@ -230,7 +253,11 @@ def main() -> None:
                 f"OTDD, a_hat ({space_name})",
                 run_method(task, "otdd", geodesic=geo, preset=preset, seed=seed).accuracy,
             )
-        print(f"seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
+        elapsed = time.perf_counter() - start
+        facts.setdefault("seconds, load average (1 min) at the end", []).append(
+            [round(elapsed), round(os.getloadavg()[0], 1)]
+        )
+        print(f"seed {seed}: {elapsed:.0f} s", flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                         "seeds_done": seeds[: seeds.index(seed) + 1],

@@ -22,6 +22,7 @@ from geoviz import limits
 from geoviz.backend import digest_bytes
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats import STAMP_LENGTH
+from geoviz.data.pseudo_labels import PSEUDO_LABEL_METHODS, PseudoLabelMethod
 from geoviz.data.registry import DatasetInfo, dataset_info, unavailable_reason
 from geoviz.errors import DatasetError, DownloadUnavailableError, UnknownDatasetError, short_repr
 from geoviz.vocabulary import Split
@@ -336,12 +337,15 @@ class DatasetChoice:
 
 @dataclass(frozen=True)
 class FewShotOptions:
-    """Few-shot target (paper Sec. 3.2 figure, Sec. 5): keep ``k`` labels per
-    class and pseudo-label the rest of ``Q`` with a ``n_neighbors``-NN classifier."""
+    """Few-shot target (paper Sec. 4.2, Sec. 5.2): keep ``k`` labels per class and
+    pseudo-label the rest of ``Q`` by ``pseudo_labels``: ``"spread"`` (label spreading on
+    ``Q``'s kNN graph, :func:`geoviz.data.pseudo_labels.spread_labels`) or ``"knn"`` (the
+    labelled points' ``n_neighbors``-NN vote; also ``"spread"``'s fall-back)."""
 
     enabled: bool = False
     k: int = 10
     n_neighbors: int = 1
+    pseudo_labels: PseudoLabelMethod = "spread"
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -354,6 +358,11 @@ class FewShotOptions:
         nn = limits.check_int(
             self.n_neighbors, "few-shot n_neighbors", 1, limits.MAX_NEIGHBOURS, error=DatasetError
         )
+        if self.pseudo_labels not in PSEUDO_LABEL_METHODS:
+            raise DatasetError(
+                f"few-shot pseudo_labels must be one of {', '.join(PSEUDO_LABEL_METHODS)}, "
+                f"got {short_repr(self.pseudo_labels)}"
+            )
         object.__setattr__(self, "k", k)
         object.__setattr__(self, "n_neighbors", nn)
 

@@ -8,9 +8,10 @@
   same low-dimensional coordinates.
 * :func:`stratified_subsample` draws a seeded, class-proportional subset.
 * :func:`few_shot` builds the few-shot target of the transfer-learning
-  experiments (paper Sec. 5, Fig. 4): ``k`` labelled examples per class, the
-  other samples pseudo-labelled by a k-nearest-neighbour classifier fitted on
-  the labelled ones (:func:`few_shot_picks`, the labelled ones alone).
+  experiments (paper Sec. 4.2 and Sec. 5.2, Table 2): ``k`` labelled examples per
+  class (:func:`few_shot_picks`), the other samples pseudo-labelled from them
+  (:mod:`geoviz.data.pseudo_labels`: label spreading on ``Q``'s kNN graph by default,
+  or the labelled points' kNN vote).
 
 All functions return new :class:`~geoviz.data.dataset.LabeledDataset` objects
 and never modify their inputs.
@@ -27,6 +28,7 @@ import torch
 
 from geoviz import limits, memory
 from geoviz.data.dataset import LabeledDataset
+from geoviz.data.pseudo_labels import PSEUDO_LABEL_METHODS, PseudoLabelMethod, pseudo_labels
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.vocabulary import ChannelMode
 
@@ -518,7 +520,7 @@ def stratified_subsample(ds: LabeledDataset, n: int, seed: int = 0) -> LabeledDa
 
 @dataclass(frozen=True, eq=False)
 class FewShotTarget:
-    """A few-shot target dataset (paper Sec. 5, Fig. 4).
+    """A few-shot target dataset (paper Sec. 4.2, Sec. 5.2).
 
     Attributes
     ----------
@@ -526,14 +528,16 @@ class FewShotTarget:
         ``(k * C_present,)`` sorted indices of the samples whose true label is kept.
     dataset
         All samples of the original dataset; labelled ones carry their true
-        label, the others a kNN pseudo-label predicted from the labelled ones.
+        label, the others a pseudo-label found from the labelled ones (``method``).
     pseudo_label_accuracy
         Fraction of the *unlabelled* samples whose pseudo-label equals the true
         label (1.0 when every sample is labelled). For reporting only.
     k
         Labelled examples per class.
     n_neighbors
-        Neighbours of the kNN classifier.
+        Neighbours of the kNN classifier (``"knn"``; ``"spread"``'s fall-back).
+    method
+        How the pseudo-labels were found (:data:`~geoviz.data.pseudo_labels.PseudoLabelMethod`).
     """
 
     labelled_indices: np.ndarray
@@ -541,6 +545,7 @@ class FewShotTarget:
     pseudo_label_accuracy: float
     k: int
     n_neighbors: int
+    method: PseudoLabelMethod = "spread"
 
 
 def few_shot_picks(ds: LabeledDataset, k: int, *, seed: int = 0) -> np.ndarray:
@@ -580,8 +585,9 @@ def few_shot(
     seed: int = 0,
     n_neighbors: int = 1,
     embedding: np.ndarray | torch.Tensor | None = None,
+    method: PseudoLabelMethod = "spread",
 ) -> FewShotTarget:
-    """Keep ``k`` labels per class and pseudo-label the rest by kNN.
+    """Keep ``k`` labels per class and pseudo-label the rest (paper Sec. 4.2, Sec. 5.2).
 
     Parameters
     ----------
@@ -593,21 +599,31 @@ def few_shot(
     seed
         Seed of the choice of labelled examples.
     n_neighbors
-        Neighbours of the (Euclidean, majority vote) classifier, at most the
+        Neighbours of the (Euclidean, majority vote) kNN classifier, at most the
         number of labelled samples and :data:`geoviz.limits.MAX_NEIGHBOURS`.
     embedding
-        ``(N, d)`` coordinates the neighbours are found in (a feature space,
+        ``(N, d)`` coordinates the pseudo-labels are found in (a feature space,
         :mod:`geoviz.features`); default the dataset's own features. The returned
         dataset keeps its own features either way.
+    method
+        ``"spread"`` (default): label spreading on a kNN graph of all of ``ds``
+        (:func:`geoviz.data.pseudo_labels.spread_labels`; measured on the colour few-shot
+        target in ``benchmarks/bench_pseudo_labels.py``); ``"knn"``: the labelled
+        points' ``n_neighbors``-NN vote. Either way the labelled points keep their labels
+        and the result is deterministic.
 
     Raises
     ------
     DatasetError
-        ``k`` out of range, ``n_neighbors`` invalid, or an embedding of another length.
+        ``k`` out of range, ``n_neighbors`` invalid, an unknown ``method``, or an
+        embedding of another length.
     """
-    from sklearn.neighbors import KNeighborsClassifier
-
     src = _src(ds)
+    if method not in PSEUDO_LABEL_METHODS:
+        raise DatasetError(
+            f"pseudo-label method must be one of {', '.join(PSEUDO_LABEL_METHODS)}, got {method!r}",
+            src,
+        )
     labelled = few_shot_picks(ds, k, seed=seed)
     n_labelled = labelled.size
     most = min(n_labelled, limits.MAX_NEIGHBOURS)
@@ -621,31 +637,19 @@ def few_shot(
             f"samples and {limits.MAX_NEIGHBOURS}), got {n_neighbors!r}",
             src,
         )
-
-    y = ds.labels.numpy()
-    unlabelled = np.setdiff1d(np.arange(ds.n_samples), labelled, assume_unique=True)
-
-    new_labels = y.copy()
-    accuracy = 1.0
     if embedding is not None and len(embedding) != ds.n_samples:
         raise DatasetError(
             f"the embedding has {len(embedding)} rows for {ds.n_samples} samples", src
         )
+
+    y = ds.labels.numpy()
+    unlabelled = np.setdiff1d(np.arange(ds.n_samples), labelled, assume_unique=True)
+    new_labels = y.copy()
+    accuracy = 1.0
     if unlabelled.size:
-        x = (
-            ds.features.numpy()
-            if embedding is None
-            else np.asarray(
-                embedding.detach().cpu().numpy()
-                if isinstance(embedding, torch.Tensor)
-                else embedding
-            )
-        )
-        knn = KNeighborsClassifier(n_neighbors=int(n_neighbors), algorithm="brute")
-        knn.fit(x[labelled], y[labelled])
-        predicted = knn.predict(x[unlabelled])
-        new_labels[unlabelled] = predicted
-        accuracy = float(np.mean(predicted == y[unlabelled]))
+        x = ds.features if embedding is None else embedding
+        new_labels = pseudo_labels(x, y, labelled, method=method, n_neighbors=int(n_neighbors))
+        accuracy = float(np.mean(new_labels[unlabelled] == y[unlabelled]))
     target = LabeledDataset(
         features=ds.features,
         labels=new_labels,
@@ -660,4 +664,5 @@ def few_shot(
         pseudo_label_accuracy=accuracy,
         k=int(k),
         n_neighbors=int(n_neighbors),
+        method=method,
     )

@@ -315,6 +315,7 @@ def load_spec_datasets(
         seed=spec.seed,
         n_neighbors=spec.few_shot.n_neighbors,
         embedding=embedding,
+        method=spec.few_shot.pseudo_labels,
     )
     return SpecDatasets(
         target=fs.dataset,

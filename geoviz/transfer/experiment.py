@@ -34,6 +34,7 @@ import numpy as np
 
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.data.preprocess import few_shot
+from geoviz.data.pseudo_labels import PseudoLabelMethod
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.geodesic.weights import check_weights
 from geoviz.nn.training import (
@@ -166,12 +167,13 @@ def make_task(
     *,
     seed: int,
     n_neighbors: int = 1,
+    pseudo_labels: PseudoLabelMethod = "spread",
 ) -> TransferTask:
     """Build the ``k``-shot task of paper Sec. 5.2 from a target's two splits.
 
     ``k`` samples per class of ``target_train`` are chosen at random (seeded)
-    to be labelled; the others get kNN pseudo-labels
-    (:func:`geoviz.data.preprocess.few_shot`).
+    to be labelled; the others get pseudo-labels
+    (:func:`geoviz.data.preprocess.few_shot`: label spreading by default).
 
     Parameters
     ----------
@@ -188,6 +190,9 @@ def make_task(
         Seed of the choice of labelled samples.
     n_neighbors
         Neighbours of the pseudo-labelling kNN classifier.
+    pseudo_labels
+        ``"spread"`` (label spreading on the target's kNN graph) or ``"knn"``
+        (:data:`geoviz.data.pseudo_labels.PseudoLabelMethod`).
 
     Returns
     -------
@@ -204,7 +209,7 @@ def make_task(
         )
     if not _is_int(seed):
         raise GeovizError(f"seed must be an integer, got {seed!r}")
-    shot = few_shot(target_train, k, seed=int(seed), n_neighbors=n_neighbors)
+    shot = few_shot(target_train, k, seed=int(seed), n_neighbors=n_neighbors, method=pseudo_labels)
     fewshot = target_train.subset(shot.labelled_indices, name=f"{target_train.name}[{k}-shot]")
     return TransferTask(
         target_train=shot.dataset,
