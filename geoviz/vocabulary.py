@@ -68,10 +68,11 @@ CHANNEL_MODES: tuple[ChannelMode, ...] = ("auto", "grey", "rgb")
 
 # --------------------------------------------------------------------------- feature spaces
 
-BuiltinSpace = Literal["auto", "pixels", "pca", "box", "encoder"]
+BuiltinSpace = Literal["auto", "pixels", "pca", "box", "encoder", "natural"]
 
-#: the spaces every link and command may name (``auto``, the default, first)
-BUILTIN_SPACES: tuple[BuiltinSpace, ...] = ("auto", "pixels", "pca", "box", "encoder")
+#: the spaces every link and command may name (``auto``, the default, first; ``natural``:
+#: EfficientNet-Lite0's ImageNet features, :mod:`geoviz.features.natural`)
+BUILTIN_SPACES: tuple[BuiltinSpace, ...] = ("auto", "pixels", "pca", "box", "encoder", "natural")
 
 EncoderPresetName = Literal["pretrained", "tiny", "cpu"]
 #: the encoder's weights: the shipped ones (default), or a training budget here

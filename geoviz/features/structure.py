@@ -60,8 +60,8 @@ __all__ = [
     "nearest_ami",
 ]
 
-#: a candidate space
-SpaceName = Literal["pixels", "box", "encoder"]
+#: a candidate space (``natural``: the ImageNet encoder, :mod:`geoviz.features.natural`)
+SpaceName = Literal["pixels", "box", "encoder", "natural"]
 
 # Thresholds of the rule, from the measured table in benchmarks/README.md
 # (bench_space_choice.py, issue 42 item 1).
@@ -95,8 +95,14 @@ RELATED_AGREEMENT = 0.3
 #: ... and any reference is related when its AMI reaches this (unrelated: 0.12-0.22)
 RELATED_AMI = 0.4
 
-#: the candidates from cheapest to dearest: ties go to the first
-CANDIDATE_ORDER = ("pixels", "box", "encoder")
+#: the candidates from cheapest to dearest: ties go to the first, except between the two
+#: pretrained networks (``encoder``, ``natural``: a forward pass each), where the one that
+#: measured more class structure in Q is taken (photos never get the glyph encoder because
+#: it is listed first)
+CANDIDATE_ORDER = ("pixels", "box", "encoder", "natural")
+
+#: the candidates of one cost: among them the higher Q kappa wins
+_NETWORKS = ("encoder", "natural")
 
 
 def kappa(accuracy: float, n_classes: int) -> float:
@@ -216,7 +222,7 @@ class SpaceMeasure:
     Attributes
     ----------
     space
-        ``"pixels"``, ``"box"`` or ``"encoder"``.
+        ``"pixels"``, ``"box"``, ``"encoder"`` or ``"natural"``.
     q_kappa
         Q's class structure (kappa, see :attr:`q_score`); ``None``: not measured.
     q_score
@@ -310,7 +316,8 @@ def measure_space(
 def choose_measured(measures: Sequence[SpaceMeasure]) -> SpaceMeasure:
     """The rule: keep the spaces within :data:`KEEP_WITHIN` of the best Q kappa; drop a kept
     space whose AMI into some reference (clean in both) is :data:`AMI_DROP` or more below
-    another kept space's; of the rest, the cheapest (:data:`CANDIDATE_ORDER`).
+    another kept space's; of the rest, the cheapest (:data:`CANDIDATE_ORDER`; of the two
+    pretrained networks, the one with the higher Q kappa).
 
     ``measures`` holds at least one measured space (``q_kappa`` not ``None``).
     """
@@ -329,7 +336,13 @@ def choose_measured(measures: Sequence[SpaceMeasure]) -> SpaceMeasure:
         return False
 
     rest = [m for m in kept if not beaten(m)] or kept
-    return min(rest, key=lambda m: CANDIDATE_ORDER.index(m.space))
+
+    def cost(m: SpaceMeasure) -> tuple[int, float]:
+        if m.space in _NETWORKS:
+            return CANDIDATE_ORDER.index(_NETWORKS[0]), -float(m.q_kappa or 0.0)
+        return CANDIDATE_ORDER.index(m.space), 0.0
+
+    return min(rest, key=cost)
 
 
 def flags_of(chosen: SpaceMeasure, best_kappa: float) -> tuple[bool, bool]:

@@ -202,7 +202,9 @@ def space_sentence(choice: SpaceChoice | None, named: str) -> str:
     """``"space: digit box (chosen: ...)"``, or ``"space: pca50 (named)"`` without a choice."""
     if choice is not None:
         return f"space: {choice.label} (chosen automatically: {choice.reason})"
-    words = {"box": "digit box", "pixels": "pixels"}.get(named, named)
+    words = {"box": "digit box", "pixels": "pixels", "natural": "natural-image encoder"}.get(
+        named, named
+    )
     return f"space: {words} (named, not chosen automatically)"
 
 

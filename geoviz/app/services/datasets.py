@@ -289,11 +289,13 @@ def add_upload(model: SessionModel, filename: str, data: bytes) -> tuple[UploadR
 #: what the feature-space select box explains
 FEATURE_SPACE_HELP = (
     "Where the OTDD costs live (paper Sec. 5.3). auto (default): chosen from the data and "
-    "said on this page: the digit box for grey glyphs, the pretrained encoder for colour or "
-    "textured images, raw features for vectors. pixels: raw pixels; pca: 50 principal "
+    "said on this page: the space that measured the most class structure in the target "
+    "(pixels, the digit box, the glyph encoder, the natural-image encoder), raw features for "
+    "vectors. pixels: raw pixels; pca: 50 principal "
     "components; box: grey digits box-normalised like MNIST; encoder: a small network "
     "shipped with geoviz, trained on glyphs in many colour styles to ignore colour, "
-    "background, contrast, position and scale. P_a's images always come back through the "
+    "background, contrast, position and scale; natural: an ImageNet network "
+    "(EfficientNet-Lite0) for photos and textures. P_a's images always come back through the "
     "plans, from the references' own images."
 )
 
