@@ -294,7 +294,7 @@ def test_few_shot_determinism_and_seed() -> None:
 
 def test_few_shot_pseudo_labels_match_brute_force_nearest_neighbour() -> None:
     ds = load_bundled("usps", "test")
-    fs = few_shot(ds, 2, seed=1)
+    fs = few_shot(ds, 2, seed=1, method="knn")
     x, y = ds.features.numpy().astype(np.float64), ds.labels.numpy()
     lab = fs.labelled_indices
     d = ((x[:, None, :] - x[None, lab, :]) ** 2).sum(-1)

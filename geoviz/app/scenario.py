@@ -260,7 +260,8 @@ class Scenario:
             values["references"] = tuple(_choice_from_dict(r) for r in refs)
             if "few_shot" in values:
                 few = values["few_shot"]
-                if not isinstance(few, Mapping) or set(few) - {"enabled", "k", "n_neighbors"}:
+                known = {f.name for f in fields(FewShotOptions)}
+                if not isinstance(few, Mapping) or set(few) - known:
                     raise DatasetError("not a scenario description (bad few-shot options)")
                 values["few_shot"] = FewShotOptions(**few)
             return cls(**values)
@@ -389,9 +390,9 @@ class Scenario:
                 if n < want:
                     lines.append(f"N capped at {n} for {label(choice)} (it has only {n} samples)")
         if self.few_shot.enabled:
-            lines.append(
-                f"few-shot: {self.few_shot.k} labels per class + {self.few_shot.n_neighbors}-NN pseudo-labels"
-            )
+            few = self.few_shot
+            how = "label-spreading" if few.pseudo_labels == "spread" else f"{few.n_neighbors}-NN"
+            lines.append(f"few-shot: {few.k} labels per class + {how} pseudo-labels")
         lines.append(f"OTDD maps: {self.map_label}")
         if space is not None:  # it names the datasets: a visitor's names, shown as typed
             lines.append(f"Feature {markdown_literal(space)}")

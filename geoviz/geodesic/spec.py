@@ -198,7 +198,7 @@ class SpecDatasets:
     labelled_indices
         Few-shot: ``(m_k,)`` indices of ``Q`` whose label was kept; else ``None``.
     pseudo_label_accuracy
-        Few-shot: accuracy of the kNN pseudo-labels on the other samples; else ``None``.
+        Few-shot: accuracy of the pseudo-labels on the other samples; else ``None``.
     target_test
         The spec's held-out target data in the same format, or ``None``.
     space_choice
@@ -300,7 +300,7 @@ def load_spec_datasets(
     embedding = None
     choice: SpaceChoice | None = None
     if spec.features_model is not None or spec.config.features != "pixels":
-        # the kNN pseudo-labels are found where the costs live: on colour images pixel
+        # the pseudo-labels are found where the costs live: on colour images pixel
         # neighbours are mostly background (the geodesic's fit reuses this fitted space);
         # "auto" is measured on the labelled points: the others' labels are not known
         space = spec.features_model
