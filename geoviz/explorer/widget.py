@@ -27,7 +27,7 @@ import logging
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anywidget
 import traitlets
@@ -51,8 +51,10 @@ __all__ = [
     "BOOTSTRAP_REPLICATES",
     "EMBED_PER_DATASET",
     "FIGURE_KINDS",
+    "FigureKind",
     "GeodesicExplorer",
     "WeightsTraitError",
+    "figure_kind",
     "has_embedding_view",
 ]
 
@@ -61,7 +63,10 @@ BOOTSTRAP_REPLICATES = 200
 #: points per dataset of the embedding view's fit (the app's default)
 EMBED_PER_DATASET = 300
 #: what :meth:`GeodesicExplorer.save_figure` writes
-FIGURE_KINDS = ("png", "svg")
+FigureKind = Literal["png", "svg"]
+FIGURE_KINDS: tuple[FigureKind, ...] = ("png", "svg")
+#: the first bytes of every PNG file
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: most characters of a refused value quoted in a refusal (:class:`WeightsTraitError`)
 QUOTE_CHARS = 40
 #: most characters of the library's reason in a refusal
@@ -81,6 +86,32 @@ def _refuse_target(path: Path, overwrite: bool) -> None:
         raise ExportError(str(err)) from None
     if path.exists() and not overwrite:
         raise ExportExistsError(_exists_sentence(path))
+
+
+def figure_kind(path: Path, kind: str | None = None) -> FigureKind:
+    """The format of a figure written to ``path``: its extension's (``.png`` or ``.svg``,
+    any case), which ``kind`` may only repeat.
+
+    Raises
+    ------
+    GeovizError
+        ``kind`` is not ``"png"``, ``"svg"`` or ``None``.
+    ExportError
+        The extension is neither ``.png`` nor ``.svg``, or it is not ``kind``.
+    """
+    if kind is not None and kind not in FIGURE_KINDS:
+        raise GeovizError(f"figure kind must be one of {FIGURE_KINDS}, got {short_repr(kind)}")
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FIGURE_KINDS:
+        raise ExportError(
+            f"a figure's format is its file's extension: name it .png or .svg, not {path.name!r}"
+        )
+    if kind is not None and kind != suffix:
+        raise ExportError(
+            f"{path.name!r} is a .{suffix} file but kind={kind!r} was asked: drop kind, or name "
+            f"the file .{kind}"
+        )
+    return suffix
 
 
 class WeightsTraitError(traitlets.TraitError, WeightsError):
@@ -270,10 +301,15 @@ class GeodesicExplorer(anywidget.AnyWidget):
 
     # ------------------------------------------------------------------ figures
     def save_figure(
-        self, path: str | Path, kind: str = "png", *, overwrite: bool = False
+        self, path: str | Path, kind: FigureKind | None = None, *, overwrite: bool = False
     ) -> Future[Path]:
-        """Ask the browser for the current view as a figure (``"png"`` or ``"svg"``: simplex
-        with its scale, readout, label mass, samples, embedding) and write it to ``path``.
+        """Ask the browser for the current view as a figure (simplex with its scale, readout,
+        label mass, samples, embedding) and write it to ``path``.
+
+        The format is the extension's: ``view.png`` gets a PNG, ``view.svg`` an SVG.
+        ``kind`` (``"png"`` or ``"svg"``) may say it again; a ``kind`` the extension
+        contradicts, or another extension, is refused (:class:`~geoviz.errors.ExportError`),
+        so a ``.svg`` file never receives PNG bytes.
 
         As the CLI's ``--out``: an existing ``path`` is replaced only with ``overwrite=True``,
         and only when it is a regular file; a folder, a device, a FIFO or a link is refused
@@ -296,11 +332,13 @@ class GeodesicExplorer(anywidget.AnyWidget):
         ExportExistsError
             ``path`` exists and ``overwrite`` is false.
         ExportError
-            ``path`` exists and is not a regular file.
+            ``path`` exists and is not a regular file, or its extension is not the
+            ``kind`` asked (or neither ``.png`` nor ``.svg``).
+        GeovizError
+            ``kind`` is not ``"png"``, ``"svg"`` or ``None``.
         """
-        if kind not in FIGURE_KINDS:
-            raise GeovizError(f"figure kind must be one of {FIGURE_KINDS}, got {kind!r}")
         target = Path(path)
+        kind = figure_kind(target, kind)
         _refuse_target(target, overwrite)
         future: Future[Path] = Future()
         with self._lock:
@@ -332,7 +370,11 @@ class GeodesicExplorer(anywidget.AnyWidget):
                 if head != "data:image/png;base64":
                     raise GeovizError("the browser's figure is not a PNG data URL")
                 raw = base64.b64decode(b64, validate=True)
+                if not raw.startswith(PNG_SIGNATURE):
+                    raise GeovizError("the browser's figure is not a PNG image")
             else:
+                if not data.lstrip().startswith(("<svg", "<?xml")):
+                    raise GeovizError("the browser's figure is not an SVG document")
                 raw = data.encode("utf-8")
             _refuse_target(path, overwrite)  # again: it may have appeared meanwhile
             atomic_write_bytes(path, raw, overwrite=overwrite)

@@ -29,15 +29,22 @@ export function setupView(ex) {
 }
 
 /** The faded background (every ``stride``-th point of each dataset) and the legend column,
- *  drawn once per build and again when the stride changes. */
+ *  drawn once per build and again when the stride changes (kept off-screen at the view's
+ *  backing resolution, the screen's pixel ratio). */
 function drawViewBackground(ex, stride) {
-  const h = headerOf(ex), ui = ex.ui, A = (name) => payloadArray(ex, name);
-  const c = ui.view, [cw, ch] = cssSize(c), plotW = cw - LEGEND_W;
-  // at the view's backing resolution (the screen's pixel ratio), drawn in CSS px
-  const off = ex.doc.createElement("canvas"), dpr = c.dpr || 1;
+  const c = ex.ui.view, off = ex.doc.createElement("canvas"), dpr = c.dpr || 1;
   off.width = c.width; off.height = c.height;
   const ctx = off.getContext("2d");
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  paintViewBackground(ex, ctx, stride);
+  ex.ui.bg = off; ex.ui.bgStride = stride;
+}
+/** The faded background and the legend column into ``ctx``, in CSS px: the screen's
+ *  off-screen copy, or a figure's context (vectors in an SVG, at the PNG's own scale). */
+function paintViewBackground(ex, ctx, stride) {
+  const h = headerOf(ex), ui = ex.ui, A = (name) => payloadArray(ex, name);
+  const c = ui.view, [cw, ch] = cssSize(c), plotW = cw - LEGEND_W;
+  ctx.save();
   ctx.globalAlpha = 0.18;
   const bg = h.view === "embedding" ? A("bg") : A("ref_coords"), set = h.view === "embedding" ? A("bg_set") : A("ref_set");
   const d = bg.shape[1];
@@ -75,8 +82,7 @@ function drawViewBackground(ex, stride) {
     ctx.strokeStyle = "#000"; ctx.lineWidth = 0.8; ctx.stroke();
     ctx.fillStyle = "#262730"; fitText(ctx, String(name), lx + 14, yy + 9, lw - 14, 11);
   });
-  ctx.textAlign = "left";
-  ui.bg = off; ui.bgStride = stride;
+  ctx.restore();
 }
 
 /** P_a's (or P^M_t's) points in the view's data coordinates: [[x, y, class, sample], ...]. */
@@ -382,14 +388,16 @@ export function teachingCaption(ex) {
   return text;
 }
 
-/** The view at the pick (into ``into``, a figure's context, when given). */
+/** The view at the pick (into ``into``, a figure's context, when given: the faded
+ *  background is then drawn into it too, never the screen's copy scaled). */
 export function drawView(ex, into) {
   const ui = ex.ui, c = ui.view, ctx = into || c.getContext("2d"), plan = teachingPlan(ex);
   const stride = plan ? plan.stride : 1;
   if (ui.bgStride !== stride) drawViewBackground(ex, stride);
   const [cw, ch] = cssSize(c);
   ctx.clearRect(0, 0, cw, ch);
-  ctx.drawImage(ui.bg, 0, 0, cw, ch);
+  if (into) paintViewBackground(ex, ctx, stride);  // a figure: drawn at its own scale (issue 45)
+  else ctx.drawImage(ui.bg, 0, 0, cw, ch);
   const drawn = plan ? drawTeaching(ex, ctx, plan) : {};
   if (ui.teach) {
     ui.teach.textContent = teachingCaption(ex);

@@ -15,7 +15,7 @@ import { drawMass, drawSamples, layoutTiles } from "./tiles_and_mass.js";
 import { buildTeachingControls, drawView, followedX, hoverView, mixupPointsAt, pointsDrawn, setupView, viewPoints } from "./embedding_view.js";
 import { bindMcCann, bindSimplex } from "./interaction.js";
 import { buildPlayControls, playInfo } from "./play.js";
-import { downloadFigure, figureOf } from "./figure_export.js";
+import { downloadFigure, figureLayout, figureOf } from "./figure_export.js";
 import { arrangeStage, stageInfo, stagePlan } from "./stage_layout.js";
 
 // polls for the parts computed in the background (issue 26): the next one this long after a
@@ -62,6 +62,8 @@ function explorerHooks(ex) {
     simplexXY: (a) => toXY(ex, a),
     /** the current view as a figure: "svg" text or a "png" data URL */
     figure: (kind) => figureOf(ex, kind),
+    /** where each canvas lies in that figure (CSS px): {width, height, parts: {id: {x, y, width, height}}} */
+    figureLayout: () => figureLayout(ex),
     /** open the inspector on shown sample j (as a click on its tile does) */
     inspect: (j) => { ex.inspect = j; drawExplorer(ex); fitHeight(ex); },
     /** the view's P_a points in canvas pixels, and the legend column's width */
@@ -181,6 +183,7 @@ function buildExplorer(ex) {
   el("span", { class: "hint", text: "This view as a figure:" }, figs);
   listen(ex, el("button", { id: "figure-png", text: "⤓ PNG" }, figs), "click", () => downloadFigure(ex, "png"));
   listen(ex, el("button", { id: "figure-svg", text: "⤓ SVG" }, figs), "click", () => downloadFigure(ex, "svg"));
+  ui.figureNote = el("span", { class: "hint", id: "figure-note" }, figs);
   el("h4", { text: "Label mass per class (block total = " + (h.mode === "mccann" ? "1 − t | t" : "a_i") + ")" }, right);
   ui.mass = el("canvas", { id: "mass", width: 420, height: 150 }, right);
   if (payloadArray(ex, "images")) {
