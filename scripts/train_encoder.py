@@ -1,14 +1,16 @@
-"""Train the encoder that ships in ``assets/encoders/`` (issue 33).
+"""Train the encoder that ships in ``assets/encoders/`` (issues 33 and 42).
 
 The encoder learns from the bundled training samples of USPS, Fashion-MNIST and KMNIST with
-their labels (never MNIST: every bundled colour target is made of MNIST digits), drawn in the
-colour styles of :mod:`geoviz.data.styles`. It writes ``<name>.npz`` (float32 weights, no
-pickle) and ``<name>.json`` (config, data, sha256, this command) and prints the digest.
+their labels (never MNIST: every bundled colour target is made of MNIST digits), drawn in
+the styles of :mod:`geoviz.data.styles` (all 13, in six families). It writes ``<name>.npz``
+(float32 weights, no pickle) and ``<name>.json`` (config, data, sha256, this command) and
+prints the digest.
 
 Run from the repository root::
 
     python scripts/train_encoder.py                      # assets/encoders/glyphs.{npz,json}
     python scripts/train_encoder.py --exclude-style photo --name glyphs-no-photo --out /tmp/enc
+    python scripts/train_encoder.py --exclude-family photo --name glyphs-no-photos --out /tmp/enc
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import torch
 
 from geoviz.backend import configure_torch
-from geoviz.data.styles import STYLES
+from geoviz.data.styles import FAMILIES, STYLES
 from geoviz.features.pretrained import (
     DEFAULT_ENCODER,
     GLYPH_CONFIG,
@@ -39,13 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="folder (default assets/encoders)")
     parser.add_argument("--sets", default=",".join(GLYPH_TRAINING_SETS))
     parser.add_argument("--exclude-style", action="append", default=[], choices=STYLES)
+    parser.add_argument("--exclude-family", action="append", default=[], choices=FAMILIES)
     parser.add_argument("--epochs", type=int, default=GLYPH_CONFIG.epochs)
     parser.add_argument("--seed", type=int, default=GLYPH_CONFIG.seed)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
 
     configure_torch(threads=args.threads)
-    styles = tuple(s for s in STYLES if s not in args.exclude_style)
+    excluded = set(args.exclude_style).union(*(FAMILIES[f] for f in args.exclude_family))
+    styles = tuple(s for s in STYLES if s not in excluded)
     config = dataclasses.replace(GLYPH_CONFIG, styles=styles, epochs=args.epochs, seed=args.seed)
     sets = tuple(s for s in args.sets.split(",") if s)
     last = [0.0]

@@ -9,10 +9,14 @@ made to ignore what carries no class meaning:
   image's standard deviation): brightness, contrast and colour cast are gone before the
   first convolution;
 * **augmentations** that change everything but the class: grey images are drawn in the
-  colour styles of :mod:`geoviz.data.styles` named by ``EncoderConfig.styles`` (default all
-  six: gradient backgrounds, ``|patch - digit|`` on photo patches as MNIST-M does, textures,
-  outlined or inverted strokes, stroke widths, colour noise), channels permuted and
-  rescaled, images turned grey or inverted, shifted, scaled and rotated;
+  styles of :mod:`geoviz.data.styles` named by ``EncoderConfig.styles`` (default all 13, in
+  six families: plain colours with outlined, inverted, thinned or thickened strokes and
+  colour noise; smooth colour fields and random colour maps for strokes and background;
+  ``|patch - digit|`` on photo patches as MNIST-M does, and photo-filled strokes;
+  stripes, procedural textures and halftone screens; embossed relief; degradation by
+  blur, resolution loss, noise and JPEG, and stroke morphology under elastic warps),
+  channels permuted and rescaled, images turned grey or inverted, shifted, scaled and
+  rotated;
 * **supervised heads** on a shared trunk: cross-entropy of one linear head per set of class
   names among the labelled datasets (the references' own classes: digits stay apart from
   digits, garments from garments; MNIST and USPS, both ``0``-``9``, share one head, so their
