@@ -4,7 +4,8 @@
 or map fitted, against :mod:`geoviz.limits` (and refuses an option that would do nothing
 with the others given); :func:`spec_from_args` turns the checked options into a
 :class:`~geoviz.geodesic.spec.GeodesicSpec` (:func:`otdd_config`: the OTDD's
-configuration); :func:`feature_space_from_args` loads a ``--features-model``. The library
+configuration); :func:`feature_space_from_args` loads a ``--features-model`` or
+``--features-embeddings``. The library
 is imported in the function bodies: the parser imports no torch.
 """
 
@@ -26,6 +27,7 @@ from geoviz.cli.args import (
     reference_count,
     refuse_unused,
 )
+from geoviz.cli.geodesic_options import EmbeddingsFile
 from geoviz.cli.output import refuse_existing
 from geoviz.errors import ExportExistsError, GeovizError, WeightsError
 from geoviz.vocabulary import (
@@ -37,7 +39,7 @@ from geoviz.vocabulary import (
 )
 
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
-    from geoviz.features import ModelSpace
+    from geoviz.features.base import FeatureSpace
     from geoviz.geodesic.spec import GeodesicSpec
     from geoviz.maps.neural import NeuralMapConfig
     from geoviz.ot.otdd import OTDDConfig
@@ -45,21 +47,36 @@ if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command run
 __all__ = ["check_args", "feature_space_from_args", "otdd_config", "spec_from_args"]
 
 
-def feature_space_from_args(args: argparse.Namespace) -> ModelSpace | None:
-    """The user's model as a feature space (``--features-model``), or ``None``.
+def feature_space_from_args(args: argparse.Namespace) -> FeatureSpace | None:
+    """The user's own space (``--features-model`` or ``--features-embeddings``), or ``None``.
+
+    A ``--features-model`` file is a TorchScript model or a state dict of the
+    ``--features-arch`` architecture (:meth:`ModelSpace.from_file
+    <geoviz.features.models.ModelSpace.from_file>`); ``--features-embeddings`` is read by
+    :class:`~geoviz.features.embeddings.EmbeddingSpace`.
 
     Raises
     ------
     GeovizError
-        The file is missing or not a TorchScript model.
+        The file is missing, not a vision model, not a state dict of the architecture,
+        or holds no usable embeddings; the architecture's package is not installed.
     """
-    path = getattr(args, "features_model", None)
-    if path is None:
+    value = getattr(args, "features_model", None)
+    if value is None:
         return None
-    from geoviz.features import ModelSpace
+    if isinstance(value, EmbeddingsFile):
+        from geoviz.features.embeddings import EmbeddingSpace
+
+        return EmbeddingSpace(value.path, value.column)
+    from geoviz.features.models import ModelSpace
 
     # with --features too, the spec refuses the pair (spec_from_args)
-    return ModelSpace.from_torchscript(path, input_size=getattr(args, "features_size", None))
+    return ModelSpace.from_file(
+        value,
+        getattr(args, "features_arch", None),
+        arch_hint="--features-arch torchvision:NAME or timm:NAME",
+        input_size=getattr(args, "features_size", None),
+    )
 
 
 #: defaults of the options declared with ``default=None`` (a given one is told apart)
@@ -72,6 +89,7 @@ _DEFAULTS: dict[str, Any] = {
     "encoder_preset": DEFAULT_ENCODER_PRESET,
     "neural_iterations": None,
     "features_size": None,
+    "features_arch": None,
     "format": None,
     "n_out": None,
 }
@@ -82,7 +100,8 @@ def _refuse_unused_options(args: argparse.Namespace, given: set[str]) -> None:
     (they were silently ignored): the bootstrap's options without ``--bootstrap``, the
     refits' backend without ``--bootstrap-method refit``, ``--ray-address`` with ``--backend
     sequential``, the neural maps' options without ``--method neural``, ``--encoder-preset``
-    without ``--features encoder``, ``--features-size`` without ``--features-model``, and the
+    without ``--features encoder``, ``--features-size`` and ``--features-arch`` without
+    ``--features-model``, and the
     export's options without ``--out``. ``given``: the options of :data:`_DEFAULTS` given on
     the command line."""
     given = set(given)
@@ -106,8 +125,9 @@ def _refuse_unused_options(args: argparse.Namespace, given: set[str]) -> None:
             unused[dest] = "only applies with --method neural"
     if args.features != "encoder":
         unused["encoder_preset"] = "only applies with --features encoder"
-    if args.features_model is None:
+    if args.features_model is None or isinstance(args.features_model, EmbeddingsFile):
         unused["features_size"] = "only applies with --features-model FILE"
+        unused["features_arch"] = "only applies with --features-model FILE (a state dict)"
     if args.command == "project" and args.out is None:
         for dest in ("format", "n_out", "overwrite"):
             unused[dest] = "only applies with --out (an export)"
@@ -121,8 +141,16 @@ def _check_paths(args: argparse.Namespace) -> None:
     cli_path(args.target, "--target")
     for name in args.refs:
         cli_path(name, "--refs")
-    if args.features_model is not None:
-        cli_path(args.features_model, "--features-model")
+    own = args.features_model
+    if isinstance(own, EmbeddingsFile):
+        cli_path(own.path, "--features-embeddings")
+        if args.features != AUTO:
+            raise GeovizError(
+                f"--features {args.features} and --features-embeddings both choose the space "
+                "the costs live in: give one of them"
+            )
+    elif own is not None:
+        cli_path(own, "--features-model")
     if getattr(args, "out", None) is not None:
         cli_path(args.out, "--out", output=True)
 

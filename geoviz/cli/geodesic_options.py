@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NamedTuple
 
 from geoviz import limits
 from geoviz.cli.args import (
@@ -35,11 +36,14 @@ from geoviz.vocabulary import (
 )
 
 __all__ = [
+    "EMBEDDINGS_SUFFIXES",
+    "EmbeddingsFile",
     "add_bootstrap_args",
     "add_common_args",
     "add_feature_args",
     "add_grid_args",
     "add_project_args",
+    "embeddings_file",
 ]
 
 
@@ -170,8 +174,31 @@ def add_bootstrap_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class EmbeddingsFile(NamedTuple):
+    """``--features-embeddings FILE[:COLUMN]``, parsed (:func:`embeddings_file`)."""
+
+    path: Path
+    column: str | None
+
+
+#: suffixes of embeddings files (those of geoviz.features.embeddings.EMBEDDINGS_FORMATS,
+#: repeated here so that parsing imports no torch; a test compares them)
+EMBEDDINGS_SUFFIXES = (".npz", ".parquet", ".pq")
+
+
+def embeddings_file(text: str) -> EmbeddingsFile:
+    """``FILE[:COLUMN]``: the text after the last ``:`` is a column when what precedes it
+    ends in an embeddings suffix (:data:`EMBEDDINGS_SUFFIXES`)."""
+    head, sep, tail = str(text).rpartition(":")
+    if sep and tail and Path(head).suffix.lower() in EMBEDDINGS_SUFFIXES:
+        return EmbeddingsFile(Path(head), tail)
+    return EmbeddingsFile(Path(text), None)
+
+
 def add_feature_args(parser: argparse.ArgumentParser) -> None:
-    """``--features``, ``--features-model``, ``--features-size``, ``--encoder-preset``."""
+    """``--features``, ``--features-model`` or ``--features-embeddings`` (one dest,
+    ``features_model``: a :class:`~pathlib.Path` or an :class:`EmbeddingsFile`),
+    ``--features-arch``, ``--features-size``, ``--encoder-preset``."""
     parser.add_argument(
         "--features",
         choices=BUILTIN_SPACES,
@@ -185,19 +212,43 @@ def add_feature_args(parser: argparse.ArgumentParser) -> None:
             "back through the couplings"
         ),
     )
-    parser.add_argument(
+    own = parser.add_mutually_exclusive_group()
+    own.add_argument(
         "--features-model",
         type=Path,
         default=None,
         metavar="FILE",
-        help="a TorchScript file mapping (N, C, H, W) images in [0, 1] to (N, d) features "
-        "(instead of --features)",
+        help="your own vision model (instead of --features): a TorchScript file mapping "
+        "(N, C, H, W) images in [0, 1] to (N, d) features, or a state dict (torch.save) of "
+        "the architecture --features-arch names; the kind is told from the file",
+    )
+    own.add_argument(
+        "--features-embeddings",
+        dest="features_model",  # the space of your own: one of the two
+        type=embeddings_file,
+        default=None,
+        metavar="FILE[:COLUMN]",
+        help="precomputed embeddings as the space (instead of --features): an .npz with one "
+        "(N, d) array per dataset name and its row keys '<name>.keys', or a .parquet list "
+        "column (default 'embedding') with 'dataset' and/or 'key' columns; rows are matched "
+        "by the key of each sample's features as loaded (subsampled, resized: "
+        "geoviz.features.embeddings.save_embeddings writes them), rows without keys by "
+        "position (one per sample)",
+    )
+    parser.add_argument(
+        "--features-arch",
+        default=None,
+        metavar="FAMILY:NAME",
+        help="with a state dict as --features-model: its architecture, torchvision:NAME "
+        "(e.g. torchvision:resnet18; needs torchvision) or timm:NAME (needs timm); the "
+        "classifier is removed and the input normalised as its pretrained weights expect",
     )
     parser.add_argument(
         "--features-size",
         type=positive_int,
         default=None,
-        help="with --features-model: the side images are resized to first",
+        help="with --features-model: the side images are resized to first (224 for most "
+        "ImageNet models)",
     )
     parser.add_argument(
         "--encoder-preset",

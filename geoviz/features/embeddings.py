@@ -76,7 +76,6 @@ __all__ = [
     "EmbeddingsFormat",
     "row_keys",
     "save_embeddings",
-    "split_column",
 ]
 
 EmbeddingsFormat = Literal["npz", "parquet"]
@@ -124,15 +123,6 @@ def row_keys(features: torch.Tensor | np.ndarray) -> np.ndarray:
             hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "little", signed=True
         )
     return out
-
-
-def split_column(text: str) -> tuple[Path, str | None]:
-    """``FILE[:COLUMN]`` -> ``(FILE, COLUMN or None)``: the text after the last ``:`` is a
-    column when what precedes it ends in an embeddings suffix (``.npz``, ``.parquet``)."""
-    head, sep, tail = str(text).rpartition(":")
-    if sep and tail and Path(head).suffix.lower() in EMBEDDINGS_FORMATS:
-        return Path(head), tail
-    return Path(text), None
 
 
 def save_embeddings(
@@ -504,12 +494,6 @@ class EmbeddingSpace(FeatureSpace):
         self.label = str(name) if name is not None else self.path.stem
         self.name = f"embeddings:{self.label}"
         self.dim = int(self.groups[0].vectors.shape[1])
-
-    @classmethod
-    def from_argument(cls, text: str | Path) -> EmbeddingSpace:
-        """``FILE[:COLUMN]`` (:func:`split_column`), as ``--features-embeddings`` takes it."""
-        path, column = split_column(str(text))
-        return cls(path, column)
 
     def params(self) -> dict[str, Any]:
         return {"file": self.sha256, "column": self.column, "name": self.label}
