@@ -1,10 +1,114 @@
-"""Fixtures shared by several test modules."""
+"""Fixtures shared by several test modules, and the fast tier.
+
+The fast tier
+-------------
+``make test-fast`` (``pytest -m fast``) runs the tests a developer runs on every change: tiny
+fits only, no browser, no training, no Ray, no subprocess runs of the CLI or the app. It
+is at least 300 tests in at most 3 minutes on a 2-core machine; ``make test`` is still the
+whole suite.
+
+What is fast is declared here, by file, so a new test needs no marker of its own:
+
+* :data:`FAST_FILES` — the test files whose tests are fast. Every test collected from one
+  of them gets the ``fast`` marker (``pytest_collection_modifyitems`` below), so a test
+  added to such a file is in the tier at once.
+* :data:`SLOW_TESTS` — the exceptions inside those files (``"file::function"``, every
+  parametrisation), any test marked ``slow`` or ``browser`` and any test that uses the
+  ``ray_cluster`` fixture: not in the tier.
+
+A new test file joins the tier by being added to :data:`FAST_FILES`; a test of a fast
+file that grows slow is added to :data:`SLOW_TESTS` (the fast run's summary names every
+fast test that took over :data:`FAST_TEST_SECONDS`). ``tests/test_fast_tier.py`` checks
+that every entry names a file and a function that exist. With ``-m fast`` the other files
+are not even imported (``pytest_ignore_collect``), which saves their imports (Playwright,
+Ray, Streamlit's test harness).
+"""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
+
+#: test files (in ``tests/``) whose tests are in the fast tier, except :data:`SLOW_TESTS`
+FAST_FILES: frozenset[str] = frozenset(
+    {
+        "test_doctests.py",
+        "test_fast_tier.py",
+    }
+)
+
+#: tests of :data:`FAST_FILES` kept out of the fast tier: ``"file::function"`` (every
+#: parametrisation of the function) -> what makes it slow
+SLOW_TESTS: dict[str, str] = {}
+
+#: a fast test whose call takes longer than this (seconds) is named in the fast run's
+#: summary, to be moved to :data:`SLOW_TESTS`
+FAST_TEST_SECONDS = 5.0
+
+_FAST_EXPRESSION = "fast"
+_slow_fast_tests: list[tuple[str, float]] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "fast: in the fast tier (make test-fast); set from FAST_FILES in tests/conftest.py",
+    )
+
+
+def _fast_run(config: pytest.Config) -> bool:
+    return str(config.getoption("markexpr", "") or "").strip() == _FAST_EXPRESSION
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m fast``: the test files outside :data:`FAST_FILES` are not imported (none of
+    their tests would be selected)."""
+    if (
+        _fast_run(config)
+        and collection_path.suffix == ".py"
+        and collection_path.name.startswith("test_")
+        and collection_path.name not in FAST_FILES
+    ):
+        return True
+    return None
+
+
+def fast_key(item: pytest.Item) -> str:
+    """``"file::function"``, the form of :data:`SLOW_TESTS`."""
+    function = getattr(item, "originalname", None) or item.name.split("[")[0]
+    return f"{item.path.name}::{function}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if (
+            item.path.name in FAST_FILES
+            and fast_key(item) not in SLOW_TESTS
+            and item.get_closest_marker("slow") is None
+            and item.get_closest_marker("browser") is None
+            and "ray_cluster" not in getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.fast)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and "fast" in report.keywords and report.duration > FAST_TEST_SECONDS:
+        _slow_fast_tests.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _slow_fast_tests:
+        return
+    terminalreporter.section("fast tier: slow tests")
+    terminalreporter.write_line(
+        f"these fast tests took over {FAST_TEST_SECONDS:g} s; if they do on an idle machine, "
+        "add them to SLOW_TESTS in tests/conftest.py:"
+    )
+    for nodeid, seconds in sorted(_slow_fast_tests, key=lambda t: -t[1]):
+        terminalreporter.write_line(f"  {seconds:6.1f} s  {nodeid}")
 
 
 def _ray_running() -> bool:

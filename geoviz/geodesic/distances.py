@@ -98,6 +98,17 @@ def simplex_grid(m: int, resolution: int) -> np.ndarray:
         ``(K, m)`` float64 rows ``k / r`` for every ``k in N^m`` with
         ``sum(k) = r`` (so each row sums to 1 up to rounding); the first row is
         the vertex ``e_m`` and the last ``e_1``.
+
+    Examples
+    --------
+    >>> from geoviz.geodesic import simplex_grid
+    >>> simplex_grid(3, 2)  # the 3 vertices and the 3 edge midpoints
+    array([[0. , 0. , 1. ],
+           [0. , 0.5, 0.5],
+           [0. , 1. , 0. ],
+           [0.5, 0. , 0.5],
+           [0.5, 0.5, 0. ],
+           [1. , 0. , 0. ]])
     """
     counts = simplex_compositions(m, resolution)
     return counts.astype(np.float64) / int(resolution)
@@ -155,6 +166,18 @@ def objective(weights: Any, w_to_target: Any, w_between: Any) -> np.ndarray:
     np.ndarray
         ``(...)`` values ``sum_i a_i W_i - 1/2 sum_{i != j} a_i a_j W_ij``
         (a 0-d array for a single weight vector).
+
+    Examples
+    --------
+    Maps that translate ``Q`` by ``+e`` and by ``-e`` with ``|e| = 1`` (``W_1 = W_2 = 1``,
+    ``W_12 = |2e|^2 = 4``): ``P_a`` is ``Q`` translated by ``(a_1 - a_2) e``, so
+    ``W^2(P_a, Q) = (a_1 - a_2)^2``:
+
+    >>> from geoviz.geodesic import objective, simplex_grid
+    >>> objective(simplex_grid(2, 4), [1.0, 1.0], [[0.0, 4.0], [4.0, 0.0]])
+    array([1.  , 0.25, 0.  , 0.25, 1.  ])
+    >>> float(objective([0.5, 0.5], [1.0, 1.0], [[0.0, 4.0], [4.0, 0.0]]))
+    0.0
     """
     w_t, w_b = _check_two_q(w_to_target, w_between)
     a = check_weights(weights, w_t.shape[0])
@@ -419,6 +442,24 @@ def optimal_weights(w_to_target: Any, w_between: Any, solver: str | None = None)
     -------
     np.ndarray
         ``(m,)`` float64 weights on the simplex (non-negative, summing to 1).
+
+    Examples
+    --------
+    On a line, ``P_1`` is ``Q`` moved by 2 and ``P_2`` by -1 (``W_1 = 4``, ``W_2 = 1``,
+    ``W_12 = 3^2``): ``P_a`` is ``Q`` moved by ``2 a_1 - a_2``, which is 0 at
+    ``a = (1/3, 2/3)``, where ``W^2(P_a, Q) = 0``:
+
+    >>> from geoviz.geodesic import objective, optimal_weights
+    >>> a_hat = optimal_weights([4.0, 1.0], [[0.0, 9.0], [9.0, 0.0]])
+    >>> a_hat.round(4)
+    array([0.3333, 0.6667])
+    >>> round(float(objective(a_hat, [4.0, 1.0], [[0.0, 9.0], [9.0, 0.0]])), 12)
+    0.0
+
+    When ``Q`` is nearer to one reference than any mixture is, ``a_hat`` is that vertex:
+
+    >>> optimal_weights([1.0, 4.0], [[0.0, 1.0], [1.0, 0.0]])
+    array([1., 0.])
     """
     lin, w_b = _check_two_q(w_to_target, w_between)
     m = lin.shape[0]

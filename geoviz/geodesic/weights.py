@@ -86,6 +86,16 @@ def check_weights(weights: Any, m: int, atol: float = WEIGHT_ATOL) -> np.ndarray
     WeightsError
         Non-numeric input, wrong length, NaN/inf, a negative entry or a sum
         different from 1; the message names the offending entry / row and value.
+
+    Examples
+    --------
+    >>> from geoviz.geodesic import check_weights
+    >>> check_weights([0.5, 0.3, 0.2], 3)
+    array([0.5, 0.3, 0.2])
+    >>> check_weights([0.5, 0.6, -0.1], 3)
+    Traceback (most recent call last):
+    ...
+    geoviz.errors.WeightsError: weight 2 is negative (-0.1): weights must lie on the probability simplex (all >= 0, sum = 1)
     """
     if isinstance(weights, SimplexWeights):  # validated when it was built: only the length
         if weights.m != m:
@@ -144,7 +154,12 @@ def check_weights(weights: Any, m: int, atol: float = WEIGHT_ATOL) -> np.ndarray
 
 
 def uniform_weights(m: int) -> np.ndarray:
-    """``(m,)`` the barycentre of the simplex, ``1/m`` everywhere."""
+    """``(m,)`` the barycentre of the simplex, ``1/m`` everywhere.
+
+    >>> from geoviz.geodesic import uniform_weights
+    >>> uniform_weights(4)
+    array([0.25, 0.25, 0.25, 0.25])
+    """
     if int(m) < 1:
         raise WeightsError(f"need at least one reference dataset, got m={m}")
     return np.full(int(m), 1.0 / int(m))
@@ -167,6 +182,20 @@ def project_to_simplex(values: Sequence[float] | np.ndarray) -> np.ndarray:
     -------
     np.ndarray
         ``(..., m)`` float64 rows that are non-negative and sum to 1.
+
+    Examples
+    --------
+    A point of the simplex is its own projection; a shift along ``(1, ..., 1)`` is undone,
+    and a far point lands on the nearest vertex:
+
+    >>> from geoviz.geodesic import project_to_simplex
+    >>> project_to_simplex([0.5, 0.3, 0.2])
+    array([0.5, 0.3, 0.2])
+    >>> project_to_simplex([1.5, 1.5, 1.5])
+    array([0.33333333, 0.33333333, 0.33333333])
+    >>> project_to_simplex([[2.0, 0.0, -1.0], [0.6, 0.6, 0.0]])
+    array([[1. , 0. , 0. ],
+           [0.5, 0.5, 0. ]])
     """
     v = np.asarray(values, dtype=np.float64)
     if v.ndim == 0 or v.shape[-1] == 0:
@@ -193,6 +222,10 @@ def round_to_simplex(weights: Sequence[float] | np.ndarray, decimals: int = 2) -
     result is the closest grid point on the simplex to the input (in the sense
     of distributing leftover units to the largest fractional parts), so slider
     widgets with ``step = 10**-decimals`` can display it without drifting off.
+
+    >>> from geoviz.geodesic.weights import round_to_simplex
+    >>> round_to_simplex([1 / 3, 1 / 3, 1 / 3])
+    array([0.34, 0.33, 0.33])
     """
     return _largest_remainder(project_to_simplex(weights), decimals)
 
@@ -236,6 +269,12 @@ def format_weights(
 
     Values are rounded with :func:`display_weights`, the same rule as the
     app's weight sliders.
+
+    >>> from geoviz.geodesic import format_weights
+    >>> format_weights([0.5, 0.3, 0.2], ["fashion_mnist", "usps", "kmnist"])
+    'fashion_mnist 0.50 · usps 0.30 · kmnist 0.20'
+    >>> format_weights([0.5, 0.3, 0.2])
+    '(0.50, 0.30, 0.20)'
     """
     w = display_weights(weights, digits)
     if names is None:
@@ -281,6 +320,22 @@ class SimplexWeights:
     decimals
         Decimal places of ``values``; ``None``: validated but not rounded (e.g. ``a_hat``
         exactly as the solver found it).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from geoviz.geodesic.weights import SimplexWeights
+    >>> a = SimplexWeights.from_input([1 / 3, 1 / 3, 1 / 3], m=3)
+    >>> a
+    SimplexWeights(values=(0.3334, 0.3333, 0.3333), decimals=4)
+    >>> a.to_text()
+    '0.3334,0.3333,0.3333'
+    >>> SimplexWeights.from_text(a.to_text(), m=3) == a
+    True
+    >>> np.asarray(a)
+    array([0.3334, 0.3333, 0.3333])
+    >>> a.format(["mnist", "usps", "kmnist"])
+    'mnist 0.33 · usps 0.33 · kmnist 0.33'
     """
 
     values: tuple[float, ...]

@@ -332,6 +332,26 @@ class PointCloudCost(CostGeometry):
         Size of one row block (default 64 MiB).
     epsilon, relative_epsilon
         Optional regularisation (see :class:`CostGeometry`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from geoviz.ot import PointCloudCost
+    >>> x = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
+    >>> x_ref = torch.tensor([[0.0, 1.0], [2.0, 0.0], [0.0, 0.0]])
+    >>> PointCloudCost(x, x_ref).dense()  # ||x_i - x'_j||^2
+    tensor([[1., 4., 0.],
+            [2., 1., 1.]])
+
+    With labels, the label-to-label ``W_2^2`` (5 between the two classes) is added:
+
+    >>> label_cost = torch.tensor([[0.0, 5.0], [5.0, 0.0]], dtype=torch.float64)
+    >>> PointCloudCost(
+    ...     x, x_ref, labels=torch.tensor([0, 1]), labels_ref=torch.tensor([0, 1, 1]),
+    ...     label_cost=label_cost,
+    ... ).dense()
+    tensor([[1., 9., 5.],
+            [7., 1., 1.]])
     """
 
     labels: torch.Tensor
