@@ -1,8 +1,8 @@
 """How much class structure each candidate space carries, per scenario (issue 42, item 1).
 
 The groundwork of "choose the space by measurement": for every candidate space the product
-has today (``make_space("pixels")``, ``"box"``, ``"encoder"`` with the shipped weights) and
-every scenario row, on a small stratified subsample (``--n``, default 200 per dataset,
+has today (``make_space("pixels")``, ``"box"``, ``"encoder"`` with the shipped weights,
+``"natural"``: EfficientNet-Lite0's ImageNet features) and every scenario row, on a small stratified subsample (``--n``, default 200 per dataset,
 harmonised with :func:`geoviz.data.preprocess.harmonize` to the target's size, as the CLI
 does), it measures:
 
@@ -21,6 +21,8 @@ does), it measures:
   (what a run can see without Q's true labels);
 * the **cost** in seconds (one torch thread) of each measurement and of each space's fit and
   transform, on a cold cache (``GEOVIZ_NO_CACHE=1`` in this process);
+* the product's **choice** (:func:`geoviz.features.choose_space` on the row's datasets: the
+  space, the candidates it measured, its reason and caveat, its seconds: what a run pays);
 * a **yardstick** that is not part of the measurement: the agreement of the product's OTDD
   map (barycentric, default epsilon) from Q into each same-class reference, in each space.
 
@@ -73,7 +75,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 NIST = Path(os.environ.get("GEOVIZ_NIST_DIR", ROOT.parent / "shared" / "data" / "nist"))
-SPACES = ("pixels", "box", "encoder")
+SPACES = ("pixels", "box", "encoder", "natural")
 CLI_ARGS = ["project", "--target", "mnist", "--refs", "fashion_mnist,usps,kmnist"]
 #: a second yardstick: the bundled colour target, whose default space is the shipped encoder
 COLOUR_CLI_ARGS = ["project", "--target", "mnist_m", "--refs", "mnist,fashion_mnist,usps"]
@@ -158,8 +160,12 @@ def _as_dataset(x: np.ndarray, y: np.ndarray, classes: list[str], name: str, gre
     )
 
 
-def sklearn_regions(n: int, seed: int):
-    """scikit-learn's two sample photos, 5 vertical regions each: 10 classes of 32x32 crops."""
+def sklearn_regions(
+    n: int, seed: int, scale: tuple[float, float] | None = None, name: str = "photo_regions"
+):
+    """scikit-learn's two sample photos, 5 vertical regions each: 10 classes of 32x32 crops
+    (``scale``: crops of that share of a region's short side, resized to 32, see
+    :func:`_crops`)."""
     from sklearn.datasets import load_sample_images
 
     photos = [img.astype(np.float32) / 255.0 for img in load_sample_images().images]
@@ -169,12 +175,16 @@ def sklearn_regions(n: int, seed: int):
         for r in range(5):
             boxes.append((i, 0, r * w // 5, h, w // 5))
             classes.append(f"{title}{r}")
-    x, y = _crops(photos, boxes, n, seed, scale=None)
-    return _as_dataset(x, y, classes, "photo_regions", grey=False)
+    x, y = _crops(photos, boxes, n, seed, scale=scale)
+    return _as_dataset(x, y, classes, name, grey=False)
 
 
-def skimage_sets(n: int, seed: int) -> list[Any]:
-    """Crops of scikit-image's grey textures (6 classes) and colour photos (8 classes)."""
+def skimage_sets(
+    n: int, seed: int, scale: tuple[float, float] = (1 / 6, 1 / 3), suffix: str = ""
+) -> list[Any]:
+    """Crops of scikit-image's grey textures (6 classes) and colour photos (8 classes), of
+    ``scale`` x each image's short side, resized to 32; names ``sk_textures<suffix>``,
+    ``sk_photos<suffix>``."""
     try:
         import skimage.data as sk
     except ImportError:
@@ -205,8 +215,8 @@ def skimage_sets(n: int, seed: int) -> list[Any]:
     ):
         images = [rgb(getattr(sk, name)()) for name in names]
         boxes = [(i, 0, 0, *img.shape[:2]) for i, img in enumerate(images)]
-        x, y = _crops(images, boxes, n, seed, scale=(1 / 6, 1 / 3))
-        out.append(_as_dataset(x, y, names, title, grey=grey))
+        x, y = _crops(images, boxes, n, seed, scale=scale)
+        out.append(_as_dataset(x, y, names, title + suffix, grey=grey))
     return out
 
 
@@ -603,6 +613,20 @@ def print_tables(
                 for n, m in res.get("map_agreement", {}).items()
             )
             print(f"| {row['row']} | {space} | {agree or '-'} | {ami} | {ratio} | {maps or '-'} |")
+    print("\n### The product's choice (`auto`, choose_space on the row's datasets)\n")
+    print("| row | chosen | measured | reason | caveat | choose s |")
+    print("|---|---|---|---|---|---:|")
+    for row in results:
+        c = row["choice"]
+        measured = ", ".join(
+            f"{m['space']} {_fmt(m['q_kappa'])}"
+            for m in c["measurements"]
+            if m["q_kappa"] is not None
+        )
+        print(
+            f"| {row['row']} | {c['space']} | {measured} | {c['reason']} | {c['caveat'] or '-'} | "
+            f"{c['seconds']:.2f} |"
+        )
     print("\n### Cost (one torch thread; the CLI as the product runs it)\n")
     print("| what | wall s | CPU s |")
     print("|---|---:|---:|")
@@ -619,12 +643,20 @@ def print_tables(
         )
     for row in results:
         if row["scenario"] == "b" and colour_cli:
-            t = row["spaces"]["encoder"]["seconds"]["measurement"]
             wall = min(run["wall_s"] for run in colour_cli)
+            paid = row["choice"]["seconds"]
             print(
-                f"| {row['row']}, encoder = {100 * t / wall:.1f} % of the cold colour run | "
-                f"{t:.2f} | |"
+                f"| {row['row']}, choose_space as the run pays it = {100 * paid / wall:.1f} % of "
+                f"the cold colour run | {paid:.2f} | |"
             )
+            for space in ("encoder", "natural"):
+                if not row["spaces"][space]["available"]:
+                    continue
+                t = row["spaces"][space]["seconds"]["measurement"]
+                print(
+                    f"| {row['row']}, {space} = {100 * t / wall:.1f} % of the cold colour run | "
+                    f"{t:.2f} | |"
+                )
     for row in results:
         if row["scenario"] != "a":
             continue
@@ -646,7 +678,11 @@ def print_tables(
             if cli
             else ""
         )
-        print(f"| {row['row']}: the three spaces together{share} | {total:.2f} | |")
+        print(f"| {row['row']}: every space together{share} | {total:.2f} | |")
+        paid = row["choice"]["seconds"]
+        share = f" = {100 * paid / walls[0]:.1f} % of the fastest cold run" if cli else ""
+        spaces = ", ".join(m["space"] for m in row["choice"]["measurements"])
+        print(f"| {row['row']}: choose_space as the run pays it ({spaces}){share} | {paid:.2f} | |")
         cheap = sum(
             row["spaces"][sp]["seconds"]["measurement"]
             for sp in ("pixels", "box")
@@ -687,6 +723,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)
+    from geoviz.features.choice import choose_space
     from geoviz.features.pretrained import encoder_manifest, labels_seen_for
 
     started = time.perf_counter()
@@ -717,6 +754,9 @@ def main() -> int:
             res = measure_space(space, datasets[0], datasets[1:], seen, args)
             res["clean"] = clean_summary(res, names)
             entry["spaces"][space] = res
+        # the product's own choice on these datasets (a cold measurement, as above)
+        choice, seconds = _timed(lambda datasets=datasets: choose_space(datasets))
+        entry["choice"] = {**choice.as_dict(), "seconds": round(seconds, 2)}
         results.append(entry)
         print(f"{row['row']}: done ({time.perf_counter() - started:.0f} s)", flush=True)
     cli += [cold_cli() for _ in range(args.cli_runs // 2)]
