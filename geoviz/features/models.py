@@ -400,8 +400,8 @@ class ModelSpace(FeatureSpace):
         """
         path = Path(path)
         _check_input_size(kwargs.get("input_size"))  # before reading up to 2 GiB
-        # the package and the name before reading the file
-        built = None if arch is None else _headless_architecture(arch)
+        if arch is not None:
+            parse_arch(arch)  # a malformed name before reading the file
         data = _read_model_file(path)
         if model_file_kind(data) == "torchscript":
             if arch is not None:
@@ -410,7 +410,7 @@ class ModelSpace(FeatureSpace):
                     f"give it without an architecture (not {arch})"
                 )
             return cls._torchscript(data, path, **kwargs)
-        if built is None:
+        if arch is None:
             if data[:2] == b"PK" and not _is_state_dict(data, path):
                 _state_dict(data, path)  # a torch.save archive: says what it holds instead
             if not _is_state_dict(data, path):
@@ -420,7 +420,8 @@ class ModelSpace(FeatureSpace):
                 f"tensors) but no architecture: name it ({arch_hint}), or save a TorchScript "
                 "model"
             )
-        return cls._with_weights(built, _state_dict(data, path), path, **kwargs)
+        state = _state_dict(data, path)
+        return cls._with_weights(_headless_architecture(arch), state, path, **kwargs)
 
     @classmethod
     def from_torchscript(cls, path: str | Path, **kwargs: Any) -> ModelSpace:
