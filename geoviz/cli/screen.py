@@ -6,6 +6,11 @@ split, ``--n`` samples each, brought to one image size), places them in the spac
 geodesic would choose (``--features``, default ``auto``: :func:`geoviz.features.choose_space`),
 and ranks them by :func:`geoviz.ot.sliced.sliced_otdd` (seconds for a dozen candidates).
 It prints the table, the time, and the ``geoviz project`` command on the ``--top`` nearest.
+
+A candidate made from the target's own source dataset (``mnist_m`` or ``torchvision:mnist``
+for an MNIST target: :func:`geoviz.data.registry.lineage`) is marked in the table: it is near
+because it holds the same samples, not because it would transfer to a dataset of another
+origin, so the command leaves it out unless ``--include-related`` is given, and says so.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections.abc import Sequence
 
 from geoviz import limits
 from geoviz.cli.args import cli_int, cli_path, names, positive_int
+from geoviz.data.registry import lineage
 from geoviz.errors import GeovizError
 from geoviz.vocabulary import AUTO, BUILTIN_SPACES, SPLITS
 
-__all__ = ["MAX_CANDIDATES", "register"]
+__all__ = ["MAX_CANDIDATES", "register", "related_to_target"]
 
 #: most candidate references one screen takes
 MAX_CANDIDATES = 64
@@ -56,7 +63,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--top", type=positive_int, default=3, help="references named in the suggested command"
     )
+    parser.add_argument(
+        "--include-related",
+        action="store_true",
+        help="also propose candidates made from the target's source dataset (e.g. mnist_m for "
+        "an MNIST target): marked in the table and left out of the command by default",
+    )
     parser.set_defaults(func=_cmd_screen, torch_threads=None)
+
+
+def related_to_target(target: str, candidates: Sequence[str]) -> dict[str, str]:
+    """The candidates of the target's lineage (made from the same source dataset,
+    :func:`geoviz.data.registry.lineage`), each with that source's name; paths and names the
+    registry does not know are related to nothing."""
+    source = lineage(target)
+    if source is None:
+        return {}
+    return {name: source for name in candidates if lineage(name) == source}
 
 
 def _cmd_screen(args: argparse.Namespace) -> int:
@@ -109,15 +132,41 @@ def _cmd_screen(args: argparse.Namespace) -> int:
     )
     reason = f" ({choice.reason})" if choice is not None else ""
     print(f"target: {target.name} ({target.n_samples} samples); space: {space.name}{reason}")
+    related = related_to_target(args.target, refs)
     width = max(len(row.name) for row in rows)
-    print(f"\n{'rank':>4}  {'reference':<{width}}  sliced OTDD")
+    print(f"\n{'rank':>4}  {'reference':<{width}}  {'sliced OTDD':<11}  note")
     for row in rows:
-        print(f"{row.rank:>4}  {row.name:<{width}}  {row.sliced_otdd:.6g}")
+        note = f"same source as the target ({related[row.name]})" if row.name in related else ""
+        print(f"{row.rank:>4}  {row.name:<{width}}  {row.sliced_otdd:<11.6g}  {note}".rstrip())
     print(
         f"\nscreened {len(rows)} candidates in {seconds:.2f} s ({args.projections} slices; "
         f"loading and the space took {loading:.1f} s). The sliced OTDD ranks; it is not the "
         "OTDD's scale and has no maps."
     )
-    top = [row.name for row in rows[: max(2, min(args.top, limits.MAX_REFERENCES))]]
-    print(f"next: geoviz project --target {args.target} --refs {','.join(top)} --n {args.n}")
+    _print_next(args, [row.name for row in rows], related)
     return 0
+
+
+def _print_next(args: argparse.Namespace, ranked: list[str], related: dict[str, str]) -> None:
+    """The ``geoviz project`` command on the ``--top`` nearest candidates, those of the
+    target's lineage left out (and said so) unless ``--include-related``."""
+    pool = ranked
+    if related:
+        names = ", ".join(name for name in ranked if name in related)
+        source = next(iter(related.values()))
+        if args.include_related:
+            print(
+                f"{names}: made from {source}, as the target is; proposed as --include-related asks."
+            )
+        else:
+            pool = [name for name in ranked if name not in related]
+            print(
+                f"{names}: made from {source}, as the target is, so near because they share its "
+                "samples, not because they would transfer: not proposed (--include-related "
+                "proposes them)."
+            )
+    if len(pool) < 2:
+        print("next: no command, fewer than 2 candidates of another source than the target.")
+        return
+    top = pool[: max(2, min(args.top, limits.MAX_REFERENCES))]
+    print(f"next: geoviz project --target {args.target} --refs {','.join(top)} --n {args.n}")

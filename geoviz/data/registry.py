@@ -76,6 +76,9 @@ class DatasetInfo:
         One sentence: content, source, licence.
     n_features
         Feature dimension ``D``.
+    made_from
+        Registry name of the dataset whose samples this one is made of (``mnist_m`` and
+        ``mnist_tex``: ``mnist``), or ``None``; :func:`lineage` follows it.
     """
 
     name: str
@@ -88,6 +91,7 @@ class DatasetInfo:
     offline: bool
     description: str
     n_features: int | None = None
+    made_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,7 @@ def _colour_entry(name: str, title: str, description: str) -> _Entry:
         offline=True,
         description=description,
         n_features=3 * 28 * 28,
+        made_from="mnist",
     )
 
     def load(split: Split, seed: int) -> LabeledDataset:
@@ -357,6 +362,33 @@ def dataset_names(include_download: bool = True) -> list[str]:
 def _normalize(name: str) -> str:
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
     return ALIASES.get(key, key)
+
+
+def lineage(name: str) -> str | None:
+    """The source dataset a registered ``name``'s samples come from, or ``None`` for a path
+    or any other name the registry does not know.
+
+    ``made_from`` is followed (``mnist_m`` and ``mnist_tex`` are MNIST digits: ``mnist``) and
+    a torchvision download is the source of the bundled sample of the same name
+    (``torchvision:mnist``: ``mnist``). Two datasets of one lineage share their samples'
+    origin, so their distance says little about a dataset of another origin.
+
+    >>> [lineage(n) for n in ("mnist_m", "torchvision:mnist", "usps", "./my_folder")]
+    ['mnist', 'mnist', 'usps', None]
+    """
+    key = _normalize(name)
+    seen: set[str] = set()
+    while key in _REGISTRY and key not in seen:
+        seen.add(key)
+        bare = key.removeprefix(TORCHVISION_PREFIX)
+        if bare != key and bare in _REGISTRY:
+            key = bare
+            continue
+        made_from = _REGISTRY[key].info.made_from
+        if made_from is None:
+            return key
+        key = made_from
+    return key if key in _REGISTRY else None
 
 
 def dataset_info(name: str) -> DatasetInfo:
