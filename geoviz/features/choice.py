@@ -427,7 +427,7 @@ def _decide(kind: Kind, measures: list[SpaceMeasure], notes: Sequence[str]) -> S
         if m.q_kappa is None and m.note:
             reason += f"; {_the(_words(m.space, kind))} could not be measured ({m.note})"
     if notes:
-        reason += f"; {'; '.join(notes)}, so distances are on {words}"
+        reason += f"; {'; '.join(notes)}, so distances are on {_the(words)}"
     return SpaceChoice(
         chosen.space, "pretrained", reason, kind, tuple(measures), _caveat(chosen, best, words)
     )
