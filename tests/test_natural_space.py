@@ -346,3 +346,14 @@ def test_grey_digits_do_not_pay_for_the_natural_image_encoder() -> None:
     choice = choose_space(sets)
     assert choice.name == "box"
     assert {m.space for m in choice.measurements} == {"pixels", "box"}
+
+
+def test_the_command_line_and_the_config_accept_it() -> None:
+    from geoviz.cli import build_parser
+    from geoviz.geodesic.config import GeodesicConfig
+
+    args = build_parser().parse_args(
+        ["project", "--target", "mnist_m", "--refs", "mnist", "--features", "natural"]
+    )
+    assert args.features == "natural"
+    assert GeodesicConfig(features="natural").features == "natural"
