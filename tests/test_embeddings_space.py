@@ -88,6 +88,7 @@ def test_one_column_for_every_row_with_names_and_no_keys_is_matched_by_position(
         }
     )
     pq.write_table(table, tmp_path / "long.parquet")
+    _refused(npz, None, r"long\.npz holds 'dataset' or 'key' arrays, .* name it \(FILE:COLUMN\)")
     for space in (EmbeddingSpace(npz, "emb"), EmbeddingSpace(tmp_path / "long.parquet", "vec")):
         fitted = space.fit(problem)
         for ds, z in zip(problem, vectors, strict=True):
@@ -247,6 +248,18 @@ def test_the_digest_covers_the_files_bytes(problem, tmp_path):
     other = save_embeddings(tmp_path / "b.npz", problem, vectors)
     digests = [EmbeddingSpace(p, name="e").fit(problem).digest for p in (a, same, other)]
     assert digests[0] == digests[1] != digests[2]
+
+
+def test_row_keys_are_a_fixed_function_of_the_features():
+    """The keys are part of the file format: saved files keep matching."""
+    x = np.array([[0.0, 1.0], [0.5, -2.0], [0.0, 1.0]], np.float32)
+    keys = row_keys(x)
+    assert keys.dtype == np.int64 and keys[0] == keys[2] != keys[1]
+    import hashlib
+
+    expected = hashlib.blake2b(np.array([0.5, -2.0], "<f4").tobytes(), digest_size=8).digest()
+    assert keys[1] == int.from_bytes(expected, "little", signed=True)
+    assert np.array_equal(row_keys(torch.from_numpy(x).double()), keys)
 
 
 def test_the_clis_suffixes_and_column_rule_are_the_librarys(tmp_path):

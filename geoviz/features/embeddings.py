@@ -110,11 +110,13 @@ def row_keys(features: torch.Tensor | np.ndarray) -> np.ndarray:
     Returns
     -------
     np.ndarray
-        ``(N,)`` int64: the first 8 bytes of BLAKE2b of each row's float32 bytes.
+        ``(N,)`` int64: the first 8 bytes of BLAKE2b (``digest_size=8``) of each row's
+        little-endian float32 bytes, read as a little-endian signed integer. Part of the
+        file format: keys saved once keep matching.
     """
     if isinstance(features, torch.Tensor):
         features = features.detach().cpu().numpy()
-    x = np.ascontiguousarray(np.asarray(features, dtype=np.float32))
+    x = np.ascontiguousarray(np.asarray(features, dtype="<f4"))  # the same bytes everywhere
     if x.ndim != 2:
         raise GeovizError(f"row keys are computed on (N, D) features, got shape {x.shape}")
     out = np.empty(x.shape[0], dtype=np.int64)
@@ -287,6 +289,11 @@ def _read_npz(data: bytes, column: str | None, error: _FileError) -> list[_Group
         shapes = {key: _npy_shape(zf, m, error) for key, m in members.items()}
         if column is not None:
             wanted = [k for k in (column, "dataset", "key") if k in shapes]
+        elif "dataset" in shapes or "key" in shapes:
+            raise error(
+                "holds 'dataset' or 'key' arrays, so one array holds every row: name it "
+                "(FILE:COLUMN)"
+            )
         else:
             wanted = [k for k in shapes if not k.endswith(KEYS_SUFFIX)]
         vector_keys = [column] if column is not None else wanted
