@@ -201,6 +201,7 @@ def test_files_that_are_not_embeddings_are_sentences(tmp_path):
     _refused(tmp_path / "junk.npz", None, r"junk\.npz is not an npz archive")
     (tmp_path / "junk.parquet").write_bytes(b"junk")
     _refused(tmp_path / "junk.parquet", None, r"junk\.parquet is not a parquet file")
+    _refused(_npz(tmp_path / "none.npz"), None, r"none\.npz holds no embeddings \(it holds \[\]\)")
     objects = tmp_path / "objects.npz"
     with objects.open("wb") as fh:
         np.savez(fh, q=np.array([{"a": 1}, None], dtype=object))
@@ -228,6 +229,10 @@ def test_sizes_are_bounded_before_anything_is_allocated(problem, tmp_path, monke
     _refused(big, None, r"big\.npz declares 7\.6 MiB of embeddings \(npz\), more than the 1\.0 MiB")
     parquet = save_embeddings(tmp_path / "big.parquet", problem, [torch.zeros(40, 3000)] * 3)
     _refused(parquet, None, r"big\.parquet declares .* \(120 rows\), more than the 1\.0 MiB")
+    keys = tmp_path / "keys.npz"
+    with keys.open("wb") as fh:  # small embeddings, 8 MB of (compressed) keys
+        np.savez_compressed(fh, q=np.zeros((10, 2), np.float32), **{"q.keys": np.zeros(10**6)})
+    _refused(keys, None, r"keys\.npz declares 7\.6 MiB of embeddings \(npz\)")
     monkeypatch.setattr(embeddings, "MAX_EMBEDDINGS_BYTES", 2**40)
     monkeypatch.setattr("geoviz.memory.memory_limit", lambda: (2**20, "a test limit"))
     with pytest.raises(ResourceError, match=r"reading the embeddings of big\.npz .* refused"):

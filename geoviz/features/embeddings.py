@@ -219,19 +219,20 @@ class _FileError:
         return GeovizError(f"the embeddings file {self.label} {problem}")
 
 
-def _check_declared(n_values: int, dim: int, what: str, error: _FileError) -> None:
-    """Refuse ``n_values`` float32 values (``dim`` per row) that cannot fit, before reading."""
+def _check_declared(stored: int, n_values: int, dim: int, what: str, error: _FileError) -> None:
+    """Refuse, before reading, arrays that declare ``stored`` bytes with ``n_values``
+    embedding values (``dim`` per row) when they exceed the caps or this process's memory."""
     if dim > MAX_EMBEDDING_DIM:
         raise error(f"has embeddings of {dim:,} numbers; at most {MAX_EMBEDDING_DIM:,}")
-    n_bytes = 4 * n_values
+    n_bytes = max(stored, 4 * n_values)
     cap = MAX_EMBEDDINGS_BYTES  # read at call time: can be changed on the module
     if n_bytes > cap:
         raise error(
             f"declares {format_bytes(n_bytes)} of embeddings ({what}), more than the "
             f"{format_bytes(cap)} geoviz reads"
         )
-    # the values as stored (up to float64) and their float32 copy
-    check_bytes(3 * n_bytes, f"reading the embeddings of {error.label} ({what})")
+    # the arrays as stored, the values as numbers (up to float64) and their float32 copy
+    check_bytes(stored + 12 * n_values, f"reading the embeddings of {error.label} ({what})")
 
 
 def _npy_shape(zf: zipfile.ZipFile, member: str, error: _FileError) -> tuple[tuple[int, ...], Any]:
@@ -296,17 +297,23 @@ def _read_npz(data: bytes, column: str | None, error: _FileError) -> list[_Group
             )
         else:
             wanted = [k for k in shapes if not k.endswith(KEYS_SUFFIX)]
-        vector_keys = [column] if column is not None else wanted
+        vector_keys = [column] if column is not None else list(wanted)
+        if not vector_keys:
+            raise error(f"holds no embeddings (it holds {sorted(shapes)})")
         for key in vector_keys:
             if key not in shapes:
                 raise error(f"has no array {key!r} (it holds {sorted(shapes)})")
             if len(shapes[key][0]) != 2:
                 raise error(f"holds shape {shapes[key][0]} for {key!r}; expected (rows, d)")
+        if column is None:
+            wanted += [k + KEYS_SUFFIX for k in wanted if k + KEYS_SUFFIX in shapes]
         n_values = sum(math.prod(shapes[k][0]) for k in vector_keys)
-        _check_declared(n_values, max(shapes[k][0][1] for k in vector_keys), "npz", error)
+        stored = sum(math.prod(shapes[k][0]) * shapes[k][1].itemsize for k in wanted)
+        dim = max(shapes[k][0][1] for k in vector_keys)
+        _check_declared(stored, n_values, dim, "npz", error)
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-                arrays = {k: np.asarray(npz[k]) for k in members if k in shapes}
+                arrays = {k: np.asarray(npz[k]) for k in wanted}
         except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
             raise error(f"holds an unreadable array ({type(err).__name__})") from None
     if column is None:
@@ -320,7 +327,7 @@ def _read_npz(data: bytes, column: str | None, error: _FileError) -> list[_Group
                     arrays[key + KEYS_SUFFIX], arrays[key].shape[0], f"dataset {key!r}", error
                 ),
             )
-            for key in wanted
+            for key in vector_keys
         ]
     vectors = _as_vectors(arrays[column], f"column {column!r}", error)
     names = arrays.get("dataset")
@@ -380,8 +387,16 @@ def _read_parquet(data: bytes, column: str, error: _FileError) -> list[_Group]:
     )
     n_values = sum(meta.row_group(g).column(leaf).num_values for g in range(meta.num_row_groups))
     rows = int(meta.num_rows)
-    _check_declared(n_values, n_values // max(rows, 1), f"{rows:,} rows", error)
     wanted = [c for c in (column, "dataset", "key") if c in schema.names]
+    leaves = [
+        i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] in wanted
+    ]
+    stored = sum(
+        meta.row_group(g).column(i).total_uncompressed_size
+        for g in range(meta.num_row_groups)
+        for i in leaves
+    )
+    _check_declared(stored, n_values, n_values // max(rows, 1), f"{rows:,} rows", error)
     try:
         table = pf.read(columns=wanted)
     except Exception as err:
