@@ -369,6 +369,19 @@ def atomic_write_bytes(
     -----
     After a successful write, temporaries of killed writes older than
     :data:`STALE_TEMP_SECONDS` are removed from the folder (:func:`remove_stale_temps`).
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from geoviz.atomic import atomic_write_bytes
+    >>> atomic_write_bytes("notes/a.txt", b"first", overwrite=False)  # creates notes/
+    >>> atomic_write_bytes("notes/a.txt", b"second", overwrite=False)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    FileExistsError: [Errno 17] already exists: ...
+    >>> atomic_write_bytes("notes/a.txt", b"second", overwrite=True)
+    >>> Path("notes/a.txt").read_bytes(), sorted(p.name for p in Path("notes").iterdir())
+    (b'second', ['a.txt'])
     """
     path = Path(path)
     check_replaceable(path)

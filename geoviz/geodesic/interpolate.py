@@ -159,6 +159,27 @@ def generalized_geodesic_dataset(
     -------
     SoftLabeledDataset
         ``(n or N, D)`` features, ``(n or N, K)`` soft labels over ``space.class_names``.
+
+    Examples
+    --------
+    Two affine maps of a 1-D target, ``T_1(x) = 2x + 1`` and ``T_2(x) = x - 3``: halfway,
+    ``P_a`` is the target moved by ``(T_1 + T_2) / 2 = 1.5 x - 1``, and each label is
+    split between the two blocks:
+
+    >>> import torch
+    >>> from geoviz.geodesic import generalized_geodesic_dataset, label_space
+    >>> x = torch.tensor([[-1.0], [0.0], [1.0]])
+    >>> space = label_space([("mnist", ["0", "1"]), ("usps", ["0", "1"])])
+    >>> space.class_names
+    ('mnist/0', 'mnist/1', 'usps/0', 'usps/1')
+    >>> labels = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    >>> p_a = generalized_geodesic_dataset([2 * x + 1, x - 3], [labels, labels], [0.5, 0.5], space)
+    >>> p_a.name
+    'P_a(0.5,0.5)'
+    >>> p_a.features.ravel().tolist()
+    [-2.5, -1.0, 0.5]
+    >>> p_a.soft_labels[2].tolist()
+    [0.0, 0.5, 0.0, 0.5]
     """
     m = len(mapped_features)
     if m != space.n_blocks or len(soft_labels) != m:

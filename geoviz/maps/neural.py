@@ -308,7 +308,18 @@ class NeuralOTDDMap:
 
     Examples
     --------
-    >>> fitted = NeuralOTDDMap("tiny").fit(target, reference)  # doctest: +SKIP
+    A preset names a training budget (``tiny`` is for tests and demos):
+
+    >>> from geoviz.maps import NeuralOTDDMap, get_neural_preset
+    >>> estimator = NeuralOTDDMap("tiny")
+    >>> estimator.config == get_neural_preset("tiny")
+    True
+    >>> estimator.config.iterations, estimator.supports_out_of_sample
+    (200, True)
+
+    Fitting trains two networks (minutes on a CPU), so it is shown, not run here:
+
+    >>> fitted = estimator.fit(target, reference)  # doctest: +SKIP
     >>> x_new, soft = fitted.transform(new_features, new_labels)  # doctest: +SKIP
     """
 
