@@ -349,3 +349,6 @@ def test_the_cli_says_which_dataset_has_no_embeddings(problem, tmp_path, capsys)
     err = capsys.readouterr().err
     assert "the embeddings file other.npz has no embeddings for mnist" in err
     assert "Traceback" not in err
+    long = str(tmp_path / ("x" * 300 + ".npz"))
+    assert main(["distance", *DIGITS, "--n", "40", "--features-embeddings", long]) == 2
+    assert "--features-embeddings: the name " in capsys.readouterr().err

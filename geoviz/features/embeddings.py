@@ -9,11 +9,12 @@ through the plans from the references' own images (:mod:`geoviz.features.base`).
 Which row is whose
 ------------------
 A :class:`~geoviz.data.dataset.LabeledDataset` does not keep the indices its rows had in
-its file, and a problem subsamples its datasets (``--n``, the default space's measurement on
-a stratified subsample), so rows are matched by **content**: the key of a sample is a 64-bit
+its file, and a problem subsamples its datasets (``--n``; a caller may measure a space on a
+smaller stratified subsample), so rows are matched by **content**: the key of a sample is a 64-bit
 hash of its features as the problem uses them (:func:`row_keys`: float32 bytes, after
 loading, subsampling and any resizing). A file carries the keys beside the embeddings and a
-subsample finds its own rows in any order. :func:`save_embeddings` writes such a file from
+subsample finds its own rows in any order (identical samples share a key: the file's first
+row of that key is taken). :func:`save_embeddings` writes such a file from
 the datasets and their embeddings; compute the embeddings on the datasets as the problem
 loads them (:func:`geoviz.geodesic.spec.load_spec_datasets`): resizing (``--size``, images
 of different sizes) or turning grey images to RGB changes the features and so the keys.
@@ -87,7 +88,8 @@ EMBEDDINGS_FORMATS: dict[str, EmbeddingsFormat] = {
 }
 #: Largest embeddings file read; change it on this module.
 MAX_EMBEDDINGS_FILE_BYTES: int = 2 * 1024**3
-#: Largest embeddings (float32, all rows) a file may declare; change it on this module.
+#: Largest arrays a file may declare (as stored, or as float32 embeddings if larger);
+#: change it on this module.
 MAX_EMBEDDINGS_BYTES: int = 4 * 1024**3
 #: Most numbers per embedding.
 MAX_EMBEDDING_DIM = 65_536
