@@ -259,6 +259,10 @@ def test_the_cli_tells_a_state_dict_from_torchscript(tmp_path, capsys, monkeypat
     args = ["--features-model", str(script), "--features-arch", "torchvision:resnet18"]
     assert main(["distance", *DIGITS, "--quiet", *args]) == 2
     assert "carries its own architecture" in capsys.readouterr().err
+    odd = tmp_path / "odd.pt"
+    torch.jit.save(torch.jit.script(_NoInput()), str(odd))
+    assert main(["distance", *DIGITS, "--quiet", "--features-model", str(odd)]) == 2
+    assert "odd.pt is not a vision model: its forward takes no input" in capsys.readouterr().err
     assert main(["distance", *DIGITS, "--quiet", "--features-arch", "timm:x"]) == 2
     assert "--features-arch only applies with --features-model" in capsys.readouterr().err
     both = ["--features-model", str(script), "--features-embeddings", str(tmp_path / "e.npz")]
