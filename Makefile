@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.geoviz-installed
 DEV_STAMP := $(VENV)/.geoviz-dev-installed
 
-.PHONY: run test install install-dev lint bench clean wheel smoke-install
+.PHONY: run test test-fast install install-dev lint bench clean wheel smoke-install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,11 +56,20 @@ run: $(STAMP)
 	-$(COMPILE_OWN)
 	$(BIN)/geoviz app --address $(ADDRESS) --port $(PORT)
 
+# the whole suite (what CI runs, .ci/run); --durations=30 names the slowest tests
 test: $(DEV_STAMP)
 	-$(COMPILE_OWN)
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q --timeout 900
+	$(BIN)/python -m pytest -q --timeout 900 --durations=30
+
+# the fast tier, for every change: the tests marked `fast` (tiny fits only; no browser, no
+# training, no Ray, no CLI or app in a subprocess) and the public API's doctests
+# (tests/test_doctests.py). Which files are fast, and the slow tests inside them, is declared
+# in tests/conftest.py (FAST_FILES, SLOW_TESTS); a fast test over 5 s is named in the summary
+test-fast: $(DEV_STAMP)
+	-$(COMPILE_OWN)
+	$(BIN)/python -m pytest -q -m fast --timeout 300 --durations=10
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .

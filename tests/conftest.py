@@ -34,6 +34,29 @@ import pytest
 #: test files (in ``tests/``) whose tests are in the fast tier, except :data:`SLOW_TESTS`
 FAST_FILES: frozenset[str] = frozenset(
     {
+        # the OT engine
+        "test_sinkhorn.py",
+        "test_geometry.py",
+        "test_kernels.py",
+        "test_ot_labels.py",
+        "test_otdd.py",
+        "test_sliced.py",
+        "test_maps.py",
+        # the geodesic's mathematics
+        "test_weights.py",
+        "test_geodesic_distances.py",
+        "test_geodesic_labels.py",
+        "test_geodesic_uncertainty.py",
+        "test_interpolate.py",
+        "test_mixup.py",
+        "test_special_targets.py",
+        "test_spec.py",
+        # data and words
+        "test_preprocess.py",
+        "test_limits.py",
+        "test_glossary.py",
+        "test_vocabulary.py",
+        # the public API's examples, and this declaration
         "test_doctests.py",
         "test_fast_tier.py",
     }
@@ -41,7 +64,27 @@ FAST_FILES: frozenset[str] = frozenset(
 
 #: tests of :data:`FAST_FILES` kept out of the fast tier: ``"file::function"`` (every
 #: parametrisation of the function) -> what makes it slow
-SLOW_TESTS: dict[str, str] = {}
+SLOW_TESTS: dict[str, str] = {
+    "test_otdd.py::test_progress_callback": "batched and streamed solves with progress",
+    "test_otdd.py::test_memory_guard_raises_before_allocating": "a large problem's set-up",
+    "test_otdd.py::test_debiased_divergence": "three solves at a tight tolerance",
+    "test_otdd.py::test_default_maps_are_sharp_on_the_bundled_pair": "the bundled datasets",
+    "test_kernels.py::test_capped_solve_matches_the_dense_solve": "large capped solves",
+    "test_kernels.py::test_rows_wider_than_the_cap_get_more_entries": "a large capped solve",
+    "test_sliced.py::test_the_screen_ranks_like_the_full_otdd_on_shifted_copies": "full OTDDs",
+    "test_maps.py::test_entropic_map_with_subsampled_fit": "several entropic fits",
+    "test_maps.py::test_batched_map_with_large_batch_equals_full": "batched fits",
+    "test_maps.py::test_chessboard_identity_map": "a fit at a small epsilon",
+    "test_maps.py::test_barycentric_equals_normalised_coupling_products": "a dense coupling",
+    "test_geodesic_uncertainty.py::test_q_resampling_intervals_cover_the_closed_form": (
+        "hundreds of resampled fits"
+    ),
+    "test_spec.py::test_fit_spec_fits_in_the_users_space_and_few_shot_labels_there": "a fit",
+    "test_spec.py::test_a_few_shot_target_s_space_is_chosen_once_on_its_labelled_points": (
+        "measures the candidate spaces"
+    ),
+    "test_spec.py::test_load_spec_datasets_few_shot_and_distinct_names": "loads datasets",
+}
 
 #: a fast test whose call takes longer than this (seconds) is named in the fast run's
 #: summary, to be moved to :data:`SLOW_TESTS`
