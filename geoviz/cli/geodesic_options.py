@@ -229,11 +229,11 @@ def add_feature_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE[:COLUMN]",
         help="precomputed embeddings as the space (instead of --features): an .npz with one "
-        "(N, d) array per dataset name and its row keys '<name>.keys', or a .parquet list "
-        "column (default 'embedding') with 'dataset' and/or 'key' columns; rows are matched "
-        "by the key of each sample's features as loaded (subsampled, resized: "
-        "geoviz.features.embeddings.save_embeddings writes them), rows without keys by "
-        "position (one per sample)",
+        "(N, d) array per dataset name and its row keys '<name>.keys', or one array COLUMN of "
+        "every row, or a .parquet list column (default 'embedding'), each with 'dataset' "
+        "and/or 'key' arrays or columns; rows are matched by the key of each sample's "
+        "features as loaded (subsampled, resized: geoviz.features.embeddings.save_embeddings "
+        "writes them), rows without keys by position (one per sample)",
     )
     parser.add_argument(
         "--features-arch",
