@@ -172,9 +172,9 @@ def side_sweep(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         qs.setdefault(q.name, q)
     out = []
     for side in SIDES:
-        fitted = NaturalImageSpace(side=side).fit(list(qs.values())[:1])
         kappas, seconds, images = {}, 0.0, 0
         for name, q in qs.items():
+            fitted = NaturalImageSpace(side=side).fit([q])  # its own channels
             start = time.perf_counter()
             z = fitted._encode_all(q)  # no cache: the pass itself
             seconds += time.perf_counter() - start
@@ -304,9 +304,11 @@ def main() -> int:
         "load_before": round(load, 2),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "rows": results,
-        "sides": side_sweep(rows) if args.sides else [],
-        "variants": variant_check(),
     }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n")  # the rows, should a sweep fail
+    record["sides"] = side_sweep(rows) if args.sides else []
+    record["variants"] = variant_check()
     record["total_s"] = round(time.perf_counter() - started, 1)
     record["load_after"] = round(os.getloadavg()[0], 2)
     print_tables(record)
