@@ -31,6 +31,7 @@ WITH_EXAMPLES = (
     "geoviz.ot.otdd:otdd",
     "geoviz.ot.labels:gaussian_w2",
     "geoviz.ot.labels:label_distances",
+    "geoviz.ot.sliced:sliced_otdd",
     "geoviz.geodesic.weights:check_weights",
     "geoviz.geodesic.weights:project_to_simplex",
     "geoviz.geodesic.weights:SimplexWeights",

@@ -111,6 +111,24 @@ def sliced_otdd(
         Different feature dimensions, or a non-finite feature.
     GeovizError
         ``n_projections`` or ``n_moments`` out of range.
+
+    Examples
+    --------
+    A dataset is at 0 from itself, and a copy moved further is further away (a screen
+    ranks by this):
+
+    >>> import numpy as np
+    >>> from geoviz.data.dataset import LabeledDataset
+    >>> from geoviz.ot.sliced import sliced_otdd
+    >>> rng = np.random.default_rng(0)
+    >>> x, y = rng.normal(size=(50, 3)), np.arange(50) % 2
+    >>> q = LabeledDataset(x, y, ("a", "b"), name="Q")
+    >>> sliced_otdd(q, q)
+    0.0
+    >>> near = LabeledDataset(x + 0.5, y, ("a", "b"), name="near")
+    >>> far = LabeledDataset(x + 1.0, y, ("a", "b"), name="far")
+    >>> 0 < sliced_otdd(q, near) < sliced_otdd(q, far)
+    True
     """
     check_compatible(target, reference)
     n_projections = limits.check_int(n_projections, "n_projections", 1, 4096)
