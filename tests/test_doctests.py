@@ -37,7 +37,6 @@ WITH_EXAMPLES = (
     "geoviz.geodesic.weights:SimplexWeights",
     "geoviz.geodesic.distances:objective",
     "geoviz.geodesic.distances:optimal_weights",
-    "geoviz.geodesic.distances:two_q_distances",
     "geoviz.geodesic.interpolate:generalized_geodesic_dataset",
     "geoviz.maps.barycentric:BarycentricMap",
     "geoviz.maps.barycentric:EntropicMap",

@@ -17,6 +17,31 @@ The commands ``geoviz distance | project | grid`` are in :mod:`geoviz.cli.geodes
 
 The pipeline names are imported lazily so that the pure-math parts do not pull
 in the OT engine.
+
+Example
+-------
+The whole chain on a line: two maps move a 1-D target by 2 and by -1 and keep every label
+(label distances 0 between a class and itself, 5 otherwise). The (2,Q) distances are
+``W_1 = 4``, ``W_2 = 1``, ``W_12 = 9``; ``a_hat = (1/3, 2/3)`` and ``P_a`` lands on the
+target:
+
+>>> import torch
+>>> from geoviz.geodesic import (
+...     generalized_geodesic_dataset, label_space, optimal_weights, two_q_distances,
+... )
+>>> x, y = torch.tensor([[0.0], [1.0]]), torch.tensor([0, 1])
+>>> one_hot, m = torch.eye(2), torch.tensor([[0.0, 5.0], [5.0, 0.0]])
+>>> d = two_q_distances(x, y, [x + 2, x - 1], [one_hot, one_hot], [m, m], {(0, 1): m})
+>>> d.w_to_target, d.w_between
+(array([4., 1.]), array([[0., 9.],
+       [9., 0.]]))
+>>> a_hat = optimal_weights(d.w_to_target, d.w_between)
+>>> a_hat.round(4)
+array([0.3333, 0.6667])
+>>> space = label_space([("P1", ["0", "1"]), ("P2", ["0", "1"])])
+>>> p_a = generalized_geodesic_dataset([x + 2, x - 1], [one_hot, one_hot], a_hat, space)
+>>> torch.allclose(p_a.features, x, atol=1e-6)
+True
 """
 
 from __future__ import annotations

@@ -619,24 +619,6 @@ def two_q_distances(
     Returns
     -------
     TwoQDistances
-
-    Examples
-    --------
-    The line of :func:`optimal_weights`: two maps that move a 1-D target by 2 and by -1 and
-    keep every label (label distances 0 between a class and itself, 5 otherwise):
-
-    >>> import torch
-    >>> from geoviz.geodesic import optimal_weights, two_q_distances
-    >>> x, y = torch.tensor([[0.0], [1.0]]), torch.tensor([0, 1])
-    >>> one_hot, m = torch.eye(2), torch.tensor([[0.0, 5.0], [5.0, 0.0]])
-    >>> d = two_q_distances(x, y, [x + 2, x - 1], [one_hot, one_hot], [m, m], {(0, 1): m})
-    >>> d.w_to_target, d.w_between
-    (array([4., 1.]), array([[0., 9.],
-           [9., 0.]]))
-    >>> d.label_to_target
-    array([0., 0.])
-    >>> optimal_weights(d.w_to_target, d.w_between).round(4)
-    array([0.3333, 0.6667])
     """
     m = len(mapped_features)
     if len(soft_labels) != m or len(label_to_target) != m:

@@ -322,7 +322,7 @@ def otdd(
     --------
     The OTDD of a dataset to itself is 0 once debiased (the Sinkhorn divergence):
 
-    >>> import numpy as np, torch
+    >>> import numpy as np
     >>> from geoviz.data.dataset import LabeledDataset
     >>> from geoviz.ot import OTDDConfig, otdd
     >>> rng = np.random.default_rng(0)
@@ -332,18 +332,7 @@ def otdd(
     >>> res.converged, abs(res.cost) < 1e-4
     (True, True)
 
-    A copy translated by ``t = (3, 0)``: each point goes to its own image, at the cost
-    ``|t|^2 = 9`` for the features plus ``W_2^2 = 9`` between its class and the translated
-    class; the barycentric projection is the translation and keeps the labels:
-
-    >>> p = LabeledDataset(x + 4 * y[:, None] + [3.0, 0.0], y, ("a", "b"), name="P")
-    >>> res = otdd(q, p, barycentric=True)
-    >>> round(res.cost)
-    18
-    >>> torch.allclose(res.mapped_features, p.features, atol=0.1)
-    True
-    >>> res.soft_labels.argmax(1).tolist() == y.tolist()
-    True
+    A translated copy: see the example of :mod:`geoviz.ot`.
     """
     if not isinstance(config, OTDDConfig):
         raise GeovizError(f"otdd: config must be an OTDDConfig, got {type(config).__name__}")
