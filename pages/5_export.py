@@ -126,6 +126,8 @@ def main(model: SessionModel) -> None:
             ),
             key="export_preview",
         )
+        if isinstance(pa.metadata.get("grey_note"), str):  # a colour target of grey references
+            st.caption(markdown_literal(pa.metadata["grey_note"]))
     st.markdown("**Hard labels per reference** (share of samples vs the weights a)")
     st.dataframe(hard_label_shares(result, pa, rule, label_seed), hide_index=True)
     with st.expander("Metadata written with the data"):

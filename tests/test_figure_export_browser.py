@@ -34,7 +34,7 @@ from geoviz.data.preprocess import harmonize
 from geoviz.data.registry import load_dataset
 from geoviz.explorer.bundle import FRONTEND, build_bundle
 from geoviz.explorer.payload import build_geodesic, build_mccann
-from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 from geoviz.viz.embedding import fit_embedding
 
 pytestmark = pytest.mark.browser
@@ -58,7 +58,12 @@ def payloads() -> dict[str, str]:
     emb = fit_embedding([images.target, *images.references], max_per_dataset=60, method="pca")
     flat_q, *flat_refs = [load_dataset("gmm2d", n=80, seed=s) for s in range(4)]
     flat = fit_geodesic(flat_q, flat_refs)
+    colour_q, *grey_refs = harmonize(
+        [load_dataset("mnist_m", n=40), load_dataset("mnist", n=40), load_dataset("usps", n=40)]
+    )
+    colour = fit_geodesic(colour_q, grey_refs, GeodesicConfig(features="pixels"))
     return {
+        "colour": _b64(build_geodesic(colour).data),
         "images": _b64(build_geodesic(images, emb, emb.place).data),
         "mccann_images": _b64(build_mccann(images, 1, emb, emb.place).data),
         "scatter": _b64(build_geodesic(flat).data),
@@ -281,3 +286,13 @@ def test_the_embedding_panel_of_a_2x_png_is_drawn_at_2x(browser, payloads):
         assert figure.min() < 100  # the legend's text is there
         sharp, blurred = _crisp_edges(figure), _crisp_edges(before)
         assert sharp > 0.005 and sharp > 5 * blurred, (sharp, blurred)
+
+
+def test_a_colour_target_says_why_p_a_is_grey(browser, payloads):
+    """Under P_a's tiles, the payload's note (GeodesicResult.grey_note), as text."""
+    with _explorer(browser, payloads["colour"]) as pg:
+        note = pg.locator("#pa-note").inner_text()
+        assert note.startswith("P_a is grey because it is made of the references' images")
+        assert "(mnist, usps) are grey" in note
+    with _explorer(browser, payloads["images"]) as pg:
+        assert pg.locator("#pa-note").count() == 0

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from geoviz import limits
+from geoviz.cli.app import DEFAULT_ADDRESS, DEFAULT_PORT
 from geoviz.cli.args import ray_address
 from geoviz.cli.geodesic_checks import (
     check_args,
@@ -231,9 +232,9 @@ def _print_app_link(args: argparse.Namespace, result: GeodesicResult) -> None:
     if need_mb > limits.APP_MAX_SCENARIO_MB:  # the app's default bound (GEOVIZ_APP_MAX_MB)
         env.append(f"GEOVIZ_APP_MAX_MB={need_mb}")
     prefix = " ".join([*env, ""])
-    print(
+    print(  # the app's own address: `geoviz app` serves this machine only (127.0.0.1)
         f"app (its maps are in the disk cache): {prefix}geoviz app, then open "
-        f"http://localhost:8501/geodesic?{urlencode(query, safe='/,')}"
+        f"http://{DEFAULT_ADDRESS}:{DEFAULT_PORT}/geodesic?{urlencode(query, safe='/,')}"
     )
 
 
@@ -282,6 +283,8 @@ def _cmd_project(args: argparse.Namespace) -> int:
         "best single reference: " + f"{names[int(np.argmin(result.w_to_target))]} "
         f"({W_TARGET} = {float(np.min(result.w_to_target)):.6g})"
     )
+    if result.grey_note is not None:  # a colour target of grey references (issue 45)
+        print(result.grey_note)
     print_maps(result)
     weights = result.a_hat
     if args.checked_weights is not None:  # checked against m before the fit

@@ -204,6 +204,17 @@ class LabeledDataset:
     def is_image(self) -> bool:
         return self.image_shape is not None
 
+    @property
+    def is_grey(self) -> bool:
+        """Grey images: one channel, or channels that are all equal (grey images repeated to
+        RGB by :func:`~geoviz.data.preprocess.harmonize`); ``False`` for vectors."""
+        if self.image_shape is None:
+            return False
+        if self.image_shape[0] == 1 or self.n_samples == 0:
+            return True
+        pixels = self.features.reshape(self.n_samples, self.image_shape[0], -1)
+        return bool(torch.equal(pixels.amax(dim=1), pixels.amin(dim=1)))
+
     # ------------------------------------------------------------------ derived
     @cached_property
     def fingerprint(self) -> str:

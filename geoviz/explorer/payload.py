@@ -228,6 +228,7 @@ def build_geodesic(
     header["mode"] = "geodesic"
     header["class_names"] = [list(r.classes) for r in result.references]
     header["target_classes"] = list(result.target.classes)
+    header["pa_note"] = result.grey_note  # why P_a is grey for a colour target, or None
     mapped = [_np(f).astype(np.float32, copy=False) for f in result.mapped_features]
     soft = [_np(s).astype(np.float32, copy=False) for s in result.soft_labels]
     target = _np(result.target.features).astype(np.float32, copy=False)

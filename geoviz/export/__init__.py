@@ -60,7 +60,8 @@ manifest records the generator and its version, the format, the creation time
 (UTC), sizes, class names, the dataset's fingerprint (``fingerprint``) and
 that of what :func:`load_export` reads back (``export_fingerprint``, different
 only for lossy formats), the full dataset metadata (``metadata``), the
-interpolation ``weights`` and the datasets involved with their fingerprints
+interpolation ``weights`` (keyed by reference name, ``{"mnist": 0.5, ...}``, when the
+metadata names one reference per weight) and the datasets involved with their fingerprints
 (``datasets``), and the sha256 of every file written (``files``). Provenance
 is taken from the metadata keys ``datasets`` (list of ``{"name", "fingerprint",
 "role"}``), ``target`` and ``references`` (dicts with ``name``/``fingerprint``

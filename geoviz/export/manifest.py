@@ -77,6 +77,21 @@ def _provenance(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+def _weights(metadata: Mapping[str, Any]) -> Any:
+    """The interpolation weights keyed by reference name (``{"mnist": 0.5, ...}``) when the
+    metadata names one distinct reference per weight; otherwise as the metadata has them."""
+    weights = metadata.get("weights")
+    names = [e["name"] for e in _provenance(metadata) if e["role"] == "reference"]
+    if (
+        isinstance(weights, list)
+        and len(weights) == len(names)
+        and all(isinstance(n, str) for n in names)
+        and len(set(names)) == len(names)
+    ):
+        return dict(zip(names, weights, strict=True))
+    return weights
+
+
 def _base_manifest(
     ds: SoftLabeledDataset,
     fmt: str,
@@ -114,7 +129,7 @@ def _base_manifest(
             "n_clipped": quant.n_clipped,
         },
         "datasets": _provenance(meta),
-        "weights": meta.get("weights"),
+        "weights": _weights(meta),
         "uncertainty": meta.get("uncertainty"),
         "hard_labels": hard,
         "metadata": meta,

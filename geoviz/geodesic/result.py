@@ -268,6 +268,23 @@ class GeodesicResult:
         return self.target.image_shape if len(shapes) == 1 else None
 
     @property
+    def grey_note(self) -> str | None:
+        """Why ``P_a`` is grey for a colour target (one sentence), else ``None``: ``P_a`` is
+        made of the references' images (``sum_i a_i T_i(x)``, each ``T_i(x)`` a point of
+        ``P_i``), so grey references give a grey ``P_a`` whatever the target's colours."""
+        if (
+            self.image_shape is None
+            or self.target.is_grey
+            or not all(ref.is_grey for ref in self.references)
+        ):
+            return None
+        names = ", ".join(self.reference_names)
+        return (
+            f"P_a is grey because it is made of the references' images (Σ a_i T_i(x)) and the "
+            f"references ({names}) are grey; the target's colours are not in it."
+        )
+
+    @property
     def blurry(self) -> np.ndarray:
         """``(m,)`` bool: ``effective_neighbours > BLUR_NEIGHBOURS`` (averages many points)."""
         return np.asarray(self.effective_neighbours, dtype=float) > BLUR_NEIGHBOURS
@@ -393,7 +410,8 @@ class GeodesicResult:
         SoftLabeledDataset
             Features ``sum_i a_i T_i(x)``, soft labels ``sum_i a_i y~_i`` over
             :attr:`class_names`; ``metadata`` holds the weights, ``W^2(P_a, Q)``
-            and the provenance (target/reference names and fingerprints, config).
+            and the provenance (target/reference names and fingerprints, config), and
+            :attr:`grey_note` as ``grey_note`` for a colour target of grey references.
         """
         meta = self._provenance()
         # checked once here (a SimplexWeights passes through): the objective and the
@@ -401,6 +419,9 @@ class GeodesicResult:
         a = as_simplex_weights(weights, self.m)
         meta["objective"] = float(self.objective(a))
         meta["a_hat"] = self.a_hat.tolist()
+        grey = self.grey_note
+        if grey is not None:  # in every manifest of P_a (issue 45)
+            meta["grey_note"] = grey
         return generalized_geodesic_dataset(
             self.mapped_features,
             self.soft_labels,

@@ -189,6 +189,7 @@ function buildExplorer(ex) {
   if (payloadArray(ex, "images")) {
     el("h4", { text: (h.mode === "mccann" ? "P^M_t" : "P_a") +
       " of " + h.n_shown + " fixed target samples — caption: top soft label and its mass" }, root);
+    if (h.pa_note) el("div", { class: "hint", id: "pa-note", text: h.pa_note }, root);  // why P_a is grey
     const [, hh, ww] = h.image_shape;
     const bar = el("div", { class: "row", style: "gap: 8px; align-items: center" }, root);
     el("span", { class: "hint", text: "Tile size" }, bar);
