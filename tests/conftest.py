@@ -34,7 +34,7 @@ import pytest
 #: test files (in ``tests/``) whose tests are in the fast tier, except :data:`SLOW_TESTS`
 FAST_FILES: frozenset[str] = frozenset(
     {
-        # the OT engine
+        # the OT engine and the maps
         "test_sinkhorn.py",
         "test_geometry.py",
         "test_kernels.py",
@@ -42,6 +42,7 @@ FAST_FILES: frozenset[str] = frozenset(
         "test_otdd.py",
         "test_sliced.py",
         "test_maps.py",
+        "test_fitted_map.py",
         # the geodesic's mathematics
         "test_weights.py",
         "test_geodesic_distances.py",
@@ -51,8 +52,25 @@ FAST_FILES: frozenset[str] = frozenset(
         "test_mixup.py",
         "test_special_targets.py",
         "test_spec.py",
-        # data and words
+        # data, files and the cache
+        "test_dataset.py",
+        "test_synthetic.py",
         "test_preprocess.py",
+        "test_registry.py",
+        "test_formats.py",
+        "test_formats_archive.py",
+        "test_formats_files.py",
+        "test_export.py",
+        "test_atomic.py",
+        "test_backend.py",
+        "test_cli_datasets.py",
+        # the explorer's widget, the figures' names, the app's state (no page is run)
+        "test_widget.py",
+        "test_viz_names.py",
+        "test_app_state.py",
+        # the code's shape and words
+        "test_layers.py",
+        "test_budget.py",
         "test_limits.py",
         "test_glossary.py",
         "test_vocabulary.py",
@@ -76,6 +94,7 @@ SLOW_TESTS: dict[str, str] = {
     "test_maps.py::test_batched_map_with_large_batch_equals_full": "batched fits",
     "test_maps.py::test_chessboard_identity_map": "a fit at a small epsilon",
     "test_maps.py::test_barycentric_equals_normalised_coupling_products": "a dense coupling",
+    "test_fitted_map.py::test_neural_diagnostics_have_no_plan_and_no_nan": "trains a neural map",
     "test_geodesic_uncertainty.py::test_q_resampling_intervals_cover_the_closed_form": (
         "hundreds of resampled fits"
     ),
@@ -84,6 +103,23 @@ SLOW_TESTS: dict[str, str] = {
         "measures the candidate spaces"
     ),
     "test_spec.py::test_load_spec_datasets_few_shot_and_distinct_names": "loads datasets",
+    "test_dataset.py::test_fingerprint_is_stable_across_processes": "subprocesses",
+    "test_backend.py::test_cache_key_is_stable_across_processes": "subprocesses",
+    "test_backend.py::test_concurrent_cold_processes_agree_and_leave_no_temps": "subprocesses",
+    "test_export.py::test_an_export_killed_mid_write_is_cleaned_up_by_the_next_one": (
+        "a subprocess killed mid-write"
+    ),
+    "test_export.py::test_an_export_whose_files_are_not_regular_files_is_refused": (
+        "waits on FIFOs"
+    ),
+    "test_export.py::test_no_safe_name_is_a_windows_device_name": "many generated names",
+    "test_formats_files.py::test_datasets_that_are_not_regular_files_are_refused_quickly": (
+        "waits on FIFOs"
+    ),
+    "test_widget.py::test_weights_start_at_a_hat_rounded_as_the_app_rounds": "a geodesic fit",
+    "test_viz_names.py::test_hostile_names_are_text_in_the_fitted_map_figures": (
+        "fits and draws image figures"
+    ),
 }
 
 #: a fast test whose call takes longer than this (seconds) is named in the fast run's
