@@ -296,3 +296,30 @@ def test_a_colour_target_says_why_p_a_is_grey(browser, payloads):
         assert "(mnist, usps) are grey" in note
     with _explorer(browser, payloads["images"]) as pg:
         assert pg.locator("#pa-note").count() == 0
+
+
+def test_every_w2_of_a_view_has_one_number_of_decimals(browser, payloads):
+    """Issue 45: W² was printed with 7 significant digits, so 1 to 7 decimals as the pick
+    moved. Now one number of decimals per view (seven significant digits at W²(P_â, Q), the
+    smallest), for the readout and â's line alike, and the text is the value."""
+    import re
+
+    with _explorer(browser, payloads["images"]) as pg:
+        pg.locator("canvas#simplex").focus()
+        seen = []
+        for key in ["ArrowUp"] * 6 + ["ArrowLeft"] * 6:
+            pg.keyboard.press(key)
+            pg.wait_for_timeout(30)
+            text = pg.locator("#value").inner_text()
+            value = float(pg.locator("#value").get_attribute("data-value"))
+            shown = text.split("= ")[-1]
+            assert float(shown) == pytest.approx(value, rel=1e-6), (text, value)
+            seen.append(shown)
+        assert len(set(seen)) > 3, seen  # the pick moved
+        decimals = {len(s.split(".")[1]) for s in seen}
+        ahat = re.search(r"W²\(P_â, Q\) = ([0-9.]+)", pg.locator("#root").inner_text()).group(1)
+        assert decimals == {len(ahat.split(".")[1])}, (seen, ahat)
+    with _explorer(browser, payloads["mccann_scatter"]) as pg:
+        texts = pg.locator("#mccann-w2").inner_text(), pg.locator("#root").inner_text()
+        numbers = re.findall(r"(?<!t )= ([0-9]+\.[0-9]+)", " ".join(texts))  # not t = 0.50
+        assert len(numbers) >= 2 and len({len(n.split(".")[1]) for n in numbers}) == 1, numbers

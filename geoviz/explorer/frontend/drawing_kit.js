@@ -22,8 +22,13 @@ export function el(tag, attrs, parent) {
 export function fmt(x, d) { return Number(x).toFixed(d === undefined ? 2 : d); }
 /** An axis tick: 4 significant digits, exponent form for the very small and large. */
 export function tick(x) { const a = Math.abs(x); return a !== 0 && (a < 1e-3 || a >= 1e5) ? Number(x).toExponential(2) : Number(x).toPrecision(4); }
-/** Seven significant digits (the readout's W²). */
-export function sig(x) { return Number(x).toPrecision(7); }
+/** The decimals every W² of one view is printed with: seven significant digits at ``least``
+ *  (its smallest W²: W²(P_â, Q), or W_i in McCann mode), the same for every W² of the view,
+ *  so the readout never changes its number of decimals as the pick moves (issue 45). */
+export function w2Decimals(least) {
+  const v = Math.abs(Number(least));
+  return v > 0 && Number.isFinite(v) ? Math.min(9, Math.max(0, 6 - Math.floor(Math.log10(v)))) : 6;
+}
 /** A label mass with 2 decimals and no leading zero (".42"). */
 export function mass2(x) { return x.toFixed(2).replace(/^0\./, "."); }
 /** Text that fits ``width`` px: the font shrinks to 9 px, then the text is cut with an ellipsis. */

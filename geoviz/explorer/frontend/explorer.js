@@ -8,7 +8,7 @@
  * content's height changed. The Streamlit component (streamlit.js) and the Jupyter widget are
  * two such hosts. Every explorer keeps its own state: two on one page share nothing. */
 import { decode, mixShownImages, roundToSimplex } from "./maths.js";
-import { LEGEND_W, el, fmt, pixelRatio, sig, sizeCanvas } from "./drawing_kit.js";
+import { LEGEND_W, el, fmt, pixelRatio, sizeCanvas, w2Decimals } from "./drawing_kit.js";
 import { bootHeader, fitHeight, headerOf, listen, newExplorerState, objectiveAt, payloadArray, readoutAt, availableWidth, requestDraw } from "./explorer_state.js";
 import { buildHeatmap, drawSimplex, scheduleRegion, toXY } from "./simplex_draw.js";
 import { drawMass, drawSamples, layoutTiles } from "./tiles_and_mass.js";
@@ -176,7 +176,7 @@ function buildExplorer(ex) {
     ui.verdict = el("div", { class: "verdict", id: "verdict" }, right);
     ui.ahat = el("div", { class: "hint" }, right);
     ui.ahat.textContent = "â = (" + Array.from(payloadArray(ex, "a_hat").data).map((x) => fmt(x, 3)).join(", ") +
-      ") · W²(P_â, Q) = " + sig(h.w2_hat);
+      ") · W²(P_â, Q) = " + w2Text(ex, h.w2_hat);
     bindSimplex(ex, ui.simplex, () => { if (ex.embWaiting) { applyEmbedding(ex); requestDraw(ex, null); } });
   }
   const figs = el("div", { class: "row", style: "gap: 6px; margin: 4px 0" }, right);
@@ -306,6 +306,16 @@ function schedulePoll(ex) {
   }, POLL_MS);
 }
 
+/** A W² of this view, with the view's one number of decimals (drawing_kit.js w2Decimals). */
+function w2Text(ex, x) {
+  const h = headerOf(ex);
+  if (ex.w2For !== ex.payloadId) {
+    ex.w2d = w2Decimals(h.mode === "mccann" ? payloadArray(ex, "w_to_target").data[h.ref] : h.w2_hat);
+    ex.w2For = ex.payloadId;
+  }
+  return Number(x).toFixed(ex.w2d);
+}
+
 // ------------------------------------------------------------------ drawing per frame
 /** Everything at the current pick (or t): the readout, the simplex, the bars, tiles, view. */
 function drawExplorer(ex) {
@@ -317,15 +327,15 @@ function drawExplorer(ex) {
     // McCann's path is the generalized geodesic of {Q (T = Id), P_i}: eq. (ds_eq) at
     // a = (1 − t, t) with W_Q = 0 and W_{Q,i} = W_i gives t W_i − (1 − t) t W_i = t² W_i
     const wi = payloadArray(ex, "w_to_target").data[h.ref], w2 = ex.t * ex.t * wi;
-    ui.w2.textContent = "W²(P^M_t, Q) = t² · W_" + (h.ref + 1) + " = " + sig(w2);
+    ui.w2.textContent = "W²(P^M_t, Q) = t² · W_" + (h.ref + 1) + " = " + w2Text(ex, w2);
     ui.w2.setAttribute("data-value", String(w2));
     ui.caption.textContent = "P^M_t = ((1 − t) Id + t T_" + (h.ref + 1) + ")#Q; W_" + (h.ref + 1) + " = W²(P_" + (h.ref + 1) +
-      ", Q) = " + sig(wi) + " (paper Def. 2); the server hears t on release.";
+      ", Q) = " + w2Text(ex, wi) + " (paper Def. 2); the server hears t on release.";
   } else {
     drawSimplex(ex);
     const v = objectiveAt(ex, ex.pick), gap = v - h.w2_hat;
     ui.weights.textContent = "a = (" + ex.pick.map((x) => fmt(x, h.weight_decimals)).join(", ") + ")";
-    ui.value.textContent = "W²(P_a, Q) = " + sig(v);
+    ui.value.textContent = "W²(P_a, Q) = " + w2Text(ex, v);
     ui.value.setAttribute("data-value", String(v));
     const ahatShown = roundToSimplex(Array.from(payloadArray(ex, "a_hat").data), h.weight_decimals);
     if (ex.pick.every((x, i) => Math.abs(x - ahatShown[i]) < 1e-12)) {
@@ -339,7 +349,7 @@ function drawExplorer(ex) {
     if (!bt) { ui.interval.textContent = ""; ui.verdict.textContent = ""; ui.verdict.removeAttribute("data-distinguishable"); }
     else {
       const r = readoutAt(ex, ex.pick), pct = Math.round(100 * bt.level) + "%";
-      ui.interval.textContent = pct + " interval [" + sig(r.value[0]) + ", " + sig(r.value[1]) + "] · gap to â [" +
+      ui.interval.textContent = pct + " interval [" + w2Text(ex, r.value[0]) + ", " + w2Text(ex, r.value[1]) + "] · gap to â [" +
         Number(r.gap[0]).toPrecision(3) + ", " + Number(r.gap[1]).toPrecision(3) + "] (" + bt.method + ", B = " + bt.replicates + ")";
       const good = bt.flat || r.good;
       ui.verdict.textContent = bt.flat ? "identical references: every a is as good as â"
