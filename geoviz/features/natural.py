@@ -129,10 +129,10 @@ NATURAL_VARIANTS: dict[str, NaturalWeights] = {
     ),
 }
 
-#: input side in pixels. Measured on the three photo sets of ``benchmarks/bench_natural.py``
-#: (200 crops each, one CPU thread): Q's leave-one-out 5-NN kappa at 32 / 48 / 64 / 96 px
-#: 0.44-0.77 / 0.52-0.92 / 0.53-0.98 / 0.54-0.96, a pass 1 / 2 / 3 / 9 s for 600 images:
-#: 48 px is the knee
+#: input side in pixels. ``benchmarks/bench_natural.py`` on its three photo sets (200 crops
+#: each, one CPU thread, a loaded 2-core machine): Q's leave-one-out 5-NN kappa at 32 / 48 /
+#: 64 / 96 px 0.43-0.91 / 0.59-0.97 / 0.61-0.98 / 0.62-0.98 for 3.5 / 6.8 / 15 / 38 ms per
+#: image: 48 px is the knee
 NATURAL_SIDE = 48
 
 #: features per image: the pooled output of the 1x1 head convolution
@@ -381,8 +381,8 @@ def _scaled(x: torch.Tensor, shape: tuple[int, int, int], side: int) -> torch.Te
 
 class NaturalEncode:
     """Images ``(N, C*H*W)`` -> pooled features ``(N, 1280)``, L2-normalised (squared
-    distances ``2 - 2 cos``; leave-one-out 5-NN kappa on the photo sets 0.52-0.91 raw,
-    0.58-0.95 normalised), picklable as :class:`geoviz.features.encoder.NetEncode`."""
+    distances ``2 - 2 cos``; leave-one-out 5-NN kappa on the photo sets 0.52-0.92 raw,
+    0.58-0.95 normalised, at 48 px), picklable as :class:`geoviz.features.encoder.NetEncode`."""
 
     def __init__(
         self, net: EfficientNetLite, shape: tuple[int, int, int], side: int, device: torch.device
