@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 from geoviz import limits
 from geoviz.cli.args import cli_int, cli_path, names, positive_int
-from geoviz.data.registry import lineage
 from geoviz.errors import GeovizError
 from geoviz.vocabulary import AUTO, BUILTIN_SPACES, SPLITS
 
@@ -76,6 +75,8 @@ def related_to_target(target: str, candidates: Sequence[str]) -> dict[str, str]:
     """The candidates of the target's lineage (made from the same source dataset,
     :func:`geoviz.data.registry.lineage`), each with that source's name; paths and names the
     registry does not know are related to nothing."""
+    from geoviz.data.registry import lineage  # the registry imports torch: not at --help
+
     source = lineage(target)
     if source is None:
         return {}
