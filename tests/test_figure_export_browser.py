@@ -234,7 +234,12 @@ def test_every_teaching_mode_exports_svg_and_png(browser, payloads, tmp_path):
 
 def test_mccann_exports_svg_and_png(browser, payloads):
     with _explorer(browser, payloads["mccann_scatter"]) as pg:
-        _check_mode(browser, pg, "mccann_scatter", ["McCann: Q →", "P^M_t by Q's class"])
+        _check_mode(
+            browser,
+            pg,
+            "mccann_scatter",
+            ["McCann: Q →", "P^M_t by Q's class", "W²(P^M_t, Q) = t²"],
+        )
     with _explorer(browser, payloads["mccann_images"]) as pg:
         root = _check_mode(browser, pg, "mccann_images", ["McCann: Q →", "Datasets (faded)"])
         assert len(list(root.iter(SVG_NS + "image"))) >= 1  # the tiles

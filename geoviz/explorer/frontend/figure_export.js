@@ -149,6 +149,7 @@ function figureParts(ex) {
     if (ui.interval && ui.interval.textContent) lines.push(ui.interval.textContent, ui.verdict.textContent);
   } else {
     lines.push(ui.value.textContent);
+    if (ui.w2) lines.push(ui.w2.textContent);  // McCann: W²(P^M_t, Q) = t² · W_i
   }
   const textX = x + 24, massY = y + 18 * lines.length + 16;
   parts.push({ canvas: ui.mass, draw: (ctx) => drawMass(ex, ctx), x: textX, y: massY });
