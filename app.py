@@ -1,6 +1,7 @@
 """geoviz Streamlit app: generalized geodesics between labelled datasets (start page).
 
-Run with ``streamlit run app.py`` (or ``make run``). Works offline on the
+Run with ``geoviz app`` (or ``make run``): it serves this machine only (127.0.0.1), where a
+bare ``streamlit run app.py`` listens on every interface. Works offline on the
 bundled *NIST samples: the default scenario is Q = MNIST with references
 Fashion-MNIST, USPS and KMNIST. ``GEOVIZ_APP_N`` sets the samples per dataset
 (default 2000).
