@@ -299,6 +299,9 @@ def test_a_colour_target_says_why_p_a_is_grey(browser, payloads):
         note = pg.locator("#pa-note").inner_text()
         assert note.startswith("P_a is grey because it is made of the references' images")
         assert "(mnist, usps) are grey" in note
+        with contextlib.suppress(OSError):
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            pg.screenshot(path=str(SHOTS / "pa_grey_note.png"), full_page=True)
     with _explorer(browser, payloads["images"]) as pg:
         assert pg.locator("#pa-note").count() == 0
 
