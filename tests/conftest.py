@@ -18,10 +18,12 @@ What is fast is declared here, by file, so a new test needs no marker of its own
 
 A new test file joins the tier by being added to :data:`FAST_FILES`; a test of a fast
 file that grows slow is added to :data:`SLOW_TESTS` (the fast run's summary names every
-fast test that took over :data:`FAST_TEST_SECONDS`). ``tests/test_fast_tier.py`` checks
-that every entry names a file and a function that exist. With ``-m fast`` the other files
-are not even imported (``pytest_ignore_collect``), which saves their imports (Playwright,
-Ray, Streamlit's test harness).
+fast test whose set-up or call took over :data:`FAST_TEST_SECONDS`).
+``tests/test_fast_tier.py`` checks that every entry names a file and a function that
+exist. With exactly ``-m fast`` the other files are not even imported
+(``pytest_ignore_collect``), which saves their imports (Playwright, Ray, Streamlit's test
+harness); any other marker expression (``-m "fast and not x"``) collects every file and
+selects the same tests.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ SLOW_TESTS: dict[str, str] = {
     "test_otdd.py::test_memory_guard_raises_before_allocating": "a large problem's set-up",
     "test_otdd.py::test_debiased_divergence": "three solves at a tight tolerance",
     "test_otdd.py::test_default_maps_are_sharp_on_the_bundled_pair": "the bundled datasets",
+    "test_otdd.py::test_epsilon_floor_runs_on_bundled_nist": "bundled images at epsilon 1e-4",
+    "test_otdd.py::test_batched_small_batches_are_consistent": "batches, then the full problem",
+    "test_sinkhorn.py::test_tiny_epsilon_never_nan_float32": "up to 3,000 iterations",
     "test_kernels.py::test_capped_solve_matches_the_dense_solve": "large capped solves",
     "test_kernels.py::test_rows_wider_than_the_cap_get_more_entries": "a large capped solve",
     "test_sliced.py::test_the_screen_ranks_like_the_full_otdd_on_shifted_copies": "full OTDDs",
@@ -95,6 +100,7 @@ SLOW_TESTS: dict[str, str] = {
     "test_maps.py::test_chessboard_identity_map": "a fit at a small epsilon",
     "test_maps.py::test_barycentric_equals_normalised_coupling_products": "a dense coupling",
     "test_fitted_map.py::test_neural_diagnostics_have_no_plan_and_no_nan": "trains a neural map",
+    "test_fitted_map.py::test_neural_map_round_trips_its_payload": "trains a neural map",
     "test_geodesic_uncertainty.py::test_q_resampling_intervals_cover_the_closed_form": (
         "hundreds of resampled fits"
     ),
@@ -174,8 +180,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "call" and "fast" in report.keywords and report.duration > FAST_TEST_SECONDS:
-        _slow_fast_tests.append((report.nodeid, report.duration))
+    if (
+        report.when in ("setup", "call")  # setup: a fixture that fits or trains
+        and "fast" in report.keywords
+        and report.duration > FAST_TEST_SECONDS
+    ):
+        _slow_fast_tests.append((f"{report.nodeid} ({report.when})", report.duration))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
