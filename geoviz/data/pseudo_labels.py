@@ -112,7 +112,7 @@ def _knn_graph(z: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     sq = (z * z).sum(dim=1)
     for start in range(0, n, _CHUNK):
         block = z[start : start + _CHUNK]
-        d = sq[start : start + _CHUNK, None] - 2.0 * block @ z.T + sq[None, :]
+        d = torch.addmm(sq[None, :], block, z.T, alpha=-2.0).add_(sq[start : start + _CHUNK, None])
         d[torch.arange(len(block)), torch.arange(start, start + len(block))] = float("inf")
         values, nearest = torch.topk(d, k, dim=1, largest=False, sorted=True)
         idx.append(nearest)
@@ -132,22 +132,22 @@ def _spread(
     w = torch.exp(-d2 / (sigma[:, None] * sigma[nearest]))
     rows = torch.arange(n).repeat_interleave(nearest.shape[1])
     cols = nearest.reshape(-1)
-    # symmetric graph: W + W^T, as one sparse matrix
-    ii = torch.cat([rows, cols])
-    jj = torch.cat([cols, rows])
-    vv = torch.cat([w.reshape(-1), w.reshape(-1)]).double()
-    degree = torch.zeros(n, dtype=torch.float64).index_add_(0, ii, vv)
-    inv_sqrt = degree.clamp_min(1e-300).rsqrt()
-    s = torch.sparse_coo_tensor(
-        torch.stack([ii, jj]), vv * inv_sqrt[ii] * inv_sqrt[jj], (n, n), check_invariants=False
-    ).coalesce()
-    seed = torch.zeros(n, n_classes, dtype=torch.float64)
-    seed[torch.as_tensor(labelled), torch.as_tensor(y[labelled])] = 1.0
-    f = seed.clone()
+    # symmetric graph: W + W^T, as one sparse (CSR) matrix; duplicate entries are summed
+    from scipy.sparse import csr_matrix
+
+    ii = torch.cat([rows, cols]).numpy()
+    jj = torch.cat([cols, rows]).numpy()
+    vv = torch.cat([w.reshape(-1), w.reshape(-1)]).double().numpy()
+    degree = np.bincount(ii, weights=vv, minlength=n)
+    inv_sqrt = 1.0 / np.sqrt(np.maximum(degree, 1e-300))
+    s = csr_matrix((vv * inv_sqrt[ii] * inv_sqrt[jj], (ii, jj)), shape=(n, n))
+    seed = np.zeros((n, n_classes))
+    seed[labelled, y[labelled]] = 1.0
+    f = seed.copy()
     for _ in range(SPREAD_ITERATIONS):
-        f = SPREAD_ALPHA * torch.sparse.mm(s, f) + (1.0 - SPREAD_ALPHA) * seed
-        f[torch.as_tensor(labelled)] = seed[torch.as_tensor(labelled)]
-    return f
+        f = SPREAD_ALPHA * (s @ f) + (1.0 - SPREAD_ALPHA) * seed
+        f[labelled] = seed[labelled]
+    return torch.from_numpy(f)
 
 
 def spread_labels(
