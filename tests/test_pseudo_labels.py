@@ -147,3 +147,13 @@ def test_few_shot_options_name_the_method() -> None:
     assert FewShotOptions(pseudo_labels="knn").pseudo_labels == "knn"
     with pytest.raises(DatasetError, match="pseudo_labels"):
         FewShotOptions(pseudo_labels="magic")  # type: ignore[arg-type]
+
+
+def test_a_scenario_keeps_its_pseudo_label_method_through_a_link() -> None:
+    from geoviz.app.state import preset_scenarios, scenario_from_token, scenario_to_token
+
+    base = next(iter(preset_scenarios().values()))
+    for method in pl.PSEUDO_LABEL_METHODS:
+        scenario = base.with_(few_shot=FewShotOptions(enabled=True, k=5, pseudo_labels=method))
+        back = scenario_from_token(scenario_to_token(scenario))
+        assert back == scenario and back.few_shot.pseudo_labels == method
