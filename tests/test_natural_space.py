@@ -357,3 +357,36 @@ def test_the_command_line_and_the_config_accept_it() -> None:
     )
     assert args.features == "natural"
     assert GeodesicConfig(features="natural").features == "natural"
+
+
+def test_the_references_are_embedded_only_when_the_space_can_be_kept() -> None:
+    from geoviz.features.structure import measure_space
+
+    q = _photo_regions(60)
+    refs = [_photo_regions(40, regions=5)]
+    fit = NaturalImageSpace().fit
+    full = measure_space("natural", fit, q, refs, relate_from=-1.0)
+    assert full.ami and full.agreement and full.sizes == (60, 40) and full.note is None
+    assert full.q_kappa is not None
+    alone = measure_space("natural", fit, q, refs, relate_from=full.q_kappa + 0.01)
+    assert alone.q_kappa == full.q_kappa and alone.sizes == (60,)
+    assert alone.ami == () and alone.agreement == ()
+    assert alone.note is not None and alone.note.startswith("the references were not embedded")
+
+
+def test_colour_glyphs_keep_the_glyph_encoder_and_embed_only_q_for_the_natural_one() -> None:
+    from geoviz.data.styles import render
+
+    mnist = load_dataset("mnist")
+    ink = mnist.features.reshape(-1, 1, 28, 28)
+    rgb = render(ink, "gradient", torch.Generator().manual_seed(0))
+    styled = mnist.with_features(rgb.reshape(len(rgb), -1), image_shape=(3, 28, 28))
+    styled = dataclasses.replace(styled, name="mnist:gradient")
+    refs = harmonize([load_dataset(n) for n in ("mnist", "fashion_mnist", "usps")], size=28)
+    choice = choose_space([styled, *harmonize(refs, size=28, channels="rgb")])
+    assert choice.name == "encoder" and "natural-image encoder κ" in choice.reason
+    natural = next(m for m in choice.measurements if m.space == "natural")
+    encoder = next(m for m in choice.measurements if m.space == "encoder")
+    assert natural.q_kappa is not None and encoder.q_kappa is not None
+    assert natural.q_kappa < encoder.q_kappa - 0.15
+    assert natural.ami == () and len(natural.sizes) == 1

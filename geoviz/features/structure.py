@@ -238,7 +238,7 @@ class SpaceMeasure:
     sizes
         Samples measured: Q's (its labelled points when few-shot), then each reference's.
     note
-        Why it was not measured, when it was not.
+        Why it was not measured, or why its references were not, when so.
     """
 
     space: SpaceName
@@ -280,18 +280,31 @@ def measure_space(
     *,
     unclean: Sequence[str] = (),
     few_shot: bool = False,
+    relate_from: float | None = None,
 ) -> SpaceMeasure:
     """Measure ``space`` on the sampled ``q`` and ``refs``.
 
     ``fit`` is a callable ``fit(datasets) -> FittedFeatures`` (the space's ``fit``);
     ``few_shot``: ``q`` holds Q's labelled points only, and Q's score is their leave-one-out
-    1-NN kappa.
+    1-NN kappa. ``relate_from``: the references are embedded and related to Q only when Q's
+    kappa reaches it (the best kappa measured so far less :data:`KEEP_WITHIN`: below, the
+    space cannot be kept by :func:`choose_measured`, whatever its relations), which spares a
+    network's pass over them.
     """
     start = time.perf_counter()
     fitted: FittedFeatures = fit([q, *refs])
     zq = fitted.transform(q).features
     q_score = "labelled 1-NN" if few_shot else f"{K_NEIGHBOURS}-NN"
     q_kappa = loo_knn_kappa(zq, q.labels, 1 if few_shot else K_NEIGHBOURS)
+    if relate_from is not None and q_kappa < relate_from:
+        note = (
+            f"the references were not embedded: Q's κ {q_kappa:.2f} is below "
+            f"{relate_from:.2f}, more than {KEEP_WITHIN} below the best"
+        )
+        seconds = time.perf_counter() - start
+        return SpaceMeasure(
+            space, q_kappa, q_score, (), (), tuple(unclean), seconds, note, (q.n_samples,)
+        )
     q_names = [q.classes[int(i)] for i in q.labels]
     agreement, ami = [], []
     for ref in refs:
