@@ -66,10 +66,14 @@ test: $(DEV_STAMP)
 # the fast tier, for every change: the tests marked `fast` (tiny fits only; no browser, no
 # training, no Ray, no CLI or app in a subprocess) and the public API's doctests
 # (tests/test_doctests.py). Which files are fast, and the slow tests inside them, is declared
-# in tests/conftest.py (FAST_FILES, SLOW_TESTS); a fast test over 5 s is named in the summary
+# in tests/conftest.py (FAST_FILES, SLOW_TESTS); a fast test over 5 s is named in the summary.
+# FAST_THREADS: torch's intra-op threads (OMP_NUM_THREADS). The tier's problems are tiny, and
+# on a busy 2-core machine two threads wait on each other: at load 7-8 the tier took 190 s
+# (105 s CPU) with the default threads and 93 s (42 s CPU) with one
+FAST_THREADS ?= 1
 test-fast: $(DEV_STAMP)
 	-$(COMPILE_OWN)
-	$(BIN)/python -m pytest -q -m fast --timeout 300 --durations=10
+	OMP_NUM_THREADS=$(FAST_THREADS) $(BIN)/python -m pytest -q -m fast --timeout 300 --durations=10
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
