@@ -124,6 +124,12 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument(
+        "--label-rows-only",
+        action="store_true",
+        help="skip the rows that do not read Q's pseudo-labels (single references, pooling, "
+        "Mixup at uniform weights): a control run of another --pseudo-method",
+    )
+    parser.add_argument(
         "--spaces",
         default="pixels,default",
         help="spaces of the space-dependent rows: pixels, default (what features='auto' "
@@ -182,7 +188,7 @@ def main() -> None:
             return evaluate(model, task.target_test)
 
         record("none (k-shot only)", run_method(task, "fewshot", preset=preset, seed=seed).accuracy)
-        for ref in task.references:
+        for ref in task.references if not args.label_rows_only else ():
             record(f"single: {ref.name}", trained(ref))
         m = task.m
         uniform = np.full(m, 1.0 / m)
@@ -216,11 +222,14 @@ def main() -> None:
                 [agreement(geo, i, q_train) for i in range(m)]
             )
             if space_name == "pixels":
-                record("pooling", trained(pooled(task.references, geo.label_space)))
-                record(
-                    "Mixup, uniform",
-                    run_method(task, "mixup", weights=uniform, preset=preset, seed=seed).accuracy,
-                )
+                if not args.label_rows_only:
+                    record("pooling", trained(pooled(task.references, geo.label_space)))
+                    record(
+                        "Mixup, uniform",
+                        run_method(
+                            task, "mixup", weights=uniform, preset=preset, seed=seed
+                        ).accuracy,
+                    )
                 record(
                     "OTDD, uniform",
                     run_method(
