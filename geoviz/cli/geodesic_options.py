@@ -204,12 +204,12 @@ def add_feature_args(parser: argparse.ArgumentParser) -> None:
         choices=BUILTIN_SPACES,
         default=AUTO,
         help=(
-            "the space the OTDD costs live in (paper Sec. 5.3): auto (default: chosen from the "
-            "data and printed with the reason: box for grey glyphs, the pretrained encoder for "
-            "colour or textured images, raw features for vectors), pixels, pca (50 components "
-            "of the union), box (grey digits box-normalised like MNIST), encoder (the shipped "
-            "pretrained CNN, or one trained here with --encoder-preset cpu): P_a's images come "
-            "back through the couplings"
+            "the space the OTDD costs live in (paper Sec. 5.3): auto (default: the candidate "
+            "that measures the most class structure on your data, printed with its numbers), "
+            "pixels, pca (50 components of the union), box (grey digits box-normalised like "
+            "MNIST), encoder (the shipped glyph CNN, or one trained here with --encoder-preset "
+            "cpu), natural (an ImageNet network, EfficientNet-Lite0, for photos and textures): "
+            "P_a's images come back through the couplings"
         ),
     )
     own = parser.add_mutually_exclusive_group()
