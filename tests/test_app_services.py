@@ -327,12 +327,13 @@ def test_torch_threads_are_set_once_per_process(monkeypatch):
     import torch
 
     from geoviz import backend
+    from geoviz.backend import settings
 
     monkeypatch.setattr(cache_services, "_TORCH_CONFIGURED", [])
     # the first call installs the runtime settings and flush-denormal for the process:
     # put them back afterwards (torch has no getter for flush-denormal, backend records it)
     flush_before = backend.torch_settings().flush_denormal
-    monkeypatch.setattr(backend, "_configured", backend._configured)
+    monkeypatch.setattr(settings, "_configured", settings._configured)
     monkeypatch.setattr(backend, "_flush_denormal", flush_before)
     before = torch.get_num_threads()
     seen = []
@@ -342,5 +343,5 @@ def test_torch_threads_are_set_once_per_process(monkeypatch):
     monkeypatch.setattr(cache_services, "_TORCH_CONFIGURED", [])
     assert cache_services.configure_torch(0) is True and seen == [1]  # 0: torch's default kept
     assert torch.get_num_threads() == before
-    assert backend._configured == backend.RuntimeSettings.from_env()  # installed once
+    assert settings._configured == settings.RuntimeSettings.from_env()  # installed once
     torch.set_flush_denormal(flush_before)

@@ -12,7 +12,8 @@ import pytest
 
 from geoviz.app.services.evidence import load_stored_study, stored_studies
 from geoviz.errors import GeovizError
-from geoviz.transfer.study import GridPoint, GridStudy
+from geoviz.transfer.study import GridStudy
+from geoviz.transfer.study_stats import GridPoint
 from geoviz.viz.study import (
     correlation_figure,
     correlation_sentence,

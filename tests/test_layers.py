@@ -9,11 +9,16 @@ Imports in function bodies count like those at module top; ``if TYPE_CHECKING``
 imports too. Lazy imports (in function bodies) are for optional third-party dependencies
 only, in the library as in the app: everything else is imported at module top. Read from the source with ``ast`` (nothing is imported), so a new
 import that breaks a layer fails here with the file and the module it imported.
+
+No import cycle either, inside a layer too (module top, function bodies and
+``if TYPE_CHECKING`` all count): what two modules share lives in a third below both. The
+one exception is the front door ``GeodesicResult.explore`` (:data:`FRONT_DOORS`).
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -307,3 +312,136 @@ def test_pages_use_the_app_services_not_the_solvers(path):
     )
     bad = sorted(m for m in used for f in forbidden if m == f or m.startswith(f + "."))
     assert not bad, f"{path.name} imports {bad}: call geoviz.app.services instead"
+
+
+# --------------------------------------------------------------------------- cycles
+#
+# No import cycle among geoviz's modules (issue 44). An edge ``a -> b`` is any import of
+# module ``b`` by module ``a``: at module top, in a function body (it runs when the
+# function does, and then closes the cycle) and under ``if TYPE_CHECKING`` (mypy and
+# readers follow it: a cycle there is a cycle of meaning). ``from pkg import sub`` of a
+# submodule is an edge to ``pkg.sub`` only: the package ``pkg`` is imported first by Python
+# itself (its ``__init__`` importing its own submodules is no cycle); ``from pkg import
+# name`` of anything else is an edge to ``pkg``. The one exception is the front door in
+# :data:`FRONT_DOORS` (``GeodesicResult.explore`` imports the explorer in its body).
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(root: Path, paths: list[Path]) -> dict[str, set[str]]:
+    """``module -> the modules of ``paths`` it imports`` (anywhere in the file)."""
+    names = {_module_name(p, root): p for p in paths}
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for name, path in names.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base_parts = package[: len(package) - node.level + 1] if node.level else []
+                base = ".".join([*base_parts, *([node.module] if node.module else [])])
+                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in names]
+                targets = subs + ([base] if len(subs) < len(node.names) else [])
+            else:
+                continue
+            graph[name].update(t for t in targets if t in names and t != name)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan), each as one cycle
+    through its first module (sorted)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    out = []
+    for component in components:
+        start = min(component)
+        # the shortest way back to start inside the component (breadth first)
+        paths = {start: [start]}
+        queue = [start]
+        cycle: list[str] = []
+        while queue and not cycle:
+            v = queue.pop(0)
+            for w in sorted(graph[v] & component):
+                if w == start:
+                    cycle = [*paths[v], start]
+                    break
+                if w not in paths:
+                    paths[w] = [*paths[v], w]
+                    queue.append(w)
+        out.append(cycle)
+    return sorted(out)
+
+
+def _geoviz_graph() -> dict[str, set[str]]:
+    graph = _import_graph(ROOT, SOURCES)
+    for file, module in FRONT_DOORS:
+        graph[_module_name(ROOT / file, ROOT)].discard(module)
+    return graph
+
+
+def test_no_import_cycles_among_geoviz_modules():
+    cycles = _cycles(_geoviz_graph())
+    assert not cycles, "import cycles (move what both sides share below them): " + "; ".join(
+        " -> ".join(cycle) for cycle in cycles
+    )
+
+
+def test_the_front_door_is_a_real_cycle():
+    """Without its exception the explorer's front door closes a cycle (it is a door up:
+    ``geoviz.explorer`` reads the geodesic's result); with it, none is left (above)."""
+    cycles = _cycles(_import_graph(ROOT, SOURCES))
+    door = ("geoviz.geodesic.result", "geoviz.explorer.widget")
+    assert cycles and all(door in set(itertools.pairwise(cycle)) for cycle in cycles), cycles
+
+
+def test_the_cycle_check_sees_lazy_type_checking_and_relative_imports(tmp_path):
+    """The check itself: a cycle closed in a function body, under ``TYPE_CHECKING`` or by
+    a relative import is found; a package importing its own submodule (which imports a
+    sibling) is not a cycle."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg.a import f\n")
+    (pkg / "a.py").write_text("def f():\n    from pkg.b import g\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import h\n"
+    )
+    (pkg / "c.py").write_text("from pkg import a\n")
+    (pkg / "d.py").write_text("from pkg import c\n")
+    paths = sorted(pkg.glob("*.py"))
+    graph = _import_graph(tmp_path, paths)
+    assert graph["pkg.c"] == {"pkg.a"} and graph["pkg.d"] == {"pkg.c"}
+    assert _cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+    (pkg / "c.py").write_text("from pkg import f\n")  # the package face: a cycle through it
+    assert _cycles(_import_graph(tmp_path, paths)) == [["pkg", "pkg.a", "pkg.b", "pkg.c", "pkg"]]

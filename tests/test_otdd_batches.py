@@ -26,7 +26,7 @@ def _blobs(n: int, seed: int, name: str) -> LabeledDataset:
 
 
 # the module, not the function geoviz.ot re-exports under the same name
-otdd_module = importlib.import_module("geoviz.ot.otdd")
+batches_module = importlib.import_module("geoviz.ot.otdd_batches")
 Q, P = _blobs(90, 0, "Q"), _blobs(80, 1, "P")
 BATCHED = OTDDConfig(batch_size=25, reference_subsample=40, epsilon=0.01)
 
@@ -81,7 +81,7 @@ def test_a_killed_run_resumes_from_its_finished_batches(tmp_path, monkeypatch):
     the rerun computes only the other two and gives the uninterrupted run's values."""
     cache = DiskCache(tmp_path)
     solved: list[int] = []
-    real = otdd_module._solve_block
+    real = batches_module.solve_block
 
     def dies_on_third(*args, **kwargs):
         solved.append(1)
@@ -89,23 +89,23 @@ def test_a_killed_run_resumes_from_its_finished_batches(tmp_path, monkeypatch):
             raise GeovizError("worker killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(otdd_module, "_solve_block", dies_on_third)
+    monkeypatch.setattr(batches_module, "solve_block", dies_on_third)
     with pytest.raises(GeovizError, match="worker killed"):
         otdd(Q, P, BATCHED, barycentric=True, cache=cache)
-    monkeypatch.setattr(otdd_module, "_solve_block", real)
+    monkeypatch.setattr(batches_module, "solve_block", real)
     counted: list[int] = []
 
     def counting(*args, **kwargs):
         counted.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(otdd_module, "_solve_block", counting)
+    monkeypatch.setattr(batches_module, "solve_block", counting)
     resumed = otdd(Q, P, BATCHED, barycentric=True, cache=cache)
     assert len(counted) == 2  # batches 3 and 4; 1 and 2 came from the cache
-    monkeypatch.setattr(otdd_module, "_solve_block", real)
+    monkeypatch.setattr(batches_module, "solve_block", real)
     _same(resumed, otdd(Q, P, BATCHED, barycentric=True))
     # the whole result is now cached too: a third run solves nothing
-    monkeypatch.setattr(otdd_module, "_solve_block", dies_on_third)
+    monkeypatch.setattr(batches_module, "solve_block", dies_on_third)
     solved.clear()
     otdd(Q, P, BATCHED, barycentric=True, cache=cache)
     assert solved == []
@@ -153,18 +153,18 @@ def test_a_killed_barycentric_fit_resumes_from_its_finished_batches(tmp_path, mo
     cache = DiskCache(tmp_path)
     uninterrupted = BarycentricMap(BATCHED, cache=DiskCache(enabled=False)).fit(Q, P)
     solved = _count_batch_solves(monkeypatch)
-    real = otdd_module._solve_block
+    real = batches_module.solve_block
 
     def dies_on_third(*args, **kwargs):
         if len(solved) == 3:
             raise GeovizError("worker killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(otdd_module, "_solve_block", dies_on_third)
+    monkeypatch.setattr(batches_module, "solve_block", dies_on_third)
     with pytest.raises(GeovizError, match="worker killed"):
         BarycentricMap(BATCHED, cache=cache).fit(Q, P)
     assert len(list((tmp_path / "otdd_batch").glob("*.pt"))) == 2
-    monkeypatch.setattr(otdd_module, "_solve_block", real)
+    monkeypatch.setattr(batches_module, "solve_block", real)
     solved.clear()
     resumed = BarycentricMap(BATCHED, cache=cache).fit(Q, P)
     assert sorted(solved) == [2, 3]  # batches 1 and 2 came from the cache

@@ -277,7 +277,8 @@ def _fitted_figures(names: Names, classes: Names, images: bool, cache_dir) -> li
 
 
 def _studies(names: Names, classes: Names) -> list[go.Figure]:
-    from geoviz.transfer.study import GridPoint, GridStudy
+    from geoviz.transfer.study import GridStudy
+    from geoviz.transfer.study_stats import GridPoint
     from geoviz.viz.study import correlation_figure
 
     figs = []

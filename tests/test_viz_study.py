@@ -15,7 +15,8 @@ import pytest
 from geoviz.errors import GeovizError
 from geoviz.geodesic.distances import simplex_grid
 from geoviz.nn.training import PRESETS
-from geoviz.transfer.study import GridPoint, GridStudy
+from geoviz.transfer.study import GridStudy
+from geoviz.transfer.study_stats import GridPoint
 from geoviz.viz.study import (
     BEST_LABEL,
     NEAREST_LABEL,

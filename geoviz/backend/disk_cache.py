@@ -2,7 +2,8 @@
 
 Entries are signed with a per-folder secret and checked on every read
 (:mod:`geoviz.backend.cache_entries`); their keys are :func:`geoviz.backend.keys.cache_key`.
-The process-wide default cache is :func:`geoviz.backend.get_cache`.
+The process-wide default cache is :func:`geoviz.backend.get_cache`; its folder, and that of a
+:class:`DiskCache` built without one, is :func:`geoviz.backend.settings.default_cache_dir`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from geoviz.backend.cache_entries import (
     _to_storable,
 )
 from geoviz.backend.keys import CACHE_FORMAT_VERSION, cache_key
+from geoviz.backend.settings import default_cache_dir
 from geoviz.errors import ResourceError
 from geoviz.files import read_regular_file
 
@@ -115,9 +117,6 @@ class DiskCache:
 
     def __init__(self, directory: str | Path | None = None, *, enabled: bool = True) -> None:
         if directory is None:
-            # the package's settings (geoviz.backend imports this module at its top)
-            from geoviz.backend import default_cache_dir
-
             directory = default_cache_dir()
         self.directory = Path(directory)
         self.enabled = enabled

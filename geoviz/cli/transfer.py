@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import argparse
 import warnings
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from geoviz.cli.args import ray_address
 from geoviz.cli.transfer_checks import TransferOptions, check_transfer_args, transfer_spec
 from geoviz.cli.transfer_options import TRANSFER_REFS, TRANSFER_TARGET, add_transfer_args
 from geoviz.cli.transfer_report import (
+    TransferRun,
     print_grid_study,
     print_transfer_header,
     report_comparison,
@@ -53,23 +53,13 @@ from geoviz.cli.transfer_report import (
 from geoviz.errors import BlurWarning
 
 if TYPE_CHECKING:
-    from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult
+    from geoviz.geodesic.pipeline import GeodesicConfig
     from geoviz.transfer.experiment import Method
 
-__all__ = ["TRANSFER_REFS", "TRANSFER_TARGET", "TransferRun", "register"]
+__all__ = ["TRANSFER_REFS", "TRANSFER_TARGET", "register"]
 
 # the old private name of the moved progress helper, for callers that import it from here
 _transfer_progress = transfer_progress
-
-
-@dataclass
-class TransferRun:
-    """What the fits and the runs gave."""
-
-    geodesic: GeodesicResult | None = None
-    neural_geodesic: GeodesicResult | None = None
-    study: Any = None
-    comparison: Any = None
 
 
 def _run_transfer(

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,11 +21,12 @@ from geoviz.cli.output import PlainProgress, format_table, stderr_is_terminal
 from geoviz.errors import ExportError
 
 if TYPE_CHECKING:
-    from geoviz.cli.transfer import TransferRun
     from geoviz.cli.transfer_checks import TransferOptions
+    from geoviz.geodesic.result import GeodesicResult
     from geoviz.geodesic.spec import GeodesicSpec
 
 __all__ = [
+    "TransferRun",
     "print_grid_study",
     "print_transfer_header",
     "report_comparison",
@@ -32,6 +34,16 @@ __all__ = [
     "transfer_progress",
     "write_study",
 ]
+
+
+@dataclass
+class TransferRun:
+    """What the fits and the runs gave."""
+
+    geodesic: GeodesicResult | None = None
+    neural_geodesic: GeodesicResult | None = None
+    study: Any = None
+    comparison: Any = None
 
 
 @contextlib.contextmanager

@@ -96,18 +96,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from geoviz.backend import DiskCache, check_memory, resolve_device
+from geoviz.backend import DiskCache, resolve_device
 from geoviz.data.dataset import LabeledDataset
-from geoviz.errors import BlurWarning, GeovizError, ResourceError
-from geoviz.ot.geometry import CostGeometry, PointCloudCost
+from geoviz.errors import BlurWarning, GeovizError
 from geoviz.ot.labels import label_distances
-from geoviz.ot.otdd_batches import (
-    BatchOut,
-    BatchSolve,
-    BlockOut,
-    reference_columns,
-    run_batches,
-)
+from geoviz.ot.loop import SinkhornCallback
+from geoviz.ot.otdd_batches import BatchOut, BatchSolve, reference_columns, run_batches
 from geoviz.ot.otdd_cost import (
     BLUR_NEIGHBOURS,
     DEFAULT_EPSILON,
@@ -115,17 +109,9 @@ from geoviz.ot.otdd_cost import (
     OTDDConfig,
     check_compatible,
     ground_cost,
-    itemsize,
     mean_ground_cost,
 )
 from geoviz.ot.otdd_result import OTDDResult
-from geoviz.ot.sinkhorn import (
-    Sinkhorn,
-    SinkhornCallback,
-    SinkhornResult,
-    TransportProblem,
-    uniform_measure,
-)
 
 __all__ = [
     "BLUR_NEIGHBOURS",
@@ -140,24 +126,6 @@ __all__ = [
 ]
 
 ProgressFn = Callable[[str, float], None]
-
-
-def _block_cost(cloud: PointCloudCost, *, stream: bool, what: str) -> CostGeometry:
-    """The OTDD cost of one block: ``cloud`` itself (streamed) or stored, memory checked first."""
-    n, m = cloud.shape
-    item = itemsize(cloud.dtype)
-    if stream:
-        block = min(64 * 2**20, n * m * item)  # one row block of the cost
-        check_memory(block, cloud.device, f"the streamed {what}")
-        return cloud
-    try:
-        check_memory(n * m * item, cloud.device, f"the {what} ({n} x {m})")
-    except ResourceError as err:
-        raise ResourceError(
-            f"{err}; or solve it as one problem in bounded memory with stream_reference=True "
-            "(CLI: --stream)"
-        ) from None
-    return cloud.stored()
 
 
 class _Progress:
@@ -191,73 +159,6 @@ class _Progress:
             self(stage, lo + (hi - lo) * min(1.0, max(0.0, frac)))
 
         return cb
-
-
-def _solve_block(
-    problem: TransportProblem,
-    solver: Sinkhorn,
-    callback: SinkhornCallback | None,
-    *,
-    map_onto: tuple[torch.Tensor, torch.Tensor, int] | None,
-) -> BlockOut:
-    """Entropic OTDD of one target block against the reference (paper eq. (otdd)).
-
-    ``map_onto``: ``(reference features (m, D), reference labels (m,), n_classes)`` for
-    the barycentric outputs (eq. (bary_map)), or ``None``.
-    """
-    res = solver(problem, callback=callback)
-    mapped = soft = None
-    if map_onto is not None:
-        # barycentric projection, eq. (bary_map): rows of the plan renormalised
-        xp, yp, n_classes = map_onto
-        geom = problem.geometry
-        onehot = torch.nn.functional.one_hot(yp.to(geom.device), n_classes)
-        values = torch.cat([xp.to(device=geom.device, dtype=geom.dtype), onehot.to(geom.dtype)], 1)
-        bary = res.apply(values)
-        d = xp.shape[1]
-        mapped = bary[:, :d].float().cpu()
-        soft = bary[:, d:]
-        soft = (soft / soft.sum(1, keepdim=True)).float().cpu()
-    idx, wts = res.top_neighbours(N_NEIGHBOURS)
-    out_plan = res.plan().to(device="cpu", dtype=torch.float32) if solver.keep_plan else None
-    return BlockOut(
-        transport=res.transport_cost(),
-        regularized=res.dual_value(),
-        error=res.marginal_error,
-        converged=res.converged,
-        n_iter=res.n_iter,
-        plan=out_plan,
-        mapped=mapped,
-        soft=soft,
-        f=res.f.cpu(),
-        g=res.g.cpu(),
-        perplexity=res.row_perplexity().float().cpu(),
-        neighbour_index=idx,
-        neighbour_weight=wts.float(),
-        truncated_mass=res.truncated_mass,
-        mode=res.mode,
-    )
-
-
-def _self_value(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    label_cost: torch.Tensor,
-    config: OTDDConfig,
-    epsilon_abs: float,
-    device: torch.device,
-) -> SinkhornResult:
-    """``OT_eps`` of a point cloud with itself (debiasing term), averaged symmetric solver."""
-    cloud = config._cloud(
-        (x, y), (x, y), label_cost, device, epsilon=epsilon_abs, relative_epsilon=False
-    )
-    geom = _block_cost(
-        cloud, stream=config.stream_reference, what="OTDD self-cost matrix for debiasing"
-    )
-    n = geom.shape[0]
-    weights = uniform_measure(n, geom.device)
-    problem = TransportProblem(geom, weights, weights, symmetric=True)
-    return config.sinkhorn_solver()(problem)
 
 
 # --------------------------------------------------------------------------- main entry
@@ -505,7 +406,7 @@ def _otdd(
         config,
         lab,
         self_labels,
-        float(mean_c),
+        whole,
         barycentric,
         keep_plan=keep_plan,
         cache=cache if config.batched else None,

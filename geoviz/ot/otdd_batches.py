@@ -6,7 +6,7 @@ batches of ``B`` target points, each against the reference or a seeded subsample
 configuration and its index, so it is a task (:func:`geoviz.tasks.run_tasks`):
 
 * :class:`BatchSolve` holds everything the batches share (both datasets, the label
-  distances, the whole problem's mean cost, the configuration). It is the task's function:
+  distances, the whole problem's cost geometry, the configuration). It is the task's function:
   :func:`~geoviz.tasks.run_tasks` puts it into Ray's object store **once** and every task
   receives it from there, so the datasets travel to each worker once, not once per batch.
   A batch's memory in its worker is the one checked by :func:`~geoviz.backend.check_memory`
@@ -36,13 +36,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from geoviz.backend import ArraySpec, DiskCache, ValueSpec, resolve_device
+from geoviz.backend import ArraySpec, DiskCache, ValueSpec, check_memory, resolve_device
 from geoviz.data.dataset import LabeledDataset
-from geoviz.ot.otdd_cost import OTDDConfig
-from geoviz.ot.sinkhorn import SinkhornCallback
+from geoviz.errors import ResourceError
+from geoviz.ot.geometry import CostGeometry, PointCloudCost
+from geoviz.ot.loop import SinkhornCallback
+from geoviz.ot.otdd_cost import N_NEIGHBOURS, OTDDConfig, itemsize
+from geoviz.ot.problem import TransportProblem, uniform_measure
+from geoviz.ot.result import SinkhornResult
+from geoviz.ot.sinkhorn import Sinkhorn
 from geoviz.tasks import resolve_backend, run_tasks
 
-__all__ = ["BatchOut", "BatchSolve", "BlockOut", "batch_rows", "run_batches"]
+__all__ = [
+    "BatchOut",
+    "BatchSolve",
+    "BlockOut",
+    "batch_rows",
+    "block_cost",
+    "run_batches",
+    "self_value",
+    "solve_block",
+]
 
 
 #: the floats of a batch's self-transport terms (debiased mode), in this order
@@ -152,6 +166,91 @@ _PLAIN_CASTS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def block_cost(cloud: PointCloudCost, *, stream: bool, what: str) -> CostGeometry:
+    """The OTDD cost of one block: ``cloud`` itself (streamed) or stored, memory checked first."""
+    n, m = cloud.shape
+    item = itemsize(cloud.dtype)
+    if stream:
+        block = min(64 * 2**20, n * m * item)  # one row block of the cost
+        check_memory(block, cloud.device, f"the streamed {what}")
+        return cloud
+    try:
+        check_memory(n * m * item, cloud.device, f"the {what} ({n} x {m})")
+    except ResourceError as err:
+        raise ResourceError(
+            f"{err}; or solve it as one problem in bounded memory with stream_reference=True "
+            "(CLI: --stream)"
+        ) from None
+    return cloud.stored()
+
+
+def solve_block(
+    problem: TransportProblem,
+    solver: Sinkhorn,
+    callback: SinkhornCallback | None,
+    *,
+    map_onto: tuple[torch.Tensor, torch.Tensor, int] | None,
+) -> BlockOut:
+    """Entropic OTDD of one target block against the reference (paper eq. (otdd)).
+
+    ``map_onto``: ``(reference features (m, D), reference labels (m,), n_classes)`` for
+    the barycentric outputs (eq. (bary_map)), or ``None``.
+    """
+    res = solver(problem, callback=callback)
+    mapped = soft = None
+    if map_onto is not None:
+        # barycentric projection, eq. (bary_map): rows of the plan renormalised
+        xp, yp, n_classes = map_onto
+        geom = problem.geometry
+        onehot = torch.nn.functional.one_hot(yp.to(geom.device), n_classes)
+        values = torch.cat([xp.to(device=geom.device, dtype=geom.dtype), onehot.to(geom.dtype)], 1)
+        bary = res.apply(values)
+        d = xp.shape[1]
+        mapped = bary[:, :d].float().cpu()
+        soft = bary[:, d:]
+        soft = (soft / soft.sum(1, keepdim=True)).float().cpu()
+    idx, wts = res.top_neighbours(N_NEIGHBOURS)
+    out_plan = res.plan().to(device="cpu", dtype=torch.float32) if solver.keep_plan else None
+    return BlockOut(
+        transport=res.transport_cost(),
+        regularized=res.dual_value(),
+        error=res.marginal_error,
+        converged=res.converged,
+        n_iter=res.n_iter,
+        plan=out_plan,
+        mapped=mapped,
+        soft=soft,
+        f=res.f.cpu(),
+        g=res.g.cpu(),
+        perplexity=res.row_perplexity().float().cpu(),
+        neighbour_index=idx,
+        neighbour_weight=wts.float(),
+        truncated_mass=res.truncated_mass,
+        mode=res.mode,
+    )
+
+
+def self_value(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    label_cost: torch.Tensor,
+    config: OTDDConfig,
+    epsilon_abs: float,
+    device: torch.device,
+) -> SinkhornResult:
+    """``OT_eps`` of a point cloud with itself (debiasing term), averaged symmetric solver."""
+    cloud = config._cloud(
+        (x, y), (x, y), label_cost, device, epsilon=epsilon_abs, relative_epsilon=False
+    )
+    geom = block_cost(
+        cloud, stream=config.stream_reference, what="OTDD self-cost matrix for debiasing"
+    )
+    n = geom.shape[0]
+    weights = uniform_measure(n, geom.device)
+    problem = TransportProblem(geom, weights, weights, symmetric=True)
+    return config.sinkhorn_solver()(problem)
+
+
 @dataclass(frozen=True)
 class BatchSolve:
     """The task of one batch: ``solve(bi)`` is batch ``bi``'s :class:`BatchOut`.
@@ -166,9 +265,9 @@ class BatchSolve:
         ``(C_Q, C_P)`` label distances ``W_2^2(alpha_y, alpha_y')``.
     self_label_costs
         ``(C_Q x C_Q, C_P x C_P)`` for the debiased mode, else ``None``.
-    mean_cost
-        The whole problem's mean ground cost (closed form): every batch solves at
-        ``epsilon_abs = epsilon x mean_cost``.
+    cost
+        The whole problem's ground cost, built once by :func:`geoviz.ot.otdd.otdd` (its
+        mean in closed form): every batch solves a part of it at its ``epsilon_abs``.
     barycentric
         Also return the batch's barycentric maps (paper eq. (bary_map)).
     keep_plan
@@ -183,7 +282,7 @@ class BatchSolve:
     config: OTDDConfig
     label_cost: torch.Tensor
     self_label_costs: tuple[torch.Tensor, torch.Tensor] | None
-    mean_cost: float
+    cost: PointCloudCost
     barycentric: bool
     keep_plan: bool = False
     cache: DiskCache | None = None
@@ -261,10 +360,6 @@ class BatchSolve:
         callback: SinkhornCallback | None,
         on_debias: Callable[[], None] | None,
     ) -> BatchOut:
-        # imported here: geoviz.ot.otdd imports this module
-        from geoviz.ot.otdd import _block_cost, _self_value, _solve_block
-        from geoviz.ot.problem import TransportProblem, uniform_measure
-
         config = self.config
         dev = resolve_device(config.device)
         target, reference = self.target, self.reference
@@ -276,16 +371,18 @@ class BatchSolve:
         xq, yq, xp, yp = target.features, target.labels, reference.features, reference.labels
         bxq, byq = (xq, yq) if whole_target else (xq[rows_t], yq[rows_t])
         bxp, byp = (xp, yp) if cols_t is None else (xp[cols_t], yp[cols_t])
-        whole = config.cost_geometry(
-            target, reference, self.label_cost, mean=self.mean_cost, device=dev
-        )
+        whole = self.cost
+        if whole.device != dev:  # a worker on another device (Ray): the same cost there
+            whole = config.cost_geometry(
+                target, reference, self.label_cost, mean=whole.mean(), device=dev
+            )
         # a part has its own mean (for the schedule) and the whole's epsilon_abs
         part = (
             whole
             if whole_target and cols_t is None
             else whole.subset(None if whole_target else rows_t, cols_t)
         )
-        geom = _block_cost(part, stream=config.stream_reference, what="OTDD cost matrix")
+        geom = block_cost(part, stream=config.stream_reference, what="OTDD cost matrix")
         problem = TransportProblem(
             geom,
             uniform_measure(geom.shape[0], geom.device),
@@ -293,7 +390,7 @@ class BatchSolve:
             groups=(byq, byp),
         )
         solver = config.sinkhorn_solver(keep_plan=self.keep_plan)
-        block = _solve_block(
+        block = solve_block(
             problem,
             solver,
             callback,
@@ -308,8 +405,8 @@ class BatchSolve:
                 on_debias()
             lab_qq, lab_pp = self.self_label_costs
             eps_abs = whole.epsilon_abs
-            self_q = _self_value(bxq, byq, lab_qq, config, eps_abs, dev)
-            self_p = _self_value(bxp, byp, lab_pp, config, eps_abs, dev)
+            self_q = self_value(bxq, byq, lab_qq, config, eps_abs, dev)
+            self_p = self_value(bxp, byp, lab_pp, config, eps_abs, dev)
             self_terms = {
                 "self_value": 0.5 * (self_q.dual_value() + self_p.dual_value()),
                 "self_error": max(self_q.marginal_error, self_p.marginal_error),

@@ -47,11 +47,12 @@ from geoviz.transfer.study_stats import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     CorrelationEstimate,
+    GridPoint,
     ObjectiveSummary,
     StudyStatistics,
-    _finite_or_none,
     bootstrap_interval,
     correlations,
+    finite_or_none,
     study_statistics,
 )
 
@@ -59,7 +60,6 @@ __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "BOOTSTRAP_SEED",
     "CorrelationEstimate",
-    "GridPoint",
     "GridStudy",
     "ObjectiveSummary",
     "StudyStatistics",
@@ -75,44 +75,6 @@ __all__ = [
 
 def _float_or_nan(x: Any) -> float:
     return float("nan") if x is None else float(x)
-
-
-@dataclass(frozen=True)
-class GridPoint:
-    """One weight vector ``a`` of the study.
-
-    Attributes
-    ----------
-    index
-        Row of ``simplex_grid(m, resolution)``.
-    weights
-        ``a`` (``m`` entries summing to 1).
-    objective
-        ``W^2(P_a, Q)`` (``geodesic.objective(a)``).
-    accuracies
-        Fine-tuned test accuracy in ``[0, 1]``, one per seed (``GridStudy.seeds`` order).
-    seconds
-        Total run time of those runs, as recorded when each ran (also for
-        results loaded from checkpoints).
-    """
-
-    index: int
-    weights: tuple[float, ...]
-    objective: float
-    accuracies: tuple[float, ...]
-    seconds: float
-
-    @property
-    def mean_accuracy(self) -> float:
-        """Mean of :attr:`accuracies`."""
-        return float(np.mean(self.accuracies)) if self.accuracies else float("nan")
-
-    @property
-    def std_accuracy(self) -> float:
-        """Sample standard deviation (``ddof=1``) of :attr:`accuracies`; 0 for one seed."""
-        if len(self.accuracies) < 2:
-            return 0.0
-        return float(np.std(self.accuracies, ddof=1))
 
 
 @dataclass(frozen=True)
@@ -231,8 +193,8 @@ class GridStudy:
             "seeds": list(self.seeds),
             "resolution": self.resolution,
             "reference_names": list(self.reference_names),
-            "pearson": _finite_or_none(self.pearson),
-            "spearman": _finite_or_none(self.spearman),
+            "pearson": finite_or_none(self.pearson),
+            "spearman": finite_or_none(self.spearman),
             "note": self.note,
             "n_computed": self.n_computed,
             "n_loaded": self.n_loaded,
@@ -240,10 +202,10 @@ class GridStudy:
                 {
                     "index": p.index,
                     "weights": list(p.weights),
-                    "objective": _finite_or_none(p.objective),
-                    "accuracies": [_finite_or_none(a) for a in p.accuracies],
-                    "accuracy_mean": _finite_or_none(p.mean_accuracy),
-                    "accuracy_std": _finite_or_none(p.std_accuracy),
+                    "objective": finite_or_none(p.objective),
+                    "accuracies": [finite_or_none(a) for a in p.accuracies],
+                    "accuracy_mean": finite_or_none(p.mean_accuracy),
+                    "accuracy_std": finite_or_none(p.std_accuracy),
                     "seconds": p.seconds,
                 }
                 for p in self.points

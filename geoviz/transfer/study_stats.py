@@ -15,15 +15,12 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from geoviz.errors import GeovizError
 from geoviz.glossary import OBJECTIVE
-
-if TYPE_CHECKING:
-    from geoviz.transfer.study import GridPoint
 
 # scipy.stats is imported where a statistic is computed, not here: it takes ~0.5 s to
 # import, and the app's server imports this module at start (the Evidence page)
@@ -33,10 +30,12 @@ __all__ = [
     "BOOTSTRAP_SEED",
     "CorrelationEstimate",
     "CorrelationMethod",
+    "GridPoint",
     "ObjectiveSummary",
     "StudyStatistics",
     "bootstrap_interval",
     "correlations",
+    "finite_or_none",
     "study_statistics",
 ]
 
@@ -50,7 +49,45 @@ _A_HAT_TOLERANCE = 1e-9
 CorrelationMethod = Literal["pearson", "spearman"]
 
 
-def _finite_or_none(x: float) -> float | None:
+@dataclass(frozen=True)
+class GridPoint:
+    """One weight vector ``a`` of the study.
+
+    Attributes
+    ----------
+    index
+        Row of ``simplex_grid(m, resolution)``.
+    weights
+        ``a`` (``m`` entries summing to 1).
+    objective
+        ``W^2(P_a, Q)`` (``geodesic.objective(a)``).
+    accuracies
+        Fine-tuned test accuracy in ``[0, 1]``, one per seed (``GridStudy.seeds`` order).
+    seconds
+        Total run time of those runs, as recorded when each ran (also for
+        results loaded from checkpoints).
+    """
+
+    index: int
+    weights: tuple[float, ...]
+    objective: float
+    accuracies: tuple[float, ...]
+    seconds: float
+
+    @property
+    def mean_accuracy(self) -> float:
+        """Mean of :attr:`accuracies`."""
+        return float(np.mean(self.accuracies)) if self.accuracies else float("nan")
+
+    @property
+    def std_accuracy(self) -> float:
+        """Sample standard deviation (``ddof=1``) of :attr:`accuracies`; 0 for one seed."""
+        if len(self.accuracies) < 2:
+            return 0.0
+        return float(np.std(self.accuracies, ddof=1))
+
+
+def finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(float(x)) else None
 
 
@@ -120,8 +157,8 @@ class CorrelationEstimate:
         """Plain JSON-able content (``nan`` as ``None``)."""
         return {
             "method": self.method,
-            "r": _finite_or_none(self.r),
-            "p_value": _finite_or_none(self.p_value),
+            "r": finite_or_none(self.r),
+            "p_value": finite_or_none(self.p_value),
             "interval": None if self.interval is None else list(self.interval),
             "interval_note": self.interval_note,
         }
@@ -150,7 +187,7 @@ class ObjectiveSummary:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able content (``nan`` as ``None``), with the range."""
         return {
-            name: _finite_or_none(getattr(self, name))
+            name: finite_or_none(getattr(self, name))
             for name in ("mean", "median", "min", "max", "std", "range")
         }
 
@@ -193,9 +230,9 @@ class StudyStatistics:
             "pearson": self.pearson.to_dict(),
             "spearman": self.spearman.to_dict(),
             "objective": self.objective.to_dict(),
-            "accuracy_gain": _finite_or_none(self.accuracy_gain),
+            "accuracy_gain": finite_or_none(self.accuracy_gain),
             "accuracy_at_a_hat": (
-                None if self.accuracy_at_a_hat is None else _finite_or_none(self.accuracy_at_a_hat)
+                None if self.accuracy_at_a_hat is None else finite_or_none(self.accuracy_at_a_hat)
             ),
             "n_points": self.n_points,
             "n_seeds": self.n_seeds,

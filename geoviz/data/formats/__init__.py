@@ -103,7 +103,7 @@ from geoviz.data.formats.idx import (
 )
 from geoviz.data.formats.imagefolder import IMAGE_EXTENSIONS, _image_class_dirs, _load_imagefolder
 from geoviz.data.formats.mnistm import _load_mnistm_path, _mnistm_pairs, _mnistm_sibling_labels
-from geoviz.data.formats.npz import _load_npz
+from geoviz.data.formats.npz import load_npz
 from geoviz.data.formats.tabular import LABEL_COLUMN_NAMES as LABEL_COLUMN_NAMES
 from geoviz.data.formats.tabular import _load_csv
 from geoviz.errors import DatasetError, DatasetFormatError
@@ -248,7 +248,13 @@ def load_upload(
     kind = _file_kind(Path(label).name)
     default_name = name or _strip_ext(Path(label).name)
     if kind == "npz":
-        return _load_npz(io.BytesIO(data), split=split, name=default_name, source=label)
+        return load_npz(
+            io.BytesIO(data),
+            split=split,
+            name=default_name,
+            source=label,
+            limit=MAX_UNCOMPRESSED_BYTES,  # read at call time, as for a zip
+        )
     if kind == "csv":
         return _load_csv(data, name=default_name, label_column=label_column, source=label)
     if kind == "zip":
@@ -346,7 +352,13 @@ def _load_kind(
         raise DatasetFormatError(f"expected a {kind} file, got a directory", p)
     if kind == "npz":
         with _open_file(p) as fh:
-            return _load_npz(fh, split=split, name=name or _strip_ext(p.name), source=source)
+            return load_npz(
+                fh,
+                split=split,
+                name=name or _strip_ext(p.name),
+                source=source,
+                limit=MAX_UNCOMPRESSED_BYTES,
+            )
     if kind == "csv":
         return _load_csv(
             _read_raw(p),

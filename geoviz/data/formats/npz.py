@@ -9,8 +9,8 @@ optional ``classes``/``class_names`` key names the classes.
 
 Nothing is allocated from what a file merely declares: the ``.npy`` headers of the
 members to be read (shape, dtype) are parsed first, and the archive is refused when the
-declared arrays exceed the archive cap (:data:`geoviz.data.formats.MAX_UNCOMPRESSED_BYTES`,
-as for ``.zip`` uploads), would not fit in this process's memory
+declared arrays exceed the archive cap (the caller's ``limit``:
+:data:`geoviz.data.formats.MAX_UNCOMPRESSED_BYTES`, as for ``.zip`` uploads), would not fit in this process's memory
 (:func:`geoviz.memory.check_bytes`), or are larger than their zip members can hold (a
 forged header). A 570-byte file declaring a ``(10**12, 10)`` array is thus refused in
 microseconds, before any read.
@@ -52,7 +52,9 @@ _NPZ_SPLIT_KEY_RE = re.compile(r"^(?:[xXyY]_(?:train|test)|(?:train|test)_(?:ima
 _NPZ_CLASS_KEYS = ("classes", "class_names")
 
 
-def _load_npz(fh: IO[bytes], *, split: Split, name: str, source: str) -> LabeledDataset:
+def load_npz(fh: IO[bytes], *, split: Split, name: str, source: str, limit: int) -> LabeledDataset:
+    """The dataset in the ``.npz`` archive ``fh``; its declared arrays together at most
+    ``limit`` bytes (the archive cap, :data:`geoviz.data.formats.MAX_UNCOMPRESSED_BYTES`)."""
     head = fh.read(6)
     fh.seek(0)
     if head.startswith(b"\x93NUMPY"):
@@ -73,7 +75,7 @@ def _load_npz(fh: IO[bytes], *, split: Split, name: str, source: str) -> Labeled
         class_key = next((ck for ck in _NPZ_CLASS_KEYS if ck in keys), None)
         wanted = [k for k in (x_key, y_key, class_key) if k is not None]
         headers = {k: _npy_header(npz, k, source) for k in wanted}
-        _check_declared(headers, x_key, y_key, source)
+        _check_declared(headers, x_key, y_key, source, limit)
         with memory_guard(f"loading {source}"):
             x = _npz_get(npz, x_key, source)
             y = _npz_get(npz, y_key, source)
@@ -159,13 +161,10 @@ def _npy_header(npz: Any, key: str, source: str) -> _NpyHeader:
     )
 
 
-def _check_declared(headers: dict[str, _NpyHeader], x_key: str, y_key: str, source: str) -> None:
-    """Refuse arrays whose declared size exceeds the archive cap, memory or their member."""
-    # the cap is read from the package at call time (tests and operators lower it there);
-    # imported here because the package imports this module (a cycle at module top)
-    from geoviz.data import formats
-
-    cap = formats.MAX_UNCOMPRESSED_BYTES
+def _check_declared(
+    headers: dict[str, _NpyHeader], x_key: str, y_key: str, source: str, cap: int
+) -> None:
+    """Refuse arrays whose declared size exceeds the archive ``cap``, memory or their member."""
     total = sum(h.data_bytes for h in headers.values())
     described = ", ".join(
         f"{k!r} {h.shape} {h.dtype.name} ({format_bytes(h.data_bytes)})" for k, h in headers.items()
