@@ -9,7 +9,7 @@ import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import widgets
-from geoviz.app.explorer.component import geodesic_explorer
+from geoviz.app.explorer_host.component import geodesic_explorer
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.state import SessionModel
 from geoviz.errors import GeovizError

@@ -1,7 +1,7 @@
 """Page 4 · McCann: slide from Q to one reference along ((1 - t) Id + t T_i)#Q.
 
 The slider, ▶ Play, the samples, the label mass and (for 2-D/3-D data) the
-scatter run in the browser (:mod:`geoviz.app.explorer`); the server hears ``t``
+scatter run in the browser (:mod:`geoviz.app.explorer_host`); the server hears ``t``
 only when the slider is released or Play ends.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from geoviz.app import widgets
-from geoviz.app.explorer.component import mccann_explorer
+from geoviz.app.explorer_host.component import mccann_explorer
 from geoviz.app.state import SessionModel
 from geoviz.viz.report import markdown_literal
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from geoviz.app import serve
-from geoviz.app.explorer.service import bootstrap_payload, embedding_payload, geodesic_payload
+from geoviz.app.explorer_host.service import bootstrap_payload, embedding_payload, geodesic_payload
 from geoviz.app.services import caches as cache_services
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import geodesic as geodesic_services

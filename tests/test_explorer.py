@@ -61,7 +61,7 @@ def test_simplex_compositions_and_resolution():
 
 
 def test_geodesic_payload_gives_back_the_result(fitted):
-    from geoviz.app.explorer.service import embedding_payload, geodesic_payload
+    from geoviz.app.explorer_host.service import embedding_payload, geodesic_payload
 
     model, data, result = fitted
     payload = geodesic_payload(model, result)
@@ -117,7 +117,7 @@ def test_geodesic_payload_gives_back_the_result(fitted):
 
 
 def test_payload_is_cached_and_small(fitted):
-    from geoviz.app.explorer.service import geodesic_payload, mccann_payload
+    from geoviz.app.explorer_host.service import geodesic_payload, mccann_payload
 
     model, _, result = fitted
     first = geodesic_payload(model, result)
@@ -147,7 +147,7 @@ def test_payload_is_cached_and_small(fitted):
 
 
 def test_low_dimensional_payload_moves_every_point(fresh_server):
-    from geoviz.app.explorer.service import geodesic_payload
+    from geoviz.app.explorer_host.service import geodesic_payload
     from geoviz.app.state import AppSettings, preset_scenarios
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 
@@ -213,7 +213,7 @@ def test_mccann_page_hears_t_on_release(fresh_server):
 
 def test_bootstrap_payload_gives_back_the_replicates_and_is_cached(fitted):
     """Issue 23: the explorer's second, small payload decodes to the library's replicates."""
-    from geoviz.app.explorer.service import bootstrap_payload
+    from geoviz.app.explorer_host.service import bootstrap_payload
 
     model, _, result = fitted
     boot = result.bootstrap(40, seed=2)
@@ -342,7 +342,7 @@ def test_mccann_links_with_bad_values_are_one_sentence(fresh_server, params, mes
 def test_embedding_payload_runs_in_the_background_and_equals_the_one_piece_build(fitted):
     """Split or whole, the browser gets the same arrays: the embedding payload added to the
     pending geodesic payload equals ``build_geodesic`` with the embedding."""
-    from geoviz.app.explorer.service import embedding_payload, embedding_payload_job
+    from geoviz.app.explorer_host.service import embedding_payload, embedding_payload_job
 
     model, data, result = fitted
     first, error = embedding_payload(model, result, wait_seconds=0.0)
@@ -369,7 +369,7 @@ def test_embedding_payload_runs_in_the_background_and_equals_the_one_piece_build
 
 
 def test_a_failing_embedding_is_reported_once_and_not_restarted(fitted, monkeypatch):
-    from geoviz.app.explorer.service import embedding_payload, embedding_payload_job
+    from geoviz.app.explorer_host.service import embedding_payload, embedding_payload_job
     from geoviz.errors import GeovizError
 
     model, _, result = fitted

@@ -290,7 +290,7 @@ def test_only_widgets_import_streamlit_and_state_imports_no_services(path):
     if path.parent.name == "app" and path.name in STATE:
         assert not _hits(path, "geoviz.app.services") and not _hits(path, "geoviz.app.widgets")
     if path.parent.name == "services":
-        assert not _hits(path, "geoviz.app.widgets") and not _hits(path, "geoviz.app.explorer")
+        assert not _hits(path, "geoviz.app.widgets") and not _hits(path, "geoviz.app.explorer_host")
 
 
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import traitlets
 
-from geoviz.app.explorer.service import bootstrap_payload, geodesic_payload
-from geoviz.app.explorer.service import has_embedding_view as app_has_embedding_view
+from geoviz.app.explorer_host.service import bootstrap_payload, geodesic_payload
+from geoviz.app.explorer_host.service import has_embedding_view as app_has_embedding_view
 from geoviz.app.services import caches as cache_services
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import geodesic as geodesic_services

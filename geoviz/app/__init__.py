@@ -4,7 +4,7 @@ Layers (each imports only the ones below it)::
 
     app.py, pages/*.py        widgets and plots only
     geoviz.app.widgets,       Streamlit parts the pages share (the only Streamlit imports
-    geoviz.app.explorer       here: widgets.py and explorer/component.py)
+    geoviz.app.explorer_host  here: widgets.py and explorer_host/component.py)
     geoviz.app.services       every computation a page needs, one module per page, cached
                               in two tiers (fits, derived values); no Streamlit
     geoviz.app.state          re-exports scenario, settings, links (URL state), session and

@@ -1,6 +1,6 @@
 """Every value the browser sends the server, checked once where it arrives.
 
-The explorer component (:mod:`geoviz.app.explorer.component`) posts an event when the
+The explorer component (:mod:`geoviz.app.explorer_host.component`) posts an event when the
 pointer is released: ``{"weights": [a_1, ..., a_m], "seq": n, "id": "..."}`` on the Geodesic
 page, ``{"t": 0.4, "seq": n, "id": "..."}`` on the McCann page. It sends the event as its
 JSON *text* (a string), which :func:`component_value` parses with its own bounds. Streamlit

@@ -38,7 +38,7 @@ else:  # Python 3.10: the same parser, as a package
 
 import torch
 
-from geoviz.app.explorer.service import (
+from geoviz.app.explorer_host.service import (
     bootstrap_payload,
     embedding_payload,
     geodesic_payload,

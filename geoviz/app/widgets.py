@@ -8,7 +8,7 @@ opens with :func:`app_page`, which draws everything the pages share: page
 config, navigation links, the scenario in the sidebar, and the URL state.
 
 This module and the explorer component's wrapper
-(:mod:`geoviz.app.explorer.component`) are the only ones that import Streamlit;
+(:mod:`geoviz.app.explorer_host.component`) are the only ones that import Streamlit;
 computations live in :mod:`geoviz.app.services`.
 """
 
@@ -27,8 +27,8 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from geoviz import glossary
-from geoviz.app.explorer.component import ExplorerState
-from geoviz.app.explorer.service import embedding_payload_job
+from geoviz.app.explorer_host.component import ExplorerState
+from geoviz.app.explorer_host.service import embedding_payload_job
 from geoviz.app.jobs import LEASE_BEAT_SECONDS, CacheLease
 from geoviz.app.services import caches as cache_services
 from geoviz.app.services import datasets as dataset_services

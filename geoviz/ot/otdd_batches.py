@@ -239,7 +239,7 @@ def self_value(
     device: torch.device,
 ) -> SinkhornResult:
     """``OT_eps`` of a point cloud with itself (debiasing term), averaged symmetric solver."""
-    cloud = config._cloud(
+    cloud = config.point_cloud(
         (x, y), (x, y), label_cost, device, epsilon=epsilon_abs, relative_epsilon=False
     )
     geom = block_cost(

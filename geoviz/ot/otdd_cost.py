@@ -286,7 +286,7 @@ class OTDDConfig:
             mean = mean_ground_cost(
                 target, reference, label_cost, lambda_x=self.lambda_x, lambda_y=self.lambda_y
             )
-        return self._cloud(
+        return self.point_cloud(
             (target.features, target.labels),
             (reference.features, reference.labels),
             label_cost,
@@ -296,7 +296,7 @@ class OTDDConfig:
             relative_epsilon=True,
         )
 
-    def _cloud(
+    def point_cloud(
         self,
         points: tuple[torch.Tensor, torch.Tensor],
         points_ref: tuple[torch.Tensor, torch.Tensor],

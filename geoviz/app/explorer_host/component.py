@@ -3,7 +3,7 @@
 :func:`geodesic_explorer` draws the weight simplex, ``P_a``'s samples, label mass
 and embedding in the browser and returns the weights only when the pointer is
 released; :func:`mccann_explorer` does the same for McCann's ``t``. The payloads
-are built once per scenario (and map method) by :mod:`geoviz.app.explorer.service`.
+are built once per scenario (and map method) by :mod:`geoviz.app.explorer_host.service`.
 
 The browser sends each release as the JSON *text* of its event (issue 41): Streamlit parses
 a component's value before any page code runs, and a string is parsed flat, so a value
@@ -31,7 +31,7 @@ from geoviz.app.browser import (
     released_t,
     released_weights,
 )
-from geoviz.app.explorer.service import (
+from geoviz.app.explorer_host.service import (
     bootstrap_payload,
     embedding_payload,
     geodesic_payload,

@@ -1,6 +1,6 @@
 """The explorer's payloads for a scenario, computed once and cached (no Streamlit).
 
-:mod:`geoviz.app.explorer.component` sends them to the browser; the server's start-up
+:mod:`geoviz.app.explorer_host.component` sends them to the browser; the server's start-up
 (:mod:`geoviz.app.serve`) builds the default scenario's ahead of the first visitor. Both
 read the same entries of :func:`geoviz.app.services.caches.store`, so a payload built by
 either is never built twice.
