@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import streamlit as st
@@ -18,6 +19,7 @@ from geoviz.app.state import (
     preset_scenarios,
     sync_form_state,
 )
+from geoviz.data.choice import DatasetChoice
 from geoviz.errors import GeovizError
 from geoviz.ot.otdd import DEFAULT_EPSILON
 from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
@@ -48,90 +50,154 @@ def form_values(scenario: Scenario) -> dict[str, object]:
     }
 
 
+def dataset_widgets(options: dict[str, DatasetChoice]) -> tuple[Any, dict[str, Any]]:
+    """Q, its split and the references; returns Q's column (the feature space goes under
+    it) and the values by name."""
+    tokens = list(options)
+    c1, c2 = st.columns([2, 3])
+    target_tok = c1.selectbox(
+        "Target dataset Q",
+        tokens,
+        format_func=lambda t: dataset_services.choice_caption(options[t]),
+        key="form_target",
+    )
+    target_split = c1.radio(
+        "Split of Q",
+        ["train", "test"],
+        horizontal=True,
+        key="form_split",
+        help="Registry datasets only; use the test split to keep Q disjoint from a reference.",
+    )
+    ref_toks = c2.multiselect(
+        "Reference datasets P_i (at least 2)",
+        tokens,
+        format_func=lambda t: dataset_services.choice_caption(options[t]),
+        key="form_refs",
+    )
+    return c1, {"target_tok": target_tok, "target_split": target_split, "ref_toks": ref_toks}
+
+
+def sample_widgets() -> dict[str, Any]:
+    """The sample sizes, the image size and the few-shot options."""
+    c3, c4, c5 = st.columns(3)
+    n_target = c3.number_input(
+        "Samples in Q", min_value=10, max_value=100_000, step=100, key="form_nq"
+    )
+    n_ref = c4.number_input(
+        "Samples per reference", min_value=10, max_value=100_000, step=100, key="form_np"
+    )
+    image_size = c5.selectbox(
+        "Common image size",
+        SIZES,
+        key="form_size",
+        help="Images are resized to size×size (harmonize); ignored for vector data.",
+    )
+    c6, c7, c8 = st.columns(3)
+    few = c6.checkbox(
+        "Few-shot target",
+        key="form_few",
+        help="Keep k labels per class of Q and pseudo-label the rest with a kNN classifier.",
+    )
+    k = c7.number_input("k labels per class", min_value=1, max_value=1000, key="form_k")
+    nn = c8.number_input("kNN neighbours", min_value=1, max_value=50, key="form_nn")
+    return {
+        "n_target": n_target,
+        "n_ref": n_ref,
+        "image_size": image_size,
+        "few": few,
+        "k": k,
+        "nn": nn,
+    }
+
+
+def advanced_widgets() -> dict[str, Any]:
+    """Epsilon, the seed, the map method and the neural budget (folded away)."""
+    with st.expander("Advanced"):
+        a1, a2 = st.columns(2)
+        epsilon = a1.number_input(
+            "Entropic ε (relative to mean cost)",
+            min_value=0.0001,
+            max_value=10.0,
+            step=0.0005,
+            format="%.4f",
+            key="form_eps",
+            help=(
+                f"ε_abs = ε × mean(‖x − x′‖² + W₂²). Default {DEFAULT_EPSILON:g}: sharp maps "
+                "(a few reference samples per mapped point); 0.05 averages about half the "
+                "reference (blurred maps). Also on the OTDD maps page."
+            ),
+        )
+        seed = a2.number_input("Seed", min_value=0, max_value=2**31 - 1, key="form_seed")
+        a3, a4 = st.columns(2)
+        method = a3.radio(
+            "Map",
+            list(MAP_METHODS),
+            horizontal=True,
+            key="form_method",
+            help=(
+                "barycentric: T_i(x) averages reference samples with the entropic plan's "
+                "weights; neural: a generator trained on the same OTDD cost (slower; the "
+                "OTDD maps page can fit the other one too and compare them)."
+            ),
+        )
+        budget = a4.selectbox(
+            "Neural budget",
+            list(NEURAL_PRESET_NAMES),
+            key="form_budget",
+            help="tiny: seconds on small data; cpu: minutes per map at 32×32; paper: GPU.",
+        )
+    return {"epsilon": epsilon, "seed": seed, "method": method, "budget": budget}
+
+
+def apply_form(
+    model: SessionModel, options: dict[str, DatasetChoice], values: dict[str, Any]
+) -> None:
+    """Apply the submitted form: the new scenario once its datasets load, else an error
+    and the current scenario kept."""
+    scenario = model.scenario
+    target = options[values["target_tok"]]
+    if target.source == "registry":
+        target = dataclasses.replace(target, split=values["target_split"])
+    try:
+        # the datasets load before the scenario replaces the session's: one that cannot
+        # work here leaves the working scenario in place
+        scenario_new = Scenario(
+            target=target,
+            references=tuple(options[t] for t in values["ref_toks"]),
+            n_target=int(values["n_target"]),
+            n_reference=int(values["n_ref"]),
+            few_shot=FewShotOptions(
+                enabled=bool(values["few"]), k=int(values["k"]), n_neighbors=int(values["nn"])
+            ),
+            image_size=int(values["image_size"]),
+            channels=scenario.channels,
+            epsilon=float(values["epsilon"]),
+            seed=int(values["seed"]),
+            map_method=values["method"],
+            neural_preset=values["budget"],
+            features=values["features"],
+            encoder_preset=model.settings.encoder_preset,
+        )
+        with st.spinner("Loading the scenario's datasets…"):
+            dataset_services.apply_scenario(model, scenario_new)
+    except Exception as err:  # a sentence for the visitor; tracebacks go to the log
+        widgets.show_error(err, "The scenario was not applied (the current one is kept)")
+    else:
+        reset_form()
+        st.rerun()
+
+
 def scenario_form(model: SessionModel) -> None:
     scenario = model.scenario
     options = dataset_services.choice_options(model)
-    tokens = list(options)
     # the widgets take their values from session state (no defaults passed): written here
     # whenever the scenario changed outside the form (preset, epsilon on the Maps page)
     sync_form_state(st.session_state, scenario, form_values(scenario), marker=FORM_SYNCED)
     with st.form("scenario_form"):
-        c1, c2 = st.columns([2, 3])
-        target_tok = c1.selectbox(
-            "Target dataset Q",
-            tokens,
-            format_func=lambda t: dataset_services.choice_caption(options[t]),
-            key="form_target",
-        )
-        target_split = c1.radio(
-            "Split of Q",
-            ["train", "test"],
-            horizontal=True,
-            key="form_split",
-            help="Registry datasets only; use the test split to keep Q disjoint from a reference.",
-        )
-        ref_toks = c2.multiselect(
-            "Reference datasets P_i (at least 2)",
-            tokens,
-            format_func=lambda t: dataset_services.choice_caption(options[t]),
-            key="form_refs",
-        )
-        c3, c4, c5 = st.columns(3)
-        n_target = c3.number_input(
-            "Samples in Q", min_value=10, max_value=100_000, step=100, key="form_nq"
-        )
-        n_ref = c4.number_input(
-            "Samples per reference", min_value=10, max_value=100_000, step=100, key="form_np"
-        )
-        image_size = c5.selectbox(
-            "Common image size",
-            SIZES,
-            key="form_size",
-            help="Images are resized to size×size (harmonize); ignored for vector data.",
-        )
-        c6, c7, c8 = st.columns(3)
-        few = c6.checkbox(
-            "Few-shot target",
-            key="form_few",
-            help="Keep k labels per class of Q and pseudo-label the rest with a kNN classifier.",
-        )
-        k = c7.number_input("k labels per class", min_value=1, max_value=1000, key="form_k")
-        nn = c8.number_input("kNN neighbours", min_value=1, max_value=50, key="form_nn")
-        with st.expander("Advanced"):
-            a1, a2 = st.columns(2)
-            epsilon = a1.number_input(
-                "Entropic ε (relative to mean cost)",
-                min_value=0.0001,
-                max_value=10.0,
-                step=0.0005,
-                format="%.4f",
-                key="form_eps",
-                help=(
-                    f"ε_abs = ε × mean(‖x − x′‖² + W₂²). Default {DEFAULT_EPSILON:g}: sharp maps "
-                    "(a few reference samples per mapped point); 0.05 averages about half the "
-                    "reference (blurred maps). Also on the OTDD maps page."
-                ),
-            )
-            seed = a2.number_input("Seed", min_value=0, max_value=2**31 - 1, key="form_seed")
-            a3, a4 = st.columns(2)
-            method = a3.radio(
-                "Map",
-                list(MAP_METHODS),
-                horizontal=True,
-                key="form_method",
-                help=(
-                    "barycentric: T_i(x) averages reference samples with the entropic plan's "
-                    "weights; neural: a generator trained on the same OTDD cost (slower; the "
-                    "OTDD maps page can fit the other one too and compare them)."
-                ),
-            )
-            budget = a4.selectbox(
-                "Neural budget",
-                list(NEURAL_PRESET_NAMES),
-                key="form_budget",
-                help="tiny: seconds on small data; cpu: minutes per map at 32×32; paper: GPU.",
-            )
-        features = c1.selectbox(
+        first_column, values = dataset_widgets(options)
+        values |= sample_widgets()
+        values |= advanced_widgets()
+        values["features"] = first_column.selectbox(
             "Feature space of the costs",
             list(dataset_services.feature_space_names()),
             key="form_features",
@@ -142,34 +208,7 @@ def scenario_form(model: SessionModel) -> None:
     if note:
         st.caption(note)
     if submitted:
-        target = options[target_tok]
-        if target.source == "registry":
-            target = dataclasses.replace(target, split=target_split)
-        try:
-            # the datasets load before the scenario replaces the session's: one that cannot
-            # work here leaves the working scenario in place
-            scenario_new = Scenario(
-                target=target,
-                references=tuple(options[t] for t in ref_toks),
-                n_target=int(n_target),
-                n_reference=int(n_ref),
-                few_shot=FewShotOptions(enabled=bool(few), k=int(k), n_neighbors=int(nn)),
-                image_size=int(image_size),
-                channels=scenario.channels,
-                epsilon=float(epsilon),
-                seed=int(seed),
-                map_method=method,
-                neural_preset=budget,
-                features=features,
-                encoder_preset=model.settings.encoder_preset,
-            )
-            with st.spinner("Loading the scenario's datasets…"):
-                dataset_services.apply_scenario(model, scenario_new)
-        except Exception as err:  # a sentence for the visitor; tracebacks go to the log
-            widgets.show_error(err, "The scenario was not applied (the current one is kept)")
-        else:
-            reset_form()
-            st.rerun()
+        apply_form(model, options, values)
 
 
 def reset_form() -> None:

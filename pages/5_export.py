@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import streamlit as st
 
@@ -12,6 +13,7 @@ from geoviz.app.services import export as export_services
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.services.errors import error_text
 from geoviz.app.state import SessionModel
+from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import ExportExistsError, GeovizError
 from geoviz.export import (
     DEFAULT_HARD_LABEL_RULE,
@@ -20,6 +22,7 @@ from geoviz.export import (
     format_description,
     load_snippet,
 )
+from geoviz.geodesic.result import GeodesicResult
 from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.images import as_display_images, image_grid, soft_label_captions
@@ -44,15 +47,9 @@ def intervals_note(boot: GeodesicBootstrap | None, error: BaseException | None) 
         st.caption("The bootstrap intervals are being computed; the file will carry them.")
 
 
-def main(model: SessionModel) -> None:
-    st.title("5 · Export")
-    st.markdown(
-        r"Write samples of $P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ with their soft labels "
-        "and a checksummed manifest."
-    )
-    result = widgets.geodesic_with_status(model)
-    if result is None:
-        return
+def weights_choice(model: SessionModel, result: GeodesicResult) -> SimplexWeights:
+    """The weights to write: ``a_hat``, or the ones picked on page 3 (shown with their
+    objective)."""
     names = list(result.reference_names)
     picked = model.picked_weights(result.m)
     options = [f"{glossary.A_HAT} (projection of Q onto the geodesic)", "picked a (page 3)"]
@@ -76,7 +73,22 @@ def main(model: SessionModel) -> None:
         f"{glossary.OBJECTIVE} = "
         f"{float(result.objective(weights)):.4g}"
     )
+    return weights
 
+
+class ExportChoice(NamedTuple):
+    """What the visitor chose to write: how many samples, the format, the subsample's
+    seed, and the hard-label rule with its seed."""
+
+    n: int
+    fmt: str
+    seed: int
+    rule: str
+    label_seed: int
+
+
+def export_choice(result: GeodesicResult) -> ExportChoice:
+    """The widgets of the sample count, the format and the hard-label rule."""
     n_max = result.target.n_samples
     images = result.image_shape is not None
     c1, c2, c3 = st.columns(3)
@@ -106,14 +118,11 @@ def main(model: SessionModel) -> None:
         "argmax favours references with large weights. Recorded in the manifest.",
     )
     label_seed = int(r2.number_input("Hard-label seed", 0, 10_000, 0, key="export_label_seed"))
-    try:
-        pa = geodesic_services.interpolation(
-            model.scenario, result, weights, n=None if n >= n_max else n, seed=seed
-        )
-    except GeovizError as err:
-        widgets.show_error(err)
-        return
+    return ExportChoice(n, fmt, seed, rule, label_seed)
 
+
+def preview(result: GeodesicResult, pa: SoftLabeledDataset, choice: ExportChoice) -> None:
+    """The first samples of ``P_a``, its hard labels per reference and its metadata."""
     st.subheader("Preview")
     if pa.image_shape is not None:
         k = min(20, pa.n_samples)
@@ -129,10 +138,17 @@ def main(model: SessionModel) -> None:
         if isinstance(pa.metadata.get("grey_note"), str):  # a colour target of grey references
             st.caption(markdown_literal(pa.metadata["grey_note"]))
     st.markdown("**Hard labels per reference** (share of samples vs the weights a)")
-    st.dataframe(hard_label_shares(result, pa, rule, label_seed), hide_index=True)
+    st.dataframe(hard_label_shares(result, pa, choice.rule, choice.label_seed), hide_index=True)
     with st.expander("Metadata written with the data"):
         st.json(json.loads(json.dumps(pa.metadata, default=str)))
 
+
+def download(
+    model: SessionModel, result: GeodesicResult, pa: SoftLabeledDataset, choice: ExportChoice
+) -> tuple[GeodesicBootstrap | None, BaseException | None]:
+    """The file to download (prepared on a click); returns the bootstrap the manifest
+    carries and why it is missing."""
+    fmt, rule, label_seed = choice.fmt, choice.rule, choice.label_seed
     st.subheader("Download")
     # the manifest carries the bootstrap intervals the Geodesic page showed (its explorer's
     # bootstrap, started here if no page asked for it yet), as `geoviz project --out` does
@@ -170,7 +186,18 @@ def main(model: SessionModel) -> None:
         )
         st.markdown("Load it back with:")
         st.code(load_snippet(fmt, filename), language="python")
+    return boot, boot_error
 
+
+def save_to_folder(
+    model: SessionModel,
+    result: GeodesicResult,
+    pa: SoftLabeledDataset,
+    choice: ExportChoice,
+    boot: GeodesicBootstrap | None,
+    boot_error: BaseException | None,
+) -> None:
+    """Writing under the operator's export folder, when the server allows it."""
     st.subheader("Save to a folder on the server")
     root = model.settings.export_root
     if root is None:
@@ -193,11 +220,11 @@ def main(model: SessionModel) -> None:
             res = export_services.save_export(
                 export_services.with_intervals(pa, boot),
                 root,
-                fmt,
+                choice.fmt,
                 subfolder=sub,
                 overwrite=overwrite,
-                rule=rule,
-                seed=label_seed,
+                rule=choice.rule,
+                seed=choice.label_seed,
             )
         except ExportExistsError:
             st.error(
@@ -213,6 +240,34 @@ def main(model: SessionModel) -> None:
                 + ", ".join(markdown_literal(p) for p in shown)
                 + " in the server's export folder."
             )
+
+
+def main(model: SessionModel) -> None:
+    st.title("5 · Export")
+    st.markdown(
+        r"Write samples of $P_a = \big(\sum_i a_i T_i\big)_\sharp Q$ with their soft labels "
+        "and a checksummed manifest."
+    )
+    result = widgets.geodesic_with_status(model)
+    if result is None:
+        return
+    weights = weights_choice(model, result)
+    choice = export_choice(result)
+    n_max = result.target.n_samples
+    try:
+        pa = geodesic_services.interpolation(
+            model.scenario,
+            result,
+            weights,
+            n=None if choice.n >= n_max else choice.n,
+            seed=choice.seed,
+        )
+    except GeovizError as err:
+        widgets.show_error(err)
+        return
+    preview(result, pa, choice)
+    boot, boot_error = download(model, result, pa, choice)
+    save_to_folder(model, result, pa, choice, boot, boot_error)
 
 
 with widgets.app_page("5 · Export") as model:
