@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from geoviz.backend import CacheCorruptWarning, DiskCache
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.maps.barycentric import BarycentricMap
+from geoviz.ot import otdd_batches
 from geoviz.ot.otdd import OTDDConfig, otdd
 from geoviz.ot.otdd_batches import BatchSolve, batch_rows
 
@@ -25,8 +25,6 @@ def _blobs(n: int, seed: int, name: str) -> LabeledDataset:
     return LabeledDataset(x.astype(np.float32), y, ("a", "b", "c"), name=name)
 
 
-# the module, not the function geoviz.ot re-exports under the same name
-batches_module = importlib.import_module("geoviz.ot.otdd_batches")
 Q, P = _blobs(90, 0, "Q"), _blobs(80, 1, "P")
 BATCHED = OTDDConfig(batch_size=25, reference_subsample=40, epsilon=0.01)
 
@@ -47,6 +45,21 @@ def test_batches_are_a_seeded_partition_of_the_target():
     assert [len(r) for r in rows] == [25, 25, 25, 15]
     assert sorted(np.concatenate(rows).tolist()) == list(range(90))
     assert all(np.array_equal(a, b) for a, b in zip(rows, batch_rows(BATCHED, 90), strict=True))
+
+
+def test_the_batches_solve_parts_of_the_one_cost_geometry(monkeypatch):
+    """Issue 44: otdd() builds the whole problem's cost geometry once and every batch
+    solves a part of it (each batch used to build it again)."""
+    built = []
+    real = OTDDConfig.cost_geometry
+
+    def counting(self, *args, **kwargs):
+        built.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(OTDDConfig, "cost_geometry", counting)
+    res = otdd(Q, P, dataclasses.replace(BATCHED, debiased=True), barycentric=True)
+    assert res.n_batches == 4 and len(built) == 1
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +94,7 @@ def test_a_killed_run_resumes_from_its_finished_batches(tmp_path, monkeypatch):
     the rerun computes only the other two and gives the uninterrupted run's values."""
     cache = DiskCache(tmp_path)
     solved: list[int] = []
-    real = batches_module.solve_block
+    real = otdd_batches.solve_block
 
     def dies_on_third(*args, **kwargs):
         solved.append(1)
@@ -89,23 +102,23 @@ def test_a_killed_run_resumes_from_its_finished_batches(tmp_path, monkeypatch):
             raise GeovizError("worker killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(batches_module, "solve_block", dies_on_third)
+    monkeypatch.setattr(otdd_batches, "solve_block", dies_on_third)
     with pytest.raises(GeovizError, match="worker killed"):
         otdd(Q, P, BATCHED, barycentric=True, cache=cache)
-    monkeypatch.setattr(batches_module, "solve_block", real)
+    monkeypatch.setattr(otdd_batches, "solve_block", real)
     counted: list[int] = []
 
     def counting(*args, **kwargs):
         counted.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(batches_module, "solve_block", counting)
+    monkeypatch.setattr(otdd_batches, "solve_block", counting)
     resumed = otdd(Q, P, BATCHED, barycentric=True, cache=cache)
     assert len(counted) == 2  # batches 3 and 4; 1 and 2 came from the cache
-    monkeypatch.setattr(batches_module, "solve_block", real)
+    monkeypatch.setattr(otdd_batches, "solve_block", real)
     _same(resumed, otdd(Q, P, BATCHED, barycentric=True))
     # the whole result is now cached too: a third run solves nothing
-    monkeypatch.setattr(batches_module, "solve_block", dies_on_third)
+    monkeypatch.setattr(otdd_batches, "solve_block", dies_on_third)
     solved.clear()
     otdd(Q, P, BATCHED, barycentric=True, cache=cache)
     assert solved == []
@@ -153,18 +166,18 @@ def test_a_killed_barycentric_fit_resumes_from_its_finished_batches(tmp_path, mo
     cache = DiskCache(tmp_path)
     uninterrupted = BarycentricMap(BATCHED, cache=DiskCache(enabled=False)).fit(Q, P)
     solved = _count_batch_solves(monkeypatch)
-    real = batches_module.solve_block
+    real = otdd_batches.solve_block
 
     def dies_on_third(*args, **kwargs):
         if len(solved) == 3:
             raise GeovizError("worker killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(batches_module, "solve_block", dies_on_third)
+    monkeypatch.setattr(otdd_batches, "solve_block", dies_on_third)
     with pytest.raises(GeovizError, match="worker killed"):
         BarycentricMap(BATCHED, cache=cache).fit(Q, P)
     assert len(list((tmp_path / "otdd_batch").glob("*.pt"))) == 2
-    monkeypatch.setattr(batches_module, "solve_block", real)
+    monkeypatch.setattr(otdd_batches, "solve_block", real)
     solved.clear()
     resumed = BarycentricMap(BATCHED, cache=cache).fit(Q, P)
     assert sorted(solved) == [2, 3]  # batches 1 and 2 came from the cache
