@@ -8,8 +8,8 @@ import io
 
 import torch
 
-import geoviz.backend as backend
 from geoviz.backend import DiskCache
+from geoviz.backend.cache_entries import describe
 
 
 def forge_entry(cache: DiskCache, namespace: str, key: str, mutate, *, sign: str) -> None:
@@ -22,7 +22,7 @@ def forge_entry(cache: DiskCache, namespace: str, key: str, mutate, *, sign: str
     envelope = torch.load(io.BytesIO(path.read_bytes()[64:]), weights_only=True)
     mutate(envelope)
     if sign == "secret+structure":
-        envelope["structure"] = backend._describe(envelope["payload"], namespace, key)
+        envelope["structure"] = describe(envelope["payload"], namespace, key)
     buf = io.BytesIO()
     torch.save(envelope, buf)
     body = buf.getvalue()

@@ -43,9 +43,6 @@ import numpy as np
 import torch
 
 from geoviz.backend.cache_entries import ArraySpec, Payload, ValueSpec
-
-# internals that tests reach through geoviz.backend (forged entries, the old keys' formula)
-from geoviz.backend.cache_entries import _describe as _describe
 from geoviz.backend.disk_cache import CACHE_SECRET_NAME, CacheCorruptWarning, DiskCache
 from geoviz.backend.keys import (
     CACHE_FORMAT_VERSION,
@@ -56,6 +53,8 @@ from geoviz.backend.keys import (
     fingerprint,
     jsonable,
 )
+
+# an internal that tests reach through geoviz.backend (the old keys' formula)
 from geoviz.backend.keys import _canonical as _canonical
 from geoviz.backend.settings import (
     EmbeddingMethod,

@@ -1,12 +1,12 @@
 """What a :class:`~geoviz.backend.DiskCache` entry holds, and how a read of one is checked.
 
 An entry is an envelope ``{"namespace", "key", "version", "structure", "payload"}``: the
-payload made storable (:func:`_to_storable`: arrays as CPU tensors), and its structure
-(:func:`_describe`: keys, and per array its dtype, shape, finiteness and a checksum bound
+payload made storable (:func:`to_storable`: arrays as CPU tensors), and its structure
+(:func:`describe`: keys, and per array its dtype, shape, finiteness and a checksum bound
 to the entry). A read is refused, in words, when the envelope is not this entry of this
-version (:func:`_envelope_problem`), when the payload no longer matches its recorded
+version (:func:`envelope_problem`), when the payload no longer matches its recorded
 structure (:func:`_structure_problem`), or when it does not meet what the caller expects
-(:func:`_expect_problem` against :class:`ArraySpec` / :data:`ValueSpec`).
+(:func:`expect_problem` against :class:`ArraySpec` / :data:`ValueSpec`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ import torch
 
 from geoviz.backend.keys import CACHE_FORMAT_VERSION
 
-__all__ = ["ArraySpec", "Payload", "ValueSpec"]
+__all__ = [
+    "ArraySpec",
+    "Payload",
+    "ValueSpec",
+    "describe",
+    "envelope_problem",
+    "expect_problem",
+    "to_storable",
+]
 
 Payload = dict[str, Any]
 
@@ -55,7 +63,7 @@ ValueSpec = ArraySpec | type | tuple[type, ...]
 _ENVELOPE_FIELDS = frozenset({"namespace", "key", "version", "structure", "payload"})
 
 
-def _envelope_problem(stored: Any, namespace: str, key: str) -> str | None:
+def envelope_problem(stored: Any, namespace: str, key: str) -> str | None:
     """Why ``stored`` is not the entry ``namespace/key`` of this format, or None if it is."""
     if not isinstance(stored, dict) or not {"namespace", "key", "version"} <= set(stored):
         return "it is not a geoviz cache entry of this version"
@@ -68,7 +76,7 @@ def _envelope_problem(stored: Any, namespace: str, key: str) -> str | None:
     if not isinstance(stored["payload"], dict):
         return "its payload is not a dictionary"
     return _structure_problem(
-        stored["structure"], _describe(stored["payload"], str(namespace), str(key)), ""
+        stored["structure"], describe(stored["payload"], str(namespace), str(key)), ""
     )
 
 
@@ -90,7 +98,7 @@ def _leaf_checksum(
     return hasher.hexdigest()[:32]
 
 
-def _describe(obj: Any, namespace: str, key: str, where: str = "") -> Any:
+def describe(obj: Any, namespace: str, key: str, where: str = "") -> Any:
     """The structure of a storable payload: keys, and per array its dtype, shape, whether it
     is finite and a checksum bound to ``namespace``/``key``/``where`` (per plain value its
     type and a checksum)."""
@@ -105,10 +113,10 @@ def _describe(obj: Any, namespace: str, key: str, where: str = "") -> Any:
         return {"array": [str(obj.dtype), list(obj.shape), _all_finite(obj), checksum]}
     if isinstance(obj, dict):
         return {
-            "dict": {str(k): _describe(v, namespace, key, _join(where, k)) for k, v in obj.items()}
+            "dict": {str(k): describe(v, namespace, key, _join(where, k)) for k, v in obj.items()}
         }
     if isinstance(obj, (list, tuple)):
-        return {"list": [_describe(v, namespace, key, _join(where, i)) for i, v in enumerate(obj)]}
+        return {"list": [describe(v, namespace, key, _join(where, i)) for i, v in enumerate(obj)]}
     text = repr(obj)
     finite = not isinstance(obj, float) or bool(np.isfinite(obj))
     return {
@@ -181,7 +189,7 @@ def _structure_problem(recorded: Any, actual: Any, where: str) -> str | None:
     return None
 
 
-def _expect_problem(payload: Payload, expect: Mapping[str, ValueSpec] | None) -> str | None:
+def expect_problem(payload: Payload, expect: Mapping[str, ValueSpec] | None) -> str | None:
     """Why ``payload`` does not meet the caller's ``expect``, or None."""
     if not expect:
         return None
@@ -227,7 +235,7 @@ def _shape_problem(
     return None
 
 
-def _to_storable(obj: Any) -> Any:
+def to_storable(obj: Any) -> Any:
     """numpy arrays -> CPU tensors (weights_only loading accepts tensors, not ndarrays)."""
     if isinstance(obj, np.ndarray):
         arr = np.ascontiguousarray(obj)
@@ -246,7 +254,7 @@ def _to_storable(obj: Any) -> Any:
             tensor = tensor.clone()
         return tensor
     if isinstance(obj, Mapping):
-        return {str(k): _to_storable(v) for k, v in obj.items()}
+        return {str(k): to_storable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_to_storable(v) for v in obj]
+        return [to_storable(v) for v in obj]
     return obj

@@ -27,10 +27,10 @@ from geoviz.atomic import atomic_write_bytes
 from geoviz.backend.cache_entries import (
     Payload,
     ValueSpec,
-    _describe,
-    _envelope_problem,
-    _expect_problem,
-    _to_storable,
+    describe,
+    envelope_problem,
+    expect_problem,
+    to_storable,
 )
 from geoviz.backend.keys import CACHE_FORMAT_VERSION, cache_key
 from geoviz.backend.settings import default_cache_dir
@@ -222,7 +222,7 @@ class DiskCache:
             return None
         stored, problem = self._read(raw, namespace, key)
         if problem is None:
-            problem = _expect_problem(stored["payload"], expect)
+            problem = expect_problem(stored["payload"], expect)
         if problem is None and check is not None:
             try:
                 check(stored["payload"])
@@ -258,19 +258,19 @@ class DiskCache:
             stored = torch.load(io.BytesIO(body), weights_only=True)
         except Exception:  # any unpickling failure means a corrupt entry
             return None, "it cannot be read"
-        return stored, _envelope_problem(stored, namespace, key)
+        return stored, envelope_problem(stored, namespace, key)
 
     def store(self, namespace: str, key: str, payload: Payload) -> Path | None:
         """Atomically write ``payload`` (a dict of tensors/arrays/plain values)."""
         if not self.enabled:
             return None
         path = self.path_for(namespace, key)
-        storable = _to_storable(payload)
+        storable = to_storable(payload)
         envelope = {
             "namespace": str(namespace),
             "key": str(key),
             "version": CACHE_FORMAT_VERSION,
-            "structure": _describe(storable, str(namespace), str(key)),
+            "structure": describe(storable, str(namespace), str(key)),
             "payload": storable,
         }
         buf = io.BytesIO()
@@ -310,7 +310,7 @@ class DiskCache:
         with self._lock:
             self.misses_ += 1
         # normalise so a miss returns exactly what a later hit will (tensors, not ndarrays)
-        payload = _to_storable(compute())
+        payload = to_storable(compute())
         self.store(namespace, key, payload)
         return payload
 
