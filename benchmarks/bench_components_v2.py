@@ -1,6 +1,6 @@
 """Should the explorer move to Streamlit components v2? (issue 35, item 6)
 
-The app's explorer is a components-v1 iframe (``geoviz.app.explorer.component._component``:
+The app's explorer is a components-v1 iframe (``geoviz.app.explorer_host.component._component``:
 ``index.html`` + ``streamlit.js``, the v1 postMessage protocol written by hand, with issue 32's
 sanitising guard). Streamlit >= 1.51 also has ``st.components.v2.component(name, html=, css=,
 js=)``: no iframe, the JS is an ES module (run from a blob URL) whose default export gets
@@ -12,7 +12,7 @@ This script writes a minimal multipage Streamlit app into a temp dir (never into
 with the same payload (the default scenario's geodesic and embedding payloads as the app
 builds them, ``--n`` samples per dataset) drawn four ways:
 
-* ``v1``: the app's real v1 component (``_component`` from ``geoviz.app.explorer.component``:
+* ``v1``: the app's real v1 component (``_component`` from ``geoviz.app.explorer_host.component``:
   the payload as bytes args, natively);
 * ``v2``: a v2 component whose js is the explorer's modules joined by
   ``geoviz.explorer.bundle.build_bundle`` with a small v2 host as entry (below); the render
@@ -197,7 +197,7 @@ def show(event, variant):
 V1_PY = """
 from common import load, show
 from v1component import _component  # the app's v1 component, on the frontend snapshot
-import geoviz.app.explorer.component  # noqa: F401  (the app's module, as the app imports it)
+import geoviz.app.explorer_host.component  # noqa: F401  (the app's module, as the app imports it)
 import streamlit as st
 
 payload, emb, meta = load()
@@ -212,7 +212,7 @@ _component(
 """
 
 V1_COMPONENT_PY = """
-\"\"\"The app's v1 component (as geoviz.app.explorer.component declares it) on the snapshot.\"\"\"
+\"\"\"The app's v1 component (as geoviz.app.explorer_host.component declares it) on the snapshot.\"\"\"
 from pathlib import Path
 
 import streamlit.components.v1 as components
@@ -225,7 +225,7 @@ _component = components.declare_component(
 V2_PY = """
 import base64, json, struct
 from common import load, show
-import geoviz.app.explorer.component  # noqa: F401  (the same imports as the v1 page)
+import geoviz.app.explorer_host.component  # noqa: F401  (the same imports as the v1 page)
 from v2component import explorer_v2
 import streamlit as st
 
@@ -283,7 +283,7 @@ def _prepare(tmp: Path, n: int, cache_dir: Path, rev: str) -> dict[str, Any]:
     """The default scenario's payloads as the app builds them, the pages and the v2 bundle."""
     os.environ["GEOVIZ_CACHE_DIR"] = str(cache_dir)
     os.environ.setdefault("GEOVIZ_EMBEDDING", "pca")
-    from geoviz.app.explorer.service import embedding_payload, geodesic_payload
+    from geoviz.app.explorer_host.service import embedding_payload, geodesic_payload
     from geoviz.app.services import datasets as dataset_services
     from geoviz.app.services import geodesic as geodesic_services
     from geoviz.app.state import SessionModel, default_scenario
