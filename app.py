@@ -18,7 +18,7 @@ import streamlit as st
 from geoviz import glossary
 from geoviz.app import widgets
 from geoviz.app.services import geodesic as geodesic_services
-from geoviz.app.state import SessionModel
+from geoviz.app.session import SessionModel
 
 STEPS = (
     ("pages/1_datasets.py", "Pick the target Q and the references P_i, or load a preset."),

@@ -286,7 +286,8 @@ def _prepare(tmp: Path, n: int, cache_dir: Path, rev: str) -> dict[str, Any]:
     from geoviz.app.explorer_host.service import embedding_payload, geodesic_payload
     from geoviz.app.services import datasets as dataset_services
     from geoviz.app.services import geodesic as geodesic_services
-    from geoviz.app.state import SessionModel, default_scenario
+    from geoviz.app.session import SessionModel
+    from geoviz.app.settings import default_scenario
     from geoviz.explorer.bundle import FRONTEND, build_bundle
 
     model = SessionModel({})

@@ -1,7 +1,7 @@
 """Bounds on every size a user, a link or a file can ask for: one place, one check each.
 
 The app's form, a shared link (``?scenario=`` token), the CLI and the library all build
-their values through the same constructors (:class:`geoviz.app.state.Scenario`,
+their values through the same constructors (:class:`geoviz.app.scenario.Scenario`,
 :class:`geoviz.geodesic.pipeline.GeodesicConfig`, :class:`geoviz.ot.otdd.OTDDConfig`,
 the loaders), and those constructors check against the constants below. A value outside
 its range is a :class:`~geoviz.errors.GeovizError` that names the value, the range and

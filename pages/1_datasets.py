@@ -9,22 +9,17 @@ import numpy as np
 import streamlit as st
 
 from geoviz.app import widgets
+from geoviz.app.scenario import Scenario
 from geoviz.app.services import datasets as dataset_services
-from geoviz.app.state import (
-    MAP_METHODS,
-    NEURAL_PRESET_NAMES,
-    FewShotOptions,
-    Scenario,
-    SessionModel,
-    preset_scenarios,
-    sync_form_state,
-)
-from geoviz.data.choice import DatasetChoice
+from geoviz.app.session import SessionModel, sync_form_state
+from geoviz.app.settings import preset_scenarios
+from geoviz.data.choice import DatasetChoice, FewShotOptions
 from geoviz.errors import GeovizError
 from geoviz.ot.otdd import DEFAULT_EPSILON
 from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
 from geoviz.viz.plots import class_histograms, otdd_heatmap, point_set, scatter_sets
 from geoviz.viz.report import markdown_literal
+from geoviz.vocabulary import MAP_METHODS, NEURAL_PRESET_NAMES
 
 SIZES = [16, 28, 32, 64]
 FORM_SYNCED = "geoviz_form_synced"  # key of the scenario the form widgets were last written from

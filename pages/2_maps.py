@@ -13,9 +13,10 @@ import streamlit as st
 
 from geoviz import glossary
 from geoviz.app import widgets
+from geoviz.app.scenario import epsilon_choices
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.services import maps as map_services
-from geoviz.app.state import MAP_METHODS, NEURAL_PRESET_NAMES, SessionModel, epsilon_choices
+from geoviz.app.session import SessionModel
 from geoviz.errors import GeovizError
 from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
 from geoviz.viz.compare import side_by_side_scatter
@@ -47,6 +48,7 @@ from geoviz.viz.report import (
     plan_neighbours_table,
     plotly_literal,
 )
+from geoviz.vocabulary import MAP_METHODS, NEURAL_PRESET_NAMES
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator

@@ -11,7 +11,7 @@ from geoviz import glossary
 from geoviz.app import widgets
 from geoviz.app.explorer_host.component import geodesic_explorer
 from geoviz.app.services import geodesic as geodesic_services
-from geoviz.app.state import SessionModel
+from geoviz.app.session import SessionModel
 from geoviz.errors import GeovizError
 from geoviz.geodesic.weights import SimplexWeights, format_weights
 from geoviz.viz.compare import mixup_comparison

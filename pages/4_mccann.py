@@ -11,7 +11,7 @@ import streamlit as st
 
 from geoviz.app import widgets
 from geoviz.app.explorer_host.component import mccann_explorer
-from geoviz.app.state import SessionModel
+from geoviz.app.session import SessionModel
 from geoviz.viz.report import markdown_literal
 
 T_KEY = "mc_t"

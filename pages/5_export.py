@@ -12,7 +12,7 @@ from geoviz.app import widgets
 from geoviz.app.services import export as export_services
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.services.errors import error_text
-from geoviz.app.state import SessionModel
+from geoviz.app.session import SessionModel
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import ExportExistsError, GeovizError
 from geoviz.export import (

@@ -28,7 +28,7 @@ from geoviz.app.services.stored_evidence import (
     stored_studies,
     table1_provenance,
 )
-from geoviz.app.state import SessionModel
+from geoviz.app.session import SessionModel
 from geoviz.geodesic.weights import format_weights
 from geoviz.isolation import WorkerExitedError
 from geoviz.nn.training import PRESETS

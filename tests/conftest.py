@@ -72,6 +72,7 @@ FAST_FILES: frozenset[str] = frozenset(
         "test_app_state.py",
         # the code's shape and words
         "test_layers.py",
+        "test_one_face.py",
         "test_budget.py",
         "test_limits.py",
         "test_glossary.py",

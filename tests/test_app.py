@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from geoviz.app.state import DatasetChoice, Scenario, SessionModel
+from geoviz.app.scenario import Scenario
+from geoviz.app.session import SessionModel
+from geoviz.data.choice import DatasetChoice
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 150
@@ -499,7 +501,7 @@ def test_four_references_release_four_weights():
 
 
 def test_two_dimensional_preset_shows_datasets_and_mixup_comparison():
-    from geoviz.app.state import AppSettings, preset_scenarios
+    from geoviz.app.settings import AppSettings, preset_scenarios
 
     scenario = preset_scenarios(AppSettings(n_default=N))["2-D Gaussian mixtures"]
     at = _with_scenario(scenario, "pages/3_geodesic.py")
@@ -515,7 +517,7 @@ def test_two_dimensional_preset_shows_datasets_and_mixup_comparison():
 
 
 def test_few_shot_target_reports_pseudo_labels_and_fits():
-    from geoviz.app.state import FewShotOptions
+    from geoviz.data.choice import FewShotOptions
 
     scenario = Scenario(
         target=DatasetChoice("mnist", split="test"),
@@ -587,7 +589,7 @@ def _form_state(at) -> dict:
 
 
 def test_load_preset_after_apply_updates_the_form_and_apply_keeps_the_preset():
-    from geoviz.app.state import AppSettings, preset_scenarios
+    from geoviz.app.settings import AppSettings, preset_scenarios
 
     at = _app()
     # own choices: Q = USPS, references MNIST and KMNIST, 60 samples each

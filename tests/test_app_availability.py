@@ -14,17 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from geoviz.app.links import scenario_to_token
+from geoviz.app.scenario import Scenario
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services.datasets import apply_scenario, unavailable_note
-from geoviz.app.state import (
-    AppSettings,
-    DatasetChoice,
-    Scenario,
-    SessionModel,
-    default_scenario,
-    scenario_to_token,
-)
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import AppSettings, default_scenario
 from geoviz.data import registry, torchvision_sets
+from geoviz.data.choice import DatasetChoice
 from geoviz.errors import GeovizError
 
 ROOT = Path(__file__).resolve().parents[1]

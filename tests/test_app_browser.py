@@ -22,7 +22,7 @@ from geoviz.app.browser import (
     released_t,
     released_weights,
 )
-from geoviz.app.state import SessionModel
+from geoviz.app.session import SessionModel
 from geoviz.errors import GeovizError, WeightsError
 from geoviz.geodesic.weights import SimplexWeights
 

@@ -16,15 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from geoviz.app.links import scenario_to_token
+from geoviz.app.scenario import Scenario
 from geoviz.app.services import datasets as dataset_services
-from geoviz.app.state import (
-    AppSettings,
-    DatasetChoice,
-    Scenario,
-    SessionModel,
-    scenario_to_token,
-)
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import AppSettings
 from geoviz.data import torchvision_sets
+from geoviz.data.choice import DatasetChoice
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 120

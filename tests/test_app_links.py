@@ -19,19 +19,14 @@ import numpy as np
 import pytest
 
 from geoviz import limits
+from geoviz.app.links import scenario_from_token, scenario_to_token
+from geoviz.app.scenario import Scenario, served_path
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import export as export_services
 from geoviz.app.services.errors import error_text
-from geoviz.app.state import (
-    AppSettings,
-    DatasetChoice,
-    Scenario,
-    SessionModel,
-    default_scenario,
-    scenario_from_token,
-    scenario_to_token,
-    served_path,
-)
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import AppSettings, default_scenario
+from geoviz.data.choice import DatasetChoice
 from geoviz.errors import DatasetError, GeovizError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,7 +250,8 @@ def test_export_folder_stays_inside_the_root(tmp_path):
 _PEAK = """
 import json, resource, sys
 from geoviz.app.services import datasets as dataset_services
-from geoviz.app.state import AppSettings, SessionModel
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import AppSettings
 settings = AppSettings(n_default=200)
 if sys.argv[1] == "default":
     model = SessionModel({}, settings)
@@ -302,7 +298,7 @@ def test_hostile_links_stay_within_500_mb_of_the_default_scenario(tmp_path):
 
 
 def test_link_weights_text_is_bounded():
-    from geoviz.app.state import weights_from_text
+    from geoviz.app.links import weights_from_text
     from geoviz.errors import WeightsError
 
     with pytest.raises(WeightsError, match="characters"):

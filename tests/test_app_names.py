@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from geoviz.app.state import AppSettings, DatasetChoice, Scenario, scenario_to_token
+from geoviz.app.links import scenario_to_token
+from geoviz.app.scenario import Scenario
+from geoviz.app.settings import AppSettings
+from geoviz.data.choice import DatasetChoice
 from geoviz.viz.report import markdown_literal, plotly_literal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,7 +191,7 @@ def test_an_upload_name_in_a_link_is_text_in_the_error_box(small_app):
     text."""
     from streamlit.testing.v1 import AppTest
 
-    from geoviz.app.state import SessionModel
+    from geoviz.app.session import SessionModel
 
     base = _hostile_scenario()
     name = f"{IMAGE} {LINK}.npz"

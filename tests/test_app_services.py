@@ -11,7 +11,8 @@ from geoviz.app.services import embeddings as embedding_services
 from geoviz.app.services import export as export_services
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.services import maps as map_services
-from geoviz.app.state import SessionModel, default_scenario
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import default_scenario
 from geoviz.geodesic.weights import SimplexWeights
 from geoviz.viz.report import (
     NO_PLAN,
@@ -142,7 +143,7 @@ def _fit(model: SessionModel, data, scenario) -> tuple[object, set[str]]:
 def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
     import torch
 
-    from geoviz.app.state import AppSettings, preset_scenarios
+    from geoviz.app.settings import AppSettings, preset_scenarios
     from geoviz.errors import GeovizError
 
     settings = AppSettings(n_default=60, neural_preset="tiny")

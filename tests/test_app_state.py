@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from geoviz.app.state import BackgroundJob, ResultStore
+from geoviz.app.jobs import BackgroundJob, ResultStore
 from geoviz.errors import GeovizError
 
 
@@ -101,7 +101,8 @@ def test_progress_fraction_is_clipped(fraction, expected):
 
 
 def _scenario(**changes):
-    from geoviz.app.state import DatasetChoice, Scenario
+    from geoviz.app.scenario import Scenario
+    from geoviz.data.choice import DatasetChoice
 
     base = Scenario(
         target=DatasetChoice("mnist"),
@@ -113,7 +114,7 @@ def _scenario(**changes):
 
 
 def test_sync_form_state_rewrites_only_when_the_scenario_changed():
-    from geoviz.app.state import sync_form_state
+    from geoviz.app.session import sync_form_state
 
     state: dict = {}
     a = _scenario()
@@ -132,7 +133,7 @@ def test_sync_form_state_rewrites_only_when_the_scenario_changed():
 
 
 def test_describe_shows_actual_counts_and_caps():
-    from geoviz.app.state import DatasetChoice
+    from geoviz.data.choice import DatasetChoice
 
     s = _scenario()
     assert s.describe(is_image=True)[0] == "**Q** (target): mnist, N = 2000"
@@ -152,14 +153,9 @@ def test_describe_shows_actual_counts_and_caps():
 
 
 def test_scenario_token_round_trips_every_preset_and_an_upload():
-    from geoviz.app.state import (
-        DatasetChoice,
-        FewShotOptions,
-        Upload,
-        preset_scenarios,
-        scenario_from_token,
-        scenario_to_token,
-    )
+    from geoviz.app.links import scenario_from_token, scenario_to_token
+    from geoviz.app.settings import preset_scenarios
+    from geoviz.data.choice import DatasetChoice, FewShotOptions, Upload
 
     scenarios = list(preset_scenarios().values())
     up = Upload("my data.npz", b"\x00\x01 not really npz")
@@ -181,7 +177,7 @@ def test_scenario_token_round_trips_every_preset_and_an_upload():
 
 @pytest.mark.parametrize("token", ["", "abc", "eNq1kD1uw", "%%%", "eyJ0YXJnZXQiOjF9"])
 def test_corrupt_scenario_token_is_a_clear_error(token):
-    from geoviz.app.state import scenario_from_token
+    from geoviz.app.links import scenario_from_token
     from geoviz.errors import DatasetError
 
     with pytest.raises(DatasetError, match="scenario"):
@@ -189,7 +185,9 @@ def test_corrupt_scenario_token_is_a_clear_error(token):
 
 
 def test_restore_from_url_keeps_state_on_bad_params_and_reports_why():
-    from geoviz.app.state import SessionModel, default_scenario, scenario_to_token
+    from geoviz.app.links import scenario_to_token
+    from geoviz.app.session import SessionModel
+    from geoviz.app.settings import default_scenario
 
     model = SessionModel({})
     model.set_weights([0.2, 0.3, 0.5])
@@ -230,7 +228,7 @@ def test_scenario_key_is_computed_once_and_changes_with_the_scenario(monkeypatch
     )
 )
 def test_entry_weights_are_on_the_simplex_rounded_and_survive_the_url(values):
-    from geoviz.app.state import (
+    from geoviz.app.links import (
         WEIGHT_KEY_DECIMALS,
         entry_weights,
         weights_from_text,
@@ -254,7 +252,7 @@ def test_entry_weights_are_on_the_simplex_rounded_and_survive_the_url(values):
     [([0.5, 0.5], 3), ([0.5, float("nan"), 0.5], 3), ([0.7, 0.6, -0.3], 3), ([0.2, 0.2, 0.2], 3)],
 )
 def test_entry_weights_reject_bad_input(weights, m):
-    from geoviz.app.state import entry_weights
+    from geoviz.app.links import entry_weights
     from geoviz.errors import WeightsError
 
     with pytest.raises(WeightsError):
@@ -265,7 +263,7 @@ def test_entry_weights_reject_bad_input(weights, m):
 
 
 def test_map_method_is_in_the_key_and_the_url_token():
-    from geoviz.app.state import scenario_from_token, scenario_to_token
+    from geoviz.app.links import scenario_from_token, scenario_to_token
 
     bary = _scenario()
     assert (bary.map_method, bary.neural_preset) == ("barycentric", "cpu")
@@ -294,8 +292,8 @@ def test_old_token_without_the_map_method_decodes_to_the_defaults_and_the_old_ke
     import json
     import zlib
 
+    from geoviz.app import links
     from geoviz.app import scenario as scenarios
-    from geoviz.app import state
 
     scenario = _scenario(seed=4)
     old = scenario.to_dict()
@@ -303,7 +301,7 @@ def test_old_token_without_the_map_method_decodes_to_the_defaults_and_the_old_ke
     del old["map_method"], old["neural_preset"], old["features"], old["encoder_preset"]
     raw = json.dumps(old, sort_keys=True, separators=(",", ":"), default=list)
     token = base64.urlsafe_b64encode(zlib.compress(raw.encode(), 9)).decode().rstrip("=")
-    back = state.scenario_from_token(token)
+    back = links.scenario_from_token(token)
     # it keeps its meaning: pixel space, the default when it was made (issue 33)
     assert back == scenario.with_(features="pixels")
     assert (back.map_method, back.neural_preset) == ("barycentric", "cpu")
@@ -323,7 +321,7 @@ def test_bad_map_method_or_budget_is_rejected(changes, match):
 
 
 def test_neural_budget_from_the_environment():
-    from geoviz.app.state import AppSettings, default_scenario, preset_scenarios
+    from geoviz.app.settings import AppSettings, default_scenario, preset_scenarios
 
     assert AppSettings.from_env({}).neural_preset == "cpu"
     settings = AppSettings.from_env({"GEOVIZ_NEURAL_PRESET": " Tiny "})
@@ -338,7 +336,7 @@ def test_neural_budget_from_the_environment():
 def test_fit_workers_from_the_environment(monkeypatch):
     import os
 
-    from geoviz.app.state import AppSettings
+    from geoviz.app.settings import AppSettings
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
     assert AppSettings.from_env({}).fit_workers_used() == 3  # the cores this process may use
@@ -416,7 +414,8 @@ def test_scenario_keys_keep_their_stored_values():
 
 
 def test_a_detached_model_reads_the_same_scenario_and_does_not_follow_the_session():
-    from geoviz.app.state import SessionModel, default_scenario
+    from geoviz.app.session import SessionModel
+    from geoviz.app.settings import default_scenario
 
     state: dict = {}
     model = SessionModel(state)

@@ -20,9 +20,10 @@ import pytest
 
 from geoviz.app.services import caches as cache_services
 from geoviz.app.services import datasets as dataset_services
-from geoviz.app.settings import AppSettings
-from geoviz.app.state import DatasetChoice, SessionModel, default_scenario
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import AppSettings, default_scenario
 from geoviz.app.uploads import UploadRef, UploadStore, dataset_bytes
+from geoviz.data.choice import DatasetChoice
 from geoviz.data.formats import load_upload
 from geoviz.errors import DatasetError, GeovizError, ResourceError
 

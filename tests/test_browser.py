@@ -430,7 +430,7 @@ def test_every_page_weight_change_and_download(page, server):
 
 def test_load_preset_after_apply_shows_the_preset_in_the_form(page, server):
     """Apply own choices, then Load preset: the form shows the preset, and Apply keeps it."""
-    from geoviz.app.state import scenario_from_token
+    from geoviz.app.links import scenario_from_token
 
     pg = page
     pg.goto(f"{server['url']}/datasets")
@@ -518,7 +518,7 @@ def test_maps_page_compares_barycentric_and_neural_maps(page, server):
     """A neural scenario (tiny budget, 16x16, N = 60): the maps train in the background with
     their stage shown, "Fit the other map" adds the barycentric ones, and both appear side by
     side on the same target points (screenshot ``2_maps_side_by_side.png``)."""
-    from geoviz.app.state import scenario_to_token
+    from geoviz.app.links import scenario_to_token
 
     scenario = _two_references(map_method="neural", neural_preset="tiny")
     pg = page
@@ -567,7 +567,7 @@ def test_hostile_links_and_the_export_folder(page, server, tmp_path):
     sentence and the default scenario; the export folder cannot be left."""
     import json
 
-    from geoviz.app.state import AppSettings, default_scenario
+    from geoviz.app.settings import AppSettings, default_scenario
 
     pg = page
     secret = tmp_path / "secret.npz"
@@ -647,7 +647,8 @@ def _with_bootstrap(pg, frame):
 
 def _two_references(**kwargs):
     """Q = MNIST against USPS and Fashion-MNIST, 60 samples each at 16x16 (m = 2)."""
-    from geoviz.app.state import DatasetChoice, Scenario
+    from geoviz.app.scenario import Scenario
+    from geoviz.data.choice import DatasetChoice
 
     return Scenario(
         target=DatasetChoice("mnist"),
@@ -661,7 +662,8 @@ def _two_references(**kwargs):
 
 def _four_references(name: str):
     """Q and four references drawn from 2-D Gaussian mixtures, named ``name.format(seed)``."""
-    from geoviz.app.state import DatasetChoice, Scenario
+    from geoviz.app.scenario import Scenario
+    from geoviz.data.choice import DatasetChoice
 
     return Scenario(
         target=DatasetChoice("gmm2d", seed=0, options=(("name", "Q"),)),
@@ -692,9 +694,10 @@ def _count_url_changes(pg) -> None:
 
 def _app_result(server, token: str):
     """The geodesic the server computed for the scenario ``token`` (read from its disk cache)."""
+    from geoviz.app.links import scenario_from_token
     from geoviz.app.services import datasets as dataset_services
     from geoviz.app.services import geodesic as geodesic_services
-    from geoviz.app.state import SessionModel, scenario_from_token
+    from geoviz.app.session import SessionModel
 
     old = os.environ.get("GEOVIZ_CACHE_DIR")
     os.environ["GEOVIZ_CACHE_DIR"] = str(Path(server["log"]).parent / "cache")
@@ -821,7 +824,7 @@ def test_explorer_objective_and_mix_at_random_weights(page, server):
 
 
 def _scenario_link(server, scenario, page_path: str = "geodesic") -> str:
-    from geoviz.app.state import scenario_to_token
+    from geoviz.app.links import scenario_to_token
 
     return f"{server['url']}/{page_path}?scenario={scenario_to_token(scenario)}"
 
@@ -870,7 +873,7 @@ def test_explorer_two_and_four_references(page, server):
 
 
 def test_explorer_teaching_preset_scatter_moves_point_by_point(page, server):
-    from geoviz.app.state import AppSettings, preset_scenarios
+    from geoviz.app.settings import AppSettings, preset_scenarios
 
     pg = page
     scenario = preset_scenarios(AppSettings(n_default=200))["2-D Gaussian mixtures"]
@@ -1048,7 +1051,7 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
     default space loads the shipped encoder), pixels and the default picked in the form, a
     drag on the Geodesic page, an export; P_a's images come back through the plans (look at
     the screenshots)."""
-    from geoviz.app.state import scenario_from_token
+    from geoviz.app.links import scenario_from_token
 
     pg = page
     pg.goto(f"{server['url']}/datasets")
@@ -1285,7 +1288,7 @@ def test_explorer_teaching_view_lines_maps_mixup_and_caption(page, server):
     all moving with the pick; the mixup equals the library's; a caption in words; frames stay
     drawn at every pointer move during a drag with everything on (their times are written
     beside the screenshots; the frame-rate target is benchmarks/bench_app.py's)."""
-    from geoviz.app.state import AppSettings, preset_scenarios
+    from geoviz.app.settings import AppSettings, preset_scenarios
     from geoviz.geodesic.mixup import mixup_interpolation
 
     pg = page

@@ -1,5 +1,5 @@
 """The stored-study tables, figure and sentence of the Evidence page (geoviz.viz.study) and
-the service that reads the stored studies (geoviz.app.services.evidence)."""
+the service that reads the stored studies (geoviz.app.services.stored_evidence)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from geoviz.app.services.evidence import load_stored_study, stored_studies
+from geoviz.app.services.stored_evidence import load_stored_study, stored_studies
 from geoviz.errors import GeovizError
 from geoviz.transfer.study import GridStudy
 from geoviz.transfer.study_stats import GridPoint
@@ -245,7 +245,7 @@ def _table1_source() -> dict[str, Any]:
 
 
 def test_each_stored_study_says_its_space_and_n() -> None:
-    from geoviz.app.services.evidence import meta_sentence
+    from geoviz.app.services.stored_evidence import meta_sentence
 
     for stored in stored_studies().studies:
         meta = stored.meta
@@ -271,7 +271,7 @@ def test_a_description_of_another_study_is_one_sentence(tmp_path: Path) -> None:
 
 
 def test_the_stored_table1_is_the_benchmark_output() -> None:
-    from geoviz.app.services.evidence import measured_claim, mixup_sentence
+    from geoviz.app.services.stored_evidence import measured_claim, mixup_sentence
 
     table = stored_studies().table1
     assert table is not None and table.space == "digit box" and table.preprocess == "box"

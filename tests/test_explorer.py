@@ -11,7 +11,8 @@ import pytest
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import embeddings as embedding_services
 from geoviz.app.services import geodesic as geodesic_services
-from geoviz.app.state import SessionModel, default_scenario
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import default_scenario
 from geoviz.explorer import payload as xp
 
 
@@ -148,7 +149,7 @@ def test_payload_is_cached_and_small(fitted):
 
 def test_low_dimensional_payload_moves_every_point(fresh_server):
     from geoviz.app.explorer_host.service import geodesic_payload
-    from geoviz.app.state import AppSettings, preset_scenarios
+    from geoviz.app.settings import AppSettings, preset_scenarios
     from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
 
     model = SessionModel({})

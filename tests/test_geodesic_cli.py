@@ -635,7 +635,8 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
 
     from geoviz.app.services import caches as cache_services
     from geoviz.app.services import datasets as dataset_services
-    from geoviz.app.state import AppSettings, SessionModel
+    from geoviz.app.session import SessionModel
+    from geoviz.app.settings import AppSettings
     from geoviz.cli import geodesic
     from geoviz.geodesic.pipeline import fit_geodesic
     from geoviz.ot.sinkhorn import Sinkhorn

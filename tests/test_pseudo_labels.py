@@ -150,7 +150,8 @@ def test_few_shot_options_name_the_method() -> None:
 
 
 def test_a_scenario_keeps_its_pseudo_label_method_through_a_link() -> None:
-    from geoviz.app.state import preset_scenarios, scenario_from_token, scenario_to_token
+    from geoviz.app.links import scenario_from_token, scenario_to_token
+    from geoviz.app.settings import preset_scenarios
 
     base = next(iter(preset_scenarios().values()))
     for method in pl.PSEUDO_LABEL_METHODS:

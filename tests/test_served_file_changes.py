@@ -24,11 +24,12 @@ import numpy as np
 import pytest
 
 from geoviz.app.links import scenario_from_token, scenario_to_token
-from geoviz.app.scenario import UNAVAILABLE_STAMP, served_stamp
+from geoviz.app.scenario import UNAVAILABLE_STAMP, Scenario, served_stamp
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import geodesic as geodesic_services
-from geoviz.app.settings import default_scenario
-from geoviz.app.state import AppSettings, DatasetChoice, Scenario, SessionModel
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import AppSettings, default_scenario
+from geoviz.data.choice import DatasetChoice
 from geoviz.data.formats import path_stamp
 from geoviz.data.registry import clear_cache, load_dataset
 from geoviz.errors import DatasetError

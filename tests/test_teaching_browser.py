@@ -38,7 +38,7 @@ SCENARIO = "2-D Gaussian mixtures"
 
 
 def _scenario():
-    from geoviz.app.state import AppSettings, preset_scenarios
+    from geoviz.app.settings import AppSettings, preset_scenarios
 
     return preset_scenarios(AppSettings(n_default=200))[SCENARIO]
 

@@ -20,7 +20,8 @@ from geoviz.app.explorer_host.service import has_embedding_view as app_has_embed
 from geoviz.app.services import caches as cache_services
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import geodesic as geodesic_services
-from geoviz.app.state import SessionModel, default_scenario
+from geoviz.app.session import SessionModel
+from geoviz.app.settings import default_scenario
 from geoviz.errors import GeovizError
 from geoviz.explorer import payload as xp
 from geoviz.explorer.widget import GeodesicExplorer, WeightsTraitError, has_embedding_view

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from geoviz import limits
-from geoviz.app.scenario import MAX_NAME_CHARS, Scenario, _short
-from geoviz.data.choice import Split
+from geoviz.app.scenario import Scenario, _short
+from geoviz.data.choice import MAX_NAME_CHARS, Split
 from geoviz.data.served import link_choice
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights, weights_text

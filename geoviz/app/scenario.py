@@ -19,12 +19,8 @@ import numpy as np
 from geoviz import limits
 from geoviz.backend import digest, digest_bytes
 from geoviz.data.choice import (
-    MAX_NAME_CHARS,
     DatasetChoice,
     FewShotOptions,
-    SourceKind,
-    Split,
-    Upload,
     check_relative_name,
     feature_bytes_bound,
     short_repr,
@@ -48,20 +44,17 @@ from geoviz.vocabulary import (
     NeuralPresetName,
 )
 
-# the dataset choice is a library value (geoviz.data.choice); the app re-exports it
+# the dataset choice is a library value: import it from geoviz.data.choice (issue 44)
 __all__ = [
-    "MAP_METHODS",
-    "MAX_NAME_CHARS",
-    "NEURAL_PRESET_NAMES",
-    "ChannelMode",
-    "DatasetChoice",
-    "FewShotOptions",
-    "MapMethod",
+    "DEFAULT_REFERENCES",
+    "DEFAULT_TARGET",
+    "EPSILON_CHOICES",
     "NeuralPreset",
     "Scenario",
-    "SourceKind",
-    "Split",
-    "Upload",
+    "epsilon_choices",
+    "scenario_feature_bytes",
+    "served_datasets",
+    "served_path",
 ]
 
 #: ``repr`` cut short for error texts (a link's values are never echoed whole)

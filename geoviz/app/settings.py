@@ -52,17 +52,16 @@ from geoviz import limits
 from geoviz.app.scenario import (
     DEFAULT_REFERENCES,
     DEFAULT_TARGET,
-    NEURAL_PRESET_NAMES,
-    DatasetChoice,
     NeuralPreset,
     Scenario,
     scenario_feature_bytes,
     served_path,
 )
 from geoviz.backend import usable_cores
+from geoviz.data.choice import DatasetChoice
 from geoviz.data.served import served_folders
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.vocabulary import ENCODER_PRESET_NAMES
+from geoviz.vocabulary import ENCODER_PRESET_NAMES, NEURAL_PRESET_NAMES
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:

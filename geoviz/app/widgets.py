@@ -30,12 +30,13 @@ from geoviz import glossary
 from geoviz.app.explorer_host.component import ExplorerState
 from geoviz.app.explorer_host.service import embedding_payload_job
 from geoviz.app.jobs import LEASE_BEAT_SECONDS, CacheLease
+from geoviz.app.scenario import Scenario
 from geoviz.app.services import caches as cache_services
 from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import embeddings as embedding_services
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.services.errors import error_text
-from geoviz.app.state import Scenario, SessionModel
+from geoviz.app.session import SessionModel
 from geoviz.geodesic.weights import format_weights
 from geoviz.viz.report import markdown_literal
 

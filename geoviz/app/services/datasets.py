@@ -8,19 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geoviz.app.scenario import (
-    DatasetChoice,
-    Scenario,
-    scenario_feature_bytes,
-    served_datasets,
-    served_path,
-)
+from geoviz.app.scenario import Scenario, scenario_feature_bytes, served_datasets, served_path
 from geoviz.app.services.caches import Progress, disk_cache, store, upload_store
 from geoviz.app.session import SessionModel
 from geoviz.app.settings import AppSettings
 from geoviz.app.uploads import UploadRef
 from geoviz.app.uploads import upload_notice as uploads_notice
 from geoviz.data import choice as data_choice
+from geoviz.data.choice import DatasetChoice
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats import load_path, rebased_errors
 from geoviz.data.registry import dataset_info, list_datasets, unavailable_reason
@@ -137,7 +132,7 @@ def scenario_data(model: SessionModel, scenario: Scenario | None = None) -> Scen
     """Load, subsample, harmonise (and few-shot) the scenario's datasets. Cached.
 
     ``scenario`` (default: the session's) is first admitted by the server's settings
-    (:meth:`~geoviz.app.state.AppSettings.admit`: data folders, neural budget, memory per
+    (:meth:`~geoviz.app.settings.AppSettings.admit`: data folders, neural budget, memory per
     scenario), whichever way it came (form, link, preset), and its served datasets stamped
     by their files as they are now (:meth:`SessionModel.admit
     <geoviz.app.session.SessionModel.admit>`: the cache key follows the file); the datasets

@@ -1,7 +1,6 @@
 """Evidence page: the transfer experiments of a scenario (Table 1 at ``a_hat`` and the
 simplex study) as one background job. The stored studies are read by
-:mod:`geoviz.app.services.stored_evidence` (its names are re-exported here, where they
-were before)."""
+:mod:`geoviz.app.services.stored_evidence` (import its names from there)."""
 
 from __future__ import annotations
 
@@ -16,37 +15,13 @@ from pathlib import Path
 from typing import cast
 
 from geoviz.app.jobs import BackgroundJob
-from geoviz.app.scenario import FewShotOptions, Scenario
+from geoviz.app.scenario import Scenario
 from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.services.datasets import ScenarioData, load_choice, scenario_data
 from geoviz.app.services.geodesic import geodesic_if_ready, geodesic_key
-from geoviz.app.services.stored_evidence import (
-    EVIDENCE_FOLDER,
-    META_PREFIX,
-    REGION_PREFIX,
-    STUDY_PREFIX,
-    TABLE1_FILE,
-    MethodScore,
-    StoredEvidence,
-    StoredRegion,
-    StoredStudy,
-    StoredTable1,
-    StudyMeta,
-    Table1Row,
-    evidence_dir,
-    geodesic_space_sentence,
-    load_stored_region,
-    load_stored_study,
-    load_study_meta,
-    load_table1,
-    measured_claim,
-    meta_sentence,
-    mixup_sentence,
-    stored_studies,
-    table1_provenance,
-)
 from geoviz.app.session import SessionModel
 from geoviz.backend import default_cache_dir
+from geoviz.data.choice import FewShotOptions
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
 from geoviz.errors import DatasetError
@@ -59,39 +34,16 @@ from geoviz.transfer.study import GridStudy, run_grid
 from geoviz.transfer.table import MethodComparison, compare_methods
 
 __all__ = [
-    "EVIDENCE_FOLDER",
     "GCS_RECONNECT_S",
-    "META_PREFIX",
-    "REGION_PREFIX",
     "RESTART_ADVICE",
-    "STUDY_PREFIX",
-    "TABLE1_FILE",
     "EvidenceRequest",
     "EvidenceResult",
-    "MethodScore",
-    "StoredEvidence",
-    "StoredRegion",
-    "StoredStudy",
-    "StoredTable1",
-    "StudyMeta",
-    "Table1Row",
-    "evidence_dir",
     "evidence_failure",
     "evidence_if_ready",
     "evidence_job",
     "evidence_scenario",
     "finish_evidence",
-    "geodesic_space_sentence",
-    "load_stored_region",
-    "load_stored_study",
-    "load_study_meta",
-    "load_table1",
-    "measured_claim",
-    "meta_sentence",
-    "mixup_sentence",
     "start_evidence",
-    "stored_studies",
-    "table1_provenance",
     "transfer_runs",
 ]
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from geoviz.app.scenario import MAP_METHODS, Scenario
+from geoviz.app.scenario import Scenario
 from geoviz.app.services.caches import store
 from geoviz.app.services.geodesic import geodesic_if_ready
 from geoviz.app.session import SessionModel
@@ -15,6 +15,7 @@ from geoviz.errors import GeovizError
 from geoviz.geodesic.config import space_allows
 from geoviz.viz import fitted_maps, report
 from geoviz.viz.images import example_indices
+from geoviz.vocabulary import MAP_METHODS
 
 if TYPE_CHECKING:
     import pandas as pd
