@@ -101,12 +101,15 @@ def test_bad_encoder_names_are_refused() -> None:
         PretrainedEncoderSpace("../../etc/passwd")
 
 
-@pytest.mark.parametrize("style", ["photo", "outline", "noise"])
+@pytest.mark.parametrize("style", ["photo", "outline", "noise", "emboss", "degraded"])
 def test_shipped_encoder_puts_coloured_digits_near_grey_ones_of_their_class(style: str) -> None:
     """Meaning, checked against labels the encoder never saw (it learned no MNIST label):
     1-NN from coloured MNIST test digits to grey MNIST training digits in its space keeps
-    the class far more often than in pixel space (measured 0.72-0.80 against 0.09-0.51;
-    the OTDD maps, which also weigh the labels, keep it for 0.99)."""
+    the class far more often than in pixel space (the encoder of issue 42, 13 styles:
+    photo 0.712 / pixels 0.510, outline 0.764 / 0.090, noise 0.780 / 0.460, emboss
+    0.718 / 0.284, degraded 0.700 / 0.304; the OTDD maps, which also weigh the labels, keep
+    it more often still: benchmarks/bench_styles.py). Halftone is left out: pixels already
+    keep it for 0.72 there."""
     train = harmonize([load_dataset("mnist")], size=32)[0]
     test = harmonize([load_dataset("mnist", split="test")], size=32)[0]
     rgb = render(test.features.reshape(-1, 1, 32, 32), style, torch.Generator().manual_seed(5))
