@@ -30,12 +30,16 @@ export function w2Decimals(least) {
   return v > 0 && Number.isFinite(v) ? Math.min(9, Math.max(0, 6 - Math.floor(Math.log10(v)))) : 6;
 }
 /** A label mass with 2 decimals and no leading zero (".42"). */
+/** The tiles' captions (CSS px): readable from the back of a room at a projector's 1280 px (issue 45) */
+export const CAPTION_PX = 14;
 export function mass2(x) { return x.toFixed(2).replace(/^0\./, "."); }
-/** Text that fits ``width`` px: the font shrinks to 9 px, then the text is cut with an ellipsis. */
-export function fitText(ctx, text, x, y, width, px) {
+/** Text that fits ``width`` px: the font shrinks to ``least`` px (9 unless given), then the
+ *  text is cut with an ellipsis. */
+export function fitText(ctx, text, x, y, width, px, least) {
   let size = px || 12;
+  const floor = Math.min(size, least || 9);
   ctx.font = size + "px sans-serif";
-  while (ctx.measureText(text).width > width && size > 9) { size -= 1; ctx.font = size + "px sans-serif"; }
+  while (ctx.measureText(text).width > width && size > floor) { size -= 1; ctx.font = size + "px sans-serif"; }
   let t = String(text);
   while (ctx.measureText(t).width > width && t.length > 2) t = t.slice(0, -2) + "…";
   ctx.fillText(t, x, y);

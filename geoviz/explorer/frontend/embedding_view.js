@@ -3,7 +3,7 @@
  * (coupling lines, the T_i(x), naive mixup); the hover tooltip. */
 import { gridNodeIndex, gridWeights } from "./maths.js";
 import { LEGEND_W, PALETTE, SET_COLORS, cssSize, el, fillImage, fitText, fmt } from "./drawing_kit.js";
-import { currentCoef, headerOf, listen, payloadArray, requestDraw } from "./explorer_state.js";
+import { currentCoef, fitHeight, headerOf, listen, payloadArray, requestDraw } from "./explorer_state.js";
 
 /** The view's scales (data -> canvas pixels) and its faded background with the legend
  *  column, drawn once per build. */
@@ -156,7 +156,11 @@ export function buildTeachingControls(ex, parent) {
     ex.teach[id] = !!old[id];
     toggle(id, label, ex.teach[id], (on) => { ex.teach[id] = on; });
   }
-  toggle("presenter", "presenter (large text, ≤" + PRESENTER_CAP + " points, follow one x)", !!ex.presenter, (on) => { ex.presenter = on; });
+  // presenter mode lays the whole explorer out again: a larger view, larger text (stage_layout.js)
+  toggle("presenter", "presenter (large text, ≤" + PRESENTER_CAP + " points, follow one x)", !!ex.presenter, (on) => {
+    ex.presenter = on;
+    if (ex.relayout) ex.relayout();
+  });
   const steps = el("div", { class: "row", style: "gap: 8px; align-items: center; margin: 2px 0" }, parent);
   const back = el("button", { id: "teach-back", text: "◀ Back" }, steps);
   const label = el("span", { class: "hint", id: "teach-step" }, steps);
@@ -336,17 +340,7 @@ function drawFollow(ex, ctx, play) {
   // thin spokes T_i(x) -> P_a(x): the mix is their weighted average
   ctx.lineWidth = 1; ctx.strokeStyle = "#262730"; ctx.globalAlpha = 0.5; ctx.beginPath();
   Ts.forEach(([x, y], i) => { if (f.a[i] > 0) { ctx.moveTo(x, y); ctx.lineTo(P[0], P[1]); } }); ctx.stroke(); ctx.globalAlpha = 1;
-  const r = big ? 9 : 7, fs = big ? 17 : 13, placed = [];
-  // labels placed one under the other where they would overlap
-  const label = (text, x, y) => {  // right of the mark, else left, above, below: the first free place
-    ctx.font = "bold " + fs + "px sans-serif";
-    const w = ctx.measureText(text).width, [vw, H] = cssSize(ui.view);
-    const tries = [[x, y], [x - w - 2 * r - 8, y], [x - w / 2 - r, y - r - fs], [x - w / 2 - r, y + r + fs]];
-    const free = ([u, v]) => u >= 2 && u + w <= vw - LEGEND_W && v - fs >= 0 && v <= H - 2 && !placed.some((b) => u < b[0] + b[2] && b[0] < u + w && v - fs < b[1] && b[1] - fs < v);
-    const [u, v] = tries.find(free) || tries[0];
-    placed.push([u, v, w]);
-    haloText(ctx, text, u, v, fs);
-  };
+  const r = big ? 9 : 7, fs = big ? 17 : 13;
   Ts.forEach(([x, y], i) => {
     ctx.fillStyle = "#fff"; ctx.fillRect(x - r, y - r, 2 * r, 2 * r);
     ctx.strokeStyle = SET_COLORS[i % SET_COLORS.length]; ctx.lineWidth = 3; ctx.strokeRect(x - r, y - r, 2 * r, 2 * r); ctx.lineWidth = 1;
@@ -358,9 +352,48 @@ function drawFollow(ex, ctx, play) {
   ctx.beginPath(); ctx.arc(P[0], P[1], r + 3, 0, 2 * Math.PI); ctx.fillStyle = PALETTE[lab % PALETTE.length]; ctx.fill();
   ctx.strokeStyle = "#000"; ctx.lineWidth = 3; ctx.stroke(); ctx.lineWidth = 1;
   ctx.textAlign = "left";
-  label("P_a(x)", P[0] + r + 6, P[1] - r);
-  label("x", X[0] + r + 3, X[1] + 5);
-  Ts.forEach(([x, y], i) => label("T" + (i + 1) + "(x)", x + r + 3, y + 5));
+  const [vw, vh] = cssSize(ui.view);
+  const items = [["P_a(x)", P, r + 3], ["x", X, r], ...Ts.map((t, i) => ["T" + (i + 1) + "(x)", t, r])];
+  ui.followLabels = placeLabels(ctx, items, fs, vw - LEGEND_W, vh);
+  for (const b of ui.followLabels) {
+    if (b.moved) {  // a leader line from the mark to the nearest point of its label's box
+      const lx = Math.max(b.x, Math.min(b.mx, b.x + b.w)), ly = Math.max(b.y, Math.min(b.my, b.y + b.h));
+      const d = Math.hypot(lx - b.mx, ly - b.my) || 1;
+      ctx.strokeStyle = "#262730"; ctx.lineWidth = 1; ctx.beginPath();
+      ctx.moveTo(b.mx + (lx - b.mx) * b.mr / d, b.my + (ly - b.my) * b.mr / d); ctx.lineTo(lx, ly); ctx.stroke();
+    }
+    haloText(ctx, b.text, b.x, b.y + fs, fs);
+  }
+}
+
+/** The followed x's labels placed apart (issue 45): each label tries places around its mark
+ *  (right, left, above, below, the corners; then further out) and takes the first that stays
+ *  inside the plot (``right`` x ``bottom`` CSS px) and clear of the labels placed before and of
+ *  every mark; a label moved off its first ring gets a leader line. ``items``: [text, [x, y],
+ *  mark radius]. Returns [{text, x, y (top), w, h, moved, mx, my, mr}]. */
+function placeLabels(ctx, items, fs, right, bottom) {
+  ctx.font = "bold " + fs + "px sans-serif";
+  const h = fs + 4, placed = [];
+  const marks = items.map(([, [x, y], mr]) => ({ x: x - mr, y: y - mr, w: 2 * mr, h: 2 * mr }));
+  const hit = (a, b) => a.x < b.x + b.w + 1 && b.x < a.x + a.w + 1 && a.y < b.y + b.h + 1 && b.y < a.y + a.h + 1;
+  for (const [text, [mx, my], mr] of items) {
+    const w = ctx.measureText(text).width;
+    let best = null, bestCost = Infinity;
+    for (let ring = 0; ring < 6 && bestCost >= 1; ring++) {
+      const g = mr + 3 + ring * (fs * 0.8);
+      const tries = [[mx + g, my - h / 2], [mx - g - w, my - h / 2], [mx - w / 2, my - g - h], [mx - w / 2, my + g],
+        [mx + g * 0.7, my - g * 0.7 - h], [mx - g * 0.7 - w, my - g * 0.7 - h], [mx + g * 0.7, my + g * 0.7], [mx - g * 0.7 - w, my + g * 0.7]];
+      for (const [x, y] of tries) {
+        const box = { x: x, y: y, w: w, h: h };
+        const out = x < 2 || x + w > right - 2 || y < 0 || y + h > bottom - 2;
+        const cost = (out ? 100 : 0) + 10 * placed.filter((b) => hit(b, box)).length + marks.filter((b) => hit(b, box)).length + ring * 0.01;
+        if (cost < bestCost) { bestCost = cost; best = Object.assign(box, { ring: ring }); }
+        if (cost < 1) break;
+      }
+    }
+    placed.push({ text: text, x: best.x, y: best.y, w: w, h: h, moved: best.ring > 0, mx: mx, my: my, mr: mr });
+  }
+  return placed;
 }
 
 /** What the teaching view shows at the current weights, in words. */
@@ -399,16 +432,18 @@ export function drawView(ex, into) {
   if (into) paintViewBackground(ex, ctx, stride);  // a figure: drawn at its own scale (issue 45)
   else ctx.drawImage(ui.bg, 0, 0, cw, ch);
   const drawn = plan ? drawTeaching(ex, ctx, plan) : {};
-  if (ui.teach) {
-    ui.teach.textContent = teachingCaption(ex);
-    const big = plan && ex.presenter ? "18px" : "";
-    if (ui.teach.style.fontSize !== big) { ui.teach.style.fontSize = big; ui.teach.style.color = big ? "#262730" : ""; ex.root.style.fontSize = big ? "16px" : ""; }
+  if (ui.teach && !into) {
+    // presenter mode's larger text is the root's "presenter" class (stage_layout.js); a caption
+    // that grows a line grows the frame with it, so nothing under it is cut off (issue 45)
+    const text = teachingCaption(ex);
+    if (ui.teach.textContent !== text) { ui.teach.textContent = text; fitHeight(ex); }
   }
   const all = viewPoints(ex), pts = (ui.points = stride > 1 ? all.filter((p) => p[3] % stride === 0) : all);
   drawn.pa = 0;
   if (!plan || plan.pa) {
+    const dot = plan && ex.presenter ? 5 : 3.5;  // presenter mode: larger points, seen from the back
     for (const [x, y, lab] of pts) {
-      ctx.beginPath(); ctx.arc(ui.X(x), ui.Y(y), 3.5, 0, 2 * Math.PI);
+      ctx.beginPath(); ctx.arc(ui.X(x), ui.Y(y), dot, 0, 2 * Math.PI);
       ctx.fillStyle = PALETTE[lab % PALETTE.length]; ctx.fill();
       ctx.strokeStyle = "#000"; ctx.lineWidth = 0.8; ctx.stroke();
     }

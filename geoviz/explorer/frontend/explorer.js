@@ -16,7 +16,7 @@ import { buildTeachingControls, drawView, followedX, hoverView, mixupPointsAt, p
 import { bindMcCann, bindSimplex } from "./interaction.js";
 import { buildPlayControls, playInfo } from "./play.js";
 import { downloadFigure, figureLayout, figureOf } from "./figure_export.js";
-import { arrangeStage, stageInfo, stagePlan } from "./stage_layout.js";
+import { arrangeStage, mccannPlan, stageInfo, stagePlan } from "./stage_layout.js";
 
 // polls for the parts computed in the background (issue 26): the next one this long after a
 // render, and again after POLL_RETRY_MS if no render answered (a lost poll)
@@ -30,6 +30,8 @@ export function createExplorer(root, host) {
   const ex = newExplorerState(root, host);
   ex.hooks = explorerHooks(ex);
   ex.redraw = () => drawExplorer(ex);
+  // laid out again (presenter mode's larger view): the pick, the switches and the zoom stay
+  ex.relayout = () => { if (!ex.ui) return; rebuildExplorer(ex); drawExplorer(ex); fitHeight(ex); ex.hooks.relayouts += 1; };
   watchWidth(ex);
   return {
     render: (args) => renderExplorer(ex, args || {}),
@@ -89,7 +91,11 @@ function explorerHooks(ex) {
      *  simplex canvas's CSS px) and its caption, or null when the region is not small */
     regionInset: () => (ex.ui && ex.ui.inset ? { cells: ex.ui.regionCells, zoom: ex.ui.inset.zoom, x: ex.ui.inset.x, y: ex.ui.inset.y,
       size: ex.ui.inset.s, caption: ex.ui.regionNote ? ex.ui.regionNote.textContent : "" } : null),
-    /** the layout: {mode: "wide" | "beside" | "stacked", width, simplex, colorbar, view, side, dpr} */
+    /** the tiles' caption size (CSS px), or null without tiles */
+    captionPx: () => (ex.ui && ex.ui.samples ? ex.ui.captionPx || null : null),
+    /** the followed x's labels as drawn last: [{text, x, y, w, h, moved}] (the view's CSS px, y the top) */
+    followLabels: () => (ex.ui && ex.ui.followLabels ? ex.ui.followLabels.map((b) => Object.assign({}, b)) : []),
+    /** the layout: {mode: "wide" | "beside" | "stacked", width, simplex, colorbar, view, side, presenter, dpr} */
     layout: () => stageInfo(ex),
     /** mix(a) as base64 (compact for tests) */
     mix64: (a) => {
@@ -147,6 +153,7 @@ function buildExplorer(ex) {
   const left = el("div", { class: "panel" }, top);
   const right = el("div", { class: "panel readout" }, top);
   if (h.mode === "mccann") {
+    mccannPlan(ex);  // the view beside the slider when there is room (stage_layout.js)
     el("h4", { text: "t: from Q (t = 0) to " + h.ref_name + " (t = 1)" }, left);
     const line = el("div", {}, left);
     ui.slider = el("input", { type: "range", min: "0", max: "1", step: "0.01", id: "t-slider" }, line);

@@ -34,6 +34,12 @@ const WIDGET_CSS = `
 .geoviz-widget .region-note { color: #262730; background: #fff3c4; padding: 2px 6px; border-radius: 4px; margin-top: 2px; }
 .geoviz-widget button { font: inherit; padding: 3px 12px; border: 1px solid #ccc; border-radius: 6px; background: #fff; cursor: pointer; }
 .geoviz-widget input[type=range] { width: 360px; }
+.geoviz-widget .presenter { font-size: 16px; }
+.geoviz-widget .presenter h4 { font-size: 18px; }
+.geoviz-widget .presenter .hint { font-size: 17px; }
+.geoviz-widget .presenter .big, .geoviz-widget .presenter .stage-strip .big { font-size: 28px; }
+.geoviz-widget .presenter .gap, .geoviz-widget .presenter .verdict, .geoviz-widget .presenter .stage-strip #weights { font-size: 18px; }
+.geoviz-widget .presenter #teach-caption { font-size: 20px; color: #262730; line-height: 1.35; }
 .geoviz-widget-error { color: #b00; font-size: 13px; margin: 4px 0; }
 .geoviz-widget-error:empty { display: none; }
 `;

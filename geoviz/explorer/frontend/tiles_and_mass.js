@@ -1,7 +1,7 @@
 /* geoviz explorer: P_a's image tiles (with their top soft label), the inspector of one tile,
  * and the label-mass bars. */
 import { labelMass, mixImages, mixShownImages } from "./maths.js";
-import { SET_COLORS, cssSize, fillImage, fitText, fmt, mass2, pixelRatio, sizeCanvas } from "./drawing_kit.js";
+import { CAPTION_PX, SET_COLORS, cssSize, fillImage, fitText, fmt, mass2, pixelRatio, sizeCanvas } from "./drawing_kit.js";
 import { availableWidth, headerOf, payloadArray } from "./explorer_state.js";
 
 /** The top soft label of shown sample ``j`` at the pick (or t) and its mass: [name, mass]. */
@@ -39,7 +39,8 @@ export function drawSamples(ex, into) {
   const [sw, sh] = cssSize(ui.samples);
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, sw, sh);
   ctx.imageSmoothingEnabled = false;
-  ctx.font = "10px sans-serif"; ctx.textAlign = "center";
+  ctx.font = CAPTION_PX + "px sans-serif"; ctx.textAlign = "center";
+  ui.captionPx = CAPTION_PX;
   for (let j = 0; j < h.n_shown; j++) {
     fillImage(img, px, j * D, ch, hh, ww);
     tctx.putImageData(img, 0, 0);
@@ -48,9 +49,9 @@ export function drawSamples(ex, into) {
     ctx.drawImage(ui.tile, x, y, ww * ui.scale, hh * ui.scale);
     const [name, v] = topLabel(ex, j);
     ctx.fillStyle = "#262730";
-    const cut = name.indexOf("/"), xc = x + ww * ui.scale / 2, yc = y + hh * ui.scale + 11;
-    fitText(ctx, name.slice(0, cut), xc, yc, ui.tileW - 4, 10);
-    fitText(ctx, name.slice(cut + 1) + " " + mass2(v), xc, yc + 11, ui.tileW - 4, 10);
+    const cut = name.indexOf("/"), xc = x + ww * ui.scale / 2, yc = y + hh * ui.scale + CAPTION_PX + 1;
+    fitText(ctx, name.slice(0, cut), xc, yc, ui.tileW - 4, CAPTION_PX, CAPTION_PX);
+    fitText(ctx, name.slice(cut + 1) + " " + mass2(v), xc, yc + CAPTION_PX + 1, ui.tileW - 4, CAPTION_PX, CAPTION_PX);
     if (ex.inspect === j) { ctx.strokeStyle = "#ff4b4b"; ctx.lineWidth = 2; ctx.strokeRect(x - 2, y - 2, ww * ui.scale + 4, hh * ui.scale + 4); ctx.lineWidth = 1; }
   }
   if (!into) drawInspector(ex);
@@ -67,7 +68,7 @@ export function layoutTiles(ex, zoom) {
   const fit = Math.max(1, Math.floor(width / least)), rows = Math.ceil(n / fit);
   ui.cols = Math.max(1, Math.min(fit, Math.ceil(n / rows)));
   ui.tileW = Math.max(least, Math.min(most, Math.floor(width / ui.cols)));
-  ui.tileH = hh * ui.scale + 30;
+  ui.tileH = hh * ui.scale + 2 * CAPTION_PX + 10;
   sizeCanvas(ui.samples, ui.cols * ui.tileW, Math.ceil(n / ui.cols) * ui.tileH, pixelRatio(ex.doc));
 }
 
