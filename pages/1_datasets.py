@@ -17,8 +17,10 @@ from geoviz.data.choice import DatasetChoice, FewShotOptions
 from geoviz.errors import GeovizError
 from geoviz.ot.otdd import DEFAULT_EPSILON
 from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
-from geoviz.viz.plots import class_histograms, otdd_heatmap, point_set, scatter_sets
+from geoviz.viz.plots import class_histograms, otdd_heatmap
+from geoviz.viz.point_sets import point_set
 from geoviz.viz.report import markdown_literal
+from geoviz.viz.scatter import scatter_sets
 from geoviz.vocabulary import MAP_METHODS, NEURAL_PRESET_NAMES
 
 SIZES = [16, 28, 32, 64]

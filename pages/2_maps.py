@@ -28,13 +28,8 @@ from geoviz.viz.images import (
     sample_captions,
     soft_label_captions,
 )
-from geoviz.viz.plots import (
-    PointSet,
-    label_transition,
-    label_transition_heatmap,
-    point_set,
-    soft_label_bars,
-)
+from geoviz.viz.plots import label_transition, label_transition_heatmap, soft_label_bars
+from geoviz.viz.point_sets import PointSet, point_set
 from geoviz.viz.report import (
     blur_warning,
     diagnostic_fields,

@@ -37,13 +37,13 @@ from geoviz.viz.report import markdown_literal
 from geoviz.viz.study import (
     a_hat_sentence,
     budget_warnings,
-    correlation_figure,
     correlation_sentence,
     correlation_table,
     interval_text,
     objective_table,
     region_sentence,
 )
+from geoviz.viz.study_figure import correlation_figure
 
 PRESET_HELP = {name: preset.note for name, preset in PRESETS.items()}
 REQUEST = "evidence_request"

@@ -15,12 +15,12 @@ from geoviz.errors import GeovizError
 from geoviz.transfer.study import GridStudy
 from geoviz.transfer.study_stats import GridPoint
 from geoviz.viz.study import (
-    correlation_figure,
     correlation_sentence,
     correlation_table,
     format_estimate,
     objective_table,
 )
+from geoviz.viz.study_figure import correlation_figure
 
 
 def _study(objectives: list[float], accuracies: list[list[float]]) -> GridStudy:

@@ -27,7 +27,7 @@ from geoviz.transfer.study import (
     correlations,
     run_grid,
 )
-from geoviz.viz.study import correlation_figure
+from geoviz.viz.study_figure import correlation_figure
 
 RESOLUTION = 2
 N_POINTS = (RESOLUTION + 1) * (RESOLUTION + 2) // 2

@@ -29,13 +29,11 @@ from geoviz.viz.plots import (
     label_transition,
     label_transition_heatmap,
     otdd_heatmap,
-    point_set,
-    sample_card,
-    scatter_sets,
-    selected_samples,
     soft_label_bars,
-    soft_label_summary,
 )
+from geoviz.viz.point_sets import point_set, soft_label_summary
+from geoviz.viz.sample_card import sample_card
+from geoviz.viz.scatter import scatter_sets, selected_samples
 from geoviz.viz.schematic import method_schematic
 
 
@@ -822,37 +820,3 @@ def test_two_q_table_shows_every_entry_of_the_matrix_with_its_names():
     assert table.loc["P1", "P2"] == "3.142e+04" and table.loc["Q", "P1"] == "12.35"
     with pytest.raises(GeovizError, match="3 names"):
         two_q_table(mat[:2, :2], ["Q", "P1", "P2"])
-
-
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ("geoviz.viz.plots", "geoviz.viz.point_sets"),
-        ("geoviz.viz.plots", "geoviz.viz.scatter"),
-        ("geoviz.viz.plots", "geoviz.viz.sample_card"),
-        ("geoviz.viz.study", "geoviz.viz.study_figure"),
-        ("geoviz.viz.study", "geoviz.viz.study_grid"),
-    ],
-)
-def test_the_old_modules_name_what_moved_out_of_them(old, new):
-    """plots and study were split (issue 36): every public name of the new module that the
-    old one exported before is still there, as the same object."""
-    import importlib
-
-    before = {
-        "geoviz.viz.plots": {
-            "PointSet", "color_map", "point_set", "sample_card", "scatter_sets",
-            "selected_samples", "soft_label_summary",
-        },
-        "geoviz.viz.study": {
-            "BEST_LABEL", "FigureKind", "NEAREST_LABEL", "best_grid_point",
-            "correlation_figure", "nearest_grid_point",
-        },
-    }[old]  # fmt: skip
-    old_module, new_module = importlib.import_module(old), importlib.import_module(new)
-    moved = before & set(new_module.__all__)
-    assert moved, f"{new} holds none of {old}'s former names"
-    for name in moved:
-        assert getattr(old_module, name) is getattr(new_module, name), name
-    for module in (old_module, new_module):
-        assert all(hasattr(module, name) for name in module.__all__)

@@ -6,7 +6,7 @@ figure builder of :mod:`geoviz.viz` is built twice, once with hostile dataset an
 names and once with plain ones of the same shape; walking the whole figure
 (``fig.to_dict()``: data and layout), the hostile build may not hold one more tag or
 placeholder than the plain one, and it shows the names escaped. ``customdata`` is not
-drawn (:func:`geoviz.viz.plots.selected_samples` reads the set name back from it) and
+drawn (:func:`geoviz.viz.scatter.selected_samples` reads the set name back from it) and
 keeps names as typed.
 """
 
@@ -28,18 +28,17 @@ from geoviz.viz.images import image_grid, mapped_samples_grid, sample_captions, 
 from geoviz.viz.literal import plotly_markup, plotly_name
 from geoviz.viz.neighbours import plan_neighbours_grid, plan_neighbours_scatter
 from geoviz.viz.plots import (
-    PointSet,
     class_histograms,
     label_mass_bars,
     label_transition,
     label_transition_heatmap,
     otdd_heatmap,
-    point_set,
-    sample_card,
-    scatter_sets,
     soft_label_bars,
 )
+from geoviz.viz.point_sets import PointSet, point_set
 from geoviz.viz.report import plotly_literal
+from geoviz.viz.sample_card import sample_card
+from geoviz.viz.scatter import scatter_sets
 
 LINK = '<a href="http://x">c</a>'
 BOLD = "<b>b</b>"
@@ -279,7 +278,7 @@ def _fitted_figures(names: Names, classes: Names, images: bool, cache_dir) -> li
 def _studies(names: Names, classes: Names) -> list[go.Figure]:
     from geoviz.transfer.study import GridStudy
     from geoviz.transfer.study_stats import GridPoint
-    from geoviz.viz.study import correlation_figure
+    from geoviz.viz.study_figure import correlation_figure
 
     figs = []
     for m in (2, 3):
@@ -344,7 +343,7 @@ def test_hostile_names_are_text_in_the_fitted_map_figures(images, tmp_path):
 
 def test_selection_still_reads_the_set_name_as_typed():
     """customdata keeps the name (not drawn): a click maps back to the dataset."""
-    from geoviz.viz.plots import selected_samples
+    from geoviz.viz.scatter import selected_samples
 
     fig = _scatter_by_dataset_3d(HOSTILE_NAMES, HOSTILE_CLASSES)
     trace = next(t for t in fig.data if t.showlegend is not False and len(t.customdata))

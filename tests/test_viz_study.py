@@ -18,17 +18,15 @@ from geoviz.nn.training import PRESETS
 from geoviz.transfer.study import GridStudy
 from geoviz.transfer.study_stats import GridPoint
 from geoviz.viz.study import (
-    BEST_LABEL,
-    NEAREST_LABEL,
     a_hat_sentence,
     budget_warnings,
     chance_of_strong_r,
-    correlation_figure,
     correlation_sentence,
     interval_text,
-    nearest_grid_point,
     points_bootstrap_interval,
 )
+from geoviz.viz.study_figure import correlation_figure
+from geoviz.viz.study_grid import BEST_LABEL, NEAREST_LABEL, nearest_grid_point
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "assets" / "evidence"
 

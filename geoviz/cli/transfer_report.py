@@ -236,7 +236,7 @@ def transfer_manifest(
 
 def write_study(study: Any, ref_names: list[str], out_dir: Path, manifest: dict[str, Any]) -> None:
     """The simplex study's files under ``--out``."""
-    from geoviz.viz.study import correlation_figure
+    from geoviz.viz.study_figure import correlation_figure
 
     _write_out(out_dir / "grid.json", (study.to_json() + "\n").encode("utf-8"))
     _write_out(out_dir / "grid.csv", study.to_frame().to_csv(index=False).encode("utf-8"))

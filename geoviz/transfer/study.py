@@ -15,7 +15,7 @@ run is stored at once (:mod:`geoviz.transfer.checkpoints`). The result, a
 Pearson and Spearman ``r`` with their p-values and a bootstrap interval over the
 seeds, and the paper's table of ``W^2(P_a, Q)`` beside the accuracy gain (those
 statistics live in :mod:`geoviz.transfer.study_stats`, re-exported here). The
-figure is :func:`geoviz.viz.study.correlation_figure`.
+figure is :func:`geoviz.viz.study_figure.correlation_figure`.
 """
 
 from __future__ import annotations

@@ -38,19 +38,16 @@ from geoviz.viz.neighbours import (
     plan_neighbours_scatter,
 )
 from geoviz.viz.plots import (
-    PointSet,
     class_histograms,
     label_mass_bars,
     label_transition,
     label_transition_heatmap,
     otdd_heatmap,
-    point_set,
-    sample_card,
-    scatter_sets,
-    selected_samples,
     soft_label_bars,
-    soft_label_summary,
 )
+from geoviz.viz.point_sets import PointSet, point_set, soft_label_summary
+from geoviz.viz.sample_card import sample_card
+from geoviz.viz.scatter import scatter_sets, selected_samples
 
 __all__ = [
     "Embedding",

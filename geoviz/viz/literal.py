@@ -14,7 +14,7 @@ draw them; parameters that are Plotly text (``title``, ``captions``, ``column_ti
 ``map_name``, the ``target_name``/``reference_name`` of
 :func:`~geoviz.viz.plots.label_transition_heatmap`) are the caller's markup, with its names
 escaped by the caller. Identifiers that Plotly never draws (``customdata``, which
-:func:`~geoviz.viz.plots.selected_samples` reads back) keep the names as typed.
+:func:`~geoviz.viz.scatter.selected_samples` reads back) keep the names as typed.
 """
 
 from __future__ import annotations

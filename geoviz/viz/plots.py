@@ -27,29 +27,17 @@ from geoviz.glossary import OTDD_SHORT
 from geoviz.viz.literal import plotly_markup, plotly_name
 from geoviz.viz.point_sets import (
     DATASET_PALETTE,
-    PointSet,
     as_array,
     color_map,
-    point_set,
-    soft_label_summary,
 )
-from geoviz.viz.sample_card import sample_card
-from geoviz.viz.scatter import scatter_sets, selected_samples
 
 __all__ = [
-    "PointSet",
     "class_histograms",
-    "color_map",
     "label_mass_bars",
     "label_transition",
     "label_transition_heatmap",
     "otdd_heatmap",
-    "point_set",
-    "sample_card",
-    "scatter_sets",
-    "selected_samples",
     "soft_label_bars",
-    "soft_label_summary",
 ]
 
 

@@ -31,7 +31,6 @@ from geoviz.transfer.study import (
     CorrelationEstimate,
     GridStudy,
 )
-from geoviz.viz.study_figure import FigureKind, correlation_figure
 from geoviz.viz.study_grid import (
     BEST_LABEL,
     NEAREST_LABEL,
@@ -47,19 +46,13 @@ if TYPE_CHECKING:
 # geoviz.transfer.study): the app's server imports this module at start
 
 __all__ = [
-    "BEST_LABEL",
-    "NEAREST_LABEL",
-    "FigureKind",
     "a_hat_sentence",
-    "best_grid_point",
     "budget_warnings",
     "chance_of_strong_r",
-    "correlation_figure",
     "correlation_sentence",
     "correlation_table",
     "format_estimate",
     "interval_text",
-    "nearest_grid_point",
     "objective_table",
     "points_bootstrap_interval",
 ]
