@@ -49,9 +49,9 @@ export function drawSamples(ex, into) {
     ctx.drawImage(ui.tile, x, y, ww * ui.scale, hh * ui.scale);
     const [name, v] = topLabel(ex, j);
     ctx.fillStyle = "#262730";
-    const cut = name.indexOf("/"), xc = x + ww * ui.scale / 2, yc = y + hh * ui.scale + CAPTION_PX + 1;
+    const cut = name.indexOf("/"), xc = x + ww * ui.scale / 2, yc = y + hh * ui.scale + CAPTION_PX - 1;
     fitText(ctx, name.slice(0, cut), xc, yc, ui.tileW - 4, CAPTION_PX, CAPTION_PX);
-    fitText(ctx, name.slice(cut + 1) + " " + mass2(v), xc, yc + CAPTION_PX + 1, ui.tileW - 4, CAPTION_PX, CAPTION_PX);
+    fitText(ctx, name.slice(cut + 1) + " " + mass2(v), xc, yc + CAPTION_PX, ui.tileW - 4, CAPTION_PX, CAPTION_PX);
     if (ex.inspect === j) { ctx.strokeStyle = "#ff4b4b"; ctx.lineWidth = 2; ctx.strokeRect(x - 2, y - 2, ww * ui.scale + 4, hh * ui.scale + 4); ctx.lineWidth = 1; }
   }
   if (!into) drawInspector(ex);
@@ -68,7 +68,7 @@ export function layoutTiles(ex, zoom) {
   const fit = Math.max(1, Math.floor(width / least)), rows = Math.ceil(n / fit);
   ui.cols = Math.max(1, Math.min(fit, Math.ceil(n / rows)));
   ui.tileW = Math.max(least, Math.min(most, Math.floor(width / ui.cols)));
-  ui.tileH = hh * ui.scale + 2 * CAPTION_PX + 10;
+  ui.tileH = hh * ui.scale + 2 * CAPTION_PX + 4;  // two caption lines, 14 px apart
   sizeCanvas(ui.samples, ui.cols * ui.tileW, Math.ceil(n / ui.cols) * ui.tileH, pixelRatio(ex.doc));
 }
 
