@@ -117,7 +117,8 @@ def _caption_sizes(frame) -> list:
 def test_mccann_1280x800_shows_slider_tiles_and_view_together(browser, server):  # noqa: F811
     with _opened(browser, f"{server['url']}/mccann", 1280, 800) as (pg, frame):
         assert frame.evaluate("() => geovizExplorer.header().mode") == "mccann"
-        _scroll_to(pg, frame, "#t-slider")
+        assert frame.evaluate("() => geovizExplorer.layout().mode") == "beside"
+        _scroll_to(pg, frame, ".stage")  # the explorer's first row (its titles) at the top
         frame.locator("#play").click()
         pg.wait_for_timeout(600)
         assert frame.evaluate("() => geovizExplorer.play().playing")

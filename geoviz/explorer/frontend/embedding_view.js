@@ -64,26 +64,32 @@ function paintViewBackground(ex, ctx, stride) {
   ctx.fillStyle = "#fff"; ctx.fillRect(plotW, 0, LEGEND_W, ch);
   ctx.strokeStyle = "#ddd"; ctx.beginPath(); ctx.moveTo(plotW + 0.5, 4); ctx.lineTo(plotW + 0.5, ch - 4); ctx.stroke();
   ctx.fillStyle = "#262730"; ctx.textAlign = "left";
-  ctx.font = "bold 12px sans-serif"; ctx.fillText("Datasets (faded)", lx, 16); ctx.font = "12px sans-serif";
+  // presenter mode: the legend's text larger too (its rows further apart)
+  const k2 = legendScale(ex), fz = Math.round(12 * k2);
+  ctx.font = "bold " + fz + "px sans-serif"; ctx.fillText("Datasets (faded)", lx, Math.round(16 * k2)); ctx.font = fz + "px sans-serif";
   const legend = h.mode === "mccann" ? ["Q", h.ref_name] : ["Q", ...h.names];
   legend.forEach((name, i) => {
     ctx.fillStyle = i === 0 ? "#000" : SET_COLORS[(h.mode === "mccann" ? h.ref : i - 1) % SET_COLORS.length];
-    ctx.fillRect(lx, 24 + 16 * i, 10, 10); ctx.fillStyle = "#262730";
-    fitText(ctx, String(name), lx + 14, 33 + 16 * i, lw - 14, 12);  // left-aligned
+    const yy = Math.round((24 + 16 * i) * k2);
+    ctx.fillRect(lx, yy, 10, 10); ctx.fillStyle = "#262730";
+    fitText(ctx, String(name), lx + 14, yy + 5 + Math.round(fz * 0.35), lw - 14, fz);  // left-aligned
   });
   // P_a's colours: the class of its target sample
   const classes = (h.mode === "mccann" ? (h.class_names || [[]])[0] : h.target_classes) || [];
-  const y = 40 + 16 * legend.length;
-  ctx.font = "bold 12px sans-serif"; ctx.textAlign = "left";
-  ctx.fillText((h.mode === "mccann" ? "P^M_t" : "P_a") + " by Q's class", lx, y); ctx.font = "12px sans-serif";
+  const y = Math.round((40 + 16 * legend.length) * k2);
+  ctx.font = "bold " + fz + "px sans-serif"; ctx.textAlign = "left";
+  ctx.fillText((h.mode === "mccann" ? "P^M_t" : "P_a") + " by Q's class", lx, y); ctx.font = fz + "px sans-serif";
   classes.slice(0, 20).forEach((name, k) => {
-    const yy = y + 8 + 15 * k;
+    const yy = y + Math.round((8 + 15 * k) * k2);
     ctx.beginPath(); ctx.arc(lx + 5, yy + 5, 4, 0, 2 * Math.PI); ctx.fillStyle = PALETTE[k % PALETTE.length]; ctx.fill();
     ctx.strokeStyle = "#000"; ctx.lineWidth = 0.8; ctx.stroke();
-    ctx.fillStyle = "#262730"; fitText(ctx, String(name), lx + 14, yy + 9, lw - 14, 11);
+    ctx.fillStyle = "#262730"; fitText(ctx, String(name), lx + 14, yy + 5 + Math.round(fz * 0.35), lw - 14, Math.round(11 * k2));
   });
   ctx.restore();
 }
+
+/** The view's legend text scale: 1.25 in presenter mode (the layout's plan says), else 1. */
+function legendScale(ex) { return ex.ui && ex.ui.plan && ex.ui.plan.presenter ? 1.25 : 1; }
 
 /** P_a's (or P^M_t's) points in the view's data coordinates: [[x, y, class, sample], ...]. */
 export function viewPoints(ex) {
@@ -307,8 +313,9 @@ function drawTeachingLegend(ex, ctx, plan) {
   if (plan.mixup) items.push(["diamond", "naive mixup (grey)"]);
   if (plan.follow) { items.push(["dash", "McCann Q → P_i: x → T_i(x)"]); items.push(["path", "P_a(x) as a moves"]); }
   if (plan.stride > 1) items.push(["note", "1 point in " + plan.stride + " drawn (" + plan.shown + " of " + plan.n + ")"]);
+  const k2 = legendScale(ex), fz = Math.round(11 * k2);
   items.forEach(([kind, text], k) => {
-    const y = vh - 14 - 16 * (items.length - 1 - k);
+    const y = vh - 14 - Math.round(16 * k2) * (items.length - 1 - k);
     ctx.strokeStyle = "#262730"; ctx.fillStyle = "#262730"; ctx.lineWidth = 1.4;
     if (kind === "line") { ctx.beginPath(); ctx.moveTo(lx, y - 4); ctx.lineTo(lx + 10, y - 4); ctx.stroke(); }
     else if (kind === "square") ctx.strokeRect(lx + 2.5, y - 6.5, 5, 5);
@@ -317,7 +324,7 @@ function drawTeachingLegend(ex, ctx, plan) {
     else if (kind === "dash") { ctx.setLineDash([3, 2]); ctx.beginPath(); ctx.moveTo(lx, y - 4); ctx.lineTo(lx + 10, y - 4); ctx.stroke(); ctx.setLineDash([]); }
     else if (kind === "path") { ctx.strokeStyle = "#999"; ctx.lineWidth = 3; ctx.beginPath(); ctx.moveTo(lx, y - 4); ctx.lineTo(lx + 10, y - 4); ctx.stroke(); }
     ctx.lineWidth = 1; ctx.fillStyle = kind === "note" ? "#808495" : "#262730"; ctx.textAlign = "left";
-    fitText(ctx, text, kind === "note" ? lx : lx + 14, y, LEGEND_W - (kind === "note" ? 12 : 26), 11);
+    fitText(ctx, text, kind === "note" ? lx : lx + 14, y, LEGEND_W - (kind === "note" ? 12 : 26), fz);
   });
 }
 
