@@ -2,7 +2,8 @@
 
 The encoder learns from the bundled training samples of USPS, Fashion-MNIST and KMNIST with
 their labels (never MNIST: every bundled colour target is made of MNIST digits), drawn in
-the styles of :mod:`geoviz.data.styles` (all 13, in six families). It writes ``<name>.npz``
+the styles of ``GLYPH_CONFIG`` (the six of issue 33; ``--all-styles``: the 13 of
+:mod:`geoviz.data.styles`, in six families). It writes ``<name>.npz``
 (float32 weights, no pickle) and ``<name>.json`` (config, data, sha256, this command) and
 prints the digest.
 
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", default=",".join(GLYPH_TRAINING_SETS))
     parser.add_argument("--exclude-style", action="append", default=[], choices=STYLES)
     parser.add_argument("--exclude-family", action="append", default=[], choices=FAMILIES)
+    parser.add_argument("--all-styles", action="store_true", help="all 13 styles, not six")
     parser.add_argument("--epochs", type=int, default=GLYPH_CONFIG.epochs)
     parser.add_argument("--seed", type=int, default=GLYPH_CONFIG.seed)
     parser.add_argument("--threads", type=int, default=2)
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_torch(threads=args.threads)
     excluded = set(args.exclude_style).union(*(FAMILIES[f] for f in args.exclude_family))
-    styles = tuple(s for s in STYLES if s not in excluded)
+    pool = STYLES if args.all_styles else GLYPH_CONFIG.styles
+    styles = tuple(s for s in pool if s not in excluded)
     config = dataclasses.replace(GLYPH_CONFIG, styles=styles, epochs=args.epochs, seed=args.seed)
     sets = tuple(s for s in args.sets.split(",") if s)
     last = [0.0]

@@ -524,8 +524,8 @@ class PretrainedEncoderSpace(FeatureSpace):
 #: bundled colour target is made of MNIST digits)
 GLYPH_TRAINING_SETS: tuple[str, ...] = ("usps", "fashion_mnist", "kmnist")
 
-#: the shipped encoder's training settings (all 13 styles of
-#: :data:`geoviz.data.styles.STYLES`; ``max_per_dataset`` covers the
+#: the shipped encoder's training settings (the six styles of
+#: :data:`geoviz.features.encoder.DEFAULT_STYLES`; ``max_per_dataset`` covers the
 #: 2000 bundled training samples of each set)
 GLYPH_CONFIG = EncoderConfig(epochs=12, labels="all", max_per_dataset=2000)
 
