@@ -20,11 +20,12 @@ and colour maps, photo backgrounds, patterns, relief, distortions). For each fam
 
    * ``pixels``: the yardstick;
    * ``heldout``: the encoder of step 1 (the family of ``s`` never seen);
-   * ``v1``: the encoder shipped before issue 42 (six styles: gradient, photo, texture,
-     outline, stroke, noise), from ``<out>/encoders/glyphs-v1.npz`` (a copy of the old
-     ``assets/encoders/glyphs.npz``); on the six styles it saw, *not* a held-out result;
-   * ``shipped``: ``assets/encoders/glyphs.npz`` as it is when the run is made (after
-     issue 42: trained on every style, the held-out one included, so *not* a held-out result).
+   * ``v1``: the six-style encoder shipped since issue 33 (gradient, photo, texture, outline,
+     stroke, noise), from ``<out>/encoders/glyphs-v1.npz`` (a copy of
+     ``assets/encoders/glyphs.npz``, sha256 ``2a7cba91...``); on the six styles it saw,
+     *not* a held-out result, on the seven others it is;
+   * ``shipped``: ``assets/encoders/glyphs.npz`` as it is when the run is made (the table
+     marks it "seen": it may have been trained on the style).
 
 *Agreement* of a digit reference's map: the share of Q whose mapped soft label's largest
 entry is Q's true digit. Balanced OT must move about 9 % of USPS's mass across classes
