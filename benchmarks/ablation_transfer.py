@@ -128,8 +128,9 @@ def _task(target: str, seed: int, args: argparse.Namespace):
 
 def _geodesic(pool, refs, args: argparse.Namespace, seed: int):
     from geoviz.backend import get_cache
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     config = GeodesicConfig(otdd=OTDDConfig(epsilon=args.epsilon, seed=seed))
     return fit_geodesic(pool, list(refs), config, cache=get_cache())
@@ -370,8 +371,8 @@ def report(out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from geoviz.ot.otdd import DEFAULT_EPSILON
     from geoviz.tasks import run_tasks
+    from geoviz.vocabulary import DEFAULT_EPSILON
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--targets", default="mnist,kmnist")

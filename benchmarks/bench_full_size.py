@@ -13,7 +13,7 @@ mapped point), read back from the export's manifest.
 * ``one problem``: no ``--batch-size``: the 60,000 x 60,000 cost does not fit, so the CLI
   streams it (``--stream`` chosen automatically): every target point can reach every
   reference point, the support capped at 256 entries per row and chosen among 512
-  candidates per row found in one pass (:class:`geoviz.ot.kernels.Candidates`).
+  candidates per row found in one pass (:class:`geoviz.ot.support.Candidates`).
 * ``batched``: ``--batch-size 10000`` (the paper's appendix: six batches of 10,000 target
   points, each against a seeded 10,000-point subsample of the reference), ``--backend
   sequential`` and ``--backend ray`` (one Ray task per (reference, batch) pair).

@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     from geoviz.data.preprocess import harmonize
     from geoviz.maps.barycentric import BarycentricMap, EntropicMap
     from geoviz.maps.base import nearest_reference_ratio
-    from geoviz.maps.neural import NeuralOTDDMap, get_neural_preset
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.maps.neural import NeuralOTDDMap
+    from geoviz.maps.neural_config import get_neural_preset
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     bt = _bench_transfer()
     q_raw = bt._load("mnist", "train", args.n, args.seed)

@@ -115,7 +115,8 @@ def worker(args: argparse.Namespace) -> dict:
     import torch
 
     from geoviz.ot.labels import label_distances
-    from geoviz.ot.otdd import OTDDConfig, otdd
+    from geoviz.ot.otdd import otdd
+    from geoviz.ot.otdd_cost import OTDDConfig
     from geoviz.ot.sinkhorn import Sinkhorn
 
     sink_time = [0.0]
@@ -284,7 +285,7 @@ def _table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from geoviz.ot.otdd import DEFAULT_EPSILON
+    from geoviz.vocabulary import DEFAULT_EPSILON
 
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -95,7 +95,8 @@ def measure_seed(args, target: str, seed: int, cache) -> list[dict]:
     """Every row of one target and seed: per space, per k, per method; maps at ``--maps-k``."""
     from geoviz.data.preprocess import few_shot, few_shot_picks
     from geoviz.features import PixelSpace
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic, space_of
+    from geoviz.geodesic.config import GeodesicConfig, space_of
+    from geoviz.geodesic.pipeline import fit_geodesic
 
     q, *refs = build(target, args.n, seed)
     rows = []

@@ -33,8 +33,9 @@ from scipy.stats import kendalltau, spearmanr
 from geoviz.backend import configure_torch, get_cache
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
-from geoviz.geodesic.pipeline import GeodesicConfig, space_of
-from geoviz.ot.otdd import OTDDConfig, otdd
+from geoviz.geodesic.config import GeodesicConfig, space_of
+from geoviz.ot.otdd import otdd
+from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.ot.sliced import screen_references
 
 ROOT = Path(__file__).resolve().parents[1]

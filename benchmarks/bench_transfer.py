@@ -99,8 +99,9 @@ def _task(target: str, k: int, args: argparse.Namespace):
 
 def _geodesic(task, args: argparse.Namespace, method: str = "barycentric"):
     from geoviz.backend import get_cache
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     config = GeodesicConfig(
         otdd=OTDDConfig(epsilon=args.epsilon, seed=args.data_seed),
@@ -132,7 +133,7 @@ def _interval(estimate: dict) -> str:
 
 def print_study_statistics(statistics: dict[str, dict]) -> None:
     """The correlation tests and the paper's table of W² statistics (appendix Table "w_stat"),
-    one row per target, from :meth:`geoviz.transfer.study.StudyStatistics.to_dict`."""
+    one row per target, from :meth:`geoviz.transfer.study_stats.StudyStatistics.to_dict`."""
     nan = float("nan")
     print(
         "\nCorrelation of W²(P_a, Q) with mean accuracy: r, p-value, bootstrap 95 % interval "
@@ -173,7 +174,7 @@ def print_study_statistics(statistics: dict[str, dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from geoviz.ot.otdd import DEFAULT_EPSILON
+    from geoviz.vocabulary import DEFAULT_EPSILON
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--targets", default=",".join(NAMES))

@@ -38,11 +38,12 @@ sys.path.insert(0, str(ROOT))
 
 from geoviz.backend import DiskCache, configure_torch  # noqa: E402
 from geoviz.data.dataset import LabeledDataset  # noqa: E402
+from geoviz.geodesic.config import GeodesicConfig  # noqa: E402
 from geoviz.geodesic.distances import objective, optimal_weights, two_q_distances  # noqa: E402
-from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic  # noqa: E402
+from geoviz.geodesic.pipeline import fit_geodesic  # noqa: E402
 from geoviz.geodesic.refit import bootstrap_refit  # noqa: E402
 from geoviz.geodesic.uncertainty import bootstrap_q  # noqa: E402
-from geoviz.ot.otdd import OTDDConfig  # noqa: E402
+from geoviz.ot.otdd_cost import OTDDConfig  # noqa: E402
 
 MEANS = [np.array([1.0, 0.0]), np.array([-0.5, 0.9]), np.array([-0.5, -0.9])]
 MATS = [

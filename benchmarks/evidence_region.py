@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 from bench_transfer import _geodesic, _task  # noqa: E402
 
 from geoviz.backend import configure_torch  # noqa: E402
-from geoviz.ot.otdd import DEFAULT_EPSILON  # noqa: E402
 from geoviz.transfer.study import GridStudy  # noqa: E402
+from geoviz.vocabulary import DEFAULT_EPSILON  # noqa: E402
 
 REPLICATES = 200
 

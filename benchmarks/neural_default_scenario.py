@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     configure(RuntimeSettings.from_env())
 
     from geoviz.data.choice import DatasetChoice
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
     from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
 
     spec = GeodesicSpec(

@@ -142,7 +142,8 @@ def main() -> None:
     from geoviz.data.colour import photo_digits
     from geoviz.data.preprocess import few_shot, harmonize
     from geoviz.features import EncoderSpace, PixelSpace
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic, space_of
+    from geoviz.geodesic.config import GeodesicConfig, space_of
+    from geoviz.geodesic.pipeline import fit_geodesic
     from geoviz.nn.training import evaluate, finetune, get_preset, pretrain
     from geoviz.transfer.experiment import make_task, run_method
 

@@ -104,6 +104,6 @@ class BlurWarning(UserWarning):
     """An entropic OTDD plan is blurry: its rows average many reference points.
 
     Raised when the median plan-row perplexity (``effective_neighbours``) is above
-    :data:`geoviz.ot.otdd.BLUR_NEIGHBOURS`; the message says how to sharpen the map
+    :data:`geoviz.ot.otdd_cost.BLUR_NEIGHBOURS`; the message says how to sharpen the map
     (a smaller relative ``epsilon``).
     """

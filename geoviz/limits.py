@@ -2,7 +2,7 @@
 
 The app's form, a shared link (``?scenario=`` token), the CLI and the library all build
 their values through the same constructors (:class:`geoviz.app.scenario.Scenario`,
-:class:`geoviz.geodesic.pipeline.GeodesicConfig`, :class:`geoviz.ot.otdd.OTDDConfig`,
+:class:`geoviz.geodesic.config.GeodesicConfig`, :class:`geoviz.ot.otdd_cost.OTDDConfig`,
 the loaders), and those constructors check against the constants below. A value outside
 its range is a :class:`~geoviz.errors.GeovizError` that names the value, the range and
 why the range exists, raised *before* anything is loaded, allocated or fitted.
@@ -134,7 +134,7 @@ class RelativeEpsilon(float):
     :class:`~geoviz.errors.GeovizError`) for anything else.
 
     Made once, where the value enters (a CLI option, the app's scenario, a library caller's
-    :class:`~geoviz.ot.otdd.OTDDConfig`); made again from a :class:`RelativeEpsilon` it is
+    :class:`~geoviz.ot.otdd_cost.OTDDConfig`); made again from a :class:`RelativeEpsilon` it is
     returned as it is, unchecked, so everything downstream receives a checked value
     (issue 24). Arithmetic on it gives plain floats; it is a float to JSON, pickle and ``==``.
     """

@@ -83,7 +83,7 @@ DEFAULT_ENCODER_PRESET: EncoderPresetName = "pretrained"
 
 #: default relative entropic regularisation of the OTDD (``eps_abs = DEFAULT_EPSILON *
 #: mean(C)``): sharp maps, a few reference points per mapped point
-#: (:data:`geoviz.ot.otdd_cost.DEFAULT_EPSILON`)
+#: (:data:`geoviz.vocabulary.DEFAULT_EPSILON`)
 DEFAULT_EPSILON = 1e-3
 
 LabelMethod = Literal["gaussian", "exact"]
@@ -97,7 +97,7 @@ MAP_METHODS: tuple[MapMethod, ...] = ("barycentric", "neural")
 DEFAULT_MAP_METHOD: MapMethod = "barycentric"
 
 NeuralPresetName = Literal["tiny", "cpu", "paper"]
-#: training budgets of the neural maps (:data:`geoviz.maps.neural.NEURAL_PRESETS`)
+#: training budgets of the neural maps (:data:`geoviz.maps.neural_config.NEURAL_PRESETS`)
 NEURAL_PRESET_NAMES: tuple[NeuralPresetName, ...] = ("tiny", "cpu", "paper")
 DEFAULT_NEURAL_PRESET: NeuralPresetName = "cpu"
 

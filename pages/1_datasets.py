@@ -15,13 +15,12 @@ from geoviz.app.session import SessionModel, sync_form_state
 from geoviz.app.settings import preset_scenarios
 from geoviz.data.choice import DatasetChoice, FewShotOptions
 from geoviz.errors import GeovizError
-from geoviz.ot.otdd import DEFAULT_EPSILON
 from geoviz.viz.images import as_display_images, example_indices, image_grid, sample_captions
 from geoviz.viz.plots import class_histograms, otdd_heatmap
 from geoviz.viz.point_sets import point_set
 from geoviz.viz.report import markdown_literal
 from geoviz.viz.scatter import scatter_sets
-from geoviz.vocabulary import MAP_METHODS, NEURAL_PRESET_NAMES
+from geoviz.vocabulary import DEFAULT_EPSILON, MAP_METHODS, NEURAL_PRESET_NAMES
 
 SIZES = [16, 28, 32, 64]
 FORM_SYNCED = "geoviz_form_synced"  # key of the scenario the form widgets were last written from

@@ -18,7 +18,7 @@ from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.services import maps as map_services
 from geoviz.app.session import SessionModel
 from geoviz.errors import GeovizError
-from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
+from geoviz.ot.otdd_cost import BLUR_NEIGHBOURS
 from geoviz.viz.compare import side_by_side_scatter
 from geoviz.viz.fitted_maps import has_plan_neighbours
 from geoviz.viz.images import (
@@ -43,7 +43,7 @@ from geoviz.viz.report import (
     plan_neighbours_table,
     plotly_literal,
 )
-from geoviz.vocabulary import MAP_METHODS, NEURAL_PRESET_NAMES
+from geoviz.vocabulary import DEFAULT_EPSILON, MAP_METHODS, NEURAL_PRESET_NAMES
 
 if TYPE_CHECKING:
     from streamlit.delta_generator import DeltaGenerator

@@ -6,8 +6,9 @@ import streamlit as st
 
 from geoviz.app import widgets
 from geoviz.app.services.stored_evidence import measured_claim, stored_studies
-from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
+from geoviz.ot.otdd_cost import BLUR_NEIGHBOURS
 from geoviz.viz.schematic import method_schematic
+from geoviz.vocabulary import DEFAULT_EPSILON
 
 
 def sharp_or_blurry() -> None:

@@ -208,7 +208,7 @@ def test_geodesic_page_release_sets_the_weights_url_and_reset():
 
 
 def test_maps_page():
-    from geoviz.ot.otdd import DEFAULT_EPSILON
+    from geoviz.vocabulary import DEFAULT_EPSILON
 
     at = _open(_app(), "pages/2_maps.py")
     assert at.title[0].value == "2 · OTDD maps"
@@ -280,7 +280,7 @@ def test_maps_page():
 
 @pytest.mark.filterwarnings("ignore::geoviz.errors.BlurWarning")  # the page shows its own
 def test_maps_page_epsilon_slider_refits_and_warns_when_blurry():
-    from geoviz.ot.otdd import DEFAULT_EPSILON
+    from geoviz.vocabulary import DEFAULT_EPSILON
 
     at = _open(_app(), "pages/2_maps.py")
     sharp = [float(m.value) for m in at.metric][0::2]
@@ -797,12 +797,12 @@ def fast_neural(monkeypatch):
     """The "tiny" neural budget cut to a few steps (the app runs in this process)."""
     import dataclasses
 
-    from geoviz.maps import neural
+    from geoviz.maps import neural_config
 
     small = dataclasses.replace(
-        neural.NEURAL_PRESETS["tiny"], iterations=20, eval_every=10, classifier_iterations=20
+        neural_config.NEURAL_PRESETS["tiny"], iterations=20, eval_every=10, classifier_iterations=20
     )
-    monkeypatch.setitem(neural.NEURAL_PRESETS, "tiny", small)
+    monkeypatch.setitem(neural_config.NEURAL_PRESETS, "tiny", small)
     return small
 
 

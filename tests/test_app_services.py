@@ -49,7 +49,8 @@ def test_embedding_and_placement_come_back_from_disk_after_a_restart(fresh_serve
 def test_explorer_bootstrap_comes_back_from_disk_after_a_restart(fresh_server, monkeypatch):
     import dataclasses
 
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
 
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=60, n_reference=60)
@@ -83,8 +84,9 @@ def test_explorer_bootstrap_comes_back_from_disk_after_a_restart(fresh_server, m
 
 def test_hard_label_shares_follow_the_weights(fresh_server):
     from geoviz.export import dataset_hard_labels
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=200, n_reference=60)
@@ -120,12 +122,12 @@ def fast_neural(monkeypatch):
     """The "tiny" neural budget cut to a few steps: these tests check the app's plumbing."""
     import dataclasses
 
-    from geoviz.maps import neural
+    from geoviz.maps import neural_config
 
     small = dataclasses.replace(
-        neural.NEURAL_PRESETS["tiny"], iterations=20, eval_every=10, classifier_iterations=20
+        neural_config.NEURAL_PRESETS["tiny"], iterations=20, eval_every=10, classifier_iterations=20
     )
-    monkeypatch.setitem(neural.NEURAL_PRESETS, "tiny", small)
+    monkeypatch.setitem(neural_config.NEURAL_PRESETS, "tiny", small)
     return small
 
 

@@ -14,7 +14,8 @@ from geoviz.backend import CacheCorruptWarning, DiskCache
 from geoviz.data.synthetic import gaussian_mixture
 from geoviz.features.base import FittedFeatures
 from geoviz.maps.barycentric import BarycentricMap, EntropicMap
-from geoviz.ot.otdd import OTDDConfig, otdd
+from geoviz.ot.otdd import otdd
+from geoviz.ot.otdd_cost import OTDDConfig
 
 
 def _only_entry(cache: DiskCache, namespace: str) -> str:
@@ -156,7 +157,8 @@ def test_a_forged_explorer_bootstrap_is_recomputed(fresh_server, field):
     from geoviz.app.services import geodesic as geodesic_service
     from geoviz.app.session import SessionModel
     from geoviz.app.settings import default_scenario
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
 
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=60, n_reference=60)

@@ -23,8 +23,9 @@ from geoviz.errors import GeovizError, ResourceError
 from geoviz.features import embeddings
 from geoviz.features.builtin import PCASpace
 from geoviz.features.embeddings import EmbeddingSpace, row_keys, save_embeddings
-from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.ot.otdd_cost import OTDDConfig
 
 CONFIG = GeodesicConfig(otdd=OTDDConfig(max_iter=400))
 

@@ -18,8 +18,9 @@ from geoviz.explorer import payload as xp
 
 @pytest.fixture
 def fitted(fresh_server):
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     model = SessionModel({})
     model.scenario = default_scenario().with_(n_target=120, n_reference=60)
@@ -150,7 +151,8 @@ def test_payload_is_cached_and_small(fitted):
 def test_low_dimensional_payload_moves_every_point(fresh_server):
     from geoviz.app.explorer_host.service import geodesic_payload
     from geoviz.app.settings import AppSettings, preset_scenarios
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
 
     model = SessionModel({})
     model.scenario = preset_scenarios(AppSettings(n_default=100))["2-D Gaussian mixtures"]
@@ -275,7 +277,7 @@ def test_geodesic_page_is_usable_before_a_slow_bootstrap_arrives(fresh_server, m
     progress line below it, and the next run has the intervals (no forced rerun)."""
     import threading
 
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
 
     release = threading.Event()
     original = GeodesicResult.bootstrap

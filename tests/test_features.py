@@ -22,7 +22,8 @@ from geoviz.features import (
     make_space,
     register_model,
 )
-from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.pipeline import fit_geodesic
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +253,7 @@ def test_few_shot_pseudo_labels_in_a_given_embedding(grey_problem):
 def test_few_shot_targets_are_pseudo_labelled_in_the_feature_space(tmp_path, monkeypatch):
     from geoviz.data.choice import DatasetChoice, FewShotOptions
     from geoviz.data.preprocess import few_shot
-    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.geodesic.config import GeodesicConfig
     from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
 
     monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path))

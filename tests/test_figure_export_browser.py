@@ -34,7 +34,8 @@ from geoviz.data.preprocess import harmonize
 from geoviz.data.registry import load_dataset
 from geoviz.explorer.bundle import FRONTEND, build_bundle
 from geoviz.explorer.payload import build_geodesic, build_mccann
-from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.pipeline import fit_geodesic
 from geoviz.viz.embedding import fit_embedding
 
 pytestmark = pytest.mark.browser

@@ -15,7 +15,9 @@ from geoviz.cli.geodesic import _print_maps
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic import pipeline
-from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.geodesic.result import GeodesicResult
 from geoviz.maps import (
     MAP_METHODS,
     BarycentricMap,
@@ -29,7 +31,7 @@ from geoviz.maps import (
     map_estimator,
     map_method_label,
 )
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.ot.otdd_cost import OTDDConfig
 
 TINY = dataclasses.replace(
     get_neural_preset("tiny"), iterations=40, eval_every=20, classifier_iterations=30

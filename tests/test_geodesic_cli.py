@@ -592,7 +592,7 @@ def test_a_full_size_problem_is_streamed_by_the_cli_and_the_app_alike():
     from geoviz.cli.geodesic import _otdd_config
     from geoviz.data.choice import DatasetChoice
     from geoviz.limits import STREAM_ABOVE_ENTRIES
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     full = 60_000
     assert full * full > STREAM_ABOVE_ENTRIES

@@ -13,16 +13,11 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.ot.geometry import DenseCost, PointCloudCost
 from geoviz.ot.labels import label_distances
-from geoviz.ot.otdd import OTDDConfig, ground_cost, mean_ground_cost, otdd
-from geoviz.ot.sinkhorn import (
-    EpsilonScaling,
-    KernelPolicy,
-    MultiscaleStart,
-    Sinkhorn,
-    TransportProblem,
-    sinkhorn,
-    uniform_measure,
-)
+from geoviz.ot.otdd import otdd
+from geoviz.ot.otdd_cost import OTDDConfig, ground_cost, mean_ground_cost
+from geoviz.ot.problem import TransportProblem, uniform_measure
+from geoviz.ot.sinkhorn import MultiscaleStart, Sinkhorn, sinkhorn
+from geoviz.ot.strategies import EpsilonScaling, KernelPolicy
 
 
 class _CountingCost(DenseCost):

@@ -14,8 +14,9 @@ import torch
 
 from geoviz.data.dataset import LabeledDataset
 from geoviz.ot.geometry import PointCloudCost
-from geoviz.ot.kernels import Candidates, select_support
-from geoviz.ot.otdd import OTDDConfig, otdd
+from geoviz.ot.otdd import otdd
+from geoviz.ot.otdd_cost import OTDDConfig
+from geoviz.ot.support import Candidates, select_support
 
 
 def _cloud(n: int, m: int, seed: int) -> PointCloudCost:

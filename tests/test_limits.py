@@ -109,7 +109,7 @@ def test_a_relative_epsilon_is_checked_where_it_is_made_and_never_again(monkeypa
     import pickle
 
     from geoviz.ot.geometry import DenseCost
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     eps = limits.check_epsilon(0.002)
     assert isinstance(eps, limits.RelativeEpsilon) and eps == 0.002

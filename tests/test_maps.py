@@ -19,7 +19,8 @@ from geoviz.maps import (
     FittedEntropicMap,
     apply_map,
 )
-from geoviz.ot.otdd import OTDDConfig, otdd
+from geoviz.ot.otdd import otdd
+from geoviz.ot.otdd_cost import OTDDConfig
 
 CUDA = pytest.param(
     "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")

@@ -28,15 +28,10 @@ from geoviz.maps.networks import (
     build_networks,
     choose_architecture,
 )
-from geoviz.maps.neural import (
-    _IMPROVEMENT,
-    NEURAL_PRESETS,
-    FittedNeuralMap,
-    NeuralMapConfig,
-    NeuralOTDDMap,
-    get_neural_preset,
-)
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.maps.neural import FittedNeuralMap, NeuralOTDDMap
+from geoviz.maps.neural_config import NEURAL_PRESETS, NeuralMapConfig, get_neural_preset
+from geoviz.maps.neural_training import _IMPROVEMENT
+from geoviz.ot.otdd_cost import OTDDConfig
 
 #: A 2-D budget that converges on the test problems in seconds (the "tiny"
 #: preset is for smoke runs; these checks need a converged map).

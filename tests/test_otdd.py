@@ -17,7 +17,9 @@ from geoviz.backend import DiskCache
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import BlurWarning, DatasetError, GeovizError, ResourceError
 from geoviz.ot.labels import label_distances
-from geoviz.ot.otdd import OTDDConfig, OTDDResult, ground_cost, mean_ground_cost, otdd
+from geoviz.ot.otdd import otdd
+from geoviz.ot.otdd_cost import OTDDConfig, ground_cost, mean_ground_cost
+from geoviz.ot.otdd_result import OTDDResult
 
 CUDA = pytest.param(
     "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")

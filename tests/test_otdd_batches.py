@@ -14,8 +14,9 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.maps.barycentric import BarycentricMap
 from geoviz.ot import otdd_batches
-from geoviz.ot.otdd import OTDDConfig, otdd
+from geoviz.ot.otdd import otdd
 from geoviz.ot.otdd_batches import BatchSolve, batch_rows
+from geoviz.ot.otdd_cost import OTDDConfig
 
 
 def _blobs(n: int, seed: int, name: str) -> LabeledDataset:

@@ -15,7 +15,7 @@ from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.features import make_space
 from geoviz.geodesic import GeodesicConfig, GeodesicResult, fit_geodesic, simplex_grid
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.ot.otdd_cost import OTDDConfig
 
 
 def _mixture(
@@ -276,7 +276,8 @@ def test_map_sharpness_fields_are_consistent_and_round_trip_the_cache(data, cach
     import json
     import warnings
 
-    from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON, mean_ground_cost
+    from geoviz.ot.otdd_cost import BLUR_NEIGHBOURS, mean_ground_cost
+    from geoviz.vocabulary import DEFAULT_EPSILON
 
     target, refs = data
     n_q, m = target.n_samples, len(refs)
@@ -372,7 +373,7 @@ _NEURAL_TINY = {"iterations": 40, "eval_every": 20, "classifier_iterations": 30}
 def _neural_config(**changes) -> GeodesicConfig:
     import dataclasses
 
-    from geoviz.maps.neural import NEURAL_PRESETS
+    from geoviz.maps.neural_config import NEURAL_PRESETS
 
     neural = dataclasses.replace(NEURAL_PRESETS["tiny"], **{**_NEURAL_TINY, **changes})
     return GeodesicConfig(method="neural", neural=neural)
@@ -445,7 +446,8 @@ def test_images_come_back_through_the_plan(tmp_path):
     """In pixel space the lift of the references' images through each plan's largest
     entries equals the barycentric projection the map computed (up to the mass outside)."""
     from geoviz.backend import DiskCache
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic, lift_through_plan
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic, lift_through_plan
 
     q, *refs = _grey_problem()
     pixels = GeodesicConfig(features="pixels")  # the default would choose the digit box
@@ -460,7 +462,8 @@ def test_images_come_back_through_the_plan(tmp_path):
 def test_geodesic_in_a_feature_space_keeps_images_and_names_the_space(tmp_path):
     from geoviz.backend import DiskCache
     from geoviz.features import PCASpace
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
 
     q, *refs = _grey_problem()
     cache = DiskCache(tmp_path)
@@ -486,7 +489,8 @@ def test_default_space_is_chosen_from_the_data_and_kept_with_the_result(tmp_path
     """Issue 33: grey glyphs get the digit box, and the result and P_a's manifest say so;
     the costs are those of the box space named explicitly."""
     from geoviz.backend import DiskCache
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
 
     q, *refs = _grey_problem()
     cache = DiskCache(tmp_path)
@@ -502,7 +506,7 @@ def test_default_space_is_chosen_from_the_data_and_kept_with_the_result(tmp_path
     assert {m["space"] for m in meta["measurements"]} >= {"pixels", "box"}
     # neural maps generate images: auto is pixels for them, and says why
     neural = GeodesicConfig(method="neural", neural="tiny")
-    from geoviz.geodesic.pipeline import space_choice_for
+    from geoviz.geodesic.config import space_choice_for
 
     choice = space_choice_for(neural, [q, *refs])
     assert choice is not None and choice.name == "pixels" and "neural" in choice.reason
@@ -510,7 +514,8 @@ def test_default_space_is_chosen_from_the_data_and_kept_with_the_result(tmp_path
 
 def test_feature_space_names_and_neural_maps_are_checked():
     from geoviz.errors import GeovizError
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
 
     for bad in ("/tmp/model.pt", "resnet", 3):
         with pytest.raises(GeovizError, match="features must be one of"):

@@ -14,14 +14,9 @@ from hypothesis import strategies as st
 
 from geoviz.errors import ConvergenceWarning, GeovizError
 from geoviz.ot.geometry import DenseCost, PointCloudCost
-from geoviz.ot.sinkhorn import (
-    EpsilonScaling,
-    KernelPolicy,
-    Sinkhorn,
-    TransportProblem,
-    sinkhorn,
-    uniform_measure,
-)
+from geoviz.ot.problem import TransportProblem, uniform_measure
+from geoviz.ot.sinkhorn import Sinkhorn, sinkhorn
+from geoviz.ot.strategies import EpsilonScaling, KernelPolicy
 
 CUDA = pytest.param(
     "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")

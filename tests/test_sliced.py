@@ -10,7 +10,8 @@ import torch
 
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.ot.otdd import OTDDConfig, otdd
+from geoviz.ot.otdd import otdd
+from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.ot.sliced import screen_references, sliced_otdd
 
 

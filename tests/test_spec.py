@@ -20,10 +20,11 @@ from geoviz.data.registry import load_dataset
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.features import ModelSpace
 from geoviz.features.choice import SpaceChoice
-from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.pipeline import fit_geodesic
 from geoviz.geodesic.spec import GeodesicSpec, fit_spec, load_spec_datasets
 from geoviz.geodesic.weights import SimplexWeights, as_simplex_weights
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.ot.otdd_cost import OTDDConfig
 
 NIST = ("fashion_mnist", "usps", "kmnist")
 
@@ -267,7 +268,7 @@ def test_scenario_spec_forwards_every_option() -> None:
     assert (spec.n_target, spec.n_reference, spec.seed, spec.image_size) == (50, 50, 3, 20)
     assert spec.few_shot is None
     assert spec.config.otdd.epsilon == 0.005 and spec.config.otdd.seed == 3
-    from geoviz.maps.neural import get_neural_preset
+    from geoviz.maps.neural_config import get_neural_preset
 
     assert spec.config.method == "neural" and spec.config.neural == get_neural_preset("tiny")
     few = scenario.with_(few_shot=FewShotOptions(enabled=True, k=3))

@@ -25,7 +25,8 @@ from geoviz.data.preprocess import harmonize
 from geoviz.data.registry import load_dataset
 from geoviz.explorer.payload import build_geodesic
 from geoviz.export import export_dataset
-from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.pipeline import fit_geodesic
 
 #: the fits here need no feature space (the note reads the pixels): quick
 PIXELS = GeodesicConfig(features="pixels")

@@ -22,7 +22,8 @@ from geoviz.backend import DiskCache, TorchSettings, configure_torch, torch_sett
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.maps.networks import build_networks
-from geoviz.maps.neural import NeuralMapConfig, NeuralOTDDMap
+from geoviz.maps.neural import NeuralOTDDMap
+from geoviz.maps.neural_config import NeuralMapConfig
 from geoviz.nn import (
     LeNet5,
     MLPNet,

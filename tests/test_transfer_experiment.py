@@ -12,9 +12,10 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
 from geoviz.data.registry import load_dataset
 from geoviz.errors import DatasetError, GeovizError, WeightsError
-from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.pipeline import fit_geodesic
 from geoviz.nn.training import PRESETS
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.transfer.experiment import (
     METHODS,
     MethodResult,
@@ -52,7 +53,7 @@ def geodesic(task, tmp_path_factory):
 def neural_geodesic(task, tmp_path_factory):
     import dataclasses
 
-    from geoviz.maps.neural import NEURAL_PRESETS
+    from geoviz.maps.neural_config import NEURAL_PRESETS
 
     cache = DiskCache(tmp_path_factory.mktemp("transfer_neural_cache"))
     neural = dataclasses.replace(

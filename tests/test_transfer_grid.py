@@ -17,16 +17,13 @@ from geoviz.backend import DiskCache
 from geoviz.data.preprocess import harmonize
 from geoviz.data.registry import load_dataset
 from geoviz.errors import GeovizError
+from geoviz.geodesic.config import GeodesicConfig
 from geoviz.geodesic.distances import simplex_grid
-from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+from geoviz.geodesic.pipeline import fit_geodesic
 from geoviz.nn.training import PRESETS
 from geoviz.transfer.experiment import MethodResult, make_task
-from geoviz.transfer.study import (
-    GridPoint,
-    GridStudy,
-    correlations,
-    run_grid,
-)
+from geoviz.transfer.study import GridPoint, GridStudy, run_grid
+from geoviz.transfer.study_stats import correlations
 from geoviz.viz.study_figure import correlation_figure
 
 RESOLUTION = 2

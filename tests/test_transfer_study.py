@@ -22,13 +22,8 @@ from geoviz.transfer.checkpoints import (
     result_record,
     study_scenario,
 )
-from geoviz.transfer.study import (
-    BOOTSTRAP_RESAMPLES,
-    GridPoint,
-    GridStudy,
-    bootstrap_interval,
-    study_statistics,
-)
+from geoviz.transfer.study import GridPoint, GridStudy
+from geoviz.transfer.study_stats import BOOTSTRAP_RESAMPLES, bootstrap_interval, study_statistics
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"

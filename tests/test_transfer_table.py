@@ -12,8 +12,9 @@ from geoviz.errors import GeovizError
 def tiny():
     from geoviz.data.preprocess import harmonize
     from geoviz.data.registry import load_dataset
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.ot.otdd_cost import OTDDConfig
     from geoviz.transfer.experiment import make_task
 
     raw = [
@@ -100,7 +101,7 @@ def test_otdd_neural_column_pretrains_on_the_neural_geodesic(tiny):
     import dataclasses
 
     from geoviz.geodesic.pipeline import fit_geodesic
-    from geoviz.maps.neural import NEURAL_PRESETS
+    from geoviz.maps.neural_config import NEURAL_PRESETS
     from geoviz.transfer.experiment import run_method
     from geoviz.transfer.table import ALL_METHODS, METHOD_TITLES, compare_methods
 

@@ -681,7 +681,8 @@ def test_a_new_map_kind_needs_no_change_in_the_app_tables(
     from geoviz.backend import DiskCache
     from geoviz.errors import GeovizError
     from geoviz.geodesic import pipeline
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
     from geoviz.viz.fitted_maps import has_plan_neighbours, require_plan
     from geoviz.viz.report import (
         NO_PLAN,

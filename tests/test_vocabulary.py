@@ -62,9 +62,9 @@ def test_data_vocabularies_are_the_library_s() -> None:
 
 def test_feature_and_map_vocabularies_are_the_library_s() -> None:
     from geoviz.features import ENCODER_PRESETS
-    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.geodesic.config import GeodesicConfig
     from geoviz.maps import methods
-    from geoviz.maps.neural import NEURAL_PRESETS
+    from geoviz.maps.neural_config import NEURAL_PRESETS
     from geoviz.ot import labels
 
     assert set(v.ENCODER_PRESET_NAMES) == {"pretrained", *ENCODER_PRESETS}
@@ -80,7 +80,7 @@ def test_solver_and_run_vocabularies_are_the_library_s() -> None:
     from geoviz import backend, tasks
     from geoviz.geodesic import uncertainty
     from geoviz.ot import otdd_cost
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     assert v.DEFAULT_EPSILON == otdd_cost.DEFAULT_EPSILON == OTDDConfig().epsilon
     assert v.BOOTSTRAP_METHODS == uncertainty.BOOTSTRAP_METHODS

@@ -158,7 +158,7 @@ def test_one_definition_per_weight_function():
     import geoviz.geodesic.distances as distances
     import geoviz.geodesic.interpolate as interpolate
 
-    sinkhorn = importlib.import_module("geoviz.ot.sinkhorn")  # the package exports a function too
+    problem = importlib.import_module("geoviz.ot.problem")  # Sinkhorn's measures
 
     import ast
     from pathlib import Path
@@ -177,8 +177,8 @@ def test_one_definition_per_weight_function():
     assert not hasattr(distances, "_project_simplex")
     assert not hasattr(interpolate, "format_weights")
     # the uniform *measure* of Sinkhorn is a different thing with a different name
-    assert not hasattr(sinkhorn, "uniform_weights")
-    assert sinkhorn.uniform_measure(4).dtype.is_floating_point
+    assert not hasattr(problem, "uniform_weights")
+    assert problem.uniform_measure(4).dtype.is_floating_point
 
 
 # ---------------------------------------------------------------- click -> weights

@@ -26,9 +26,11 @@ from geoviz.errors import GeovizError
 from geoviz.explorer import payload as xp
 from geoviz.explorer.widget import GeodesicExplorer, WeightsTraitError, has_embedding_view
 from geoviz.export import export_dataset, load_export
-from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.geodesic.result import GeodesicResult
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.ot.otdd_cost import OTDDConfig
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,7 @@ from geoviz.data.choice import MAX_NAME_CHARS, Split
 from geoviz.data.served import link_choice
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights, weights_text
-from geoviz.ot.otdd import DEFAULT_EPSILON
-from geoviz.vocabulary import AUTO
+from geoviz.vocabulary import AUTO, DEFAULT_EPSILON
 
 #: decimals of the weights the app computes with (the cache key uses the same numbers)
 WEIGHT_KEY_DECIMALS = ENTRY_DECIMALS

@@ -28,15 +28,15 @@ from geoviz.data.choice import (
 from geoviz.data.formats import STAMP_LENGTH, OutsideRootError, check_confined, path_stamp
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import registered_models
-from geoviz.geodesic.config import space_allows
-from geoviz.geodesic.pipeline import GeodesicConfig
+from geoviz.geodesic.config import GeodesicConfig, space_allows
 from geoviz.geodesic.spec import GeodesicSpec
-from geoviz.maps.neural import get_neural_preset
-from geoviz.ot.otdd import DEFAULT_EPSILON, OTDDConfig
+from geoviz.maps.neural_config import get_neural_preset
+from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.viz.report import markdown_literal
 from geoviz.vocabulary import (
     AUTO,
     BUILTIN_SPACES,
+    DEFAULT_EPSILON,
     MAP_METHODS,
     NEURAL_PRESET_NAMES,
     ChannelMode,
@@ -95,7 +95,7 @@ class Scenario:
     epsilon
         Entropic regularisation of the OTDD couplings, **relative** to the
         mean ground cost (``eps_abs = epsilon * mean(C)``, ``C = ||x - x'||^2 +
-        W_2^2`` with no 1/2); default :data:`geoviz.ot.otdd.DEFAULT_EPSILON`
+        W_2^2`` with no 1/2); default :data:`geoviz.vocabulary.DEFAULT_EPSILON`
         (sharp maps). Larger values blur the maps.
     seed
         Seed of subsampling and of every randomised step.
@@ -350,7 +350,7 @@ class Scenario:
         escaped (:func:`geoviz.viz.report.markdown_literal`): a link or an upload names
         them, and they show as typed, never as a link or an image. ``space`` is the
         sentence of the feature space once the data are loaded
-        (:func:`geoviz.geodesic.pipeline.space_sentence`); before, ``"auto"`` says that
+        (:func:`geoviz.geodesic.config.space_sentence`); before, ``"auto"`` says that
         the space will be chosen from the data.
         """
 
@@ -401,7 +401,7 @@ class Scenario:
         The one place where the app's scenario becomes the library's
         :class:`~geoviz.geodesic.spec.GeodesicSpec`: the datasets with their sample sizes,
         seed, image format and few-shot options, and the :class:`GeodesicConfig
-        <geoviz.geodesic.pipeline.GeodesicConfig>` (relative ``epsilon`` and ``seed`` of the
+        <geoviz.geodesic.config.GeodesicConfig>` (relative ``epsilon`` and ``seed`` of the
         OTDD, map method, neural budget).
         """
         cached = self.__dict__.get("_spec")

@@ -41,7 +41,7 @@ from geoviz.geodesic.weights import format_weights
 from geoviz.viz.report import markdown_literal
 
 if TYPE_CHECKING:
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
 
 __all__ = [
     "PAGES",

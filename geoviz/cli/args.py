@@ -109,7 +109,7 @@ def cli_int(value: Any, flag: str, low: int, high: int, *, why: str = "") -> int
 def add_epsilon_option(parser: argparse.ArgumentParser) -> None:
     """``--epsilon`` (one definition for every command): parsed as a number, checked by
     :func:`cli_epsilon` where the command validates its options (``None``: the default,
-    :data:`geoviz.ot.otdd.DEFAULT_EPSILON`)."""
+    :data:`geoviz.vocabulary.DEFAULT_EPSILON`)."""
     parser.add_argument(
         "--epsilon",
         type=number,

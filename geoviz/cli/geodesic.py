@@ -20,10 +20,10 @@ Every command also prints, for every map ``T_i``, its OTDD, its *effective
 neighbours* (median number of reference points a mapped point averages; 1 is
 a one-to-one map) and its *label confidence* (mean largest soft-label entry),
 and a ``BLURRY MAP`` line with the fix (a smaller ``--epsilon``) for a map
-whose effective neighbours exceed :data:`geoviz.ot.otdd.BLUR_NEIGHBOURS`.
+whose effective neighbours exceed :data:`geoviz.ot.otdd_cost.BLUR_NEIGHBOURS`.
 ``--epsilon`` is relative to the mean ground cost
 (``eps_abs = epsilon * mean(||x - x'||^2 + W_2^2)``, no 1/2), default
-:data:`geoviz.ot.otdd.DEFAULT_EPSILON`.
+:data:`geoviz.vocabulary.DEFAULT_EPSILON`.
 
 Every option is checked by :func:`check_args` right after parsing, *before* any
 dataset is loaded or map fitted, against :mod:`geoviz.limits`: ``--refs`` (2 to
@@ -68,14 +68,11 @@ from geoviz.cli.app import DEFAULT_ADDRESS, DEFAULT_PORT
 from geoviz.cli.args import ray_address
 from geoviz.cli.geodesic_checks import (
     check_args,
-    feature_space_from_args,
     otdd_config,
     spec_from_args,
 )
 from geoviz.cli.geodesic_options import (
-    add_bootstrap_args,
     add_common_args,
-    add_feature_args,
     add_grid_args,
     add_project_args,
 )
@@ -92,17 +89,12 @@ from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT, W_BETWEEN, W_T
 from geoviz.vocabulary import AUTO, DEFAULT_ENCODER_PRESET, DEFAULT_MAP_METHOD
 
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
     from geoviz.geodesic.uncertainty import GeodesicBootstrap
 
 __all__ = [
-    "add_bootstrap_args",
-    "add_feature_args",
     "app_query",
-    "check_args",
-    "feature_space_from_args",
     "register",
-    "spec_from_args",
 ]
 
 # the old private names of the moved helpers, for callers that import them from here
@@ -158,7 +150,7 @@ def app_query(args: argparse.Namespace, result: GeodesicResult) -> dict[str, str
     ``None`` when the app cannot state it.
 
     The app opens it from the disk cache (the same data and the same configuration, sized
-    alike by :meth:`OTDDConfig.sized_for <geoviz.ot.otdd.OTDDConfig.sized_for>`: every map
+    alike by :meth:`OTDDConfig.sized_for <geoviz.ot.otdd_cost.OTDDConfig.sized_for>`: every map
     and label distance is a cache hit) when each dataset is a registry name or a file
     inside a folder of ``$GEOVIZ_DATA_DIRS`` (:mod:`geoviz.data.served`), the maps are
     barycentric, the OTDD's numbers are the app's (no ``--batch-size``, ``--lambda-x/-y``,
@@ -168,7 +160,7 @@ def app_query(args: argparse.Namespace, result: GeodesicResult) -> dict[str, str
     """
     from geoviz.data.choice import DatasetChoice
     from geoviz.data.served import served_folders, served_name
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     image_shape = result.target.image_shape
     # the app's OTDD configuration of this scenario (Scenario.spec): epsilon, seed, sized

@@ -41,8 +41,8 @@ from geoviz.vocabulary import (
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
     from geoviz.features.base import FeatureSpace
     from geoviz.geodesic.spec import GeodesicSpec
-    from geoviz.maps.neural import NeuralMapConfig
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.maps.neural_config import NeuralMapConfig
+    from geoviz.ot.otdd_cost import OTDDConfig
 
 __all__ = ["check_args", "feature_space_from_args", "otdd_config", "spec_from_args"]
 
@@ -238,7 +238,7 @@ def otdd_config(args: argparse.Namespace) -> OTDDConfig:
     """The OTDD's configuration of checked options (``--epsilon``, ``--lambda-x/-y``,
     ``--label-method``, ``--device``, ``--batch-size`` or ``--stream``), sized for ``--n``
     as the app sizes its problems."""
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     base = OTDDConfig()
     names = {f.name for f in dataclasses.fields(base)}
@@ -271,7 +271,7 @@ def otdd_config(args: argparse.Namespace) -> OTDDConfig:
 
 
 def _neural_config(args: argparse.Namespace) -> NeuralMapConfig:
-    from geoviz.maps.neural import get_neural_preset
+    from geoviz.maps.neural_config import get_neural_preset
 
     cfg = get_neural_preset(getattr(args, "neural_preset", DEFAULT_NEURAL_PRESET))
     changes: dict[str, Any] = {}
@@ -291,7 +291,7 @@ def spec_from_args(args: argparse.Namespace) -> GeodesicSpec:
     size (default: sizes kept, resized to the target's height when they differ).
     """
     from geoviz.data.choice import DatasetChoice
-    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.geodesic.config import GeodesicConfig
     from geoviz.geodesic.spec import GeodesicSpec
 
     return GeodesicSpec(

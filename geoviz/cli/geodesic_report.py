@@ -17,7 +17,7 @@ from geoviz.cli.output import format_table
 from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT, OTDD, W_TARGET
 
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
     from geoviz.geodesic.uncertainty import GeodesicBootstrap
     from geoviz.maps.base import MapDiagnostics
 
@@ -48,7 +48,8 @@ def reference_names(result: GeodesicResult) -> list[str]:
 
 def blur_lines(result: GeodesicResult) -> list[str]:
     """One ``BLURRY MAP`` line per map whose effective neighbours exceed ``BLUR_NEIGHBOURS``."""
-    from geoviz.ot.otdd import BLUR_NEIGHBOURS, DEFAULT_EPSILON
+    from geoviz.ot.otdd_cost import BLUR_NEIGHBOURS
+    from geoviz.vocabulary import DEFAULT_EPSILON
 
     eps = float(result.config.otdd.epsilon)
     lines = []

@@ -86,7 +86,7 @@ def related_to_target(target: str, candidates: Sequence[str]) -> dict[str, str]:
 def _cmd_screen(args: argparse.Namespace) -> int:
     from geoviz.backend import get_cache
     from geoviz.data.choice import DatasetChoice
-    from geoviz.geodesic.pipeline import GeodesicConfig, space_of
+    from geoviz.geodesic.config import GeodesicConfig, space_of
     from geoviz.geodesic.spec import GeodesicSpec, load_spec_datasets
     from geoviz.ot.sliced import screen_references
 

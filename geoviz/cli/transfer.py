@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from geoviz.cli.args import ray_address
 from geoviz.cli.transfer_checks import TransferOptions, check_transfer_args, transfer_spec
-from geoviz.cli.transfer_options import TRANSFER_REFS, TRANSFER_TARGET, add_transfer_args
+from geoviz.cli.transfer_options import add_transfer_args
 from geoviz.cli.transfer_report import (
     TransferRun,
     print_grid_study,
@@ -53,10 +53,12 @@ from geoviz.cli.transfer_report import (
 from geoviz.errors import BlurWarning
 
 if TYPE_CHECKING:
-    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.geodesic.config import GeodesicConfig
     from geoviz.transfer.experiment import Method
 
-__all__ = ["TRANSFER_REFS", "TRANSFER_TARGET", "register"]
+__all__ = [
+    "register",
+]
 
 # the old private name of the moved progress helper, for callers that import it from here
 _transfer_progress = transfer_progress

@@ -207,9 +207,9 @@ def _transfer_methods(args: argparse.Namespace, m: int, weights: np.ndarray | No
 def transfer_spec(args: argparse.Namespace, opts: TransferOptions) -> GeodesicSpec:
     """The study's problem, built with the library's constructors."""
     from geoviz.data.choice import DatasetChoice
-    from geoviz.geodesic.pipeline import GeodesicConfig
+    from geoviz.geodesic.config import GeodesicConfig
     from geoviz.geodesic.spec import GeodesicSpec
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     return GeodesicSpec(
         target=DatasetChoice.named(args.target),

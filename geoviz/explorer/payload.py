@@ -89,7 +89,6 @@ __all__ = [
     "grid_resolution",
     "placed_indices",
     "quantize",
-    "simplex_compositions",
 ]
 
 

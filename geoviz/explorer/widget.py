@@ -1,7 +1,7 @@
 """The app's live explorer of a generalized geodesic as a Jupyter widget (anywidget).
 
 :class:`GeodesicExplorer` (usually opened with :meth:`GeodesicResult.explore
-<geoviz.geodesic.pipeline.GeodesicResult.explore>`) draws what the app's Geodesic page draws,
+<geoviz.geodesic.result.GeodesicResult.explore>`) draws what the app's Geodesic page draws,
 from the same payload (:func:`geoviz.explorer.payload.build_geodesic`) and the same
 JavaScript (``frontend/``, joined into one ES module by :mod:`geoviz.explorer.bundle`, shipped
 inside the package: no network, no CDN): the weight simplex and ``W^2(P_a, Q)`` over it,
@@ -42,7 +42,7 @@ from geoviz.viz.embedding import fit_embedding
 
 if TYPE_CHECKING:
     from geoviz.data.dataset import SoftLabeledDataset
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
     from geoviz.geodesic.uncertainty import GeodesicBootstrap, Interval
 
 LOG = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class GeodesicExplorer(anywidget.AnyWidget):
     Parameters
     ----------
     result
-        A fitted :class:`~geoviz.geodesic.pipeline.GeodesicResult`.
+        A fitted :class:`~geoviz.geodesic.result.GeodesicResult`.
     weights
         The first pick (default: ``a_hat``), validated and rounded like every pick.
     bootstrap
@@ -257,7 +257,7 @@ class GeodesicExplorer(anywidget.AnyWidget):
 
     @property
     def result(self) -> GeodesicResult:
-        """The explored :class:`~geoviz.geodesic.pipeline.GeodesicResult`."""
+        """The explored :class:`~geoviz.geodesic.result.GeodesicResult`."""
         return self._result
 
     @property

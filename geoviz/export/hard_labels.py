@@ -59,7 +59,7 @@ def hard_labels_from_soft(
         ``(N, K)`` non-negative soft labels.
     blocks
         ``m`` column selections (slices, e.g.
-        :attr:`~geoviz.geodesic.pipeline.GeodesicResult.block_slices`, or
+        :attr:`~geoviz.geodesic.result.GeodesicResult.block_slices`, or
         integer index sequences): the classes of each reference.
     rule
         ``"argmax"``: argmax over all ``K`` columns (ignores ``blocks``,

@@ -66,7 +66,9 @@ from geoviz.geodesic.weights import (
 )
 
 if TYPE_CHECKING:
-    from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.geodesic.result import GeodesicResult
     from geoviz.geodesic.spec import GeodesicSpec, SpecDatasets, load_spec_datasets
 
 __all__ = [

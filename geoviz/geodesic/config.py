@@ -8,7 +8,7 @@
   :func:`space_sentence`, the one sentence that says it.
 
 Split out of :mod:`geoviz.geodesic.pipeline` (which re-exports every name), as
-:mod:`geoviz.ot.otdd_cost` holds :class:`~geoviz.ot.otdd.OTDDConfig`.
+:mod:`geoviz.ot.otdd_cost` holds :class:`~geoviz.ot.otdd_cost.OTDDConfig`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from geoviz.features import (
     make_space,
 )
 from geoviz.geodesic.distances import check_qp_solver
-from geoviz.maps.methods import MAP_METHODS, TRAINED_MAP_METHODS, MapMethod
-from geoviz.maps.neural import NeuralMapConfig, get_neural_preset
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.maps.methods import MAP_METHODS, TRAINED_MAP_METHODS
+from geoviz.maps.neural_config import NeuralMapConfig, get_neural_preset
+from geoviz.ot.otdd_cost import OTDDConfig
+from geoviz.vocabulary import MapMethod
 
 __all__ = [
     "GeodesicConfig",
@@ -99,7 +100,7 @@ class GeodesicConfig:
         or ``"neural"`` (:class:`~geoviz.maps.neural.NeuralOTDDMap`, trained with
         the same cost: ``lambda_x``, ``lambda_y`` and label distances of ``otdd``).
     neural
-        Budget of the neural maps (a :class:`~geoviz.maps.neural.NeuralMapConfig`
+        Budget of the neural maps (a :class:`~geoviz.maps.neural_config.NeuralMapConfig`
         or a preset name ``"tiny"``/``"cpu"``/``"paper"``); ignored for
         ``method="barycentric"`` (and left out of :meth:`to_dict`).
     features

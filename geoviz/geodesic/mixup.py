@@ -86,7 +86,7 @@ def mixup_interpolation(
         y_n = [a_1 onehot(y_1[j_1(n)]) | ... | a_m onehot(y_m[j_m(n)])]
 
     The pairs are random and independent of the target's features and labels,
-    unlike the OTDD maps of :meth:`~geoviz.geodesic.pipeline.GeodesicResult.interpolate`,
+    unlike the OTDD maps of :meth:`~geoviz.geodesic.result.GeodesicResult.interpolate`,
     so comparing the two at the same ``a`` isolates the role of the coupling
     (paper Fig. "Visualization and comparison of dataset interpolation methods" (b)).
 

@@ -17,8 +17,8 @@ mapped point averages (``effective_neighbours``, the median plan-row
 perplexity; 1 is a one-to-one map, ``N_P`` the mean image), how sure its soft
 labels are (``label_confidence``) and, per target point, its largest plan
 weights (``neighbour_index`` / ``neighbour_weight``). The relative ``epsilon``
-of :class:`~geoviz.ot.otdd.OTDDConfig` (``eps_abs = epsilon * mean(C)``,
-default :data:`~geoviz.ot.otdd.DEFAULT_EPSILON`) sets that trade-off: larger
+of :class:`~geoviz.ot.otdd_cost.OTDDConfig` (``eps_abs = epsilon * mean(C)``,
+default :data:`~geoviz.vocabulary.DEFAULT_EPSILON`) sets that trade-off: larger
 epsilon blurs the maps (:attr:`GeodesicResult.blurry`).
 
 Caching: every map (keyed by the target and reference fingerprints and the
@@ -50,31 +50,22 @@ from geoviz.features import FeatureSpace, FittedFeatures, SpaceChoice
 from geoviz.geodesic.config import (
     GeodesicConfig,
     check_space_allows,
-    space_choice_for,
     space_of,
-    space_sentence,
 )
 from geoviz.geodesic.distances import TwoQDistances, optimal_weights, two_q_distances
 from geoviz.geodesic.labels import label_space
 from geoviz.geodesic.result import GeodesicResult
 from geoviz.maps.base import FittedMap
-from geoviz.maps.methods import MAP_METHODS, MapMethod, map_estimator, map_method_label
+from geoviz.maps.methods import map_estimator, map_method_label
 from geoviz.memory import memory_budget_bytes
 from geoviz.ot.labels import label_distances
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.tasks import resolve_backend, run_in_threads
 
 __all__ = [
-    "MAP_METHODS",
-    "GeodesicConfig",
-    "GeodesicResult",
-    "MapMethod",
     "Progress",
     "fit_geodesic",
     "lift_through_plan",
-    "space_choice_for",
-    "space_of",
-    "space_sentence",
 ]
 
 Progress = Callable[[str, float], None]

@@ -25,7 +25,9 @@ from geoviz import limits
 from geoviz.backend import DiskCache, get_cache
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
-from geoviz.geodesic.pipeline import GeodesicConfig, GeodesicResult, fit_geodesic
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.geodesic.result import GeodesicResult
 from geoviz.geodesic.uncertainty import (
     DEFAULT_LEVEL,
     GeodesicBootstrap,

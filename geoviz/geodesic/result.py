@@ -8,7 +8,7 @@ McCann's interpolation, the Q-resampling bootstrap, summaries for the CLI, the a
 manifests, and the live explorer (:meth:`GeodesicResult.explore`).
 
 Split out of :mod:`geoviz.geodesic.pipeline` (which re-exports it), as
-:mod:`geoviz.ot.otdd_result` holds :class:`~geoviz.ot.otdd.OTDDResult`.
+:mod:`geoviz.ot.otdd_result` holds :class:`~geoviz.ot.otdd_result.OTDDResult`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from geoviz.geodesic.labels import LabelSpace
 from geoviz.geodesic.uncertainty import DEFAULT_LEVEL, GeodesicBootstrap, bootstrap_q
 from geoviz.geodesic.weights import as_simplex_weights
 from geoviz.maps.base import FittedMap, MapDiagnostics, PlanNeighbours
-from geoviz.maps.methods import MapMethod
-from geoviz.ot.otdd import BLUR_NEIGHBOURS
+from geoviz.ot.otdd_cost import BLUR_NEIGHBOURS
+from geoviz.vocabulary import MapMethod
 
 if TYPE_CHECKING:  # a higher layer, opened by explore() (tests/test_layers.py FRONT_DOORS)
     from geoviz.explorer.widget import GeodesicExplorer
@@ -223,7 +223,7 @@ class GeodesicResult:
 
         How many reference points a mapped point averages (1: one-to-one;
         ``N_i``: every point maps to the mean of ``P_i``). Above
-        :data:`~geoviz.ot.otdd.BLUR_NEIGHBOURS` the map is blurry (:attr:`blurry`).
+        :data:`~geoviz.ot.otdd_cost.BLUR_NEIGHBOURS` the map is blurry (:attr:`blurry`).
         """
         return self._column("effective_neighbours")
 

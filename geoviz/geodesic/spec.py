@@ -6,7 +6,7 @@ A :class:`GeodesicSpec` is everything that determines a fitted generalized geode
 :class:`~geoviz.data.choice.DatasetChoice` with its split), how many samples of each,
 the subsample seed, the common image format, the few-shot target options, the feature
 space (a named one in the config, or a user's model), and the
-:class:`~geoviz.geodesic.pipeline.GeodesicConfig` of the maps and the QP. Every
+:class:`~geoviz.geodesic.config.GeodesicConfig` of the maps and the QP. Every
 front-end builds one: the command line (``geoviz distance | project | grid``), the
 transfer experiments (``geoviz transfer``) and the app (a link's scenario,
 :meth:`geoviz.app.scenario.Scenario.spec`). Each fact is checked here, once, as it enters;

@@ -19,7 +19,7 @@ is one. This module is the one place for the weight vector:
 
 :func:`geoviz.geodesic.distances.simplex_grid` enumerates grid points of the
 simplex. (A *measure*, the marginal of a coupling, is something else:
-:func:`geoviz.ot.sinkhorn.uniform_measure`.)
+:func:`geoviz.ot.problem.uniform_measure`.)
 """
 
 from __future__ import annotations

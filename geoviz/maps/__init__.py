@@ -33,17 +33,12 @@ from geoviz.maps.methods import (
     MAP_METHODS,
     TRAINED_MAP_METHODS,
     MapEstimator,
-    MapMethod,
     map_estimator,
     map_method_label,
 )
-from geoviz.maps.neural import (
-    NEURAL_PRESETS,
-    FittedNeuralMap,
-    NeuralMapConfig,
-    NeuralOTDDMap,
-    get_neural_preset,
-)
+from geoviz.maps.neural import FittedNeuralMap, NeuralOTDDMap
+from geoviz.maps.neural_config import NEURAL_PRESETS, NeuralMapConfig, get_neural_preset
+from geoviz.vocabulary import MapMethod
 
 __all__ = [
     "MAP_METHODS",

@@ -53,14 +53,9 @@ from geoviz.maps.base import (
     check_transform_inputs,
 )
 from geoviz.ot.labels import label_distances
-from geoviz.ot.otdd import (
-    OTDDConfig,
-    OTDDResult,
-    ProgressFn,
-    check_compatible,
-    ground_cost,
-    otdd,
-)
+from geoviz.ot.otdd import ProgressFn, otdd
+from geoviz.ot.otdd_cost import OTDDConfig, check_compatible, ground_cost
+from geoviz.ot.otdd_result import OTDDResult
 
 __all__ = ["BarycentricMap", "EntropicMap", "FittedBarycentricMap", "FittedEntropicMap"]
 
@@ -85,7 +80,7 @@ class FittedBarycentricMap(FittedMap["BarycentricMap"]):
     soft_labels_
         ``(N_Q, C_P)`` float32 CPU: ``N_Q pi Y_P``, rows sum to 1.
     otdd_
-        The :class:`~geoviz.ot.otdd.OTDDResult` (coupling only if kept).
+        The :class:`~geoviz.ot.otdd_result.OTDDResult` (coupling only if kept).
     config
         The configuration used.
 
@@ -132,7 +127,7 @@ class FittedBarycentricMap(FittedMap["BarycentricMap"]):
         return plan_neighbours_of(self.otdd_)
 
     def to_payload(self) -> dict[str, Any]:
-        """The :class:`~geoviz.ot.otdd.OTDDResult` payload (what the disk cache stores)."""
+        """The :class:`~geoviz.ot.otdd_result.OTDDResult` payload (what the disk cache stores)."""
         return self.otdd_.to_payload()
 
     @classmethod
@@ -229,7 +224,7 @@ class BarycentricMap:
 
     def __init__(
         self,
-        config: OTDDConfig = OTDDConfig(),  # noqa: B008 - immutable
+        config: OTDDConfig = OTDDConfig(),
         *,
         cache: DiskCache | None = None,
         keep_coupling: bool = False,
@@ -296,13 +291,13 @@ class FittedEntropicMap(FittedMap["EntropicMap"]):
         ``(N_R, D)`` float32 and ``(N_R,)`` int64: the reference points used.
     g_
         ``(N_R,)`` float64 reference potential (convention of
-        :class:`~geoviz.ot.sinkhorn.SinkhornResult`).
+        :class:`~geoviz.ot.result.SinkhornResult`).
     label_cost_
         ``(C_Q, C_P)`` float64 label distances of the fit.
     epsilon_abs_
         Absolute regularisation of the fit.
     otdd_
-        The fitting :class:`~geoviz.ot.otdd.OTDDResult` (barycentric outputs of
+        The fitting :class:`~geoviz.ot.otdd_result.OTDDResult` (barycentric outputs of
         the training points included, no coupling).
     train_index_, reference_index_
         Indices of the target / reference points used for fitting.
@@ -466,7 +461,7 @@ class EntropicMap:
 
     def __init__(
         self,
-        config: OTDDConfig = OTDDConfig(),  # noqa: B008 - immutable
+        config: OTDDConfig = OTDDConfig(),
         *,
         cache: DiskCache | None = None,
     ) -> None:

@@ -16,15 +16,15 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.maps.barycentric import BarycentricMap
 from geoviz.maps.base import FittedMap
-from geoviz.maps.neural import NeuralMapConfig, NeuralOTDDMap
-from geoviz.ot.otdd import OTDDConfig
+from geoviz.maps.neural import NeuralOTDDMap
+from geoviz.maps.neural_config import NeuralMapConfig
+from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.vocabulary import MapMethod
 
 __all__ = [
     "MAP_METHODS",
     "TRAINED_MAP_METHODS",
     "MapEstimator",
-    "MapMethod",
     "map_estimator",
     "map_method_label",
 ]

@@ -13,7 +13,7 @@ with ``M[i, j] = W_2^2(alpha_i, beta_j)`` the class-conditional label distances
 of :func:`geoviz.ot.labels.label_distances` (frozen), i.e. the label term
 ``W_2^2(alpha_y, alpha_ybar)`` linearised over the soft label ``l(G(z))`` as in
 the appendix. Units: the cost is the OTDD ground cost of
-:func:`geoviz.ot.otdd.ground_cost` (``||x - x'||^2``, no 1/2), in the units of
+:func:`geoviz.ot.otdd_cost.ground_cost` (``||x - x'||^2``, no 1/2), in the units of
 the features. Internally the objective is divided by the mean ground cost
 ``s`` (a positive constant, so the saddle point is unchanged) to keep the
 critic's outputs O(1) whatever the feature scale.
@@ -71,19 +71,16 @@ from geoviz.maps.base import (
 from geoviz.maps.networks import build_networks
 
 # the budget and the training live in their own modules; their names stay importable from here
-from geoviz.maps.neural_config import NEURAL_PRESETS, NeuralMapConfig, get_neural_preset
-from geoviz.maps.neural_training import _IMPROVEMENT as _IMPROVEMENT  # the tests' threshold
+from geoviz.maps.neural_config import NeuralMapConfig, get_neural_preset
 from geoviz.maps.neural_training import _apply, _train
 from geoviz.nn.init import seeded_generator
 from geoviz.nn.models import make_model
-from geoviz.ot.otdd import OTDDConfig, ProgressFn, check_compatible
+from geoviz.ot.otdd import ProgressFn
+from geoviz.ot.otdd_cost import OTDDConfig, check_compatible
 
 __all__ = [
-    "NEURAL_PRESETS",
     "FittedNeuralMap",
-    "NeuralMapConfig",
     "NeuralOTDDMap",
-    "get_neural_preset",
 ]
 
 #: Bumped when the cached payload changes meaning.
@@ -328,7 +325,7 @@ class NeuralOTDDMap:
     def __init__(
         self,
         config: NeuralMapConfig | str = "cpu",
-        otdd: OTDDConfig = OTDDConfig(),  # noqa: B008 - immutable
+        otdd: OTDDConfig = OTDDConfig(),
         *,
         cache: DiskCache | None = None,
     ) -> None:

@@ -41,7 +41,8 @@ from geoviz.maps.neural_config import NeuralMapConfig
 from geoviz.nn.init import seeded_generator
 from geoviz.nn.training import TrainConfig, evaluate, train_from_scratch
 from geoviz.ot.labels import label_distances
-from geoviz.ot.otdd import OTDDConfig, ProgressFn, mean_ground_cost
+from geoviz.ot.otdd import ProgressFn
+from geoviz.ot.otdd_cost import OTDDConfig, mean_ground_cost
 
 _IMPROVEMENT = 0.005  # relative gain in the held-out OT cost that resets the patience
 _TRANSFORM_BATCH = 512

@@ -40,28 +40,16 @@ True
 """
 
 from geoviz.ot.geometry import CostGeometry, DenseCost, PointCloudCost
-from geoviz.ot.labels import LabelMethod, class_samples, gaussian_w2, label_distances
-from geoviz.ot.otdd import (
-    OTDDConfig,
-    OTDDResult,
-    ProgressFn,
-    check_compatible,
-    ground_cost,
-    mean_ground_cost,
-    otdd,
-)
-from geoviz.ot.sinkhorn import (
-    EpsilonScaling,
-    KernelPolicy,
-    MultiscaleStart,
-    Sinkhorn,
-    SinkhornCallback,
-    SinkhornMode,
-    SinkhornResult,
-    TransportProblem,
-    sinkhorn,
-    uniform_measure,
-)
+from geoviz.ot.labels import class_samples, gaussian_w2, label_distances
+from geoviz.ot.loop import SinkhornCallback
+from geoviz.ot.otdd import ProgressFn, otdd
+from geoviz.ot.otdd_cost import OTDDConfig, check_compatible, ground_cost, mean_ground_cost
+from geoviz.ot.otdd_result import OTDDResult
+from geoviz.ot.problem import TransportProblem, uniform_measure
+from geoviz.ot.result import SinkhornResult
+from geoviz.ot.sinkhorn import MultiscaleStart, Sinkhorn, sinkhorn
+from geoviz.ot.strategies import EpsilonScaling, KernelPolicy, SinkhornMode
+from geoviz.vocabulary import LabelMethod
 
 __all__ = [
     "CostGeometry",

@@ -13,7 +13,7 @@ OTT-JAX's ``Geometry``/``PointCloud``:
   :attr:`CostGeometry.epsilon` and whether it is relative to the mean cost, and
   :attr:`CostGeometry.epsilon_abs` resolves the absolute value **once** (cached),
   ``eps_abs = epsilon * mean(C)`` for a relative epsilon (the convention of
-  :class:`geoviz.ot.otdd.OTDDConfig`), ``epsilon`` itself for an absolute one. The
+  :class:`geoviz.ot.otdd_cost.OTDDConfig`), ``epsilon`` itself for an absolute one. The
   scale is that of the cost: ``C = ||x - x'||^2 + W_2^2`` with **no** factor 1/2,
   so ``eps_abs`` is in squared feature units. This is the only place where a
   relative epsilon becomes an absolute one and where an epsilon is validated
@@ -327,7 +327,7 @@ class PointCloudCost(CostGeometry):
         Weights of the two terms.
     mean
         Optional known mean of the cost (e.g. the closed form of
-        :func:`geoviz.ot.otdd.mean_ground_cost`).
+        :func:`geoviz.ot.otdd_cost.mean_ground_cost`).
     block_bytes
         Size of one row block (default 64 MiB).
     epsilon, relative_epsilon

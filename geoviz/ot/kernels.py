@@ -42,22 +42,18 @@ import torch
 
 from geoviz.backend import check_memory
 from geoviz.ot.geometry import CostGeometry
-from geoviz.ot.support import Candidates, Support, pass_rows, select_support
+from geoviz.ot.support import Support
 
 __all__ = [
     "EXP_FLOOR",
     "AbsorbedKernel",
-    "Candidates",
     "DenseKernel",
     "DensePool",
     "Kernel",
     "OnlineKernel",
     "SparseKernel",
-    "Support",
     "check_sparse_memory",
     "exp_floored_",
-    "pass_rows",
-    "select_support",
 ]
 
 #: exp() of float32 arguments below about -87 gives subnormals and runs ~6x slower on

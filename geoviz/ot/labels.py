@@ -90,7 +90,11 @@ from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import ConvergenceWarning, DatasetError, GeovizError
 from geoviz.vocabulary import LabelMethod
 
-__all__ = ["LabelMethod", "class_samples", "gaussian_w2", "label_distances"]
+__all__ = [
+    "class_samples",
+    "gaussian_w2",
+    "label_distances",
+]
 
 # device temporaries (Gram / cost blocks) are kept below this size
 _BLOCK_BYTES = 256 * 2**20

@@ -25,17 +25,16 @@ from geoviz.backend import available_memory_bytes, check_memory, resolve_device,
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.ot.geometry import PointCloudCost
-from geoviz.ot.labels import LabelMethod
-from geoviz.ot.sinkhorn import KernelPolicy, Sinkhorn, SinkhornMode
+from geoviz.ot.sinkhorn import Sinkhorn
+from geoviz.ot.strategies import KernelPolicy, SinkhornMode
 from geoviz.tasks import BACKENDS, Backend, check_ray_address
 
 # the default relative regularisation (eps_abs = DEFAULT_EPSILON * mean(C)): sharp maps, see
 # the table in the module docstring; declared with the other choices in the vocabulary
-from geoviz.vocabulary import DEFAULT_EPSILON
+from geoviz.vocabulary import DEFAULT_EPSILON, LabelMethod
 
 __all__ = [
     "BLUR_NEIGHBOURS",
-    "DEFAULT_EPSILON",
     "N_NEIGHBOURS",
     "OTDD_ALGO_VERSION",
     "STREAMED_SUPPORT_PER_ROW",
@@ -100,13 +99,13 @@ class OTDDConfig:
     solver
         Sinkhorn kernel: ``"auto"`` (dense while the plan is dense, truncated
         sparse kernel once it is sparse), ``"dense"``, ``"sparse"`` or
-        ``"online"`` (see :class:`geoviz.ot.sinkhorn.KernelPolicy`).
+        ``"online"`` (see :class:`geoviz.ot.strategies.KernelPolicy`).
     truncation
         Sparse kernel: drop plan entries below ``exp(-truncation)`` times their
         row's largest (the dropped mass is measured and reported).
     support_per_row
         Sparse kernel: keep at most this many entries per row (each row's largest;
-        :class:`~geoviz.ot.sinkhorn.KernelPolicy`). ``None``: no cap for one stored
+        :class:`~geoviz.ot.strategies.KernelPolicy`). ``None``: no cap for one stored
         problem, :data:`STREAMED_SUPPORT_PER_ROW` when streamed, where it bounds the
         one-problem solve at full size (60,000 x 60,000: ~1 GiB of support instead of
         the tens of GiB the truncation window alone would keep), and when batched,

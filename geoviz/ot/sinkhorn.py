@@ -94,16 +94,9 @@ from geoviz.ot.strategies import EpsilonScaling, KernelPolicy, SinkhornMode, Sup
 from geoviz.ot.support import Candidates, Support, select_support
 
 __all__ = [
-    "EpsilonScaling",
-    "KernelPolicy",
     "MultiscaleStart",
     "Sinkhorn",
-    "SinkhornCallback",
-    "SinkhornMode",
-    "SinkhornResult",
-    "TransportProblem",
     "sinkhorn",
-    "uniform_measure",
 ]
 
 #: tolerance of the intermediate (warm-start) stages

@@ -65,7 +65,7 @@ def study_scenario(
     geodesic
         Anything with ``target``, ``references`` (datasets with a
         ``fingerprint``) and ``config.to_dict()``, e.g. a
-        :class:`~geoviz.geodesic.pipeline.GeodesicResult`.
+        :class:`~geoviz.geodesic.result.GeodesicResult`.
     preset, method
         The training preset and the transfer method.
     """

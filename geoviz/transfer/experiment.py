@@ -8,7 +8,7 @@ its test split, and ``m`` labelled pretraining datasets ``P_i``.
 
 * ``"otdd"`` — "OTDD barycentric projection": pretrain on
   ``P_a = (sum_i a_i T_i)#Q`` (:meth:`GeodesicResult.interpolate
-  <geoviz.geodesic.pipeline.GeodesicResult.interpolate>`, default ``a = a_hat``),
+  <geoviz.geodesic.result.GeodesicResult.interpolate>`, default ``a = a_hat``),
   fine-tune on the ``k``-shot target, test;
 * ``"otdd_neural"`` — "OTDD neural map": the same with a geodesic whose maps
   are neural OTDD maps (``GeodesicConfig(method="neural")``, paper eq. (max-min));
@@ -50,7 +50,7 @@ from geoviz.nn.training import (
 from geoviz.transfer.baselines import mixup_pretraining_set, one_nn_accuracy
 
 if TYPE_CHECKING:
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
 
 __all__ = ["METHODS", "Method", "MethodResult", "TransferTask", "make_task", "run_method"]
 

@@ -44,29 +44,16 @@ from geoviz.transfer.experiment import run_method
 
 # the statistics live in their own module; their names stay importable from here
 from geoviz.transfer.study_stats import (
-    BOOTSTRAP_RESAMPLES,
-    BOOTSTRAP_SEED,
-    CorrelationEstimate,
     GridPoint,
-    ObjectiveSummary,
     StudyStatistics,
-    bootstrap_interval,
     correlations,
     finite_or_none,
     study_statistics,
 )
 
 __all__ = [
-    "BOOTSTRAP_RESAMPLES",
-    "BOOTSTRAP_SEED",
-    "CorrelationEstimate",
     "GridStudy",
-    "ObjectiveSummary",
-    "StudyStatistics",
-    "bootstrap_interval",
-    "correlations",
     "run_grid",
-    "study_statistics",
 ]
 
 
@@ -301,7 +288,7 @@ def run_grid(
         The :class:`~geoviz.transfer.experiment.TransferTask` (target splits,
         references, ``k``).
     geodesic
-        The fitted :class:`~geoviz.geodesic.pipeline.GeodesicResult` whose
+        The fitted :class:`~geoviz.geodesic.result.GeodesicResult` whose
         ``P_a`` are trained on; ``geodesic.objective`` gives ``W^2(P_a, Q)``.
     resolution
         Grid resolution ``R``: ``simplex_grid(geodesic.m, R)``, e.g. 7 for the

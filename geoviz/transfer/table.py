@@ -26,7 +26,7 @@ from geoviz.transfer.experiment import Method, MethodResult, TransferTask, run_m
 if TYPE_CHECKING:
     import pandas as pd
 
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
     from geoviz.nn.training import TransferPreset
 
 __all__ = ["ALL_METHODS", "METHODS", "METHOD_TITLES", "MethodComparison", "compare_methods"]

@@ -4,7 +4,7 @@ Paper Fig. "Visualization and comparison of dataset interpolation methods" (b):
 ``P_hat_a = (sum_i a_i T*_i)#Q`` with the OTDD maps keeps the class structure
 of ``Q``, whereas the same convex combination with *random* maps ``T_i``
 collapses towards the mean. Both datasets are computed in the library
-(:meth:`geoviz.geodesic.pipeline.GeodesicResult.interpolate`,
+(:meth:`geoviz.geodesic.result.GeodesicResult.interpolate`,
 :func:`geoviz.geodesic.mixup.mixup_interpolation`); this module only draws them.
 """
 

@@ -37,7 +37,7 @@ __all__ = [
 if TYPE_CHECKING:
     import torch
 
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
 
 
 def as_index(a: np.ndarray) -> torch.Tensor:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from geoviz.data.dataset import SoftLabeledDataset
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
 
 #: what a plan statistic (effective neighbours, epsilon, marginal error) reads for a map
 #: without a plan: it generates its points instead of averaging reference points

@@ -25,12 +25,8 @@ import numpy as np
 from geoviz.errors import GeovizError
 from geoviz.glossary import A_HAT, OBJECTIVE
 from geoviz.nn.training import PRESETS
-from geoviz.transfer.study import (
-    BOOTSTRAP_RESAMPLES,
-    BOOTSTRAP_SEED,
-    CorrelationEstimate,
-    GridStudy,
-)
+from geoviz.transfer.study import GridStudy
+from geoviz.transfer.study_stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CorrelationEstimate
 from geoviz.viz.study_grid import (
     BEST_LABEL,
     NEAREST_LABEL,

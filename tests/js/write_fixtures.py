@@ -64,8 +64,9 @@ def _bars(n: int, seed: int, size: int, name: str) -> Any:
 
 def _fit() -> Any:
     """A small image GeodesicResult (3 references, 8x8 images): about 2 s on a CPU."""
-    from geoviz.geodesic.pipeline import GeodesicConfig, fit_geodesic
-    from geoviz.ot.otdd import OTDDConfig
+    from geoviz.geodesic.config import GeodesicConfig
+    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.ot.otdd_cost import OTDDConfig
 
     target = _bars(40, 0, 8, "target")
     refs = [_bars(30, s, 8, f"ref{s}") for s in (1, 2, 3)]
@@ -97,7 +98,8 @@ def _payload_record(name: str, data: bytes, folder: Path) -> dict[str, Any]:
 def _synthetic_arrays() -> dict[str, np.ndarray]:
     """Every dtype the payload uses, odd lengths (padding), extreme and signed-zero floats,
     a big-endian input, an empty array and a uint8 simplex grid."""
-    from geoviz.explorer.payload import grid_resolution, simplex_compositions
+    from geoviz.explorer.payload import grid_resolution
+    from geoviz.geodesic.distances import simplex_compositions
 
     rng = np.random.default_rng(7)
     specials = [
@@ -339,7 +341,8 @@ def _grid_section() -> dict[str, Any]:
     equilateral triangle: for m = 3 the grid's unique triangulation, the explorer's cells)."""
     from scipy.spatial import Delaunay
 
-    from geoviz.explorer.payload import grid_resolution, simplex_compositions
+    from geoviz.explorer.payload import grid_resolution
+    from geoviz.geodesic.distances import simplex_compositions
 
     rng = np.random.default_rng(13)
     cases = []

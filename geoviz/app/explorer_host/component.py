@@ -43,7 +43,7 @@ from geoviz.app.services.errors import error_text
 
 if TYPE_CHECKING:
     from geoviz.app.session import SessionModel
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
     from geoviz.geodesic.weights import SimplexWeights
 
 FRONTEND = Path(__file__).resolve().parents[2] / "explorer" / "frontend"

@@ -30,7 +30,7 @@ from geoviz.explorer.payload import (
 if TYPE_CHECKING:
     from geoviz.app.jobs import BackgroundJob
     from geoviz.app.session import SessionModel
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
     from geoviz.geodesic.uncertainty import GeodesicBootstrap
 
 LOG = logging.getLogger(__name__)

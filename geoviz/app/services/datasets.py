@@ -25,7 +25,8 @@ from geoviz.features.choice import SpaceChoice
 from geoviz.geodesic.config import space_sentence
 from geoviz.geodesic.spec import SpecDatasets, load_spec_datasets
 from geoviz.memory import check_bytes, memory_guard
-from geoviz.ot.otdd import OTDDConfig, otdd
+from geoviz.ot.otdd import otdd
+from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.viz.embedding import Embedding, fit_embedding
 
 

@@ -25,7 +25,7 @@ from geoviz.data.choice import FewShotOptions
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
 from geoviz.errors import DatasetError
-from geoviz.geodesic.pipeline import GeodesicResult
+from geoviz.geodesic.result import GeodesicResult
 from geoviz.geodesic.spec import fit_spec
 from geoviz.isolation import run_in_child
 from geoviz.tasks import Backend

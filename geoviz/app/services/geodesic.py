@@ -18,7 +18,7 @@ from geoviz.backend import ArraySpec, DiskCache
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic.mixup import mixup_interpolation
-from geoviz.geodesic.pipeline import GeodesicResult
+from geoviz.geodesic.result import GeodesicResult
 from geoviz.geodesic.spec import fit_spec
 from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.geodesic.weights import SimplexWeights

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from geoviz.geodesic.pipeline import GeodesicResult
+    from geoviz.geodesic.result import GeodesicResult
 
 
 def set_epsilon(model: SessionModel, epsilon: float) -> bool:
