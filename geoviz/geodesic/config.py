@@ -7,7 +7,7 @@
   for some datasets (``"auto"``: chosen from the data, paper Sec. 5.3), and
   :func:`space_sentence`, the one sentence that says it.
 
-Split out of :mod:`geoviz.geodesic.pipeline` (which re-exports every name), as
+Split out of :mod:`geoviz.geodesic.pipeline` (import these names from here), as
 :mod:`geoviz.ot.otdd_cost` holds :class:`~geoviz.ot.otdd_cost.OTDDConfig`.
 """
 

@@ -30,7 +30,7 @@ with the same inputs solves no coupling; adding a reference only fits the new ma
 Layout, as :mod:`geoviz.ot` splits the OTDD: :class:`GeodesicConfig` and the feature-space
 helpers are in :mod:`geoviz.geodesic.config`, :class:`GeodesicResult` in
 :mod:`geoviz.geodesic.result`; this module fits (:func:`fit_geodesic`, its stages and its
-cache) and re-exports both, so every name it always offered is still imported from here.
+cache); import the configuration and the result from their own modules.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ diagnostics (per-map columns, sharpness, plan neighbours), samples of any ``P_a`
 McCann's interpolation, the Q-resampling bootstrap, summaries for the CLI, the app and
 manifests, and the live explorer (:meth:`GeodesicResult.explore`).
 
-Split out of :mod:`geoviz.geodesic.pipeline` (which re-exports it), as
+Split out of :mod:`geoviz.geodesic.pipeline` (import it from here), as
 :mod:`geoviz.ot.otdd_result` holds :class:`~geoviz.ot.otdd_result.OTDDResult`.
 """
 

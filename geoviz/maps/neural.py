@@ -47,7 +47,7 @@ fingerprints of both datasets and the configuration, like the other maps.
 Modules: the budget (:class:`NeuralMapConfig`, :data:`NEURAL_PRESETS`) is in
 :mod:`geoviz.maps.neural_config`, the training stages in
 :mod:`geoviz.maps.neural_training`; this module holds the estimator and the
-fitted map and re-exports the budget's names.
+fitted map.
 """
 
 from __future__ import annotations

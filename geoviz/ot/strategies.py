@@ -10,8 +10,7 @@ Settings of :class:`~geoviz.ot.sinkhorn.Sinkhorn` (module docstring of
   policy: a pass over the cost each time, or among each row's candidates.
 
 The third strategy, :class:`~geoviz.ot.sinkhorn.MultiscaleStart`, solves a coarse problem
-with the solver itself, so it stays beside it in :mod:`geoviz.ot.sinkhorn`, which also
-re-exports these names.
+with the solver itself, so it stays beside it in :mod:`geoviz.ot.sinkhorn`.
 """
 
 from __future__ import annotations

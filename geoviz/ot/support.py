@@ -13,7 +13,7 @@ row or column), with their cost values.
   later support of a capped solve is chosen without another pass.
 * :func:`pass_rows` — rows per block of such a pass.
 
-Split out of :mod:`geoviz.ot.kernels`, which re-exports every name.
+Split out of :mod:`geoviz.ot.kernels`; import these names from here.
 """
 
 from __future__ import annotations

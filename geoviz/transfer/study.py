@@ -14,7 +14,7 @@ run is stored at once (:mod:`geoviz.transfer.checkpoints`). The result, a
 :class:`GridStudy`, carries its :class:`StudyStatistics` (:func:`study_statistics`):
 Pearson and Spearman ``r`` with their p-values and a bootstrap interval over the
 seeds, and the paper's table of ``W^2(P_a, Q)`` beside the accuracy gain (those
-statistics live in :mod:`geoviz.transfer.study_stats`, re-exported here). The
+statistics live in :mod:`geoviz.transfer.study_stats`). The
 figure is :func:`geoviz.viz.study_figure.correlation_figure`.
 """
 

@@ -1,12 +1,11 @@
-"""Bar charts and heatmaps of datasets and labels; the figure builders' one import path.
+"""Bar charts and heatmaps of datasets and labels.
 
 Here: class counts per dataset (:func:`class_histograms`), the pairwise OTDD matrix
 (:func:`otdd_heatmap`), the label transition ``Y_Q^T S / N`` (:func:`label_transition`,
 :func:`label_transition_heatmap`) and soft labels as bars (:func:`soft_label_bars`,
 :func:`label_mass_bars`). The scatter of point sets (:mod:`geoviz.viz.scatter`), the
 point sets themselves (:mod:`geoviz.viz.point_sets`) and the one-sample card
-(:mod:`geoviz.viz.sample_card`) live in their own modules and are re-exported here, so
-``from geoviz.viz.plots import scatter_sets`` keeps working.
+(:mod:`geoviz.viz.sample_card`) live in their own modules; import them from there.
 
 All builders take plain arrays / dataset objects and return plotly figures;
 nothing here imports Streamlit.

@@ -1,6 +1,6 @@
 """The figure and tables of the simplex study (paper Figs. "ternary" / "corr", Table "w_stat").
 
-:func:`correlation_figure` (:mod:`geoviz.viz.study_figure`, re-exported here) draws a
+:func:`~geoviz.viz.study_figure.correlation_figure` (:mod:`geoviz.viz.study_figure`) draws a
 :class:`~geoviz.transfer.study.GridStudy`: ``W^2(P_a, Q)`` beside the fine-tuned accuracy
 over the weight grid, or (``kind="scatter"``) accuracy against ``W^2(P_a, Q)`` with the
 seeds' spread as error bars.
@@ -8,8 +8,8 @@ seeds' spread as error bars.
 (correlations with their bootstrap intervals; the statistics of ``W^2(P_a, Q)`` beside the
 accuracy gain), :func:`correlation_sentence` what a study's numbers say, in one sentence.
 Two bootstraps of Pearson ``r``: over the seeds (``GridStudy.statistics``) and over the grid
-points (:func:`points_bootstrap_interval`); :func:`nearest_grid_point`
-(:mod:`geoviz.viz.study_grid`, re-exported here) and :func:`a_hat_sentence` place ``a_hat``
+points (:func:`points_bootstrap_interval`);
+:func:`~geoviz.viz.study_grid.nearest_grid_point` (:mod:`geoviz.viz.study_grid`) and :func:`a_hat_sentence` place ``a_hat``
 on the grid; :func:`budget_warnings` says why a small run's numbers cannot support a
 conclusion.
 """
