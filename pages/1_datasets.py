@@ -92,7 +92,10 @@ def sample_widgets() -> dict[str, Any]:
     few = c6.checkbox(
         "Few-shot target",
         key="form_few",
-        help="Keep k labels per class of Q and pseudo-label the rest with a kNN classifier.",
+        help=(
+            "Keep k labels per class of Q and pseudo-label the rest by label spreading on "
+            "Q's nearest-neighbour graph (a link may ask for the kNN vote instead)."
+        ),
     )
     k = c7.number_input("k labels per class", min_value=1, max_value=1000, key="form_k")
     nn = c8.number_input("kNN neighbours", min_value=1, max_value=50, key="form_nn")
@@ -163,7 +166,10 @@ def apply_form(
             n_target=int(values["n_target"]),
             n_reference=int(values["n_ref"]),
             few_shot=FewShotOptions(
-                enabled=bool(values["few"]), k=int(values["k"]), n_neighbors=int(values["nn"])
+                enabled=bool(values["few"]),
+                k=int(values["k"]),
+                n_neighbors=int(values["nn"]),
+                pseudo_labels=scenario.few_shot.pseudo_labels,
             ),
             image_size=int(values["image_size"]),
             channels=scenario.channels,
@@ -310,7 +316,8 @@ def dataset_views(model: SessionModel, data: dataset_services.ScenarioData) -> N
     if data.labelled_indices is not None:
         st.info(
             f"Few-shot target: {len(data.labelled_indices)} labelled samples of Q; the other "
-            f"{data.target.n_samples - len(data.labelled_indices)} carry kNN pseudo-labels "
+            f"{data.target.n_samples - len(data.labelled_indices)} carry "
+            f"{dataset_services.pseudo_label_words(model.scenario.few_shot.pseudo_labels)} "
             f"(accuracy {data.pseudo_label_accuracy:.1%} against the true labels)."
         )
 

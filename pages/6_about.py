@@ -136,7 +136,8 @@ mixup on 2-D data; page 5 exports P̂_a or any P_a.
     st.markdown(
         """
 **Few-shot targets.** With only k labels per class of Q, the other target samples get
-pseudo-labels from a k-nearest-neighbour classifier before the maps are computed.
+pseudo-labels by label spreading on Q's nearest-neighbour graph (the labelled points kept)
+before the maps are computed.
 """
     )
     st.caption(

@@ -299,7 +299,8 @@ def main(model: SessionModel) -> None:
     st.markdown(
         "Pretrain a small CNN (LeNet-5) on $P_a$, fine-tune it on $k$ labelled samples per class of "
         "Q, test it on Q's test split (paper Sec. 5). The maps are refitted from the $k$-shot "
-        "target (the other target samples get kNN pseudo-labels), so no test label is used. "
+        "target (the other target samples get pseudo-labels, by label spreading unless the "
+        "scenario asks for a kNN vote), so no test label is used. "
         "The job runs in the background, its training in a worker process of its own (Ray "
         "tasks when Ray is installed): leave the page and come back. Should the worker die, "
         "this page says so and the run starts again from its checkpoints."

@@ -528,7 +528,7 @@ def test_few_shot_target_reports_pseudo_labels_and_fits():
     )
     at = _with_scenario(scenario, "pages/1_datasets.py")
     info = " ".join(i.value for i in at.info)
-    assert "Few-shot target: 30 labelled samples" in info and "kNN pseudo-labels" in info
+    assert "Few-shot target: 30 labelled samples" in info and "label-spreading pseudo-labels" in info
     assert "few-shot: 3 labels per class" in _sidebar(at)
     # the space is measured on the 30 labelled points, and the fit keeps that one choice
     assert "labelled 1-NN κ" in _sidebar(at)

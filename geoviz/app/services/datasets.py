@@ -18,6 +18,7 @@ from geoviz.data import choice as data_choice
 from geoviz.data.choice import DatasetChoice
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.formats import load_path, rebased_errors
+from geoviz.data.pseudo_labels import PseudoLabelMethod
 from geoviz.data.registry import dataset_info, list_datasets, unavailable_reason
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import BUILTIN_SPACES, registered_models
@@ -73,7 +74,7 @@ class ScenarioData:
 
     @property
     def pseudo_label_accuracy(self) -> float | None:
-        """Few-shot: accuracy of the kNN pseudo-labels on the other samples."""
+        """Few-shot: accuracy of the pseudo-labels (label spreading or kNN) on the other samples."""
         return self.loaded.pseudo_label_accuracy
 
     @property
@@ -100,6 +101,12 @@ class ScenarioData:
     @property
     def dim(self) -> int:
         return self.target.n_features
+
+
+def pseudo_label_words(method: PseudoLabelMethod) -> str:
+    """A few-shot target's pseudo-labels in words: ``"label-spreading pseudo-labels"`` or
+    ``"kNN pseudo-labels"`` (:mod:`geoviz.data.pseudo_labels`)."""
+    return "label-spreading pseudo-labels" if method == "spread" else "kNN pseudo-labels"
 
 
 def _resolver(model: SessionModel) -> Callable[[DatasetChoice], LabeledDataset]:

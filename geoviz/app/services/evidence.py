@@ -86,10 +86,16 @@ class EvidenceResult:
 
 def evidence_scenario(scenario: Scenario, k: int) -> Scenario:
     """The scenario with a ``k``-shot target: the maps only see ``k`` labels per class of Q
-    (the others are kNN pseudo-labels), as in the paper's transfer experiments."""
+    (the others are pseudo-labelled as the scenario says: label spreading by default, or a
+    kNN vote), as in the paper's transfer experiments."""
     few = scenario.few_shot
     return scenario.with_(
-        few_shot=FewShotOptions(enabled=True, k=int(k), n_neighbors=int(few.n_neighbors))
+        few_shot=FewShotOptions(
+            enabled=True,
+            k=int(k),
+            n_neighbors=int(few.n_neighbors),
+            pseudo_labels=few.pseudo_labels,
+        )
     )
 
 
