@@ -107,9 +107,6 @@ from geoviz.ot.otdd_cost import (
     N_NEIGHBOURS,
     OTDDConfig,
     check_compatible,
-    # README.md's Glossary table still names geoviz.ot.otdd.ground_cost: this re-export goes
-    # when geoviz/glossary.py names geoviz.ot.otdd_cost.ground_cost and the table is regenerated
-    ground_cost,  # noqa: F401
     mean_ground_cost,
 )
 from geoviz.ot.otdd_result import OTDDResult
