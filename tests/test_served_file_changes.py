@@ -29,7 +29,7 @@ from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.session import SessionModel
 from geoviz.app.settings import AppSettings, default_scenario
-from geoviz.data.choice import DatasetChoice
+from geoviz.data.choice import DatasetChoice, FewShotOptions
 from geoviz.data.formats import path_stamp
 from geoviz.data.registry import clear_cache, load_dataset
 from geoviz.errors import DatasetError
@@ -122,6 +122,20 @@ def test_a_folder_stamp_follows_every_file_below_it(tmp_path):
 
 
 # ---------------------------------------------------------------- keys and links
+
+
+def test_the_pseudo_label_method_keys_only_few_shot_scenarios():
+    """Label spreading gives other pseudo-labels than the kNN vote, so a few-shot scenario's
+    keys follow the method; without a few-shot target (or with kNN, the method of before)
+    the keys are those of before the option existed."""
+    s = default_scenario(AppSettings())
+    off = s.with_(few_shot=FewShotOptions(enabled=False, pseudo_labels="knn"))
+    assert (off.key(), off.data_key()) == (s.key(), s.data_key())
+    knn = s.with_(few_shot=FewShotOptions(enabled=True, k=5, pseudo_labels="knn"))
+    spread = s.with_(few_shot=FewShotOptions(enabled=True, k=5, pseudo_labels="spread"))
+    assert knn.key() != spread.key() and knn.data_key() != spread.data_key()
+    assert knn.key() != s.key()
+    assert scenario_from_token(scenario_to_token(spread)).key() == spread.key()
 
 
 def test_registry_and_unstamped_keys_are_those_of_before():

@@ -208,6 +208,11 @@ class Scenario:
         for entry, choice in zip((d["target"], *d["references"]), self.choices, strict=True):
             if choice.stamp is not None:
                 entry["stamp"] = choice.stamp
+        few = d.get("few_shot")
+        if isinstance(few, dict) and (not few.get("enabled") or few.get("pseudo_labels") == "knn"):
+            # the pseudo-label method counts only where it labels Q: scenarios without a
+            # few-shot target, and kNN ones (the only method before), keep their old keys
+            few.pop("pseudo_labels", None)
         return d
 
     def stamped(self, data_dirs: Sequence[tuple[str, Path]]) -> Scenario:
