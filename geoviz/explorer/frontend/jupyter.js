@@ -27,6 +27,7 @@ const WIDGET_CSS = `
 .geoviz-widget .verdict { font-size: 14px; font-weight: 600; }
 .geoviz-widget .verdict.same { color: #090; } .geoviz-widget .verdict.worse { color: #d33; }
 .geoviz-widget .hint { color: #555867; font-size: 14px; line-height: 1.4; }
+.geoviz-widget #interval { line-height: 1.3; min-height: 2.6em; }
 .geoviz-widget .stage { flex-wrap: nowrap; }
 .geoviz-widget .stage-strip { align-items: baseline; gap: 4px 18px; margin: 0 0 2px; line-height: 1.3; }
 .geoviz-widget .stage-strip .big { font-size: 22px; }
