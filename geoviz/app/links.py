@@ -12,11 +12,11 @@ import numpy as np
 
 from geoviz import limits
 from geoviz.app.scenario import Scenario, _short
-from geoviz.data.choice import MAX_NAME_CHARS, Split
+from geoviz.data.choice import MAX_NAME_CHARS
 from geoviz.data.served import link_choice
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights, weights_text
-from geoviz.vocabulary import AUTO, DEFAULT_EPSILON
+from geoviz.vocabulary import AUTO, DEFAULT_EPSILON, Split
 
 #: decimals of the weights the app computes with (the cache key uses the same numbers)
 WEIGHT_KEY_DECIMALS = ENTRY_DECIMALS

@@ -23,10 +23,9 @@ from geoviz.data.choice import (
     FewShotOptions,
     check_relative_name,
     feature_bytes_bound,
-    short_repr,
 )
 from geoviz.data.formats import STAMP_LENGTH, OutsideRootError, check_confined, path_stamp
-from geoviz.errors import DatasetError, GeovizError
+from geoviz.errors import DatasetError, GeovizError, short_repr
 from geoviz.features import registered_models
 from geoviz.geodesic.config import GeodesicConfig, space_allows
 from geoviz.geodesic.spec import GeodesicSpec

@@ -33,12 +33,10 @@ __all__ = [
     "DatasetChoice",
     "FewShotOptions",
     "SourceKind",
-    "Split",
     "Upload",
     "check_relative_name",
     "feature_bytes_bound",
     "load_choice",
-    "short_repr",
 ]
 
 

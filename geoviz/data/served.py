@@ -13,8 +13,9 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from geoviz.data.choice import DatasetChoice, Split
+from geoviz.data.choice import DatasetChoice
 from geoviz.errors import GeovizError
+from geoviz.vocabulary import Split
 
 __all__ = ["DATA_DIRS_VARIABLE", "link_choice", "served_folders", "served_name"]
 

@@ -97,7 +97,6 @@ from geoviz.features.structure import (
 from geoviz.vocabulary import AUTO
 
 __all__ = [
-    "AUTO",
     "DARK_BORDER",
     "DARK_PIXEL",
     "DARK_SHARE",
