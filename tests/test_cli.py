@@ -1,9 +1,9 @@
-"""The ``geoviz`` command line (datasets, show) and its plug-in hook."""
+"""The ``geoviz`` command line (datasets, show) and its registered commands."""
 
 from __future__ import annotations
 
 import sys
-import types
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -111,7 +111,47 @@ def test_bad_input_prints_error_and_returns_2(
     capsys.readouterr()
 
 
-def test_plugin_commands_are_registered(
+def _stand_in(monkeypatch: pytest.MonkeyPatch, register: Callable[..., None]) -> None:
+    """``register`` in place of the geodesic commands' in :data:`geoviz.cli.COMMANDS` (it
+    adds a test's own ``distance``); the other commands stay."""
+    import geoviz.cli as cli
+    from geoviz.cli import geodesic
+
+    # (a stand-in of an earlier call of this test is replaced too)
+    replaced = (geodesic.register, *(r for r in cli.COMMANDS if r.__module__ == __name__))
+    commands = tuple(register if r in replaced else r for r in cli.COMMANDS)
+    assert register in commands and geodesic.register not in commands
+    monkeypatch.setattr(cli, "COMMANDS", commands)
+
+
+def test_every_command_module_is_registered_in_order() -> None:
+    """The commands come from plain imports of their modules, registered in the order of
+    :data:`geoviz.cli.COMMANDS` (``geoviz --help`` lists them so)."""
+    from geoviz.cli import COMMANDS, build_parser, geodesic, otdd, screen, transfer
+    from geoviz.cli import app as app_command
+
+    assert (
+        otdd.register,
+        transfer.register,
+        geodesic.register,
+        screen.register,
+        app_command.register,
+    ) == COMMANDS
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command")
+    assert list(subparsers.choices) == [
+        "datasets",
+        "show",
+        "transfer",
+        "distance",
+        "project",
+        "grid",
+        "screen",
+        "app",
+    ]
+
+
+def test_registered_commands_run(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seen = []
@@ -123,40 +163,16 @@ def test_plugin_commands_are_registered(
         return 0
 
     def register(subparsers):
-        p = subparsers.add_parser("distance", help="plug-in command")
+        p = subparsers.add_parser("distance", help="a test command")
         p.add_argument("target")
         p.set_defaults(func=handler)
 
-    monkeypatch.setitem(
-        sys.modules, "geoviz.cli.geodesic", types.SimpleNamespace(register=register)
-    )
+    _stand_in(monkeypatch, register)
     assert main(["distance", "mnist"]) == 0 and seen == ["mnist"]
     assert main(["distance", "bad"]) == 2
     assert capsys.readouterr().err == "error: target 'bad' is not usable\n"
     assert main(["datasets"]) == 0
-
-
-def test_missing_plugin_is_silent(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setitem(sys.modules, "geoviz.cli.geodesic", None)  # import -> ModuleNotFoundError
-    assert main(["datasets", "--offline"]) == 0
-    assert capsys.readouterr().err == ""
-    assert main(["distance", "x"]) == 2  # unknown command without the plug-in
-
-
-def test_broken_plugin_warns_but_builtin_commands_work(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import geoviz.cli as cli
-
-    def failing_import(name):
-        raise ModuleNotFoundError("No module named 'qpsolvers'", name="qpsolvers")
-
-    monkeypatch.setattr(cli.importlib, "import_module", failing_import)
-    assert main(["datasets", "--offline"]) == 0
-    err = capsys.readouterr().err
-    assert "warning: commands from geoviz.cli.geodesic unavailable" in err and "qpsolvers" in err
+    assert main(["project", "x"]) == 2  # the geodesic commands are not registered here
 
 
 def test_glossary_labels_never_crash_a_legacy_encoded_stdout(
@@ -168,12 +184,10 @@ def test_glossary_labels_never_crash_a_legacy_encoded_stdout(
     from geoviz.glossary import A_HAT, W_TARGET
 
     def register(subparsers):
-        p = subparsers.add_parser("distance", help="plug-in command")
+        p = subparsers.add_parser("distance", help="a test command")
         p.set_defaults(func=lambda args: print(f"{W_TARGET} {A_HAT}") or 0)
 
-    monkeypatch.setitem(
-        sys.modules, "geoviz.cli.geodesic", types.SimpleNamespace(register=register)
-    )
+    _stand_in(monkeypatch, register)
     raw = io.BytesIO()
     ascii_out = io.TextIOWrapper(raw, encoding="ascii", write_through=True)
     monkeypatch.setattr(sys, "stdout", ascii_out)
@@ -248,15 +262,13 @@ def test_render_grid_checks_memory_before_drawing(monkeypatch: pytest.MonkeyPatc
         render_grid(ds, per_class=3, zoom=2)
 
 
-def _plugin(monkeypatch: pytest.MonkeyPatch, handler) -> None:
+def _command(monkeypatch: pytest.MonkeyPatch, handler) -> None:
     def register(subparsers):
-        p = subparsers.add_parser("distance", help="plug-in command")
+        p = subparsers.add_parser("distance", help="a test command")
         p.add_argument("--batch-size", default=None)
         p.set_defaults(func=handler)
 
-    monkeypatch.setitem(
-        sys.modules, "geoviz.cli.geodesic", types.SimpleNamespace(register=register)
-    )
+    _stand_in(monkeypatch, register)
 
 
 def test_memory_error_is_one_sentence_with_status_2(
@@ -265,7 +277,7 @@ def test_memory_error_is_one_sentence_with_status_2(
     def handler(args):
         raise MemoryError("Unable to allocate 8.00 TiB for an array with shape (10**12,)")
 
-    _plugin(monkeypatch, handler)
+    _command(monkeypatch, handler)
     assert main(["distance"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: geoviz distance ran out of memory: asked for 8.00 TiB")
@@ -277,7 +289,7 @@ def test_memory_error_is_one_sentence_with_status_2(
             "you tried to allocate 8796093022208 bytes"
         )
 
-    _plugin(monkeypatch, torch_oom)
+    _command(monkeypatch, torch_oom)
     assert main(["distance"]) == 2
     assert "ran out of memory" in capsys.readouterr().err
 
@@ -292,7 +304,7 @@ def test_library_messages_name_the_cli_flags(
     def handler(args):
         raise raised[-1]
 
-    _plugin(monkeypatch, handler)
+    _command(monkeypatch, handler)
     raised.append(ExportExistsError("out.npz already exists; pass overwrite=True to replace it"))
     assert main(["distance"]) == 2
     assert capsys.readouterr().err == (

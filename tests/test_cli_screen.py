@@ -56,7 +56,7 @@ def test_screen_marks_and_leaves_out_the_targets_lineage(capsys):
 
 
 def test_lineage_follows_the_registry():
-    from geoviz.cli.screen import related_to_target
+    from geoviz.cli.screen_run import related_to_target
     from geoviz.data.registry import lineage
 
     assert lineage("MNIST-M") == lineage("mnist_tex") == lineage("torchvision:mnist") == "mnist"

@@ -10,16 +10,17 @@ The commands live in this package, one module per group:
   ``geodesic_options``, ``geodesic_checks`` and ``geodesic_report``;
 * :mod:`geoviz.cli.screen` — ``screen``;
 
-with their shared helpers in :mod:`geoviz.cli.args` (argument parsers and bound
-checks) and :mod:`geoviz.cli.output` (tables, safe file writes, progress).
+* :mod:`geoviz.cli.app` — ``app``;
 
-Every module of :data:`PLUGIN_MODULES` that can be imported and has
-``register(subparsers)`` is called with the ``argparse`` sub-parsers object, in order;
-one whose optional dependency is missing (``qpsolvers``, ``ray``) only loses its
-commands, with a warning. Each command a plug-in adds must set
-``parser.set_defaults(func=handler)`` with ``handler(args: argparse.Namespace) -> int``;
-handlers may raise :class:`~geoviz.errors.GeovizError` for bad input, which
-``main`` prints as ``error: <message>`` on stderr with exit status 2.
+with their shared helpers in :mod:`geoviz.cli.args` (argument parsers, the shared options
+and bound checks) and :mod:`geoviz.cli.output` (tables, safe file writes, progress).
+
+The command modules are imported here, at the top, and :data:`COMMANDS` registers them in
+order: each ``register(subparsers)`` adds its commands to the ``argparse`` sub-parsers
+object, and each command sets ``parser.set_defaults(func=handler)`` with
+``handler(args: argparse.Namespace) -> int``; handlers may raise
+:class:`~geoviz.errors.GeovizError` for bad input, which ``main`` prints as
+``error: <message>`` on stderr with exit status 2.
 
 The environment (``GEOVIZ_DEVICE``, ``GEOVIZ_CACHE_DIR``, ``GEOVIZ_NO_CACHE``,
 ``GEOVIZ_ASSETS_DIR``, ``GEOVIZ_EMBEDDING``) is read once per command by :func:`main`
@@ -28,9 +29,10 @@ The environment (``GEOVIZ_DEVICE``, ``GEOVIZ_CACHE_DIR``, ``GEOVIZ_NO_CACHE``,
 :data:`geoviz.nn.training.CPU_TRAIN_THREADS`; subnormals flushed) are set by ``main``
 too (:func:`geoviz.backend.configure_torch`): the library changes neither.
 
-Parsing and ``--help`` import no torch (``geoviz --help`` answers at once): the parsers
-are built from :mod:`geoviz.vocabulary` and light modules, and each command imports the
-library it runs when it runs.
+Parsing and ``--help`` import no torch (``geoviz --help`` answers at once): the command
+modules import only light modules (no torch, Streamlit, UMAP or Ray) at their top, and
+each command imports the library it runs when it runs (``transfer`` and ``screen``: their
+``*_run`` module, once).
 
 Every option a user gives is checked right after parsing, before any dataset is
 loaded or map fitted, against the shared bounds of :mod:`geoviz.limits`
@@ -60,27 +62,32 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import re
 import signal
 import sys
 import traceback
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
+from geoviz import __version__
 from geoviz.cli import app as app_command
-from geoviz.cli import otdd
+from geoviz.cli import geodesic, otdd, screen, transfer
 from geoviz.errors import GeovizError
 from geoviz.memory import memory_guard
+from geoviz.tasks import connect_timeout_from_env
 
-__all__ = ["INTERRUPTED_STATUS", "PLUGIN_MODULES", "build_parser", "cli_message", "main"]
+__all__ = ["COMMANDS", "INTERRUPTED_STATUS", "build_parser", "cli_message", "main"]
 
-#: command modules registered after ``datasets`` and ``show``, in order
-PLUGIN_MODULES: tuple[str, ...] = (
-    "geoviz.cli.transfer",
-    "geoviz.cli.geodesic",
-    "geoviz.cli.screen",
+#: ``register(subparsers)`` of each command module, in the order ``geoviz --help`` lists
+#: their commands: ``datasets``, ``show``; ``transfer``; ``distance``, ``project``, ``grid``;
+#: ``screen``; ``app``
+COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
+    otdd.register,
+    transfer.register,
+    geodesic.register,
+    screen.register,
+    app_command.register,
 )
 
 #: exit status after Ctrl-C: 128 + SIGINT, what a shell reports for a process SIGINT ended
@@ -93,38 +100,16 @@ MAX_ERROR_CHARS = 400
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full parser: ``datasets``, ``show`` and every command of :data:`PLUGIN_MODULES`."""
-    from geoviz import __version__
-
+    """The full parser: every command of :data:`COMMANDS`, in order."""
     parser = argparse.ArgumentParser(
         prog="geoviz",
         description="Synthetic labeled datasets along generalized geodesics in OT dataset space.",
     )
     parser.add_argument("--version", action="version", version=f"geoviz {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    otdd.register(subparsers)
-    _register_plugins(subparsers)
-    app_command.register(subparsers)
+    for register in COMMANDS:
+        register(subparsers)
     return parser
-
-
-def _register_plugins(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for module_name in PLUGIN_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name is not None and (
-                err.name == module_name or module_name.startswith(err.name + ".")
-            ):
-                continue  # plug-in not installed: its commands are simply absent
-            print(f"warning: commands from {module_name} unavailable: {err}", file=sys.stderr)
-            continue
-        except ImportError as err:
-            print(f"warning: commands from {module_name} unavailable: {err}", file=sys.stderr)
-            continue
-        register = getattr(module, "register", None)
-        if callable(register):
-            register(subparsers)
 
 
 def _tolerant_streams() -> None:
@@ -294,7 +279,6 @@ def _main(argv: Sequence[str] | None) -> int:
     # torch only now that a command runs: parsing and --help import none of it
     from geoviz.backend import RuntimeSettings, configure_torch, configured
     from geoviz.nn.training import CPU_TRAIN_THREADS
-    from geoviz.tasks import connect_timeout_from_env
 
     # process-wide torch settings, once per process, here at the entry point (the library
     # sets none): one intra-op thread suits the small networks, subnormals flushed; a

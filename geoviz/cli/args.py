@@ -3,6 +3,10 @@
 Parsers (``type=`` of ``add_argument``; bad text is an argparse usage error, exit 2):
 :func:`positive_int`, :func:`number`, :func:`names`, :func:`number_list`.
 
+Shared options (one declaration each, with the per-command default and help as
+parameters): :func:`add_n_option`, :func:`add_seed_option`, :func:`add_size_option`,
+:func:`add_features_option`, :func:`add_epsilon_option`, :func:`add_backend_args`.
+
 Checks (run right after parsing, before any dataset is loaded; a
 :class:`~geoviz.errors.GeovizError` naming the flag, printed by :func:`geoviz.cli.main`):
 :func:`cli_int`, :func:`cli_seed`, :func:`cli_epsilon`, :func:`cli_seeds` — the shared
@@ -22,14 +26,20 @@ from typing import Any
 
 from geoviz import limits
 from geoviz.errors import GeovizError
-from geoviz.vocabulary import DEFAULT_EPSILON, EXPORT_FORMATS, TASK_BACKENDS
+from geoviz.tasks import check_ray_address
+from geoviz.vocabulary import BUILTIN_SPACES, DEFAULT_EPSILON, EXPORT_FORMATS, TASK_BACKENDS
 
 __all__ = [
+    "MAX_CANDIDATES",
     "MAX_SEEDS",
     "OUTPUT_NAME_MARGIN",
     "ExportFormatChoices",
     "add_backend_args",
     "add_epsilon_option",
+    "add_features_option",
+    "add_n_option",
+    "add_seed_option",
+    "add_size_option",
     "cli_epsilon",
     "cli_int",
     "cli_path",
@@ -47,6 +57,9 @@ __all__ = [
 
 #: training seeds of one command (``geoviz transfer --seeds``: each seed trains every method)
 MAX_SEEDS = 100
+
+#: most candidate references one ``geoviz screen`` takes
+MAX_CANDIDATES = 64
 
 #: bytes an output's file name must leave free for the siblings geoviz writes beside it:
 #: the temporary ``.<name>.<12 hex>.p<pid>h<8 hex>.tmp`` (up to 46 bytes more) and the
@@ -249,6 +262,31 @@ def refuse_unused(given: Iterable[str], unused: Mapping[str, str]) -> None:
 # --------------------------------------------------------------------------- shared options
 
 
+def add_n_option(parser: argparse.ArgumentParser, *, default: int | None, help: str) -> None:
+    """``--n``: samples per dataset (a positive integer; its bounds are checked after parsing
+    with :func:`cli_int`). ``default`` and ``help`` are the command's."""
+    parser.add_argument("--n", type=positive_int, default=default, help=help)
+
+
+def add_seed_option(parser: argparse.ArgumentParser, *, help: str) -> None:
+    """``--seed`` (default 0; checked after parsing with :func:`cli_seed`): what it seeds is
+    the command's ``help``."""
+    parser.add_argument("--seed", type=int, default=0, help=help)
+
+
+def add_size_option(parser: argparse.ArgumentParser, *, default: int | None, help: str) -> None:
+    """``--size``: the common image size (a positive integer; its bounds, which depend on the
+    command, are checked after parsing)."""
+    parser.add_argument("--size", type=positive_int, default=default, help=help)
+
+
+def add_features_option(parser: argparse.ArgumentParser, *, default: str | None, help: str) -> None:
+    """``--features``: one of the named spaces (:data:`geoviz.vocabulary.BUILTIN_SPACES`).
+    ``default`` is ``"auto"``, or ``None`` where a given option must be told apart
+    (:func:`given_options`)."""
+    parser.add_argument("--features", choices=BUILTIN_SPACES, default=default, help=help)
+
+
 def add_backend_args(parser: argparse.ArgumentParser, what: str) -> None:
     """``--backend`` and ``--ray-address``: how independent tasks run (:mod:`geoviz.tasks`).
 
@@ -271,8 +309,6 @@ def add_backend_args(parser: argparse.ArgumentParser, what: str) -> None:
 def ray_address(args: argparse.Namespace) -> str | None:
     """``--ray-address``, else ``$RAY_ADDRESS``, else ``None`` (a local cluster); a malformed
     one is refused in one sentence naming where it came from."""
-    from geoviz.tasks import check_ray_address
-
     if args.ray_address:
         return check_ray_address(args.ray_address, "--ray-address")
     return check_ray_address(os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS")

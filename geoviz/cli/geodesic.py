@@ -60,6 +60,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 import numpy as np
 
@@ -83,7 +84,7 @@ from geoviz.cli.geodesic_report import (
     reference_names,
     table,
 )
-from geoviz.cli.output import progress_callback, refuse_existing, write_file
+from geoviz.cli.output import PlainProgress, progress_callback, refuse_existing, write_file
 from geoviz.errors import BlurWarning, GeovizError
 from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT, W_BETWEEN, W_TARGET
 from geoviz.vocabulary import AUTO, DEFAULT_ENCODER_PRESET, DEFAULT_MAP_METHOD
@@ -125,7 +126,6 @@ def _bootstrap(args: argparse.Namespace, result: GeodesicResult) -> GeodesicBoot
     if args.bootstrap_method == "q-resample":
         return result.bootstrap(args.bootstrap, seed=args.bootstrap_seed)
     from geoviz.backend import DiskCache, get_cache
-    from geoviz.cli.output import PlainProgress
     from geoviz.geodesic.refit import bootstrap_refit
 
     bar = None if args.quiet else PlainProgress()
@@ -205,8 +205,6 @@ def app_query(args: argparse.Namespace, result: GeodesicResult) -> dict[str, str
 
 def _print_app_link(args: argparse.Namespace, result: GeodesicResult) -> None:
     """``app ...``: the link that opens this fit in the app (from the disk cache)."""
-    from urllib.parse import urlencode
-
     from geoviz.data.choice import feature_bytes_bound
     from geoviz.data.served import link_choice
 

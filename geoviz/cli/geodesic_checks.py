@@ -158,7 +158,8 @@ def _check_paths(args: argparse.Namespace) -> None:
 def check_args(args: argparse.Namespace) -> None:
     """Check every option of ``distance`` / ``project`` / ``grid`` before any work.
 
-    Sets ``args.checked_weights`` (the ``--weights`` on the simplex, or ``None``),
+    Sets ``args.checked_weights`` (the ``--weights`` as
+    :class:`~geoviz.geodesic.weights.SimplexWeights`, or ``None``),
     ``args.backend_given`` (whether ``--backend`` was typed), and the defaults of the options declared with ``default=None`` (:data:`_DEFAULTS`).
 
     Raises
@@ -207,10 +208,10 @@ def check_args(args: argparse.Namespace) -> None:
         cli_int(args.neural_iterations, "--neural-iterations", 1, limits.MAX_NEURAL_ITERATIONS)
     args.checked_weights = None
     if getattr(args, "weights", None) is not None:
-        from geoviz.geodesic.weights import check_weights
+        from geoviz.geodesic.weights import SimplexWeights
 
-        try:
-            args.checked_weights = check_weights(args.weights, m)
+        try:  # validated once, kept as given (no rounding): every use after takes it as is
+            args.checked_weights = SimplexWeights.from_input(args.weights, m, decimals=None)
         except WeightsError as err:
             raise WeightsError(f"--weights: {err}") from err
     if getattr(args, "n_out", None) is not None:

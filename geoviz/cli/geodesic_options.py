@@ -18,6 +18,10 @@ from geoviz.cli.args import (
     ExportFormatChoices,
     add_backend_args,
     add_epsilon_option,
+    add_features_option,
+    add_n_option,
+    add_seed_option,
+    add_size_option,
     names,
     number,
     number_list,
@@ -26,7 +30,6 @@ from geoviz.cli.args import (
 from geoviz.vocabulary import (
     AUTO,
     BOOTSTRAP_METHODS,
-    BUILTIN_SPACES,
     DEFAULT_MAP_METHOD,
     ENCODER_PRESET_NAMES,
     LABEL_METHODS,
@@ -58,19 +61,17 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
         help="comma-separated reference datasets P_1,...,P_m (m >= 2)",
     )
     parser.add_argument("--split", choices=SPLITS, default="train", help="split of every dataset")
-    parser.add_argument(
-        "--n",
-        type=positive_int,
+    add_n_option(
+        parser,
         default=1000,
         help=(
             f"stratified samples per dataset (default 1000, {limits.MIN_SAMPLES} to "
             f"{limits.MAX_SAMPLES:,})"
         ),
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the subsamples")
-    parser.add_argument(
-        "--size",
-        type=positive_int,
+    add_seed_option(parser, help="seed of the subsamples")
+    add_size_option(
+        parser,
         default=None,
         help=(
             "common image size when sizes differ (default: the target's height; "
@@ -199,9 +200,8 @@ def add_feature_args(parser: argparse.ArgumentParser) -> None:
     """``--features``, ``--features-model`` or ``--features-embeddings`` (one dest,
     ``features_model``: a :class:`~pathlib.Path` or an :class:`EmbeddingsFile`),
     ``--features-arch``, ``--features-size``, ``--encoder-preset``."""
-    parser.add_argument(
-        "--features",
-        choices=BUILTIN_SPACES,
+    add_features_option(
+        parser,
         default=AUTO,
         help=(
             "the space the OTDD costs live in (paper Sec. 5.3): auto (default: the candidate "

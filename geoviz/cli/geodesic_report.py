@@ -15,6 +15,7 @@ import numpy as np
 
 from geoviz.cli.output import format_table
 from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT, OTDD, W_TARGET
+from geoviz.vocabulary import DEFAULT_EPSILON
 
 if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
     from geoviz.geodesic.result import GeodesicResult
@@ -49,7 +50,6 @@ def reference_names(result: GeodesicResult) -> list[str]:
 def blur_lines(result: GeodesicResult) -> list[str]:
     """One ``BLURRY MAP`` line per map whose effective neighbours exceed ``BLUR_NEIGHBOURS``."""
     from geoviz.ot.otdd_cost import BLUR_NEIGHBOURS
-    from geoviz.vocabulary import DEFAULT_EPSILON
 
     eps = float(result.config.otdd.epsilon)
     lines = []

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from geoviz import limits
-from geoviz.cli.args import cli_int, cli_path, cli_seed, positive_int
+from geoviz.cli.args import (
+    add_n_option,
+    add_seed_option,
+    cli_int,
+    cli_path,
+    cli_seed,
+    positive_int,
+)
 from geoviz.cli.output import format_table, refuse_existing, write_file
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.memory import check_bytes
@@ -214,10 +221,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "name", help="registry name (see 'geoviz datasets') or path of a dataset file/folder"
     )
     p_show.add_argument("--split", choices=SPLITS, default="train")
-    p_show.add_argument(
-        "--n", type=positive_int, default=None, help="stratified subsample of N samples"
-    )
-    p_show.add_argument("--seed", type=int, default=0, help="seed of the subsample and sample grid")
+    add_n_option(p_show, default=None, help="stratified subsample of N samples")
+    add_seed_option(p_show, help="seed of the subsample and sample grid")
     p_show.add_argument(
         "--grid", metavar="OUT.png", default=None, help="save a PNG grid of samples"
     )

@@ -3,8 +3,8 @@
 :func:`check_transfer_args` checks every option before any dataset is loaded, against
 :mod:`geoviz.limits` (and refuses an option that would do nothing with the methods run),
 into :class:`TransferOptions`; :func:`transfer_spec` builds the
-:class:`~geoviz.geodesic.spec.GeodesicSpec` of the study. The library is imported in the
-function bodies: the parser imports no torch.
+:class:`~geoviz.geodesic.spec.GeodesicSpec` of the study. Imported by the command's run
+(:mod:`geoviz.cli.transfer_run`), never by the parser: it imports the library (torch).
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from geoviz import limits
 from geoviz.atomic import NotReplaceableError, check_replaceable
@@ -29,7 +27,15 @@ from geoviz.cli.args import (
     reference_count,
     refuse_unused,
 )
-from geoviz.errors import ExportError, GeovizError
+from geoviz.data.choice import DatasetChoice
+from geoviz.errors import ExportError, GeovizError, WeightsError
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.spec import GeodesicSpec
+from geoviz.geodesic.weights import SimplexWeights
+from geoviz.limits import RelativeEpsilon
+from geoviz.nn.models import MIN_LENET_SIZE
+from geoviz.nn.training import TransferPreset, get_preset
+from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.vocabulary import (
     AUTO,
     DEFAULT_ENCODER_PRESET,
@@ -37,19 +43,13 @@ from geoviz.vocabulary import (
     TABLE_METHODS,
 )
 
-if TYPE_CHECKING:
-    from geoviz.geodesic.spec import GeodesicSpec
-    from geoviz.limits import RelativeEpsilon
-    from geoviz.nn.training import TransferPreset
-
 __all__ = ["OUT_FILES", "TransferOptions", "check_transfer_args", "transfer_spec"]
 
 
-def _weights_arg(text: str, m: int) -> np.ndarray | None:
-    """``None`` for ``a_hat``, else the checked weights (one-line WeightsError otherwise)."""
-    from geoviz.errors import WeightsError
-    from geoviz.geodesic.weights import check_weights
-
+def _weights_arg(text: str, m: int) -> SimplexWeights | None:
+    """``None`` for ``a_hat``, else the weights on the simplex, validated once
+    (:meth:`SimplexWeights.from_input <geoviz.geodesic.weights.SimplexWeights.from_input>`,
+    kept as given: ``decimals=None``); a one-line WeightsError otherwise."""
     if text.strip().lower() in ("a_hat", "ahat", "â"):
         return None
     try:
@@ -59,7 +59,7 @@ def _weights_arg(text: str, m: int) -> np.ndarray | None:
             f"--weights: expected 'a_hat' or {m} comma-separated numbers, got {text!r}"
         ) from None
     try:
-        return check_weights(values, m)
+        return SimplexWeights.from_input(values, m, decimals=None)
     except WeightsError as err:
         raise WeightsError(f"--weights: {err}") from err
 
@@ -70,7 +70,7 @@ class TransferOptions:
 
     refs: list[str]
     seeds: list[int]
-    weights: np.ndarray | None
+    weights: SimplexWeights | None
     preset: TransferPreset
     epsilon: RelativeEpsilon | None
     methods: list[str]
@@ -90,7 +90,7 @@ _DEFAULTS: dict[str, Any] = {
 
 
 def _refuse_unused_options(
-    args: argparse.Namespace, given: set[str], methods: list[str], weights: np.ndarray | None
+    args: argparse.Namespace, given: set[str], methods: list[str], weights: SimplexWeights | None
 ) -> None:
     """Options that would do nothing with the methods run, refused in one sentence (they
     were silently ignored)."""
@@ -134,9 +134,6 @@ OUT_FILES = (
 def check_transfer_args(args: argparse.Namespace) -> TransferOptions:
     """Every option checked before any work, in one sentence naming the flag; an option
     that would do nothing with the others is refused too."""
-    from geoviz.nn.models import MIN_LENET_SIZE
-    from geoviz.nn.training import get_preset
-
     given = given_options(args, _DEFAULTS)
     cli_path(args.target, "--target")
     if args.out is not None:
@@ -179,7 +176,9 @@ def check_transfer_args(args: argparse.Namespace) -> TransferOptions:
     return TransferOptions(refs, seeds, weights, preset, epsilon, methods, out_dir)
 
 
-def _transfer_methods(args: argparse.Namespace, m: int, weights: np.ndarray | None) -> list[str]:
+def _transfer_methods(
+    args: argparse.Namespace, m: int, weights: SimplexWeights | None
+) -> list[str]:
     """The methods to run; with ``--grid`` the one method trained at every grid point."""
     if args.grid is None:
         methods = list(TABLE_METHODS) if args.method == "all" else [args.method]
@@ -206,11 +205,6 @@ def _transfer_methods(args: argparse.Namespace, m: int, weights: np.ndarray | No
 
 def transfer_spec(args: argparse.Namespace, opts: TransferOptions) -> GeodesicSpec:
     """The study's problem, built with the library's constructors."""
-    from geoviz.data.choice import DatasetChoice
-    from geoviz.geodesic.config import GeodesicConfig
-    from geoviz.geodesic.spec import GeodesicSpec
-    from geoviz.ot.otdd_cost import OTDDConfig
-
     return GeodesicSpec(
         target=DatasetChoice.named(args.target),
         references=tuple(DatasetChoice.named(name) for name in opts.refs),

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import argparse
 
-from geoviz.cli.args import add_backend_args, add_epsilon_option, positive_int
+from geoviz.cli.args import (
+    add_backend_args,
+    add_epsilon_option,
+    add_features_option,
+    add_n_option,
+    add_seed_option,
+    add_size_option,
+    positive_int,
+)
 from geoviz.vocabulary import (
-    BUILTIN_SPACES,
     DEFAULT_TRANSFER_PRESET,
     ENCODER_PRESET_NAMES,
     NEURAL_PRESET_NAMES,
@@ -36,19 +43,16 @@ def add_transfer_args(p: argparse.ArgumentParser) -> None:
         default=TRANSFER_REFS,
         help=f"comma-separated pretraining datasets P_1..P_m (default {TRANSFER_REFS})",
     )
-    p.add_argument(
-        "--n", type=positive_int, default=1000, help="training samples per dataset (default 1000)"
-    )
+    add_n_option(p, default=1000, help="training samples per dataset (default 1000)")
     p.add_argument(
         "--n-test",
         type=positive_int,
         default=None,
         help="test samples of the target (default: the whole test split)",
     )
-    p.add_argument("--size", type=positive_int, default=32, help="image size (default 32)")
-    p.add_argument(
-        "--features",
-        choices=BUILTIN_SPACES,
+    add_size_option(p, default=32, help="image size (default 32)")
+    add_features_option(
+        p,
         default=None,  # AUTO: None tells a given option apart
         help="the space the OTDD maps and a_hat are computed in (default auto: chosen from "
         "the data, as `geoviz project` does, and printed); the pretraining set P_a is made "
@@ -64,11 +68,8 @@ def add_transfer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--k", type=positive_int, default=5, help="labelled target samples per class (default 5)"
     )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the subsamples and of the choice of the k labelled samples (default 0)",
+    add_seed_option(
+        p, help="seed of the subsamples and of the choice of the k labelled samples (default 0)"
     )
     p.add_argument(
         "--method",

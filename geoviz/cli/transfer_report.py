@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
+import dataclasses
+import io
+import json
+import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,8 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from geoviz import __version__
+from geoviz.atomic import NotReplaceableError, atomic_write_bytes
 from geoviz.cli.output import PlainProgress, format_table, stderr_is_terminal
 from geoviz.errors import ExportError
+from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT
 
 if TYPE_CHECKING:
     from geoviz.cli.transfer_checks import TransferOptions
@@ -105,8 +113,6 @@ def transfer_progress(
 
 
 def _write_out(path: Path, data: bytes) -> None:
-    from geoviz.atomic import NotReplaceableError, atomic_write_bytes
-
     try:
         atomic_write_bytes(path, data, overwrite=True)
     except NotReplaceableError as err:
@@ -116,8 +122,6 @@ def _write_out(path: Path, data: bytes) -> None:
 
 
 def _json_bytes(obj: Any) -> bytes:
-    import json
-
     return (json.dumps(obj, indent=2, allow_nan=False) + "\n").encode("utf-8")
 
 
@@ -141,8 +145,6 @@ def print_transfer_header(
     target_name: str,
 ) -> None:
     """The task, the preset, â (of both map methods) and any blurry map, before the results."""
-    from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT
-
     print(
         f"target: {target_name} ({task.target_train.n_samples} train, "
         f"{task.target_fewshot.n_samples} labelled = {task.k} per class, "
@@ -189,10 +191,6 @@ def transfer_manifest(
     run: TransferRun,
 ) -> dict[str, Any]:
     """``manifest.json`` of the run: what was run, on which data (fingerprints), with what."""
-    import dataclasses
-
-    from geoviz import __version__
-
     names = [args.target, *opts.refs]
     trains = [data.target, *data.references]
     geodesic, neural = run.geodesic, run.neural_geodesic
@@ -234,14 +232,12 @@ def transfer_manifest(
     }
 
 
-def write_study(study: Any, ref_names: list[str], out_dir: Path, manifest: dict[str, Any]) -> None:
-    """The simplex study's files under ``--out``."""
-    from geoviz.viz.study_figure import correlation_figure
-
+def write_study(study: Any, out_dir: Path, manifest: dict[str, Any], figure_html: str) -> None:
+    """The simplex study's files under ``--out``; ``figure_html`` is its correlation figure
+    (:func:`geoviz.viz.study_figure.correlation_figure`) as a page."""
     _write_out(out_dir / "grid.json", (study.to_json() + "\n").encode("utf-8"))
     _write_out(out_dir / "grid.csv", study.to_frame().to_csv(index=False).encode("utf-8"))
-    html = correlation_figure(study, ref_names).to_html(include_plotlyjs="cdn")
-    _write_out(out_dir / "correlation.html", html.encode("utf-8"))
+    _write_out(out_dir / "correlation.html", figure_html.encode("utf-8"))
     _write_out(out_dir / "manifest.json", _json_bytes(manifest))
     print(
         f"wrote {out_dir / 'grid.json'}, grid.csv, correlation.html, manifest.json "
@@ -286,9 +282,6 @@ def report_comparison(
     print(f"std: sample standard deviation over the {len(seeds)} seed(s) (0 for one seed)")
     if out_dir is None:
         return
-    import csv
-    import io
-
     # () when neither a geodesic nor --weights was needed (only fewshot / 1nn ran)
     used = np.asarray(comparison.weights, dtype=float) if comparison.weights else None
     payload = {
@@ -312,10 +305,6 @@ def report_comparison(
 
 
 def print_grid_study(study: Any, names: Sequence[str], seeds: Sequence[int]) -> None:
-    import math
-
-    from geoviz.glossary import OBJECTIVE
-
     header = ["#", *(f"a_{n}" for n in names), OBJECTIVE, "accuracy %", "± std"]
     rows = [
         [
