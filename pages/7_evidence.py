@@ -10,6 +10,7 @@ import streamlit as st
 from geoviz import glossary
 from geoviz.app import widgets
 from geoviz.app.services import datasets as dataset_services
+from geoviz.app.services.estimates import evidence_cost_sentence, evidence_estimate
 from geoviz.app.services.evidence import (
     EvidenceRequest,
     EvidenceResult,
@@ -29,6 +30,7 @@ from geoviz.app.services.stored_evidence import (
     table1_provenance,
 )
 from geoviz.app.session import SessionModel
+from geoviz.backend.cost_model import format_seconds
 from geoviz.geodesic.weights import format_weights
 from geoviz.isolation import WorkerExitedError
 from geoviz.nn.training import PRESETS
@@ -87,7 +89,7 @@ def watch(model: SessionModel, request: EvidenceRequest) -> None:
         return
     stage, fraction, log = job.snapshot()
     # stages and log lines may name the scenario's datasets: shown as typed
-    st.progress(fraction, text=f"{markdown_literal(stage)} · {job.elapsed:.0f} s")
+    st.progress(fraction, text=f"{markdown_literal(stage)} · {job.elapsed:.0f} s{job.eta_text()}")
     st.caption("  \n".join(f"`{t:5.1f} s` · {markdown_literal(line)}" for t, line in log))
     if job.done():
         st.rerun()
@@ -317,6 +319,10 @@ def main(model: SessionModel) -> None:
     if request is None:
         st.info("Choose k, the training budget and the grid, then run the experiments.")
         return
+    n_refs = len(model.scenario.references)
+    st.caption(
+        evidence_cost_sentence(request.preset, request.resolution, len(request.seeds), n_refs)
+    )
     ready = evidence_if_ready(model.scenario, request)
     job = evidence_job(model.scenario, request)
     if ready is None and job is not None and job.done():
@@ -334,7 +340,8 @@ def main(model: SessionModel) -> None:
     if ready is None:
         watch(model, request)
         return
-    st.success(f"Done in {ready.seconds:.0f} s.")
+    est = evidence_estimate(request.preset, request.resolution, len(request.seeds), n_refs)
+    st.success(f"Done in {ready.seconds:.0f} s (estimated {format_seconds(est.seconds)}).")
     for warning in budget_warnings(request.preset, len(ready.study.points), len(request.seeds)):
         st.warning(warning)
     comparison_section(ready)

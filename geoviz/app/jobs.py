@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 import pandas  # noqa: F401  # isort: skip
 
 from geoviz.app.lru import LRUCache, release_freed_memory
+from geoviz.backend.cost_model import eta_seconds, format_seconds, took_sentence
 
 T = TypeVar("T")
 
@@ -39,8 +40,13 @@ class BackgroundJob:
     """
 
     def __init__(
-        self, fn: Callable[[Callable[[str, float], None]], Any], name: str = "job"
+        self,
+        fn: Callable[[Callable[[str, float], None]], Any],
+        name: str = "job",
+        *,
+        estimate: float | None = None,
     ) -> None:
+        self.estimate = estimate  # seconds the cost model expects, if it was asked
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._stage = "starting"
@@ -92,6 +98,25 @@ class BackgroundJob:
         """``(stage, fraction in [0, 1], [(seconds, top-level stage), ...])``."""
         with self._lock:
             return self._stage, self._fraction, list(self._log)
+
+    def remaining(self) -> float | None:
+        """Seconds left (:func:`geoviz.backend.cost_model.eta_seconds`: the rate so far,
+        blended with :attr:`estimate` early on); 0 once done, ``None`` when nothing says."""
+        if self.done():
+            return 0.0
+        with self._lock:
+            fraction = self._fraction
+        return eta_seconds(self.elapsed, fraction, self.estimate)
+
+    def eta_text(self, min_seconds: float = 2.0) -> str:
+        """``" · about 12 s left"`` while running (after ``min_seconds``, or at once with an
+        estimate); ``" · took 38 s"`` once done; ``""`` when nothing can be said yet."""
+        if self.done():
+            return f" · {took_sentence(self.elapsed)}"
+        left = self.remaining()
+        if left is None or (self.estimate is None and self.elapsed < min_seconds):
+            return ""
+        return f" · {format_seconds(left)} left"
 
 
 #: which cache of a :class:`ResultStore` holds a value: ``"fit"`` for what takes seconds to
@@ -407,8 +432,12 @@ class ResultStore:
         fn: Callable[[Callable[[str, float], None]], Any],
         *,
         reserve_bytes: int = 0,
+        estimate: float | None = None,
     ) -> BackgroundJob:
         """The running (or finished, unclaimed) job for ``key``, else a new one.
+
+        ``estimate``: the seconds a new job should take (the cost model's), the start of its
+        time left (:meth:`BackgroundJob.eta_text`).
 
         Concurrent callers share one job. Use :meth:`claim_job` to move a
         finished job's result into the fit tier. A new job first keeps ``reserve_bytes``
@@ -422,7 +451,7 @@ class ResultStore:
                 if reserve_bytes > 0:
                     self.fits.reserve(reserve_bytes)
                     self._job_room[key] = int(reserve_bytes)
-                job = BackgroundJob(fn, name=f"geoviz-job-{len(self._jobs)}")
+                job = BackgroundJob(fn, name=f"geoviz-job-{len(self._jobs)}", estimate=estimate)
                 self._jobs[key] = job
             return job
 

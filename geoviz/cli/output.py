@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -93,6 +94,8 @@ def stderr_is_terminal(stream: TextIO | None = None) -> bool:
 
 #: plain progress lines: one whenever the overall fraction passes another tenth
 PLAIN_PROGRESS_STEP = 10
+#: a solver's iteration count in a stage's text (``geoviz.ot.otdd``): not a new stage
+_ITERATION = re.compile(r"[:,] iteration \d+")
 
 
 class PlainProgress:
@@ -101,14 +104,22 @@ class PlainProgress:
     A line ``[ 40%] stage`` is written when the stage text changes (consecutive
     repeats are skipped) or when the overall percentage reaches another multiple
     of :data:`PLAIN_PROGRESS_STEP`; a solver reporting every iteration adds nothing.
+    After two seconds the line ends with the time left (``· about 12 s left``,
+    :class:`geoviz.backend.cost_model.EtaClock`: from the fraction done, blended with
+    ``estimate`` seconds when given).
     """
 
-    def __init__(self, stream: TextIO | None = None, prefix: str = "") -> None:
+    def __init__(
+        self, stream: TextIO | None = None, prefix: str = "", *, estimate: float | None = None
+    ) -> None:
+        from geoviz.backend.cost_model import EtaClock
+
         self.stream = sys.stderr if stream is None else stream
         self.prefix = prefix
         self.lines = 0
         self._stage: str | None = None
         self._step = -1
+        self.clock = EtaClock(estimate)
 
     def __call__(self, stage: str, fraction: float, detail: str = "") -> None:
         """Report ``fraction`` in ``[0, 1]`` of the work done, now in ``stage``.
@@ -118,10 +129,12 @@ class PlainProgress:
         """
         pct = int(100 * min(max(float(fraction), 0.0), 1.0))
         step = pct // PLAIN_PROGRESS_STEP
-        if stage == self._stage and step <= self._step:
+        # "sinkhorn: iteration 1200" is the same stage as "sinkhorn: iteration 1100"
+        key = _ITERATION.sub("", stage)
+        if key == self._stage and step <= self._step:
             return
-        self._stage, self._step = stage, max(step, self._step)
-        tail = f" {detail}" if detail else ""
+        self._stage, self._step = key, max(step, self._step)
+        tail = (f" {detail}" if detail else "") + self.clock.text(fraction)
         print(f"{self.prefix}[{pct:3d}%] {stage}{tail}", file=self.stream, flush=True)
         self.lines += 1
 
@@ -144,7 +157,9 @@ def progress_callback(
     from tqdm.auto import tqdm
 
     bar = tqdm(
-        total=1000, file=stream, bar_format="{desc:<48.48} {percentage:3.0f}%|{bar}| {elapsed}"
+        total=1000,
+        file=stream,
+        bar_format="{desc:<48.48} {percentage:3.0f}%|{bar}| {elapsed}<{remaining} left",
     )
     state = {"done": 0}
 

@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -120,18 +121,27 @@ __all__ = [
 ProgressFn = Callable[[str, float], None]
 
 
+#: seconds between two changes of the Sinkhorn stage's iteration count (``"sinkhorn:
+#: iteration 1200"``): a reader that redraws on every new text is not flooded
+ITERATION_TEXT_SECONDS = 0.5
+
+
 class _Progress:
-    """Forwards ``(stage, fraction)`` with fractions clipped to [0, 1] and monotone per stage."""
+    """Forwards ``(stage, fraction)`` with fractions clipped to [0, 1] and monotone per stage.
+
+    The Sinkhorn stages say their iteration (``"sinkhorn: iteration 1200"``, ``"sinkhorn:
+    batch 2/4, iteration 300"``), the count renewed at most every
+    :data:`ITERATION_TEXT_SECONDS`."""
 
     def __init__(self, fn: ProgressFn | None) -> None:
         self.fn = fn
         self.last: dict[str, float] = {}
 
-    def __call__(self, stage: str, fraction: float) -> None:
+    def __call__(self, stage: str, fraction: float, text: str | None = None) -> None:
         if self.fn is not None:
             frac = max(self.last.get(stage, 0.0), float(min(1.0, max(0.0, fraction))))
             self.last[stage] = frac
-            self.fn(stage, frac)
+            self.fn(stage if text is None else text, frac)
 
     def sinkhorn_callback(
         self, stage: str, lo: float, hi: float, tol: float
@@ -139,8 +149,10 @@ class _Progress:
         if self.fn is None:
             return None
         first: list[float] = []
+        sep = ", " if ":" in stage else ": "
+        shown: list[Any] = [-math.inf, stage]  # when the text last changed, the text
 
-        def cb(_it: int, err: float) -> None:
+        def cb(it: int, err: float) -> None:
             if not first:
                 first.append(max(err, tol * 1.0001))
             frac = (
@@ -148,7 +160,10 @@ class _Progress:
                 if first[0] > tol
                 else 1.0
             )
-            self(stage, lo + (hi - lo) * min(1.0, max(0.0, frac)))
+            now = time.monotonic()
+            if now - shown[0] >= ITERATION_TEXT_SECONDS:
+                shown[0], shown[1] = now, f"{stage}{sep}iteration {it}"
+            self(stage, lo + (hi - lo) * min(1.0, max(0.0, frac)), shown[1])
 
         return cb
 

@@ -225,7 +225,12 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
             seconds=time.perf_counter() - start,
         )
 
-    return store().start_job(key, run)
+    from geoviz.app.services.estimates import evidence_estimate
+
+    est = evidence_estimate(
+        request.preset, request.resolution, len(request.seeds), len(scenario.references)
+    )
+    return store().start_job(key, run, estimate=est.seconds)
 
 
 def transfer_runs(

@@ -1,0 +1,415 @@
+"""How long geoviz's long steps should take on this machine: a small cost model, calibrated
+here and kept in the cache.
+
+Each step's time is modelled as a fixed overhead plus a work term::
+
+    seconds(step) = factor[step] * (overhead[step] + work(step, sizes) / rate)
+
+* ``work`` is counted in multiply-adds (or their equivalent) by the formula of the step below;
+* ``rate`` is this machine's multiply-add rate in units of 1e9 per second, measured by a
+  quick micro-benchmark (:func:`measure_rate`: a float32 matrix product on torch's CPU
+  threads, or on the device); it carries the cores, the threads and the device;
+* ``overhead[step]`` (seconds at a reference rate of 1) and the unit costs in the work formulas
+  are the shipped priors, fitted once on the 2-core development machine
+  (``benchmarks/bench_estimates.py``);
+* ``factor[step]`` (1 at first) is learned from the measured times of past steps
+  (:meth:`CostModel.learn`: a geometric moving average of measured / predicted), so the model
+  follows this machine's load and its libraries.
+
+Work formulas (``n``: target samples, ``m``: reference samples, ``d``: feature dimension,
+``c_q``, ``c_p``: classes, ``pixels``: height x width x channels):
+
+==============  =================================================================
+``encoder``     ``n * pixels * 2000`` (a small conv net: ~2000 multiply-adds per input value)
+``sinkhorn``    ``n * m * (d + 300) + min(n * m, 2000**2) * 4200`` (the ground cost and the
+                last passes on the whole problem; the many passes at the blurry
+                regularisations run on a subsample of at most 2000 points per side)
+``labels``      ``(min(n, 200 c_q) + min(m, 200 c_p)) * d**2 * 5`` (the Gaussian label
+                distances: each class's covariance from at most 200 samples, and its roots)
+``bootstrap``   ``replicates * n * refs * 2000``
+``training``    ``iterations * batch * params * 55`` (forward, backward and Adam: ~55
+                multiply-add equivalents per parameter and sample on a CPU)
+==============  =================================================================
+
+The calibration (rate, factors) is a small JSON file in the geoviz cache folder
+(:func:`geoviz.backend.settings.default_cache_dir`), keyed by the threads and the device; a
+file that cannot be read is ignored with a warning and measured again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+__all__ = [
+    "CALIBRATION_FILE",
+    "CostModel",
+    "Estimate",
+    "EtaClock",
+    "Step",
+    "eta_seconds",
+    "format_seconds",
+    "load_cost_model",
+    "measure_rate",
+    "remember",
+    "took_sentence",
+    "work",
+]
+
+Step = Literal["encoder", "sinkhorn", "labels", "bootstrap", "training"]
+STEPS: tuple[Step, ...] = get_args(Step)
+
+#: the calibration file's name inside the cache folder
+CALIBRATION_FILE = "cost_model.json"
+_VERSION = 1
+
+#: seconds of fixed cost per step at rate 1 (divided by the rate: a faster machine pays less)
+_OVERHEAD: dict[Step, float] = {
+    "encoder": 30.0,
+    "sinkhorn": 3.0,
+    "labels": 0.5,
+    "bootstrap": 6.0,
+    "training": 70.0,
+}
+#: how much a learned factor moves toward one new measurement (in log space)
+_LEARN_WEIGHT = 0.5
+#: learned factors are kept within this range of the prior
+_FACTOR_RANGE = (1 / 30, 30.0)
+
+
+def work(step: Step, **sizes: float) -> float:
+    """The work of ``step`` in multiply-adds, by the formulas of the module docstring.
+
+    Sizes missing from ``sizes`` count as 0 (or 1 for multipliers such as ``refs``)."""
+    s = {k: float(v) for k, v in sizes.items()}
+    n, m, d = s.get("n", 0.0), s.get("m", 0.0), s.get("d", 0.0)
+    if step == "encoder":
+        return n * s.get("pixels", 784.0) * 2000.0
+    if step == "sinkhorn":
+        return n * m * (d + 300.0) + min(n * m, 2000.0**2) * 4200.0
+    if step == "labels":
+        n_eff = min(n, 200.0 * s.get("c_q", 10.0)) + min(m, 200.0 * s.get("c_p", 10.0))
+        return n_eff * d * d * 5.0
+    if step == "bootstrap":
+        return s.get("replicates", 200.0) * n * s.get("refs", 1.0) * 2000.0
+    if step == "training":
+        return s.get("iterations", 1.0) * s.get("batch", 64.0) * s.get("params", 6e4) * 55.0
+    raise ValueError(f"unknown step {step!r}: one of {', '.join(STEPS)}")
+
+
+def format_seconds(seconds: float) -> str:
+    """``"under a second"``, ``"about 40 s"``, ``"about 3 min"``, ``"about 1 h 10 min"``."""
+    s = float(seconds)
+    if not math.isfinite(s):
+        return "an unknown time"
+    if s < 1:
+        return "under a second"
+    if s < 90:
+        return f"about {s:.0f} s" if s < 10 else f"about {5 * round(s / 5):.0f} s"
+    if s < 3600:
+        return f"about {round(s / 60):.0f} min"
+    return f"about {int(s // 3600)} h {round(s % 3600 / 60):.0f} min"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a step (or several, summed with ``+``) should take here.
+
+    Attributes
+    ----------
+    step
+        The step's name, or the names joined by ``" + "``.
+    seconds
+        The estimate, in seconds.
+    work
+        The work in multiply-adds (:func:`work`).
+    """
+
+    step: str
+    seconds: float
+    work: float = 0.0
+
+    def __add__(self, other: Estimate) -> Estimate:
+        return Estimate(
+            f"{self.step} + {other.step}", self.seconds + other.seconds, self.work + other.work
+        )
+
+    def sentence(self) -> str:
+        """``"about 40 s on this machine"``."""
+        return f"{format_seconds(self.seconds)} on this machine"
+
+
+def took_sentence(seconds: float, estimate: Estimate | None = None) -> str:
+    """``"took 38 s (estimated about 40 s)"``."""
+    tail = f" (estimated {format_seconds(estimate.seconds)})" if estimate is not None else ""
+    return f"took {seconds:.1f} s{tail}" if seconds < 10 else f"took {seconds:.0f} s{tail}"
+
+
+def measure_rate(device: str = "cpu", *, size: int = 384, repeats: int = 5) -> float:
+    """This machine's multiply-add rate, in 1e9 per second: the best of ``repeats`` float32
+    ``size`` x ``size`` matrix products on torch's current threads (or ``device``)."""
+    import torch
+
+    dev = torch.device(device)
+    a = torch.randn(size, size, device=dev)
+    b = torch.randn(size, size, device=dev)
+    best = math.inf
+    for _ in range(repeats + 1):  # the first warms up
+        t0 = time.perf_counter()
+        (a @ b).sum().item()
+        best = min(best, time.perf_counter() - t0)
+    return size**3 / max(best, 1e-9) / 1e9
+
+
+def _machine_key(threads: int, device: str) -> str:
+    return f"{device}:{threads}"
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The calibrated cost model of one machine, threads and device.
+
+    Attributes
+    ----------
+    rate
+        Multiply-adds per second / 1e9 (:func:`measure_rate`).
+    factors
+        Learned correction per step (measured / predicted, geometric moving average; 1 at first).
+    threads, device
+        What the rate was measured with.
+    """
+
+    rate: float
+    factors: Mapping[str, float] = field(default_factory=dict)
+    threads: int = 1
+    device: str = "cpu"
+
+    def estimate(self, step: Step, **sizes: float) -> Estimate:
+        """The seconds ``step`` should take at ``sizes`` (:func:`work`'s keywords)."""
+        w = work(step, **sizes)
+        seconds = (_OVERHEAD[step] + w / 1e9) / max(self.rate, 1e-6)
+        return Estimate(step, self.factors.get(step, 1.0) * seconds, w)
+
+    def learn(self, step: Step, seconds: float, **sizes: float) -> CostModel:
+        """A model whose factor for ``step`` moved toward ``seconds`` measured at ``sizes``."""
+        predicted = self.estimate(step, **sizes).seconds
+        if not (seconds > 0 and predicted > 0 and math.isfinite(seconds)):
+            return self
+        old = self.factors.get(step, 1.0)
+        ratio = seconds / predicted * old  # the factor that would have been right
+        new = math.exp((1 - _LEARN_WEIGHT) * math.log(old) + _LEARN_WEIGHT * math.log(ratio))
+        new = min(max(new, _FACTOR_RANGE[0]), _FACTOR_RANGE[1])
+        return replace(self, factors={**self.factors, step: new})
+
+    def learn_total(self, parts: Estimate, seconds: float, steps: tuple[Step, ...]) -> CostModel:
+        """A model whose factors for ``steps`` all moved toward ``seconds`` measured for the
+        summed estimate ``parts`` (when only the total time of several steps is known)."""
+        if not (seconds > 0 and parts.seconds > 0 and math.isfinite(seconds)):
+            return self
+        ratio = seconds / parts.seconds
+        factors = dict(self.factors)
+        for step in set(steps):
+            old = factors.get(step, 1.0)
+            new = old * math.exp(_LEARN_WEIGHT * math.log(ratio))
+            factors[step] = min(max(new, _FACTOR_RANGE[0]), _FACTOR_RANGE[1])
+        return replace(self, factors=factors)
+
+    def geodesic_fit(
+        self,
+        n: int,
+        ref_sizes: tuple[int, ...],
+        *,
+        d: int = 64,
+        classes: int = 10,
+        encoded_images: int = 0,
+        pixels: int = 784,
+    ) -> Estimate:
+        """A geodesic fit: the encoder on ``encoded_images`` (0: no encoder), one map
+        (Sinkhorn and label distances) per reference, and the label distances of each pair of
+        references, in a ``d``-dimensional space (64: the order of the default spaces)."""
+        total = Estimate("geodesic fit", 0.0)
+        if encoded_images > 0:
+            total = total + self.estimate("encoder", n=encoded_images, pixels=pixels)
+        sizes = {"d": d, "c_q": classes, "c_p": classes}
+        for m in ref_sizes:
+            total = total + self.estimate("sinkhorn", n=n, m=m, **sizes)
+            total = total + self.estimate("labels", n=n, m=m, **sizes)
+        for i, mi in enumerate(ref_sizes):
+            for mj in ref_sizes[i + 1 :]:
+                total = total + self.estimate("labels", n=mi, m=mj, **sizes)
+        return Estimate("geodesic fit", total.seconds, total.work)
+
+    # ---------------------------------------------------------------- the cache file
+
+    def save(self, folder: Path | None = None) -> Path:
+        """Write this model into ``folder``'s calibration file (other machines' entries kept)."""
+        path = _calibration_path(folder)
+        entries = _read_entries(path, quiet=True)
+        entries[_machine_key(self.threads, self.device)] = {
+            "rate": self.rate,
+            "factors": dict(self.factors),
+            "measured": time.time(),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"version": _VERSION, "machines": entries}, indent=1))
+        os.replace(tmp, path)
+        return path
+
+
+def _calibration_path(folder: Path | None) -> Path:
+    if folder is None:
+        from geoviz.backend.settings import default_cache_dir
+
+        folder = default_cache_dir()
+    return Path(folder) / CALIBRATION_FILE
+
+
+def _read_entries(path: Path, *, quiet: bool = False) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+        if not isinstance(raw, dict) or raw.get("version") != _VERSION:
+            raise ValueError("not a calibration of this version")
+        machines = raw["machines"]
+        if not isinstance(machines, dict):
+            raise ValueError("no machines")
+        return machines
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        if not quiet:
+            warnings.warn(
+                f"ignoring the cost model's calibration {path} ({err}); measuring again",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return {}
+
+
+def _entry_model(entry: Any, threads: int, device: str) -> CostModel | None:
+    try:
+        rate = float(entry["rate"])
+        factors = {str(k): float(v) for k, v in dict(entry.get("factors", {})).items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if not (math.isfinite(rate) and rate > 0) or not all(
+        math.isfinite(v) and v > 0 for v in factors.values()
+    ):
+        return None
+    return CostModel(rate, factors, threads, device)
+
+
+def load_cost_model(
+    folder: Path | None = None,
+    *,
+    device: str = "cpu",
+    threads: int | None = None,
+    measure: Callable[[str], float] = measure_rate,
+    save: bool = True,
+) -> CostModel:
+    """This machine's cost model from the calibration in ``folder`` (default: the geoviz cache
+    folder); measured (:func:`measure_rate`, well under a second) and saved when there is none
+    for these threads and device, or when the file is corrupt (with a warning)."""
+    import torch
+
+    threads = int(torch.get_num_threads()) if threads is None else int(threads)
+    path = _calibration_path(folder)
+    entries = _read_entries(path)
+    key = _machine_key(threads, device)
+    model = _entry_model(entries[key], threads, device) if key in entries else None
+    if key in entries and model is None:
+        warnings.warn(
+            f"ignoring the cost model's calibration {path} for {key} (unreadable); measuring again",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if model is None:
+        model = CostModel(measure(device), {}, threads, device)
+        if save:
+            with contextlib.suppress(OSError):  # a read-only cache: measured again next time
+                model.save(folder)
+    return model
+
+
+def remember(
+    step: Step | Estimate,
+    seconds: float,
+    *,
+    folder: Path | None = None,
+    steps: tuple[Step, ...] = (),
+    **sizes: float,
+) -> None:
+    """Learn from one measured time and keep it in the cache (best effort: a read-only or
+    unreadable cache learns nothing). ``step`` is a step measured at ``sizes``, or a summed
+    :class:`Estimate` of ``steps``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            model = load_cost_model(folder)
+        if isinstance(step, Estimate):
+            learned = model.learn_total(step, seconds, steps)
+        else:
+            learned = model.learn(step, seconds, **sizes)
+        learned.save(folder)
+    except (OSError, ValueError):
+        pass
+
+
+def eta_seconds(elapsed: float, fraction: float, estimate: float | None = None) -> float | None:
+    """Seconds left after ``elapsed`` seconds at ``fraction`` in [0, 1] of the work done.
+
+    At 0 the estimate (``None`` without one); at 1, 0. In between, the rate so far
+    (``elapsed * (1 - f) / f``) blended with what the estimate leaves, the rate's weight
+    growing with the fraction done."""
+    f = min(max(float(fraction), 0.0), 1.0)
+    if f >= 1.0:
+        return 0.0
+    left_by_estimate = None if estimate is None else max(float(estimate) - elapsed, 0.0)
+    if f <= 0.0:
+        return left_by_estimate
+    by_rate = max(float(elapsed), 0.0) * (1 - f) / f
+    if left_by_estimate is None:
+        return by_rate
+    return f * by_rate + (1 - f) * left_by_estimate
+
+
+class EtaClock:
+    """Time left of one run from its progress fractions (:func:`eta_seconds`).
+
+    ``text(fraction)`` is ``" · about 12 s left"`` once ``min_seconds`` have passed (before,
+    or without a fraction, the estimate's sentence if there is one, else ``""``)."""
+
+    def __init__(
+        self,
+        estimate: float | None = None,
+        *,
+        min_seconds: float = 2.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.estimate = estimate
+        self.min_seconds = min_seconds
+        self._clock = clock
+        self.started = clock()
+
+    def elapsed(self) -> float:
+        return self._clock() - self.started
+
+    def left(self, fraction: float) -> float | None:
+        return eta_seconds(self.elapsed(), fraction, self.estimate)
+
+    def text(self, fraction: float) -> str:
+        elapsed = self.elapsed()
+        if fraction >= 1.0 or (elapsed < self.min_seconds and self.estimate is None):
+            return ""
+        left = eta_seconds(elapsed, fraction, self.estimate)
+        if left is None:
+            return ""
+        return f" · {format_seconds(left)} left"

@@ -1,0 +1,217 @@
+"""The cost model of long steps (geoviz.backend.cost_model): calibration in the cache, the
+formulas' scaling, corrupt files, and the time left from a progress fraction."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from geoviz.backend import cost_model
+from geoviz.backend.cost_model import (
+    CALIBRATION_FILE,
+    CostModel,
+    Estimate,
+    EtaClock,
+    eta_seconds,
+    format_seconds,
+    load_cost_model,
+    took_sentence,
+    work,
+)
+
+
+def _measure(calls: list[str]):
+    def measure(device: str) -> float:
+        calls.append(device)
+        return 40.0
+
+    return measure
+
+
+def test_calibration_round_trips_through_the_cache(tmp_path):
+    calls: list[str] = []
+    first = load_cost_model(tmp_path, threads=2, measure=_measure(calls))
+    assert calls == ["cpu"] and (tmp_path / CALIBRATION_FILE).exists()
+    learned = first.learn("sinkhorn", 10.0, n=1000, m=1000, d=64)
+    learned.save(tmp_path)
+    again = load_cost_model(tmp_path, threads=2, measure=_measure(calls))
+    assert calls == ["cpu"]  # not measured again
+    assert again == learned
+    # another thread count is another machine: measured, the first entry kept
+    load_cost_model(tmp_path, threads=1, measure=_measure(calls))
+    assert calls == ["cpu", "cpu"]
+    assert load_cost_model(tmp_path, threads=2, measure=_measure(calls)) == learned
+
+
+def test_the_estimate_is_immutable_and_scales_as_the_formula_says():
+    model = CostModel(rate=50.0)
+    small = model.estimate("sinkhorn", n=2000, m=2000, d=64)
+    big = model.estimate("sinkhorn", n=8000, m=8000, d=64)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        small.seconds = 1.0  # type: ignore[misc]
+    # n * m * (d + 300), plus the subsample's passes (the same above 2000 points per side)
+    sub = 2000.0**2 * 4200
+    assert small.work == pytest.approx(2000.0**2 * 364 + sub)
+    assert big.work - sub == pytest.approx(16 * (small.work - sub))
+    assert model.estimate("sinkhorn", n=500, m=500, d=64).work == pytest.approx(500.0**2 * 4564)
+    overhead = model.estimate("sinkhorn", n=0, m=0, d=64).seconds
+    per_work = (big.seconds - small.seconds) / (big.work - small.work)
+    assert small.seconds - overhead == pytest.approx(per_work * small.work)
+    # the encoder is linear in n, and a twice faster machine takes half the time
+    enc = [model.estimate("encoder", n=n, pixels=2352).work for n in (1000, 3000)]
+    assert enc[1] == pytest.approx(3 * enc[0])
+    assert CostModel(rate=100.0).estimate("labels", n=1000, m=1000, d=64).seconds == (
+        pytest.approx(model.estimate("labels", n=1000, m=1000, d=64).seconds / 2)
+    )
+    with pytest.raises(ValueError, match="unknown step"):
+        work("nope", n=1)  # type: ignore[arg-type]
+
+
+def test_learning_moves_the_estimate_toward_the_measured_time():
+    model = CostModel(rate=50.0)
+    sizes = {"iterations": 300, "batch": 64, "params": 6e4}
+    before = model.estimate("training", **sizes).seconds
+    measured = 4 * before
+    after = model
+    for _ in range(6):
+        after = after.learn("training", measured, **sizes)
+    assert after.estimate("training", **sizes).seconds == pytest.approx(measured, rel=0.05)
+    assert after.estimate("sinkhorn", n=10, m=10, d=2) == model.estimate(
+        "sinkhorn", n=10, m=10, d=2
+    )
+    assert model.learn("training", float("nan"), **sizes) is model
+    assert model.factors == {}  # the original is unchanged
+
+
+@pytest.mark.parametrize(
+    "content", ["{not json", json.dumps([1, 2]), json.dumps({"version": 99, "machines": {}})]
+)
+def test_a_corrupt_calibration_is_ignored_with_a_warning(tmp_path, content):
+    (tmp_path / CALIBRATION_FILE).write_text(content)
+    calls: list[str] = []
+    with pytest.warns(RuntimeWarning, match="ignoring the cost model's calibration"):
+        model = load_cost_model(tmp_path, threads=1, measure=_measure(calls))
+    assert model.rate == 40.0 and calls == ["cpu"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # measured again and saved: read cleanly now
+        assert load_cost_model(tmp_path, threads=1, measure=_measure(calls)) == model
+
+
+def test_an_unreadable_entry_is_measured_again(tmp_path):
+    bad = {"version": 1, "machines": {"cpu:1": {"rate": -3, "factors": {}}}}
+    (tmp_path / CALIBRATION_FILE).write_text(json.dumps(bad))
+    with pytest.warns(RuntimeWarning, match="unreadable"):
+        model = load_cost_model(tmp_path, threads=1, measure=_measure([]))
+    assert model.rate == 40.0
+
+
+def test_eta_from_the_progress_fraction_is_sane_at_0_and_1():
+    assert eta_seconds(5.0, 0.0) is None
+    assert eta_seconds(5.0, 0.0, estimate=40.0) == 35.0
+    assert eta_seconds(50.0, 0.0, estimate=40.0) == 0.0  # never negative
+    assert eta_seconds(5.0, 1.0) == 0.0 and eta_seconds(5.0, 1.0, estimate=40.0) == 0.0
+    assert eta_seconds(10.0, 0.5) == pytest.approx(10.0)
+    assert eta_seconds(10.0, 0.25) == pytest.approx(30.0)
+    # the estimate weighs less as the run goes on
+    assert eta_seconds(10.0, 0.5, estimate=100.0) == pytest.approx(0.5 * 10 + 0.5 * 90)
+    assert eta_seconds(1.0, -3.0) is None and eta_seconds(1.0, 7.0) == 0.0
+
+
+def test_eta_clock_text():
+    now = [0.0]
+    clock = EtaClock(clock=lambda: now[0])
+    assert clock.text(0.1) == ""  # too early to say
+    now[0] = 10.0
+    assert clock.text(0.5) == " · about 10 s left"
+    assert clock.text(1.0) == ""
+    assert EtaClock(40.0, clock=lambda: 0.0).text(0.0) == " · about 40 s left"
+
+
+def test_sentences():
+    assert format_seconds(0.3) == "under a second"
+    assert format_seconds(7.4) == "about 7 s"
+    assert format_seconds(41) == "about 40 s"
+    assert format_seconds(200) == "about 3 min"
+    assert format_seconds(4000) == "about 1 h 7 min"
+    assert format_seconds(float("inf")) == "an unknown time"
+    est = Estimate("sinkhorn", 41.0) + Estimate("labels", 2.0)
+    assert est.step == "sinkhorn + labels" and est.sentence() == "about 45 s on this machine"
+    assert took_sentence(38.2, Estimate("x", 41.0)) == "took 38 s (estimated about 40 s)"
+    assert took_sentence(3.21) == "took 3.2 s"
+
+
+def test_the_micro_benchmark_is_quick_and_positive():
+    assert cost_model.measure_rate(size=64, repeats=1) > 0
+
+
+# ---------------------------------------------------------------- where the estimates show
+
+
+def test_a_job_says_its_time_left_then_what_it_took():
+    import threading
+
+    from geoviz.app.jobs import BackgroundJob
+
+    gate = threading.Event()
+
+    def run(progress):
+        progress("maps", 0.0)
+        assert gate.wait(10)
+        return 1
+
+    job = BackgroundJob(run, estimate=40.0)
+    assert job.eta_text().endswith("s left") and job.snapshot()[0] == "maps"
+    assert 0 < job.remaining() <= 40.0
+    gate.set()
+    assert job.wait(10)
+    assert job.remaining() == 0.0 and job.eta_text().startswith(" · took ")
+    assert BackgroundJob(lambda p: None).eta_text() in ("", " · took 0.0 s")
+
+
+def test_plain_progress_lines_say_the_time_left_and_ignore_iteration_counts():
+    import io
+
+    from geoviz.cli.output import PlainProgress
+
+    stream = io.StringIO()
+    progress = PlainProgress(stream, estimate=40.0)
+    progress("OTDD map 1/2 (sinkhorn)", 0.0)
+    for it in range(0, 3000, 100):  # the iteration count changes, not the stage
+        progress(f"OTDD map 1/2 (sinkhorn: iteration {it})", 0.01)
+    lines = stream.getvalue().splitlines()
+    assert lines == ["[  0%] OTDD map 1/2 (sinkhorn) · about 40 s left"]
+
+
+def test_otdd_sinkhorn_says_its_iteration():
+    from geoviz.data.dataset import LabeledDataset
+    from geoviz.ot.otdd import otdd
+    from geoviz.ot.otdd_cost import OTDDConfig
+
+    gen = np.random.default_rng(0)
+
+    def ds(seed: int) -> LabeledDataset:
+        x = torch.from_numpy(np.random.default_rng(seed).normal(size=(60, 2)).astype(np.float32))
+        y = torch.from_numpy(gen.integers(0, 3, size=60))
+        y[:3] = torch.arange(3)
+        return LabeledDataset(x, y, ("a", "b", "c"), name=f"d{seed}")
+
+    stages: list[str] = []
+    otdd(ds(1), ds(2), OTDDConfig(), progress=lambda s, f: stages.append(s))
+    counted = [s for s in stages if s.startswith("sinkhorn: iteration ")]
+    assert counted and len(set(counted)) <= 2 + len(counted) // 50  # renewed, not every call
+    assert stages[0] == "labels" and stages[-1] == "done"
+
+
+def test_the_evidence_estimate_grows_with_the_seeds_and_the_grid(monkeypatch):
+    from geoviz.app.services import estimates
+
+    monkeypatch.setattr(estimates, "_MODEL", [CostModel(rate=40.0)])
+    one = estimates.evidence_estimate("cpu", 3, 1, 3)
+    assert estimates.evidence_estimate("cpu", 3, 3, 3).seconds == pytest.approx(3 * one.seconds)
+    assert estimates.evidence_estimate("cpu", 5, 1, 3).seconds > one.seconds
+    assert "on this machine" in estimates.evidence_cost_sentence("cpu", 3, 1, 3)
