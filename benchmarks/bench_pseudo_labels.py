@@ -96,7 +96,7 @@ def measure_seed(args, target: str, seed: int, cache) -> list[dict]:
     from geoviz.data.preprocess import few_shot, few_shot_picks
     from geoviz.features import PixelSpace
     from geoviz.geodesic.config import GeodesicConfig, space_of
-    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.geodesic.pipeline import fit_in_space
 
     q, *refs = build(target, args.n, seed)
     rows = []
@@ -139,7 +139,7 @@ def measure_seed(args, target: str, seed: int, cache) -> list[dict]:
                       f"{rows[-1]['accuracy']:.3f}", flush=True)  # fmt: skip
             else:
                 dataset = labelled_q[labels]
-            geo = fitted[labels] = fit_geodesic(dataset, list(refs), cache=cache, features=space)
+            geo = fitted[labels] = fit_in_space(dataset, list(refs), None, space, cache=cache)
             row = {"target": target, "seed": seed, "space": space_name, "space_label": label,
                    "k": args.maps_k, "maps_labels": labels,
                    "agreement_mnist": agreement(geo, 0, q), "agreement_usps": agreement(geo, 2, q),

@@ -143,7 +143,7 @@ def main() -> None:
     from geoviz.data.preprocess import few_shot, harmonize
     from geoviz.features import EncoderSpace, PixelSpace
     from geoviz.geodesic.config import GeodesicConfig, space_of
-    from geoviz.geodesic.pipeline import fit_geodesic
+    from geoviz.geodesic.pipeline import fit_in_space
     from geoviz.nn.training import evaluate, finetune, get_preset, pretrain
     from geoviz.transfer.experiment import make_task, run_method
 
@@ -215,8 +215,8 @@ def main() -> None:
                 facts.setdefault(f"pseudo-label accuracy ({space_name})", []).append(
                     shot.pseudo_label_accuracy
                 )
-            geo = fit_geodesic(
-                space_task.target_train, list(space_task.references), cache=cache, features=space
+            geo = fit_in_space(
+                space_task.target_train, list(space_task.references), None, space, cache=cache
             )
             facts.setdefault(f"a_hat ({space_name})", []).append(geo.a_hat.tolist())
             facts.setdefault(f"agreement ({space_name})", []).append(

@@ -24,7 +24,7 @@ from geoviz.features import embeddings
 from geoviz.features.builtin import PCASpace
 from geoviz.features.embeddings import EmbeddingSpace, row_keys, save_embeddings
 from geoviz.geodesic.config import GeodesicConfig
-from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.geodesic.pipeline import fit_in_space
 from geoviz.ot.otdd_cost import OTDDConfig
 
 CONFIG = GeodesicConfig(otdd=OTDDConfig(max_iter=400))
@@ -67,8 +67,8 @@ def _refused(path: Path | str, datasets: list[LabeledDataset] | None, match: str
 def test_saved_pca_embeddings_give_the_pca_spaces_distances(problem, tmp_path, suffix):
     path = save_embeddings(tmp_path / f"pca{suffix}", problem, _pca(problem))
     q, refs = problem[0], problem[1:]
-    direct = fit_geodesic(q, refs, CONFIG, features=PCASpace(6))
-    from_file = fit_geodesic(q, refs, CONFIG, features=EmbeddingSpace(path))
+    direct = fit_in_space(q, refs, CONFIG, PCASpace(6))
+    from_file = fit_in_space(q, refs, CONFIG, EmbeddingSpace(path))
     assert from_file.features_name == "embeddings:pca" and direct.features_name == "pca6"
     np.testing.assert_allclose(from_file.otdd, direct.otdd, rtol=1e-5)
     np.testing.assert_allclose(from_file.w_to_target, direct.w_to_target, rtol=1e-5)

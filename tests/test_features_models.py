@@ -16,7 +16,7 @@ from geoviz import files
 from geoviz.errors import GeovizError, ResourceError
 from geoviz.features import ModelSpace
 from geoviz.features.models import MAX_INPUT_SIZE
-from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.geodesic.pipeline import fit_in_space
 
 
 class _InPlace(torch.nn.Module):
@@ -82,7 +82,7 @@ def test_an_in_place_model_leaves_vector_datasets_unchanged(tmp_path):
 def test_the_mapped_images_stay_in_range_with_an_in_place_model(problem):
     """The reported symptom: P_a's images ranged from -2 to 1.87 with rc 0."""
     q, *refs = problem
-    result = fit_geodesic(q, refs, features=ModelSpace(_InPlace(), name="inplace"))
+    result = fit_in_space(q, refs, None, ModelSpace(_InPlace(), name="inplace"))
     for ds in (q, *refs):
         assert float(ds.features.min()) >= 0.0 and float(ds.features.max()) <= 1.0
     for mapped in result.mapped_features:

@@ -12,9 +12,11 @@ import geoviz.geodesic.pipeline as pipeline
 import geoviz.maps.barycentric as barycentric
 from geoviz.backend import DiskCache
 from geoviz.data.dataset import LabeledDataset, SoftLabeledDataset
+from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.features import make_space
 from geoviz.geodesic import GeodesicConfig, GeodesicResult, fit_geodesic, simplex_grid
+from geoviz.geodesic.pipeline import fit_in_space
 from geoviz.ot.otdd_cost import OTDDConfig
 
 
@@ -179,17 +181,12 @@ def test_second_call_hits_the_cache_and_solves_nothing(data, cache, monkeypatch)
     np.testing.assert_array_equal(second.a_hat, first.a_hat)
     # a different configuration is a different entry
     with pytest.raises(AssertionError, match="recomputed"):
-        fit_geodesic(target, refs, GeodesicConfig(n_target=30), cache=cache)
+        fit_geodesic(stratified_subsample(target, 30, seed=0), refs, cache=cache)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"n_target": 10**9}, r"n_target must be between 10 and 100,000, got 1,000,000,000"),
-        ({"n_reference": 100_001}, r"n_reference must be between 10 and 100,000"),
-        ({"n_reference": 2.0}, "n_reference must be an integer"),
-        ({"subsample_seed": -1}, r"subsample_seed must be between 0 and"),
-        ({"subsample_seed": 2**40}, r"subsample_seed must be between 0 and"),
         ({"qp_solver": "no_such_qp"}, r"unknown QP solver 'no_such_qp': available are .*enumerate"),
     ],
 )
@@ -218,7 +215,7 @@ def test_reference_count_refused_before_fitting(data, cache, monkeypatch):
         raise AssertionError("fitted")
 
     monkeypatch.setattr(pipeline, "map_estimator", boom)
-    monkeypatch.setattr(pipeline, "_subsample", boom)
+    monkeypatch.setattr(pipeline, "space_of", boom)
     many = [refs[k % 3] for k in range(11)]
     with pytest.raises(DatasetError, match="needs 2 to 10 reference datasets P_i, got 11"):
         fit_geodesic(target, many, cache=cache)
@@ -243,12 +240,13 @@ def test_bad_inputs(data, cache):
     for eps in (0.0, -1.0):
         with pytest.raises(GeovizError, match=r"(?i)epsilon"):
             fit_geodesic(target, refs, GeodesicConfig(otdd=OTDDConfig(epsilon=eps)), cache=cache)
-    for n in (1, 9):  # the one lowest sample count (limits.MIN_SAMPLES) of every front door
-        with pytest.raises(GeovizError, match="n_target must be between 10 and"):
-            GeodesicConfig(n_target=n)
+    for name in ("n_target", "n_reference", "subsample_seed"):  # the spec's, once
+        with pytest.raises(TypeError, match=name):
+            GeodesicConfig(**{name: 30})  # type: ignore[arg-type]
+    assert GeodesicConfig().to_dict()["n_target"] is None  # keys of before (checkpoints)
 
-    res = fit_geodesic(target, refs[:2], GeodesicConfig(n_target=30), cache=cache)
-    assert res.target.n_samples == 30
+    res = fit_geodesic(target, refs[:2], cache=cache)
+    assert res.target.n_samples == target.n_samples  # the datasets as given
     with pytest.raises(WeightsError, match="negative"):
         res.interpolate([1.5, -0.5])
     with pytest.raises(WeightsError, match="sum to"):
@@ -478,7 +476,7 @@ def test_geodesic_in_a_feature_space_keeps_images_and_names_the_space(tmp_path):
     assert meta["name"] == "pca50" and len(meta["digest"]) == 64
     assert result.summary()["features"] == "pca50"
     # the same space object gives the same result; pixels keep the old config keys
-    again = fit_geodesic(q, refs, features=PCASpace(50), cache=cache)
+    again = fit_in_space(q, refs, None, PCASpace(50), cache=cache)
     np.testing.assert_allclose(again.a_hat, result.a_hat)
     assert "features" not in GeodesicConfig(features="pixels").to_dict()
     assert GeodesicConfig().to_dict()["features"] == "auto"
@@ -515,7 +513,6 @@ def test_default_space_is_chosen_from_the_data_and_kept_with_the_result(tmp_path
 def test_feature_space_names_and_neural_maps_are_checked():
     from geoviz.errors import GeovizError
     from geoviz.geodesic.config import GeodesicConfig
-    from geoviz.geodesic.pipeline import fit_geodesic
 
     for bad in ("/tmp/model.pt", "resnet", 3):
         with pytest.raises(GeovizError, match="features must be one of"):
@@ -526,9 +523,7 @@ def test_feature_space_names_and_neural_maps_are_checked():
     # a space given beside the configuration is checked by the fit
     q, *refs = _grey_problem(60)
     with pytest.raises(GeovizError, match="pca feature space are barycentric"):
-        fit_geodesic(
-            q, refs, GeodesicConfig(method="neural", neural="tiny"), features=make_space("pca")
-        )
+        fit_in_space(q, refs, GeodesicConfig(method="neural", neural="tiny"), make_space("pca"))
 
 
 def test_parts_on_threads_give_the_same_geodesic(data, tmp_path):

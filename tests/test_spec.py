@@ -21,7 +21,7 @@ from geoviz.errors import DatasetError, GeovizError, WeightsError
 from geoviz.features import ModelSpace
 from geoviz.features.choice import SpaceChoice
 from geoviz.geodesic.config import GeodesicConfig
-from geoviz.geodesic.pipeline import fit_geodesic
+from geoviz.geodesic.pipeline import fit_in_space
 from geoviz.geodesic.spec import GeodesicSpec, fit_spec, load_spec_datasets
 from geoviz.geodesic.weights import SimplexWeights, as_simplex_weights
 from geoviz.ot.otdd_cost import OTDDConfig
@@ -52,9 +52,6 @@ def _spec(**changes) -> GeodesicSpec:
         ({"channels": "cmyk"}, "channels must be 'auto', 'grey' or 'rgb'"),
         ({"target": "mnist"}, "must be DatasetChoice values"),
         ({"config": {"epsilon": 0.01}}, "config must be a GeodesicConfig"),
-        # the subsample is said once, on the spec
-        ({"config": GeodesicConfig(n_target=20)}, "once, on the spec"),
-        ({"config": GeodesicConfig(subsample_seed=3)}, "once, on the spec"),
         ({"features_model": "model.pt"}, "features_model must be a FeatureSpace"),
     ],
 )
@@ -102,12 +99,12 @@ def test_fit_spec_fits_in_the_users_space_and_few_shot_labels_there() -> None:
     assert torch.equal(data.target.labels, expected.dataset.labels)
     assert data.labelled_indices is not None
     result = fit_spec(spec, data, cache=backend.DiskCache(enabled=False))
-    direct = fit_geodesic(
+    direct = fit_in_space(
         data.target,
         list(data.references),
         spec.config,
+        model,
         cache=backend.DiskCache(enabled=False),
-        features=model,
     )
     assert result.feature_space is not None and result.feature_space.name == "model:mine"
     np.testing.assert_allclose(result.w_to_target, direct.w_to_target, rtol=1e-6)

@@ -1,6 +1,6 @@
 """The parameters of :func:`~geoviz.geodesic.pipeline.fit_geodesic` and the space they name.
 
-* :class:`GeodesicConfig` — the maps' OTDD settings, the subsamples, the QP solver of
+* :class:`GeodesicConfig` — the maps' OTDD settings, the QP solver of
   ``a_hat``, the map method and the feature space, validated on construction;
   :meth:`GeodesicConfig.to_dict` is the plain form used in cache keys and manifests.
 * :func:`space_choice_for`, :func:`space_of` — which feature space a configuration means
@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from geoviz import limits
 from geoviz.backend import DiskCache, jsonable
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
@@ -71,6 +70,10 @@ def check_space_allows(method: str, space: str, *, error: type[GeovizError] = Ge
         )
 
 
+#: what a config's keys said of the subsamples before they moved to the spec (all samples)
+_ALL_SAMPLES: dict[str, Any] = {"n_target": None, "n_reference": None, "subsample_seed": 0}
+
+
 @dataclass(frozen=True)
 class GeodesicConfig:
     """Parameters of :func:`~geoviz.geodesic.pipeline.fit_geodesic`.
@@ -83,15 +86,6 @@ class GeodesicConfig:
         The (2,Q) distances use the same ``lambda_x``/``lambda_y`` weights and
         the same class-conditional label distances (``label_method``,
         ``max_per_class``, ``seed``) as the maps.
-    n_target, n_reference
-        Optional stratified subsample sizes of the target and of every
-        reference (seed ``subsample_seed``), in ``[geoviz.limits.MIN_SAMPLES,
-        geoviz.limits.MAX_SAMPLES]`` as every sample count; ``None`` keeps all samples. For
-        :func:`~geoviz.geodesic.pipeline.fit_geodesic` on datasets in hand; a
-        :class:`~geoviz.geodesic.spec.GeodesicSpec` draws its subsamples when it loads, so
-        its config leaves these three at their defaults.
-    subsample_seed
-        Seed of those subsamples, in ``[0, geoviz.limits.MAX_SEED]``.
     qp_solver
         ``qpsolvers`` solver for ``a_hat`` (``None``: default; ``"enumerate"``:
         exact face enumeration), see :func:`~geoviz.geodesic.distances.optimal_weights`.
@@ -117,9 +111,6 @@ class GeodesicConfig:
     """
 
     otdd: OTDDConfig = field(default_factory=OTDDConfig)
-    n_target: int | None = None
-    n_reference: int | None = None
-    subsample_seed: int = 0
     qp_solver: str | None = None
     method: MapMethod = "barycentric"
     neural: NeuralMapConfig = field(default_factory=lambda: get_neural_preset("cpu"))
@@ -133,28 +124,6 @@ class GeodesicConfig:
             raise GeovizError(
                 f"GeodesicConfig.otdd must be an OTDDConfig, got {type(self.otdd).__name__}"
             )
-        for name in ("n_target", "n_reference"):
-            val = getattr(self, name)
-            if val is None:
-                continue
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
-                raise GeovizError(
-                    f"GeodesicConfig.{name} must be an integer >= {limits.MIN_SAMPLES} or None, "
-                    f"got {val!r}"
-                )
-            limits.check_int(
-                val,
-                f"GeodesicConfig.{name}",
-                limits.MIN_SAMPLES,
-                limits.MAX_SAMPLES,
-                why="samples of one dataset",
-            )
-            object.__setattr__(self, name, int(val))
-        seed = self.subsample_seed
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise GeovizError(f"GeodesicConfig.subsample_seed must be an integer, got {seed!r}")
-        limits.check_int(seed, "GeodesicConfig.subsample_seed", 0, limits.MAX_SEED)
-        object.__setattr__(self, "subsample_seed", int(seed))
         check_qp_solver(self.qp_solver)  # an unknown solver fails here, not after the fit
         if self.method not in MAP_METHODS:
             raise GeovizError(
@@ -188,7 +157,9 @@ class GeodesicConfig:
         (:data:`~geoviz.maps.methods.TRAINED_MAP_METHODS`), so barycentric keys
         do not change when it does.
         """
-        out = dataclasses.asdict(self)
+        # the subsamples are the spec's (GeodesicSpec.n_target, ...): the config fits the
+        # datasets it is given, and its keys (checkpoint fingerprints) keep those entries
+        out = {**dataclasses.asdict(self), **_ALL_SAMPLES}
         if self.method not in TRAINED_MAP_METHODS:
             out.pop("neural")
         if self.features == "pixels":

@@ -44,7 +44,6 @@ import torch
 from geoviz import limits
 from geoviz.backend import ArraySpec, DiskCache, get_cache
 from geoviz.data.dataset import LabeledDataset
-from geoviz.data.preprocess import stratified_subsample
 from geoviz.errors import DatasetError, GeovizError
 from geoviz.features import FeatureSpace, FittedFeatures, SpaceChoice
 from geoviz.geodesic.config import (
@@ -65,6 +64,7 @@ from geoviz.tasks import resolve_backend, run_in_threads
 __all__ = [
     "Progress",
     "fit_geodesic",
+    "fit_in_space",
     "lift_through_plan",
 ]
 
@@ -105,12 +105,6 @@ def _validate_inputs(
             f"geoviz.data.preprocess.harmonize"
         )
     return target, refs
-
-
-def _subsample(ds: LabeledDataset, n: int | None, seed: int) -> LabeledDataset:
-    if n is None or n >= ds.n_samples:
-        return ds
-    return stratified_subsample(ds, int(n), seed=seed)
 
 
 # ---------------------------------------------------- parts: the maps and the reference pairs
@@ -412,14 +406,16 @@ def fit_geodesic(
     *,
     progress: Progress | None = None,
     cache: DiskCache | None = None,
-    features: FeatureSpace | None = None,
     workers: int = 1,
     space_choice: SpaceChoice | None = None,
 ) -> GeodesicResult:
     """Project ``target`` onto the generalized geodesic of ``references`` (paper Sec. 3).
 
-    With a feature space (``config.features`` other than ``"pixels"``, or ``features``
-    given), the space is fitted on the union of the (subsampled) target and references, and
+    The datasets are used as given (a :class:`~geoviz.geodesic.spec.GeodesicSpec` draws
+    the subsamples when it loads them). With a feature space (``config.features`` other
+    than ``"pixels"``; a model of one's own is a spec's ``features_model``, fitted by
+    :func:`~geoviz.geodesic.spec.fit_spec`), the space is fitted on the union of the
+    target and references, and
     every cost, coupling, map diagnostic, (2,Q) distance and ``a_hat`` lives in it (paper
     Sec. 5.3); ``P_a``'s images come back through the couplings
     (:func:`lift_through_plan`), so the result's datasets and mapped features stay images.
@@ -438,9 +434,6 @@ def fit_geodesic(
         overall progress in ``[0, 1]`` and reaches 1.0 at the end.
     cache
         Where maps and label distances are cached; default :func:`get_cache`.
-    features
-        A :class:`~geoviz.features.FeatureSpace` to use instead of ``config.features``
-        (e.g. a :class:`~geoviz.features.ModelSpace` of the user's model).
     workers
         Threads for the independent parts: the ``m`` maps and the ``m(m-1)/2`` label
         distances between references (:func:`geoviz.tasks.run_in_threads`; fewer when the
@@ -463,9 +456,36 @@ def fit_geodesic(
     DatasetError
         Fewer than 2 or more than :data:`geoviz.limits.MAX_REFERENCES` references
         (refused before anything is fitted), non-dataset inputs, different feature
-        dimensions, or subsample sizes too small.
+        dimensions.
     GeovizError
         Invalid configuration (e.g. ``epsilon <= 0``).
+    """
+    return fit_in_space(
+        target,
+        references,
+        config,
+        None,
+        progress=progress,
+        cache=cache,
+        workers=workers,
+        space_choice=space_choice,
+    )
+
+
+def fit_in_space(
+    target: LabeledDataset,
+    references: Sequence[LabeledDataset],
+    config: GeodesicConfig | None,
+    space: FeatureSpace | None,
+    *,
+    progress: Progress | None = None,
+    cache: DiskCache | None = None,
+    workers: int = 1,
+    space_choice: SpaceChoice | None = None,
+) -> GeodesicResult:
+    """:func:`fit_geodesic` in ``space``, a feature space in hand (a spec's
+    ``features_model``, :func:`~geoviz.geodesic.spec.fit_spec`), or in the one
+    ``config.features`` names when ``None``. Other parameters as :func:`fit_geodesic`'s.
     """
     config = GeodesicConfig() if config is None else config
     if not isinstance(config, GeodesicConfig):
@@ -473,13 +493,9 @@ def fit_geodesic(
     target, refs = _validate_inputs(target, references)
     cache = get_cache() if cache is None else cache
     report = _never_back(progress)
-    target = _subsample(target, config.n_target, config.subsample_seed)
-    refs = tuple(_subsample(ref, config.n_reference, config.subsample_seed) for ref in refs)
     images = (target, refs)
     choice: SpaceChoice | None = None
-    if features is not None:
-        space = features
-    else:
+    if space is None:
         space, choice = space_of(config, cache, [target, *refs], choice=space_choice)
     fitted_space, target, refs = _into_feature_space(space, config, target, refs, report)
     labels_space = label_space(refs)

@@ -122,7 +122,7 @@ def bootstrap_refit(
     if result.feature_space is not None:
         target = result.feature_space.transform(target)
         refs = tuple(result.feature_space.transform(ref) for ref in refs)
-    config = replace(result.config, n_target=None, n_reference=None, features="pixels")
+    config = replace(result.config, features="pixels")
     task = functools.partial(
         refit_replicate,
         target=target,

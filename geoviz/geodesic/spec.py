@@ -109,8 +109,8 @@ class GeodesicSpec:
         Samples of ``target_test`` (``None``: the whole split).
     config
         The maps', OTDD's and QP's parameters (:class:`GeodesicConfig`), the named feature
-        space among them (``config.features``). Its own subsample fields stay at their
-        defaults: the spec's ``n_target``, ``n_reference`` and ``seed`` say it once.
+        space among them (``config.features``); the subsamples are the spec's
+        (``n_target``, ``n_reference``, ``seed``).
     features_model
         A feature space of the user's own (paper Sec. 5.3), e.g.
         :meth:`geoviz.features.ModelSpace.from_torchscript`, instead of a named one:
@@ -151,12 +151,6 @@ class GeodesicSpec:
             raise DatasetError("few_shot must be FewShotOptions or None")
         if not isinstance(self.config, GeodesicConfig):
             raise DatasetError("config must be a GeodesicConfig")
-        cfg = self.config
-        if (cfg.n_target, cfg.n_reference, cfg.subsample_seed) != (None, None, 0):
-            raise DatasetError(
-                "give the subsample sizes and seed once, on the spec (n_target, n_reference, "
-                "seed), not on its config"
-            )
         self._check_features_model()
 
     def _check_features_model(self) -> None:
@@ -364,13 +358,13 @@ def fit_spec(
         As :func:`~geoviz.geodesic.pipeline.fit_geodesic`'s.
     """
     loaded: LoadedProblem = load_spec_datasets(spec) if data is None else data
-    return pipeline.fit_geodesic(  # looked up at each call (a test or a tool may wrap it)
+    return pipeline.fit_in_space(  # looked up at each call (a test or a tool may wrap it)
         loaded.target,
         list(loaded.references),
         spec.config,
+        spec.features_model,
         progress=progress,
         cache=cache,
-        features=spec.features_model,
         workers=workers,
         space_choice=loaded.space_choice,
     )
