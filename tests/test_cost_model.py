@@ -215,3 +215,17 @@ def test_the_evidence_estimate_grows_with_the_seeds_and_the_grid(monkeypatch):
     assert estimates.evidence_estimate("cpu", 3, 3, 3).seconds == pytest.approx(3 * one.seconds)
     assert estimates.evidence_estimate("cpu", 5, 1, 3).seconds > one.seconds
     assert "on this machine" in estimates.evidence_cost_sentence("cpu", 3, 1, 3)
+
+
+def test_a_geodesic_fit_sums_its_steps_and_the_encoder_adds_its_own():
+    model = CostModel(rate=40.0)
+    plain = model.geodesic_fit(1000, (1000, 1000, 1000))
+    one = model.estimate("sinkhorn", n=1000, m=1000, d=64).seconds
+    lab = model.estimate("labels", n=1000, m=1000, d=64, c_q=10, c_p=10).seconds
+    assert plain.seconds == pytest.approx(3 * one + 6 * lab)  # 3 maps, 3 pairs
+    coloured = model.geodesic_fit(1000, (1000, 1000, 1000), encoded_images=4000, pixels=2352)
+    enc = model.estimate("encoder", n=4000, pixels=2352).seconds
+    assert coloured.seconds == pytest.approx(plain.seconds + enc)
+    learned = model.learn_total(plain, 2 * plain.seconds, ("sinkhorn", "labels"))
+    assert learned.geodesic_fit(1000, (1000, 1000, 1000)).seconds > plain.seconds
+    assert learned.estimate("encoder", n=10).seconds == model.estimate("encoder", n=10).seconds

@@ -28,6 +28,8 @@ __all__ = [
     "cost_model",
     "evidence_cost_sentence",
     "evidence_estimate",
+    "fit_took",
+    "geodesic_cost_note",
     "geodesic_cost_sentence",
     "geodesic_estimate",
     "took_text",
@@ -90,6 +92,44 @@ def geodesic_cost_sentence(scenario: Scenario, data: ScenarioData) -> str | None
         f"Fitting this scenario's maps takes {est.sentence()} the first time "
         "(the disk cache keeps them for the next)."
     )
+
+
+#: what the last fits took, by scenario key: (seconds, estimate), told once on the page
+_TOOK: dict[str, tuple[float, Estimate]] = {}
+
+
+def fit_took(scenario: Scenario, seconds: float, estimate: Estimate) -> None:
+    """Record what a fit of ``scenario`` took (:func:`geodesic_cost_note` says it) and teach
+    the cost model: a fit much faster than its estimate read its maps from the disk cache,
+    and teaches nothing."""
+    with _LOCK:
+        _TOOK[scenario.key()] = (seconds, estimate)
+    if seconds > 0.25 * estimate.seconds:
+        remember(estimate, seconds, steps=_GEODESIC_STEPS)
+        with _LOCK:
+            _MODEL.clear()
+
+
+def geodesic_cost_note(scenario: Scenario) -> str | None:
+    """What the Geodesic page says above the fit: before a cold fit estimated above
+    :data:`LONG_SECONDS`, what it will cost; after a fit of this process, what it took;
+    ``None`` when there is nothing to say (the datasets not loaded yet, a short fit)."""
+    from geoviz.app.services import datasets as dataset_services
+    from geoviz.app.services.geodesic import geodesic_if_ready, geodesic_job
+
+    with _LOCK:
+        took = _TOOK.get(scenario.key())
+    if geodesic_if_ready(scenario) is not None:
+        if took is None or took[0] < 1.0:
+            return None
+        return f"Fitting the maps {took_sentence(took[0], took[1])}."
+    data = dataset_services.scenario_data_if_ready(scenario)
+    if data is None:
+        return None
+    job = geodesic_job(scenario)
+    if job is not None and not job.done():
+        return f"Fitting the maps: {format_seconds(job.estimate or 0)} estimated on this machine."
+    return geodesic_cost_sentence(scenario, data)
 
 
 def evidence_estimate(

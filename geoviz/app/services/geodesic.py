@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -60,11 +61,20 @@ def start_geodesic(scenario: Scenario, data: ScenarioData, workers: int = 1) -> 
         raise GeovizError("start_geodesic: the scenario's datasets differ from the loaded ones")
     spec = scenario.spec()
 
+    from geoviz.app.services.estimates import fit_took, geodesic_estimate
+
+    estimate = geodesic_estimate(scenario, data)  # the time left starts from it
+
     def run(progress: Progress) -> GeodesicResult:
-        return fit_spec(spec, data, progress=progress, cache=disk_cache(), workers=workers)
+        started = time.perf_counter()
+        fitted = fit_spec(spec, data, progress=progress, cache=disk_cache(), workers=workers)
+        fit_took(scenario, time.perf_counter() - started, estimate)
+        return fitted
 
     room = FIT_ROOM_PER_DATA_BYTE * nbytes_of(data)
-    return store().start_job(geodesic_key(scenario), run, reserve_bytes=room)
+    return store().start_job(
+        geodesic_key(scenario), run, reserve_bytes=room, estimate=estimate.seconds
+    )
 
 
 #: a fit's result holds its datasets and, per reference, the target's mapped copy (with its
