@@ -229,3 +229,33 @@ def test_a_geodesic_fit_sums_its_steps_and_the_encoder_adds_its_own():
     learned = model.learn_total(plain, 2 * plain.seconds, ("sinkhorn", "labels"))
     assert learned.geodesic_fit(1000, (1000, 1000, 1000)).seconds > plain.seconds
     assert learned.estimate("encoder", n=10).seconds == model.estimate("encoder", n=10).seconds
+
+
+def test_the_cli_announces_a_long_run_and_says_what_it_took(tmp_path, monkeypatch):
+    import io
+
+    from geoviz.cli.output import announced, fit_estimate
+
+    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path))
+    stream = io.StringIO()
+    with announced(Estimate("geodesic fit", 40.0), "fitting the maps", stream=stream):
+        pass
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "fitting the maps: about 40 s on this machine (cost model)"
+    assert lines[1].startswith("fitting the maps took 0.0 s (estimated about 40 s)")
+    quiet = io.StringIO()
+    with announced(Estimate("geodesic fit", 3.0), "fitting the maps", stream=quiet):
+        pass
+    assert quiet.getvalue() == ""  # a short run is not announced
+
+    from geoviz.data.dataset import LabeledDataset
+
+    def ds(n: int, channels: int) -> LabeledDataset:
+        x = torch.zeros(n, channels * 16)
+        y = torch.arange(n) % 2
+        shape = (channels, 4, 4)
+        return LabeledDataset(x, y, ("a", "b"), name="d", image_shape=shape)
+
+    grey = fit_estimate(ds(100, 1), [ds(100, 1), ds(100, 1)])
+    colour = fit_estimate(ds(100, 3), [ds(100, 3), ds(100, 3)])
+    assert colour.seconds > grey.seconds  # the colour target's space is the encoder

@@ -15,14 +15,17 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from geoviz.atomic import NotReplaceableError, atomic_write_bytes, check_replaceable
 from geoviz.errors import ExportError, ExportExistsError
 
 __all__ = [
+    "ANNOUNCE_SECONDS",
     "PLAIN_PROGRESS_STEP",
     "PlainProgress",
+    "announced",
+    "fit_estimate",
     "format_table",
     "progress_callback",
     "refuse_existing",
@@ -139,20 +142,82 @@ class PlainProgress:
         self.lines += 1
 
 
+#: a run estimated above this many seconds is announced before it starts (:func:`announced`)
+ANNOUNCE_SECONDS = 10.0
+
+
+def fit_estimate(target: Any, references: Sequence[Any], *, features: str = "auto") -> Any:
+    """The cost model's estimate (:class:`geoviz.backend.cost_model.Estimate`) of a cold fit
+    of ``target``'s maps to ``references`` (labelled datasets): the encoder when the space is
+    one (``"encoder"``, or ``"auto"`` on a colour target), a map per reference, the pairs'
+    label distances."""
+    import warnings
+
+    from geoviz.backend.cost_model import load_cost_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a corrupt calibration: measured again
+        model = load_cost_model()
+    shape = getattr(target, "image_shape", None)
+    colour = shape is not None and len(shape) == 3 and shape[0] == 3
+    encoded = 0
+    if features == "encoder" or (features == "auto" and colour):
+        encoded = target.n_samples + sum(r.n_samples for r in references)
+    return model.geodesic_fit(
+        target.n_samples,
+        tuple(r.n_samples for r in references),
+        classes=max([target.n_classes, *(r.n_classes for r in references)]),
+        encoded_images=encoded,
+        pixels=int(target.features.shape[1]),
+    )
+
+
+@contextlib.contextmanager
+def announced(
+    estimate: Any, what: str, *, enabled: bool = True, stream: TextIO | None = None
+) -> Iterator[None]:
+    """Around a long run: ``"<what>: about 40 s on this machine"`` before it when ``estimate``
+    (an :class:`~geoviz.backend.cost_model.Estimate`) is above :data:`ANNOUNCE_SECONDS`, and
+    ``"<what> took 38 s (estimated about 40 s)"`` after it (then at any length), on stderr.
+    The measured time teaches the cost model (:func:`geoviz.backend.cost_model.remember`)
+    unless the run took under a quarter of its estimate (its maps came from the cache)."""
+    import time
+
+    from geoviz.backend.cost_model import remember, took_sentence
+
+    stream = sys.stderr if stream is None else stream
+    long = estimate.seconds > ANNOUNCE_SECONDS
+    if enabled and long:
+        print(f"{what}: {estimate.sentence()} (cost model)", file=stream, flush=True)
+    started = time.perf_counter()
+    yield
+    seconds = time.perf_counter() - started
+    if enabled and long:
+        print(f"{what} {took_sentence(seconds, estimate)}", file=stream, flush=True)
+    if seconds > 0.25 * estimate.seconds:
+        remember(estimate, seconds, steps=("encoder", "sinkhorn", "labels"))
+
+
 @contextlib.contextmanager
 def progress_callback(
-    enabled: bool, *, stream: TextIO | None = None, prefix: str = ""
+    enabled: bool,
+    *,
+    stream: TextIO | None = None,
+    prefix: str = "",
+    estimate: float | None = None,
 ) -> Iterator[Callable[[str, float], None] | None]:
     """A ``progress(stage, fraction)`` callback on stderr, or ``None`` when disabled.
 
-    On a terminal a tqdm bar (redrawn in place); otherwise :class:`PlainProgress`.
+    On a terminal a tqdm bar (redrawn in place, with the time left); otherwise
+    :class:`PlainProgress` (its lines end with the time left, from ``estimate`` seconds
+    at first).
     """
     if not enabled:
         yield None
         return
     stream = sys.stderr if stream is None else stream
     if not stderr_is_terminal(stream):
-        yield PlainProgress(stream, prefix)
+        yield PlainProgress(stream, prefix, estimate=estimate)
         return
     from tqdm.auto import tqdm
 
