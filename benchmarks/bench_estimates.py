@@ -62,6 +62,7 @@ class Table:
         self.rows: list[tuple[str, float, float, float]] = []
 
     def run(self, label: str, step: Step, fn: Callable[[], Any], **sizes: float) -> None:
+        self.prior, self.model = self.prior.now(), self.model.now()  # at the present load
         prior = self.prior.estimate(step, **sizes).seconds
         learned = self.model.estimate(step, **sizes).seconds
         measured = _timed(fn)

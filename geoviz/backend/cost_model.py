@@ -3,7 +3,7 @@ here and kept in the cache.
 
 Each step's time is modelled as a fixed overhead plus a work term::
 
-    seconds(step) = factor[step] * (overhead[step] + work(step, sizes) / rate)
+    seconds(step) = contention * factor[step] * (overhead[step] + work(step, sizes) / rate)
 
 * ``work`` is counted in multiply-adds (or their equivalent) by the formula of the step below;
 * ``rate`` is this machine's multiply-add rate in units of 1e9 per second, measured by a
@@ -14,7 +14,11 @@ Each step's time is modelled as a fixed overhead plus a work term::
   (``benchmarks/bench_estimates.py``);
 * ``factor[step]`` (1 at first) is learned from the measured times of past steps
   (:meth:`CostModel.learn`: a geometric moving average of measured / predicted), so the model
-  follows this machine's load and its libraries.
+  follows this machine and its libraries;
+* ``contention = max(1, (load + threads) / cores)`` (:func:`contention`) is the machine's
+  load when the estimate is made: ``load`` the 1-minute load average, ``threads`` the step's
+  torch threads, ``cores`` the CPU count; with more runnable threads than cores each gets
+  its share. It is not kept: each estimate reads it anew.
 
 Work formulas (``n``: target samples, ``m``: reference samples, ``d``: feature dimension,
 ``c_q``, ``c_p``: classes, ``pixels``: height x width x channels):
@@ -55,6 +59,7 @@ __all__ = [
     "Estimate",
     "EtaClock",
     "Step",
+    "contention",
     "eta_seconds",
     "format_seconds",
     "load_cost_model",
@@ -169,6 +174,18 @@ def measure_rate(device: str = "cpu", *, size: int = 384, repeats: int = 5) -> f
     return size**3 / max(best, 1e-9) / 1e9
 
 
+def contention(threads: int = 1, device: str = "cpu") -> float:
+    """``max(1, (load + threads) / cores)``: how much slower a CPU step runs now than on an
+    idle machine (1 on a device, or where the load average cannot be read)."""
+    if device != "cpu":
+        return 1.0
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 1.0
+    return max(1.0, (load + threads) / max(os.cpu_count() or 1, 1))
+
+
 def _machine_key(threads: int, device: str) -> str:
     return f"{device}:{threads}"
 
@@ -185,18 +202,26 @@ class CostModel:
         Learned correction per step (measured / predicted, geometric moving average; 1 at first).
     threads, device
         What the rate was measured with.
+    contention
+        How much slower the machine's load makes a step now (:func:`contention`; 1: idle);
+        :func:`load_cost_model` reads it, :meth:`now` reads it again.
     """
 
     rate: float
     factors: Mapping[str, float] = field(default_factory=dict)
     threads: int = 1
     device: str = "cpu"
+    contention: float = 1.0
+
+    def now(self) -> CostModel:
+        """This model at the machine's present load (:func:`contention`)."""
+        return replace(self, contention=contention(self.threads, self.device))
 
     def estimate(self, step: Step, **sizes: float) -> Estimate:
         """The seconds ``step`` should take at ``sizes`` (:func:`work`'s keywords)."""
         w = work(step, **sizes)
         seconds = (_OVERHEAD[step] + w / 1e9) / max(self.rate, 1e-6)
-        return Estimate(step, self.factors.get(step, 1.0) * seconds, w)
+        return Estimate(step, self.contention * self.factors.get(step, 1.0) * seconds, w)
 
     def learn(self, step: Step, seconds: float, **sizes: float) -> CostModel:
         """A model whose factor for ``step`` moved toward ``seconds`` measured at ``sizes``."""
@@ -336,7 +361,7 @@ def load_cost_model(
         if save:
             with contextlib.suppress(OSError):  # a read-only cache: measured again next time
                 model.save(folder)
-    return model
+    return model.now()
 
 
 def remember(

@@ -54,7 +54,7 @@ def cost_model() -> CostModel:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # a corrupt file: measured again
                 _MODEL.append(load_cost_model())
-        return _MODEL[0]
+        return _MODEL[0].now()  # at the present load
 
 
 def _uses_encoder(scenario: Scenario, data: ScenarioData) -> bool:
