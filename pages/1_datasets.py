@@ -73,8 +73,10 @@ def dataset_widgets(options: dict[str, DatasetChoice]) -> tuple[Any, dict[str, A
     return c1, {"target_tok": target_tok, "target_split": target_split, "ref_toks": ref_toks}
 
 
-def sample_widgets() -> dict[str, Any]:
-    """The sample sizes, the image size and the few-shot options."""
+def sample_widgets(image_size_shown: bool, image_size: int) -> dict[str, Any]:
+    """The sample sizes, the image size (only when ``image_size_shown``: the scenario's data
+    are images; vector data keep ``image_size``, which nothing reads) and the few-shot
+    options."""
     c3, c4, c5 = st.columns(3)
     n_target = c3.number_input(
         "Samples in Q", min_value=10, max_value=100_000, step=100, key="form_nq"
@@ -82,12 +84,14 @@ def sample_widgets() -> dict[str, Any]:
     n_ref = c4.number_input(
         "Samples per reference", min_value=10, max_value=100_000, step=100, key="form_np"
     )
-    image_size = c5.selectbox(
-        "Common image size",
-        SIZES,
-        key="form_size",
-        help="Images are resized to size×size (harmonize); ignored for vector data.",
-    )
+    size: Any = image_size
+    if image_size_shown:
+        size = c5.selectbox(
+            "Common image size",
+            SIZES,
+            key="form_size",
+            help="Images are resized to size×size (harmonize).",
+        )
     c6, c7, c8 = st.columns(3)
     few = c6.checkbox(
         "Few-shot target",
@@ -102,7 +106,7 @@ def sample_widgets() -> dict[str, Any]:
     return {
         "n_target": n_target,
         "n_ref": n_ref,
-        "image_size": image_size,
+        "image_size": size,
         "few": few,
         "k": k,
         "nn": nn,
@@ -189,7 +193,9 @@ def apply_form(
         st.rerun()
 
 
-def scenario_form(model: SessionModel) -> None:
+def scenario_form(model: SessionModel, data: dataset_services.ScenarioData | None) -> None:
+    """The scenario's form; ``data`` (the scenario's datasets, ``None`` if they did not
+    load) says whether "Common image size" is shown: only for images (issue 45)."""
     scenario = model.scenario
     options = dataset_services.choice_options(model)
     # the widgets take their values from session state (no defaults passed): written here
@@ -197,7 +203,7 @@ def scenario_form(model: SessionModel) -> None:
     sync_form_state(st.session_state, scenario, form_values(scenario), marker=FORM_SYNCED)
     with st.form("scenario_form"):
         first_column, values = dataset_widgets(options)
-        values |= sample_widgets()
+        values |= sample_widgets(data is None or data.is_image, scenario.image_size)
         values |= advanced_widgets()
         values["features"] = first_column.selectbox(
             "Feature space of the costs",
@@ -294,6 +300,15 @@ def upload_box(model: SessionModel) -> None:
         st.rerun()
 
 
+def role_title(role: str, name: str) -> str:
+    """``"P1: fashion_mnist"``; just ``"P1"`` where the dataset is named by its role (the
+    vector presets' P1, P2, P3 and Q), not ``"P1: P1"`` (issue 45). The name is a link's or
+    an upload's as typed (Markdown-escaped)."""
+    if name == role.split(" ")[0]:
+        return role
+    return f"{role}: {markdown_literal(name)}"
+
+
 def dataset_views(model: SessionModel, data: dataset_services.ScenarioData) -> None:
     roles = ["Q (target)"] + [f"P{i + 1}" for i in range(len(data.references))]
     cols = st.columns(len(data.datasets))
@@ -302,7 +317,7 @@ def dataset_views(model: SessionModel, data: dataset_services.ScenarioData) -> N
         # the count alone as the value (a unit there was cut to "2000 sa…" in narrow columns)
         # and the shape as a grey caption without the ↑ of a change (issue 26, item 6)
         col.metric(
-            f"{role}: {markdown_literal(ds.name)}",  # a link's or an upload's name, as typed
+            role_title(role, ds.name),
             f"{ds.n_samples:,}",
             f"samples · {ds.n_classes} classes · {shape}",
             delta_color="off",
@@ -323,12 +338,7 @@ def dataset_views(model: SessionModel, data: dataset_services.ScenarioData) -> N
 
     st.subheader("Samples")
     if data.is_image:
-        tabs = st.tabs(
-            [
-                f"{r}: {markdown_literal(ds.name)}"
-                for r, ds in zip(roles, data.datasets, strict=True)
-            ]
-        )
+        tabs = st.tabs([role_title(r, ds.name) for r, ds in zip(roles, data.datasets, strict=True)])
         for tab, ds in zip(tabs, data.datasets, strict=True):
             idx = example_indices(ds.labels, min(30, ds.n_samples), seed=0)
             with tab:
@@ -399,17 +409,25 @@ def main(model: SessionModel) -> None:
     p1, p2 = st.columns([4, 1], vertical_alignment="bottom")
     preset = p1.selectbox("Preset scenarios", list(presets), key="preset_name")
     if p2.button("Load preset", key="load_preset"):
+        # left if this run is stopped (the visitor left the page): the next page says so
+        widgets.loading_preset(preset)
         try:
             with st.spinner("Loading the preset's datasets…"):
                 dataset_services.apply_scenario(model, presets[preset])
         except Exception as err:  # a sentence for the visitor; tracebacks go to the log
+            widgets.loading_preset(None)
             widgets.show_error(err, "The preset was not loaded (the current scenario is kept)")
         else:
+            widgets.loading_preset(None)
             reset_form()
             st.rerun()
     upload_box(model)
-    scenario_form(model)
+    # the form is filled once the data are loaded (it asks whether they are images), in its
+    # place above them
+    form_slot = st.container()
     data = widgets.data_or_error(model)
+    with form_slot:
+        scenario_form(model, data)
     if data is None:
         return
     dataset_views(model, data)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import plotly.graph_objects as go
 import streamlit as st
 
 from geoviz import glossary
@@ -34,18 +33,18 @@ from geoviz.backend.cost_model import format_seconds
 from geoviz.geodesic.weights import format_weights
 from geoviz.isolation import WorkerExitedError
 from geoviz.nn.training import PRESETS
-from geoviz.transfer.table import METHOD_TITLES
 from geoviz.viz.report import markdown_literal
 from geoviz.viz.study import (
     a_hat_sentence,
     budget_warnings,
     correlation_sentence,
     correlation_table,
+    grid_points_table,
     interval_text,
     objective_table,
     region_sentence,
 )
-from geoviz.viz.study_figure import correlation_figure
+from geoviz.viz.study_figure import comparison_figure, correlation_figure
 
 PRESET_HELP = {name: preset.note for name, preset in PRESETS.items()}
 REQUEST = "evidence_request"
@@ -104,23 +103,10 @@ def comparison_section(result: EvidenceResult) -> None:
         f"{rows[0]['n_seeds']} seed(s), preset “{comp.preset}”; "
         f"a = {format_weights(comp.weights, [markdown_literal(n) for n in result.reference_names])}."
     )
-    fig = go.Figure(
-        go.Bar(
-            x=[METHOD_TITLES.get(r["method"], r["method"]) for r in rows],
-            y=[r["mean"] for r in rows],
-            error_y={"type": "data", "array": [r["std"] for r in rows], "visible": True},
-            text=[f"{r['mean']:.1f}" for r in rows],
-            textposition="outside",
-            marker_color=["#5b5b8f", "#b07aa1", "#9c9c9c", "#c8c8c8"][: len(rows)],
-        )
-    )
-    fig.update_layout(
-        yaxis={"title": {"text": "test accuracy (%)"}, "range": [0, 105]},
-        height=380,
-        margin={"t": 30},
-    )
+    # accuracies in %, each label above its whisker, rounded at display (issue 45)
+    fig = comparison_figure(rows)
     st.plotly_chart(fig, key="evidence_bars")
-    st.dataframe(comp.to_frame(), hide_index=True)
+    st.dataframe(comp.display_frame(), hide_index=True)
 
 
 def provenance(stored: StoredStudy) -> str:
@@ -273,7 +259,7 @@ def study_section(result: EvidenceResult) -> None:
         "fine-tuned model is more accurate: the weights picked on page 3 predict transfer."
     )
     with st.expander("Every grid point"):
-        st.dataframe(study.to_frame(), hide_index=True)
+        st.dataframe(grid_points_table(study), hide_index=True)
 
 
 def failure_action(

@@ -46,12 +46,14 @@ if TYPE_CHECKING:
 __all__ = [
     "PAGES",
     "PAGE_ICON",
+    "PAGE_STYLE",
     "AppPage",
     "FitRef",
     "app_page",
     "data_or_error",
     "explorer_notes",
     "geodesic_with_status",
+    "loading_preset",
     "page_fragment",
     "show_error",
     "sync_url",
@@ -86,6 +88,11 @@ PAGES: tuple[AppPage, ...] = (
 )
 
 _URL_RESTORED = "geoviz_url_restored"
+_PRESET_LOADING = "geoviz_preset_loading"  # the preset being loaded (loading_preset)
+
+#: the page's own style: the main block's top padding (Streamlit's default is 6rem, which
+#: left about 120 px of empty space above every title)
+PAGE_STYLE = '<style>[data-testid="stMainBlockContainer"]{padding-top:3.5rem}</style>'
 
 
 @contextmanager
@@ -104,6 +111,9 @@ def app_page(title: str) -> Iterator[SessionModel]:
     ran, so it shows what the page just computed.
     """
     st.set_page_config(page_title=f"{title} · geoviz", page_icon=PAGE_ICON, layout="wide")
+    # Streamlit's main block starts about 6rem down (room for a header this app hides): the
+    # titles start near the top instead, by a style rule on the block's documented test id
+    st.html(PAGE_STYLE)
     # Streamlit types its state's keys as str | int; the app's keys are all str
     model = SessionModel(cast("MutableMapping[str, Any]", st.session_state))
     cache_services.configure_torch(model.settings.torch_threads)  # once per process
@@ -122,6 +132,7 @@ def app_page(title: str) -> Iterator[SessionModel]:
                 )
             for problem in problems:
                 st.warning(markdown_literal(problem))  # it may quote the link's names
+        _preset_dropped_note()
         with st.sidebar:
             for page in PAGES:
                 st.page_link(page.script, label=page.label, icon=page.icon)
@@ -133,6 +144,29 @@ def app_page(title: str) -> Iterator[SessionModel]:
             _scenario_sidebar(scenario_box, model)
             sync_url(model)
             embedding_services.start_embedding_warm_up(model)
+
+
+def loading_preset(name: str | None) -> None:
+    """Mark the preset ``name`` as loading (``None``: its loading ended, loaded or refused).
+
+    A visitor who leaves the Datasets page while a preset loads stops that run: the preset is
+    not loaded. The mark is then still there on the next page, which says so
+    (:func:`_preset_dropped_note`) instead of dropping the preset silently (issue 45)."""
+    if name is None:
+        st.session_state.pop(_PRESET_LOADING, None)
+    else:
+        st.session_state[_PRESET_LOADING] = name
+
+
+def _preset_dropped_note() -> None:
+    """Say that a preset's loading was stopped by leaving its page (see :func:`loading_preset`)."""
+    name = st.session_state.pop(_PRESET_LOADING, None)
+    if name is not None:
+        st.warning(
+            f"The preset “{markdown_literal(str(name))}” was still loading when you left the "
+            "Datasets page, so it was not loaded: the scenario is the one before. Load it "
+            "again on the Datasets page and stay there until it shows."
+        )
 
 
 @st.fragment(run_every=LEASE_BEAT_SECONDS)

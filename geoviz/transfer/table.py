@@ -100,10 +100,40 @@ class MethodComparison:
         return rows
 
     def to_frame(self) -> pd.DataFrame:
-        """The summary as a ``pandas.DataFrame`` (accuracies in %)."""
+        """The summary as a ``pandas.DataFrame`` (accuracies in %, unrounded)."""
         import pandas as pd
 
         return pd.DataFrame(self.summary())
+
+    def display_frame(self) -> pd.DataFrame:
+        """The summary as a table shows it: one row per method, its title, the mean and std
+        over the seeds and each seed's accuracy, all in % **rounded to one decimal at
+        display** (``100 * 0.398`` is ``39.800000000000004`` in floating point, and was
+        printed so; the numbers of :meth:`summary` are kept exact).
+
+        >>> from geoviz.transfer.experiment import MethodResult
+        >>> comp = MethodComparison(
+        ...     results=tuple(MethodResult("fewshot", s, a, None, 1.0, 0)
+        ...                   for s, a in ((0, 0.398), (1, 0.4))),
+        ...     weights=(), preset="tiny", k=5)
+        >>> comp.display_frame().iloc[0].to_dict()  # doctest: +NORMALIZE_WHITESPACE
+        {'method': 'train on the few-shot set', 'mean accuracy (%)': 39.9, 'std (pp)': 0.1,
+         'seeds': 2, 'accuracy per seed (%)': '39.8, 40.0'}
+        """
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "method": row["title"],
+                    "mean accuracy (%)": round(row["mean"], 1),
+                    "std (pp)": round(row["std"], 1),
+                    "seeds": row["n_seeds"],
+                    "accuracy per seed (%)": ", ".join(f"{a:.1f}" for a in row["accuracies"]),
+                }
+                for row in self.summary()
+            ]
+        )
 
 
 def _one(

@@ -48,6 +48,7 @@ __all__ = [
     "correlation_sentence",
     "correlation_table",
     "format_estimate",
+    "grid_points_table",
     "interval_text",
     "objective_table",
     "points_bootstrap_interval",
@@ -103,6 +104,23 @@ def correlation_table(studies: Mapping[str, GridStudy]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def grid_points_table(study: GridStudy) -> pd.DataFrame:
+    """Every grid point of ``study`` as the Evidence page shows it: the weights, ``W^2`` and
+    the accuracies **in %** (mean, std over the seeds, each seed), rounded for display — the
+    page's other accuracies are percentages too; :meth:`GridStudy.to_frame` keeps the
+    fractions for files (issue 45)."""
+    frame = study.to_frame()
+    names = {"accuracy_mean": "mean accuracy (%)", "accuracy_std": "std (pp)"}
+    names |= {f"accuracy_seed{s}": f"seed {s} (%)" for s in study.seeds}
+    for column in names:
+        frame[column] = (100.0 * frame[column].astype(float)).round(1)
+    weights = [c for c in frame.columns if str(c).startswith("a_")]
+    frame[weights] = frame[weights].astype(float).round(3)
+    frame["objective"] = frame["objective"].astype(float).round(4)
+    frame["seconds"] = frame["seconds"].astype(float).round(1)
+    return frame.rename(columns={**names, "objective": OBJECTIVE})
 
 
 def objective_table(studies: Mapping[str, GridStudy]) -> pd.DataFrame:

@@ -10,9 +10,9 @@ panels for two), or accuracy against ``W^2(P_a, Q)`` with the seeds' spread as e
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,9 +34,60 @@ if TYPE_CHECKING:
 
 # plotly is imported where a figure is drawn: the app's server imports this module at start
 
-__all__ = ["FigureKind", "correlation_figure"]
+__all__ = ["PERCENT", "FigureKind", "comparison_figure", "correlation_figure"]
 
 FigureKind = Literal["auto", "scatter"]
+
+#: accuracies are fractions in the studies; every figure reads them in percent, as the
+#: paper's tables and the Evidence page's do
+PERCENT = 100.0
+
+#: the comparison bars' colours, one per method in the paper's order
+_BAR_COLOURS = ("#5b5b8f", "#b07aa1", "#9c9c9c", "#c8c8c8", "#7f7fb0")
+
+
+def comparison_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+    """The paper's Table 1 for one task as bars: each method's mean test accuracy (%) with
+    its ± std over the seeds as a whisker, and its value written *above the whisker* (a
+    label drawn at the bar's top sat on the whisker, issue 45), rounded to one decimal.
+
+    Parameters
+    ----------
+    rows
+        :meth:`geoviz.transfer.table.MethodComparison.summary`'s rows (``title``, ``mean``,
+        ``std`` in %).
+    """
+    import plotly.graph_objects as go
+
+    means = [float(r["mean"]) for r in rows]
+    stds = [float(r["std"]) for r in rows]
+    titles = [plotly_name(str(r["title"])) for r in rows]
+    fig = go.Figure(
+        go.Bar(
+            x=titles,
+            y=means,
+            error_y={"type": "data", "array": stds, "visible": True},
+            marker_color=[_BAR_COLOURS[i % len(_BAR_COLOURS)] for i in range(len(rows))],
+            hovertemplate="%{x}<br>%{y:.1f} ± %{error_y.array:.1f} %<extra></extra>",
+        )
+    )
+    for title, mean, std in zip(titles, means, stds, strict=True):
+        spread = f" ± {std:.1f}" if std > 0 else ""
+        fig.add_annotation(
+            x=title,
+            y=mean + std,  # the whisker's top; the label stands above it
+            yshift=4,
+            yanchor="bottom",
+            text=f"{mean:.1f}{spread} %",
+            showarrow=False,
+        )
+    top = max([m + s for m, s in zip(means, stds, strict=True)] + [100.0])
+    fig.update_layout(
+        yaxis={"title": {"text": "test accuracy (%)"}, "range": [0, top + 12]},
+        height=380,
+        margin={"t": 30},
+    )
+    return fig
 
 
 def correlation_figure(
@@ -147,12 +198,13 @@ class _Panels:
         grid = study.weights
         m = grid.shape[1]
         values = study.objectives
-        acc = study.mean_accuracies
-        std = np.array([p.std_accuracy for p in study.points])
+        # accuracies in percent, as everywhere on the Evidence page (issue 45)
+        acc = PERCENT * study.mean_accuracies
+        std = PERCENT * np.array([p.std_accuracy for p in study.points])
         r_text = "n/a" if not math.isfinite(study.pearson) else f"{study.pearson:.3f}"
         rho_text = "n/a" if not math.isfinite(study.spearman) else f"{study.spearman:.3f}"
         seeds = len(study.seeds)
-        acc_label = f"mean accuracy ({seeds} seed{'s' if seeds != 1 else ''})"
+        acc_label = f"mean accuracy (%, {seeds} seed{'s' if seeds != 1 else ''})"
         title = (
             f"{OBJECTIVE} vs fine-tuned accuracy ({study.method}, preset {study.preset}, "
             f"k={study.k}): Pearson r = {r_text}, Spearman ρ = {rho_text}"
@@ -167,7 +219,7 @@ class _Panels:
         hover = "<br>".join(f"{n}: %{{customdata[{i}]:.3f}}" for i, n in enumerate(names))
         hover += (
             f"<br>{OBJECTIVE} = %{{customdata[{m}]:.4g}}"
-            f"<br>accuracy = %{{customdata[{m + 1}]:.3f}} ± %{{customdata[{m + 2}]:.3f}}"
+            f"<br>accuracy = %{{customdata[{m + 1}]:.1f}} ± %{{customdata[{m + 2}]:.1f}} %"
             "<extra></extra>"
         )
         custom = np.column_stack([grid, values, acc, std])
@@ -189,7 +241,7 @@ def _ternaries(study: GridStudy, panels: _Panels) -> go.Figure:
     )
     sides = [
         (panels.values, OBJECTIVE, "Viridis", 0.43),
-        (panels.accuracies, "accuracy", "Viridis_r", 1.0),
+        (panels.accuracies, "accuracy (%)", "Viridis_r", 1.0),
     ]
     for col, (vals, label, scale, bar_x) in enumerate(sides, start=1):
         fig.add_trace(
@@ -276,7 +328,7 @@ def _lines(study: GridStudy, panels: _Panels) -> go.Figure:
     x_title = f"weight of {names[1]} (0 = {names[0]}, 1 = {names[1]})"
     fig.update_xaxes(title_text=x_title, range=[-0.03, 1.03])
     fig.update_yaxes(title_text=OBJECTIVE, row=1, col=1)
-    fig.update_yaxes(title_text="accuracy", row=1, col=2)
+    fig.update_yaxes(title_text="accuracy (%)", row=1, col=2)
     fig.update_layout(title={"text": panels.title}, height=460, showlegend=False)
     return fig
 
@@ -285,17 +337,16 @@ def _accuracy_scatter(study: GridStudy, panels: _Panels) -> go.Figure:
     """Any ``m``: mean accuracy (%) against ``W^2(P_a, Q)``, ± std over the seeds."""
     import plotly.graph_objects as go
 
-    percent = 100.0  # accuracies are fractions; the axis reads in percent like the paper's
     fig = go.Figure(
         go.Scatter(
             x=panels.values,
-            y=percent * panels.accuracies,
+            y=panels.accuracies,
             name="grid point",
             mode="markers",
             marker={"size": 8, "color": "#5b5b8f"},
             error_y={
                 "type": "data",
-                "array": percent * panels.stds,
+                "array": panels.stds,
                 "visible": True,
                 "thickness": 1,
                 "color": "#9c9cc0",
@@ -354,7 +405,7 @@ def _mark_scatter(fig: go.Figure, study: GridStudy, a_hat: Sequence[float]) -> N
         fig.add_trace(
             go.Scatter(
                 x=[point.objective],
-                y=[100.0 * point.mean_accuracy],
+                y=[PERCENT * point.mean_accuracy],
                 mode="markers",
                 name=label,
                 marker=_MARKERS[label],
@@ -404,7 +455,7 @@ def _mark_lines(fig: go.Figure, study: GridStudy, a_hat: Sequence[float]) -> Non
 
     for label, i in _marked(study, a_hat):
         point = study.points[i]
-        for col, y in ((1, point.objective), (2, point.mean_accuracy)):
+        for col, y in ((1, point.objective), (2, PERCENT * point.mean_accuracy)):
             fig.add_trace(
                 go.Scatter(
                     x=[point.weights[1]],
