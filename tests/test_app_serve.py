@@ -31,7 +31,7 @@ def test_prefetch_fills_the_store_with_what_the_geodesic_page_reads(fresh_server
     assert result is not None, "the visitor's page would have to fit the maps again"
     # independent: the library's own fit of the same datasets and configuration
     data = dataset_services.scenario_data(model)
-    direct = fit_geodesic(data.target, list(data.references), model.scenario.spec().config)
+    direct = fit_geodesic(data.target, list(data.references), model.scenario.spec.config)
     np.testing.assert_allclose(result.w_to_target, direct.w_to_target, rtol=1e-9)
     np.testing.assert_allclose(result.a_hat, direct.a_hat, atol=1e-7)
 

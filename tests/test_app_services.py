@@ -151,9 +151,9 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
     settings = AppSettings(n_default=60, neural_preset="tiny")
     model = SessionModel({}, settings)
     model.scenario = preset_scenarios(settings)["2-D Gaussian mixtures"].with_(map_method="neural")
-    config = model.scenario.spec().config
+    config = model.scenario.spec.config
     assert config.method == "neural" and config.neural == fast_neural
-    assert model.scenario.with_method("barycentric").spec().config.method == ("barycentric")
+    assert model.scenario.with_method("barycentric").spec.config.method == ("barycentric")
     assert map_services.map_pair(model.scenario) == (None, None)
     data = dataset_services.scenario_data(model)
 

@@ -602,7 +602,7 @@ def test_a_full_size_problem_is_streamed_by_the_cli_and_the_app_alike():
         n_target=full,
         n_reference=full,
     )
-    app_otdd = scenario.spec().config.otdd
+    app_otdd = scenario.spec.config.otdd
     args = _parsed(["distance", "--target", "mnist", "--refs", "usps,kmnist", "--n", str(full)])
     assert app_otdd.stream_reference and app_otdd == _otdd_config(args)
     # small problems keep the stored cost; batches and streamed configs are left as they are
@@ -681,7 +681,7 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
         opened = fit_geodesic(
             data.target,
             list(data.references),
-            scenario.spec().config,
+            scenario.spec.config,
             cache=cache_services.disk_cache(),
         )
     np.testing.assert_allclose(opened.w_between, fitted[0].w_between, rtol=1e-6)

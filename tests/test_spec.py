@@ -27,6 +27,7 @@ from geoviz.geodesic.weights import SimplexWeights, as_simplex_weights
 from geoviz.ot.otdd_cost import OTDDConfig
 
 NIST = ("fashion_mnist", "usps", "kmnist")
+REFS = (DatasetChoice("usps"), DatasetChoice("kmnist"))
 
 
 def _spec(**changes) -> GeodesicSpec:
@@ -259,18 +260,52 @@ def test_scenario_spec_forwards_every_option() -> None:
     scenario = default_scenario(AppSettings(n_default=50)).with_(
         epsilon=0.005, seed=3, map_method="neural", neural_preset="tiny", image_size=20
     )
-    spec = scenario.spec()
-    assert spec is scenario.spec()  # computed once
+    spec = scenario.spec
     assert spec.choices == scenario.choices
     assert (spec.n_target, spec.n_reference, spec.seed, spec.image_size) == (50, 50, 3, 20)
-    assert spec.few_shot is None
+    assert spec.few_shot == FewShotOptions()  # not enabled: Q's own labels
     assert spec.config.otdd.epsilon == 0.005 and spec.config.otdd.seed == 3
     from geoviz.maps.neural_config import get_neural_preset
 
     assert spec.config.method == "neural" and spec.config.neural == get_neural_preset("tiny")
     few = scenario.with_(few_shot=FewShotOptions(enabled=True, k=3))
-    assert few.spec().few_shot == FewShotOptions(enabled=True, k=3)
+    assert few.spec.few_shot == FewShotOptions(enabled=True, k=3)
     assert isinstance(GeodesicSpec(scenario.target, scenario.references).config, GeodesicConfig)
+
+
+def test_a_scenario_is_its_spec_and_the_apps_policy() -> None:
+    """Issue 44: the scenario holds the spec and nothing else; its views read the spec."""
+    scenario = default_scenario(AppSettings(n_default=50)).with_(epsilon=0.01, features="pca")
+    assert [f.name for f in dataclasses.fields(Scenario)] == ["spec"]
+    assert scenario.epsilon == scenario.spec.config.otdd.epsilon == 0.01
+    assert scenario.features == scenario.spec.config.features == "pca"
+    assert scenario.n_target == scenario.spec.n_target == 50
+    assert scenario == default_scenario(AppSettings(n_default=50)).with_(
+        epsilon=0.01, features="pca"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "library"),
+    [
+        ({"epsilon": 1e-9}, lambda: OTDDConfig(epsilon=1e-9)),
+        ({"epsilon": -1.0}, lambda: OTDDConfig(epsilon=-1.0)),
+        ({"map_method": "sliced"}, lambda: GeodesicConfig(method="sliced")),  # type: ignore[arg-type]
+        ({"neural_preset": "huge"}, lambda: GeodesicConfig(neural="huge")),
+        ({"features": "resnet"}, lambda: GeodesicConfig(features="resnet")),
+        ({"encoder_preset": "big"}, lambda: GeodesicConfig(encoder="big")),
+        ({"seed": -1}, lambda: GeodesicSpec(DatasetChoice("mnist"), REFS, seed=-1)),
+        ({"n_target": 3}, lambda: GeodesicSpec(DatasetChoice("mnist"), REFS, n_target=3)),
+        ({"channels": "cmyk"}, lambda: GeodesicSpec(DatasetChoice("mnist"), REFS, channels="cmyk")),  # type: ignore[arg-type]
+    ],
+)
+def test_a_scenarios_values_are_checked_once_by_the_library(changes, library) -> None:
+    """No second check in the app: a bad value gives the spec's or config's own sentence."""
+    with pytest.raises(GeovizError) as own:
+        library()
+    with pytest.raises(DatasetError) as app:
+        default_scenario(AppSettings(n_default=50)).with_(**changes)
+    assert str(app.value) == str(own.value)
 
 
 # --------------------------------------------------------------------------- weights

@@ -1,18 +1,20 @@
 """What a scenario is: the datasets, sample sizes and options behind every computation.
 
-A *scenario* is everything that determines the expensive computations: the
-target ``Q``, the references ``P_1..P_m``, sample sizes, few-shot options,
-preprocessing and the map method. Every field may come from a link, so the
-constructors check types and bounds (:mod:`geoviz.limits`) and normalise;
-:meth:`Scenario.key` (computed once per scenario) keys every cache.
+A *scenario* is the library's :class:`~geoviz.geodesic.spec.GeodesicSpec` (the target
+``Q``, the references ``P_1..P_m``, sample sizes, few-shot options, preprocessing, feature
+space and solver options; every value checked there, once) plus the app's policy: which
+data and models this server serves, its defaults, and the links and cache keys that name
+a scenario. Every value may come from a link; :meth:`Scenario.key` (computed once per
+scenario) keys every cache.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -36,7 +38,6 @@ from geoviz.vocabulary import (
     AUTO,
     BUILTIN_SPACES,
     DEFAULT_EPSILON,
-    MAP_METHODS,
     NEURAL_PRESET_NAMES,
     ChannelMode,
     MapMethod,
@@ -74,11 +75,24 @@ DEFAULT_REFERENCES = ("fashion_mnist", "usps", "kmnist")
 EPSILON_CHOICES = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Scenario:
-    """Target, references and every option that changes the computed geodesic.
+    """A generalized-geodesic problem as the app serves it: the library's
+    :class:`~geoviz.geodesic.spec.GeodesicSpec` plus the app's policy.
 
-    Attributes
+    The problem (datasets, sample sizes, seed, image format, few-shot target, feature
+    space and solver options) is :attr:`spec`, and every value of it is checked there, by
+    the spec and the :class:`~geoviz.geodesic.config.GeodesicConfig` it holds, once. The
+    scenario adds only what the app decides: its defaults (2000 samples, 32 pixels), the
+    data a visitor may name (registry, uploaded and served datasets, never a path; each
+    reference once; only data this server can load), the feature models this server
+    registered, and the links (:meth:`to_dict`) and cache keys (:meth:`key`) that name it.
+
+    The constructor takes the app's names of the problem's values (those of links and
+    keys) and builds the spec from them; the read-only views of the same names
+    (:attr:`epsilon`, :attr:`map_method`, ...) read the spec.
+
+    Parameters
     ----------
     target
         ``Q``.
@@ -88,113 +102,181 @@ class Scenario:
         Samples drawn (stratified, seeded) from ``Q`` and from each ``P_i``;
         datasets with fewer samples are used whole.
     few_shot
-        Few-shot target options.
+        Few-shot target options (disabled: ``Q``'s own labels).
     image_size, channels
         Common image format (``geoviz.data.preprocess.harmonize``).
     epsilon
-        Entropic regularisation of the OTDD couplings, **relative** to the
-        mean ground cost (``eps_abs = epsilon * mean(C)``, ``C = ||x - x'||^2 +
-        W_2^2`` with no 1/2); default :data:`geoviz.vocabulary.DEFAULT_EPSILON`
-        (sharp maps). Larger values blur the maps.
+        Entropic regularisation of the OTDD couplings, **relative** to the mean ground cost
+        (``OTDDConfig.epsilon``); default :data:`geoviz.vocabulary.DEFAULT_EPSILON`.
     seed
         Seed of subsampling and of every randomised step.
     map_method
-        ``"barycentric"`` (projection of the entropic plan, default) or ``"neural"``
-        (generator trained on the OTDD cost, :class:`geoviz.maps.neural.NeuralOTDDMap`).
+        ``"barycentric"`` (default) or ``"neural"`` (``GeodesicConfig.method``).
     neural_preset
-        Training budget of neural maps (``"tiny"``, ``"cpu"``, ``"paper"``); only part
-        of :meth:`key` for ``map_method="neural"``.
+        Training budget of neural maps, a preset name (``GeodesicConfig.neural``); only
+        part of :meth:`key` for ``map_method="neural"``.
     features
-        The feature space the OTDD costs live in (paper Sec. 5.3; :mod:`geoviz.features`):
-        ``"auto"`` (default: chosen from the loaded data, :func:`geoviz.features.choose_space`),
-        ``"pixels"``, ``"pca"``, ``"box"``, ``"encoder"`` or a model the server registered
-        (``"model:<name>"``); never a path. Part of :meth:`key` unless pixels.
+        The feature space the OTDD costs live in (``GeodesicConfig.features``); a
+        ``"model:<name>"`` only if this server registered it. Part of :meth:`key` unless
+        pixels.
     encoder_preset
-        Weights of the ``"encoder"`` space: ``"pretrained"`` (shipped) or a training budget
-        (``"tiny"``, ``"cpu"``); part of :meth:`key` only for that space.
+        Weights of the ``"encoder"`` space (``GeodesicConfig.encoder``); part of
+        :meth:`key` only for that space.
+
+    Raises
+    ------
+    DatasetError
+        The spec's or its config's refusal (their own sentence), or the app's.
     """
 
-    target: DatasetChoice
-    references: tuple[DatasetChoice, ...]
-    n_target: int = 2000
-    n_reference: int = 2000
-    few_shot: FewShotOptions = field(default_factory=FewShotOptions)
-    image_size: int = 32
-    channels: ChannelMode = "auto"
-    epsilon: float = DEFAULT_EPSILON
-    seed: int = 0
-    map_method: MapMethod = "barycentric"
-    neural_preset: NeuralPreset = "cpu"
-    features: str = AUTO
-    encoder_preset: str = "pretrained"
+    spec: GeodesicSpec
 
-    def __post_init__(self) -> None:
-        """The app's own policy here; every fact of the problem (how many references, the
-        sample counts, seed, image format, map method with its space) is checked once, by
-        the library's :class:`~geoviz.geodesic.spec.GeodesicSpec` this scenario holds
-        (:meth:`spec`), and the normalised values are kept."""
-        refs = tuple(self.references)
-        object.__setattr__(self, "references", refs)
-        if not all(isinstance(c, DatasetChoice) for c in (self.target, *refs)):
-            raise DatasetError("the target and references must be dataset choices")
-        if len(refs) <= limits.MAX_REFERENCES:  # (more: refused by the spec, not listed)
-            tokens = [r.token for r in refs]
-            if len(set(tokens)) != len(tokens):
-                dup = sorted({r.label for r in refs if tokens.count(r.token) > 1})
-                raise DatasetError(f"each reference can be used once; repeated: {', '.join(dup)}")
-        if any(c.source == "path" for c in (self.target, *refs)):
-            # a scenario may come from a link: it names data, never a path on the server
-            raise DatasetError(
-                "a scenario names registry, uploaded or server datasets, not local paths"
-            )
-        if not isinstance(self.few_shot, FewShotOptions):
-            raise DatasetError("few_shot must be FewShotOptions")
-        for what in ("n_target", "n_reference"):
-            if getattr(self, what) is None:  # the spec's None (all samples) is no app choice
+    def __init__(
+        self,
+        target: DatasetChoice,
+        references: Sequence[DatasetChoice],
+        n_target: int = 2000,
+        n_reference: int = 2000,
+        few_shot: FewShotOptions | None = None,
+        image_size: int = 32,
+        channels: ChannelMode = "auto",
+        epsilon: float = DEFAULT_EPSILON,
+        seed: int = 0,
+        map_method: MapMethod = "barycentric",
+        neural_preset: NeuralPreset = "cpu",
+        features: str = AUTO,
+        encoder_preset: str = "pretrained",
+    ) -> None:
+        for what, n in (("n_target", n_target), ("n_reference", n_reference)):
+            if n is None:  # the spec's None (all samples) is no app choice
                 raise DatasetError(f"{what} must be a number of samples, got None")
-        object.__setattr__(self, "epsilon", limits.check_epsilon(self.epsilon, error=DatasetError))
-        if self.map_method not in MAP_METHODS:
-            raise DatasetError(
-                f"map_method must be one of {', '.join(MAP_METHODS)}, got {_short(self.map_method)}"
-            )
-        if self.neural_preset not in NEURAL_PRESET_NAMES:
-            raise DatasetError(
-                f"neural_preset must be one of {', '.join(NEURAL_PRESET_NAMES)}, "
-                f"got {_short(self.neural_preset)}"
-            )
-        # the spec takes any "model:<name>"; a scenario only the models this server registered
-        spaces = (*BUILTIN_SPACES, *registered_models())
-        if self.features not in spaces:
-            raise DatasetError(
-                f"features must be one of {', '.join(spaces)}, got {_short(self.features)}"
-            )
         try:
-            spec = self.spec()
+            problem = GeodesicSpec(  # the data's facts first: the config is sized by them
+                target=target,
+                references=tuple(references),
+                n_target=n_target,
+                n_reference=n_reference,
+                seed=seed,
+                image_size=image_size,
+                channels=channels,
+                few_shot=FewShotOptions() if few_shot is None else few_shot,
+            )
+            config = GeodesicConfig(
+                # sized like the CLI's problems: a full-size fit the CLI computed is
+                # found in the disk cache (OTDDConfig.sized_for)
+                otdd=OTDDConfig(epsilon=epsilon, seed=problem.seed).sized_for(
+                    cast(int, problem.n_target), cast(int, problem.n_reference)
+                ),
+                method=map_method,
+                neural=get_neural_preset(neural_preset),
+                features=features,
+                encoder=encoder_preset,
+            )
         except DatasetError:
             raise
         except GeovizError as err:  # the config's refusals, as the scenario's
             raise DatasetError(str(err)) from None
-        for name in ("n_target", "n_reference", "seed", "image_size"):
-            object.__setattr__(self, name, getattr(spec, name))
-        for choice in (self.target, *refs):
+        object.__setattr__(self, "spec", replace(problem, config=config))
+        self._check_policy()
+
+    def _check_policy(self) -> None:
+        """What this app serves, beyond what the spec checks."""
+        refs = self.references
+        tokens = [r.token for r in refs]
+        if len(set(tokens)) != len(tokens):
+            dup = sorted({r.label for r in refs if tokens.count(r.token) > 1})
+            raise DatasetError(f"each reference can be used once; repeated: {', '.join(dup)}")
+        if any(c.source == "path" for c in self.choices):
+            # a scenario may come from a link: it names data, never a path on the server
+            raise DatasetError(
+                "a scenario names registry, uploaded or server datasets, not local paths"
+            )
+        # the spec takes any "model:<name>"; a scenario only the models this server registered
+        if self.features not in BUILTIN_SPACES and self.features not in registered_models():
+            spaces = (*BUILTIN_SPACES, *registered_models())
+            raise DatasetError(
+                f"features must be one of {', '.join(spaces)}, got {_short(self.features)}"
+            )
+        for choice in self.choices:
             # a scenario names only data this server can load (no torchvision entry where
             # torchvision is missing): a link or the form never gets one that cannot work
             choice.check_available()
 
-    # ------------------------------------------------------------------ views
+    # ------------------------------------------------------------------ views of the spec
+    @property
+    def target(self) -> DatasetChoice:
+        return self.spec.target
+
+    @property
+    def references(self) -> tuple[DatasetChoice, ...]:
+        return self.spec.references
+
+    @property
+    def n_target(self) -> int:
+        return cast(int, self.spec.n_target)  # never None: the constructor refuses it
+
+    @property
+    def n_reference(self) -> int:
+        return cast(int, self.spec.n_reference)
+
+    @property
+    def few_shot(self) -> FewShotOptions:
+        return self.spec.few_shot or FewShotOptions()
+
+    @property
+    def image_size(self) -> int:
+        return cast(int, self.spec.image_size)
+
+    @property
+    def channels(self) -> ChannelMode:
+        return self.spec.channels
+
+    @property
+    def epsilon(self) -> float:
+        return self.spec.config.otdd.epsilon
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
+    def map_method(self) -> MapMethod:
+        return self.spec.config.method
+
+    @property
+    def neural_preset(self) -> NeuralPreset:
+        """The preset name of the spec's neural budget (the app builds it from one)."""
+        neural = self.spec.config.neural
+        return next(n for n in NEURAL_PRESET_NAMES if get_neural_preset(n) == neural)
+
+    @property
+    def features(self) -> str:
+        return self.spec.config.features
+
+    @property
+    def encoder_preset(self) -> str:
+        return self.spec.config.encoder
+
     @property
     def m(self) -> int:
-        return len(self.references)
+        return self.spec.m
 
     @property
     def choices(self) -> tuple[DatasetChoice, ...]:
         """``(Q, P_1, ..., P_m)``."""
-        return (self.target, *self.references)
+        return self.spec.choices
+
+    def _values(self) -> dict[str, Any]:
+        """The constructor's arguments that give this scenario (:data:`_SCENARIO_FIELDS`)."""
+        return {name: getattr(self, name) for name in _SCENARIO_FIELDS}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able description (links and manifests): every field but the datasets' file
+        """JSON-able description (links and manifests): every value but the datasets' file
         stamps, which say what a served file is on this server now, not what a link names."""
-        d = asdict(self)
+        d = self._values()
+        d["target"] = asdict(self.target)
+        d["references"] = tuple(asdict(r) for r in self.references)
+        d["few_shot"] = asdict(self.few_shot)
         for entry in (d["target"], *d["references"]):
             entry.pop("stamp")
         return d
@@ -229,7 +311,7 @@ class Scenario:
         )
         if choices == self.choices:
             return self
-        return replace(self, target=choices[0], references=choices[1:])
+        return self.with_(target=choices[0], references=choices[1:])
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Scenario:
@@ -276,13 +358,15 @@ class Scenario:
         return value
 
     def data_key(self) -> str:
-        """Hash of what determines the *loaded datasets* (not the OT options); computed once."""
+        """Hash of what determines the *loaded datasets* (not the OT options); computed once.
+
+        The values the spec holds itself (:data:`_DATA_FIELDS`): those of its config (the
+        maps', OTDD's and feature space's options) do not change the loaded datasets.
+        """
 
         def compute() -> str:
             d = self._identity_dict()
-            for name in ("epsilon", "map_method", "neural_preset", "features", "encoder_preset"):
-                d.pop(name)
-            return _hash(d)
+            return _hash({name: d[name] for name in _DATA_FIELDS})
 
         return self._memo("_data_key", compute)
 
@@ -399,48 +483,16 @@ class Scenario:
             lines.append(f"costs in the {self.features} feature space")
         return lines
 
-    def spec(self) -> GeodesicSpec:
-        """The library's description of this scenario's problem, computed once.
-
-        The one place where the app's scenario becomes the library's
-        :class:`~geoviz.geodesic.spec.GeodesicSpec`: the datasets with their sample sizes,
-        seed, image format and few-shot options, and the :class:`GeodesicConfig
-        <geoviz.geodesic.config.GeodesicConfig>` (relative ``epsilon`` and ``seed`` of the
-        OTDD, map method, neural budget).
-        """
-        cached = self.__dict__.get("_spec")
-        if cached is None:
-            problem = GeodesicSpec(  # the data's facts first: the config is sized by them
-                target=self.target,
-                references=self.references,
-                n_target=self.n_target,
-                n_reference=self.n_reference,
-                seed=self.seed,
-                image_size=self.image_size,
-                channels=self.channels,
-                few_shot=self.few_shot if self.few_shot.enabled else None,
-            )
-            config = GeodesicConfig(
-                # sized like the CLI's problems: a full-size fit the CLI computed is
-                # found in the disk cache (OTDDConfig.sized_for)
-                otdd=OTDDConfig(epsilon=float(self.epsilon), seed=problem.seed).sized_for(
-                    int(self.n_target), int(self.n_reference)
-                ),
-                method=self.map_method,
-                neural=get_neural_preset(self.neural_preset),
-                features=self.features,
-                encoder=self.encoder_preset,
-            )
-            cached = replace(problem, config=config)
-            object.__setattr__(self, "_spec", cached)
-        return cached
-
     def with_(self, **changes: Any) -> Scenario:
-        """A validated copy with ``changes`` applied (``dataclasses.replace``)."""
-        return replace(self, **changes)
+        """A validated copy with ``changes`` (the constructor's arguments) applied."""
+        return Scenario(**{**self._values(), **changes})
 
 
-_SCENARIO_FIELDS = frozenset(f.name for f in fields(Scenario))
+#: the constructor's arguments: the names of links and keys, in the constructor's order
+_SCENARIO_FIELDS = tuple(inspect.signature(Scenario.__init__).parameters)[1:]
+
+#: those the spec holds itself (the datasets and how they are loaded), not its config's
+_DATA_FIELDS = tuple(name for name in _SCENARIO_FIELDS if name in GeodesicSpec.__dataclass_fields__)
 
 
 #: what a description names of a dataset: never its stamp (the server stamps what it serves)

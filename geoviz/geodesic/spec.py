@@ -101,7 +101,8 @@ class GeodesicSpec:
         ``"auto"``, ``"grey"`` or ``"rgb"`` (:func:`~geoviz.data.preprocess.harmonize`).
     few_shot
         Keep ``k`` labels per class of ``Q`` and pseudo-label the rest
-        (:func:`geoviz.data.preprocess.few_shot`); ``None``: ``Q``'s own labels.
+        (:func:`geoviz.data.preprocess.few_shot`); ``None`` or options not ``enabled`` (a
+        front-end's remembered choice): ``Q``'s own labels.
     target_test
         Held-out data of the target for evaluation (the transfer experiments' test split),
         loaded and harmonised with the others, not part of the geodesic; ``None``: none.
@@ -289,7 +290,8 @@ def load_spec_datasets(
             for ds, name in zip(geodesic_sets, names, strict=True)
         ]
     target, refs = geodesic_sets[0], tuple(geodesic_sets[1:])
-    if spec.few_shot is None:
+    few = spec.few_shot
+    if few is None or not few.enabled:
         return SpecDatasets(target=target, references=refs, target_true=target, target_test=test)
     embedding = None
     choice: SpaceChoice | None = None
@@ -299,17 +301,17 @@ def load_spec_datasets(
         # "auto" is measured on the labelled points: the others' labels are not known
         space = spec.features_model
         if space is None:
-            labelled = few_shot_picks(target, spec.few_shot.k, seed=spec.seed)
+            labelled = few_shot_picks(target, few.k, seed=spec.seed)
             space, choice = space_of(spec.config, get_cache(), [target, *refs], labelled=labelled)
         if space.name != "pixels":
             embedding = space.fit([target, *refs]).transform(target).features
     fs = few_shot(
         target,
-        spec.few_shot.k,
+        few.k,
         seed=spec.seed,
-        n_neighbors=spec.few_shot.n_neighbors,
+        n_neighbors=few.n_neighbors,
         embedding=embedding,
-        method=spec.few_shot.pseudo_labels,
+        method=few.pseudo_labels,
     )
     return SpecDatasets(
         target=fs.dataset,

@@ -164,7 +164,7 @@ def scenario_data(model: SessionModel, scenario: Scenario | None = None) -> Scen
         check_bytes(3 * scenario_feature_bytes(scenario), "loading the scenario's datasets")
         with memory_guard("loading the scenario's datasets"):
             loaded = load_spec_datasets(
-                scenario.spec(), allow_paths=False, resolve=_resolver(model), distinct_names=True
+                scenario.spec, allow_paths=False, resolve=_resolver(model), distinct_names=True
             )
         if scenario.stamped(model.settings.data_dirs) is not scenario:
             # what was read may be neither file: never kept under either's key
@@ -307,14 +307,14 @@ def space_line(scenario: Scenario, data: ScenarioData) -> str:
     """The sentence of the scenario's feature space for its loaded datasets: which space
     and, for ``"auto"``, why (:meth:`~geoviz.geodesic.spec.SpecDatasets.chosen_space`: a
     few-shot target's on its labelled points, the choice the fit uses)."""
-    config = scenario.spec().config
+    config = scenario.spec.config
     return space_sentence(data.loaded.chosen_space(config), config.features)
 
 
 def space_caveat(scenario: Scenario, data: ScenarioData) -> str | None:
     """The one sentence that flags the answer as not to be trusted, when the measured space
     shows no class structure in Q or references unrelated to it (else ``None``)."""
-    choice = data.loaded.chosen_space(scenario.spec().config)
+    choice = data.loaded.chosen_space(scenario.spec.config)
     return None if choice is None else choice.caveat
 
 

@@ -59,7 +59,7 @@ def start_geodesic(scenario: Scenario, data: ScenarioData, workers: int = 1) -> 
     """
     if scenario.data_key() != data.data_key:
         raise GeovizError("start_geodesic: the scenario's datasets differ from the loaded ones")
-    spec = scenario.spec()
+    spec = scenario.spec
 
     from geoviz.app.services.estimates import fit_took, geodesic_estimate
 
