@@ -10,7 +10,7 @@ import streamlit as st
 from geoviz import glossary
 from geoviz.app import widgets
 from geoviz.app.explorer_host.component import geodesic_explorer
-from geoviz.app.services import estimates
+from geoviz.app.services import datasets as dataset_services
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.session import SessionModel
 from geoviz.errors import GeovizError
@@ -140,7 +140,8 @@ def explorer(model: SessionModel, fit: widgets.FitRef) -> None:
 
 def main(model: SessionModel) -> None:
     st.title("3 · Generalized geodesic")
-    cost = estimates.geodesic_cost_note(model.scenario)  # a cold fit's cost, said before it
+    data = dataset_services.scenario_data_if_ready(model.scenario)
+    cost = geodesic_services.geodesic_cost_note(model.scenario, data)  # said before a cold fit
     if cost:
         st.caption(cost)
     result = widgets.geodesic_with_status(model)

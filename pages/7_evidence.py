@@ -9,10 +9,11 @@ import streamlit as st
 from geoviz import glossary
 from geoviz.app import widgets
 from geoviz.app.services import datasets as dataset_services
-from geoviz.app.services.estimates import evidence_cost_sentence, evidence_estimate
 from geoviz.app.services.evidence import (
     EvidenceRequest,
     EvidenceResult,
+    evidence_cost_sentence,
+    evidence_estimate,
     evidence_failure,
     evidence_if_ready,
     evidence_job,
@@ -212,14 +213,16 @@ def studies_part(stored_list: tuple[StoredStudy, ...], model: SessionModel) -> N
     stored_simplex(stored_list)
     studies = {stored.target: stored.study for stored in stored_list}
     st.subheader(f"Correlation of {glossary.OBJECTIVE} and accuracy")
-    st.dataframe(correlation_table(studies), hide_index=True)
+    # static tables: their headers and intervals wrap, so every column shows at 1280 px (data
+    # frames there scrolled their last columns out of sight, issue 45)
+    st.table(correlation_table(studies).set_index("target Q"))
     st.caption(
         "Pearson r and Spearman ρ [95% CI]: bootstrap over the seeds; the next column: "
         "Pearson r's bootstrap over the grid points. "
         + " ".join(f"{t}: {interval_text(study)}." for t, study in studies.items())
     )
     st.subheader(f"Statistics of {glossary.OBJECTIVE} over the grid, and the accuracy gain")
-    st.dataframe(objective_table(studies), hide_index=True)
+    st.table(objective_table(studies).set_index("target Q"))
     st.caption(
         f"As in the paper's appendix Table w_stat: {glossary.OBJECTIVE} over the grid points, in "
         "squared feature units (std over the points). Accuracy gain: the best minus the worst "
@@ -306,9 +309,7 @@ def main(model: SessionModel) -> None:
         st.info("Choose k, the training budget and the grid, then run the experiments.")
         return
     n_refs = len(model.scenario.references)
-    st.caption(
-        evidence_cost_sentence(request.preset, request.resolution, len(request.seeds), n_refs)
-    )
+    st.caption(evidence_cost_sentence(request, n_refs))
     ready = evidence_if_ready(model.scenario, request)
     job = evidence_job(model.scenario, request)
     if ready is None and job is not None and job.done():
@@ -326,7 +327,7 @@ def main(model: SessionModel) -> None:
     if ready is None:
         watch(model, request)
         return
-    est = evidence_estimate(request.preset, request.resolution, len(request.seeds), n_refs)
+    est = evidence_estimate(request, n_refs)
     st.success(f"Done in {ready.seconds:.0f} s (estimated {format_seconds(est.seconds)}).")
     for warning in budget_warnings(request.preset, len(ready.study.points), len(request.seeds)):
         st.warning(warning)

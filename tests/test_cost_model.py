@@ -210,13 +210,21 @@ def test_otdd_sinkhorn_says_its_iteration():
 
 
 def test_the_evidence_estimate_grows_with_the_seeds_and_the_grid(monkeypatch):
-    from geoviz.app.services import estimates
+    from geoviz.app.services.evidence import EvidenceRequest, evidence_cost_sentence
+    from geoviz.backend.cost_model import training_estimate
 
-    monkeypatch.setattr(estimates, "cost_model", lambda: CostModel(rate=40.0))  # idle
-    one = estimates.evidence_estimate("cpu", 3, 1, 3)
-    assert estimates.evidence_estimate("cpu", 3, 3, 3).seconds == pytest.approx(3 * one.seconds)
-    assert estimates.evidence_estimate("cpu", 5, 1, 3).seconds > one.seconds
-    assert "on this machine" in estimates.evidence_cost_sentence("cpu", 3, 1, 3)
+    idle = CostModel(rate=40.0)
+    one = training_estimate((300, 64), (100, 64), points=10, seeds=1, model=idle)
+    three = training_estimate((300, 64), (100, 64), points=10, seeds=3, model=idle)
+    assert three.seconds == pytest.approx(3 * one.seconds)
+    more = training_estimate((300, 64), (100, 64), points=21, seeds=1, model=idle)
+    assert more.seconds > one.seconds
+    pre = idle.estimate("training", iterations=300, batch=64).seconds
+    fine = idle.estimate("training", iterations=100, batch=64).seconds
+    assert one.seconds == pytest.approx(12 * (pre + fine) + fine)  # 2 methods + 10 points
+    monkeypatch.setattr(cost_model, "load_cost_model", lambda *a, **k: idle)
+    sentence = evidence_cost_sentence(EvidenceRequest(preset="cpu", resolution=3), 3)
+    assert sentence.startswith("The training should take about") and "on this machine" in sentence
 
 
 def test_a_geodesic_fit_sums_its_steps_and_the_encoder_adds_its_own():

@@ -46,9 +46,10 @@ import contextlib
 import json
 import math
 import os
+import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -61,11 +62,15 @@ __all__ = [
     "Step",
     "contention",
     "eta_seconds",
+    "fit_estimate",
     "format_seconds",
     "load_cost_model",
     "measure_rate",
+    "record_took",
     "remember",
+    "took",
     "took_sentence",
+    "training_estimate",
     "work",
 ]
 
@@ -386,6 +391,81 @@ def remember(
         learned.save(folder)
     except (OSError, ValueError):
         pass
+
+
+def fit_estimate(
+    target: Any,
+    references: Sequence[Any],
+    *,
+    features: str = "auto",
+    model: CostModel | None = None,
+) -> Estimate:
+    """The estimate of a cold fit of ``target``'s maps to ``references`` (labelled datasets,
+    :meth:`CostModel.geodesic_fit`): the encoder when the space is one (``"encoder"``, or
+    ``"auto"`` on a colour target), a map per reference, the pairs' label distances.
+    ``model``: default this machine's (:func:`load_cost_model`, at the present load)."""
+    if model is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a corrupt file: measured again
+            model = load_cost_model()
+    shape = getattr(target, "image_shape", None)
+    colour = shape is not None and len(shape) == 3 and shape[0] == 3
+    encoded = 0
+    if features == "encoder" or (features == "auto" and colour):
+        encoded = target.n_samples + sum(r.n_samples for r in references)
+    return model.geodesic_fit(
+        target.n_samples,
+        tuple(r.n_samples for r in references),
+        classes=max([target.n_classes, *(r.n_classes for r in references)]),
+        encoded_images=encoded,
+        pixels=int(target.features.shape[1]),
+    )
+
+
+def training_estimate(
+    pretrain: tuple[int, int],
+    finetune: tuple[int, int],
+    *,
+    points: int,
+    seeds: int,
+    methods_trained: int = 3,
+    params: float = 6e4,
+    model: CostModel | None = None,
+) -> Estimate:
+    """Transfer experiments (the Evidence page's run): per seed, ``methods_trained`` Table-1
+    methods (all but one pretrain then fine-tune; the few-shot baseline fine-tunes only),
+    then ``points`` grid points pretrained and fine-tuned. ``pretrain``, ``finetune``:
+    ``(iterations, batch)``; ``params``: the classifier's (LeNet-5: 6e4)."""
+    if model is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            model = load_cost_model()
+    pre = model.estimate("training", iterations=pretrain[0], batch=pretrain[1], params=params)
+    fine = model.estimate("training", iterations=finetune[0], batch=finetune[1], params=params)
+    runs = max(methods_trained - 1, 0) + points
+    per_seed = runs * (pre.seconds + fine.seconds) + fine.seconds
+    work_ = (runs * (pre.work + fine.work) + fine.work) * max(seeds, 1)
+    return Estimate("training", per_seed * max(int(seeds), 1), work_)
+
+
+_TOOK: dict[Any, tuple[float, Estimate]] = {}
+_TOOK_LOCK = threading.Lock()
+
+
+def record_took(key: Any, seconds: float, estimate: Estimate, steps: tuple[Step, ...] = ()) -> None:
+    """Remember what the run ``key`` took (:func:`took`) and teach the cost model
+    (:func:`remember`) unless it took under a quarter of its estimate (it read its results
+    from a cache: it says nothing of the machine)."""
+    with _TOOK_LOCK:
+        _TOOK[key] = (float(seconds), estimate)
+    if seconds > 0.25 * estimate.seconds:
+        remember(estimate, seconds, steps=steps or ("encoder", "sinkhorn", "labels"))
+
+
+def took(key: Any) -> tuple[float, Estimate] | None:
+    """``(seconds, estimate)`` of the last run ``key`` of this process, if any."""
+    with _TOOK_LOCK:
+        return _TOOK.get(key)
 
 
 def eta_seconds(elapsed: float, fraction: float, estimate: float | None = None) -> float | None:

@@ -147,29 +147,11 @@ ANNOUNCE_SECONDS = 10.0
 
 
 def fit_estimate(target: Any, references: Sequence[Any], *, features: str = "auto") -> Any:
-    """The cost model's estimate (:class:`geoviz.backend.cost_model.Estimate`) of a cold fit
-    of ``target``'s maps to ``references`` (labelled datasets): the encoder when the space is
-    one (``"encoder"``, or ``"auto"`` on a colour target), a map per reference, the pairs'
-    label distances."""
-    import warnings
+    """The cost model's estimate of a cold fit
+    (:func:`geoviz.backend.cost_model.fit_estimate`)."""
+    from geoviz.backend.cost_model import fit_estimate as estimate
 
-    from geoviz.backend.cost_model import load_cost_model
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a corrupt calibration: measured again
-        model = load_cost_model()
-    shape = getattr(target, "image_shape", None)
-    colour = shape is not None and len(shape) == 3 and shape[0] == 3
-    encoded = 0
-    if features == "encoder" or (features == "auto" and colour):
-        encoded = target.n_samples + sum(r.n_samples for r in references)
-    return model.geodesic_fit(
-        target.n_samples,
-        tuple(r.n_samples for r in references),
-        classes=max([target.n_classes, *(r.n_classes for r in references)]),
-        encoded_images=encoded,
-        pixels=int(target.features.shape[1]),
-    )
+    return estimate(target, references, features=features)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -21,6 +22,7 @@ from geoviz.app.services.datasets import ScenarioData, load_choice, scenario_dat
 from geoviz.app.services.geodesic import geodesic_if_ready, geodesic_key
 from geoviz.app.session import SessionModel
 from geoviz.backend import default_cache_dir
+from geoviz.backend.cost_model import Estimate, training_estimate
 from geoviz.data.choice import FewShotOptions
 from geoviz.data.dataset import LabeledDataset
 from geoviz.data.preprocess import harmonize
@@ -28,6 +30,7 @@ from geoviz.errors import DatasetError
 from geoviz.geodesic.result import GeodesicResult
 from geoviz.geodesic.spec import fit_spec
 from geoviz.isolation import run_in_child
+from geoviz.nn.training import get_preset
 from geoviz.tasks import Backend
 from geoviz.transfer.experiment import TransferTask, make_task
 from geoviz.transfer.study import GridStudy, run_grid
@@ -186,7 +189,7 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
         geodesic = geodesic_if_ready(scenario)
         if geodesic is None:
             geodesic = fit_spec(
-                scenario.spec,
+                scenario.spec(),
                 data,
                 progress=lambda stage, f: progress(f"maps ({stage})", 0.25 * f),
                 cache=disk_cache(),
@@ -225,12 +228,26 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
             seconds=time.perf_counter() - start,
         )
 
-    from geoviz.app.services.estimates import evidence_estimate
-
-    est = evidence_estimate(
-        request.preset, request.resolution, len(request.seeds), len(scenario.references)
-    )
+    est = evidence_estimate(request, len(scenario.references))  # the time left starts from it
     return store().start_job(key, run, estimate=est.seconds)
+
+
+def evidence_estimate(request: EvidenceRequest, n_refs: int) -> Estimate:
+    """The cost model's estimate of the run's training (:mod:`geoviz.backend.cost_model`):
+    Table 1's trained methods and the ``C(R + m - 1, m - 1)`` grid points, every seed."""
+    budgets = get_preset(request.preset)
+    return training_estimate(
+        (budgets.pretrain.iterations, budgets.pretrain.batch_size),
+        (budgets.finetune.iterations, budgets.finetune.batch_size),
+        points=math.comb(int(request.resolution) + n_refs - 1, n_refs - 1),
+        seeds=len(request.seeds),
+    )
+
+
+def evidence_cost_sentence(request: EvidenceRequest, n_refs: int) -> str:
+    """``"The training should take about 12 min on this machine ..."``, said before a run."""
+    est = evidence_estimate(request, n_refs)
+    return f"The training should take {est.sentence()} (the maps, if not fitted yet, add theirs)."
 
 
 def transfer_runs(

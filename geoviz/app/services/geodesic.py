@@ -16,6 +16,7 @@ from geoviz.app.scenario import Scenario
 from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.services.datasets import ScenarioData
 from geoviz.backend import ArraySpec, DiskCache
+from geoviz.backend.cost_model import fit_estimate, format_seconds, record_took, took, took_sentence
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic.mixup import mixup_interpolation
@@ -59,16 +60,15 @@ def start_geodesic(scenario: Scenario, data: ScenarioData, workers: int = 1) -> 
     """
     if scenario.data_key() != data.data_key:
         raise GeovizError("start_geodesic: the scenario's datasets differ from the loaded ones")
-    spec = scenario.spec
+    spec = scenario.spec()
 
-    from geoviz.app.services.estimates import fit_took, geodesic_estimate
-
-    estimate = geodesic_estimate(scenario, data)  # the time left starts from it
+    # the time left starts from the cost model's estimate
+    estimate = fit_estimate(data.target, data.references, features=scenario.features)
 
     def run(progress: Progress) -> GeodesicResult:
         started = time.perf_counter()
         fitted = fit_spec(spec, data, progress=progress, cache=disk_cache(), workers=workers)
-        fit_took(scenario, time.perf_counter() - started, estimate)
+        record_took(geodesic_key(scenario), time.perf_counter() - started, estimate)
         return fitted
 
     room = FIT_ROOM_PER_DATA_BYTE * nbytes_of(data)
@@ -81,6 +81,34 @@ def start_geodesic(scenario: Scenario, data: ScenarioData, workers: int = 1) -> 
 #: soft labels): about twice the datasets' bytes (559 MB for 305 MB of datasets at image
 #: size 100, N 2000, three references), the room it keeps in the fit tier while it runs
 FIT_ROOM_PER_DATA_BYTE = 2
+
+
+#: a cold fit estimated above this many seconds is announced before it starts
+LONG_FIT_SECONDS = 10.0
+
+
+def geodesic_cost_note(scenario: Scenario, data: ScenarioData | None) -> str | None:
+    """What the Geodesic page says above the fit (issue 45 item 1): before a cold fit
+    estimated above :data:`LONG_FIT_SECONDS`, what it will cost on this machine (the cost
+    model, :mod:`geoviz.backend.cost_model`); after a fit of this process, what it took;
+    ``None`` when there is nothing to say (``data`` not loaded yet, a short fit)."""
+    done = took(geodesic_key(scenario))
+    if geodesic_if_ready(scenario) is not None:
+        if done is None or done[0] < 1.0:
+            return None
+        return f"Fitting the maps {took_sentence(*done)}."
+    if data is None:
+        return None
+    job = geodesic_job(scenario)
+    if job is not None and not job.done() and job.estimate is not None:
+        return f"Fitting the maps: {format_seconds(job.estimate)} estimated on this machine."
+    est = fit_estimate(data.target, data.references, features=scenario.features)
+    if est.seconds <= LONG_FIT_SECONDS:
+        return None
+    return (
+        f"Fitting this scenario's maps takes {est.sentence()} the first time "
+        "(the disk cache keeps them for the next)."
+    )
 
 
 def geodesic_job(scenario: Scenario) -> BackgroundJob | None:
