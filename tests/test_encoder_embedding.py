@@ -1,0 +1,60 @@
+"""The shipped encoder's embedding pass (:class:`geoviz.features.encoder.NetEncode`):
+channels-last layout, chunks, and the per-process memory of embedded images."""
+
+from __future__ import annotations
+
+import pickle
+
+import torch
+
+from geoviz.features import encoder as encoder_module
+from geoviz.features.encoder import ENCODE_CHUNK, EncoderNet, NetEncode, _to_rgb, fold_batch_norm
+from geoviz.features.pretrained import DEFAULT_ENCODER, load_encoder
+
+
+def _shipped(shape: tuple[int, int, int] = (3, 28, 28)) -> NetEncode:
+    enc = load_encoder(DEFAULT_ENCODER)
+    net = EncoderNet(enc.config.width, enc.config.dim)
+    net.load_state_dict(enc.state)
+    return NetEncode(net, shape, enc.config.size, torch.device("cpu"))
+
+
+def test_an_images_embedding_does_not_depend_on_its_batch_or_the_memo():
+    """Bit for bit: the memo may hand back an embedding computed in another batch."""
+    encode = _shipped()
+    x = torch.rand(3 * ENCODE_CHUNK + 5, 3 * 28 * 28, generator=torch.Generator().manual_seed(0))
+    encoder_module._MEMO.clear()
+    whole = encode(x)
+    encoder_module._MEMO.clear()
+    part = encode(x[40:150])
+    assert torch.equal(whole[40:150], part)
+    # now mostly remembered: the same rows, in the caller's order
+    again = encode(x.flip(0))
+    assert torch.equal(again, whole.flip(0))
+
+
+def test_channels_last_pass_is_the_nchw_function_to_rounding():
+    """The fast layout computes what the plain folded network computes (float32 rounding)."""
+    enc = load_encoder(DEFAULT_ENCODER)
+    net = EncoderNet(enc.config.width, enc.config.dim)
+    net.load_state_dict(enc.state)
+    plain = fold_batch_norm(net)
+    encode = NetEncode(net, (1, 28, 28), enc.config.size, torch.device("cpu"))
+    x = torch.rand(70, 28 * 28, generator=torch.Generator().manual_seed(1))
+    encoder_module._MEMO.clear()
+    with torch.no_grad():
+        ref = torch.nn.functional.normalize(plain(_to_rgb(x, (1, 28, 28), enc.config.size)), dim=1)
+    assert float((encode(x) - ref).abs().max()) < 1e-4
+
+
+def test_memo_is_keyed_by_the_weights_and_survives_pickling():
+    """Another network never receives this one's embeddings; a pickled encoder still works."""
+    first = _shipped()
+    other_net = EncoderNet(8, 64)
+    other = NetEncode(other_net, (3, 28, 28), 32, torch.device("cpu"))
+    assert first.key != other.key
+    x = torch.rand(4, 3 * 28 * 28, generator=torch.Generator().manual_seed(2))
+    a, b = first(x), other(x)
+    assert not torch.allclose(a, b)
+    copy = pickle.loads(pickle.dumps(first))
+    assert torch.equal(copy(x), a)
