@@ -31,7 +31,9 @@ with epsilon scaling (a geometric schedule of regularisations from the mean
 cost down to ``eps``, ratio ``eps_scaling``), adaptive over-relaxation ``w``
 (Thibault et al. 2021; ``w = 1`` until the error is small and its linear rate
 ``rho`` is known, then ``2 / (1 + sqrt(1 - rho))``, halved back on any
-increase), and an optional class-level coarse correction (``groups``). What
+increase), an optional class-level coarse correction (``groups``), and, in the
+final stage once the error is below 1e-2, Sinkhorn-Newton steps on the same dual
+(:mod:`geoviz.ot.loop`; kept only when they raise the dual). What
 changes between modes is only how the two log-sum-exps are evaluated (a
 "kernel"):
 
@@ -226,8 +228,8 @@ class Sinkhorn:
         also try Sinkhorn-Newton steps (Brauer et al. 2017; :mod:`geoviz.ot.loop`), each
         kept only when it lowers the measured error. Same problem, same fixed point, same
         stopping rule; it shortens the final stage where the plan is nearly block-diagonal
-        (a learned feature space: 5,000 iterations without convergence became ~200 on the
-        colour default ``mnist_m -> mnist``, ``benchmarks/bench_cold_colour.py``).
+        (a learned feature space: on the colour default's ``mnist_m -> mnist`` map, 5,000
+        iterations without convergence became 784, converged; ``benchmarks/README.md``).
     keep_plan
         Dense kernel: build the plan in place of the kernel buffer at the end
         (no extra memory); :meth:`SinkhornResult.plan` then returns it.
