@@ -459,6 +459,24 @@ def test_readable_query_round_trips_and_reads_like_a_token():
     assert served.target.source == "server" and served.references[0].source == "registry"
 
 
+def test_readable_query_refuses_a_scenario_it_would_load_as_another():
+    """The readable form has no encoder preset: a tiny-encoder scenario would come back
+    with the pretrained encoder (another key) under the same link, so it is refused."""
+    from geoviz.app.links import scenario_query
+
+    tiny = Scenario(
+        DatasetChoice("mnist"),
+        (DatasetChoice("usps"), DatasetChoice("kmnist")),
+        n_target=500,
+        n_reference=500,
+        features="encoder",
+        encoder_preset="tiny",
+    )
+    with pytest.raises(DatasetError, match="options a readable link cannot state"):
+        scenario_query(tiny)
+    assert scenario_query(tiny.with_(encoder_preset="pretrained"))["features"] == "encoder"
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [

@@ -139,7 +139,7 @@ def scenario_query(scenario: Scenario) -> dict[str, str]:
         or scenario.channels != "auto"
     ):
         raise DatasetError("this scenario has options a readable link cannot state")
-    return {
+    query = {
         "target": scenario.target.name,
         "refs": ",".join(r.name for r in scenario.references),
         "n": str(scenario.n_target),
@@ -150,6 +150,11 @@ def scenario_query(scenario: Scenario) -> dict[str, str]:
         "method": scenario.map_method,
         "split": splits.pop(),
     }
+    # a field the readable form does not carry (the encoder preset, one added later) would
+    # load as its default: a different scenario under the same link, so refuse instead
+    if scenario_from_query(query).key() != scenario.key():
+        raise DatasetError("this scenario has options a readable link cannot state")
+    return query
 
 
 def scenario_from_query(params: Mapping[str, str]) -> Scenario:
