@@ -174,7 +174,9 @@ def sharpness(result: GeodesicResult) -> None:
 
 def summary_table(result: GeodesicResult) -> None:
     """One row per map, one column per diagnostics field; what the columns mean below."""
-    st.dataframe(map_table(result), hide_index=True, width="stretch")
+    # a static table: its headers wrap, so every column shows at a projector's 1280 px (a
+    # data frame there scrolled its last columns out of sight, issue 45)
+    st.table(map_table(result).set_index("reference P_i"))
     captions, warnings = map_table_notes(result)
     if captions:
         text = "; ".join(captions)

@@ -171,7 +171,7 @@ def table1_section(table: StoredTable1) -> None:
         f"target's {glossary.A_HAT}, measured in the {table.space}. "
         f"{mixup_sentence(table)}"
     )
-    st.dataframe(table.frame(), hide_index=True)
+    st.table(table.frame().set_index("target Q"))  # every column shows at 1280 px
     st.caption(
         table1_provenance(table) + f" {glossary.A_HAT} here is each {table.k}-shot task's, "
         "not the stored studies' above."

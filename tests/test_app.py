@@ -221,7 +221,8 @@ def test_maps_page():
     # only the barycentric maps are fitted: the page offers the neural ones, in the background
     assert at.button(key="maps_fit_other").label == "Fit the other map (background)"
     assert at.radio(key="maps_method").value == "barycentric"
-    df = at.dataframe[0].value
+    # a static table (every column shows at 1280 px), indexed by the reference
+    df = next(t.value.reset_index() for t in at.table if t.value.index.name == "reference P_i")
     assert list(df["reference P_i"]) == ["fashion_mnist", "usps", "kmnist"]
     assert (df["OTDD d²(Q, P_i)"] > 0).all()
     assert [_plain(t.label) for t in at.tabs][-3:] == [
@@ -256,7 +257,7 @@ def test_maps_page():
     assert len(cells) == 24 and texts[24:26] == ["<b>x ∈ Q</b>", "<b>#1</b>"]
     assert all("neighb." in c for c in cells[7::8])
     assert any("w " in c for c in cells)
-    table = at.dataframe[1].value
+    table = at.dataframe[0].value
     assert set(table["target #"]) == {int(c.split()[0][1:]) for c in cells[0::8]}
     assert (table["weight"] > 0).all() and (
         table.groupby("target #")["weight"].sum() <= 1 + 1e-5
@@ -528,7 +529,9 @@ def test_few_shot_target_reports_pseudo_labels_and_fits():
     )
     at = _with_scenario(scenario, "pages/1_datasets.py")
     info = " ".join(i.value for i in at.info)
-    assert "Few-shot target: 30 labelled samples" in info and "label-spreading pseudo-labels" in info
+    assert (
+        "Few-shot target: 30 labelled samples" in info and "label-spreading pseudo-labels" in info
+    )
     assert "few-shot: 3 labels per class" in _sidebar(at)
     # the space is measured on the 30 labelled points, and the fit keeps that one choice
     assert "labelled 1-NN κ" in _sidebar(at)
@@ -745,7 +748,9 @@ def test_evidence_page_shows_the_stored_studies_with_their_intervals():
     assert at.header[0].value == "Stored study (measured)"
     stored = {s.target: s.study for s in stored_studies().studies}
     assert set(stored) == {"mnist", "fashion_mnist"}
-    correlations = next(d.value for d in at.dataframe if "Pearson r [95% CI] (p)" in d.value)
+    # static tables (every column shows at 1280 px), indexed by the target
+    tables = [t.value.reset_index() for t in at.table]
+    correlations = next(d for d in tables if "Pearson r [95% CI] (p)" in d)
     shown = dict(zip(correlations["target Q"], correlations["Pearson r [95% CI] (p)"], strict=True))
     for target, study in stored.items():
         pearson = study.statistics.pearson
@@ -759,7 +764,7 @@ def test_evidence_page_shows_the_stored_studies_with_their_intervals():
     texts = "\n".join(m.value for m in at.markdown)
     assert "mnist: strong negative correlation" in texts and "excludes 0" in texts
     assert "fashion_mnist: no correlation shown" in texts and "includes 0" in texts
-    w_table = next(d.value for d in at.dataframe if "W² range" in d.value)
+    w_table = next(d for d in tables if "W² range" in d)
     assert list(w_table["target Q"]) == sorted(stored)
     scatters = [
         f
@@ -842,14 +847,14 @@ def test_maps_page_neural_maps_and_side_by_side(fast_neural):
         "label confidence",
         "nearest-reference ratio",
     ] * 2
-    table = at.dataframe[0].value
+    table = next(t.value for t in at.table if t.value.index.name == "reference P_i")
     assert (table["effective neighbours"] == NO_PLAN).all() and "held-out OT" in table
     assert "nan" not in _page_text(at).lower()
     titles = [f["layout"].get("title", {}).get("text", "") for f in _figures(at)]
     assert any(
         t.startswith("T1(x) next to real data: the 4 closest samples of usps") for t in titles
     )
-    assert at.dataframe[1].value.columns[-1] == "distance"
+    assert at.dataframe[0].value.columns[-1] == "distance"
 
     # fit the barycentric maps of the same data; then both side by side on the same points
     at.button(key="maps_fit_other").click().run()
@@ -865,7 +870,8 @@ def test_maps_page_neural_maps_and_side_by_side(fast_neural):
         assert f["data"][0]["type"] == "image"
     # the button and the progress box are gone once both maps are there
     assert not [b for b in at.button if b.key == "maps_fit_other"]
-    compare = [t.value for t in at.table]
+    # the comparison's tables (the summary table above them is indexed by the reference)
+    compare = [t.value for t in at.table if t.value.index.name != "reference P_i"]
     assert len(compare) == 2
     assert list(compare[0].columns) == ["barycentric", "neural"]
     assert compare[0].loc["effective neighbours", "neural"] == NO_PLAN
@@ -881,7 +887,7 @@ def test_maps_page_neural_maps_and_side_by_side(fast_neural):
     _assert_clean(at, "switch to barycentric")
     assert at.session_state[SessionModel.SCENARIO].map_method == "barycentric"
     assert [m.label for m in at.metric][:2] == ["effective neighbours", "label confidence"]
-    assert len(at.table) == 2
+    assert len([t for t in at.table if t.value.index.name != "reference P_i"]) == 2
     at.radio(key="maps_method").set_value("neural").run()
     _assert_clean(at, "switch back to neural")
 
