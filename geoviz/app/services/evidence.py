@@ -189,7 +189,7 @@ def start_evidence(model: SessionModel, request: EvidenceRequest) -> BackgroundJ
         geodesic = geodesic_if_ready(scenario)
         if geodesic is None:
             geodesic = fit_spec(
-                scenario.spec(),
+                scenario.spec,
                 data,
                 progress=lambda stage, f: progress(f"maps ({stage})", 0.25 * f),
                 cache=disk_cache(),

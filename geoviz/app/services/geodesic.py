@@ -60,7 +60,7 @@ def start_geodesic(scenario: Scenario, data: ScenarioData, workers: int = 1) -> 
     """
     if scenario.data_key() != data.data_key:
         raise GeovizError("start_geodesic: the scenario's datasets differ from the loaded ones")
-    spec = scenario.spec()
+    spec = scenario.spec
 
     # the time left starts from the cost model's estimate
     estimate = fit_estimate(data.target, data.references, features=scenario.features)
