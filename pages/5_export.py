@@ -91,16 +91,18 @@ def export_choice(result: GeodesicResult) -> ExportChoice:
     """The widgets of the sample count, the format and the hard-label rule."""
     n_max = result.target.n_samples
     images = result.image_shape is not None
-    c1, c2, c3 = st.columns(3)
+    c1, c3 = st.columns(2)
     n = int(c1.number_input("Number of samples", 2, n_max, n_max, step=100, key="export_n"))
+    seed = int(c3.number_input("Subsample seed", 0, 10_000, 0, key="export_seed"))
     formats = list(export_formats(images=images))  # what geoviz.export has registered
-    fmt = c2.selectbox(
+    # the whole width: each format's one-line description is whole at 1280 px (a third of
+    # the width cut it, issue 45)
+    fmt = st.selectbox(
         "Format",
         formats,
         format_func=lambda f: format_description(f, images=images),
         key="export_fmt",
     )
-    seed = int(c3.number_input("Subsample seed", 0, 10_000, 0, key="export_seed"))
     if "lossy (uint8)" in format_description(fmt, images=images):
         st.caption(
             "This format stores images as uint8 PNGs: features are rounded to multiples of 1/255 "
