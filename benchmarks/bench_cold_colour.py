@@ -174,7 +174,7 @@ def child_app() -> dict[str, Any]:
     result = geodesic_services.finish_geodesic(scenario)
     del result
     res = job.result_
-    iters = [int(d.n_iter) for d in res.diagnostics]
+    iters = [int(d.iterations) for d in res.diagnostics]
     conv = [bool(d.converged) for d in res.diagnostics]
     return {
         "first_view_s": round(time.perf_counter() - start, 2),
@@ -197,6 +197,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=None, help="--n of the CLI runs (its default)")
     parser.add_argument("--no-app", action="store_true", help="skip the app's first view")
     parser.add_argument("--label", default="", help="a name for this run in the table")
+    parser.add_argument("--app-only", action="store_true", help="only the app's first view")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.child is not None:
@@ -211,6 +212,12 @@ def main() -> int:
 
     load_before = uptime()
     print(f"load before: {load_before}", flush=True)
+    if args.app_only:
+        with tempfile.TemporaryDirectory() as cache:
+            app = _child("app", cache, [])
+        print("app", json.dumps(app), flush=True)
+        print(f"load after: {uptime()}")
+        return 0
     rows: dict[str, Any] = {}
     rows["pixels"] = cli_run(["--features", "pixels"], args.n)
     print("pixels", json.dumps(rows["pixels"]), flush=True)
