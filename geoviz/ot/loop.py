@@ -13,9 +13,10 @@ to 1 and the final stage can use thousands of iterations. Once the marginal erro
 ``<a, F> + <b, G> - eps sum_ij exp((F_i + G_j - C_ij)/eps)``: the linear system
 ``[[diag(pi 1), pi], [pi^T, diag(pi^T 1)]] (x, y) = (a - pi 1, b - pi^T 1)`` is solved by
 Jacobi-preconditioned conjugate gradients with products by the current kernel's plan
-(dense or truncated sparse kernel; never the streamed one), and ``(F, G) += eps (x, y)``
-is kept only when the measured L1 marginal error decreases (else halved, up to 4 times,
-else Sinkhorn goes on alone). The fixed point, the units (``eps`` absolute) and the
+(dense or truncated sparse kernel; never the streamed one), and ``(F, G) += t eps (x, y)``
+with the largest ``t`` in ``1, 1/2, ..., 1/128`` that raises the dual by Armijo's rule (a CG
+iterate from 0 is an ascent direction); when none does, Sinkhorn goes on alone and the next
+try waits twice as long. The measured L1 marginal error is then that of the new potentials. The fixed point, the units (``eps`` absolute) and the
 stopping rule (the measured L1 marginal error of the returned plan) are those of plain
 Sinkhorn: only the path to them is shorter.
 """
@@ -240,7 +241,8 @@ class Loop:
         """One damped Newton step on the dual at ``(F, G)`` (module docstring).
 
         Returns the new measured L1 marginal error, with ``(F, G)`` moved, or ``None`` (and
-        ``(F, G)`` unchanged) when no step of length ``1, 1/2, ..., 1/16`` lowers ``err``.
+        ``(F, G)`` unchanged) when no step of length ``1, 1/2, ..., 1/128`` raises the dual
+        by Armijo's rule (``err`` is the error at the current potentials, for the caller).
         """
         eps = kernel.eps
         F, G = self.F, self.G
