@@ -23,6 +23,19 @@ HEAVY = ("torch", "sklearn", "ot", "umap", "pandas", "scipy", "ray")
 #: every command of ``geoviz`` (the parser's own list is compared below)
 COMMANDS = ("datasets", "show", "transfer", "distance", "project", "grid", "screen", "app")
 
+#: the modules a command imports when it runs (they import the library, torch included): each
+#: ``*_run`` module once, lazily, by its command's handler (``geodesic_run`` by the handlers of
+#: ``distance``, ``project`` and ``grid``, one each); the checks and report modules that import
+#: the library by their run, at its top
+RUN_MODULES = (
+    "transfer_run",
+    "transfer_checks",
+    "screen_run",
+    "geodesic_run",
+    "geodesic_checks",
+    "geodesic_report",
+)
+
 _PROBE = """
 import json, runpy, sys
 argv, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -39,9 +52,11 @@ print(json.dumps({"status": status, "heavy": loaded}), file=sys.stderr)
 
 
 def _help_run(argv: list[str]) -> tuple[dict[str, object], str]:
-    """Run ``python -m geoviz *argv`` in a fresh interpreter: (status and heavy modules, stdout)."""
+    """Run ``python -m geoviz *argv`` in a fresh interpreter: (status and the modules of
+    :data:`HEAVY` and :data:`RUN_MODULES` loaded, stdout)."""
+    loaded = [*HEAVY, *(f"geoviz.cli.{name}" for name in RUN_MODULES)]
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(argv), json.dumps(HEAVY)],
+        [sys.executable, "-c", _PROBE, json.dumps(argv), json.dumps(loaded)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -89,10 +104,6 @@ def test_format_choices_are_the_registry_s() -> None:
 # --------------------------------------------------------------------------- issue 44 item 4
 
 CLI = ROOT / "geoviz" / "cli"
-
-#: the modules a command imports when it runs (they import the library, torch included): each
-#: ``*_run`` module once, lazily, by its command's handler; ``transfer_checks`` by its run
-RUN_MODULES = ("transfer_run", "transfer_checks", "screen_run")
 
 
 def _tree(name: str) -> ast.Module:
@@ -174,7 +185,23 @@ def test_each_run_module_is_imported_once_by_its_command() -> None:
         assert not lazy, f"{name} imports in a function body: {lazy}"
     assert sites["geoviz.cli.transfer_run"] == [("transfer", "_cmd_transfer")]
     assert sites["geoviz.cli.screen_run"] == [("screen", "_cmd_screen")]
-    assert "geoviz.cli.transfer_checks" not in sites  # at the top of transfer_run
+    assert sites["geoviz.cli.geodesic_run"] == [
+        ("geodesic", "_cmd_distance"),
+        ("geodesic", "_cmd_project"),
+        ("geodesic", "_cmd_grid"),
+    ]
+    # at the top of their run module only (no light module imports a run module at its top)
+    for name in ("transfer_checks", "geodesic_checks", "geodesic_report"):
+        assert f"geoviz.cli.{name}" not in sites, name
+
+
+def test_the_geodesic_commands_import_only_their_run_module_when_they_run() -> None:
+    """``distance``, ``project`` and ``grid``: no library import in a function body of their
+    modules but the handlers' one import of ``geodesic_run`` (22 before issue 44 item 4)."""
+    for path in sorted(CLI.glob("geodesic*.py")):
+        lazy = set(_lazy_imports(ast.parse(path.read_text(encoding="utf-8"))))
+        allowed = {"geoviz.cli.geodesic_run"} if path.stem == "geodesic" else set()
+        assert lazy == allowed, (path.name, lazy)
 
 
 def test_the_common_options_have_one_declaration() -> None:

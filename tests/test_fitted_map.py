@@ -11,7 +11,7 @@ import torch
 from synthetic_data import ring_blobs
 
 from geoviz.backend import DiskCache
-from geoviz.cli.geodesic import _print_maps
+from geoviz.cli.geodesic_report import print_maps
 from geoviz.data.dataset import LabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic import pipeline
@@ -221,6 +221,6 @@ def test_a_new_map_kind_needs_no_change_in_the_geodesic(
     assert res.neighbour_index == () and not res.blurry.any()
     with pytest.raises(GeovizError, match="no plan neighbours"):
         res.neighbours(0)
-    _print_maps(res)
+    print_maps(res)
     out = capsys.readouterr().out
     assert "displacement" in out and "P2" in out

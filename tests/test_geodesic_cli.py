@@ -589,7 +589,7 @@ def test_a_full_size_problem_is_streamed_by_the_cli_and_the_app_alike():
     """Both size a problem by its entry count (OTDDConfig.sized_for), so a full-size fit
     of the CLI is the app's computation too, whatever memory each process sees."""
     from geoviz.app.scenario import Scenario
-    from geoviz.cli.geodesic import _otdd_config
+    from geoviz.cli.geodesic_checks import otdd_config
     from geoviz.data.choice import DatasetChoice
     from geoviz.limits import STREAM_ABOVE_ENTRIES
     from geoviz.ot.otdd_cost import OTDDConfig
@@ -604,7 +604,7 @@ def test_a_full_size_problem_is_streamed_by_the_cli_and_the_app_alike():
     )
     app_otdd = scenario.spec.config.otdd
     args = _parsed(["distance", "--target", "mnist", "--refs", "usps,kmnist", "--n", str(full)])
-    assert app_otdd.stream_reference and app_otdd == _otdd_config(args)
+    assert app_otdd.stream_reference and app_otdd == otdd_config(args)
     # small problems keep the stored cost; batches and streamed configs are left as they are
     assert not OTDDConfig().sized_for(2000, 2000).stream_reference
     batched = OTDDConfig(batch_size=100)
@@ -615,11 +615,12 @@ def _parsed(argv):
     import argparse
 
     from geoviz.cli import geodesic
+    from geoviz.cli.geodesic_checks import check_args
 
     parser = argparse.ArgumentParser()
     geodesic.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
-    geodesic.check_args(args)
+    check_args(args)
     return args
 
 
@@ -637,7 +638,7 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
     from geoviz.app.services import datasets as dataset_services
     from geoviz.app.session import SessionModel
     from geoviz.app.settings import AppSettings
-    from geoviz.cli import geodesic
+    from geoviz.geodesic import spec as geodesic_spec
     from geoviz.geodesic.pipeline import fit_geodesic
     from geoviz.ot.sinkhorn import Sinkhorn
 
@@ -649,8 +650,10 @@ def test_the_cli_prints_a_link_that_opens_its_fit_in_the_app_from_the_cache(
     monkeypatch.setenv("GEOVIZ_DATA_DIRS", str(served))
     monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "cache"))
     fitted = []
-    fit = geodesic._fit
-    monkeypatch.setattr(geodesic, "_fit", lambda args: fitted.append(fit(args)) or fitted[-1])
+    fit = geodesic_spec.fit_spec  # the CLI's fit (looked up there when the command runs)
+    monkeypatch.setattr(
+        geodesic_spec, "fit_spec", lambda *a, **k: fitted.append(fit(*a, **k)) or fitted[-1]
+    )
     paths = [str(served / f"{n}.npz") for n in ("mnist", "usps", "fashion_mnist")]
     argv = ["distance", "--target", paths[0], "--refs", ",".join(paths[1:]), "--n", "60"]
     assert main([*argv, "--quiet"]) == 0
@@ -710,7 +713,7 @@ def test_the_app_line_names_the_memory_a_full_size_fit_needs(tmp_path, monkeypat
 
     from geoviz.app.links import scenario_from_query
     from geoviz.app.settings import AppSettings
-    from geoviz.cli import geodesic
+    from geoviz.cli import geodesic_run
     from geoviz.errors import DatasetError
 
     served = tmp_path / "digits"
@@ -725,8 +728,8 @@ def test_the_app_line_names_the_memory_a_full_size_fit_needs(tmp_path, monkeypat
         "size": "28",
         "split": "train",  # app_query names every field
     }
-    monkeypatch.setattr(geodesic, "app_query", lambda args, result: query)
-    geodesic._print_app_link(argparse.Namespace(no_cache=False, n=60_000), None)
+    monkeypatch.setattr(geodesic_run, "app_query", lambda args, result: query)
+    geodesic_run.print_app_link(argparse.Namespace(no_cache=False, n=60_000), None)
     line = capsys.readouterr().out.strip()
     words = shlex.split(line.split(": ", 1)[1])
     env = dict(w.split("=", 1) for w in words if w.startswith("GEOVIZ_"))

@@ -108,11 +108,11 @@ def test_project_prints_the_note_and_writes_it_to_the_manifest(tmp_path, capsys)
 
 
 def test_the_app_line_is_geoviz_app_on_this_machine(monkeypatch, capsys):
-    from geoviz.cli import geodesic
+    from geoviz.cli import geodesic_run
 
     query = {"target": "mnist", "refs": "usps,kmnist", "n": "200", "size": "28", "split": "train"}
-    monkeypatch.setattr(geodesic, "app_query", lambda args, result: query)
-    geodesic._print_app_link(argparse.Namespace(no_cache=False, n=200), None)
+    monkeypatch.setattr(geodesic_run, "app_query", lambda args, result: query)
+    geodesic_run.print_app_link(argparse.Namespace(no_cache=False, n=200), None)
     line = capsys.readouterr().out.strip()
     assert line.startswith("app (its maps are in the disk cache): geoviz app, then open ")
     assert "http://127.0.0.1:8501/geodesic?target=mnist&refs=usps,kmnist" in line

@@ -157,9 +157,9 @@ def test_transfer_is_listed_in_help(capsys) -> None:
 
 def test_progress_on_a_log_is_plain_lines(capsys) -> None:
     """stderr captured (not a terminal): one line per stage and per tenth, no redraws."""
-    from geoviz.cli.transfer import _transfer_progress
+    from geoviz.cli.transfer_report import transfer_progress
 
-    with _transfer_progress(True, "simplex study") as (fit, runs):
+    with transfer_progress(True, "simplex study") as (fit, runs):
         for i in range(1001):
             fit("OTDD map 1/3: mnist -> usps (sinkhorn)", 0.3 * i / 1000)
         fit("done", 1.0)

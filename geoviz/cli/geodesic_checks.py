@@ -5,8 +5,10 @@ or map fitted, against :mod:`geoviz.limits` (and refuses an option that would do
 with the others given); :func:`spec_from_args` turns the checked options into a
 :class:`~geoviz.geodesic.spec.GeodesicSpec` (:func:`otdd_config`: the OTDD's
 configuration); :func:`feature_space_from_args` loads a ``--features-model`` or
-``--features-embeddings``. The library
-is imported in the function bodies: the parser imports no torch.
+``--features-embeddings``.
+
+It imports the library at its top: it is imported by :mod:`geoviz.cli.geodesic_run` (the
+commands' run, imported when a command runs), never by the parser.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from geoviz import limits
 from geoviz.cli.args import (
@@ -29,7 +31,17 @@ from geoviz.cli.args import (
 )
 from geoviz.cli.geodesic_options import EmbeddingsFile
 from geoviz.cli.output import refuse_existing
+from geoviz.data.choice import DatasetChoice
 from geoviz.errors import ExportExistsError, GeovizError, WeightsError
+from geoviz.features.base import FeatureSpace
+from geoviz.features.embeddings import EmbeddingSpace
+from geoviz.features.models import ModelSpace
+from geoviz.geodesic.config import GeodesicConfig
+from geoviz.geodesic.spec import GeodesicSpec
+from geoviz.geodesic.uncertainty import check_replicates
+from geoviz.geodesic.weights import SimplexWeights
+from geoviz.maps.neural_config import NeuralMapConfig, get_neural_preset
+from geoviz.ot.otdd_cost import OTDDConfig
 from geoviz.vocabulary import (
     AUTO,
     DEFAULT_BOOTSTRAP_METHOD,
@@ -37,12 +49,6 @@ from geoviz.vocabulary import (
     DEFAULT_MAP_METHOD,
     DEFAULT_NEURAL_PRESET,
 )
-
-if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
-    from geoviz.features.base import FeatureSpace
-    from geoviz.geodesic.spec import GeodesicSpec
-    from geoviz.maps.neural_config import NeuralMapConfig
-    from geoviz.ot.otdd_cost import OTDDConfig
 
 __all__ = ["check_args", "feature_space_from_args", "otdd_config", "spec_from_args"]
 
@@ -65,11 +71,7 @@ def feature_space_from_args(args: argparse.Namespace) -> FeatureSpace | None:
     if value is None:
         return None
     if isinstance(value, EmbeddingsFile):
-        from geoviz.features.embeddings import EmbeddingSpace
-
         return EmbeddingSpace(value.path, value.column)
-    from geoviz.features.models import ModelSpace
-
     # with --features too, the spec refuses the pair (spec_from_args)
     return ModelSpace.from_file(
         value,
@@ -178,8 +180,6 @@ def check_args(args: argparse.Namespace) -> None:
     cli_seed(args.seed)
     cli_int(args.workers, "--workers", 1, 64, why="threads of the fit")
     if args.bootstrap is not None:
-        from geoviz.geodesic.uncertainty import check_replicates
-
         check_replicates(args.bootstrap, "--bootstrap")
         cli_seed(args.bootstrap_seed, "--bootstrap-seed")
         if args.bootstrap_method == "refit" and args.method != "barycentric":
@@ -208,8 +208,6 @@ def check_args(args: argparse.Namespace) -> None:
         cli_int(args.neural_iterations, "--neural-iterations", 1, limits.MAX_NEURAL_ITERATIONS)
     args.checked_weights = None
     if getattr(args, "weights", None) is not None:
-        from geoviz.geodesic.weights import SimplexWeights
-
         try:  # validated once, kept as given (no rounding): every use after takes it as is
             args.checked_weights = SimplexWeights.from_input(args.weights, m, decimals=None)
         except WeightsError as err:
@@ -239,8 +237,6 @@ def otdd_config(args: argparse.Namespace) -> OTDDConfig:
     """The OTDD's configuration of checked options (``--epsilon``, ``--lambda-x/-y``,
     ``--label-method``, ``--device``, ``--batch-size`` or ``--stream``), sized for ``--n``
     as the app sizes its problems."""
-    from geoviz.ot.otdd_cost import OTDDConfig
-
     base = OTDDConfig()
     names = {f.name for f in dataclasses.fields(base)}
     changes = {
@@ -272,8 +268,6 @@ def otdd_config(args: argparse.Namespace) -> OTDDConfig:
 
 
 def _neural_config(args: argparse.Namespace) -> NeuralMapConfig:
-    from geoviz.maps.neural_config import get_neural_preset
-
     cfg = get_neural_preset(getattr(args, "neural_preset", DEFAULT_NEURAL_PRESET))
     changes: dict[str, Any] = {}
     if getattr(args, "neural_iterations", None) is not None:
@@ -291,10 +285,6 @@ def spec_from_args(args: argparse.Namespace) -> GeodesicSpec:
     ``--split``, ``--n`` samples each (seed ``--seed``); ``--size`` is the common image
     size (default: sizes kept, resized to the target's height when they differ).
     """
-    from geoviz.data.choice import DatasetChoice
-    from geoviz.geodesic.config import GeodesicConfig
-    from geoviz.geodesic.spec import GeodesicSpec
-
     return GeodesicSpec(
         target=DatasetChoice.named(args.target, args.split),
         references=tuple(DatasetChoice.named(name, args.split) for name in args.refs),

@@ -3,24 +3,33 @@ the bootstrap intervals.
 
 Labels of the paper's quantities are the constants of :mod:`geoviz.glossary` (the app's
 too); the map table's columns, headers and captions are the app's
-(:mod:`geoviz.viz.report`, imported when a table is printed).
+(:mod:`geoviz.viz.report`).
+
+It imports the library at its top: it is imported by :mod:`geoviz.cli.geodesic_run` (the
+commands' run, imported when a command runs), never by the parser.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from geoviz.cli.output import format_table
+from geoviz.geodesic.result import GeodesicResult
+from geoviz.geodesic.uncertainty import GeodesicBootstrap
 from geoviz.glossary import A_HAT, OBJECTIVE, OBJECTIVE_AT_A_HAT, OTDD, W_TARGET
+from geoviz.maps.base import MapDiagnostics, PlanDiagnostics
+from geoviz.ot.otdd_cost import BLUR_NEIGHBOURS
+from geoviz.viz.report import (
+    diagnostic_fields,
+    field_header,
+    field_text,
+    field_value,
+    map_table_notes,
+)
 from geoviz.vocabulary import DEFAULT_EPSILON
-
-if TYPE_CHECKING:  # the CLI imports torch-based modules only when a command runs
-    from geoviz.geodesic.result import GeodesicResult
-    from geoviz.geodesic.uncertainty import GeodesicBootstrap
-    from geoviz.maps.base import MapDiagnostics
 
 __all__ = [
     "blur_lines",
@@ -49,8 +58,6 @@ def reference_names(result: GeodesicResult) -> list[str]:
 
 def blur_lines(result: GeodesicResult) -> list[str]:
     """One ``BLURRY MAP`` line per map whose effective neighbours exceed ``BLUR_NEIGHBOURS``."""
-    from geoviz.ot.otdd_cost import BLUR_NEIGHBOURS
-
     eps = float(result.config.otdd.epsilon)
     lines = []
     for i, name in enumerate(reference_names(result)):
@@ -72,8 +79,6 @@ def blur_lines(result: GeodesicResult) -> list[str]:
 
 def _maps_heading(result: GeodesicResult, two_q: bool) -> str:
     """The line above the per-map table: what it shows, and the epsilon of plan maps."""
-    from geoviz.maps.base import PlanDiagnostics
-
     what = f"{OTDD}, (2,Q) distance to Q and diagnostics" if two_q else f"{OTDD} and diagnostics"
     space = "" if result.features_name == "pixels" else f" in the {result.features_name} space"
     if all(isinstance(d, PlanDiagnostics) for d in result.diagnostics):
@@ -85,8 +90,6 @@ def _maps_heading(result: GeodesicResult, two_q: bool) -> str:
 def _cell(diagnostics: MapDiagnostics, name: str) -> str:
     """A field as the CLI prints it: numbers at 6 significant digits (scripts read them
     back), everything else as the app reads it (:func:`geoviz.viz.report.field_text`)."""
-    from geoviz.viz.report import field_text, field_value
-
     value = field_value(diagnostics, name)
     if isinstance(value, float):
         return num(value)
@@ -101,8 +104,6 @@ def print_maps(result: GeodesicResult, *, two_q: bool = False) -> None:
     table (:data:`geoviz.viz.report.FIELD_FORMATS`, keyed by diagnostics type and field);
     a field no map has a value for is left out.
     """
-    from geoviz.viz.report import diagnostic_fields, field_header, field_value, map_table_notes
-
     diagnostics = result.diagnostics
     fields = [
         name

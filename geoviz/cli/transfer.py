@@ -37,14 +37,10 @@ from __future__ import annotations
 import argparse
 
 from geoviz.cli.transfer_options import add_transfer_args
-from geoviz.cli.transfer_report import transfer_progress
 
 __all__ = [
     "register",
 ]
-
-# the old private name of the moved progress helper, for callers that import it from here
-_transfer_progress = transfer_progress
 
 
 def _cmd_transfer(args: argparse.Namespace) -> int:
