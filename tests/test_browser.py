@@ -15,125 +15,45 @@ import contextlib
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
+import browser_support
 import numpy as np
 import pytest
+from browser_support import (  # the shared Chromium and app-server set-up
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    DOC_SHOTS,
+    NAV_LINK,
+    PAGE_TIMEOUT_MS,
+    ROOT,
+    SERVER_START_TIMEOUT,
+    SHOTS,
+    app_server,
+    assert_no_exception,
+    explorer_frame,
+    free_port,
+    main_text,
+    scenario_link,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / "test-output" / "screenshots"
-DOC_SHOTS = ROOT / "docs" / "screenshots"
-CHROMIUM = os.environ.get("GEOVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-NAV_LINK = "[data-testid='stSidebar'] [data-testid='stPageLink-NavLink']"
-SERVER_START_TIMEOUT = 120
-PAGE_TIMEOUT_MS = 420_000  # the first geodesic page computes the OTDD maps
+# the fixtures, found by pytest in this module's namespace (assigned, not imported: a test's
+# argument of the same name is the fixture's value)
+server = browser_support.server
+sync_playwright = browser_support.sync_playwright
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def sync_playwright():
-    pw = pytest.importorskip(
-        "playwright.sync_api", reason="the playwright Python package is not installed"
-    )
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        pytest.skip(
-            f"Chromium not found at {CHROMIUM} (apt-get install chromium, or set GEOVIZ_CHROMIUM)"
-        )
-    return pw.sync_playwright
-
-
-@contextlib.contextmanager
-def _app_server(tmp: Path, **env_overrides: str) -> Iterator[dict]:
-    """The app (``python -m geoviz.app.serve``) on a free port with the test sizes and
-    ``env_overrides``; yields ``{"url", "export_dir", "log"}``; always stopped."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "GEOVIZ_APP_N": os.environ.get("GEOVIZ_TEST_APP_N", "200"),
-        "GEOVIZ_APP_GRID": "15",
-        "GEOVIZ_EMBEDDING": os.environ.get("GEOVIZ_TEST_EMBEDDING", "pca"),
-        "GEOVIZ_TRANSFER_BACKEND": "sequential",
-        "GEOVIZ_NEURAL_PRESET": "tiny",
-        "GEOVIZ_CACHE_DIR": str(tmp / "cache"),
-        "GEOVIZ_EXPORT_ROOT": str(tmp / "exports"),
-        "PYTHONUNBUFFERED": "1",
-        **env_overrides,
-    }
-    (tmp / "exports").mkdir(exist_ok=True)
-    log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed in finally
-    cmd = [  # as `make run` starts it: preload, prefetch of the default scenario, streamlit run
-        sys.executable,
-        "-m",
-        "geoviz.app.serve",
-        "--server.port",
-        str(port),
-        "--server.address",
-        "127.0.0.1",
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while not _healthy(url):
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"streamlit exited with {proc.returncode}: {(tmp / 'server.log').read_text()[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not answer within {SERVER_START_TIMEOUT} s")
-            time.sleep(0.5)
-        yield {"url": url, "export_dir": tmp / "exports", "log": tmp / "server.log"}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, sync_playwright) -> Iterator[dict]:
-    """The app (``python -m geoviz.app.serve``) on a free port; yields
-    ``{"url", "export_dir", "log"}``; always stopped."""
-    with _app_server(tmp_path_factory.mktemp("browser")) as info:
-        yield info
+# the names other browser tests import from here
+_app_server = app_server
+_free_port = free_port
+_wait_idle = wait_idle
+_assert_no_exception = assert_no_exception
+_explorer = explorer_frame
+_main_text = main_text
+__all__ = ["CHROMIUM_ARGS", "ROOT", "SERVER_START_TIMEOUT"]
 
 
 @pytest.fixture(scope="module")
@@ -156,24 +76,6 @@ def page(sync_playwright, server, tmp_path_factory: pytest.TempPathFactory):
             context.close()
 
 
-def _wait_idle(pg, settle_ms: int = 800) -> None:
-    """Wait until Streamlit has finished running the script (no 'running' widget, no spinner)."""
-    pg.wait_for_selector("[data-testid='stApp']")
-    deadline = time.monotonic() + PAGE_TIMEOUT_MS / 1000
-    quiet_since = None
-    while time.monotonic() < deadline:
-        state = pg.get_attribute("[data-testid='stApp']", "data-test-script-state")
-        spinning = pg.locator("[data-testid='stSpinner']").count()
-        if state not in ("running", "rerunRequested", "initial", None) and spinning == 0:
-            quiet_since = quiet_since or time.monotonic()
-            if (time.monotonic() - quiet_since) * 1000 >= settle_ms:
-                return
-        else:
-            quiet_since = None
-        pg.wait_for_timeout(200)
-    raise AssertionError("the app kept running past the page timeout")
-
-
 def _choose(pg, box, option: str, exact: bool = False) -> None:
     """Open a select box and pick ``option``. A rerun that lands between the click and the
     pick redraws the box and closes its list, so the click is retried until the option
@@ -192,11 +94,6 @@ def _choose(pg, box, option: str, exact: bool = False) -> None:
             continue
         wanted.first.click()
         return
-
-
-def _assert_no_exception(pg, where: str) -> None:
-    errors = pg.locator("[data-testid='stException']")
-    assert errors.count() == 0, f"{where}: {errors.first.inner_text()[:2000]}"
 
 
 def _shot(pg, name: str) -> Path:
@@ -266,11 +163,6 @@ def _slider_values(pg) -> list[float]:
         float(s.input_value())
         for s in pg.locator("[data-testid='stSlider'] input[type='range']").all()
     ]
-
-
-def _main_text(pg) -> str:
-    """What the page shows (for assertion messages)."""
-    return pg.locator("[data-testid='stMain']").inner_text()[:3000]
 
 
 def _sidebar_text(pg) -> str:
@@ -624,20 +516,6 @@ def test_hostile_links_and_the_export_folder(page, server, tmp_path):
 # ---------------------------------------------------------------- the explorer (issue 16)
 
 
-def _explorer(pg, timeout_s: float = PAGE_TIMEOUT_MS / 1000):
-    """The explorer component's frame once its payload is drawn."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for frame in pg.frames:
-            if "geoviz_explorer" not in (frame.url or ""):
-                continue
-            with contextlib.suppress(Exception):
-                if frame.evaluate("() => !!(window.geovizExplorer && window.geovizExplorer.ready)"):
-                    return frame
-        pg.wait_for_timeout(250)
-    raise AssertionError(f"the explorer did not render: {_main_text(pg)}")
-
-
 def _with_bootstrap(pg, frame):
     """The explorer's frame once the background bootstrap is in it: the page draws the
     explorer without waiting for it, and the browser's polls bring it (no reload, no click)."""
@@ -823,10 +701,7 @@ def test_explorer_objective_and_mix_at_random_weights(page, server):
         assert np.abs(got - _python_mix(result, header, a).astype(int)).max() <= 1
 
 
-def _scenario_link(server, scenario, page_path: str = "geodesic") -> str:
-    from geoviz.app.links import scenario_to_token
-
-    return f"{server['url']}/{page_path}?scenario={scenario_to_token(scenario)}"
+_scenario_link = scenario_link
 
 
 def test_explorer_two_and_four_references(page, server):

@@ -19,18 +19,17 @@ import io
 
 import numpy as np
 import pytest
-from test_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
+from browser_support import (  # the shared Chromium and app-server set-up
     DOC_SHOTS,
     PAGE_TIMEOUT_MS,
     SHOTS,
-    _assert_no_exception,
-    _explorer,
-    _wait_idle,
+    browser,  # noqa: F401 - a fixture
     server,  # noqa: F401 - the app, a fixture
     sync_playwright,  # noqa: F401 - a fixture
 )
+from browser_support import assert_no_exception as _assert_no_exception
+from browser_support import explorer_frame as _explorer
+from browser_support import wait_idle as _wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -41,16 +40,11 @@ SMALL_REGION_CELLS = 60
 FRAME_MS_LIMIT = 60.0
 
 
-@pytest.fixture(scope="module")
-def browser(sync_playwright):  # noqa: F811 - the fixture imported above
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_frame_times():
+    """This module's frame times are written anew."""
     with contextlib.suppress(OSError):
         (SHOTS / "classroom_frame_times.txt").unlink(missing_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @contextlib.contextmanager

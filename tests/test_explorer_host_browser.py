@@ -17,15 +17,15 @@ import json
 import time
 
 import pytest
-from test_browser import (  # test_browser.py's Chromium, and its Playwright fixture (skips without them)
-    CHROMIUM,
-    CHROMIUM_ARGS,
+from browser_support import (  # the shared Chromium set-up (skips without it)
+    RECORDING_HOST,
+    browser,  # noqa: F401 - a fixture
+    harness_html,
     sync_playwright,  # noqa: F401 - a fixture
 )
 
 from geoviz.data.preprocess import harmonize
 from geoviz.data.registry import load_dataset
-from geoviz.explorer.bundle import FRONTEND, build_bundle
 from geoviz.explorer.payload import build_geodesic
 from geoviz.geodesic.pipeline import fit_geodesic
 
@@ -51,39 +51,17 @@ def payload() -> dict:
     }
 
 
-def _harness() -> str:
-    code = build_bundle(FRONTEND, "explorer.js")
-    return (
-        "<!doctype html><html><body><div id='root' style='width:1200px'></div>"
-        "<script type='module'>\n" + code + "\n"
-        "window.sent = [];\n"
-        "const host = { send(v) { window.sent.push(JSON.parse(JSON.stringify(v))); return true; },"
-        " resized() {} };\n"
-        "window.explorer = createExplorer(document.getElementById('root'), host);\n"
-        "window.renderArgs = (args) => {\n"
-        "  const raw = atob(args.payload);\n"
-        "  const bytes = new Uint8Array(raw.length);\n"
-        "  for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);\n"
-        "  window.explorer.render(Object.assign({}, args, { payload: bytes }));\n"
-        "};\n"
-        "window.harnessReady = true;\n"
-        "</script></body></html>"
-    )
-
-
 @pytest.fixture
-def harness(sync_playwright, tmp_path, payload):  # noqa: F811 - the fixture above
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            pg = browser.new_page(viewport={"width": 1300, "height": 1400})
-            errors: list[str] = []
-            pg.on("pageerror", lambda err: errors.append(str(err)))
-            pg.set_content(_harness())
-            pg.wait_for_function("() => window.harnessReady === true", timeout=30_000)
-            yield pg, payload, errors
-        finally:
-            browser.close()
+def harness(browser, payload):  # noqa: F811 - the fixture imported above
+    pg = browser.new_page(viewport={"width": 1300, "height": 1400})
+    try:
+        errors: list[str] = []
+        pg.on("pageerror", lambda err: errors.append(str(err)))
+        pg.set_content(harness_html(RECORDING_HOST))
+        pg.wait_for_function("() => window.harnessReady === true", timeout=30_000)
+        yield pg, payload, errors
+    finally:
+        pg.close()
 
 
 def _render(pg, payload: dict, *, picked: list[float], handled_seq: int | None) -> None:

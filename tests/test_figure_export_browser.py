@@ -23,16 +23,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_browser import (  # test_browser.py's Chromium, and its Playwright fixture (skips without them)
-    CHROMIUM,
-    CHROMIUM_ARGS,
+from browser_support import (  # the shared Chromium set-up (skips without it)
     SHOTS,
+    browser,  # noqa: F401 - a fixture
+    harness_html,
     sync_playwright,  # noqa: F401 - a fixture
 )
 
 from geoviz.data.preprocess import harmonize
 from geoviz.data.registry import load_dataset
-from geoviz.explorer.bundle import FRONTEND, build_bundle
 from geoviz.explorer.payload import build_geodesic, build_mccann
 from geoviz.geodesic.config import GeodesicConfig
 from geoviz.geodesic.pipeline import fit_geodesic
@@ -72,42 +71,14 @@ def payloads() -> dict[str, str]:
     }
 
 
-def _harness() -> str:
-    code = build_bundle(FRONTEND, "explorer.js")
-    return (
-        "<!doctype html><html><body><div id='root' style='width:1200px'></div>"
-        "<script type='module'>\n" + code + "\n"
-        "const host = { send() { return true; }, resized() {} };\n"
-        "window.explorer = createExplorer(document.getElementById('root'), host);\n"
-        "window.renderArgs = (args) => {\n"
-        "  const raw = atob(args.payload);\n"
-        "  const bytes = new Uint8Array(raw.length);\n"
-        "  for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);\n"
-        "  window.explorer.render(Object.assign({}, args, { payload: bytes }));\n"
-        "};\n"
-        "window.harnessReady = true;\n"
-        "</script></body></html>"
-    )
-
-
-@pytest.fixture(scope="module")
-def browser(sync_playwright):  # noqa: F811 - the fixture imported above
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
 @contextlib.contextmanager
-def _explorer(browser, payload: str):
+def _explorer(browser, payload: str):  # noqa: F811
     """A page with one explorer rendering ``payload``; page errors fail the test."""
     pg = browser.new_page(viewport={"width": 1300, "height": 1400}, accept_downloads=True)
     errors: list[str] = []
     pg.on("pageerror", lambda err: errors.append(str(err)))
     try:
-        pg.set_content(_harness())
+        pg.set_content(harness_html())
         pg.wait_for_function("() => window.harnessReady === true", timeout=30_000)
         args = {"payload": payload, "payload_id": "figure-test", "picked": None, "t": 0.5}
         pg.evaluate(f"() => window.renderArgs({json.dumps(args)})")
@@ -142,7 +113,7 @@ def _png(pg):
     return img
 
 
-def _rendered(browser, svg_text: str, name: str) -> np.ndarray:
+def _rendered(browser, svg_text: str, name: str) -> np.ndarray:  # noqa: F811
     """The SVG as Chromium draws it (saved as a PNG to look at): its pixels."""
     from PIL import Image
 
@@ -161,7 +132,7 @@ def _rendered(browser, svg_text: str, name: str) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(shot)).convert("RGB"), dtype=int)
 
 
-def _check_mode(browser, pg, name: str, must_have: list[str]) -> ET.Element:
+def _check_mode(browser, pg, name: str, must_have: list[str]) -> ET.Element:  # noqa: F811
     """The SVG and the PNG of the current view: valid, with ``must_have`` among the SVG's
     texts, drawn by Chromium (not blank), the PNG at twice the SVG's size."""
     root, svg_text = _svg(pg)
@@ -192,7 +163,7 @@ def _download(pg, button: str, tmp_path: Path) -> Path:
     return path
 
 
-def test_every_teaching_mode_exports_svg_and_png(browser, payloads, tmp_path):
+def test_every_teaching_mode_exports_svg_and_png(browser, payloads, tmp_path):  # noqa: F811
     """The 2-D teaching scatter: free view, presenter mode (the followed x's halo labels),
     steps 1-3 (the coupling lines, the squares T_i(x), the mix) and every switch on."""
     with _explorer(browser, payloads["scatter"]) as pg:
@@ -233,7 +204,7 @@ def test_every_teaching_mode_exports_svg_and_png(browser, payloads, tmp_path):
         )
 
 
-def test_mccann_exports_svg_and_png(browser, payloads):
+def test_mccann_exports_svg_and_png(browser, payloads):  # noqa: F811
     with _explorer(browser, payloads["mccann_scatter"]) as pg:
         _check_mode(
             browser,
@@ -253,7 +224,7 @@ def _crisp_edges(gray: np.ndarray) -> float:
     return float((np.abs(np.diff(gray, axis=1)) > 100).mean())
 
 
-def test_the_embedding_panel_of_a_2x_png_is_drawn_at_2x(browser, payloads):
+def test_the_embedding_panel_of_a_2x_png_is_drawn_at_2x(browser, payloads):  # noqa: F811
     """The view's legend column (the faded background's own part: nothing else draws
     there in the embedding view) in the PNG figure has the crisp edges of a 2x drawing: at
     least five times those of the screen's 1x canvas scaled up by the browser, which is what
@@ -294,7 +265,7 @@ def test_the_embedding_panel_of_a_2x_png_is_drawn_at_2x(browser, payloads):
         assert sharp > 0.005 and sharp > 5 * blurred, (sharp, blurred)
 
 
-def test_a_colour_target_says_why_p_a_is_grey(browser, payloads):
+def test_a_colour_target_says_why_p_a_is_grey(browser, payloads):  # noqa: F811
     """Under P_a's tiles, the payload's note (GeodesicResult.grey_note), as text."""
     with _explorer(browser, payloads["colour"]) as pg:
         note = pg.locator("#pa-note").inner_text()
@@ -307,7 +278,7 @@ def test_a_colour_target_says_why_p_a_is_grey(browser, payloads):
         assert pg.locator("#pa-note").count() == 0
 
 
-def test_every_w2_of_a_view_has_one_number_of_decimals(browser, payloads):
+def test_every_w2_of_a_view_has_one_number_of_decimals(browser, payloads):  # noqa: F811
     """Issue 45: W² was printed with 7 significant digits, so 1 to 7 decimals as the pick
     moved. Now one number of decimals per view (seven significant digits at W²(P_â, Q), the
     smallest), for the readout and â's line alike, and the text is the value."""

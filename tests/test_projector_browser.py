@@ -17,18 +17,17 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from test_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
+from browser_support import (  # the shared Chromium and app-server set-up
     PAGE_TIMEOUT_MS,
     SHOTS,
-    _assert_no_exception,
-    _explorer,
-    _scenario_link,
-    _wait_idle,
+    browser,  # noqa: F401 - a fixture
     server,  # noqa: F401 - the app, a fixture
     sync_playwright,  # noqa: F401 - a fixture
 )
+from browser_support import assert_no_exception as _assert_no_exception
+from browser_support import explorer_frame as _explorer
+from browser_support import scenario_link as _scenario_link
+from browser_support import wait_idle as _wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -38,18 +37,8 @@ CAPTION_PX = 14
 TEACHING = "2-D Gaussian mixtures"
 
 
-@pytest.fixture(scope="module")
-def browser(sync_playwright):  # noqa: F811 - the fixture imported above
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
 @contextlib.contextmanager
-def _opened(browser, url: str, width: int, height: int):
+def _opened(browser, url: str, width: int, height: int):  # noqa: F811
     """``url`` at ``width`` x ``height``; yields (page, explorer frame)."""
     ctx = browser.new_context(viewport={"width": width, "height": height})
     try:
