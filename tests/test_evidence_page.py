@@ -334,7 +334,10 @@ def test_evidence_page_states_space_n_table1_and_marks_a_hat(fresh_server: Path)
     assert len(ternaries) == 2 and all(
         any(t.get("name") == "â" for t in f["data"]) for f in ternaries
     )
-    table = next(d.value for d in at.dataframe if "Mixup with the same a (paper)" in d.value)
+    # a static table (every column shows at 1280 px), indexed by the target
+    table = next(
+        d.value.reset_index() for d in at.table if "Mixup with the same a (paper)" in d.value
+    )
     assert list(table["target Q"]) == ["MNIST", "Fashion-MNIST", "USPS", "KMNIST"]
     assert table["Mixup with the same a (paper)"][0] == "81.5 ± 2.5 (88.7)"
     assert "Mixup at â is ahead on MNIST, Fashion-MNIST and USPS" in texts
