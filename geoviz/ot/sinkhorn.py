@@ -224,13 +224,10 @@ class Sinkhorn:
         aggregated dual; this removes the slow inter-class mode of Sinkhorn on
         label-structured costs with unequal class proportions).
     newton
-        Final stage, dense and sparse kernels: once the L1 marginal error is below 1e-2,
-        also try Sinkhorn-Newton steps (Brauer et al. 2017; :mod:`geoviz.ot.loop`), each
-        kept only when it raises the dual (Armijo) and counted as one iteration in
-        ``n_iter``. Same problem, same fixed point, same
-        stopping rule; it shortens the final stage where the plan is nearly block-diagonal
-        (a learned feature space: on the colour default's ``mnist_m -> mnist`` map, 5,000
-        iterations without convergence became 784, converged; ``benchmarks/README.md``).
+        Final stage, dense and sparse kernels: once the L1 error is below 1e-2, also try
+        Sinkhorn-Newton steps on the same dual (:mod:`geoviz.ot.loop`; kept by Armijo,
+        one iteration each): same fixed point and stopping rule, far fewer iterations on
+        nearly block-diagonal plans (colour default, ``benchmarks/README.md``).
     keep_plan
         Dense kernel: build the plan in place of the kernel buffer at the end
         (no extra memory); :meth:`SinkhornResult.plan` then returns it.
