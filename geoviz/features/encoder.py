@@ -240,7 +240,10 @@ class NetEncode:
     def __init__(
         self, net: EncoderNet, shape: tuple[int, int, int], size: int, device: torch.device
     ) -> None:
-        self.net = fold_batch_norm(net).to(device).to(memory_format=torch.channels_last)
+        self.net = fold_batch_norm(net).to(device)
+        for param in self.net.parameters():  # the convolutions' weights, as the inputs
+            if param.dim() == 4:
+                param.data = param.data.contiguous(memory_format=torch.channels_last)
         self.shape, self.size, self.device = shape, size, device
         digest = hashlib.blake2b(repr((shape, size)).encode(), digest_size=16)
         for name, value in self.net.state_dict().items():
