@@ -229,18 +229,18 @@ def test_scenario_key_is_computed_once_and_changes_with_the_scenario(monkeypatch
 )
 def test_entry_weights_are_on_the_simplex_rounded_and_survive_the_url(values):
     from geoviz.app.links import (
-        WEIGHT_KEY_DECIMALS,
         entry_weights,
         weights_from_text,
         weights_to_text,
     )
+    from geoviz.geodesic.weights import ENTRY_DECIMALS
 
     w = np.asarray(values) / np.sum(values)
     w = w / w.sum()
     rounded = entry_weights(w, len(w))
     assert np.all(rounded >= 0) and rounded.sum() == pytest.approx(1.0, abs=1e-12)
-    assert np.abs(rounded - w).max() <= 10.0**-WEIGHT_KEY_DECIMALS + 1e-12
-    scaled = rounded * 10**WEIGHT_KEY_DECIMALS
+    assert np.abs(rounded - w).max() <= 10.0**-ENTRY_DECIMALS + 1e-12
+    scaled = rounded * 10**ENTRY_DECIMALS
     assert np.allclose(scaled, np.round(scaled), atol=1e-6)
     # validating the rounded vector again changes nothing (one rounding rule)
     assert entry_weights(rounded, len(w)).tolist() == rounded.tolist()

@@ -32,8 +32,6 @@ NOT_YET_CLEAN: frozenset[str] = frozenset()
 #: (module -> alias names): their readers import the name from its module instead. Found when
 #: the check was added (issue 44 item 1); the mapping only shrinks.
 ALIASES_NOT_YET_REMOVED: dict[str, frozenset[str]] = {
-    "geoviz/app/links.py": frozenset({"WEIGHT_KEY_DECIMALS"}),  # geodesic.weights.ENTRY_DECIMALS
-    "geoviz/app/scenario.py": frozenset({"_short", "NeuralPreset"}),  # errors, vocabulary
     "geoviz/features/choice.py": frozenset({"ChosenSpace"}),  # features.structure.SpaceName
     "geoviz/ot/otdd_cost.py": frozenset({"STREAMED_SUPPORT_PER_ROW", "STREAM_ABOVE_ENTRIES"}),
 }

@@ -11,15 +11,12 @@ from typing import Any
 import numpy as np
 
 from geoviz import limits
-from geoviz.app.scenario import Scenario, _short
+from geoviz.app.scenario import Scenario
 from geoviz.data.choice import MAX_NAME_CHARS
 from geoviz.data.served import link_choice
-from geoviz.errors import DatasetError, GeovizError, WeightsError
+from geoviz.errors import DatasetError, GeovizError, WeightsError, short_repr
 from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights, weights_text
 from geoviz.vocabulary import AUTO, DEFAULT_EPSILON, Split
-
-#: decimals of the weights the app computes with (the cache key uses the same numbers)
-WEIGHT_KEY_DECIMALS = ENTRY_DECIMALS
 
 #: URL query parameter names
 QUERY_SCENARIO = "scenario"
@@ -38,7 +35,7 @@ def entry_weights(weights: Sequence[float] | np.ndarray, m: int) -> np.ndarray:
     :meth:`SimplexWeights.from_input <geoviz.geodesic.weights.SimplexWeights.from_input>`
     as an array: :func:`geoviz.geodesic.weights.check_weights` (length, NaN, negatives,
     sum 1 within 1e-6), then :func:`~geoviz.geodesic.weights.round_to_simplex` to
-    :data:`WEIGHT_KEY_DECIMALS` places (the rounded vector still sums to exactly 1). The
+    :data:`ENTRY_DECIMALS` places (the rounded vector still sums to exactly 1). The
     app itself keeps the :class:`~geoviz.geodesic.weights.SimplexWeights`
     (:meth:`geoviz.app.session.SessionModel.set_weights`).
 
@@ -47,12 +44,12 @@ def entry_weights(weights: Sequence[float] | np.ndarray, m: int) -> np.ndarray:
     np.ndarray
         ``(m,)`` float64.
     """
-    return SimplexWeights.from_input(weights, m, WEIGHT_KEY_DECIMALS).to_array()
+    return SimplexWeights.from_input(weights, m, ENTRY_DECIMALS).to_array()
 
 
 def weights_to_text(weights: Sequence[float] | np.ndarray) -> str:
     """``"0.5,0.3,0.2"``: the URL form of rounded weights (shortest exact decimals)."""
-    return weights_text(weights, WEIGHT_KEY_DECIMALS)
+    return weights_text(weights, ENTRY_DECIMALS)
 
 
 def weights_from_text(text: str) -> np.ndarray:
@@ -63,7 +60,9 @@ def weights_from_text(text: str) -> np.ndarray:
     try:
         return np.asarray([float(p) for p in str(text).split(",")], dtype=float)
     except ValueError:
-        raise WeightsError(f"weights must be comma-separated numbers, got {_short(text)}") from None
+        raise WeightsError(
+            f"weights must be comma-separated numbers, got {short_repr(text)}"
+        ) from None
 
 
 def scenario_to_token(scenario: Scenario) -> str:
@@ -185,7 +184,9 @@ def scenario_from_query(params: Mapping[str, str]) -> Scenario:
             raise DatasetError(f"the link names no {needed}")
     split_text = values.get("split", "train")
     if split_text not in ("train", "test"):
-        raise DatasetError(f"the link's split must be 'train' or 'test', got {_short(split_text)}")
+        raise DatasetError(
+            f"the link's split must be 'train' or 'test', got {short_repr(split_text)}"
+        )
     split: Split = "train" if split_text == "train" else "test"
 
     def number(name: str, kind: type[int] | type[float], default: Any) -> Any:
@@ -195,7 +196,7 @@ def scenario_from_query(params: Mapping[str, str]) -> Scenario:
             return kind(values[name])
         except ValueError:
             raise DatasetError(
-                f"the link's {name} is not a number: {_short(values[name])}"
+                f"the link's {name} is not a number: {short_repr(values[name])}"
             ) from None
 
     refs = [r.strip() for r in values["refs"].split(",")]

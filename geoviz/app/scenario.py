@@ -49,20 +49,12 @@ __all__ = [
     "DEFAULT_REFERENCES",
     "DEFAULT_TARGET",
     "EPSILON_CHOICES",
-    "NeuralPreset",
     "Scenario",
     "epsilon_choices",
     "scenario_feature_bytes",
     "served_datasets",
     "served_path",
 ]
-
-#: ``repr`` cut short for error texts (a link's values are never echoed whole)
-_short = short_repr
-
-
-#: the map methods and neural budgets (the vocabulary's, named as the app has named them)
-NeuralPreset = NeuralPresetName
 
 
 DEFAULT_TARGET = "mnist"
@@ -143,7 +135,7 @@ class Scenario:
         epsilon: float = DEFAULT_EPSILON,
         seed: int = 0,
         map_method: MapMethod = "barycentric",
-        neural_preset: NeuralPreset = "cpu",
+        neural_preset: NeuralPresetName = "cpu",
         features: str = AUTO,
         encoder_preset: str = "pretrained",
     ) -> None:
@@ -195,7 +187,7 @@ class Scenario:
         if self.features not in BUILTIN_SPACES and self.features not in registered_models():
             spaces = (*BUILTIN_SPACES, *registered_models())
             raise DatasetError(
-                f"features must be one of {', '.join(spaces)}, got {_short(self.features)}"
+                f"features must be one of {', '.join(spaces)}, got {short_repr(self.features)}"
             )
         for choice in self.choices:
             # a scenario names only data this server can load (no torchvision entry where
@@ -244,7 +236,7 @@ class Scenario:
         return self.spec.config.method
 
     @property
-    def neural_preset(self) -> NeuralPreset:
+    def neural_preset(self) -> NeuralPresetName:
         """The preset name of the spec's neural budget (the app builds it from one)."""
         neural = self.spec.config.neural
         return next(n for n in NEURAL_PRESET_NAMES if get_neural_preset(n) == neural)
@@ -328,7 +320,9 @@ class Scenario:
         values = dict(d)
         unknown = sorted(str(k) for k in values if k not in _SCENARIO_FIELDS)
         if unknown:
-            raise DatasetError(f"not a scenario description (unknown field {_short(unknown[0])})")
+            raise DatasetError(
+                f"not a scenario description (unknown field {short_repr(unknown[0])})"
+            )
         refs = values.get("references")
         if not isinstance(refs, (list, tuple)):
             raise DatasetError("not a scenario description (no list of references)")
@@ -528,7 +522,7 @@ def served_path(name: str, data_dirs: Sequence[tuple[str, Path]]) -> Path:
     check_relative_name(name)
     label, _, inside = name.partition("/")
     roots = dict(data_dirs)
-    refusal = DatasetError(f"no dataset {_short(name, 80)} in this server's data folders")
+    refusal = DatasetError(f"no dataset {short_repr(name, 80)} in this server's data folders")
     if label not in roots or not inside:
         raise refusal
     root = roots[label]

@@ -17,7 +17,6 @@ from geoviz.app.links import (
     QUERY_MCCANN_T,
     QUERY_SCENARIO,
     QUERY_WEIGHTS,
-    WEIGHT_KEY_DECIMALS,
     scenario_from_query,
     scenario_from_token,
     scenario_to_token,
@@ -28,7 +27,7 @@ from geoviz.app.settings import AppSettings, default_scenario
 from geoviz.app.uploads import UploadRef
 from geoviz.errors import GeovizError
 from geoviz.geodesic.interpolate import check_t
-from geoviz.geodesic.weights import SimplexWeights
+from geoviz.geodesic.weights import ENTRY_DECIMALS, SimplexWeights
 
 
 def sync_form_state(
@@ -164,7 +163,7 @@ class SessionModel:
         The stored value is :meth:`SimplexWeights.from_input
         <geoviz.geodesic.weights.SimplexWeights.from_input>` of the input (what
         :func:`~geoviz.app.links.entry_weights` returns as an array): on the simplex and
-        rounded to :data:`WEIGHT_KEY_DECIMALS` places, so the cache key, the URL and the
+        rounded to :data:`ENTRY_DECIMALS` places, so the cache key, the URL and the
         computed ``P_a`` use the very same numbers, and nothing downstream checks them again.
 
         Raises
@@ -172,7 +171,7 @@ class SessionModel:
         WeightsError
             Wrong length, NaN, negative entries or a sum other than 1.
         """
-        w = SimplexWeights.from_input(weights, self.scenario.m, WEIGHT_KEY_DECIMALS)
+        w = SimplexWeights.from_input(weights, self.scenario.m, ENTRY_DECIMALS)
         self.state[self.WEIGHTS][self.scenario.key()] = w
         return w
 
@@ -182,7 +181,7 @@ class SessionModel:
     def current_weights(self, a_hat: SimplexWeights | np.ndarray) -> SimplexWeights:
         """The picked weights, or ``a_hat`` (rounded like picked ones) when none were picked."""
         w = self.picked_weights(len(a_hat))
-        return SimplexWeights.from_input(a_hat, len(a_hat), WEIGHT_KEY_DECIMALS) if w is None else w
+        return SimplexWeights.from_input(a_hat, len(a_hat), ENTRY_DECIMALS) if w is None else w
 
     # ------------------------------------------------------------------ URL state
     def mccann_pick(self) -> tuple[int | None, float | None]:

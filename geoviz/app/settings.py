@@ -52,7 +52,6 @@ from geoviz import limits
 from geoviz.app.scenario import (
     DEFAULT_REFERENCES,
     DEFAULT_TARGET,
-    NeuralPreset,
     Scenario,
     scenario_feature_bytes,
     served_path,
@@ -61,7 +60,7 @@ from geoviz.backend import usable_cores
 from geoviz.data.choice import DatasetChoice
 from geoviz.data.served import served_folders
 from geoviz.errors import DatasetError, GeovizError
-from geoviz.vocabulary import ENCODER_PRESET_NAMES, NEURAL_PRESET_NAMES
+from geoviz.vocabulary import ENCODER_PRESET_NAMES, NEURAL_PRESET_NAMES, NeuralPresetName
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -104,7 +103,7 @@ class AppSettings:
     grid_resolution: int = 30
     embed_per_dataset: int = 300
     transfer_backend: Literal["auto", "ray", "sequential"] = "auto"
-    neural_preset: NeuralPreset = "cpu"
+    neural_preset: NeuralPresetName = "cpu"
     data_dirs: tuple[tuple[str, Path], ...] = ()
     export_root: Path | None = None
     max_scenario_mb: int = limits.APP_MAX_SCENARIO_MB
@@ -213,7 +212,7 @@ def _env_encoder_preset(env: Mapping[str, str]) -> str:
     return _env_choice(env, "GEOVIZ_ENCODER_PRESET", ENCODER_PRESET_NAMES, "pretrained")
 
 
-def _env_neural_preset(env: Mapping[str, str]) -> NeuralPreset:
+def _env_neural_preset(env: Mapping[str, str]) -> NeuralPresetName:
     return _env_choice(env, "GEOVIZ_NEURAL_PRESET", NEURAL_PRESET_NAMES, "cpu")  # type: ignore[return-value]
 
 
