@@ -7,8 +7,8 @@ The commands live in this package, one module per group:
   simplex study), its options, checks and report in ``transfer_options``,
   ``transfer_checks`` and ``transfer_report``;
 * :mod:`geoviz.cli.geodesic` — ``distance``, ``project``, ``grid``, likewise with
-  ``geodesic_options``, ``geodesic_checks`` and ``geodesic_report``;
-* :mod:`geoviz.cli.screen` — ``screen``;
+  ``geodesic_options``, ``geodesic_run``, ``geodesic_checks`` and ``geodesic_report``;
+* :mod:`geoviz.cli.screen` — ``screen``, with ``screen_run``;
 
 * :mod:`geoviz.cli.app` — ``app``;
 
@@ -31,8 +31,9 @@ too (:func:`geoviz.backend.configure_torch`): the library changes neither.
 
 Parsing and ``--help`` import no torch (``geoviz --help`` answers at once): the command
 modules import only light modules (no torch, Streamlit, UMAP or Ray) at their top, and
-each command imports the library it runs when it runs (``transfer`` and ``screen``: their
-``*_run`` module, once).
+each command imports the library it runs when it runs, once: its ``*_run`` module
+(``distance``, ``project`` and ``grid``: ``geodesic_run``; ``transfer``: ``transfer_run``;
+``screen``: ``screen_run``).
 
 Every option a user gives is checked right after parsing, before any dataset is
 loaded or map fitted, against the shared bounds of :mod:`geoviz.limits`
