@@ -105,6 +105,9 @@ _CLIPPED_JS = """() => {
   return out;
 }"""
 
+_DRAWN_JS = """() => !document.querySelector('[data-testid=stSkeleton], [data-stale=true]')
+  && document.querySelectorAll("[data-testid=stSidebar] [data-testid=stPageLink-NavLink]").length >= 8"""
+
 _FRAME_CLIPPED_JS = """() => { const d = document.documentElement, r = document.getElementById('root');
   return {docScroll: d.scrollWidth, docClient: d.clientWidth,
           rootScroll: r ? r.scrollWidth : 0, rootClient: r ? r.clientWidth : 0}; }"""
@@ -222,6 +225,9 @@ def test_walk_every_page(browser, server, scenarios, preset: str, size: str):  #
                 if path in ("geodesic", "mccann"):
                     explorer_frame(pg, timeout_s=COLD_COLOUR_S if cold else PAGE_TIMEOUT_MS / 1000)
                 wait_idle(pg, timeout_s=COLD_COLOUR_S if cold else None)
+                # the whole page drawn: no placeholder left, no element of a run before
+                pg.wait_for_function(_DRAWN_JS, timeout=120_000)
+                pg.wait_for_timeout(500)
             except AssertionError as err:
                 failures[path or "start"] = [f"did not finish: {str(err)[:300]}"]
                 continue
