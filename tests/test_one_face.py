@@ -9,9 +9,9 @@ An alias made by assignment is a second face too: a module-level ``_x = y`` (``y
 from geoviz) or ``_x = module.y`` (``module`` imported from geoviz) offers a name defined
 elsewhere under a name of its own (:func:`aliases`).
 
-Read from the source with ``ast`` (nothing is imported). :data:`NOT_YET_CLEAN` lists the
-modules that still offer names defined elsewhere, :data:`ALIASES_NOT_YET_REMOVED` the
-assignment aliases still to delete; both only shrink.
+Read from the source with ``ast`` (nothing is imported). No module is exempt: 19 modules
+re-exported 132 names before issue 44, and the 8 assignment aliases found when that check
+was added are deleted.
 """
 
 from __future__ import annotations
@@ -22,19 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(p for p in (ROOT / "geoviz").rglob("*.py") if p.name != "__init__.py")
-
-#: Modules (relative to the repository root) that still re-export names defined elsewhere,
-#: to be cleaned; none remain (19 before issue 44). The set only shrinks: a module that offers
-#: a name defined elsewhere fails the test above, and is fixed, not listed here.
-NOT_YET_CLEAN: frozenset[str] = frozenset()
-
-#: module-level assignment aliases of a geoviz name defined elsewhere, still to be deleted
-#: (module -> alias names): their readers import the name from its module instead. Found when
-#: the check was added (issue 44 item 1); the mapping only shrinks.
-ALIASES_NOT_YET_REMOVED: dict[str, frozenset[str]] = {
-    "geoviz/features/choice.py": frozenset({"ChosenSpace"}),  # features.structure.SpaceName
-    "geoviz/ot/otdd_cost.py": frozenset({"STREAMED_SUPPORT_PER_ROW", "STREAM_ABOVE_ENTRIES"}),
-}
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -150,46 +137,20 @@ def _rel(path: Path) -> str:
 
 
 def test_no_module_but_a_package_face_offers_a_name_defined_elsewhere():
-    offending = {
-        _rel(p): names
-        for p in MODULES
-        if _rel(p) not in NOT_YET_CLEAN and (names := offered_elsewhere(p))
-    }
+    offending = {_rel(p): names for p in MODULES if (names := offered_elsewhere(p))}
     assert not offending, (
         "import these names from the module that defines them and delete the re-export: "
         f"{offending}"
     )
 
 
-def test_the_allow_list_names_only_modules_that_still_re_export():
-    """A module cleaned leaves :data:`NOT_YET_CLEAN` (the list only shrinks)."""
-    rels = {_rel(p) for p in MODULES}
-    assert not NOT_YET_CLEAN - rels, NOT_YET_CLEAN - rels
-    clean = sorted(m for m in NOT_YET_CLEAN if not offered_elsewhere(ROOT / m))
-    assert not clean, f"clean now, remove from NOT_YET_CLEAN: {clean}"
-
-
 def test_no_module_aliases_a_name_defined_elsewhere():
     """``_old = new`` or ``NAME = module.NAME`` keeps a second name for one value: readers
     import the name from the module that defines it."""
-    offending = {
-        _rel(p): extra
-        for p in MODULES
-        if (extra := sorted(set(aliases(p)) - ALIASES_NOT_YET_REMOVED.get(_rel(p), frozenset())))
-    }
+    offending = {_rel(p): extra for p in MODULES if (extra := sorted(aliases(p)))}
     assert not offending, (
         f"import these names from the module that defines them and delete the alias: {offending}"
     )
-
-
-def test_the_alias_list_names_only_aliases_that_remain():
-    """An alias deleted leaves :data:`ALIASES_NOT_YET_REMOVED` (the mapping only shrinks)."""
-    gone = {
-        module: sorted(names - set(aliases(ROOT / module)))
-        for module, names in ALIASES_NOT_YET_REMOVED.items()
-        if not (ROOT / module).exists() or names - set(aliases(ROOT / module))
-    }
-    assert not gone, f"deleted now, remove from ALIASES_NOT_YET_REMOVED: {gone}"
 
 
 def test_the_alias_check_sees_both_forms(tmp_path: Path):

@@ -119,7 +119,6 @@ DARK_SHARE = 0.35
 #: images examined per dataset (the first ones: the choice must not cost a pass over 60k)
 _SAMPLE = 512
 
-ChosenSpace = SpaceName
 Kind = Literal["vectors", "grey glyphs", "images"]
 
 
@@ -145,7 +144,7 @@ class SpaceChoice:
         unrelated to Q: the answer is computed, but not to be trusted; else ``None``.
     """
 
-    name: ChosenSpace
+    name: SpaceName
     encoder_preset: str
     reason: str
     kind: Kind

@@ -37,7 +37,6 @@ __all__ = [
     "BLUR_NEIGHBOURS",
     "N_NEIGHBOURS",
     "OTDD_ALGO_VERSION",
-    "STREAMED_SUPPORT_PER_ROW",
     "OTDDConfig",
     "check_compatible",
     "ground_cost",
@@ -53,11 +52,6 @@ BLUR_NEIGHBOURS = 10.0
 
 #: plan entries kept per target point for :attr:`OTDDResult.neighbour_index`
 N_NEIGHBOURS = 8
-
-
-#: the sparse kernel's default cap per row when the cost is streamed (full size)
-STREAMED_SUPPORT_PER_ROW = limits.STREAMED_SUPPORT_PER_ROW
-STREAM_ABOVE_ENTRIES = limits.STREAM_ABOVE_ENTRIES
 
 
 @dataclass(frozen=True)
@@ -106,7 +100,7 @@ class OTDDConfig:
     support_per_row
         Sparse kernel: keep at most this many entries per row (each row's largest;
         :class:`~geoviz.ot.strategies.KernelPolicy`). ``None``: no cap for one stored
-        problem, :data:`STREAMED_SUPPORT_PER_ROW` when streamed, where it bounds the
+        problem, :data:`~geoviz.limits.STREAMED_SUPPORT_PER_ROW` when streamed, where it bounds the
         one-problem solve at full size (60,000 x 60,000: ~1 GiB of support instead of
         the tens of GiB the truncation window alone would keep), and when batched,
         where the support is re-chosen among each row's candidates.
@@ -227,7 +221,7 @@ class OTDDConfig:
         # streamed: bounds the support at full size; batched: lets every re-selection of
         # the support be made among candidates found in one pass (no full pass each time)
         full_size = self.stream_reference or self.batch_size is not None
-        return STREAMED_SUPPORT_PER_ROW if full_size else None
+        return limits.STREAMED_SUPPORT_PER_ROW if full_size else None
 
     def fits_stored(self, n_q: int, n_p: int) -> bool:
         """Whether one problem of ``n_q x n_p`` can store its cost (and a dense kernel
@@ -247,7 +241,7 @@ class OTDDConfig:
         """
         if self.batch_size is not None or self.stream_reference:
             return self
-        if n_q * n_p > STREAM_ABOVE_ENTRIES or not self.fits_stored(n_q, n_p):
+        if n_q * n_p > limits.STREAM_ABOVE_ENTRIES or not self.fits_stored(n_q, n_p):
             return dataclasses.replace(self, stream_reference=True)
         return self
 
