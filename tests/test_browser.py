@@ -27,13 +27,10 @@ from browser_support import (  # the shared Chromium and app-server set-up
     DOC_SHOTS,
     NAV_LINK,
     PAGE_TIMEOUT_MS,
-    ROOT,
-    SERVER_START_TIMEOUT,
     SHOTS,
     app_server,
     assert_no_exception,
     explorer_frame,
-    free_port,
     main_text,
     scenario_link,
     wait_idle,
@@ -45,15 +42,6 @@ pytestmark = pytest.mark.browser
 # argument of the same name is the fixture's value)
 server = browser_support.server
 sync_playwright = browser_support.sync_playwright
-
-# the names other browser tests import from here
-_app_server = app_server
-_free_port = free_port
-_wait_idle = wait_idle
-_assert_no_exception = assert_no_exception
-_explorer = explorer_frame
-_main_text = main_text
-__all__ = ["CHROMIUM_ARGS", "ROOT", "SERVER_START_TIMEOUT"]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +71,7 @@ def _choose(pg, box, option: str, exact: bool = False) -> None:
     deadline = time.monotonic() + PAGE_TIMEOUT_MS / 1000
     wanted = pg.get_by_role("option", name=option, exact=exact)
     while True:
-        _wait_idle(pg)
+        wait_idle(pg)
         box.click()
         try:
             wanted.first.wait_for(state="visible", timeout=5_000)
@@ -148,7 +136,7 @@ def _goto_page(pg, title: str) -> None:
     """Navigate with the sidebar link (keeps the session)."""
     pg.locator(f"{NAV_LINK}", has_text=title).first.click()
     pg.wait_for_selector(f"h1:has-text('{title.split(' · ', 1)[1]}')")
-    _wait_idle(pg)
+    wait_idle(pg)
 
 
 def _query(pg) -> dict[str, str]:
@@ -175,8 +163,8 @@ def test_first_visit_to_a_page_url_renders_the_whole_page(page, server):
     pg = page
     pg.goto(f"{server['url']}/about")
     pg.wait_for_selector("h1:has-text('About the method')")
-    _wait_idle(pg)
-    _assert_no_exception(pg, "about (first visit)")
+    wait_idle(pg)
+    assert_no_exception(pg, "about (first visit)")
     links = pg.locator(NAV_LINK).all_inner_texts()
     # each link's text is its Material icon's ligature name, then the label
     assert [t.strip().splitlines()[-1] for t in links] == [
@@ -194,8 +182,8 @@ def test_first_visit_to_a_page_url_renders_the_whole_page(page, server):
     _shot(pg, "6_about_first_visit")
     pg.goto(server["url"])
     pg.wait_for_selector("h1:has-text('datasets between datasets')")
-    _wait_idle(pg)
-    _assert_no_exception(pg, "start page")
+    wait_idle(pg)
+    assert_no_exception(pg, "start page")
     _shot(pg, "0_start")
 
 
@@ -205,9 +193,9 @@ def test_every_page_weight_change_and_download(page, server):
     start = time.monotonic()
     pg.goto(f"{server['url']}/datasets")
     pg.wait_for_selector("h1:has-text('Datasets')")
-    _wait_idle(pg)
+    wait_idle(pg)
     timings["datasets"] = time.monotonic() - start
-    _assert_no_exception(pg, "datasets")
+    assert_no_exception(pg, "datasets")
     # sample grid + histograms (waited for: a first run may look idle before they arrive)
     try:
         pg.wait_for_function(
@@ -215,23 +203,23 @@ def test_every_page_weight_change_and_download(page, server):
             timeout=120_000,
         )
     except Exception as err:
-        raise AssertionError(f"no sample grid and histograms: {_main_text(pg)}") from err
-    _wait_idle(pg)
+        raise AssertionError(f"no sample grid and histograms: {main_text(pg)}") from err
+    wait_idle(pg)
     _shot(pg, "1_datasets")
 
     # pairwise OTDD on demand
     pg.get_by_role("button", name="Compute OTDD for all").click()
     pg.wait_for_selector("text=Closest single reference to Q by OTDD")
-    _wait_idle(pg)
-    _assert_no_exception(pg, "datasets/pairwise")
+    wait_idle(pg)
+    assert_no_exception(pg, "datasets/pairwise")
     _shot(pg, "1_datasets_pairwise")
 
     t0 = time.monotonic()
     _goto_page(pg, "3 · Geodesic")
     timings["geodesic (cold)"] = time.monotonic() - t0
-    _assert_no_exception(pg, "geodesic")
+    assert_no_exception(pg, "geodesic")
     assert "â =" in _sidebar_text(pg)
-    _explorer(pg)  # the in-browser explorer drew its payload (drags: test_explorer_*)
+    explorer_frame(pg)  # the in-browser explorer drew its payload (drags: test_explorer_*)
     _shot(pg, "3_geodesic")
 
     # a shared link (another tab: a new session) shows the weights it names: 0.5/0.3/0.2,
@@ -241,46 +229,46 @@ def test_every_page_weight_change_and_download(page, server):
     query = dict(_query(pg), a="0.5,0.3,0.2")
     shared = pg.context.new_page()
     shared.goto(f"{server['url']}/geodesic?{urlencode(query)}")
-    _explorer(shared)
-    _wait_idle(shared)
-    _assert_no_exception(shared, "shared link")
-    assert "Picked a = fashion_mnist 0.50 · usps 0.30 · kmnist 0.20" in _main_text(shared)
+    explorer_frame(shared)
+    wait_idle(shared)
+    assert_no_exception(shared, "shared link")
+    assert "Picked a = fashion_mnist 0.50 · usps 0.30 · kmnist 0.20" in main_text(shared)
     assert _query(shared)["scenario"] == query["scenario"]
     shared.reload()
-    _explorer(shared)
-    _wait_idle(shared)
-    assert "Picked a = fashion_mnist 0.50" in _main_text(shared)
+    explorer_frame(shared)
+    wait_idle(shared)
+    assert "Picked a = fashion_mnist 0.50" in main_text(shared)
     shared.close()
 
     # the rest of the tour at a = (0.5, 0.3, 0.2): every page keeps the weights in its URL
     pg.goto(f"{server['url']}/geodesic?{urlencode(query)}")
-    _explorer(pg)
-    _wait_idle(pg)
+    explorer_frame(pg)
+    wait_idle(pg)
     for title, shot in (
         ("2 · OTDD maps", "2_maps"),
         ("4 · McCann", "4_mccann"),
         ("6 · About the method", "6_about"),
     ):
         _goto_page(pg, title)
-        _assert_no_exception(pg, title)
+        assert_no_exception(pg, title)
         if title == "4 · McCann":  # McCann draws in the browser
-            _explorer(pg)
+            explorer_frame(pg)
         else:
             # a chart may arrive after a quiet moment (a figure built once the maps' job
             # is claimed): wait for it rather than count at the first idle
             try:
                 pg.wait_for_selector("[data-testid='stPlotlyChart']", timeout=PAGE_TIMEOUT_MS)
             except Exception as err:
-                raise AssertionError(f"{title}: no chart: {_main_text(pg)}") from err
+                raise AssertionError(f"{title}: no chart: {main_text(pg)}") from err
         assert _query(pg).get("a") == "0.5,0.3,0.2", (title, pg.url)
         _shot(pg, shot)
 
     _goto_page(pg, "5 · Export")
-    _assert_no_exception(pg, "export")
+    assert_no_exception(pg, "export")
     assert pg.get_by_text("picked a (page 3)").count() == 1
     pg.get_by_role("button", name="Prepare npz file").click()
     pg.wait_for_selector("[data-testid='stDownloadButton'] button")
-    _wait_idle(pg)
+    wait_idle(pg)
     with pg.expect_download() as info:
         pg.locator("[data-testid='stDownloadButton'] button").first.click()
     download = info.value
@@ -304,14 +292,14 @@ def test_every_page_weight_change_and_download(page, server):
     _goto_page(pg, "1 · Datasets")
     _choose(pg, pg.locator("[data-testid='stSelectbox']").first, "2-D Gaussian mixtures")
     pg.get_by_role("button", name="Load preset").click()
-    _wait_idle(pg)
+    wait_idle(pg)
     assert "References: P1, P2, P3" in _sidebar_text(pg)
     _goto_page(pg, "3 · Geodesic")
-    _assert_no_exception(pg, "geodesic 2-D preset")
+    assert_no_exception(pg, "geodesic 2-D preset")
     pg.wait_for_selector("text=OT maps vs naive mixup")
     _shot(pg, "3_geodesic_2d_preset")
     _goto_page(pg, "4 · McCann")
-    _assert_no_exception(pg, "McCann 2-D preset")
+    assert_no_exception(pg, "McCann 2-D preset")
     _shot(pg, "4_mccann_2d_preset")
 
     with contextlib.suppress(OSError):
@@ -327,14 +315,14 @@ def test_load_preset_after_apply_shows_the_preset_in_the_form(page, server):
     pg = page
     pg.goto(f"{server['url']}/datasets")
     pg.wait_for_selector("h1:has-text('Datasets')")
-    _wait_idle(pg)
+    wait_idle(pg)
     pg.get_by_label("Samples per reference").fill("150")
     pg.get_by_role("button", name="Apply scenario").click()
     pg.wait_for_function(
         "() => document.querySelector('[data-testid=stSidebar]').innerText.includes("
         "'N = 150 per reference')"
     )
-    _wait_idle(pg)
+    wait_idle(pg)
     assert scenario_from_token(_query(pg)["scenario"]).n_reference == 150
 
     _choose(pg, pg.locator("[data-testid='stSelectbox']").first, "*NIST")
@@ -343,11 +331,11 @@ def test_load_preset_after_apply_shows_the_preset_in_the_form(page, server):
         "() => document.querySelector('[data-testid=stSidebar]').innerText.includes("
         "'N = 200 per reference')"
     )
-    _wait_idle(pg)
+    wait_idle(pg)
     assert pg.get_by_label("Samples per reference").input_value() == "200"
     pg.get_by_role("button", name="Apply scenario").click()
-    _wait_idle(pg)
-    _assert_no_exception(pg, "apply after preset")
+    wait_idle(pg)
+    assert_no_exception(pg, "apply after preset")
     assert "N = 200 per reference" in _sidebar_text(pg)
     assert scenario_from_token(_query(pg)["scenario"]).n_reference == 200
     _shot(pg, "1_datasets_preset_synced")
@@ -359,8 +347,8 @@ def test_evidence_page_shows_the_stored_study(page, server):
     pg = page
     pg.goto(f"{server['url']}/evidence")
     pg.wait_for_selector("h2:has-text('Stored study (measured)')")
-    _wait_idle(pg)
-    _assert_no_exception(pg, "evidence stored study")
+    wait_idle(pg)
+    assert_no_exception(pg, "evidence stored study")
     main = pg.locator("[data-testid='stMain']").inner_text()
     assert "mnist: strong negative correlation" in main and "excludes 0" in main
     assert "fashion_mnist: no correlation shown" in main and "includes 0" in main
@@ -379,8 +367,8 @@ def test_evidence_page_runs_and_shows_both_results(page, server):
     pg = page
     pg.goto(f"{server['url']}/evidence")
     pg.wait_for_selector("h1:has-text('Evidence')")
-    _wait_idle(pg)
-    _assert_no_exception(pg, "evidence")
+    wait_idle(pg)
+    assert_no_exception(pg, "evidence")
     _choose(pg, pg.get_by_role("combobox", name="Training budget"), "tiny", exact=True)
     sliders = pg.locator("[data-testid='stSlider']")
     for index, presses in ((1, 2), (2, 2)):  # grid resolution 3 -> 1, seeds 3 -> 1
@@ -396,9 +384,9 @@ def test_evidence_page_runs_and_shows_both_results(page, server):
         pg.wait_for_selector("text=Done in", timeout=PAGE_TIMEOUT_MS)
     except Exception as err:
         _shot(pg, "7_evidence_timeout")
-        raise AssertionError(f"no result: {_main_text(pg)}") from err
-    _wait_idle(pg)
-    _assert_no_exception(pg, "evidence results")
+        raise AssertionError(f"no result: {main_text(pg)}") from err
+    wait_idle(pg)
+    assert_no_exception(pg, "evidence results")
     _shot(pg, "7_evidence")  # the full-height viewport also draws the charts below the fold
     # one chart, two ternary panels: W² on the left, mean accuracy on the right
     assert pg.locator("[data-testid='stPlotlyChart'] g.ternary").count() >= 1
@@ -425,8 +413,8 @@ def test_maps_page_compares_barycentric_and_neural_maps(page, server):
     assert any(
         "neural OTDD map" in s and ("(classifier)" in s or "(adversarial)" in s) for s in stages
     ), stages[-5:]
-    _wait_idle(pg)
-    _assert_no_exception(pg, "maps (neural)")
+    wait_idle(pg)
+    assert_no_exception(pg, "maps (neural)")
     assert "OTDD maps: neural (tiny budget)" in _sidebar_text(pg)
     shown = pg.locator("[data-testid='stMain']").inner_text()
     assert not re.search(r"\bnan\b", shown, re.IGNORECASE), shown[:2000]
@@ -434,8 +422,8 @@ def test_maps_page_compares_barycentric_and_neural_maps(page, server):
     _shot(pg, "2_maps_neural")
     pg.get_by_role("button", name="Fit the other map (background)").click()
     pg.wait_for_selector("text=The same target points x under both maps")
-    _wait_idle(pg)
-    _assert_no_exception(pg, "maps side by side")
+    wait_idle(pg)
+    assert_no_exception(pg, "maps side by side")
     # one image grid per reference, each with x | barycentric T_i(x) | neural T_i(x)
     assert pg.locator("[data-testid='stPlotlyChart'] image").count() >= 2
     for head in ("barycentric", "neural"):
@@ -485,31 +473,31 @@ def test_hostile_links_and_the_export_folder(page, server, tmp_path):
     for what, d in hostile.items():
         pg.goto(f"{server['url']}/datasets?scenario={_link_token(d)}")
         pg.wait_for_selector("h1:has-text('Datasets')")
-        _wait_idle(pg)
-        _assert_no_exception(pg, what)
+        wait_idle(pg)
+        assert_no_exception(pg, what)
         warning = pg.locator("[data-testid='stAlertContentWarning']").first.inner_text()
         assert "could not be read" in warning and expected[what] in warning, (what, warning)
-        assert str(tmp_path) not in _main_text(pg)
+        assert str(tmp_path) not in main_text(pg)
         assert "Q** (target): mnist" in _sidebar_text(pg) or "mnist" in _sidebar_text(pg)
         if what == "server file":
             _shot(pg, "1_datasets_hostile_link")
 
     # the export folder: a sub-folder name full of path tricks stays inside the root
     _goto_page(pg, "5 · Export")
-    _assert_no_exception(pg, "export")
+    assert_no_exception(pg, "export")
     field = pg.get_by_role("textbox", name="Sub-folder of the server's export folder (optional)")
     field.fill("../../../tmp/escape")
     field.press("Enter")
-    _wait_idle(pg)
+    wait_idle(pg)
     pg.get_by_role("button", name="Save to folder").click()
-    _wait_idle(pg)
+    wait_idle(pg)
     success = pg.locator("[data-testid='stAlertContentSuccess']").first.inner_text()
-    assert "in the server's export folder" in success, _main_text(pg)
+    assert "in the server's export folder" in success, main_text(pg)
     root = server["export_dir"]
     (folder,) = [p for p in root.iterdir() if p.is_dir()]
     assert folder.name.endswith("escape") and any(folder.glob("*.manifest.json"))
     assert not Path("/tmp/escape").exists()
-    assert str(root) not in _main_text(pg)
+    assert str(root) not in main_text(pg)
     _shot(pg, "5_export_server_folder")
 
 
@@ -629,9 +617,9 @@ def test_explorer_drag_across_the_triangle(page, server):
     weights once, the URL changes once, and browser and Python agree."""
     pg = page
     pg.goto(f"{server['url']}/geodesic")
-    frame = _explorer(pg)
-    _wait_idle(pg)
-    _assert_no_exception(pg, "geodesic explorer")
+    frame = explorer_frame(pg)
+    wait_idle(pg)
+    assert_no_exception(pg, "geodesic explorer")
     header = frame.evaluate("() => geovizExplorer.header()")
     assert header["m"] == 3 and header["n_shown"] >= 30 and header["view"] == "embedding"
     before = _mix(frame, frame.evaluate("() => geovizExplorer.pick()"))
@@ -656,8 +644,8 @@ def test_explorer_drag_across_the_triangle(page, server):
     assert frame.evaluate("() => geovizExplorer.valuesSent") == 0  # nothing sent mid-drag
     pg.mouse.up()
     pg.wait_for_function("() => window.location.search.includes('a=')")
-    _wait_idle(pg)
-    _assert_no_exception(pg, "geodesic explorer after release")
+    wait_idle(pg)
+    assert_no_exception(pg, "geodesic explorer after release")
     assert not np.array_equal(mids[0], mids[1]) and not np.array_equal(before, mids[1])
     stats = frame.evaluate(
         "() => ({sent: geovizExplorer.valuesSent, pick: geovizExplorer.pick(),"
@@ -683,14 +671,14 @@ def test_explorer_drag_across_the_triangle(page, server):
             f"p95 {np.percentile(frames, 95):.1f} ms\n"
         )
     # the server's own summary follows the released weights
-    assert "Picked a" in _main_text(pg)
+    assert "Picked a" in main_text(pg)
 
 
 def test_explorer_objective_and_mix_at_random_weights(page, server):
     pg = page
     pg.goto(f"{server['url']}/geodesic")
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     header = frame.evaluate("() => geovizExplorer.header()")
     result = _app_result(server, _query(pg)["scenario"])
     weights = np.random.default_rng(3).dirichlet(np.ones(3), size=100)
@@ -701,23 +689,20 @@ def test_explorer_objective_and_mix_at_random_weights(page, server):
         assert np.abs(got - _python_mix(result, header, a).astype(int)).max() <= 1
 
 
-_scenario_link = scenario_link
-
-
 def test_explorer_two_and_four_references(page, server):
     """m = 2: the geodesic segment; m = 4: linked bars moved with the keyboard."""
 
     pg = page
     two = _two_references()
-    pg.goto(_scenario_link(server, two))
-    frame = _explorer(pg)
-    _wait_idle(pg)
-    _assert_no_exception(pg, "m = 2")
+    pg.goto(scenario_link(server, two))
+    frame = explorer_frame(pg)
+    wait_idle(pg)
+    assert_no_exception(pg, "m = 2")
     assert frame.evaluate("() => geovizExplorer.header().m") == 2
     _count_url_changes(pg)
     _drag(pg, frame, [(60 + 12 * k, 120) for k in range(25)])
     pg.wait_for_function("() => window.location.search.includes('a=')")
-    _wait_idle(pg)
+    wait_idle(pg)
     a = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
     assert a[1] > 0.5 and pg.evaluate("() => window.__urlChanges") == 1
     result = _app_result(server, _query(pg)["scenario"])
@@ -726,10 +711,10 @@ def test_explorer_two_and_four_references(page, server):
     _shot(pg, "3_geodesic_explorer_m2")
 
     four = _four_references("P{}")
-    pg.goto(_scenario_link(server, four))
-    frame = _explorer(pg)
-    _wait_idle(pg)
-    _assert_no_exception(pg, "m = 4")
+    pg.goto(scenario_link(server, four))
+    frame = explorer_frame(pg)
+    wait_idle(pg)
+    assert_no_exception(pg, "m = 4")
     header = frame.evaluate("() => geovizExplorer.header()")
     assert header["m"] == 4 and header["view"] == "scatter"
     start = frame.evaluate("() => geovizExplorer.points()")
@@ -737,7 +722,7 @@ def test_explorer_two_and_four_references(page, server):
     for key in ("ArrowRight", "ArrowUp", "ArrowUp", "ArrowUp"):
         pg.keyboard.press(key)  # bar 2 (P2) up by 3 x 0.02; each key up sends the weights
     pg.wait_for_function("() => window.location.search.includes('a=')")
-    _wait_idle(pg)
+    wait_idle(pg)
     a = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
     assert a.sum() == pytest.approx(1.0) and len(a) == 4
     moved = np.asarray(frame.evaluate("() => geovizExplorer.points()"))
@@ -752,17 +737,17 @@ def test_explorer_teaching_preset_scatter_moves_point_by_point(page, server):
 
     pg = page
     scenario = preset_scenarios(AppSettings(n_default=200))["2-D Gaussian mixtures"]
-    pg.goto(_scenario_link(server, scenario))
-    frame = _explorer(pg)
-    _wait_idle(pg)
-    _assert_no_exception(pg, "2-D preset")
+    pg.goto(scenario_link(server, scenario))
+    frame = explorer_frame(pg)
+    wait_idle(pg)
+    assert_no_exception(pg, "2-D preset")
     assert frame.evaluate("() => geovizExplorer.header().view") == "scatter"
     _drag(
         pg, frame, [(200, 120 + 6 * k) for k in range(25)], shot="3_geodesic_explorer_2d_mid_drag"
     )
     pg.wait_for_function("() => window.location.search.includes('a=')")
-    _wait_idle(pg)
-    _assert_no_exception(pg, "2-D preset after release")
+    wait_idle(pg)
+    assert_no_exception(pg, "2-D preset after release")
     a = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
     result = _app_result(server, _query(pg)["scenario"])
     pts = np.asarray(frame.evaluate("() => geovizExplorer.points()"))
@@ -790,15 +775,15 @@ def test_explorer_teaching_preset_scatter_moves_point_by_point(page, server):
 def test_explorer_mccann_play(page, server):
     pg = page
     pg.goto(f"{server['url']}/mccann")
-    frame = _explorer(pg)
-    _wait_idle(pg)
-    _assert_no_exception(pg, "McCann")
+    frame = explorer_frame(pg)
+    wait_idle(pg)
+    assert_no_exception(pg, "McCann")
     assert frame.evaluate("() => geovizExplorer.header().mode") == "mccann"
     frame.locator("#play").click()
     pg.wait_for_timeout(700)
     _shot(pg, "4_mccann_explorer_mid_play")
     pg.wait_for_function("() => document.body.innerText.includes('Released t = 1.00')")
-    _wait_idle(pg)
+    wait_idle(pg)
     stats = frame.evaluate("() => ({fps: geovizExplorer.playFps, sent: geovizExplorer.valuesSent})")
     assert stats["sent"] == 1 and stats["fps"] >= 30, stats
     # the embedding view for image data (issue 26, item 8): at t = 1 its points sit at T_i(x)'s
@@ -858,14 +843,14 @@ def test_hostile_explorer_values_keep_the_explorer_and_the_last_pick(page, serve
     good pick, on the Geodesic and the McCann page."""
     pg = page
     pg.goto(f"{server['url']}/geodesic")
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     _post_value(frame, "({weights: [0.5, 0.3, 0.2]})", 10_001)
     pg.wait_for_function(
         "() => decodeURIComponent(window.location.search).includes('a=0.5,0.3,0.2')",
         timeout=60_000,
     )
-    _wait_idle(pg)
+    wait_idle(pg)
     hostile = [
         "({weights: 'nan'})",
         "({weights: [[0.2, 0.3, 0.5]]})",
@@ -882,9 +867,9 @@ def test_hostile_explorer_values_keep_the_explorer_and_the_last_pick(page, serve
         whole = expr.startswith("'") or expr.startswith("[")
         sent = _post_value(frame, expr, -1 if whole else 10_002 + k)
         pg.wait_for_timeout(300)
-        _wait_idle(pg)
-        _assert_no_exception(pg, f"after {expr[:40]}")
-        frame = _explorer(pg, timeout_s=30)
+        wait_idle(pg)
+        assert_no_exception(pg, f"after {expr[:40]}")
+        frame = explorer_frame(pg, timeout_s=30)
         assert frame.evaluate("() => geovizExplorer.pick()") == pytest.approx([0.5, 0.3, 0.2])
         assert _query(pg)["a"] == "0.5,0.3,0.2", expr
         warnings = pg.locator("[data-testid='stAlertContentWarning']")
@@ -895,25 +880,25 @@ def test_hostile_explorer_values_keep_the_explorer_and_the_last_pick(page, serve
         for text in warnings.all_inner_texts():
             assert len(text) <= 200 and "wwwwwwwwwwwwwwwwwwwwwwwwwwwwww" not in text
     _shot(pg, "3_geodesic_after_hostile_values")
-    assert "Picked a" in _main_text(pg)
+    assert "Picked a" in main_text(pg)
 
     pg.goto(f"{server['url']}/mccann")
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     _post_value(frame, "({t: 0.25})", 20_001)
     pg.wait_for_function(
         "() => document.body.innerText.includes('Released t = 0.25')", timeout=60_000
     )
-    _wait_idle(pg)
+    wait_idle(pg)
     shown_t = frame.evaluate("() => geovizExplorer.t()")  # the browser's own slider
     for k, expr in enumerate(["'nan'", "null", "'abc'", "[0.5]", "({})", "1.5", "'q'.repeat(1e6)"]):
         sent = _post_value(frame, f"({{t: {expr}}})", 20_002 + k)
         assert sent == ("1e6" not in expr), expr  # the 1 MB text is stopped on the page
         pg.wait_for_timeout(300)
-        _wait_idle(pg)
-        _assert_no_exception(pg, f"McCann after t = {expr}")
-        frame = _explorer(pg, timeout_s=30)
-        assert "Released t = 0.25" in _main_text(pg), expr
+        wait_idle(pg)
+        assert_no_exception(pg, f"McCann after t = {expr}")
+        frame = explorer_frame(pg, timeout_s=30)
+        assert "Released t = 0.25" in main_text(pg), expr
         assert frame.evaluate("() => geovizExplorer.t()") == pytest.approx(shown_t)
         warnings = pg.locator("[data-testid='stAlertContentWarning']")
         if sent:
@@ -931,14 +916,14 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
     pg = page
     pg.goto(f"{server['url']}/datasets")
     pg.wait_for_selector("h1:has-text('Datasets')")
-    _wait_idle(pg)
+    wait_idle(pg)
     _choose(pg, pg.locator("[data-testid='stSelectbox']").first, "Colour digits")
     started = time.monotonic()
     pg.get_by_role("button", name="Load preset").click()
     pg.wait_for_function(
         "() => document.querySelector('[data-testid=stSidebar]').innerText.includes('mnist_m')"
     )
-    _wait_idle(pg)
+    wait_idle(pg)
     loading_s = time.monotonic() - started
     assert "Feature space: pretrained encoder (chosen automatically" in _sidebar_text(pg)
 
@@ -946,8 +931,8 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
     # then the Geodesic page's fit (the pretrained encoder is loaded, not trained) and explorer
     started = time.monotonic()
     _goto_page(pg, "3 · Geodesic")
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     first_view_s = loading_s + time.monotonic() - started
     # 30 s on a machine this run has to itself; a busy machine (other jobs: a load above the
     # core count) stretches it in proportion, so the check stays one of "nothing is trained"
@@ -957,7 +942,7 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
         f"load {busy:.2f} x the cores)"
     )
     assert first_view_s <= 30.0 * busy, f"colour preset's first view took {first_view_s:.1f} s"
-    _assert_no_exception(pg, "geodesic, encoder space")
+    assert_no_exception(pg, "geodesic, encoder space")
     box = frame.locator("canvas#simplex").bounding_box()
     pg.mouse.move(box["x"] + 130, box["y"] + 280)
     pg.mouse.down()
@@ -965,14 +950,14 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
         pg.mouse.move(box["x"] + 130 + 8 * k, box["y"] + 280 - 6 * k)
     pg.mouse.up()
     pg.wait_for_function("() => window.location.search.includes('a=')")
-    _wait_idle(pg)
-    _assert_no_exception(pg, "geodesic, encoder space, after the drag")
+    wait_idle(pg)
+    assert_no_exception(pg, "geodesic, encoder space, after the drag")
     _shot(pg, "3_geodesic_colour_encoder")
     header = frame.evaluate("() => geovizExplorer.header()")
     assert header["image_shape"][0] == 3  # colour images, not feature vectors
 
     _goto_page(pg, "2 · OTDD maps")
-    _assert_no_exception(pg, "maps, encoder space")
+    assert_no_exception(pg, "maps, encoder space")
     _shot(pg, "2_maps_colour_encoder")
 
     # pick the space in the form: pixels, then the default again
@@ -982,7 +967,7 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
             pg, pg.get_by_role("combobox", name="Feature space of the costs"), space, exact=True
         )
         pg.get_by_role("button", name="Apply scenario").click()
-        _wait_idle(pg)
+        wait_idle(pg)
         assert scenario_from_token(_query(pg)["scenario"]).features == space
     assert "Feature space: pretrained encoder (chosen automatically" in _sidebar_text(pg)
     _shot(pg, "1_datasets_colour_preset")
@@ -990,7 +975,7 @@ def test_colour_preset_in_the_encoder_space_drag_and_export(page, server):
     _goto_page(pg, "5 · Export")
     pg.get_by_role("button", name="Prepare npz file").click()
     pg.wait_for_selector("[data-testid='stDownloadButton'] button")
-    _wait_idle(pg)
+    wait_idle(pg)
     with pg.expect_download() as info:
         pg.locator("[data-testid='stDownloadButton'] button").first.click()
     target = server["export_dir"].parent / f"colour_{info.value.suggested_filename}"
@@ -1014,10 +999,10 @@ def test_explorer_region_as_good_as_a_hat_and_the_readout_flag(page, server):
 
     pg = page
     pg.goto(f"{server['url']}/geodesic")
-    frame = _explorer(pg)
+    frame = explorer_frame(pg)
     # the bootstrap comes from a background job after the explorer is drawn
     frame = _with_bootstrap(pg, frame)
-    _wait_idle(pg)
+    wait_idle(pg)
     assert frame.evaluate("() => geovizExplorer.bootstrap()")["replicates"] == EXPLORER_REPLICATES
     assert frame.evaluate("() => geovizExplorer.regionCells()") > 0
     result = _app_result(server, _query(pg)["scenario"])
@@ -1043,7 +1028,7 @@ def test_explorer_region_as_good_as_a_hat_and_the_readout_flag(page, server):
         path = [(xy[0] + 30, xy[1] + 20), (xy[0] + 10, xy[1] + 8), (xy[0], xy[1])]
         _drag(pg, frame, path)
         frame.wait_for_function("(seq) => geovizExplorer.valuesSent >= seq", arg=len(verdicts) + 1)
-        _wait_idle(pg)
+        wait_idle(pg)
         pick = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
         flag = frame.evaluate(
             "() => document.getElementById('verdict').getAttribute('data-distinguishable')"
@@ -1052,7 +1037,7 @@ def test_explorer_region_as_good_as_a_hat_and_the_readout_flag(page, server):
         assert (flag == "true") == (not bool(boot.as_good_as_a_hat(pick))), (pick, flag)
         _shot(pg, f"3_geodesic_region_{target_xy}")
     assert verdicts[0][1] is False and verdicts[1][1] is True
-    _assert_no_exception(pg, "geodesic explorer with the region")
+    assert_no_exception(pg, "geodesic explorer with the region")
 
 
 def _pixel(frame, canvas_id: str, x: float, y: float) -> list[int]:
@@ -1070,8 +1055,8 @@ def test_explorer_first_view_scale_gap_and_bar_labels(page, server):
 
     pg = page
     pg.goto(f"{server['url']}/geodesic")
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     gap = frame.evaluate(
         "() => [document.getElementById('gap').textContent, document.getElementById('gap').className]"
     )
@@ -1087,9 +1072,9 @@ def test_explorer_first_view_scale_gap_and_bar_labels(page, server):
     _shot(pg, "3_geodesic_first_view_scale")
 
     two = _two_references()
-    pg.goto(_scenario_link(server, two))
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    pg.goto(scenario_link(server, two))
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     # y axis: dark tick labels left of the curve's plot area
     left = frame.evaluate(
         """() => { const c = document.getElementById('simplex'), d = c.getContext('2d')
@@ -1099,9 +1084,9 @@ def test_explorer_first_view_scale_gap_and_bar_labels(page, server):
     assert left > 40, left
 
     four = _four_references("reference_number_{}")
-    pg.goto(_scenario_link(server, four))
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    pg.goto(scenario_link(server, four))
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     frame.locator("canvas#simplex").focus()
     pg.keyboard.press("ArrowRight")  # bar 2 is the keyboard's now
     pg.keyboard.press("ArrowUp")
@@ -1124,8 +1109,8 @@ def test_explorer_tile_zoom_and_sample_inspector(page, server):
     T_i(x) and P_a(x) large, side by side; P_a(x) equals the library's mix."""
     pg = page
     pg.goto(f"{server['url']}/geodesic")
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     header = frame.evaluate("() => geovizExplorer.header()")
     before = frame.evaluate("() => document.getElementById('samples').height")
     frame.locator("#zoom").fill("3")
@@ -1137,7 +1122,7 @@ def test_explorer_tile_zoom_and_sample_inspector(page, server):
     frame.wait_for_function("() => document.getElementById('inspector').style.display === 'block'")
     # the 4th sample, large
     frame.evaluate("() => geovizExplorer.inspect(3)")
-    _wait_idle(pg)
+    wait_idle(pg)
     width = frame.evaluate("() => document.getElementById('inspector').width")
     m = header["m"]
     assert width >= (m + 2) * 130, width
@@ -1168,9 +1153,9 @@ def test_explorer_teaching_view_lines_maps_mixup_and_caption(page, server):
 
     pg = page
     scenario = preset_scenarios(AppSettings(n_default=200))["2-D Gaussian mixtures"]
-    pg.goto(_scenario_link(server, scenario))
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    pg.goto(scenario_link(server, scenario))
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     for box_id in ("teach-lines", "teach-maps", "teach-mixup"):
         frame.locator(f"#{box_id}").check()
     # the caption follows on the next animation frame
@@ -1186,7 +1171,7 @@ def test_explorer_teaching_view_lines_maps_mixup_and_caption(page, server):
         shot="3_geodesic_teaching_mid_drag",
     )
     pg.wait_for_function("() => window.location.search.includes('a=')")
-    _wait_idle(pg)
+    wait_idle(pg)
     frames = np.asarray(frame.evaluate("() => geovizExplorer.frameTimes.slice()"))[start:]
     # every pointer move drew a frame; their speed is benchmarks/bench_app.py's to measure
     # (a timed assertion here failed on a loaded machine), the times go to the text file below
@@ -1220,9 +1205,9 @@ def test_explorer_figure_download_png_and_svg(page, server, tmp_path):
 
     pg = page
     pg.goto(f"{server['url']}/geodesic")
-    frame = _explorer(pg)
+    frame = explorer_frame(pg)
     frame = _with_bootstrap(pg, frame)
-    _wait_idle(pg)
+    wait_idle(pg)
     value = frame.locator("#value").inner_text()
     with pg.expect_download() as png_info:
         frame.locator("#figure-png").click()
@@ -1262,8 +1247,8 @@ def test_explorer_at_projector_width(page, server):
     pg.set_viewport_size({"width": 1280, "height": 900})
     try:
         pg.goto(f"{server['url']}/geodesic")
-        frame = _explorer(pg)
-        _wait_idle(pg)
+        frame = explorer_frame(pg)
+        wait_idle(pg)
         widths = frame.evaluate(
             "() => ['simplex', 'colorbar', 'samples', 'view', 'mass'].map((id) => {"
             " const e = document.getElementById(id); return e ? e.getBoundingClientRect().right : 0; })"
@@ -1280,12 +1265,12 @@ def test_explorer_comes_first_and_the_embedding_arrives_without_a_click(page, tm
     UMAP, the explorer is drawn as soon as the maps are there, with the embedding still
     pending; the browser's polls bring the embedding view (no click, no reload), never during
     a drag, and the pick made meanwhile stays."""
-    with _app_server(tmp_path, GEOVIZ_PREFETCH="0", GEOVIZ_EMBEDDING="umap") as srv:
+    with app_server(tmp_path, GEOVIZ_PREFETCH="0", GEOVIZ_EMBEDDING="umap") as srv:
         pg = page.context.new_page()  # a second tab of the tests' browser, on this server
         try:
             pg.set_default_timeout(PAGE_TIMEOUT_MS)
             pg.goto(f"{srv['url']}/geodesic")
-            frame = _explorer(pg)
+            frame = explorer_frame(pg)
             first = frame.evaluate(
                 "() => ({view: geovizExplorer.view(), pending: geovizExplorer.pending(),"
                 " note: document.getElementById('view-pending').textContent,"
@@ -1322,8 +1307,8 @@ def test_explorer_comes_first_and_the_embedding_arrives_without_a_click(page, tm
             assert after["points"] == len(after["header"]["sample_index"]) > 0
             assert after["header"]["embedding_method"] in ("umap", "pca")
             assert frame.evaluate("() => document.getElementById('view-pending') === null")
-            _wait_idle(pg)
-            _assert_no_exception(pg, "geodesic explorer after the embedding arrived")
+            wait_idle(pg)
+            assert_no_exception(pg, "geodesic explorer after the embedding arrived")
             _shot(pg, "3_geodesic_embedding_arrived")
         finally:
             pg.close()

@@ -25,12 +25,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_browser import (  # test_browser.py's Chromium, and its Playwright fixture (skips without them)
+from browser_support import (  # the shared Chromium, and its Playwright fixture (skips without them)
     CHROMIUM,
     CHROMIUM_ARGS,
     ROOT,
     SHOTS,
-    _free_port,
+    free_port,
     sync_playwright,  # noqa: F401 - a fixture
 )
 
@@ -91,7 +91,7 @@ def _notebook(path: Path) -> None:
 def _jupyterlab(tmp: Path) -> Iterator[dict[str, str]]:
     """JupyterLab on 127.0.0.1 with its own token and dirs; yields ``{"url", "token",
     "log"}``; always stopped (its process group: the server and its kernels)."""
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     root = tmp / "root"
     root.mkdir()
     config = tmp / "jupyter-config"

@@ -11,24 +11,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 
+import browser_support
 import numpy as np
 import pytest
 import test_browser
-from test_browser import (
-    DOC_SHOTS,
-    SHOTS,
-    _app_result,
-    _drag,
-    _explorer,
-    _query,
-    _scenario_link,
-    _wait_idle,
-    _with_bootstrap,
-)
+from browser_support import DOC_SHOTS, SHOTS, explorer_frame, scenario_link, wait_idle
+from test_browser import _app_result, _drag, _query, _with_bootstrap
 
-# tests/test_browser.py's fixtures: its Chromium, and the app served for this module
-sync_playwright = test_browser.sync_playwright
-server = test_browser.server
+# the shared fixtures (Chromium, the app served for this module) and test_browser.py's page
+sync_playwright = browser_support.sync_playwright
+server = browser_support.server
 page = test_browser.page
 
 pytestmark = pytest.mark.browser
@@ -45,9 +37,9 @@ def _scenario():
 
 def _open(pg, server, page_path: str = "geodesic"):
     pg.set_viewport_size({"width": 1500, "height": 1900})
-    pg.goto(_scenario_link(server, _scenario(), page_path))
-    frame = _explorer(pg)
-    _wait_idle(pg)
+    pg.goto(scenario_link(server, _scenario(), page_path))
+    frame = explorer_frame(pg)
+    wait_idle(pg)
     return frame
 
 
@@ -93,7 +85,7 @@ def _shot_1280(pg, frame, top: str, path, right: str | None = None) -> None:
 def test_geodesic_play_moves_the_pick_along_its_path_and_sends_once(page, server):
     pg = page
     frame = _with_bootstrap(pg, _open(pg, server))
-    _wait_idle(pg)
+    wait_idle(pg)
     pg.wait_for_timeout(800)  # no poll left in flight
     assert _play(frame)["label"].endswith("Play")
     start = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
@@ -125,7 +117,7 @@ def test_geodesic_play_moves_the_pick_along_its_path_and_sends_once(page, server
     frame.locator("#play").click()  # pause
     assert _play(frame)["label"].endswith("Play") and not _play(frame)["playing"]
     pg.wait_for_function("() => window.location.search.includes('a=')")
-    _wait_idle(pg)
+    wait_idle(pg)
     pg.wait_for_timeout(500)
     assert frame.evaluate("() => geovizExplorer.valuesSent") == before["sent"] + 1
     paused = np.asarray(frame.evaluate("() => geovizExplorer.pick()"))
@@ -146,12 +138,12 @@ def test_geodesic_play_moves_the_pick_along_its_path_and_sends_once(page, server
     assert state["progress"] == 1 and state["label"].endswith("Play"), state
     np.testing.assert_allclose(frame.evaluate("() => geovizExplorer.pick()"), start, atol=1e-9)
     assert frame.evaluate("() => geovizExplorer.valuesSent") == sent + 1
-    _wait_idle(pg)
+    wait_idle(pg)
     frame.locator("#play").click()  # a new run from the start: the whole path at 2x
     frame.wait_for_function("() => !geovizExplorer.play().playing", timeout=30_000)
     state = _play(frame)
     assert state["lastRunMs"] == pytest.approx(d2, rel=0.25), state
-    _wait_idle(pg)
+    wait_idle(pg)
 
     # loop: the run restarts at the path's start and goes on until paused
     frame.locator("#play-loop").check()
@@ -162,7 +154,7 @@ def test_geodesic_play_moves_the_pick_along_its_path_and_sends_once(page, server
     state = _play(frame)
     assert state["playing"] and state["progress"] < 0.5, state
     frame.locator("#play").click()
-    _wait_idle(pg)
+    wait_idle(pg)
     assert frame.evaluate("() => geovizExplorer.valuesSent") == sent + 1
     frame.locator("#play-loop").uncheck()
 
@@ -182,20 +174,20 @@ def test_mccann_play_pause_loop_and_speed(page, server):
     pg.wait_for_timeout(500)
     assert frame.evaluate("() => geovizExplorer.t()") == t_paused  # stopped
     pg.wait_for_function(f"() => document.body.innerText.includes('Released t = {t_paused:.2f}')")
-    _wait_idle(pg)
+    wait_idle(pg)
     assert frame.evaluate("() => geovizExplorer.valuesSent") == sent + 1
     # resume to the end at 1x, then whole runs at 2x and at 1x: the duration halves
     frame.locator("#play").click()
     frame.wait_for_function("() => !geovizExplorer.play().playing", timeout=20_000)
     assert frame.evaluate("() => geovizExplorer.t()") == 1
-    _wait_idle(pg)
+    wait_idle(pg)
     runs = {}
     for speed in ("2", "1"):
         frame.locator("#play-speed").select_option(speed)
         frame.locator("#play").click()
         frame.wait_for_function("() => !geovizExplorer.play().playing", timeout=20_000)
         runs[speed] = _play(frame)["lastRunMs"]
-        _wait_idle(pg)
+        wait_idle(pg)
     assert runs["1"] / runs["2"] == pytest.approx(2, rel=0.3), runs
     assert runs["1"] == pytest.approx(2000, rel=0.3), runs
     assert frame.evaluate("() => geovizExplorer.playFps") >= 20
@@ -207,7 +199,7 @@ def test_mccann_play_pause_loop_and_speed(page, server):
     assert frame.evaluate("() => geovizExplorer.play().playing")
     frame.locator("#play").click()
     assert frame.locator("#play").inner_text().endswith("Play")
-    _wait_idle(pg)
+    wait_idle(pg)
 
 
 def test_presenter_mode_follow_one_x_steps_and_mixup_style(page, server):
@@ -282,7 +274,7 @@ def test_presenter_mode_follow_one_x_steps_and_mixup_style(page, server):
 
     first = check_followed()
     _drag(pg, frame, [(200, 120 + 6 * k) for k in range(20)])
-    _wait_idle(pg)
+    wait_idle(pg)
     moved = check_followed()
     assert moved["index"] == first["index"] and not np.allclose(moved["pa"], first["pa"])
 
@@ -325,7 +317,7 @@ def test_frame_times_with_every_layer_and_play_screenshot(page, server):
         frame.locator(f"#{box_id}").check()
     start = frame.evaluate("() => geovizExplorer.frameTimes.length")
     _drag(pg, frame, [(120 + 5 * k, 260 - 5 * k) for k in range(30)])
-    _wait_idle(pg)
+    wait_idle(pg)
     frames = np.asarray(frame.evaluate("() => geovizExplorer.frameTimes.slice()"))[start:]
     assert len(frames) >= 15 and np.all(np.isfinite(frames))
     with contextlib.suppress(OSError):
@@ -344,6 +336,6 @@ def test_frame_times_with_every_layer_and_play_screenshot(page, server):
     _shot_1280(pg, frame, "#weights", DOC_SHOTS / "geodesic_play.png")
     assert _play(frame)["playing"]
     frame.locator("#play").click()
-    _wait_idle(pg)
+    wait_idle(pg)
     pg.set_viewport_size({"width": 1500, "height": 1900})
     frame.locator("#presenter").uncheck()
