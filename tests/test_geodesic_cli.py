@@ -449,6 +449,32 @@ def test_progress_on_a_pipe_is_a_few_plain_lines(tmp_path):
     assert lines[-1] == "[100%] done"
 
 
+def test_a_long_cold_fit_says_its_cost_before_and_what_it_took_after(tmp_path, capsys):
+    """Issue 45 item 1: a cold fit estimated above ANNOUNCE_SECONDS (a calibration with a
+    tiny rate forces it) is announced on stderr, and says after what it took; the same fit
+    again reads its maps from the cache and says nothing; --quiet says nothing; stdout is
+    the same in every case (scripts parse it)."""
+    import torch
+
+    from geoviz.backend.cost_model import CostModel
+
+    CostModel(rate=1e-3, threads=torch.get_num_threads()).save(tmp_path / "cache")
+    argv = ["project", "--target", "gmm2d", "--refs", "chessboard,gmm2d", "--n", "48"]
+    assert main(argv) == 0
+    cold = capsys.readouterr()
+    lines = [ln for ln in cold.err.splitlines() if ln.startswith("fitting the maps")]
+    assert len(lines) == 2, cold.err
+    assert re.fullmatch(r"fitting the maps: about .+ on this machine \(cost model\)", lines[0])
+    assert re.match(r"fitting the maps took \d+\.\d s \(estimated about .+\)", lines[1])
+    assert cold.err.index(lines[0]) < cold.err.index("[") < cold.err.index(lines[1])
+    assert main(argv) == 0  # warm: its maps are in the cache
+    warm = capsys.readouterr()
+    assert "fitting the maps" not in warm.err and warm.out == cold.out
+    assert main([*argv, "--no-cache", "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and quiet.out == cold.out
+
+
 DIGITS = ["--target", "mnist", "--refs", "usps,fashion_mnist", "--n", "60", "--size", "16"]
 
 

@@ -22,12 +22,19 @@ from urllib.parse import urlencode
 import numpy as np
 
 from geoviz import limits
-from geoviz.backend import DiskCache, get_cache
+from geoviz.backend import DiskCache, cache_key, get_cache
 from geoviz.cli.app import DEFAULT_ADDRESS, DEFAULT_PORT
 from geoviz.cli.args import ray_address
 from geoviz.cli.geodesic_checks import check_args, spec_from_args
 from geoviz.cli.geodesic_report import num, print_intervals, print_maps, reference_names, table
-from geoviz.cli.output import PlainProgress, progress_callback, refuse_existing, write_file
+from geoviz.cli.output import (
+    PlainProgress,
+    announced,
+    fit_estimate,
+    progress_callback,
+    refuse_existing,
+    write_file,
+)
 from geoviz.data.choice import DatasetChoice, feature_bytes_bound
 from geoviz.data.served import link_choice, served_folders, served_name
 from geoviz.errors import BlurWarning, GeovizError
@@ -51,12 +58,43 @@ def _fit(args: argparse.Namespace) -> GeodesicResult:
     # looked up in geoviz.geodesic.spec when called (the tests' guards patch them there)
     data = geodesic_spec.load_spec_datasets(spec)
     cache = DiskCache(enabled=False) if args.no_cache else get_cache()
-    with progress_callback(not args.quiet) as progress, warnings.catch_warnings():
+    # a cold fit (none of these maps in the cache) estimated above ANNOUNCE_SECONDS says its
+    # cost on stderr before and what it took after (issue 45 item 1); stdout is unchanged
+    mark = _fit_mark(spec, data)
+    cold = cache.load(FIT_MARKS, mark) is None
+    est = fit_estimate(data.target, data.references, features=spec.config.features)
+    with (
+        announced(est, "fitting the maps", enabled=cold and not args.quiet),
+        progress_callback(not args.quiet, estimate=est.seconds if cold else None) as progress,
+        warnings.catch_warnings(),
+    ):
         # the commands print their own BLURRY MAP line (also for maps read from the cache)
         warnings.simplefilter("ignore", BlurWarning)
-        return geodesic_spec.fit_spec(
+        result = geodesic_spec.fit_spec(
             spec, data, progress=progress, cache=cache, workers=args.workers
         )
+    if cold:
+        cache.store(FIT_MARKS, mark, {"fitted": 1})
+    return result
+
+
+#: disk-cache namespace of the marks of the CLI's finished fits (:func:`_fit_mark`)
+FIT_MARKS = "cli_fit_marks"
+
+
+def _fit_mark(spec: geodesic_spec.GeodesicSpec, data: geodesic_spec.SpecDatasets) -> str:
+    """The key of this fit's mark: its configuration and its loaded datasets' fingerprints
+    (a user's feature model by its name). Marked once fitted, so the same fit run again reads
+    its maps from the cache and is not announced as a cold one."""
+    model = spec.features_model
+    return cache_key(
+        FIT_MARKS,
+        {
+            "config": spec.config.to_dict(),
+            "data": [ds.fingerprint for ds in (data.target, *data.references)],
+            "features_model": None if model is None else model.name,
+        },
+    )
 
 
 def _bootstrap(args: argparse.Namespace, result: GeodesicResult) -> GeodesicBootstrap | None:
