@@ -175,6 +175,32 @@ def test_a_job_says_its_time_left_then_what_it_took():
     assert BackgroundJob(lambda p: None).eta_text() in ("", " · took 0.0 s")
 
 
+def test_the_fit_bar_says_the_stage_and_the_time_left():
+    """The app's fit bar (widgets.geodesic_with_status): the escaped stage and the job's time
+    left, which is part of the text its redraws compare (issue 45 item 1)."""
+    import threading
+
+    from geoviz.app.jobs import BackgroundJob
+    from geoviz.app.widgets import fit_bar_text
+    from geoviz.viz.report import markdown_literal
+
+    gate = threading.Event()
+
+    def run(progress):
+        progress("barycentric 1/3: mnist -> usps_*", 0.0)
+        assert gate.wait(10)
+        return 1
+
+    job = BackgroundJob(run, estimate=40.0)
+    stage = job.snapshot()[0]
+    text = fit_bar_text(stage, job)
+    assert text.startswith(markdown_literal(stage)) and "usps\\_\\*" in text  # escaped
+    assert text.endswith(" s left") and "about 40 s left" in text
+    gate.set()
+    assert job.wait(10)
+    assert fit_bar_text("done", job).startswith("done · took ")
+
+
 def test_plain_progress_lines_say_the_time_left_and_ignore_iteration_counts():
     import io
 

@@ -29,7 +29,7 @@ from streamlit.delta_generator import DeltaGenerator
 from geoviz import glossary
 from geoviz.app.explorer_host.component import ExplorerState
 from geoviz.app.explorer_host.service import embedding_payload_job
-from geoviz.app.jobs import LEASE_BEAT_SECONDS, CacheLease
+from geoviz.app.jobs import LEASE_BEAT_SECONDS, BackgroundJob, CacheLease
 from geoviz.app.scenario import Scenario
 from geoviz.app.services import caches as cache_services
 from geoviz.app.services import datasets as dataset_services
@@ -52,6 +52,7 @@ __all__ = [
     "app_page",
     "data_or_error",
     "explorer_notes",
+    "fit_bar_text",
     "geodesic_with_status",
     "loading_preset",
     "page_fragment",
@@ -330,6 +331,13 @@ def explorer_notes(model: SessionModel, state: ExplorerState) -> None:
             )
 
 
+def fit_bar_text(stage: str, job: BackgroundJob) -> str:
+    """The fit bar's text: the stage (escaped: stages name datasets) and the time left
+    (:meth:`~geoviz.app.jobs.BackgroundJob.eta_text`, ``" · about 40 s left"``; from the cost
+    model's estimate at first)."""
+    return markdown_literal(stage) + job.eta_text()
+
+
 def geodesic_with_status(
     model: SessionModel, poll_seconds: float = 0.5, scenario: Scenario | None = None
 ) -> GeodesicResult | None:
@@ -371,10 +379,12 @@ def geodesic_with_status(
             finished = job.wait(poll_seconds)
             stage, fraction, log = job.snapshot()
             # each update is redrawn by the visitor's browser, which on a small machine
-            # shares the cores with the fit: only what changed is sent
-            if (stage, round(fraction, 2)) != shown_bar:
-                shown_bar = (stage, round(fraction, 2))
-                bar.progress(fraction, text=markdown_literal(stage))  # stages name datasets
+            # shares the cores with the fit: only what changed is sent (the time left is
+            # rounded, by format_seconds, to what a person reads: it changes every few seconds)
+            text = fit_bar_text(stage, job)
+            if (text, round(fraction, 2)) != shown_bar:
+                shown_bar = (text, round(fraction, 2))
+                bar.progress(fraction, text=text)
             if len(log) != shown_lines:
                 shown_lines = len(log)
                 log_box.markdown(
