@@ -213,6 +213,13 @@ def test_plain_progress_lines_say_the_time_left_and_ignore_iteration_counts():
         progress(f"OTDD map 1/2 (sinkhorn: iteration {it})", 0.01)
     lines = stream.getvalue().splitlines()
     assert lines == ["[  0%] OTDD map 1/2 (sinkhorn) · about 40 s left"]
+    encoding = io.StringIO()
+    progress = PlainProgress(encoding, estimate=40.0)
+    for done in range(0, 3001, 250):  # the images encoded are counted, not new stages
+        progress(f"encoder: encoding {done:,}/3,000 images", 0.001 * done / 3000)
+    assert encoding.getvalue().splitlines() == [
+        "[  0%] encoder: encoding 0/3,000 images · about 40 s left"
+    ]
 
 
 def test_otdd_sinkhorn_says_its_iteration():

@@ -58,3 +58,52 @@ def test_memo_is_keyed_by_the_weights_and_survives_pickling():
     assert not torch.allclose(a, b)
     copy = pickle.loads(pickle.dumps(first))
     assert torch.equal(copy(x), a)
+
+
+def test_the_chunk_loop_reports_the_images_done():
+    """``progress(done)`` after each chunk of ENCODE_CHUNK, the remembered images at once."""
+    encode = _shipped()
+    assert encode.reports_progress
+    x = torch.rand(2 * ENCODE_CHUNK + 5, 3 * 28 * 28, generator=torch.Generator().manual_seed(3))
+    encoder_module._MEMO.clear()
+    counts: list[int] = []
+    plain = encode(x[:10])  # remembered from now on
+    z = encode(x, progress=counts.append)
+    assert counts == [10 + ENCODE_CHUNK, x.shape[0]]  # 123 new images: chunks of 64 and 59
+    assert torch.equal(z[:10], plain)
+
+
+def test_the_fit_says_how_many_images_are_encoded(tmp_path, monkeypatch):
+    """The feature stage of a fit: "encoder: encoding N/M images" over all its datasets, to
+    the last image, through the progress the pipeline passes (issue 45 item 1)."""
+    from geoviz.data.dataset import LabeledDataset
+    from geoviz.features.pretrained import PretrainedEncoderSpace
+    from geoviz.geodesic import pipeline
+    from geoviz.geodesic.config import GeodesicConfig
+
+    gen = torch.Generator().manual_seed(4)
+
+    def images(n: int, name: str) -> LabeledDataset:
+        x = torch.rand(n, 3 * 28 * 28, generator=gen)
+        return LabeledDataset(
+            x, torch.arange(n) % 2, ("a", "b"), name=name, image_shape=(3, 28, 28)
+        )
+
+    monkeypatch.setenv("GEOVIZ_CACHE_DIR", str(tmp_path / "cache"))  # the vectors are encoded
+    encoder_module._MEMO.clear()
+    datasets = [images(1100, "q"), images(150, "p1"), images(90, "p2")]
+    seen: list[tuple[str, float]] = []
+    _fitted, q, refs = pipeline._into_feature_space(
+        PretrainedEncoderSpace(),
+        GeodesicConfig(features="encoder"),
+        datasets[0],
+        tuple(datasets[1:]),
+        lambda stage, f: seen.append((stage, f)),
+    )
+    encoding = [(s, f) for s, f in seen if "encoding" in s]
+    assert encoding[-1] == ("encoder: encoding 1,340/1,340 images", 0.3)
+    # one report at least at each dataset's end, none going back
+    for count in ("1,100/", "1,250/"):
+        assert any(count in s for s, _ in encoding)
+    assert [f for _, f in encoding] == sorted(f for _, f in encoding)
+    assert q.n_samples == 1100 and [r.n_samples for r in refs] == [150, 90]

@@ -97,8 +97,9 @@ def stderr_is_terminal(stream: TextIO | None = None) -> bool:
 
 #: plain progress lines: one whenever the overall fraction passes another tenth
 PLAIN_PROGRESS_STEP = 10
-#: a solver's iteration count in a stage's text (``geoviz.ot.otdd``): not a new stage
-_ITERATION = re.compile(r"[:,] iteration \d+")
+#: a solver's iteration count in a stage's text (``geoviz.ot.otdd``), or the images encoded
+#: (``geoviz.geodesic.pipeline``): not a new stage
+_ITERATION = re.compile(r"[:,] iteration \d+|encoding [\d,]+/")
 
 
 class PlainProgress:

@@ -36,6 +36,7 @@ from geoviz.errors import DatasetError, GeovizError
 __all__ = [
     "FeatureSpace",
     "FittedFeatures",
+    "ImagesDone",
     "Progress",
     "check_feature_output",
     "last_error_line",
@@ -43,6 +44,8 @@ __all__ = [
 
 #: ``progress(stage, fraction in [0, 1])``
 Progress = Callable[[str, float], None]
+#: ``progress(done, total)``: samples of one dataset encoded so far (:meth:`FittedFeatures.transform`)
+ImagesDone = Callable[[int, int], None]
 
 
 def _same_kind(datasets: Sequence[LabeledDataset]) -> list[LabeledDataset]:
@@ -133,6 +136,11 @@ def check_feature_output(out: Any, n: int, what: str) -> torch.Tensor:
     return flat
 
 
+def _offset(progress: ImagesDone, start: int, total: int) -> Callable[[int], None]:
+    """``progress(start + done, total)`` for an ``encode`` reporting ``done`` in its batch."""
+    return lambda done: progress(start + int(done), total)
+
+
 @dataclass(frozen=True, eq=False)
 class FittedFeatures:
     """A feature space fitted on some datasets: a map ``(N, D) -> (N, d)``.
@@ -171,8 +179,15 @@ class FittedFeatures:
         """``True`` for pixel space: datasets are used as they are."""
         return self.encode is None
 
-    def transform(self, ds: LabeledDataset) -> LabeledDataset:
+    def transform(
+        self, ds: LabeledDataset, *, progress: ImagesDone | None = None
+    ) -> LabeledDataset:
         """``ds`` in this space: ``(N, d)`` features, same labels, classes, name and source.
+
+        ``progress(done, ds.n_samples)`` is called as the network encodes ``ds``: after each
+        of its batches, and within one from an ``encode`` whose ``reports_progress`` is true
+        (called with ``progress=``, the count done in the batch: the shipped encoders' chunk
+        loops); never for features read from the cache.
 
         Raises
         ------
@@ -182,7 +197,7 @@ class FittedFeatures:
         if self.encode is None:
             return ds
         if self.cache is None:
-            z = self._encode_all(ds)
+            z = self._encode_all(ds, progress)
         else:
             # labels never change the features: key on the pixels only
             key = {"space": self.digest, "data": _features_fingerprint(ds)}
@@ -190,16 +205,17 @@ class FittedFeatures:
             payload = self.cache.get_or_compute(
                 "feature_vectors",
                 key,
-                lambda: {"features": self._encode_all(ds)},
+                lambda: {"features": self._encode_all(ds, progress)},
                 expect={"features": ArraySpec((ds.n_samples, self.dim))},
             )
             z = payload["features"]
         return ds.with_features(z, image_shape=None)
 
-    def _encode_all(self, ds: LabeledDataset) -> torch.Tensor:
+    def _encode_all(self, ds: LabeledDataset, progress: ImagesDone | None = None) -> torch.Tensor:
         encode = self.encode
         if encode is None:
             return ds.features
+        within = progress is not None and getattr(encode, "reports_progress", False)
         chunks = []
         dim = self.dim
         n_batches = -(-ds.n_samples // self.batch_size)
@@ -211,7 +227,12 @@ class FittedFeatures:
                     f"{start + x.shape[0] - 1:,} of {ds.name})"
                 )
                 try:
-                    z = check_feature_output(encode(x), x.shape[0], f"feature space {self.name}")
+                    if within and progress is not None:
+                        counted: Any = encode  # its __call__ takes progress= (reports_progress)
+                        out = counted(x, progress=_offset(progress, start, ds.n_samples))
+                    else:
+                        out = encode(x)
+                    z = check_feature_output(out, x.shape[0], f"feature space {self.name}")
                 except GeovizError as err:
                     # the same error class (a ResourceError stays one), told where it happened
                     err.args = (f"{err} in {where}",)
@@ -224,6 +245,8 @@ class FittedFeatures:
                     )
                 dim = int(z.shape[1])
                 chunks.append(z)
+                if progress is not None:
+                    progress(start + x.shape[0], ds.n_samples)
         return torch.cat(chunks, dim=0)
 
     def manifest(self) -> dict[str, Any]:

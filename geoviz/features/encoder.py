@@ -48,6 +48,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
@@ -251,9 +252,15 @@ class NetEncode:
             digest.update(value.detach().cpu().contiguous().numpy().tobytes())
         self.key = digest.hexdigest()
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    #: ``__call__`` takes ``progress=`` (:meth:`geoviz.features.base.FittedFeatures.transform`)
+    reports_progress = True
+
+    def __call__(
+        self, x: torch.Tensor, *, progress: Callable[[int], None] | None = None
+    ) -> torch.Tensor:
         """Embeddings ``(N, dim)`` of the images ``x`` ``(N, C*H*W)``, each computed once
-        per process (module docstring)."""
+        per process (module docstring). ``progress(done)``: the images of ``x`` done so far
+        (the remembered ones at once, then after each chunk of :data:`ENCODE_CHUNK`)."""
         x = x.detach().cpu().contiguous()
         rows = x.numpy().reshape(x.shape[0], -1)
         keys = [(self.key, hashlib.blake2b(r.tobytes(), digest_size=16).digest()) for r in rows]
@@ -261,7 +268,11 @@ class NetEncode:
             known = [_MEMO.get(k) for k in keys]
         todo = [i for i, z in enumerate(known) if z is None]
         if todo:
-            fresh = self._embed(x[todo])
+            known_already = len(keys) - len(todo)
+            fresh = self._embed(
+                x[todo],
+                None if progress is None else (lambda done: progress(known_already + done)),
+            )
             with _MEMO_LOCK:
                 for i, z in zip(todo, fresh, strict=True):
                     known[i] = z
@@ -271,13 +282,17 @@ class NetEncode:
                     _MEMO.popitem(last=False)
         return torch.stack([z for z in known if z is not None])
 
-    def _embed(self, x: torch.Tensor) -> torch.Tensor:
+    def _embed(
+        self, x: torch.Tensor, progress: Callable[[int], None] | None = None
+    ) -> torch.Tensor:
         out = []
         with torch.no_grad():
             for start in range(0, x.shape[0], ENCODE_CHUNK):
                 images = _to_rgb(x[start : start + ENCODE_CHUNK], self.shape, self.size)
                 images = images.to(self.device).contiguous(memory_format=torch.channels_last)
                 out.append(torch.nn.functional.normalize(self.net(images), dim=1).cpu())
+                if progress is not None:
+                    progress(start + images.shape[0])
         return torch.cat(out)
 
 

@@ -35,7 +35,9 @@ cache); import the configuration and the result from their own modules.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -269,7 +271,39 @@ def _into_feature_space(
     check_space_allows(config.method, space.name)  # a user's space given beside config
     report(f"feature space {space.name}", 0.0)
     fitted = space.fit([target, *refs], lambda stage, f: report(f"{space.name}: {stage}", 0.3 * f))
-    return fitted, fitted.transform(target), tuple(fitted.transform(ref) for ref in refs)
+    encoding = _EncodingProgress(space.name, [target, *refs], report)
+    into = [fitted.transform(ds, progress=encoding.of(k)) for k, ds in enumerate((target, *refs))]
+    return fitted, into[0], tuple(into[1:])
+
+
+#: seconds between two "encoding N/M images" reports (the network's chunks are quicker)
+_ENCODING_REPORT_SECONDS = 0.25
+
+
+class _EncodingProgress:
+    """``"<space>: encoding N/M images"`` over all the datasets a space encodes (the fit's
+    feature stage, the first 30 % of its bar), at most every :data:`_ENCODING_REPORT_SECONDS`
+    and once at each dataset's end (features read from the cache report nothing)."""
+
+    def __init__(self, name: str, datasets: Sequence[LabeledDataset], report: Progress) -> None:
+        self.name, self.report = name, report
+        sizes = [ds.n_samples for ds in datasets]
+        self.offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+        self.total = max(sum(sizes), 1)
+        self.shown = -math.inf
+
+    def of(self, k: int) -> Callable[[int, int], None]:
+        def images(done: int, n: int) -> None:
+            now = time.perf_counter()
+            if done < n and now - self.shown < _ENCODING_REPORT_SECONDS:
+                return
+            self.shown = now
+            count = self.offsets[k] + done
+            self.report(
+                f"{self.name}: encoding {count:,}/{self.total:,} images", 0.3 * count / self.total
+            )
+
+        return images
 
 
 def _fit_maps(
