@@ -160,6 +160,9 @@ def test_low_dimensional_payload_moves_every_point(fresh_server):
     result = fit_geodesic(data.target, list(data.references), GeodesicConfig())
     header, arrays = xp.decode(geodesic_payload(model, result).data)
     assert header["view"] == "scatter" and "images" not in arrays
+    # a vector preset names each reference by its role: the explorer's corners then read
+    # "P1", not "P1 · P1" (roleLabel in drawing_kit.js, tests/js/simplex_views.test.mjs)
+    assert header["names"] == ["P1", "P2", "P3"] and header["target_name"] == "Q"
     coords = arrays["coords"]
     assert coords.shape == (result.m + 1, result.target.n_samples, 2)
     a = np.array([0.2, 0.5, 0.3])

@@ -246,11 +246,11 @@ def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     import shutil
     from pathlib import Path
 
-    tb = pytest.importorskip("test_browser")
+    bs = pytest.importorskip("browser_support")
     pytest.importorskip("playwright.sync_api")
-    if not (Path(tb.CHROMIUM).exists() or shutil.which(tb.CHROMIUM)):
-        pytest.skip(f"Chromium not found at {tb.CHROMIUM}")
-    with tb._app_server(tmp_path_factory.mktemp("guard")) as info:
+    if not (Path(bs.CHROMIUM).exists() or shutil.which(bs.CHROMIUM)):
+        pytest.skip(f"Chromium not found at {bs.CHROMIUM}")
+    with bs.app_server(tmp_path_factory.mktemp("guard")) as info:
         yield info
 
 
@@ -286,39 +286,39 @@ def test_a_deep_value_from_the_frame_does_not_break_the_session(guarded_server):
     """The 1,100-deep weights of the probe, and the other hostile shapes, posted from the
     explorer's frame, are dropped there (counted, never sent): no error box, and the next
     release from the frame moves the pick and the link."""
-    tb = pytest.importorskip("test_browser")
+    bs = pytest.importorskip("browser_support")
     pw = pytest.importorskip("playwright.sync_api")
     with pw.sync_playwright() as p:
         browser = p.chromium.launch(
-            executable_path=tb.CHROMIUM, args=tb.CHROMIUM_ARGS, headless=True
+            executable_path=bs.CHROMIUM, args=bs.CHROMIUM_ARGS, headless=True
         )
         try:
             pg = browser.new_page(viewport={"width": 1500, "height": 1900})
-            pg.set_default_timeout(tb.PAGE_TIMEOUT_MS)
+            pg.set_default_timeout(bs.PAGE_TIMEOUT_MS)
             pg.goto(f"{guarded_server['url']}/geodesic")
-            frame = tb._explorer(pg)
-            tb._wait_idle(pg)
+            frame = bs.explorer_frame(pg)
+            bs.wait_idle(pg)
             dropped = frame.evaluate("() => geovizExplorer.dropped()")
             for expr in FRAME_HOSTILE:
                 _post_from_frame(frame, expr)
             pg.wait_for_timeout(1500)  # a rerun the old frame caused would have started
-            tb._wait_idle(pg)
-            tb._assert_no_exception(pg, "after the deep value")
+            bs.wait_idle(pg)
+            bs.assert_no_exception(pg, "after the deep value")
             # each was dropped in the frame, none reached the server (no warning either)
             assert frame.evaluate("() => geovizExplorer.dropped()") == dropped + len(FRAME_HOSTILE)
             assert not pg.locator("[data-testid='stAlertContentWarning']").count()
             # the session still works: a release from the frame is taken on the next rerun
-            frame = tb._explorer(pg, timeout_s=60)
+            frame = bs.explorer_frame(pg, timeout_s=60)
             _post_from_frame(frame, "({weights: [0.5, 0.3, 0.2], seq: 20001, id: 'h'})")
             pg.wait_for_function(
                 "() => decodeURIComponent(window.location.search).includes('a=0.5,0.3,0.2')",
                 timeout=60_000,
             )
-            tb._wait_idle(pg)
-            tb._assert_no_exception(pg, "after the next release")
-            frame = tb._explorer(pg, timeout_s=60)
+            bs.wait_idle(pg)
+            bs.assert_no_exception(pg, "after the next release")
+            frame = bs.explorer_frame(pg, timeout_s=60)
             assert frame.evaluate("() => geovizExplorer.pick()") == pytest.approx([0.5, 0.3, 0.2])
-            assert "Picked a" in tb._main_text(pg)
+            assert "Picked a" in bs.main_text(pg)
             assert not pg.locator("[data-testid='stAlertContentWarning']").count()
         finally:
             browser.close()
@@ -349,36 +349,37 @@ def test_a_2000_deep_value_through_window_top_does_not_break_the_session(guarded
     explorer's values take) it reaches the server, which refuses it in a sentence. A valid
     value through ``window.top`` is then taken, and no error box shows here or on the
     Datasets page of the same session."""
-    tb = pytest.importorskip("test_browser")
+    bs = pytest.importorskip("browser_support")
+    tb = pytest.importorskip("test_browser")  # its _goto_page
     pw = pytest.importorskip("playwright.sync_api")
     with pw.sync_playwright() as p:
         browser = p.chromium.launch(
-            executable_path=tb.CHROMIUM, args=tb.CHROMIUM_ARGS, headless=True
+            executable_path=bs.CHROMIUM, args=bs.CHROMIUM_ARGS, headless=True
         )
         try:
             pg = browser.new_page(viewport={"width": 1500, "height": 1900})
-            pg.set_default_timeout(tb.PAGE_TIMEOUT_MS)
+            pg.set_default_timeout(bs.PAGE_TIMEOUT_MS)
             pg.goto(f"{guarded_server['url']}/geodesic")
-            frame = tb._explorer(pg)
-            tb._wait_idle(pg)
+            frame = bs.explorer_frame(pg)
+            bs.wait_idle(pg)
             dropped = frame.evaluate("() => geovizExplorer.dropped()")
             _post_through_top(frame, f"({{weights: {DEEP_2000}, seq: 30001, id: 'h'}})")
             _post_through_top(frame, DEEP_2000)
             _post_through_top(frame, "({weights: [0.2, 0.3, 0.5], seq: 30002, id: 'h'})")
             pg.wait_for_timeout(1500)  # a rerun they caused would have started
-            tb._wait_idle(pg)
-            tb._assert_no_exception(pg, "after the 2,000-deep objects")
+            bs.wait_idle(pg)
+            bs.assert_no_exception(pg, "after the 2,000-deep objects")
             assert frame.evaluate("() => geovizExplorer.dropped()") == dropped + 3
             assert not pg.locator("[data-testid='stAlertContentWarning']").count()
             # the same depth as the text of an event: the server's sentence, no error box
             _post_through_top(frame, f"JSON.stringify({{weights: {DEEP_2000}, seq: 30003}})")
             warning = pg.locator("[data-testid='stAlertContentWarning']")
             warning.first.wait_for(timeout=60_000)
-            tb._wait_idle(pg)
-            tb._assert_no_exception(pg, "after the 2,000-deep text")
+            bs.wait_idle(pg)
+            bs.assert_no_exception(pg, "after the 2,000-deep text")
             assert "nested more than 2 deep" in warning.first.inner_text()
             # the next valid value through window.top is taken
-            frame = tb._explorer(pg, timeout_s=60)
+            frame = bs.explorer_frame(pg, timeout_s=60)
             _post_through_top(
                 frame, "JSON.stringify({weights: [0.5, 0.3, 0.2], seq: 30004, id: 'h'})"
             )
@@ -386,12 +387,12 @@ def test_a_2000_deep_value_through_window_top_does_not_break_the_session(guarded
                 "() => decodeURIComponent(window.location.search).includes('a=0.5,0.3,0.2')",
                 timeout=60_000,
             )
-            tb._wait_idle(pg)
-            tb._assert_no_exception(pg, "after the valid value")
+            bs.wait_idle(pg)
+            bs.assert_no_exception(pg, "after the valid value")
             assert not pg.locator("[data-testid='stAlertContentWarning']").count()
-            assert "Picked a" in tb._main_text(pg)
+            assert "Picked a" in bs.main_text(pg)
             tb._goto_page(pg, "1 · Datasets")  # the same session, another page
-            tb._assert_no_exception(pg, "on the Datasets page")
+            bs.assert_no_exception(pg, "on the Datasets page")
         finally:
             browser.close()
 

@@ -18,6 +18,12 @@ export function el(tag, attrs, parent) {
   if (parent) parent.appendChild(e);
   return e;
 }
+/** A reference's label by its role: "P1 · fashion_mnist"; just "P1" where the dataset is
+ *  named by its role (the vector presets' P1, P2, P3), not "P1 · P1" (issue 45; the rule of
+ *  the Datasets page's role_title). */
+export function roleLabel(role, name) {
+  return String(name) === role ? role : role + " · " + name;
+}
 /** ``x`` with ``d`` decimals (2 by default). */
 export function fmt(x, d) { return Number(x).toFixed(d === undefined ? 2 : d); }
 /** An axis tick: 4 significant digits, exponent form for the very small and large. */

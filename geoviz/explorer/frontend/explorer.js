@@ -87,9 +87,12 @@ function explorerHooks(ex) {
     bootstrap: () => bootHeader(ex),
     /** lattice cells of the region as good as â drawn on the triangle (m = 3) */
     regionCells: () => (ex.ui ? ex.ui.regionCells || 0 : 0),
-    /** the zoomed inset of a small region as good as â ({cells, zoom, x, y, size} in the
+    /** the region as good as â's share of the simplex ({count, total, share} on the fixed
+     *  barycentric lattice: the same at every canvas size), or null before it is built */
+    regionShare: () => (ex.ui && ex.ui.regionShare ? Object.assign({}, ex.ui.regionShare) : null),
+    /** the zoomed inset of a small region as good as â ({cells, share, zoom, x, y, size} in the
      *  simplex canvas's CSS px) and its caption, or null when the region is not small */
-    regionInset: () => (ex.ui && ex.ui.inset ? { cells: ex.ui.regionCells, zoom: ex.ui.inset.zoom, x: ex.ui.inset.x, y: ex.ui.inset.y,
+    regionInset: () => (ex.ui && ex.ui.inset ? { cells: ex.ui.regionCells, share: ex.ui.regionShare ? ex.ui.regionShare.share : null, zoom: ex.ui.inset.zoom, x: ex.ui.inset.x, y: ex.ui.inset.y,
       size: ex.ui.inset.s, caption: ex.ui.regionNote ? ex.ui.regionNote.textContent : "" } : null),
     /** the tiles' caption size (CSS px), or null without tiles */
     captionPx: () => (ex.ui && ex.ui.samples ? ex.ui.captionPx || null : null),

@@ -114,6 +114,53 @@ export function xyToBary(x, y, V) {
   return [l1, l2, 1 - l1 - l2];
 }
 
+/** The colour scale's range [lo, hi]: the finite ``values`` (the heatmap's pixel centres,
+ *  NaN outside the triangle) widened to the objective at each of ``points`` (the three
+ *  vertices, â, the pick). Pixel centres alone miss the vertices, whose values the corners
+ *  read: the bar topped out at 73.41 under a P1 corner of 73.77 (issue 45). */
+export function objectiveRange(values, points, wToTarget, wBetween) {
+  let lo = Infinity, hi = -Infinity;
+  for (const v of values) if (!Number.isNaN(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
+  for (const a of points) {
+    const v = objective(a, wToTarget, wBetween);
+    if (v < lo) lo = v; if (v > hi) hi = v;
+  }
+  return [lo, hi];
+}
+
+/** Subdivisions per edge of the lattice a region's share of the simplex is counted on. */
+export const SHARE_LATTICE = 80;
+
+/** The centroids of the ``n`` × ``n`` equal triangles that divide the simplex ``n`` times
+ *  along each edge (n(n+1)/2 upright, n(n-1)/2 upside down): the same points whatever the
+ *  canvas, so a share counted on them does not change with the viewport. */
+export function simplexLattice(n) {
+  const pts = [];
+  for (let i = 0; i < n; i++) for (let j = 0; i + j < n; j++) {
+    pts.push([(i + 1 / 3) / n, (j + 1 / 3) / n, (n - 1 - i - j + 1 / 3) / n]);
+    if (i + j < n - 1) pts.push([(i + 2 / 3) / n, (j + 2 / 3) / n, (n - 2 - i - j + 2 / 3) / n]);
+  }
+  return pts;
+}
+
+/** The share of the simplex's area where ``inside(a)`` holds, on simplexLattice(n):
+ *  ``{count, total, share}`` (total = n², each lattice point one equal triangle). */
+export function regionShare(inside, n) {
+  const pts = simplexLattice(n || SHARE_LATTICE);
+  let count = 0;
+  for (const a of pts) if (inside(a)) count++;
+  return { count: count, total: pts.length, share: count / pts.length };
+}
+
+/** A share as the captions print it: "0.16% of the simplex" (two significant digits under
+ *  1%, one decimal under 10%), "<0.02% of the simplex" where no lattice point is in. */
+export function shareText(count, total) {
+  const p = 100 * count / total;
+  if (count === 0) return "<" + Number((100 / total).toPrecision(1)) + "% of the simplex";
+  const s = p >= 10 ? p.toFixed(0) : p >= 1 ? p.toFixed(1) : String(Number(p.toPrecision(2)));
+  return s + "% of the simplex";
+}
+
 // ------------------------------------------------------------------ P_a's pixels and label mass
 
 /** round(sum_i coef_i images[i + offset]) over the first ``rows`` samples: ``images`` is the
@@ -187,7 +234,7 @@ export function replicateGaps(a, wToTarget, wBetween, hatObjectives) {
 }
 
 /** As good as â at this sample size: the gap's interval at ``level`` holds 0 (its low end is
- *  at most 0). One cell of the region drawn on the triangle. */
+ *  at most 0). One point of the region drawn on the triangle. */
 export function asGoodAsHat(a, wToTarget, wBetween, hatObjectives, level) {
   return percentileInterval(replicateGaps(a, wToTarget, wBetween, hatObjectives), level)[0] <= 0;
 }

@@ -1,8 +1,8 @@
 /* geoviz explorer: the weight simplex drawn: the ternary heatmap of W²(P_a, Q) with its
  * colour bar and the region as good as â (m = 3), the curve along the geodesic with its band
  * (m = 2), the linked bars (m > 3); and the geometry the pointer reads back. */
-import { baryToXY, objective, simplexTriangle, viridis, xyToBary } from "./maths.js";
-import { SET_COLORS, cssSize, dot, fitText, fmt, star, tick } from "./drawing_kit.js";
+import { baryToXY, objective, objectiveRange, regionShare, shareText, simplexTriangle, viridis, xyToBary } from "./maths.js";
+import { SET_COLORS, cssSize, dot, fitText, fmt, roleLabel, star, tick } from "./drawing_kit.js";
 import { asGoodAt, bootArray, bootHeader, fitHeight, headerOf, objectiveAt, payloadArray, requestDraw, valueIntervalAt } from "./explorer_state.js";
 
 /** The ternary's vertices in the simplex canvas. */
@@ -27,7 +27,8 @@ export function barGeom(ex) {
 }
 
 /** The heatmap of W²(P_a, Q) over the triangle with 12 contour levels (off-screen, once per
- *  build), its colour bar, then the region as good as â. */
+ *  build), its colour bar, then the region as good as â. The bar's range holds the pixel
+ *  centres and the objective at the three vertices, â and the pick (objectiveRange). */
 export function buildHeatmap(ex) {
   // one heatmap pixel per backing pixel (sharp at any devicePixelRatio)
   const c = ex.ui.simplex, W = c.width, Hh = c.height, r = c.dpr || 1;
@@ -35,14 +36,14 @@ export function buildHeatmap(ex) {
   const w = payloadArray(ex, "w_to_target").data, wb = payloadArray(ex, "w_between").data;
   const img = new ImageData(W, Hh);
   const vals = new Float64Array(W * Hh).fill(NaN);
-  let lo = Infinity, hi = -Infinity;
   for (let y = 0; y < Hh; y++) for (let x = 0; x < W; x++) {
     const b = xyToBary(x + 0.5, y + 0.5, V);
     if (b[0] < -1e-9 || b[1] < -1e-9 || b[2] < -1e-9) continue;
-    const v = objective(b, w, wb);
-    vals[y * W + x] = v;
-    if (v < lo) lo = v; if (v > hi) hi = v;
+    vals[y * W + x] = objective(b, w, wb);
   }
+  const marked = [[1, 0, 0], [0, 1, 0], [0, 0, 1], Array.from(payloadArray(ex, "a_hat").data)];
+  if (ex.pick && ex.pick.length === 3) marked.push(ex.pick);
+  const [lo, hi] = objectiveRange(vals, marked, w, wb);
   const levels = 12, step = (hi - lo) / levels || 1;
   for (let y = 0; y < Hh; y++) for (let x = 0; x < W; x++) {
     const k = y * W + x, v = vals[k];
@@ -68,7 +69,7 @@ export function buildHeatmap(ex) {
  *  it: ~0.1 s of work that would otherwise hold back the first drawn simplex (issue 26). */
 export function scheduleRegion(ex) {
   const ui = ex.ui;
-  ui.region = null; ui.regionCells = 0; ui.inset = null; ui.regionBox = null;
+  ui.region = null; ui.regionCells = 0; ui.regionShare = null; ui.inset = null; ui.regionBox = null;
   showRegionNote(ex);
   clearTimeout(ex.regionTimer); ex.regionTimer = null;
   const bt = bootHeader(ex);
@@ -105,7 +106,11 @@ export function drawColorbar(ex, lo, hi, levels, into) {
   ctx.fillText("W²(P_a, Q) · " + levels + " levels", 0, 0); ctx.restore();
 }
 
-/** The region as good as â on a 4-px lattice: a light fill and a dotted white outline. */
+/** The region as good as â on a 4-px lattice: a light fill and a dotted white outline. Its
+ *  share of the simplex (ui.regionShare, what the caption says) is counted on the fixed
+ *  barycentric lattice of regionShare, the same at every canvas size: the 4-px cells
+ *  (ui.regionCells) only decide how it is drawn ("1 cell" at 1280 px was "4 cells" at
+ *  1920, issue 45). */
 export function buildRegion(ex, W, Hh) {
   const step = 4, nx = Math.ceil(W / step), ny = Math.ceil(Hh / step), V = triangleOf(ex);
   const mask = new Int8Array(nx * ny).fill(-1);  // -1 outside the triangle, 0 worse, 1 as good
@@ -130,6 +135,7 @@ export function buildRegion(ex, W, Hh) {
     if (worse) { ctx.fillStyle = "rgba(255,255,255,0.95)"; ctx.fillRect(i * step + 1, j * step + 1, 2, 2); }
   }
   ex.ui.regionCells = mask.reduce((n, v) => n + (v === 1 ? 1 : 0), 0);
+  ex.ui.regionShare = regionShare((a) => asGoodAt(ex, a));
   ex.ui.regionBox = ex.ui.regionCells ? [x0, y0, x1, y1] : null;
   return off;
 }
@@ -144,7 +150,7 @@ const REGION_STEP = 4;
 function insetSquare(ex) {
   const V = triangleOf(ex), h = headerOf(ex);
   const probe = ex.doc.createElement("canvas").getContext("2d"); probe.font = "12px sans-serif";
-  const labelLeft = V[0][0] - probe.measureText("P1 · " + h.names[0]).width / 2;
+  const labelLeft = V[0][0] - probe.measureText(roleLabel("P1", h.names[0])).width / 2;
   const k = 1 + 1 / Math.sqrt(3);  // the square's corner (4 + s, 4 + s) left of the triangle's left edge
   const s = Math.floor(Math.min(150, labelLeft - 14, (V[0][0] + V[0][1] / Math.sqrt(3) - 6) / k - 4));
   return { x: 4, y: 4, s: Math.max(64, s) };
@@ -229,10 +235,12 @@ function drawInset(ex, ctx, inset, xy) {
 export function regionNoteText(ex) {
   const ui = ex.ui;
   if (!ui || !ui.inset) return "";
-  // two lines under a 280 px triangle: on a projector the tiles start right below it
-  return "The region as good as â is small: " + ui.regionCells + " cell" + (ui.regionCells === 1 ? "" : "s") +
-    " in the dashed ring, zoomed ×" + (ui.inset.zoom < 10 ? ui.inset.zoom.toFixed(1) : Math.round(ui.inset.zoom)) +
-    " in the inset.";
+  // two lines under a 280 px triangle: on a projector the tiles start right below it (the
+  // share "0.016% of the simplex" is longer than the "12 cells" it replaced: the dashed
+  // ring, drawn on the triangle, goes unsaid)
+  const share = ui.regionShare ? shareText(ui.regionShare.count, ui.regionShare.total) : "";
+  return "The region as good as â is small: " + share + ", zoomed ×" +
+    (ui.inset.zoom < 10 ? ui.inset.zoom.toFixed(1) : Math.round(ui.inset.zoom)) + " in the inset.";
 }
 function showRegionNote(ex) {
   const ui = ex.ui;
@@ -271,9 +279,9 @@ export function drawSimplex(ex, into) {
     ctx.beginPath(); ctx.moveTo(...V[0]); ctx.lineTo(...V[1]); ctx.lineTo(...V[2]); ctx.closePath();
     ctx.strokeStyle = "#444"; ctx.lineWidth = 1; ctx.stroke();
     ctx.textAlign = "center";
-    ctx.fillText("P1 · " + names[0], V[0][0], V[0][1] - 8);
-    ctx.textAlign = "left"; ctx.fillText("P2 · " + names[1], 2, V[1][1] + 18);
-    ctx.textAlign = "right"; ctx.fillText("P3 · " + names[2], cw - 2, V[2][1] + 18);
+    ctx.fillText(roleLabel("P1", names[0]), V[0][0], V[0][1] - 8);
+    ctx.textAlign = "left"; ctx.fillText(roleLabel("P2", names[1]), 2, V[1][1] + 18);
+    ctx.textAlign = "right"; ctx.fillText(roleLabel("P3", names[2]), cw - 2, V[2][1] + 18);
     if (ui.region) ctx.drawImage(ui.region, 0, 0, cw, ch);
     if (boot) drawCloud(ex, ctx, xy);
     const [sx, sy] = xy(ahat);
@@ -321,8 +329,8 @@ export function drawSimplex(ex, into) {
     ctx.fillText("W²(P_a, Q)", 0, 0); ctx.restore(); ctx.font = "12px sans-serif";
     ctx.strokeStyle = "#636efa"; ctx.lineWidth = 2; ctx.beginPath();
     vals.forEach((v, k) => (k ? ctx.lineTo(X(k / n), Y(v)) : ctx.moveTo(X(0), Y(v)))); ctx.stroke();
-    ctx.textAlign = "left"; ctx.fillText("P1 · " + names[0], g.x0 - 30, g.y1 + 18);
-    ctx.textAlign = "right"; ctx.fillText("P2 · " + names[1], g.x1, g.y1 + 18);
+    ctx.textAlign = "left"; ctx.fillText(roleLabel("P1", names[0]), g.x0 - 30, g.y1 + 18);
+    ctx.textAlign = "right"; ctx.fillText(roleLabel("P2", names[1]), g.x1, g.y1 + 18);
     ctx.textAlign = "center"; ctx.fillText("t = a2", (g.x0 + g.x1) / 2, g.y1 + 30);
     star(ctx, X(ahat[1]), Y(objectiveAt(ex, ahat)), 9, "#fff");
     dot(ctx, X(pick[1]), Y(objectiveAt(ex, pick)), 6, "#ff4b4b");
@@ -348,7 +356,7 @@ export function drawSimplex(ex, into) {
       ctx.fillStyle = "#262730"; ctx.textAlign = "center";
       ctx.fillText(fmt(v, 3), x + w / 2, g.y0 - 6);
       ctx.fillText("P" + (i + 1), x + w / 2, g.y1 + 16);
-      fitText(ctx, String(names[i]), x + w / 2, g.y1 + 30, g.w - 4, 11);
+      if (String(names[i]) !== "P" + (i + 1)) fitText(ctx, String(names[i]), x + w / 2, g.y1 + 30, g.w - 4, 11);  // named by its role: once
     }
   }
 }
