@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -56,11 +57,12 @@ def test_the_estimate_is_immutable_and_scales_as_the_formula_says():
     big = model.estimate("sinkhorn", n=8000, m=8000, d=64)
     with pytest.raises(dataclasses.FrozenInstanceError):
         small.seconds = 1.0  # type: ignore[misc]
-    # n * m * (d + 300), plus the subsample's passes (the same above 2000 points per side)
-    sub = 2000.0**2 * 4200
-    assert small.work == pytest.approx(2000.0**2 * 364 + sub)
-    assert big.work - sub == pytest.approx(16 * (small.work - sub))
-    assert model.estimate("sinkhorn", n=500, m=500, d=64).work == pytest.approx(500.0**2 * 4564)
+    # n * m * (d + 300), plus each iteration's pass on the plan's entries
+    per_entry = 364 + cost_model.DEFAULT_ITERATIONS * 40
+    assert small.work == pytest.approx(2000.0**2 * per_entry)
+    assert big.work == pytest.approx(16 * small.work)
+    twice = model.estimate("sinkhorn", n=500, m=500, d=64, iterations=500).work
+    assert twice == pytest.approx(500.0**2 * (364 + 500 * 40))
     overhead = model.estimate("sinkhorn", n=0, m=0, d=64).seconds
     per_work = (big.seconds - small.seconds) / (big.work - small.work)
     assert small.seconds - overhead == pytest.approx(per_work * small.work)
@@ -322,3 +324,40 @@ def test_a_loaded_machine_makes_the_estimate_longer(monkeypatch):
     assert loaded.learn("sinkhorn", measured, **sizes).factors["sinkhorn"] == pytest.approx(1.0)
     monkeypatch.setattr(cost_model.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert cost_model.contention(1) == 1.0
+
+
+def test_sinkhorn_iterations_are_a_prior_per_space_then_learned_and_kept(tmp_path):
+    """Issue 45 item 1: the digit box needs more iterations than pixels, the encoder on colour
+    digits more again; a fit's maps teach the model their space's iterations (kept in the
+    calibration file), and the other spaces keep their prior."""
+    model = CostModel(rate=50.0)
+    fits = {
+        space: model.geodesic_fit(1000, (1000, 1000, 1000), d=784, space=space).seconds
+        for space in ("pixels", "box", "encoder")
+    }
+    assert fits["pixels"] < fits["box"] < fits["encoder"]
+    learned = model.learn_iterations("box", [600, 600, 600])
+    assert model.iterations_of("box") < learned.iterations_of("box") < 600
+    assert learned.iterations_of("pixels") == model.iterations_of("pixels")
+    assert model.learn_iterations("box", []) == model
+    replace(learned, threads=torch.get_num_threads()).save(tmp_path)  # this process's entry
+    kept = load_cost_model(tmp_path, measure=lambda device: 1.0)
+    assert kept.iterations_of("box") == pytest.approx(learned.iterations_of("box"))
+    cost_model.remember_iterations("box", [50, 50], folder=tmp_path)
+    assert load_cost_model(tmp_path).iterations_of("box") < kept.iterations_of("box")
+
+
+def test_the_fit_estimate_names_the_space_it_expects():
+    from geoviz.data.dataset import LabeledDataset
+
+    def ds(channels: int, side: int = 16) -> LabeledDataset:
+        x = torch.zeros(10, channels * side * side)
+        return LabeledDataset(
+            x, torch.arange(10) % 2, ("a", "b"), name="d", image_shape=(channels, side, side)
+        )
+
+    assert cost_model.fit_space(ds(1)) == ("box", 784)
+    assert cost_model.fit_space(ds(3)) == ("encoder", 64)
+    assert cost_model.fit_space(ds(1), "pixels") == ("pixels", 256)
+    vectors = LabeledDataset(torch.zeros(10, 5), torch.arange(10) % 2, ("a", "b"), name="v")
+    assert cost_model.fit_space(vectors) == ("pixels", 5)

@@ -25,11 +25,13 @@ Work formulas (``n``: target samples, ``m``: reference samples, ``d``: feature d
 
 ==============  =================================================================
 ``encoder``     ``n * pixels * 2000`` (a small conv net: ~2000 multiply-adds per input value)
-``sinkhorn``    ``n * m * (d + 300) + min(n * m, 2000**2) * 4200`` (the ground cost and the
-                last passes on the whole problem; the many passes at the blurry
-                regularisations run on a subsample of at most 2000 points per side)
-``labels``      ``(min(n, 200 c_q) + min(m, 200 c_p)) * d**2 * 5`` (the Gaussian label
-                distances: each class's covariance from at most 200 samples, and its roots)
+``sinkhorn``    ``n * m * (d + 300 + iterations * 40)`` (the ground cost, then each
+                log-domain iteration on the plan's entries; ``iterations`` per map
+                depends on the space, :data:`ITERATIONS`, and is learned per space
+                from each fit's diagnostics, :meth:`CostModel.learn_iterations`)
+``labels``      ``n_eff * d * min(d, n_eff / (c_q + c_p)) * 15`` with ``n_eff = min(n, 200 c_q)
+                + min(m, 200 c_p)`` (the Gaussian label distances: each class's covariance
+                from at most 200 samples, of rank at most its samples, and its roots)
 ``bootstrap``   ``replicates * n * refs * 2000``
 ``training``    ``iterations * batch * params * 55`` (forward, backward and Adam: ~55
                 multiply-add equivalents per parameter and sample on a CPU)
@@ -56,6 +58,8 @@ from typing import Any, Literal, get_args
 
 __all__ = [
     "CALIBRATION_FILE",
+    "DEFAULT_ITERATIONS",
+    "ITERATIONS",
     "CostModel",
     "Estimate",
     "EtaClock",
@@ -63,11 +67,13 @@ __all__ = [
     "contention",
     "eta_seconds",
     "fit_estimate",
+    "fit_space",
     "format_seconds",
     "load_cost_model",
     "measure_rate",
     "record_took",
     "remember",
+    "remember_iterations",
     "took",
     "took_sentence",
     "training_estimate",
@@ -84,7 +90,7 @@ _VERSION = 1
 #: seconds of fixed cost per step at rate 1 (divided by the rate: a faster machine pays less)
 _OVERHEAD: dict[Step, float] = {
     "encoder": 30.0,
-    "sinkhorn": 3.0,
+    "sinkhorn": 7.0,
     "labels": 0.5,
     "bootstrap": 6.0,
     "training": 70.0,
@@ -93,6 +99,19 @@ _OVERHEAD: dict[Step, float] = {
 _LEARN_WEIGHT = 0.5
 #: learned factors are kept within this range of the prior
 _FACTOR_RANGE = (1 / 30, 30.0)
+
+
+#: multiply-add equivalents per plan entry and Sinkhorn iteration (log-sum-exp in float64),
+#: fitted on whole cold fits on the 2-core machine (``bench_estimates.py --cold-only``)
+_PER_ENTRY_ITERATION = 40.0
+#: Sinkhorn iterations of one map per space, the prior (measured at n = 1000-2000 after the
+#: Sinkhorn-Newton steps of 7825185: digit box 149-294, grey pixels 117-175, colour pixels
+#: 157-297, the encoder on colour digits 176-758); learned per space from each fit
+ITERATIONS: dict[str, float] = {"pixels": 150.0, "box": 200.0, "encoder": 600.0}
+#: iterations of a space with no prior (a user's model, PCA, the natural-image encoder)
+DEFAULT_ITERATIONS = 250.0
+#: features per sample of the spaces whose size does not follow from the data
+_SPACE_DIM: dict[str, int] = {"box": 28 * 28, "encoder": 64, "natural": 1280}
 
 
 def work(step: Step, **sizes: float) -> float:
@@ -104,10 +123,12 @@ def work(step: Step, **sizes: float) -> float:
     if step == "encoder":
         return n * s.get("pixels", 784.0) * 2000.0
     if step == "sinkhorn":
-        return n * m * (d + 300.0) + min(n * m, 2000.0**2) * 4200.0
+        iterations = s.get("iterations", DEFAULT_ITERATIONS)
+        return n * m * (d + 300.0) + n * m * iterations * _PER_ENTRY_ITERATION
     if step == "labels":
+        classes = s.get("c_q", 10.0) + s.get("c_p", 10.0)
         n_eff = min(n, 200.0 * s.get("c_q", 10.0)) + min(m, 200.0 * s.get("c_p", 10.0))
-        return n_eff * d * d * 5.0
+        return n_eff * d * min(d, n_eff / max(classes, 1.0)) * 15.0
     if step == "bootstrap":
         return s.get("replicates", 200.0) * n * s.get("refs", 1.0) * 2000.0
     if step == "training":
@@ -210,6 +231,9 @@ class CostModel:
     contention
         How much slower the machine's load makes a step now (:func:`contention`; 1: idle);
         :func:`load_cost_model` reads it, :meth:`now` reads it again.
+    iterations
+        Sinkhorn iterations per map learned per space (:meth:`learn_iterations`; the
+        prior, :data:`ITERATIONS`, for a space not seen yet).
     """
 
     rate: float
@@ -217,6 +241,25 @@ class CostModel:
     threads: int = 1
     device: str = "cpu"
     contention: float = 1.0
+    iterations: Mapping[str, float] = field(default_factory=dict)
+
+    def iterations_of(self, space: str | None) -> float:
+        """Sinkhorn iterations one map of ``space`` is expected to take: learned, else the
+        prior (:data:`ITERATIONS`, :data:`DEFAULT_ITERATIONS` for an unknown space)."""
+        if space is None:
+            return DEFAULT_ITERATIONS
+        return float(self.iterations.get(space, ITERATIONS.get(space, DEFAULT_ITERATIONS)))
+
+    def learn_iterations(self, space: str, per_map: Sequence[int]) -> CostModel:
+        """A model whose iterations of ``space`` moved toward the mean of ``per_map`` (the
+        iterations of a fit's maps; geometric moving average, as the factors)."""
+        counts = [float(i) for i in per_map if i > 0]
+        if not counts:
+            return self
+        mean = sum(counts) / len(counts)
+        old = self.iterations_of(space)
+        new = math.exp((1 - _LEARN_WEIGHT) * math.log(old) + _LEARN_WEIGHT * math.log(mean))
+        return replace(self, iterations={**self.iterations, space: new})
 
     def now(self) -> CostModel:
         """This model at the machine's present load (:func:`contention`)."""
@@ -261,16 +304,19 @@ class CostModel:
         classes: int = 10,
         encoded_images: int = 0,
         pixels: int = 784,
+        space: str | None = None,
     ) -> Estimate:
         """A geodesic fit: the encoder on ``encoded_images`` (0: no encoder), one map
         (Sinkhorn and label distances) per reference, and the label distances of each pair of
-        references, in a ``d``-dimensional space (64: the order of the default spaces)."""
+        references, in the ``d``-dimensional ``space`` (its Sinkhorn iterations:
+        :meth:`iterations_of`)."""
         total = Estimate("geodesic fit", 0.0)
         if encoded_images > 0:
             total = total + self.estimate("encoder", n=encoded_images, pixels=pixels)
         sizes = {"d": d, "c_q": classes, "c_p": classes}
+        iterations = self.iterations_of(space)
         for m in ref_sizes:
-            total = total + self.estimate("sinkhorn", n=n, m=m, **sizes)
+            total = total + self.estimate("sinkhorn", n=n, m=m, iterations=iterations, **sizes)
             total = total + self.estimate("labels", n=n, m=m, **sizes)
         for i, mi in enumerate(ref_sizes):
             for mj in ref_sizes[i + 1 :]:
@@ -286,6 +332,7 @@ class CostModel:
         entries[_machine_key(self.threads, self.device)] = {
             "rate": self.rate,
             "factors": dict(self.factors),
+            "iterations": dict(self.iterations),
             "measured": time.time(),
         }
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -328,13 +375,14 @@ def _entry_model(entry: Any, threads: int, device: str) -> CostModel | None:
     try:
         rate = float(entry["rate"])
         factors = {str(k): float(v) for k, v in dict(entry.get("factors", {})).items()}
+        iterations = {str(k): float(v) for k, v in dict(entry.get("iterations", {})).items()}
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     if not (math.isfinite(rate) and rate > 0) or not all(
-        math.isfinite(v) and v > 0 for v in factors.values()
+        math.isfinite(v) and v > 0 for v in (*factors.values(), *iterations.values())
     ):
         return None
-    return CostModel(rate, factors, threads, device)
+    return CostModel(rate, factors, threads, device, iterations=iterations)
 
 
 def load_cost_model(
@@ -393,6 +441,38 @@ def remember(
         pass
 
 
+def remember_iterations(space: str, per_map: Sequence[int], *, folder: Path | None = None) -> None:
+    """Learn the Sinkhorn iterations of ``space`` from a fit's maps (their diagnostics) and
+    keep them in the cache (best effort, as :func:`remember`)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            model = load_cost_model(folder)
+        model.learn_iterations(space, per_map).save(folder)
+    except (OSError, ValueError):
+        pass
+
+
+def fit_space(target: Any, features: str = "auto") -> tuple[str, int]:
+    """The space a fit of ``target`` with ``features`` is expected to run in, and its
+    dimension: ``"auto"`` picks the digit box for grey images and the encoder for colour ones
+    (what :func:`geoviz.features.choice.choose_space` measures on digits), pixels for
+    vectors; a named space is itself."""
+    shape = getattr(target, "image_shape", None)
+    pixels = int(target.features.shape[1])
+    if features == "auto":
+        if shape is None:
+            features = "pixels"
+        else:
+            features = "encoder" if len(shape) == 3 and shape[0] == 3 else "box"
+    if features == "pixels":
+        return features, pixels
+    digits = "".join(ch for ch in features if ch.isdigit())
+    if features.startswith("pca") and digits:
+        return features, int(digits)
+    return features, _SPACE_DIM.get(features, 64)
+
+
 def fit_estimate(
     target: Any,
     references: Sequence[Any],
@@ -408,18 +488,32 @@ def fit_estimate(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a corrupt file: measured again
             model = load_cost_model()
-    shape = getattr(target, "image_shape", None)
-    colour = shape is not None and len(shape) == 3 and shape[0] == 3
+    space, d = fit_space(target, features)
     encoded = 0
-    if features == "encoder" or (features == "auto" and colour):
+    if space in ("encoder", "natural") or space.startswith("model:"):
         encoded = target.n_samples + sum(r.n_samples for r in references)
-    return model.geodesic_fit(
+    choice = Estimate("space choice", 0.0)
+    if features == "auto" and space == "encoder":
+        # colour images: the choice measures the networks too, on its sample of each dataset
+        sample = _CHOICE_SAMPLE * (1 + len(references)) * _CHOICE_NETWORKS_COST
+        choice = model.estimate("encoder", n=sample, pixels=int(target.features.shape[1]))
+    fit = model.geodesic_fit(
         target.n_samples,
         tuple(r.n_samples for r in references),
+        d=d,
         classes=max([target.n_classes, *(r.n_classes for r in references)]),
         encoded_images=encoded,
         pixels=int(target.features.shape[1]),
+        space=space,
     )
+    return Estimate(fit.step, fit.seconds + choice.seconds, fit.work + choice.work)
+
+
+#: images per dataset the default space's choice measures (geoviz.features.structure.SAMPLE)
+_CHOICE_SAMPLE = 200
+#: the choice's pass on colour images (the glyph encoder and the natural-image one) in units
+#: of the glyph encoder's: fitted on cold colour fits (bench_estimates.py --cold-only)
+_CHOICE_NETWORKS_COST = 5
 
 
 def training_estimate(

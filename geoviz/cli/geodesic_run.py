@@ -23,6 +23,7 @@ import numpy as np
 
 from geoviz import limits
 from geoviz.backend import DiskCache, cache_key, get_cache
+from geoviz.backend.cost_model import remember_iterations
 from geoviz.cli.app import DEFAULT_ADDRESS, DEFAULT_PORT
 from geoviz.cli.args import ray_address
 from geoviz.cli.geodesic_checks import check_args, spec_from_args
@@ -75,6 +76,8 @@ def _fit(args: argparse.Namespace) -> GeodesicResult:
         )
     if cold:
         cache.store(FIT_MARKS, mark, {"fitted": 1})
+        if result.config.method == "barycentric":  # Sinkhorn's iterations, learned per space
+            remember_iterations(result.features_name, [d.iterations for d in result.diagnostics])
     return result
 
 
