@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["GEOVIZ_NO_CACHE"] = "1"  # every step computed, none read from the user's cache
 
 from geoviz.backend import DiskCache  # noqa: E402
-from geoviz.backend.cost_model import CostModel, Step, load_cost_model  # noqa: E402
+from geoviz.backend.cost_model import ITERATIONS, CostModel, Step, load_cost_model  # noqa: E402
 from geoviz.data.preprocess import stratified_subsample  # noqa: E402
 from geoviz.data.registry import load_dataset  # noqa: E402
 from geoviz.geodesic.config import GeodesicConfig  # noqa: E402
@@ -242,16 +242,19 @@ def main() -> None:
             n=n,
             m=n,
             d=d,
+            iterations=ITERATIONS["pixels"],
         )
 
     # the pretrained encoder on n colour images (mnist_m, 3 x 28 x 28)
+    from geoviz.features import encoder as encoder_module
     from geoviz.features.pretrained import PretrainedEncoderSpace
 
-    for n in sorted({sizes[0], sizes[-1], 4 * sizes[-1]}):
+    for n in (100, 250, 400):  # the bundled mnist_m holds 400 images
         col = load_dataset("mnist_m", n=n, seed=0)
         ref = load_dataset("mnist_m", n=50, seed=1)
 
         def encode(col=col, ref=ref) -> None:
+            encoder_module._MEMO.clear()  # each image embedded, none remembered
             fitted = PretrainedEncoderSpace().fit([col, ref])
             fitted.transform(col)
 

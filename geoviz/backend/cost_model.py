@@ -15,17 +15,19 @@ Each step's time is modelled as a fixed overhead plus a work term::
 * ``factor[step]`` (1 at first) is learned from the measured times of past steps
   (:meth:`CostModel.learn`: a geometric moving average of measured / predicted), so the model
   follows this machine and its libraries;
-* ``contention = max(1, (load + threads) / cores)`` (:func:`contention`) is the machine's
-  load when the estimate is made: ``load`` the 1-minute load average, ``threads`` the step's
-  torch threads, ``cores`` the CPU count; with more runnable threads than cores each gets
-  its share. It is not kept: each estimate reads it anew.
+* ``contention = max(1, (load + threads) / cores) ** 0.5`` (:func:`contention`) is the
+  machine's load when the estimate is made: ``load`` the 1-minute load average, ``threads``
+  the step's torch threads, ``cores`` the CPU count; with more runnable threads than cores
+  each gets a share (damped: other jobs' threads often wait). It is not kept: each estimate
+  reads it anew.
 
 Work formulas (``n``: target samples, ``m``: reference samples, ``d``: feature dimension,
 ``c_q``, ``c_p``: classes, ``pixels``: height x width x channels):
 
 ==============  =================================================================
-``encoder``     ``n * pixels * 2000`` (a small conv net: ~2000 multiply-adds per input value)
-``sinkhorn``    ``n * m * (d + 300 + iterations * 40)`` (the ground cost, then each
+``encoder``     ``n * pixels * 12000`` (a small conv net at its own input size, channels-last:
+                ~12000 multiply-add equivalents per input value, measured)
+``sinkhorn``    ``n * m * (d + 300 + iterations * 50)`` (the ground cost, then each
                 log-domain iteration on the plan's entries; ``iterations`` per map
                 depends on the space, :data:`ITERATIONS`, and is learned per space
                 from each fit's diagnostics, :meth:`CostModel.learn_iterations`)
@@ -89,12 +91,14 @@ _VERSION = 1
 
 #: seconds of fixed cost per step at rate 1 (divided by the rate: a faster machine pays less)
 _OVERHEAD: dict[Step, float] = {
-    "encoder": 30.0,
-    "sinkhorn": 7.0,
+    "encoder": 5.0,
+    "sinkhorn": 2.0,
     "labels": 0.5,
     "bootstrap": 6.0,
     "training": 70.0,
 }
+#: seconds at rate 1 of a fit besides its steps (the space's fit, the (2,Q) distances, a_hat)
+_FIT_OVERHEAD = 17.0
 #: how much a learned factor moves toward one new measurement (in log space)
 _LEARN_WEIGHT = 0.5
 #: learned factors are kept within this range of the prior
@@ -103,7 +107,7 @@ _FACTOR_RANGE = (1 / 30, 30.0)
 
 #: multiply-add equivalents per plan entry and Sinkhorn iteration (log-sum-exp in float64),
 #: fitted on whole cold fits on the 2-core machine (``bench_estimates.py --cold-only``)
-_PER_ENTRY_ITERATION = 40.0
+_PER_ENTRY_ITERATION = 50.0
 #: Sinkhorn iterations of one map per space, the prior (measured at n = 1000-2000 after the
 #: Sinkhorn-Newton steps of 7825185: digit box 149-294, grey pixels 117-175, colour pixels
 #: 157-297, the encoder on colour digits 176-758); learned per space from each fit
@@ -121,7 +125,7 @@ def work(step: Step, **sizes: float) -> float:
     s = {k: float(v) for k, v in sizes.items()}
     n, m, d = s.get("n", 0.0), s.get("m", 0.0), s.get("d", 0.0)
     if step == "encoder":
-        return n * s.get("pixels", 784.0) * 2000.0
+        return n * s.get("pixels", 784.0) * 12000.0
     if step == "sinkhorn":
         iterations = s.get("iterations", DEFAULT_ITERATIONS)
         return n * m * (d + 300.0) + n * m * iterations * _PER_ENTRY_ITERATION
@@ -201,7 +205,7 @@ def measure_rate(device: str = "cpu", *, size: int = 384, repeats: int = 5) -> f
 
 
 def contention(threads: int = 1, device: str = "cpu") -> float:
-    """``max(1, (load + threads) / cores)``: how much slower a CPU step runs now than on an
+    """``max(1, (load + threads) / cores) ** 0.5``: how much slower a CPU step runs now than on an
     idle machine (1 on a device, or where the load average cannot be read)."""
     if device != "cpu":
         return 1.0
@@ -209,7 +213,13 @@ def contention(threads: int = 1, device: str = "cpu") -> float:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return 1.0
-    return max(1.0, (load + threads) / max(os.cpu_count() or 1, 1))
+    share = (load + threads) / max(os.cpu_count() or 1, 1)
+    return max(1.0, share) ** _CONTENTION_POWER
+
+
+#: the load's share damped: on the 2-core machine cold fits at load 5.4 took 1.2-1.5x their
+#: time at load 2, not the 2.1x of the plain share (other jobs' threads often wait)
+_CONTENTION_POWER = 0.5
 
 
 def _machine_key(threads: int, device: str) -> str:
@@ -271,6 +281,11 @@ class CostModel:
         seconds = (_OVERHEAD[step] + w / 1e9) / max(self.rate, 1e-6)
         return Estimate(step, self.contention * self.factors.get(step, 1.0) * seconds, w)
 
+    def fixed(self, what: str, seconds_at_rate_1: float) -> Estimate:
+        """A fixed cost (no step, nothing learned): ``seconds_at_rate_1`` on this machine."""
+        seconds = self.contention * seconds_at_rate_1 / max(self.rate, 1e-6)
+        return Estimate(what, seconds)
+
     def learn(self, step: Step, seconds: float, **sizes: float) -> CostModel:
         """A model whose factor for ``step`` moved toward ``seconds`` measured at ``sizes``."""
         predicted = self.estimate(step, **sizes).seconds
@@ -310,7 +325,7 @@ class CostModel:
         (Sinkhorn and label distances) per reference, and the label distances of each pair of
         references, in the ``d``-dimensional ``space`` (its Sinkhorn iterations:
         :meth:`iterations_of`)."""
-        total = Estimate("geodesic fit", 0.0)
+        total = self.fixed("fit set-up", _FIT_OVERHEAD)
         if encoded_images > 0:
             total = total + self.estimate("encoder", n=encoded_images, pixels=pixels)
         sizes = {"d": d, "c_q": classes, "c_p": classes}
@@ -493,10 +508,9 @@ def fit_estimate(
     if space in ("encoder", "natural") or space.startswith("model:"):
         encoded = target.n_samples + sum(r.n_samples for r in references)
     choice = Estimate("space choice", 0.0)
-    if features == "auto" and space == "encoder":
-        # colour images: the choice measures the networks too, on its sample of each dataset
-        sample = _CHOICE_SAMPLE * (1 + len(references)) * _CHOICE_NETWORKS_COST
-        choice = model.estimate("encoder", n=sample, pixels=int(target.features.shape[1]))
+    if features == "auto" and space != "pixels":
+        # the default space's measurement (on colour images the networks' passes too)
+        choice = model.fixed("space choice", _CHOICE_OVERHEAD[space == "encoder"])
     fit = model.geodesic_fit(
         target.n_samples,
         tuple(r.n_samples for r in references),
@@ -509,11 +523,10 @@ def fit_estimate(
     return Estimate(fit.step, fit.seconds + choice.seconds, fit.work + choice.work)
 
 
-#: images per dataset the default space's choice measures (geoviz.features.structure.SAMPLE)
-_CHOICE_SAMPLE = 200
-#: the choice's pass on colour images (the glyph encoder and the natural-image one) in units
-#: of the glyph encoder's: fitted on cold colour fits (bench_estimates.py --cold-only)
-_CHOICE_NETWORKS_COST = 5
+#: seconds at rate 1 of the default space's measurement on grey images, on colour ones (the
+#: glyph and natural-image encoders' passes on its sample): fitted on cold fits
+#: (``bench_estimates.py --cold-only``)
+_CHOICE_OVERHEAD = (20.0, 55.0)
 
 
 def training_estimate(
