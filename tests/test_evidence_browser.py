@@ -16,6 +16,7 @@ import signal
 import time
 from pathlib import Path
 
+import browser_support as bs
 import pytest
 import test_browser as tb
 
@@ -83,26 +84,26 @@ def _ray_head_of_the_job() -> tuple[int, list[int]]:
 def test_killing_the_ray_head_of_an_evidence_run_leaves_the_server_up(tmp_path):
     pytest.importorskip("ray")
     pw = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    if not Path(tb.CHROMIUM).exists():
-        pytest.skip(f"Chromium not found at {tb.CHROMIUM}")
+    if not Path(bs.CHROMIUM).exists():
+        pytest.skip(f"Chromium not found at {bs.CHROMIUM}")
     sync_playwright = pw.sync_playwright
     with (
-        tb._app_server(tmp_path, GEOVIZ_TRANSFER_BACKEND="ray") as server,
+        bs.app_server(tmp_path, GEOVIZ_TRANSFER_BACKEND="ray") as server,
         sync_playwright() as p,
     ):
         context = p.chromium.launch_persistent_context(
             str(tmp_path / "profile"),
-            executable_path=tb.CHROMIUM,
-            args=tb.CHROMIUM_ARGS,
+            executable_path=bs.CHROMIUM,
+            args=bs.CHROMIUM_ARGS,
             headless=True,
             viewport={"width": 1500, "height": 1900},
         )
         try:
             pg = context.new_page()
-            pg.set_default_timeout(tb.PAGE_TIMEOUT_MS)
+            pg.set_default_timeout(bs.PAGE_TIMEOUT_MS)
             pg.goto(f"{server['url']}/evidence")
             pg.wait_for_selector("h1:has-text('Evidence')")
-            tb._wait_idle(pg)
+            bs.wait_idle(pg)
             tb._choose(pg, pg.locator("[data-testid='stSelectbox']").first, "tiny")
             sliders = pg.locator("[data-testid='stSlider']")
             for index in (1, 2):  # grid resolution 3 -> 1, seeds 3 -> 1
@@ -126,8 +127,8 @@ def test_killing_the_ray_head_of_an_evidence_run_leaves_the_server_up(tmp_path):
             except Exception as err:
                 tb._shot(pg, "7_evidence_ray_head_killed_timeout")
                 log = server["log"].read_text(errors="replace")[-3000:]
-                raise AssertionError(f"no failure sentence: {tb._main_text(pg)}\n{log}") from err
-            tb._wait_idle(pg)
+                raise AssertionError(f"no failure sentence: {bs.main_text(pg)}\n{log}") from err
+            bs.wait_idle(pg)
             shot = tb._shot(pg, "7_evidence_ray_head_killed")
             assert shot.exists()
             error = pg.locator("[data-testid='stAlertContentError']").first.inner_text()
@@ -136,19 +137,19 @@ def test_killing_the_ray_head_of_an_evidence_run_leaves_the_server_up(tmp_path):
                 assert "Start it again to resume from the checkpoints." in error
             assert pg.get_by_role("button", name="Start the run again").count() == 1
             assert pg.locator("[data-testid='stException']").count() == 0
-            assert tb._healthy(server["url"])
+            assert bs.healthy(server["url"])
             # the job's worker is gone with its Ray processes; the server is not
             assert worker not in _processes()
 
             # another page renders, in this session
             tb._goto_page(pg, "6 · About")
-            tb._assert_no_exception(pg, "about after the Ray head was killed")
+            bs.assert_no_exception(pg, "about after the Ray head was killed")
 
             time.sleep(max(0.0, killed + 90 - time.monotonic()))
-            assert tb._healthy(server["url"]), "the server stopped answering after the kill"
+            assert bs.healthy(server["url"]), "the server stopped answering after the kill"
             pg.goto(f"{server['url']}/geodesic")
             pg.wait_for_selector("h1:has-text('Geodesic')")
-            tb._wait_idle(pg)
-            tb._assert_no_exception(pg, "geodesic 90 s after the kill")
+            bs.wait_idle(pg)
+            bs.assert_no_exception(pg, "geodesic 90 s after the kill")
         finally:
             context.close()
