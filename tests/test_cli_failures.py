@@ -38,6 +38,8 @@ def _isolated_cache(tmp_path, monkeypatch):
 @pytest.fixture
 def no_loading(monkeypatch):
     """Fail the test if a dataset is loaded or a map fitted."""
+    import geoviz.cli.screen_run as screen_run
+    import geoviz.cli.transfer_run as transfer_run
     import geoviz.data.registry as registry
     import geoviz.geodesic.pipeline as pipeline
     import geoviz.geodesic.spec as spec
@@ -47,6 +49,11 @@ def no_loading(monkeypatch):
 
     monkeypatch.setattr(spec, "load_spec_datasets", boom)
     monkeypatch.setattr(pipeline, "fit_geodesic", boom)
+    # the run modules bind these names when imported (before the patches above, so they keep
+    # the real ones): patched where they are looked up too
+    monkeypatch.setattr(transfer_run, "load_spec_datasets", boom)
+    monkeypatch.setattr(transfer_run, "fit_geodesic", boom)
+    monkeypatch.setattr(screen_run, "load_spec_datasets", boom)
     monkeypatch.setattr(registry, "load_dataset", boom)
 
 

@@ -296,6 +296,8 @@ def test_neural_method_prints_the_neural_table_and_exports(tmp_path, capsys):
 @pytest.fixture
 def no_loading(monkeypatch):
     """Fail the test if a dataset is loaded or a map fitted."""
+    import geoviz.cli.screen_run as screen_run
+    import geoviz.cli.transfer_run as transfer_run
     import geoviz.geodesic.pipeline as pipeline
     import geoviz.geodesic.spec as spec
 
@@ -304,6 +306,11 @@ def no_loading(monkeypatch):
 
     monkeypatch.setattr(spec, "load_spec_datasets", boom)
     monkeypatch.setattr(pipeline, "fit_geodesic", boom)
+    # the run modules bind these names when imported (before the patches above, so they keep
+    # the real ones): patched where they are looked up too
+    monkeypatch.setattr(transfer_run, "load_spec_datasets", boom)
+    monkeypatch.setattr(transfer_run, "fit_geodesic", boom)
+    monkeypatch.setattr(screen_run, "load_spec_datasets", boom)
 
 
 @pytest.mark.parametrize("epsilon", ["1e-20", "1e-100", "1e-40", "1e-12"])

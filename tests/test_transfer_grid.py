@@ -253,7 +253,8 @@ def test_correlation_figure_ternary_pair_line_pair_and_scatter() -> None:
     assert fig.layout.ternary.aaxis.title.text == "<b>ref0</b>"
     assert fig.layout.ternary2.caxis.title.text == "<b>ref2</b>"
     np.testing.assert_allclose(fig.data[0].marker.color, study.objectives)
-    np.testing.assert_allclose(fig.data[1].marker.color, study.mean_accuracies)
+    # the figure reads accuracies in percent (issue 45 item 5)
+    np.testing.assert_allclose(fig.data[1].marker.color, 100 * np.asarray(study.mean_accuracies))
     assert fig.data[0].marker.colorbar.x != fig.data[1].marker.colorbar.x
     assert f"r = {study.pearson:.3f}" in fig.layout.title.text
     assert any(f"r = {study.pearson:.3f}" in a.text for a in fig.layout.annotations)

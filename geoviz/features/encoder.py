@@ -37,7 +37,9 @@ NCHW in chunks of 256; the embeddings differ by float32 rounding, ~2e-6), and re
 embedding of every image it saw for the process (:data:`_MEMO_ROWS` images at most, keyed by
 the network's weights and the image's bytes): the space-choice measurement embeds a sample
 of the very images the fit embeds next, and each image is computed once. An image's
-embedding does not depend on the batch it is in (checked bit for bit in the tests).
+embedding does not depend on the batch it is in (a short last chunk is padded to a whole one,
+as the convolutions' arithmetic depends on the batch size with several threads; checked bit
+for bit in the tests with 1 and 2 threads).
 """
 
 from __future__ import annotations
@@ -288,11 +290,21 @@ class NetEncode:
         out = []
         with torch.no_grad():
             for start in range(0, x.shape[0], ENCODE_CHUNK):
-                images = _to_rgb(x[start : start + ENCODE_CHUNK], self.shape, self.size)
+                chunk = x[start : start + ENCODE_CHUNK]
+                count = chunk.shape[0]
+                # a short last chunk is padded to ENCODE_CHUNK rows: with several threads the
+                # convolutions' arithmetic depends on the batch size, and the memo needs an
+                # image's embedding to be the same bits whatever batch computed it
+                if count < ENCODE_CHUNK:
+                    chunk = torch.cat(
+                        [chunk, chunk.new_zeros(ENCODE_CHUNK - count, chunk.shape[1])]
+                    )
+                images = _to_rgb(chunk, self.shape, self.size)
                 images = images.to(self.device).contiguous(memory_format=torch.channels_last)
-                out.append(torch.nn.functional.normalize(self.net(images), dim=1).cpu())
+                z = torch.nn.functional.normalize(self.net(images), dim=1).cpu()
+                out.append(z[:count])
                 if progress is not None:
-                    progress(start + images.shape[0])
+                    progress(start + count)
         return torch.cat(out)
 
 
