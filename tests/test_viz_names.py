@@ -356,3 +356,14 @@ def test_plotly_name_is_plotly_literal_with_percent_as_a_reference(text):
     assert plotly_name(text) == plotly_literal(text).replace("%", "&#37;")
     assert "%" not in plotly_name(text) and "<" not in plotly_name(text)
     assert plotly_markup(plotly_markup(f"<b>{text}</b>")) == plotly_markup(f"<b>{text}</b>")
+
+
+def test_a_reference_named_by_its_role_is_titled_once():
+    """The Maps page's titles: "P2: usps", but "P2" (not "P2: P2") for a vector preset's
+    reference, and a hostile name stays escaped (issue 45)."""
+    from geoviz.viz.fitted_maps import _role_title
+
+    assert _role_title(1, "usps") == "P2: usps"
+    assert _role_title(1, "P2") == "P2"
+    assert _role_title(0, "P2") == "P1: P2"
+    assert "<b>" not in _role_title(0, "<b>x</b>")

@@ -272,7 +272,7 @@ def side_by_side_images(
                 x_img,
                 x_caps,
                 columns,
-                title=f"P{i + 1}: {plotly_name(_name(first, i))}",
+                title=_role_title(i, _name(first, i)),
                 tile_px=tile_px,
             )
         )
@@ -347,7 +347,7 @@ def side_by_side_scatter(
         )
         fig.add_trace(_target_points(x, idx, "chosen x ∈ Q", size=10))
         fig.update_layout(
-            title=f"P{i + 1}: {plotly_name(_name(first, i))}",
+            title=_role_title(i, _name(first, i)),
             height=420,
             xaxis_title=ax[0],
             yaxis_title=ax[1],
@@ -370,3 +370,11 @@ def side_by_side_figures(
     if first.target.is_image:
         return side_by_side_images(first, second, idx, int(tile_px))
     return side_by_side_scatter(first, second, idx)
+
+
+def _role_title(i: int, name: str) -> str:
+    """``"P2: usps"``; just ``"P2"`` where the reference is named by its role (the vector
+    presets), not ``"P2: P2"`` (issue 45; the Datasets page and the explorer's corners read
+    the same)."""
+    role = f"P{i + 1}"
+    return role if name == role else f"{role}: {plotly_name(name)}"
