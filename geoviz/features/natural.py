@@ -39,7 +39,7 @@ import io
 import math
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -384,16 +384,37 @@ class NaturalEncode:
     distances ``2 - 2 cos``; leave-one-out 5-NN kappa on the photo sets 0.52-0.92 raw,
     0.58-0.95 normalised, at 48 px), picklable as :class:`geoviz.features.encoder.NetEncode`."""
 
+    #: ``__call__`` takes ``progress=`` (:meth:`geoviz.features.base.FittedFeatures.transform`)
+    reports_progress = True
+
     def __init__(
         self, net: EfficientNetLite, shape: tuple[int, int, int], side: int, device: torch.device
     ) -> None:
         self.net = net.eval().to(device)
+        for param in self.net.parameters():  # the convolutions' weights, as the inputs
+            if param.dim() == 4:
+                param.data = param.data.contiguous(memory_format=torch.channels_last)
         self.shape, self.side, self.device = shape, side, device
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, *, progress: Callable[[int], None] | None = None
+    ) -> torch.Tensor:
+        """The features of ``x``, channels-last in chunks of :data:`NATURAL_CHUNK` (about 2x
+        faster on a CPU core than NCHW in one batch of 128; float32 rounding, ~1e-6);
+        ``progress(done)`` after each chunk."""
+        out = []
         with torch.no_grad():
-            z = self.net.features(_scaled(x, self.shape, self.side).to(self.device))
-        return F.normalize(z, dim=1).cpu()
+            for start in range(0, x.shape[0], NATURAL_CHUNK):
+                images = _scaled(x[start : start + NATURAL_CHUNK], self.shape, self.side)
+                images = images.to(self.device).contiguous(memory_format=torch.channels_last)
+                out.append(F.normalize(self.net.features(images), dim=1).cpu())
+                if progress is not None:
+                    progress(start + images.shape[0])
+        return torch.cat(out) if out else torch.zeros(0, NATURAL_DIM)
+
+
+#: images per forward pass of :class:`NaturalEncode`
+NATURAL_CHUNK = 64
 
 
 def _input_shape(datasets: Sequence[LabeledDataset]) -> tuple[int, int, int]:
