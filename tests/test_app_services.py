@@ -348,3 +348,25 @@ def test_torch_threads_are_set_once_per_process(monkeypatch):
     assert torch.get_num_threads() == before
     assert settings._configured == settings.RuntimeSettings.from_env()  # installed once
     torch.set_flush_denormal(flush_before)
+
+
+def test_an_app_fit_teaches_the_cost_model_its_spaces_iterations(fresh_server):
+    """Issue 45 item 1: the app's fits, like the CLI's, keep their Sinkhorn iterations per
+    space in the calibration file, so the next estimate in that space starts from them."""
+    from geoviz.app.settings import AppSettings, preset_scenarios
+    from geoviz.backend.cost_model import load_cost_model
+
+    settings = AppSettings(n_default=60)
+    model = SessionModel({}, settings)
+    model.scenario = preset_scenarios(settings)["2-D Gaussian mixtures"]
+    data = dataset_services.scenario_data(model)
+    result, _ = _fit(model, data, model.scenario)
+    space = result.features_name
+    measured = [d.iterations for d in result.diagnostics]
+    fresh = load_cost_model(fresh_server / "cache", measure=lambda _: 50.0)
+    assert space in fresh.iterations
+    prior = load_cost_model(fresh_server / "unused", measure=lambda _: 50.0).iterations_of(space)
+    # learned from the fit: moved from the prior towards what the maps measured
+    assert (
+        min(prior, np.mean(measured)) <= fresh.iterations_of(space) <= max(prior, np.mean(measured))
+    )

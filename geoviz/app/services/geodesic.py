@@ -16,7 +16,14 @@ from geoviz.app.scenario import Scenario
 from geoviz.app.services.caches import Progress, disk_cache, store
 from geoviz.app.services.datasets import ScenarioData
 from geoviz.backend import ArraySpec, DiskCache
-from geoviz.backend.cost_model import fit_estimate, format_seconds, record_took, took, took_sentence
+from geoviz.backend.cost_model import (
+    fit_estimate,
+    format_seconds,
+    record_took,
+    remember_iterations,
+    took,
+    took_sentence,
+)
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
 from geoviz.geodesic.mixup import mixup_interpolation
@@ -69,6 +76,8 @@ def start_geodesic(scenario: Scenario, data: ScenarioData, workers: int = 1) -> 
         started = time.perf_counter()
         fitted = fit_spec(spec, data, progress=progress, cache=disk_cache(), workers=workers)
         record_took(geodesic_key(scenario), time.perf_counter() - started, estimate)
+        if fitted.config.method == "barycentric":  # Sinkhorn's iterations, learned per space
+            remember_iterations(fitted.features_name, [d.iterations for d in fitted.diagnostics])
         return fitted
 
     room = FIT_ROOM_PER_DATA_BYTE * nbytes_of(data)
