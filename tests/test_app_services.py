@@ -217,7 +217,7 @@ def test_neural_and_barycentric_maps_side_by_side(fresh_server, fast_neural):
     # side by side on the SAME target points: both images of every chosen x
     idx = map_services.comparison_indices(bary, 4, seed=1)
     figs = map_services.side_by_side_figures(model.scenario, bary, neural, idx)
-    assert len(figs) == 3 and figs[0].layout.title.text == "P1: P1"
+    assert len(figs) == 3 and figs[0].layout.title.text == "P1"  # named by its role: once
     for i, f in enumerate(figs):
         traces = {t.name: t for t in f.data}
         assert {f"barycentric T{i + 1}#Q", f"neural T{i + 1}#Q", "chosen x ∈ Q"} <= set(traces)

@@ -37,6 +37,7 @@ from geoviz.app.services import embeddings as embedding_services
 from geoviz.app.services import geodesic as geodesic_services
 from geoviz.app.services.errors import error_text
 from geoviz.app.session import SessionModel
+from geoviz.backend.cost_model import format_seconds
 from geoviz.geodesic.weights import format_weights
 from geoviz.viz.report import markdown_literal
 
@@ -399,6 +400,7 @@ def geodesic_with_status(
         show_error(job.error_)
         return None
     box.empty()
-    st.toast(f"{maps} ready ({job.elapsed:.1f} s)", icon=":material/check_circle:")
+    estimated = f", estimated {format_seconds(job.estimate)}" if job.estimate is not None else ""
+    st.toast(f"{maps} ready ({job.elapsed:.1f} s{estimated})", icon=":material/check_circle:")
     fitted: GeodesicResult = job.result_
     return fitted

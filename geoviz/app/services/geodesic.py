@@ -21,8 +21,6 @@ from geoviz.backend.cost_model import (
     format_seconds,
     record_took,
     remember_iterations,
-    took,
-    took_sentence,
 )
 from geoviz.data.dataset import SoftLabeledDataset
 from geoviz.errors import GeovizError
@@ -99,13 +97,11 @@ LONG_FIT_SECONDS = 10.0
 def geodesic_cost_note(scenario: Scenario, data: ScenarioData | None) -> str | None:
     """What the Geodesic page says above the fit (issue 45 item 1): before a cold fit
     estimated above :data:`LONG_FIT_SECONDS`, what it will cost on this machine (the cost
-    model, :mod:`geoviz.backend.cost_model`); after a fit of this process, what it took;
-    ``None`` when there is nothing to say (``data`` not loaded yet, a short fit)."""
-    done = took(geodesic_key(scenario))
+    model, :mod:`geoviz.backend.cost_model`); ``None`` when there is nothing to say
+    (``data`` not loaded yet, a short fit, the maps ready: what the fit took is said by the
+    toast that announces them, which takes no room above the explorer at a projector)."""
     if geodesic_if_ready(scenario) is not None:
-        if done is None or done[0] < 1.0:
-            return None
-        return f"Fitting the maps {took_sentence(*done)}."
+        return None
     if data is None:
         return None
     job = geodesic_job(scenario)
