@@ -200,6 +200,13 @@ def print_app_link(args: argparse.Namespace, result: GeodesicResult) -> None:
     )
 
 
+def _print_space(result: GeodesicResult) -> None:
+    """The feature space's sentence and, when the answer is not to be trusted, its caution."""
+    print(result.space_sentence)
+    if result.space_caution is not None:
+        print(result.space_caution)
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -208,9 +215,7 @@ def run_distance(args: argparse.Namespace) -> int:
     result = _fit(args)
     names = reference_names(result)
     print(f"target: {result.target.name} ({result.target.n_samples} samples)")
-    print(result.space_sentence)
-    if result.space_caution is not None:
-        print(result.space_caution)
+    _print_space(result)
     print_maps(result, two_q=True)
     print(f"\n(2,Q) matrix {W_BETWEEN} (last column: {W_TARGET}):")
     header = ["", *names, "Q"]
@@ -235,9 +240,7 @@ def run_project(args: argparse.Namespace) -> int:
     result = _fit(args)
     names = reference_names(result)
     print(f"target: {result.target.name} ({result.target.n_samples} samples)")
-    print(result.space_sentence)
-    if result.space_caution is not None:
-        print(result.space_caution)
+    _print_space(result)
     print(
         f"{A_HAT}:  "
         + ", ".join(f"{name}={a:.4f}" for name, a in zip(names, result.a_hat, strict=True))
@@ -298,9 +301,7 @@ def run_grid(args: argparse.Namespace) -> int:
             header.append("as_good_as_a_hat")
             columns.append(boot.as_good_as_a_hat(grid).astype(np.float64))
     _write_csv_atomic(Path(args.out), header, np.column_stack(columns), args.overwrite)
-    print(result.space_sentence)
-    if result.space_caution is not None:
-        print(result.space_caution)
+    _print_space(result)
     print(f"wrote {grid.shape[0]} simplex points (resolution {args.resolution}) to {args.out}")
     print(
         "grid minimum: "
