@@ -231,3 +231,14 @@ def harness_html(host_js: str = QUIET_HOST) -> str:
         "window.harnessReady = true;\n"
         "</script></body></html>"
     )
+
+
+def inside_view(box, width: int, height: int | None = None) -> bool:
+    """``box`` (a Playwright bounding box, or ``None``) lies inside the first ``width`` x
+    ``height`` CSS px of the page (only across when ``height`` is ``None``), to half a px."""
+    return (
+        box is not None
+        and box["x"] >= -0.5
+        and box["x"] + box["width"] <= width + 0.5
+        and (height is None or (box["y"] >= -0.5 and box["y"] + box["height"] <= height + 0.5))
+    )

@@ -24,6 +24,7 @@ from browser_support import (  # the shared Chromium and app-server set-up
     PAGE_TIMEOUT_MS,
     SHOTS,
     browser,  # noqa: F401 - a fixture
+    inside_view,
     server,  # noqa: F401 - the app, a fixture
     sync_playwright,  # noqa: F401 - a fixture
 )
@@ -74,16 +75,6 @@ def _boxes(frame, ids) -> dict:
         loc = frame.locator(f"#{i}")
         out[i] = loc.bounding_box() if loc.count() else None
     return out
-
-
-def _inside(box, width: int, height: int) -> bool:
-    return (
-        box is not None
-        and box["x"] >= -0.5
-        and box["y"] >= -0.5
-        and box["x"] + box["width"] <= width + 0.5
-        and box["y"] + box["height"] <= height + 0.5
-    )
 
 
 def _tiles_digest(frame) -> float:
@@ -165,7 +156,7 @@ def test_projector_1280x800_shows_cause_and_effect_in_one_screen(browser, server
         DOC_SHOTS.mkdir(parents=True, exist_ok=True)
         frames = _drag_circle(pg, frame, shot=DOC_SHOTS / "classroom_1280x800.png", check=check)
         for name, box in seen["boxes"].items():
-            assert _inside(box, 1280, 800), (name, box, seen["boxes"])
+            assert inside_view(box, 1280, 800), (name, box, seen["boxes"])
         assert seen["tiles"] != before  # the tiles moved with the pick, mid-drag
         frame.wait_for_function("() => geovizExplorer.valuesSent >= 1")  # sent on release
         note = _frame_note("1280x800 dpr 1", frames)
@@ -189,7 +180,7 @@ def test_projector_1280x800_shows_cause_and_effect_in_one_screen(browser, server
             assert "is small" in inset["caption"] and "% of the simplex" in inset["caption"]
             assert "cell" not in inset["caption"], inset["caption"]
             assert "inset" in inset["caption"]
-            assert note_box is not None and _inside(note_box, 1280, 800), note_box
+            assert note_box is not None and inside_view(note_box, 1280, 800), note_box
             # the inset is drawn: its frame (dark) and the heatmap inside it
             corner = frame.evaluate(
                 """([x, y]) => Array.from(document.getElementById('simplex').getContext('2d')
@@ -255,7 +246,7 @@ def test_hidpi_canvases_are_sharp_and_the_figure_is_2x(browser, server):  # noqa
 
         frames = _drag_circle(pg, frame, check=check)
         for name, box in seen["boxes"].items():
-            assert _inside(box, 1280, 800), (name, box)
+            assert inside_view(box, 1280, 800), (name, box)
         note = _frame_note("1280x800 dpr 2", frames)
         assert len(frames) >= 40 and np.median(frames) <= FRAME_MS_LIMIT, note
 
@@ -276,7 +267,7 @@ def test_wide_screen_1920x1080_uses_the_width(browser, server):  # noqa: F811
         DOC_SHOTS.mkdir(parents=True, exist_ok=True)
         frames = _drag_circle(pg, frame, shot=DOC_SHOTS / "classroom_1920x1080.png", check=check)
         for name, box in boxes.items():
-            assert _inside(box, 1920, 1080), (name, box)
+            assert inside_view(box, 1920, 1080), (name, box)
         iframe = pg.locator("iframe[title*='geoviz_explorer']").first.bounding_box()
         left = min(b["x"] for b in boxes.values())
         right = max(b["x"] + b["width"] for b in boxes.values())
@@ -321,7 +312,7 @@ def test_a_resized_window_is_laid_out_again(browser, server):  # noqa: F811
         assert widths[0] <= widths[1] + 1, widths
         boxes = _boxes(frame, ["simplex", "view"])
         for name, box in boxes.items():
-            assert _inside(box, 1280, 800) or box["y"] + box["height"] > 800, (name, box)
+            assert inside_view(box, 1280, 800) or box["y"] + box["height"] > 800, (name, box)
             assert box["x"] + box["width"] <= 1280 + 0.5, (name, box)
         pg.set_viewport_size({"width": 1920, "height": 1080})
         frame.wait_for_function("() => geovizExplorer.relayouts >= 2", timeout=30_000)

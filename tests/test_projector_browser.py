@@ -21,6 +21,7 @@ from browser_support import (  # the shared Chromium and app-server set-up
     PAGE_TIMEOUT_MS,
     SHOTS,
     browser,  # noqa: F401 - a fixture
+    inside_view,
     server,  # noqa: F401 - the app, a fixture
     sync_playwright,  # noqa: F401 - a fixture
 )
@@ -64,15 +65,6 @@ def _box(frame, selector: str) -> dict | None:
     return loc.first.bounding_box() if loc.count() else None
 
 
-def _inside(box, width: int, height: int | None = None) -> bool:
-    return (
-        box is not None
-        and box["x"] >= -0.5
-        and box["x"] + box["width"] <= width + 0.5
-        and (height is None or (box["y"] >= -0.5 and box["y"] + box["height"] <= height + 0.5))
-    )
-
-
 def _shot(pg, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(SHOTS / f"projector_{name}.png"))
@@ -114,7 +106,7 @@ def test_mccann_1280x800_shows_slider_tiles_and_view_together(browser, server): 
         boxes = {s: _box(frame, s) for s in ("#t-slider", "#samples", "#view")}
         _shot(pg, "mccann_1280x800_play")
         for name, box in boxes.items():
-            assert _inside(box, 1280, 800), (name, boxes)
+            assert inside_view(box, 1280, 800), (name, boxes)
         sizes = _caption_sizes(frame)
         for size, name in sizes:
             assert size >= CAPTION_PX, (name, size, sizes)
@@ -148,7 +140,7 @@ def test_presenter_mode_scales_the_explorer_and_never_clips(browser, server, siz
             clip
         )  # the frame as tall as its content
         for sel in ("#view", "#teach-caption", "#mass", "#simplex", "#presenter"):
-            assert _inside(_box(frame, sel), width), (sel, _box(frame, sel))
+            assert inside_view(_box(frame, sel), width), (sel, _box(frame, sel))
         view = _box(frame, "#view")
         caption = float(
             frame.evaluate(

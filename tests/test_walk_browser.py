@@ -33,6 +33,7 @@ from browser_support import (  # the shared Chromium and app-server set-up
     ROOT,
     browser,  # noqa: F401 - a fixture
     explorer_frame,
+    inside_view,
     scenario_link,
     server,  # noqa: F401 - the app, a fixture
     sync_playwright,  # noqa: F401 - a fixture
@@ -129,16 +130,6 @@ def _box(frame, selector: str) -> dict | None:
     return box if box and box["width"] > 0 and box["height"] > 0 else None
 
 
-def _inside(box, width: int, height: int) -> bool:
-    return (
-        box is not None
-        and box["x"] >= -0.5
-        and box["y"] >= -0.5
-        and box["x"] + box["width"] <= width + 0.5
-        and box["y"] + box["height"] <= height + 0.5
-    )
-
-
 def _problems_of_view(pg, path: str, width: int, height: int) -> list[str]:
     """What is wrong with the page on screen: errors, clipping, the title's place."""
     problems = []
@@ -188,7 +179,7 @@ def _key_views(pg, frame, path: str, width: int, height: int) -> list[str]:
     out = [
         f"{s} is not inside the first {width}x{height} view: {b}"
         for s, b in boxes.items()
-        if not _inside(b, width, height)
+        if not inside_view(b, width, height)
     ]
     if path == "mccann":
         pg.locator("[data-testid='stMain']").evaluate("e => e.scrollTo(0, 0)")
