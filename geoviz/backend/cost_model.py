@@ -50,7 +50,6 @@ import contextlib
 import json
 import math
 import os
-import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -76,7 +75,6 @@ __all__ = [
     "record_took",
     "remember",
     "remember_iterations",
-    "took",
     "took_sentence",
     "training_estimate",
     "work",
@@ -555,24 +553,12 @@ def training_estimate(
     return Estimate("training", per_seed * max(int(seeds), 1), work_)
 
 
-_TOOK: dict[Any, tuple[float, Estimate]] = {}
-_TOOK_LOCK = threading.Lock()
-
-
-def record_took(key: Any, seconds: float, estimate: Estimate, steps: tuple[Step, ...] = ()) -> None:
-    """Remember what the run ``key`` took (:func:`took`) and teach the cost model
-    (:func:`remember`) unless it took under a quarter of its estimate (it read its results
-    from a cache: it says nothing of the machine)."""
-    with _TOOK_LOCK:
-        _TOOK[key] = (float(seconds), estimate)
+def record_took(seconds: float, estimate: Estimate, steps: tuple[Step, ...] = ()) -> None:
+    """Teach the cost model (:func:`remember`) what a run took, unless it took
+    under a quarter of its estimate (it read its results from a cache: it says nothing of the
+    machine)."""
     if seconds > 0.25 * estimate.seconds:
         remember(estimate, seconds, steps=steps or ("encoder", "sinkhorn", "labels"))
-
-
-def took(key: Any) -> tuple[float, Estimate] | None:
-    """``(seconds, estimate)`` of the last run ``key`` of this process, if any."""
-    with _TOOK_LOCK:
-        return _TOOK.get(key)
 
 
 def eta_seconds(elapsed: float, fraction: float, estimate: float | None = None) -> float | None:

@@ -73,7 +73,7 @@ def start_geodesic(scenario: Scenario, data: ScenarioData, workers: int = 1) -> 
     def run(progress: Progress) -> GeodesicResult:
         started = time.perf_counter()
         fitted = fit_spec(spec, data, progress=progress, cache=disk_cache(), workers=workers)
-        record_took(geodesic_key(scenario), time.perf_counter() - started, estimate)
+        record_took(time.perf_counter() - started, estimate)
         if fitted.config.method == "barycentric":  # Sinkhorn's iterations, learned per space
             remember_iterations(fitted.features_name, [d.iterations for d in fitted.diagnostics])
         return fitted
